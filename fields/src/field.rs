@@ -1,0 +1,708 @@
+//! `SpatialField`: one logical field with locations on one or more devices.
+//!
+//! A field has a location on each device that holds a copy of it. Each
+//! location is *valid* (holds current data) or not, and exactly one is
+//! *active* (the one that may be written); the active location is always
+//! valid. These are the four cases of Table 2.1 of the ExprLib/Wasatch thesis
+//! (valid and active, valid, invalid, and the forbidden invalid-but-active),
+//! and this API makes the forbidden case unreachable:
+//!
+//! * writing ([`SpatialField::values_mut`], [`SpatialField::gpu_buffer_mut`],
+//!   [`SpatialField::fill`]) needs the active location and invalidates all
+//!   others;
+//! * reading ([`SpatialField::values`], [`SpatialField::gpu_buffer`]) needs a
+//!   valid location;
+//! * [`SpatialField::validate_on`] copies from a valid location (adding the
+//!   location first if needed);
+//! * [`SpatialField::set_active`] only accepts a valid location, and the active
+//!   location cannot be removed.
+//!
+//! Misuse returns an error that names the field and prints every location's
+//! state.
+
+use crate::error::{FieldError, FieldResult};
+use crate::external::ExternalBuffer;
+use crate::gpu::{self, GpuStream, ValidationEvent, cuda_error};
+use crate::grid::Patch;
+use crate::layout::FieldLayout;
+use crate::location::{Location, LocationKind};
+use crate::pool::{MemoryPool, PoolBlock};
+use crate::scalar::FieldScalar;
+use crate::Device;
+use smallvec::SmallVec;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// Whether a field lives beyond one use inside a graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Lifetime {
+    /// Intermediate value: its memory returns to the pool after its last use.
+    #[default]
+    Scratch,
+    /// Kept for the life of the field (solution variables, output fields).
+    Persistent,
+}
+
+/// How a new field's values start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldInit {
+    /// Every point (ghosts included) is zero.
+    #[default]
+    Zero,
+    /// Whatever the reused pool block held (finite or not): cheaper, for
+    /// fields that are written completely before being read.
+    Unspecified,
+}
+
+/// The state of one location of a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocationState {
+    /// The device of the location.
+    pub device: Device,
+    /// Holds current data.
+    pub valid: bool,
+    /// May be written (implies `valid`).
+    pub active: bool,
+}
+
+/// Where a location's elements are stored.
+enum Memory<T: FieldScalar> {
+    Pool(PoolBlock),
+    External(ExternalBuffer<T>),
+}
+
+impl<T: FieldScalar> Memory<T> {
+    fn address(&self) -> usize {
+        match self {
+            Memory::Pool(block) => block.address(),
+            Memory::External(buffer) => buffer.as_ptr() as usize,
+        }
+    }
+}
+
+struct FieldLocation<T: FieldScalar> {
+    device: Device,
+    memory: Memory<T>,
+    valid: bool,
+    /// The last asynchronous copy into or out of this location.
+    pending: Option<ValidationEvent>,
+}
+
+/// Device memory of one GPU location, for kernels.
+///
+/// Carries the event of the last asynchronous copy involving the location:
+/// a kernel on another stream must wait on it before touching the memory.
+#[derive(Debug, Clone)]
+pub struct GpuBuffer {
+    /// The GPU holding the memory.
+    pub device: Device,
+    /// The `CUdeviceptr` of the first allocated element (ghosts included).
+    pub pointer: u64,
+    /// Number of elements.
+    pub len: usize,
+    /// Completion of the last asynchronous copy, if one may still run.
+    pub ready: Option<ValidationEvent>,
+}
+
+/// A field of `T` at location `L` on a patch, with copies on one or more devices.
+///
+/// ```
+/// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+/// let grid = Grid::new([8, 8, 1], [1.0; 3], [0.0; 3])?;
+/// let patch = grid.whole_domain(1);
+/// let mut phi = SpatialField::<CellCentre>::new("phi", &patch, Device::Cpu)?;
+/// phi.fill(2.0)?;
+/// assert!(phi.values()?.iter().all(|&v| v == 2.0));
+/// // No GPU here? Validating on one is an error, not a panic.
+/// # if watershed_fields::gpu::gpu_count() == 0 {
+/// assert!(phi.validate_on(Device::Gpu(0)).is_err());
+/// # }
+/// # Ok::<(), watershed_fields::FieldError>(())
+/// ```
+pub struct SpatialField<L: Location, T: FieldScalar = f64> {
+    name: Arc<str>,
+    layout: FieldLayout,
+    lifetime: Lifetime,
+    locations: SmallVec<[FieldLocation<T>; 2]>,
+    active: Device,
+    cpu_pool: Option<MemoryPool>,
+    _location: PhantomData<L>,
+}
+
+impl<L: Location, T: FieldScalar> std::fmt::Debug for SpatialField<L, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpatialField")
+            .field("name", &self.name)
+            .field("location", &L::KIND)
+            .field("extent", &self.layout.allocated_extent())
+            .field("lifetime", &self.lifetime)
+            .field("locations", &self.describe_states())
+            .finish()
+    }
+}
+
+/// Options for a new field; see [`SpatialField::builder`].
+#[derive(Debug)]
+pub struct FieldBuilder<L: Location, T: FieldScalar = f64> {
+    name: Arc<str>,
+    patch: Patch,
+    device: Device,
+    lifetime: Lifetime,
+    init: FieldInit,
+    pool: Option<MemoryPool>,
+    _types: PhantomData<(L, T)>,
+}
+
+impl<L: Location, T: FieldScalar> FieldBuilder<L, T> {
+    /// The device of the first (active, valid) location. Default: CPU.
+    pub fn device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// Scratch (default) or persistent.
+    pub fn lifetime(mut self, lifetime: Lifetime) -> Self {
+        self.lifetime = lifetime;
+        self
+    }
+
+    /// Starting values. Default: zero.
+    pub fn init(mut self, init: FieldInit) -> Self {
+        self.init = init;
+        self
+    }
+
+    /// Take CPU memory from `pool` instead of the global CPU pool.
+    pub fn cpu_pool(mut self, pool: MemoryPool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Allocates the field.
+    pub fn build(self) -> FieldResult<SpatialField<L, T>> {
+        let layout = FieldLayout::new(&self.patch, L::KIND);
+        let mut field = SpatialField {
+            name: self.name,
+            layout,
+            lifetime: self.lifetime,
+            locations: SmallVec::new(),
+            active: self.device,
+            cpu_pool: self.pool,
+            _location: PhantomData,
+        };
+        let memory = field.allocate(self.device)?;
+        field.locations.push(FieldLocation {
+            device: self.device,
+            memory,
+            valid: true,
+            pending: None,
+        });
+        if self.init == FieldInit::Zero {
+            field.fill(T::ZERO)?;
+        }
+        Ok(field)
+    }
+}
+
+impl<L: Location, T: FieldScalar> SpatialField<L, T> {
+    /// Options for a new field named `name` on `patch`.
+    pub fn builder(name: &str, patch: &Patch) -> FieldBuilder<L, T> {
+        FieldBuilder {
+            name: name.into(),
+            patch: patch.clone(),
+            device: Device::Cpu,
+            lifetime: Lifetime::Scratch,
+            init: FieldInit::Zero,
+            pool: None,
+            _types: PhantomData,
+        }
+    }
+
+    /// A zero-filled scratch field on `device`, from that device's global pool.
+    pub fn new(name: &str, patch: &Patch, device: Device) -> FieldResult<Self> {
+        Self::builder(name, patch).device(device).build()
+    }
+
+    /// A persistent CPU field whose storage is `buffer`, owned by the caller
+    /// and never returned to a pool. The values in the buffer are the field's
+    /// values (ghosts included, x fastest).
+    pub fn from_external(name: &str, patch: &Patch, buffer: ExternalBuffer<T>) -> FieldResult<Self> {
+        let layout = FieldLayout::new(patch, L::KIND);
+        let needed = layout.allocated_len();
+        let shape_mismatch = buffer
+            .shape()
+            .is_some_and(|shape| shape != layout.allocated_extent());
+        if buffer.len() != needed || shape_mismatch {
+            return Err(FieldError::ExternalStorage {
+                field: name.to_string(),
+                reason: format!(
+                    "the buffer holds {} elements{}, but a {} field on this patch needs {:?} = {} (ghosts included)",
+                    buffer.len(),
+                    buffer.shape().map(|s| format!(" in shape {s:?}")).unwrap_or_default(),
+                    L::KIND,
+                    layout.allocated_extent(),
+                    needed
+                ),
+            });
+        }
+        let mut locations = SmallVec::new();
+        locations.push(FieldLocation {
+            device: Device::Cpu,
+            memory: Memory::External(buffer),
+            valid: true,
+            pending: None,
+        });
+        Ok(SpatialField {
+            name: name.into(),
+            layout,
+            lifetime: Lifetime::Persistent,
+            locations,
+            active: Device::Cpu,
+            cpu_pool: None,
+            _location: PhantomData,
+        })
+    }
+
+    /// The field's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The field's layout (sizes, ghosts, coordinates).
+    pub fn layout(&self) -> &FieldLayout {
+        &self.layout
+    }
+
+    /// The field's staggered location.
+    pub fn kind(&self) -> LocationKind {
+        L::KIND
+    }
+
+    /// Scratch or persistent.
+    pub fn lifetime(&self) -> Lifetime {
+        self.lifetime
+    }
+
+    /// Changes the lifetime flag.
+    pub fn set_lifetime(&mut self, lifetime: Lifetime) {
+        self.lifetime = lifetime;
+    }
+
+    /// True when the CPU storage is caller-owned.
+    pub fn is_external(&self) -> bool {
+        self.locations
+            .iter()
+            .any(|l| matches!(l.memory, Memory::External(_)))
+    }
+
+    /// The device of the active location.
+    pub fn active_device(&self) -> Device {
+        self.active
+    }
+
+    /// Devices that have a location, in the order they were added.
+    pub fn devices(&self) -> impl Iterator<Item = Device> + '_ {
+        self.locations.iter().map(|l| l.device)
+    }
+
+    /// The state of every location.
+    pub fn location_states(&self) -> Vec<LocationState> {
+        self.locations
+            .iter()
+            .map(|l| LocationState {
+                device: l.device,
+                valid: l.valid,
+                active: l.device == self.active,
+            })
+            .collect()
+    }
+
+    /// The state of the location on `device`, if there is one.
+    pub fn state_on(&self, device: Device) -> Option<LocationState> {
+        self.location_states().into_iter().find(|s| s.device == device)
+    }
+
+    /// True when `device` has a location holding current data.
+    pub fn is_valid_on(&self, device: Device) -> bool {
+        self.state_on(device).is_some_and(|s| s.valid)
+    }
+
+    /// "CPU: valid, active; GPU 0: invalid"
+    fn describe_states(&self) -> String {
+        self.locations
+            .iter()
+            .map(|l| {
+                let mut s = format!("{}: {}", l.device, if l.valid { "valid" } else { "invalid" });
+                if l.device == self.active {
+                    s.push_str(", active");
+                }
+                s
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn position(&self, device: Device) -> Option<usize> {
+        self.locations.iter().position(|l| l.device == device)
+    }
+
+    fn require_location(&self, device: Device) -> FieldResult<usize> {
+        self.position(device).ok_or_else(|| FieldError::LocationMissing {
+            field: self.name.to_string(),
+            device,
+            states: self.describe_states(),
+        })
+    }
+
+    fn require_valid(&self, device: Device) -> FieldResult<usize> {
+        let index = self.require_location(device)?;
+        if !self.locations[index].valid {
+            return Err(FieldError::NotValid {
+                field: self.name.to_string(),
+                device,
+                states: self.describe_states(),
+            });
+        }
+        Ok(index)
+    }
+
+    fn require_active(&self, device: Device) -> FieldResult<usize> {
+        let index = self.require_location(device)?;
+        if device != self.active {
+            return Err(FieldError::NotActive {
+                field: self.name.to_string(),
+                device,
+                states: self.describe_states(),
+            });
+        }
+        Ok(index)
+    }
+
+    fn bytes(&self) -> usize {
+        self.layout.allocated_len() * std::mem::size_of::<T>()
+    }
+
+    fn allocate(&self, device: Device) -> FieldResult<Memory<T>> {
+        let pool = match (&self.cpu_pool, device) {
+            (Some(pool), Device::Cpu) => pool.clone(),
+            _ => MemoryPool::global(device)?,
+        };
+        Ok(Memory::Pool(pool.allocate(self.bytes(), self.name.clone())?))
+    }
+
+    /// Adds an (invalid) location on `device`, allocated from its pool.
+    ///
+    /// Errors when the location exists or the device cannot be used.
+    pub fn add_location(&mut self, device: Device) -> FieldResult<()> {
+        if self.position(device).is_some() {
+            return Err(FieldError::LocationExists {
+                field: self.name.to_string(),
+                device,
+                states: self.describe_states(),
+            });
+        }
+        let memory = self.allocate(device)?;
+        self.locations.push(FieldLocation {
+            device,
+            memory,
+            valid: false,
+            pending: None,
+        });
+        Ok(())
+    }
+
+    /// Removes the location on `device`, returning its memory to the pool.
+    ///
+    /// Errors when it is the active location or does not exist.
+    pub fn remove_location(&mut self, device: Device) -> FieldResult<()> {
+        let index = self.require_location(device)?;
+        if device == self.active {
+            return Err(FieldError::RemoveActive {
+                field: self.name.to_string(),
+                device,
+                states: self.describe_states(),
+            });
+        }
+        let removed = self.locations.remove(index);
+        if let Some(event) = &removed.pending {
+            // A copy may still read or write the memory: wait before freeing it.
+            event.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Makes the location on `device` hold current data, adding it if needed
+    /// and copying from a valid location if it is invalid. Synchronous: the
+    /// data is in place when this returns.
+    pub fn validate_on(&mut self, device: Device) -> FieldResult<()> {
+        if let Some(event) = self.validate_inner(device, None)? {
+            event.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Like [`validate_on`](Self::validate_on), but a copy involving a GPU is
+    /// only enqueued on `stream`: this returns before the copy finishes, with
+    /// the event a consumer waits on (`None` when no copy was needed). Later
+    /// host access to the field waits for the copy by itself.
+    pub fn validate_on_async(
+        &mut self,
+        device: Device,
+        stream: &GpuStream,
+    ) -> FieldResult<Option<ValidationEvent>> {
+        self.validate_inner(device, Some(stream))
+    }
+
+    fn validate_inner(
+        &mut self,
+        device: Device,
+        stream: Option<&GpuStream>,
+    ) -> FieldResult<Option<ValidationEvent>> {
+        let destination = match self.position(device) {
+            Some(index) => index,
+            None => {
+                self.add_location(device)?;
+                self.locations.len() - 1
+            }
+        };
+        if self.locations[destination].valid {
+            return Ok(None);
+        }
+        // Copy from the active location (always valid); it is never `destination`.
+        let source = self.require_valid(self.active)?;
+        let event = self.copy_between(source, destination, stream)?;
+        self.locations[destination].valid = true;
+        self.locations[destination].pending = Some(event.clone());
+        self.locations[source].pending = Some(event.clone());
+        Ok(Some(event))
+    }
+
+    /// Enqueues a copy of location `source` into `destination` (which differ
+    /// and involve at least one GPU) and records its completion event.
+    fn copy_between(
+        &self,
+        source: usize,
+        destination: usize,
+        stream: Option<&GpuStream>,
+    ) -> FieldResult<ValidationEvent> {
+        let from = &self.locations[source];
+        let to = &self.locations[destination];
+        let gpu_ordinal = to
+            .device
+            .gpu_ordinal()
+            .or(from.device.gpu_ordinal())
+            .expect("a field has one CPU location, so a copy involves a GPU");
+        let owned_stream;
+        let stream = match stream {
+            Some(stream) => stream,
+            None => {
+                owned_stream = GpuStream::new(gpu_ordinal)?;
+                &owned_stream
+            }
+        };
+        let device = stream.device();
+        for event in [&from.pending, &to.pending].into_iter().flatten() {
+            stream.wait(event)?;
+        }
+        let cu_stream = stream.cuda_stream().cu_stream();
+        let len = self.layout.allocated_len();
+        stream
+            .cuda_stream()
+            .context()
+            .bind_to_thread()
+            .map_err(|e| cuda_error(device, "binding the context", e))?;
+        let action = format!("copying field '{}' from {} to {}", self.name, from.device, to.device);
+        // SAFETY: both locations hold `len` elements of T; pending copies on
+        // either were waited for above; the host side is pinned or pageable
+        // host memory that outlives the copy (the field waits on the event
+        // before freeing or handing out host memory).
+        let result = unsafe {
+            match (from.device, to.device) {
+                (Device::Cpu, Device::Gpu(_)) => {
+                    let host = std::slice::from_raw_parts(from.memory.address() as *const T, len);
+                    cudarc::driver::result::memcpy_htod_async(to.memory.address() as u64, host, cu_stream)
+                }
+                (Device::Gpu(_), Device::Cpu) => {
+                    let host = std::slice::from_raw_parts_mut(to.memory.address() as *mut T, len);
+                    cudarc::driver::result::memcpy_dtoh_async(host, from.memory.address() as u64, cu_stream)
+                }
+                (Device::Gpu(a), Device::Gpu(b)) => {
+                    let source_ctx = gpu::context(a)?;
+                    let destination_ctx = gpu::context(b)?;
+                    cudarc::driver::result::memcpy_peer_async(
+                        destination_ctx.cu_ctx(),
+                        to.memory.address() as u64,
+                        source_ctx.cu_ctx(),
+                        from.memory.address() as u64,
+                        len * std::mem::size_of::<T>(),
+                        cu_stream,
+                    )
+                }
+                (Device::Cpu, Device::Cpu) => unreachable!("a field has one CPU location"),
+            }
+        };
+        result.map_err(|e| cuda_error(device, action, e))?;
+        stream.record()
+    }
+
+    /// Makes the valid location on `device` the active (writable) one.
+    pub fn set_active(&mut self, device: Device) -> FieldResult<()> {
+        self.require_valid(device)?;
+        self.active = device;
+        Ok(())
+    }
+
+    /// Waits for a pending copy into or out of the CPU location.
+    fn wait_for_host(&self, index: usize) -> FieldResult<()> {
+        if let Some(event) = &self.locations[index].pending {
+            event.synchronize()?;
+        }
+        Ok(())
+    }
+
+    fn invalidate_all_but(&mut self, keep: usize) {
+        for (i, location) in self.locations.iter_mut().enumerate() {
+            if i != keep {
+                location.valid = false;
+            }
+        }
+    }
+
+    /// The CPU values, ghosts included, x fastest. Needs a valid CPU location.
+    pub fn values(&self) -> FieldResult<&[T]> {
+        let index = self.require_valid(Device::Cpu)?;
+        self.wait_for_host(index)?;
+        let len = self.layout.allocated_len();
+        // SAFETY: the CPU location holds `len` initialised elements of T
+        // (every bit pattern is a valid T), and `&self` prevents writes.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.locations[index].memory.address() as *const T, len)
+        })
+    }
+
+    /// The CPU values for writing. Needs the CPU location to be active;
+    /// every other location becomes invalid.
+    pub fn values_mut(&mut self) -> FieldResult<&mut [T]> {
+        let index = self.require_active(Device::Cpu)?;
+        self.wait_for_host(index)?;
+        self.locations[index].pending = None;
+        self.invalidate_all_but(index);
+        let len = self.layout.allocated_len();
+        // SAFETY: as in `values`, and `&mut self` makes the access exclusive.
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut(self.locations[index].memory.address() as *mut T, len)
+        })
+    }
+
+    /// Sets every point (ghosts included) on the active location to `value`;
+    /// every other location becomes invalid. Synchronous on GPUs.
+    pub fn fill(&mut self, value: T) -> FieldResult<()> {
+        match self.active {
+            Device::Cpu => {
+                self.values_mut()?.fill(value);
+                Ok(())
+            }
+            device @ Device::Gpu(ordinal) => {
+                let buffer = self.gpu_buffer_mut(device)?;
+                let stream = GpuStream::new(ordinal)?;
+                if let Some(event) = &buffer.ready {
+                    stream.wait(event)?;
+                }
+                let bytes = buffer.len * std::mem::size_of::<T>();
+                let pattern = as_bytes(&value);
+                let uniform = pattern.iter().all(|&b| b == pattern[0]);
+                let host = (!uniform).then(|| vec![value; buffer.len]);
+                let cu_stream = stream.cuda_stream().cu_stream();
+                // SAFETY: `buffer` is this field's device memory of `bytes`
+                // bytes; `host` lives until the stream has been synchronised.
+                let result = unsafe {
+                    match &host {
+                        None => cudarc::driver::result::memset_d8_async(
+                            buffer.pointer,
+                            pattern[0],
+                            bytes,
+                            cu_stream,
+                        ),
+                        Some(host) => cudarc::driver::result::memcpy_htod_async(
+                            buffer.pointer,
+                            host,
+                            cu_stream,
+                        ),
+                    }
+                };
+                let synchronized = stream.synchronize();
+                drop(host);
+                result.map_err(|e| cuda_error(device, format!("filling field '{}'", self.name), e))?;
+                synchronized
+            }
+        }
+    }
+
+    /// The device memory of the valid location on GPU `device`, for reading.
+    pub fn gpu_buffer(&self, device: Device) -> FieldResult<GpuBuffer> {
+        let index = self.require_valid(device)?;
+        Ok(self.describe_gpu(index))
+    }
+
+    /// The device memory of the active location on GPU `device`, for
+    /// writing; every other location becomes invalid.
+    pub fn gpu_buffer_mut(&mut self, device: Device) -> FieldResult<GpuBuffer> {
+        let index = self.require_active(device)?;
+        self.invalidate_all_but(index);
+        Ok(self.describe_gpu(index))
+    }
+
+    fn describe_gpu(&self, index: usize) -> GpuBuffer {
+        let location = &self.locations[index];
+        GpuBuffer {
+            device: location.device,
+            pointer: location.memory.address() as u64,
+            len: self.layout.allocated_len(),
+            ready: location.pending.clone(),
+        }
+    }
+
+    /// Hands back the caller's storage of an external field, after making
+    /// the CPU location valid. Check [`is_external`](Self::is_external) first:
+    /// for a pool-backed field this errors and the field's memory returns to
+    /// its pool.
+    pub fn into_external(mut self) -> FieldResult<ExternalBuffer<T>> {
+        if !self.is_external() {
+            return Err(FieldError::ExternalStorage {
+                field: self.name.to_string(),
+                reason: "the field's storage comes from a memory pool, not from the caller".into(),
+            });
+        }
+        self.validate_on(Device::Cpu)?;
+        let index = self.require_valid(Device::Cpu)?;
+        self.wait_for_host(index)?;
+        // Drop GPU locations (after their copies finished) and take the buffer.
+        for location in &self.locations {
+            if let Some(event) = &location.pending {
+                event.synchronize()?;
+            }
+        }
+        let location = self.locations.remove(index);
+        match location.memory {
+            Memory::External(buffer) => Ok(buffer),
+            Memory::Pool(_) => unreachable!("the CPU location of an external field is external"),
+        }
+    }
+}
+
+impl<L: Location, T: FieldScalar> Drop for SpatialField<L, T> {
+    fn drop(&mut self) {
+        // Memory must not return to a pool (or to the caller) while a copy
+        // may still touch it.
+        for location in &self.locations {
+            if let Some(event) = &location.pending {
+                let _ = event.synchronize();
+            }
+        }
+    }
+}
+
+fn as_bytes<T: FieldScalar>(value: &T) -> &[u8] {
+    // SAFETY: T is f32 or f64: plain bytes without padding.
+    unsafe { std::slice::from_raw_parts(value as *const T as *const u8, std::mem::size_of::<T>()) }
+}

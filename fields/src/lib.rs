@@ -1,0 +1,65 @@
+//! # watershed-fields
+//!
+//! The bottom layer of Watershed: structured grids, staggered locations,
+//! spatial fields that live on one or more devices, memory pools and HDF5
+//! I/O. Everything above (the expression language, the graph, the solvers)
+//! computes on [`SpatialField`]s.
+//!
+//! ## Crate layout
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`grid`] | [`Grid`] (the domain), [`Patch`] (a window with ghost layers), [`GhostWidth`] |
+//! | [`location`] | zero-sized markers [`CellCentre`], [`XFace`], [`YFace`], [`ZFace`] and [`LocationKind`] |
+//! | [`layout`] | [`FieldLayout`]: sizes per location, [`IndexBox`] loops over interior and ghosts |
+//! | [`device`] | [`Device`]: CPU or GPU *k* |
+//! | [`field`] | [`SpatialField`] and its location state machine (valid / active) |
+//! | [`external`] | [`ExternalBuffer`]: caller-owned storage, never freed by Watershed |
+//! | [`pool`] | [`MemoryPool`]: per-device size-class pools with statistics and leak checks |
+//! | [`gpu`] | run-time CUDA detection, streams and events (never panics without a GPU) |
+//! | [`views`] | ndarray views of CPU data, with and without ghosts |
+//! | [`io`] | HDF5 read and write of fields with their grid attributes |
+//! | [`error`] | [`FieldError`], naming the field, device or file at fault |
+//!
+//! ## Example
+//!
+//! ```
+//! use watershed_fields::{CellCentre, Device, Grid, SpatialField, XFace};
+//! let grid = Grid::new([16, 16, 1], [1.0, 1.0, 1.0], [0.0; 3])?;
+//! let patch = grid.whole_domain(1);
+//! let mut phi = SpatialField::<CellCentre>::new("phi", &patch, Device::Cpu)?;
+//! for index in phi.layout().interior() {
+//!     let [x, y, _] = phi.layout().coordinate(index);
+//!     let at = phi.layout().linear_index(index);
+//!     phi.values_mut()?[at] = x * y;
+//! }
+//! let flux = SpatialField::<XFace>::new("flux", &patch, Device::Cpu)?;
+//! assert_eq!(flux.layout().interior_extent(), [17, 16, 1]);
+//! # Ok::<(), watershed_fields::FieldError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod device;
+pub mod error;
+pub mod external;
+pub mod field;
+pub mod gpu;
+pub mod grid;
+pub mod io;
+pub mod layout;
+pub mod location;
+pub mod pool;
+pub mod scalar;
+pub mod views;
+
+pub use device::Device;
+pub use error::{FieldError, FieldResult};
+pub use external::ExternalBuffer;
+pub use field::{FieldBuilder, FieldInit, GpuBuffer, Lifetime, LocationState, SpatialField};
+pub use gpu::{GpuStream, ValidationEvent};
+pub use grid::{GhostWidth, Grid, Patch};
+pub use layout::{FieldLayout, IndexBox};
+pub use location::{CellCentre, Location, LocationKind, XFace, YFace, ZFace};
+pub use pool::{HostMemory, MemoryPool, PoolBlock, PoolStatistics};
+pub use scalar::FieldScalar;
