@@ -18,7 +18,8 @@
 //!   location cannot be removed.
 //!
 //! Misuse returns an error that names the field and prints every location's
-//! state.
+//! state. The rules themselves live in [`crate::state::LocationTable`]; this
+//! module adds memory and copies.
 
 use crate::error::{FieldError, FieldResult};
 use crate::external::ExternalBuffer;
@@ -28,6 +29,7 @@ use crate::layout::FieldLayout;
 use crate::location::{Location, LocationKind};
 use crate::pool::{MemoryPool, PoolBlock};
 use crate::scalar::FieldScalar;
+use crate::state::LocationTable;
 use crate::Device;
 use smallvec::SmallVec;
 use std::marker::PhantomData;
@@ -80,10 +82,11 @@ impl<T: FieldScalar> Memory<T> {
     }
 }
 
+/// The memory of one location; its state is in the field's [`LocationTable`]
+/// at the same position.
 struct FieldLocation<T: FieldScalar> {
     device: Device,
     memory: Memory<T>,
-    valid: bool,
     /// The last asynchronous copy into or out of this location.
     pending: Option<ValidationEvent>,
 }
@@ -124,7 +127,7 @@ pub struct SpatialField<L: Location, T: FieldScalar = f64> {
     layout: FieldLayout,
     lifetime: Lifetime,
     locations: SmallVec<[FieldLocation<T>; 2]>,
-    active: Device,
+    states: LocationTable,
     cpu_pool: Option<MemoryPool>,
     _location: PhantomData<L>,
 }
@@ -136,7 +139,7 @@ impl<L: Location, T: FieldScalar> std::fmt::Debug for SpatialField<L, T> {
             .field("location", &L::KIND)
             .field("extent", &self.layout.allocated_extent())
             .field("lifetime", &self.lifetime)
-            .field("locations", &self.describe_states())
+            .field("locations", &self.states.describe())
             .finish()
     }
 }
@@ -186,7 +189,7 @@ impl<L: Location, T: FieldScalar> FieldBuilder<L, T> {
             layout,
             lifetime: self.lifetime,
             locations: SmallVec::new(),
-            active: self.device,
+            states: LocationTable::new(self.device),
             cpu_pool: self.pool,
             _location: PhantomData,
         };
@@ -194,7 +197,6 @@ impl<L: Location, T: FieldScalar> FieldBuilder<L, T> {
         field.locations.push(FieldLocation {
             device: self.device,
             memory,
-            valid: true,
             pending: None,
         });
         if self.init == FieldInit::Zero {
@@ -249,7 +251,6 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
         locations.push(FieldLocation {
             device: Device::Cpu,
             memory: Memory::External(buffer),
-            valid: true,
             pending: None,
         });
         Ok(SpatialField {
@@ -257,7 +258,7 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
             layout,
             lifetime: Lifetime::Persistent,
             locations,
-            active: Device::Cpu,
+            states: LocationTable::new(Device::Cpu),
             cpu_pool: None,
             _location: PhantomData,
         })
@@ -297,22 +298,22 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
 
     /// The device of the active location.
     pub fn active_device(&self) -> Device {
-        self.active
+        self.states.active()
     }
 
     /// Devices that have a location, in the order they were added.
     pub fn devices(&self) -> impl Iterator<Item = Device> + '_ {
-        self.locations.iter().map(|l| l.device)
+        self.states.devices()
     }
 
     /// The state of every location.
     pub fn location_states(&self) -> Vec<LocationState> {
-        self.locations
-            .iter()
-            .map(|l| LocationState {
-                device: l.device,
-                valid: l.valid,
-                active: l.device == self.active,
+        self.states
+            .devices()
+            .map(|device| LocationState {
+                device,
+                valid: self.states.is_valid(device),
+                active: device == self.states.active(),
             })
             .collect()
     }
@@ -324,58 +325,7 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
 
     /// True when `device` has a location holding current data.
     pub fn is_valid_on(&self, device: Device) -> bool {
-        self.state_on(device).is_some_and(|s| s.valid)
-    }
-
-    /// "CPU: valid, active; GPU 0: invalid"
-    fn describe_states(&self) -> String {
-        self.locations
-            .iter()
-            .map(|l| {
-                let mut s = format!("{}: {}", l.device, if l.valid { "valid" } else { "invalid" });
-                if l.device == self.active {
-                    s.push_str(", active");
-                }
-                s
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-
-    fn position(&self, device: Device) -> Option<usize> {
-        self.locations.iter().position(|l| l.device == device)
-    }
-
-    fn require_location(&self, device: Device) -> FieldResult<usize> {
-        self.position(device).ok_or_else(|| FieldError::LocationMissing {
-            field: self.name.to_string(),
-            device,
-            states: self.describe_states(),
-        })
-    }
-
-    fn require_valid(&self, device: Device) -> FieldResult<usize> {
-        let index = self.require_location(device)?;
-        if !self.locations[index].valid {
-            return Err(FieldError::NotValid {
-                field: self.name.to_string(),
-                device,
-                states: self.describe_states(),
-            });
-        }
-        Ok(index)
-    }
-
-    fn require_active(&self, device: Device) -> FieldResult<usize> {
-        let index = self.require_location(device)?;
-        if device != self.active {
-            return Err(FieldError::NotActive {
-                field: self.name.to_string(),
-                device,
-                states: self.describe_states(),
-            });
-        }
-        Ok(index)
+        self.states.is_valid(device)
     }
 
     fn bytes(&self) -> usize {
@@ -394,18 +344,15 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
     ///
     /// Errors when the location exists or the device cannot be used.
     pub fn add_location(&mut self, device: Device) -> FieldResult<()> {
-        if self.position(device).is_some() {
-            return Err(FieldError::LocationExists {
-                field: self.name.to_string(),
-                device,
-                states: self.describe_states(),
-            });
+        if self.states.position(device).is_some() {
+            // Let the table produce the error before anything is allocated.
+            return self.states.clone().add(&self.name, device);
         }
         let memory = self.allocate(device)?;
+        self.states.add(&self.name, device)?;
         self.locations.push(FieldLocation {
             device,
             memory,
-            valid: false,
             pending: None,
         });
         Ok(())
@@ -415,14 +362,7 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
     ///
     /// Errors when it is the active location or does not exist.
     pub fn remove_location(&mut self, device: Device) -> FieldResult<()> {
-        let index = self.require_location(device)?;
-        if device == self.active {
-            return Err(FieldError::RemoveActive {
-                field: self.name.to_string(),
-                device,
-                states: self.describe_states(),
-            });
-        }
+        let index = self.states.remove(&self.name, device)?;
         let removed = self.locations.remove(index);
         if let Some(event) = &removed.pending {
             // A copy may still read or write the memory: wait before freeing it.
@@ -458,20 +398,20 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
         device: Device,
         stream: Option<&GpuStream>,
     ) -> FieldResult<Option<ValidationEvent>> {
-        let destination = match self.position(device) {
+        let destination = match self.states.position(device) {
             Some(index) => index,
             None => {
                 self.add_location(device)?;
                 self.locations.len() - 1
             }
         };
-        if self.locations[destination].valid {
+        if self.states.is_valid(device) {
             return Ok(None);
         }
         // Copy from the active location (always valid); it is never `destination`.
-        let source = self.require_valid(self.active)?;
+        let source = self.states.require_valid(&self.name, self.states.active())?;
         let event = self.copy_between(source, destination, stream)?;
-        self.locations[destination].valid = true;
+        self.states.mark_valid(&self.name, device)?;
         self.locations[destination].pending = Some(event.clone());
         self.locations[source].pending = Some(event.clone());
         Ok(Some(event))
@@ -547,9 +487,7 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
 
     /// Makes the valid location on `device` the active (writable) one.
     pub fn set_active(&mut self, device: Device) -> FieldResult<()> {
-        self.require_valid(device)?;
-        self.active = device;
-        Ok(())
+        self.states.set_active(&self.name, device)
     }
 
     /// Waits for a pending copy into or out of the CPU location.
@@ -560,17 +498,9 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
         Ok(())
     }
 
-    fn invalidate_all_but(&mut self, keep: usize) {
-        for (i, location) in self.locations.iter_mut().enumerate() {
-            if i != keep {
-                location.valid = false;
-            }
-        }
-    }
-
     /// The CPU values, ghosts included, x fastest. Needs a valid CPU location.
     pub fn values(&self) -> FieldResult<&[T]> {
-        let index = self.require_valid(Device::Cpu)?;
+        let index = self.states.require_valid(&self.name, Device::Cpu)?;
         self.wait_for_host(index)?;
         let len = self.layout.allocated_len();
         // SAFETY: the CPU location holds `len` initialised elements of T
@@ -583,10 +513,9 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
     /// The CPU values for writing. Needs the CPU location to be active;
     /// every other location becomes invalid.
     pub fn values_mut(&mut self) -> FieldResult<&mut [T]> {
-        let index = self.require_active(Device::Cpu)?;
+        let index = self.states.begin_write(&self.name, Device::Cpu)?;
         self.wait_for_host(index)?;
         self.locations[index].pending = None;
-        self.invalidate_all_but(index);
         let len = self.layout.allocated_len();
         // SAFETY: as in `values`, and `&mut self` makes the access exclusive.
         Ok(unsafe {
@@ -597,7 +526,7 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
     /// Sets every point (ghosts included) on the active location to `value`;
     /// every other location becomes invalid. Synchronous on GPUs.
     pub fn fill(&mut self, value: T) -> FieldResult<()> {
-        match self.active {
+        match self.states.active() {
             Device::Cpu => {
                 self.values_mut()?.fill(value);
                 Ok(())
@@ -640,15 +569,14 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
 
     /// The device memory of the valid location on GPU `device`, for reading.
     pub fn gpu_buffer(&self, device: Device) -> FieldResult<GpuBuffer> {
-        let index = self.require_valid(device)?;
+        let index = self.states.require_valid(&self.name, device)?;
         Ok(self.describe_gpu(index))
     }
 
     /// The device memory of the active location on GPU `device`, for
     /// writing; every other location becomes invalid.
     pub fn gpu_buffer_mut(&mut self, device: Device) -> FieldResult<GpuBuffer> {
-        let index = self.require_active(device)?;
-        self.invalidate_all_but(index);
+        let index = self.states.begin_write(&self.name, device)?;
         Ok(self.describe_gpu(index))
     }
 
@@ -674,7 +602,7 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
             });
         }
         self.validate_on(Device::Cpu)?;
-        let index = self.require_valid(Device::Cpu)?;
+        let index = self.states.require_valid(&self.name, Device::Cpu)?;
         self.wait_for_host(index)?;
         // Drop GPU locations (after their copies finished) and take the buffer.
         for location in &self.locations {

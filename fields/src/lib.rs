@@ -13,7 +13,8 @@
 //! | [`location`] | zero-sized markers [`CellCentre`], [`XFace`], [`YFace`], [`ZFace`] and [`LocationKind`] |
 //! | [`layout`] | [`FieldLayout`]: sizes per location, [`IndexBox`] loops over interior and ghosts |
 //! | [`device`] | [`Device`]: CPU or GPU *k* |
-//! | [`field`] | [`SpatialField`] and its location state machine (valid / active) |
+//! | [`state`] | [`state::LocationTable`]: the valid / active rules of Table 2.1 of the thesis |
+//! | [`field`] | [`SpatialField`]: memory and copies of each location, under those rules |
 //! | [`external`] | [`ExternalBuffer`]: caller-owned storage, never freed by Watershed |
 //! | [`pool`] | [`MemoryPool`]: per-device size-class pools with statistics and leak checks |
 //! | [`gpu`] | run-time CUDA detection, streams and events (never panics without a GPU) |
@@ -51,6 +52,7 @@ pub mod layout;
 pub mod location;
 pub mod pool;
 pub mod scalar;
+pub mod state;
 pub mod views;
 
 pub use device::Device;
