@@ -110,6 +110,15 @@ impl Grid {
         })
     }
 
+    /// A grid of `cells` of size `spacing` whose lower corner is `origin`
+    /// (keeps `spacing` bit for bit, e.g. when rebuilding a grid from a file).
+    pub fn from_spacing(cells: [usize; 3], spacing: [f64; 3], origin: [f64; 3]) -> FieldResult<Self> {
+        let lengths = [0, 1, 2].map(|a| spacing[a] * cells[a] as f64);
+        let mut grid = Grid::new(cells, lengths, origin)?;
+        grid.spacing = spacing;
+        Ok(grid)
+    }
+
     /// The same grid with the given axes periodic.
     pub fn with_periodic(mut self, periodic: [bool; 3]) -> Self {
         self.periodic = periodic;

@@ -192,9 +192,8 @@ pub fn read_field<L: Location, T: FieldScalar>(
     let field_name = read_text("field_name")?;
     let cells = read_counts("grid_cells")?;
     let spacing = read_reals("spacing")?;
-    let lengths = [0, 1, 2].map(|a| spacing[a] * cells[a] as f64);
     let periodic = read_counts("periodic")?.map(|p| p != 0);
-    let grid = Grid::new(cells, lengths, read_reals("grid_origin")?)
+    let grid = Grid::from_spacing(cells, spacing, read_reals("grid_origin")?)
         .map_err(|e| format_error(e.to_string()))?
         .with_periodic(periodic);
     let ghosts = GhostWidth {
