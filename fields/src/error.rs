@@ -23,9 +23,7 @@ pub enum FieldError {
     },
 
     /// Caller memory does not match the layout the field needs.
-    #[error(
-        "field '{field}': external storage does not fit its layout: {reason}"
-    )]
+    #[error("field '{field}': external storage does not fit its layout: {reason}")]
     ExternalStorage {
         /// Field name.
         field: String,
@@ -110,7 +108,9 @@ pub enum FieldError {
     },
 
     /// Blocks are still outstanding when the caller required none.
-    #[error("memory pool on {device} still has {blocks} outstanding block(s), {bytes} bytes: {report}")]
+    #[error(
+        "memory pool on {device} still has {blocks} outstanding block(s), {bytes} bytes: {report}"
+    )]
     Leak {
         /// Device of the pool.
         device: Device,

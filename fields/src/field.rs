@@ -21,6 +21,7 @@
 //! state. The rules themselves live in [`crate::state::LocationTable`]; this
 //! module adds memory and copies.
 
+use crate::Device;
 use crate::error::{FieldError, FieldResult};
 use crate::external::ExternalBuffer;
 use crate::gpu::{self, GpuStream, ValidationEvent, cuda_error};
@@ -30,7 +31,6 @@ use crate::location::{Location, LocationKind};
 use crate::pool::{MemoryPool, PoolBlock};
 use crate::scalar::FieldScalar;
 use crate::state::LocationTable;
-use crate::Device;
 use smallvec::SmallVec;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -228,7 +228,11 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
     /// A persistent CPU field whose storage is `buffer`, owned by the caller
     /// and never returned to a pool. The values in the buffer are the field's
     /// values (ghosts included, x fastest).
-    pub fn from_external(name: &str, patch: &Patch, buffer: ExternalBuffer<T>) -> FieldResult<Self> {
+    pub fn from_external(
+        name: &str,
+        patch: &Patch,
+        buffer: ExternalBuffer<T>,
+    ) -> FieldResult<Self> {
         let layout = FieldLayout::new(patch, L::KIND);
         let needed = layout.allocated_len();
         let shape_mismatch = buffer
@@ -240,7 +244,10 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
                 reason: format!(
                     "the buffer holds {} elements{}, but a {} field on this patch needs {:?} = {} (ghosts included)",
                     buffer.len(),
-                    buffer.shape().map(|s| format!(" in shape {s:?}")).unwrap_or_default(),
+                    buffer
+                        .shape()
+                        .map(|s| format!(" in shape {s:?}"))
+                        .unwrap_or_default(),
                     L::KIND,
                     layout.allocated_extent(),
                     needed
@@ -320,7 +327,9 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
 
     /// The state of the location on `device`, if there is one.
     pub fn state_on(&self, device: Device) -> Option<LocationState> {
-        self.location_states().into_iter().find(|s| s.device == device)
+        self.location_states()
+            .into_iter()
+            .find(|s| s.device == device)
     }
 
     /// True when `device` has a location holding current data.
@@ -337,7 +346,9 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
             (Some(pool), Device::Cpu) => pool.clone(),
             _ => MemoryPool::global(device)?,
         };
-        Ok(Memory::Pool(pool.allocate(self.bytes(), self.name.clone())?))
+        Ok(Memory::Pool(
+            pool.allocate(self.bytes(), self.name.clone())?,
+        ))
     }
 
     /// Adds an (invalid) location on `device`, allocated from its pool.
@@ -409,7 +420,9 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
             return Ok(None);
         }
         // Copy from the active location (always valid); it is never `destination`.
-        let source = self.states.require_valid(&self.name, self.states.active())?;
+        let source = self
+            .states
+            .require_valid(&self.name, self.states.active())?;
         let event = self.copy_between(source, destination, stream)?;
         self.states.mark_valid(&self.name, device)?;
         self.locations[destination].pending = Some(event.clone());
@@ -451,7 +464,10 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
             .context()
             .bind_to_thread()
             .map_err(|e| cuda_error(device, "binding the context", e))?;
-        let action = format!("copying field '{}' from {} to {}", self.name, from.device, to.device);
+        let action = format!(
+            "copying field '{}' from {} to {}",
+            self.name, from.device, to.device
+        );
         // SAFETY: both locations hold `len` elements of T; pending copies on
         // either were waited for above; the host side is pinned or pageable
         // host memory that outlives the copy (the field waits on the event
@@ -460,11 +476,19 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
             match (from.device, to.device) {
                 (Device::Cpu, Device::Gpu(_)) => {
                     let host = std::slice::from_raw_parts(from.memory.address() as *const T, len);
-                    cudarc::driver::result::memcpy_htod_async(to.memory.address() as u64, host, cu_stream)
+                    cudarc::driver::result::memcpy_htod_async(
+                        to.memory.address() as u64,
+                        host,
+                        cu_stream,
+                    )
                 }
                 (Device::Gpu(_), Device::Cpu) => {
                     let host = std::slice::from_raw_parts_mut(to.memory.address() as *mut T, len);
-                    cudarc::driver::result::memcpy_dtoh_async(host, from.memory.address() as u64, cu_stream)
+                    cudarc::driver::result::memcpy_dtoh_async(
+                        host,
+                        from.memory.address() as u64,
+                        cu_stream,
+                    )
                 }
                 (Device::Gpu(a), Device::Gpu(b)) => {
                     let source_ctx = gpu::context(a)?;
@@ -561,7 +585,8 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
                 };
                 let synchronized = stream.synchronize();
                 drop(host);
-                result.map_err(|e| cuda_error(device, format!("filling field '{}'", self.name), e))?;
+                result
+                    .map_err(|e| cuda_error(device, format!("filling field '{}'", self.name), e))?;
                 synchronized
             }
         }

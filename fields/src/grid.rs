@@ -42,7 +42,12 @@ impl GhostWidth {
 
     /// The largest width on any side.
     pub fn max(&self) -> usize {
-        self.minus.iter().chain(self.plus.iter()).copied().max().unwrap_or(0)
+        self.minus
+            .iter()
+            .chain(self.plus.iter())
+            .copied()
+            .max()
+            .unwrap_or(0)
     }
 
     /// This width with the layers of inactive dimensions set to zero.
@@ -112,7 +117,11 @@ impl Grid {
 
     /// A grid of `cells` of size `spacing` whose lower corner is `origin`
     /// (keeps `spacing` bit for bit, e.g. when rebuilding a grid from a file).
-    pub fn from_spacing(cells: [usize; 3], spacing: [f64; 3], origin: [f64; 3]) -> FieldResult<Self> {
+    pub fn from_spacing(
+        cells: [usize; 3],
+        spacing: [f64; 3],
+        origin: [f64; 3],
+    ) -> FieldResult<Self> {
         let lengths = [0, 1, 2].map(|a| spacing[a] * cells[a] as f64);
         let mut grid = Grid::new(cells, lengths, origin)?;
         grid.spacing = spacing;

@@ -72,7 +72,10 @@ pub fn write_field<L: Location, T: FieldScalar>(
     let data: Vec<T> = if stored == layout.allocated() {
         values.to_vec()
     } else {
-        stored.iter().map(|index| values[layout.linear_index(index)]).collect()
+        stored
+            .iter()
+            .map(|index| values[layout.linear_index(index)])
+            .collect()
     };
     let extent = stored.extent();
     let err = |e| hdf5_error(group, name, e);
@@ -91,7 +94,11 @@ pub fn write_field<L: Location, T: FieldScalar>(
     let ghost_plus = [0, 1, 2].map(|a| stored.hi[a] as usize - layout.interior_extent()[a]);
     let write_text = |attribute: &str, text: &str| -> FieldResult<()> {
         let value: VarLenUnicode = text.parse().map_err(|e| {
-            hdf5_error(group, &format!("{name}/{attribute}"), hdf5::Error::from(format!("{e}")))
+            hdf5_error(
+                group,
+                &format!("{name}/{attribute}"),
+                hdf5::Error::from(format!("{e}")),
+            )
         })?;
         dataset
             .new_attr::<VarLenUnicode>()
@@ -143,7 +150,9 @@ pub fn read_field<L: Location, T: FieldScalar>(
     group: &hdf5::Group,
     name: &str,
 ) -> FieldResult<SpatialField<L, T>> {
-    let dataset = group.dataset(name).map_err(|e| hdf5_error(group, name, e))?;
+    let dataset = group
+        .dataset(name)
+        .map_err(|e| hdf5_error(group, name, e))?;
     let format_error = |reason: String| FieldError::Hdf5Format {
         file: PathBuf::from(group.filename()),
         dataset: name.to_string(),
@@ -153,14 +162,22 @@ pub fn read_field<L: Location, T: FieldScalar>(
         let value: VarLenUnicode = dataset
             .attr(attribute)
             .and_then(|a| a.read_scalar())
-            .map_err(|e| format_error(format!("attribute '{attribute}' is missing or not text ({e})")))?;
+            .map_err(|e| {
+                format_error(format!(
+                    "attribute '{attribute}' is missing or not text ({e})"
+                ))
+            })?;
         Ok(value.as_str().to_string())
     };
     let read_array = |attribute: &str| -> FieldResult<Vec<f64>> {
         let values: Vec<f64> = dataset
             .attr(attribute)
             .and_then(|a| a.read_raw())
-            .map_err(|e| format_error(format!("attribute '{attribute}' is missing or not numeric ({e})")))?;
+            .map_err(|e| {
+                format_error(format!(
+                    "attribute '{attribute}' is missing or not numeric ({e})"
+                ))
+            })?;
         if values.len() != 3 {
             return Err(format_error(format!(
                 "attribute '{attribute}' has {} values, expected 3 (x, y, z)",
@@ -200,8 +217,13 @@ pub fn read_field<L: Location, T: FieldScalar>(
         minus: read_counts("patch_ghosts_minus")?,
         plus: read_counts("patch_ghosts_plus")?,
     };
-    let patch = Patch::new(&grid, read_counts("patch_offset")?, read_counts("patch_cells")?, ghosts)
-        .map_err(|e| format_error(e.to_string()))?;
+    let patch = Patch::new(
+        &grid,
+        read_counts("patch_offset")?,
+        read_counts("patch_cells")?,
+        ghosts,
+    )
+    .map_err(|e| format_error(e.to_string()))?;
     let layout = FieldLayout::new(&patch, L::KIND);
     let stored_minus = read_counts("ghost_width_minus")?;
     let stored_plus = read_counts("ghost_width_plus")?;

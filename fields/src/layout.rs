@@ -262,8 +262,7 @@ impl FieldLayout {
         let stagger = self.kind.stagger();
         [0, 1, 2].map(|a| {
             grid.origin()[a]
-                + (self.patch.offset()[a] as f64 + index[a] as f64 + stagger[a])
-                    * grid.spacing()[a]
+                + (self.patch.offset()[a] as f64 + index[a] as f64 + stagger[a]) * grid.spacing()[a]
         })
     }
 }

@@ -147,13 +147,14 @@ impl BlockSource {
                 ctx.bind_to_thread()
                     .map_err(|e| gpu::cuda_error(device, "binding the context", e))?;
                 // SAFETY: the context is current; the pointer is freed in `release`.
-                let address = unsafe { cudarc::driver::result::malloc_sync(bytes) }.map_err(
-                    |e| FieldError::Allocation {
-                        device,
-                        bytes,
-                        reason: e.to_string(),
-                    },
-                )?;
+                let address =
+                    unsafe { cudarc::driver::result::malloc_sync(bytes) }.map_err(|e| {
+                        FieldError::Allocation {
+                            device,
+                            bytes,
+                            reason: e.to_string(),
+                        }
+                    })?;
                 // SAFETY: `address` points to `bytes` bytes of device memory.
                 unsafe { cudarc::driver::result::memset_d8_sync(address, 0, bytes) }
                     .map_err(|e| gpu::cuda_error(device, "zeroing new device memory", e))?;
@@ -196,12 +197,10 @@ impl BlockSource {
 }
 
 fn host_layout(bytes: usize) -> FieldResult<std::alloc::Layout> {
-    std::alloc::Layout::from_size_align(bytes, HOST_ALIGNMENT).map_err(|e| {
-        FieldError::Allocation {
-            device: Device::Cpu,
-            bytes,
-            reason: e.to_string(),
-        }
+    std::alloc::Layout::from_size_align(bytes, HOST_ALIGNMENT).map_err(|e| FieldError::Allocation {
+        device: Device::Cpu,
+        bytes,
+        reason: e.to_string(),
     })
 }
 
@@ -351,7 +350,8 @@ impl MemoryPool {
                 stats.hits += 1;
                 stats.bytes_active += block.bytes;
                 stats.blocks_active += 1;
-                stats.high_water_bytes_active = stats.high_water_bytes_active.max(stats.bytes_active);
+                stats.high_water_bytes_active =
+                    stats.high_water_bytes_active.max(stats.bytes_active);
                 state.outstanding.insert(
                     id,
                     OutstandingBlock {
@@ -370,7 +370,8 @@ impl MemoryPool {
                 let mut state = self.lock();
                 let stats = &mut state.statistics;
                 stats.misses += 1;
-                if matches!(self.inner.source, BlockSource::Host(HostMemory::Pinned)) && !block.pinned
+                if matches!(self.inner.source, BlockSource::Host(HostMemory::Pinned))
+                    && !block.pinned
                 {
                     stats.pinned_fallbacks += 1;
                 }
@@ -378,9 +379,16 @@ impl MemoryPool {
                 stats.blocks_active += 1;
                 stats.bytes_total += block.bytes;
                 stats.blocks_total += 1;
-                stats.high_water_bytes_active = stats.high_water_bytes_active.max(stats.bytes_active);
+                stats.high_water_bytes_active =
+                    stats.high_water_bytes_active.max(stats.bytes_active);
                 stats.high_water_bytes_total = stats.high_water_bytes_total.max(stats.bytes_total);
-                state.outstanding.insert(id, OutstandingBlock { label, bytes: class });
+                state.outstanding.insert(
+                    id,
+                    OutstandingBlock {
+                        label,
+                        bytes: class,
+                    },
+                );
                 block
             }
         };
@@ -484,7 +492,9 @@ impl std::fmt::Debug for PoolBlock {
 
 impl PoolBlock {
     fn raw(&self) -> &RawBlock {
-        self.raw.as_ref().expect("a live block always holds its memory")
+        self.raw
+            .as_ref()
+            .expect("a live block always holds its memory")
     }
 
     /// Host pointer (CPU pools) or `CUdeviceptr` value (GPU pools).

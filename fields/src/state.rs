@@ -75,7 +75,11 @@ impl LocationTable {
             .iter()
             .map(|&(device, valid)| {
                 let state = if valid { "valid" } else { "invalid" };
-                let active = if device == self.active { ", active" } else { "" };
+                let active = if device == self.active {
+                    ", active"
+                } else {
+                    ""
+                };
                 format!("{device}: {state}{active}")
             })
             .collect::<Vec<_>>()
@@ -84,11 +88,12 @@ impl LocationTable {
 
     /// Position of `device`'s location, or [`FieldError::LocationMissing`].
     pub fn require_location(&self, field: &str, device: Device) -> FieldResult<usize> {
-        self.position(device).ok_or_else(|| FieldError::LocationMissing {
-            field: field.to_string(),
-            device,
-            states: self.describe(),
-        })
+        self.position(device)
+            .ok_or_else(|| FieldError::LocationMissing {
+                field: field.to_string(),
+                device,
+                states: self.describe(),
+            })
     }
 
     /// Position of `device`'s location if it is valid, or an error saying why not.

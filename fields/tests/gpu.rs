@@ -5,7 +5,9 @@ use watershed_fields::gpu::gpu_for_tests;
 use watershed_fields::*;
 
 fn patch() -> Patch {
-    Grid::new([17, 9, 5], [1.0; 3], [0.0; 3]).unwrap().whole_domain(2)
+    Grid::new([17, 9, 5], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .whole_domain(2)
 }
 
 fn numbered(name: &str) -> SpatialField<CellCentre> {
@@ -18,7 +20,9 @@ fn numbered(name: &str) -> SpatialField<CellCentre> {
 
 #[test]
 fn cpu_gpu_round_trip_keeps_every_value() {
-    let Some(k) = gpu_for_tests("cpu_gpu_round_trip_keeps_every_value") else { return };
+    let Some(k) = gpu_for_tests("cpu_gpu_round_trip_keeps_every_value") else {
+        return;
+    };
     let gpu = Device::Gpu(k);
     let mut field = numbered("phi");
     let expected = field.values().unwrap().to_vec();
@@ -35,7 +39,9 @@ fn cpu_gpu_round_trip_keeps_every_value() {
 
 #[test]
 fn writes_on_the_gpu_reach_the_cpu() {
-    let Some(k) = gpu_for_tests("writes_on_the_gpu_reach_the_cpu") else { return };
+    let Some(k) = gpu_for_tests("writes_on_the_gpu_reach_the_cpu") else {
+        return;
+    };
     let gpu = Device::Gpu(k);
     let mut field = numbered("phi");
     field.validate_on(gpu).unwrap();
@@ -51,15 +57,22 @@ fn writes_on_the_gpu_reach_the_cpu() {
 
 #[test]
 fn asynchronous_validation_returns_an_event_and_host_access_waits() {
-    let Some(k) = gpu_for_tests("asynchronous_validation_returns_an_event_and_host_access_waits") else {
+    let Some(k) = gpu_for_tests("asynchronous_validation_returns_an_event_and_host_access_waits")
+    else {
         return;
     };
     let gpu = Device::Gpu(k);
     let stream = GpuStream::new(k).unwrap();
     let mut field = numbered("phi");
     let expected = field.values().unwrap().to_vec();
-    let event = field.validate_on_async(gpu, &stream).unwrap().expect("a copy was needed");
-    assert!(field.validate_on_async(gpu, &stream).unwrap().is_none(), "already valid");
+    let event = field
+        .validate_on_async(gpu, &stream)
+        .unwrap()
+        .expect("a copy was needed");
+    assert!(
+        field.validate_on_async(gpu, &stream).unwrap().is_none(),
+        "already valid"
+    );
     let consumer = GpuStream::new(k).unwrap();
     consumer.wait(&event).unwrap();
     event.synchronize().unwrap();
@@ -75,7 +88,9 @@ fn asynchronous_validation_returns_an_event_and_host_access_waits() {
 
 #[test]
 fn gpu_pool_reuses_blocks_and_reports_no_leaks() {
-    let Some(k) = gpu_for_tests("gpu_pool_reuses_blocks_and_reports_no_leaks") else { return };
+    let Some(k) = gpu_for_tests("gpu_pool_reuses_blocks_and_reports_no_leaks") else {
+        return;
+    };
     let pool = MemoryPool::gpu(k).unwrap();
     let a = pool.allocate(1 << 20, "a").unwrap();
     let address = a.address();
@@ -90,7 +105,9 @@ fn gpu_pool_reuses_blocks_and_reports_no_leaks() {
 
 #[test]
 fn host_pool_pins_memory_when_a_gpu_is_present() {
-    let Some(_) = gpu_for_tests("host_pool_pins_memory_when_a_gpu_is_present") else { return };
+    let Some(_) = gpu_for_tests("host_pool_pins_memory_when_a_gpu_is_present") else {
+        return;
+    };
     let pool = MemoryPool::host(HostMemory::Pinned);
     let block = pool.allocate(1 << 20, "staging").unwrap();
     assert!(block.is_pinned(), "pinning failed: {:?}", pool.statistics());

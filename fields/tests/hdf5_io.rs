@@ -4,7 +4,9 @@
 
 use std::process::Command;
 use std::sync::Mutex;
-use watershed_fields::io::{GhostSelection, read_field, read_field_from_file, write_field, write_field_to_file};
+use watershed_fields::io::{
+    GhostSelection, read_field, read_field_from_file, write_field, write_field_to_file,
+};
 use watershed_fields::*;
 
 /// HDF5 opens files without close-on-exec, so a Python process spawned by one
@@ -29,8 +31,19 @@ fn numbered<L: Location>(name: &str, patch: &Patch) -> SpatialField<L> {
 }
 
 fn patch() -> Patch {
-    let grid = Grid::new([7, 5, 3], [1.4, 1.0, 0.6], [0.5, -1.0, 2.0]).unwrap().with_periodic([false, true, false]);
-    Patch::new(&grid, [2, 0, 0], [5, 5, 3], GhostWidth { minus: [1, 2, 1], plus: [2, 1, 1] }).unwrap()
+    let grid = Grid::new([7, 5, 3], [1.4, 1.0, 0.6], [0.5, -1.0, 2.0])
+        .unwrap()
+        .with_periodic([false, true, false]);
+    Patch::new(
+        &grid,
+        [2, 0, 0],
+        [5, 5, 3],
+        GhostWidth {
+            minus: [1, 2, 1],
+            plus: [2, 1, 1],
+        },
+    )
+    .unwrap()
 }
 
 fn round_trip<L: Location>() {
@@ -44,13 +57,24 @@ fn round_trip<L: Location>() {
     let full: SpatialField<L> = read_field_from_file(&path, "with_ghosts").unwrap();
     assert_eq!(full.name(), "rho");
     assert_eq!(full.layout(), field.layout());
-    assert_eq!(full.values().unwrap(), field.values().unwrap(), "{}", L::KIND);
+    assert_eq!(
+        full.values().unwrap(),
+        field.values().unwrap(),
+        "{}",
+        L::KIND
+    );
 
     let interior: SpatialField<L> = read_field_from_file(&path, "interior").unwrap();
-    assert_eq!(interior.interior_view().unwrap(), field.interior_view().unwrap());
+    assert_eq!(
+        interior.interior_view().unwrap(),
+        field.interior_view().unwrap()
+    );
     for region in interior.layout().ghost_regions() {
         for index in region {
-            assert_eq!(interior.values().unwrap()[interior.layout().linear_index(index)], 0.0);
+            assert_eq!(
+                interior.values().unwrap()[interior.layout().linear_index(index)],
+                0.0
+            );
         }
     }
 }
@@ -75,13 +99,23 @@ fn attributes_describe_the_stored_points() {
     let dataset = group.dataset("u").unwrap();
     // 5 cells on a +x boundary patch: 6 x faces. Shape is (nz, ny, nx).
     assert_eq!(dataset.shape(), vec![3, 5, 6]);
-    let text = |name: &str| dataset.attr(name).unwrap().read_scalar::<hdf5::types::VarLenUnicode>().unwrap().to_string();
+    let text = |name: &str| {
+        dataset
+            .attr(name)
+            .unwrap()
+            .read_scalar::<hdf5::types::VarLenUnicode>()
+            .unwrap()
+            .to_string()
+    };
     let reals = |name: &str| dataset.attr(name).unwrap().read_raw::<f64>().unwrap();
     let counts = |name: &str| dataset.attr(name).unwrap().read_raw::<u64>().unwrap();
     assert_eq!(text("location"), "XFace");
     assert_eq!(text("field_name"), "u");
     assert_eq!(text("scalar_type"), "f64");
-    for (spacing, expected) in reals("spacing").into_iter().zip([1.4 / 7.0, 0.2, 0.6 / 3.0]) {
+    for (spacing, expected) in reals("spacing")
+        .into_iter()
+        .zip([1.4 / 7.0, 0.2, 0.6 / 3.0])
+    {
         assert_eq!(spacing, expected);
     }
     let origin = reals("origin");
@@ -105,7 +139,12 @@ fn reading_the_wrong_location_or_a_missing_dataset_names_the_file() {
     write_field_to_file(&path, "T", &field, GhostSelection::Interior).unwrap();
     let err = read_field_from_file::<XFace, f64>(&path, "T").unwrap_err();
     let message = err.to_string();
-    assert!(message.contains("b.h5") && message.contains("CellCentre field") && message.contains("XFace"), "{message}");
+    assert!(
+        message.contains("b.h5")
+            && message.contains("CellCentre field")
+            && message.contains("XFace"),
+        "{message}"
+    );
     let err = read_field_from_file::<CellCentre, f64>(&path, "missing").unwrap_err();
     assert!(err.to_string().contains("missing"), "{err}");
     let err = read_field_from_file::<CellCentre, f64>(dir.path().join("none.h5"), "T").unwrap_err();
@@ -123,7 +162,10 @@ fn writing_over_an_existing_dataset_is_refused_and_keeps_the_old_data() {
     second.fill(-1.0).unwrap();
     assert!(write_field_to_file(&path, "T", &second, GhostSelection::Interior).is_err());
     let back: SpatialField<CellCentre> = read_field_from_file(&path, "T").unwrap();
-    assert_eq!(back.interior_view().unwrap(), first.interior_view().unwrap());
+    assert_eq!(
+        back.interior_view().unwrap(),
+        first.interior_view().unwrap()
+    );
 }
 
 #[test]
@@ -153,7 +195,9 @@ fn python_with_h5py() -> Option<String> {
         return Some(python);
     }
     if std::env::var("WATERSHED_REQUIRE_H5PY").is_ok_and(|v| v == "1") {
-        panic!("h5py is required (WATERSHED_REQUIRE_H5PY=1) but '{python} -c \"import h5py\"' failed; run scripts/test.sh, which installs it");
+        panic!(
+            "h5py is required (WATERSHED_REQUIRE_H5PY=1) but '{python} -c \"import h5py\"' failed; run scripts/test.sh, which installs it"
+        );
     }
     eprintln!("skipped: '{python}' cannot import h5py; run scripts/test.sh to install it");
     None
@@ -162,7 +206,9 @@ fn python_with_h5py() -> Option<String> {
 #[test]
 fn files_are_readable_by_h5py() {
     let _files = files_lock();
-    let Some(python) = python_with_h5py() else { return };
+    let Some(python) = python_with_h5py() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("e.h5");
     let field = numbered::<YFace>("v", &patch());
@@ -176,17 +222,33 @@ with h5py.File(sys.argv[1], "r") as f:
     print(a["location"], a["field_name"], [int(n) for n in a["extents"]])
     print(repr(float(d[()].sum())), repr(float(d[0, 0, 0])), repr(float(d[2, 1, 3])))
 "#;
-    let output = Command::new(&python).arg("-c").arg(script).arg(&path).output().unwrap();
-    assert!(output.status.success(), "h5py failed: {}", String::from_utf8_lossy(&output.stderr));
+    let output = Command::new(&python)
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "h5py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let text = String::from_utf8(output.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     // y faces on a periodic y axis: 5 faces; shape is (nz, ny, nx).
     assert_eq!(lines[0], "(3, 5, 5)");
     assert_eq!(lines[1], "YFace v [5, 5, 3]");
     let interior = field.interior_view().unwrap();
-    let numbers: Vec<f64> = lines[2].split_whitespace().map(|s| s.parse().unwrap()).collect();
+    let numbers: Vec<f64> = lines[2]
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
     let sum: f64 = interior.iter().sum();
-    assert!((numbers[0] - sum).abs() <= 1e-9 * sum.abs().max(1.0), "sum {} vs {sum}", numbers[0]);
+    assert!(
+        (numbers[0] - sum).abs() <= 1e-9 * sum.abs().max(1.0),
+        "sum {} vs {sum}",
+        numbers[0]
+    );
     assert_eq!(numbers[1], interior[[0, 0, 0]]);
     // h5py index [k, j, i] is our [i, j, k].
     assert_eq!(numbers[2], interior[[3, 1, 2]]);

@@ -28,7 +28,10 @@ fn sizes_per_location_on_a_whole_domain_patch() {
             interior.map(|n| n + 4),
             "{kind} allocated"
         );
-        assert_eq!(layout.allocated_len(), interior.iter().map(|n| n + 4).product());
+        assert_eq!(
+            layout.allocated_len(),
+            interior.iter().map(|n| n + 4).product()
+        );
     }
 }
 
@@ -38,13 +41,25 @@ fn faces_get_the_extra_point_only_on_a_physical_plus_boundary() {
     // Lower half in x: its +x side is an internal patch boundary.
     let lower = Patch::new(&g, [0, 0, 0], [4, 8, 8], GhostWidth::uniform(1)).unwrap();
     let upper = Patch::new(&g, [4, 0, 0], [4, 8, 8], GhostWidth::uniform(1)).unwrap();
-    assert_eq!(FieldLayout::new(&lower, LocationKind::XFace).interior_extent(), [4, 8, 8]);
-    assert_eq!(FieldLayout::new(&upper, LocationKind::XFace).interior_extent(), [5, 8, 8]);
+    assert_eq!(
+        FieldLayout::new(&lower, LocationKind::XFace).interior_extent(),
+        [4, 8, 8]
+    );
+    assert_eq!(
+        FieldLayout::new(&upper, LocationKind::XFace).interior_extent(),
+        [5, 8, 8]
+    );
     // Periodic x: no boundary face anywhere.
     let periodic = g.clone().with_periodic([true, false, false]);
     let whole = periodic.whole_domain(1);
-    assert_eq!(FieldLayout::new(&whole, LocationKind::XFace).interior_extent(), [8, 8, 8]);
-    assert_eq!(FieldLayout::new(&whole, LocationKind::YFace).interior_extent(), [8, 9, 8]);
+    assert_eq!(
+        FieldLayout::new(&whole, LocationKind::XFace).interior_extent(),
+        [8, 8, 8]
+    );
+    assert_eq!(
+        FieldLayout::new(&whole, LocationKind::YFace).interior_extent(),
+        [8, 9, 8]
+    );
     assert_eq!(whole.minus_boundary(), [false, true, true]);
 }
 
@@ -78,7 +93,10 @@ fn coordinates_follow_the_staggering() {
     let patch = Patch::new(&g, [2, 0, 0], [2, 2, 1], GhostWidth::uniform(1)).unwrap();
     let cells = FieldLayout::new(&patch, LocationKind::CellCentre);
     assert_eq!(cells.coordinate([0, 0, 0]), [10.0 + 2.5 * 0.25, 20.25, 0.5]);
-    assert_eq!(cells.coordinate([-1, 0, 0]), [10.0 + 1.5 * 0.25, 20.25, 0.5]);
+    assert_eq!(
+        cells.coordinate([-1, 0, 0]),
+        [10.0 + 1.5 * 0.25, 20.25, 0.5]
+    );
     let xfaces = FieldLayout::new(&patch, LocationKind::XFace);
     assert_eq!(xfaces.coordinate([0, 0, 0]), [10.5, 20.25, 0.5]);
     // The last x face of the +x boundary patch sits on the domain boundary.
@@ -130,7 +148,10 @@ fn interior_with_ghosts_is_clipped_to_the_allocation() {
         &grid([4, 4, 4]),
         [0; 3],
         [4, 4, 4],
-        GhostWidth { minus: [1, 2, 0], plus: [2, 1, 0] },
+        GhostWidth {
+            minus: [1, 2, 0],
+            plus: [2, 1, 0],
+        },
     )
     .unwrap();
     let layout = FieldLayout::new(&patch, LocationKind::CellCentre);
@@ -158,7 +179,10 @@ fn views_with_and_without_ghosts_see_the_same_memory() {
     assert_eq!(interior[[3, 2, 1]], 321.0);
     let mut field = field;
     field.interior_view_mut().unwrap()[[1, 1, 1]] = -7.0;
-    assert_eq!(field.values().unwrap()[layout.linear_index([1, 1, 1])], -7.0);
+    assert_eq!(
+        field.values().unwrap()[layout.linear_index([1, 1, 1])],
+        -7.0
+    );
 }
 
 #[test]
@@ -187,8 +211,12 @@ fn external_storage_is_never_freed_or_pooled() {
     // An ndarray moved in comes back with the field's values.
     let array = Array3::<f64>::from_elem((6, 5, 4).f(), 2.0);
     let address = array.as_ptr();
-    let mut field =
-        SpatialField::<CellCentre>::from_external("arr", &patch, ExternalBuffer::from_array(array).unwrap()).unwrap();
+    let mut field = SpatialField::<CellCentre>::from_external(
+        "arr",
+        &patch,
+        ExternalBuffer::from_array(array).unwrap(),
+    )
+    .unwrap();
     field.interior_view_mut().unwrap()[[0, 0, 0]] = 9.0;
     let back = field.into_external().unwrap().into_array().unwrap();
     assert_eq!(back.as_ptr(), address);
@@ -209,7 +237,10 @@ fn external_storage_of_the_wrong_shape_or_order_is_refused() {
     let wrong = ExternalBuffer::from_array(Array3::<f64>::zeros((4, 3, 2).f())).unwrap();
     let err = SpatialField::<CellCentre>::from_external("phi", &patch, wrong).unwrap_err();
     let message = err.to_string();
-    assert!(message.contains("'phi'") && message.contains("[6, 5, 4]"), "{message}");
+    assert!(
+        message.contains("'phi'") && message.contains("[6, 5, 4]"),
+        "{message}"
+    );
     let short = ExternalBuffer::from_vec(vec![0.0; 10]);
     assert!(SpatialField::<XFace>::from_external("u", &patch, short).is_err());
 }

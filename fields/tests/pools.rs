@@ -15,7 +15,11 @@ fn freed_blocks_are_reused_for_the_same_size_class() {
     assert_eq!(first.address() % pool::HOST_ALIGNMENT, 0);
     drop(first);
     let second = pool.allocate(10_000, "b").unwrap();
-    assert_eq!(second.address(), address, "the freed block is handed out again");
+    assert_eq!(
+        second.address(),
+        address,
+        "the freed block is handed out again"
+    );
     // A request in another class does not take it.
     let other = pool.allocate(100_000, "c").unwrap();
     assert_ne!(other.address(), address);
@@ -29,7 +33,10 @@ fn freed_blocks_are_reused_for_the_same_size_class() {
 fn statistics_and_high_water_marks_track_active_and_total_bytes() {
     let pool = MemoryPool::host(HostMemory::Pageable);
     let sizes = [4096, 8192, 4096];
-    let blocks: Vec<_> = sizes.iter().map(|&n| pool.allocate(n, "x").unwrap()).collect();
+    let blocks: Vec<_> = sizes
+        .iter()
+        .map(|&n| pool.allocate(n, "x").unwrap())
+        .collect();
     let peak: usize = sizes.iter().map(|&n| size_class(n)).sum();
     let stats = pool.statistics();
     assert_eq!(stats.bytes_active, peak);
@@ -68,7 +75,10 @@ fn leak_check_names_the_holders() {
     let err = pool.check_no_leaks().unwrap_err();
     let message = err.to_string();
     assert!(message.contains("1 outstanding block"), "{message}");
-    assert!(message.contains("'pressure'") && !message.contains("'flux'"), "{message}");
+    assert!(
+        message.contains("'pressure'") && !message.contains("'flux'"),
+        "{message}"
+    );
     drop(kept);
     assert!(pool.check_no_leaks().is_ok());
 }
@@ -78,11 +88,20 @@ fn fields_reuse_pool_memory_and_start_zeroed() {
     let pool = MemoryPool::host(HostMemory::Pageable);
     let grid = Grid::new([6, 5, 4], [1.0; 3], [0.0; 3]).unwrap();
     let patch = grid.whole_domain(2);
-    let mut a = SpatialField::<CellCentre>::builder("a", &patch).cpu_pool(pool.clone()).build().unwrap();
+    let mut a = SpatialField::<CellCentre>::builder("a", &patch)
+        .cpu_pool(pool.clone())
+        .build()
+        .unwrap();
     a.fill(7.0).unwrap();
     drop(a);
-    let b = SpatialField::<CellCentre>::builder("b", &patch).cpu_pool(pool.clone()).build().unwrap();
-    assert!(b.values().unwrap().iter().all(|&v| v == 0.0), "a new field starts at zero");
+    let b = SpatialField::<CellCentre>::builder("b", &patch)
+        .cpu_pool(pool.clone())
+        .build()
+        .unwrap();
+    assert!(
+        b.values().unwrap().iter().all(|&v| v == 0.0),
+        "a new field starts at zero"
+    );
     drop(b);
     let c = SpatialField::<CellCentre>::builder("c", &patch)
         .cpu_pool(pool.clone())
@@ -122,7 +141,9 @@ fn concurrent_get_and_put_from_several_threads_keeps_the_books_balanced() {
                 let mut held = Vec::new();
                 for r in 0..rounds {
                     let bytes = 512 * (1 + (t * 7 + r * 3) % 5);
-                    let block = pool.allocate(bytes, Arc::<str>::from(format!("t{t}"))).unwrap();
+                    let block = pool
+                        .allocate(bytes, Arc::<str>::from(format!("t{t}")))
+                        .unwrap();
                     // Write a thread-specific pattern and check nobody else did.
                     let p = block.address() as *mut u8;
                     // SAFETY: the block holds at least `bytes` writable bytes.
@@ -133,8 +154,13 @@ fn concurrent_get_and_put_from_several_threads_keeps_the_books_balanced() {
                     if r % 3 == 0 {
                         let (block, bytes) = held.remove(0);
                         // SAFETY: as above.
-                        let slice = unsafe { std::slice::from_raw_parts(block.address() as *const u8, bytes) };
-                        assert!(slice.iter().all(|&b| b == t as u8), "block shared between threads");
+                        let slice = unsafe {
+                            std::slice::from_raw_parts(block.address() as *const u8, bytes)
+                        };
+                        assert!(
+                            slice.iter().all(|&b| b == t as u8),
+                            "block shared between threads"
+                        );
                     }
                 }
             });

@@ -22,7 +22,13 @@ enum Operation {
 }
 
 fn device_strategy(gpus: usize) -> impl Strategy<Value = Device> + Clone {
-    (0..=gpus).prop_map(|k| if k == 0 { Device::Cpu } else { Device::Gpu(k - 1) })
+    (0..=gpus).prop_map(|k| {
+        if k == 0 {
+            Device::Cpu
+        } else {
+            Device::Gpu(k - 1)
+        }
+    })
 }
 
 fn operation_strategy(gpus: usize) -> impl Strategy<Value = Operation> {
@@ -273,11 +279,16 @@ fn writing_an_inactive_location_names_the_field_and_the_states() {
     let mut table = LocationTable::new(Device::Cpu);
     table.add("temperature", Device::Gpu(0)).unwrap();
     table.mark_valid("temperature", Device::Gpu(0)).unwrap();
-    let err = table.begin_write("temperature", Device::Gpu(0)).unwrap_err();
+    let err = table
+        .begin_write("temperature", Device::Gpu(0))
+        .unwrap_err();
     let message = err.to_string();
     assert!(matches!(err, FieldError::NotActive { .. }));
     assert!(message.contains("'temperature'"), "{message}");
-    assert!(message.contains("CPU: valid, active; GPU 0: valid"), "{message}");
+    assert!(
+        message.contains("CPU: valid, active; GPU 0: valid"),
+        "{message}"
+    );
     assert!(message.contains("set_active(GPU 0)"), "{message}");
 }
 
@@ -289,7 +300,10 @@ fn reading_an_invalid_location_is_refused() {
     assert!(matches!(err, FieldError::NotValid { .. }));
     assert!(err.to_string().contains("validate_on(CPU)"), "{err}");
     // Activating an invalid location is refused the same way.
-    assert!(matches!(table.set_active("rho", Device::Cpu), Err(FieldError::NotValid { .. })));
+    assert!(matches!(
+        table.set_active("rho", Device::Cpu),
+        Err(FieldError::NotValid { .. })
+    ));
 }
 
 #[test]
@@ -325,9 +339,15 @@ fn a_gpu_request_without_a_gpu_is_an_error_and_keeps_the_data() {
     field.fill(3.0).unwrap();
     let err = field.validate_on(Device::Gpu(0)).unwrap_err();
     assert!(matches!(err, FieldError::NoCudaDevice { .. }), "{err}");
-    assert!(err.to_string().contains("no CUDA device for GPU 0"), "{err}");
+    assert!(
+        err.to_string().contains("no CUDA device for GPU 0"),
+        "{err}"
+    );
     assert!(field.values().unwrap().iter().all(|&v| v == 3.0));
     assert_eq!(field.location_states().len(), 1);
-    assert!(matches!(MemoryPool::gpu(0), Err(FieldError::NoCudaDevice { .. })));
+    assert!(matches!(
+        MemoryPool::gpu(0),
+        Err(FieldError::NoCudaDevice { .. })
+    ));
     assert!(watershed_fields::GpuStream::new(0).is_err());
 }

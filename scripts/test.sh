@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on a fresh machine: installs what it needs
+# (scripts/tools.sh), then unit, integration, property and doc tests of every
+# crate. GPU tests run where a CUDA device exists and report "skipped" where
+# not. Extra arguments go to `cargo test` (e.g. a test-name filter).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/tools.sh
+
+# The HDF5 tests must check our files with h5py, not skip.
+export WATERSHED_REQUIRE_H5PY=1
+
+cargo test --workspace "$@"
+
+echo "==> GPU tests (shown uncaptured so that skips are visible)"
+cargo test -p watershed-fields --test gpu -- --nocapture 2>&1 | grep -E "skipped|test result" || true
