@@ -123,6 +123,7 @@ pub struct GpuBuffer {
 /// # Ok::<(), watershed_fields::FieldError>(())
 /// ```
 pub struct SpatialField<L: Location, T: FieldScalar = f64> {
+    id: u64,
     name: Arc<str>,
     layout: FieldLayout,
     lifetime: Lifetime,
@@ -185,6 +186,7 @@ impl<L: Location, T: FieldScalar> FieldBuilder<L, T> {
     pub fn build(self) -> FieldResult<SpatialField<L, T>> {
         let layout = FieldLayout::new(&self.patch, L::KIND);
         let mut field = SpatialField {
+            id: next_field_id(),
             name: self.name,
             layout,
             lifetime: self.lifetime,
@@ -261,6 +263,7 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
             pending: None,
         });
         Ok(SpatialField {
+            id: next_field_id(),
             name: name.into(),
             layout,
             lifetime: Lifetime::Persistent,
@@ -269,6 +272,12 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
             cpu_pool: None,
             _location: PhantomData,
         })
+    }
+
+    /// A number unique to this field within the process, for telling fields
+    /// apart when names repeat (expression bindings, graph bookkeeping).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The field's name.
@@ -653,6 +662,11 @@ impl<L: Location, T: FieldScalar> Drop for SpatialField<L, T> {
             }
         }
     }
+}
+
+fn next_field_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 fn as_bytes<T: FieldScalar>(value: &T) -> &[u8] {

@@ -1,13 +1,75 @@
 //! # watershed-operators
 //!
-//! The field-expression language of Watershed (its Nebo): a runtime IR that is
-//! the single source of truth for CPU evaluation, CUDA code generation,
-//! fusion and ghost/stencil-extent analysis, a typed front end whose
-//! locations are checked at compile time (`rhs <<= -div(flux) + src`), the
-//! staggered stencil operators (gradient, divergence, interpolants, upwind and
-//! flux-limited interpolation), reductions, and the fused CPU evaluator.
+//! The field-expression language of Watershed (its Nebo). Users write the
+//! mathematics of a PDE term once:
 //!
-//! Not built yet: this crate is the place for the field-expression-language
-//! issue. It depends only on [`watershed_fields`].
+//! ```
+//! use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+//! use watershed_operators::{div, field, grad, interp, Assign};
+//! let grid = Grid::new([16, 16, 16], [1.0; 3], [0.0; 3])?;
+//! let patch = grid.whole_domain(1);
+//! let phi = SpatialField::<CellCentre>::new("phi", &patch, Device::Cpu)?;
+//! let gamma = SpatialField::<CellCentre>::new("gamma", &patch, Device::Cpu)?;
+//! let src = SpatialField::<CellCentre>::new("src", &patch, Device::Cpu)?;
+//! let mut rhs = SpatialField::<CellCentre>::new("rhs", &patch, Device::Cpu)?;
+//! rhs.assign(-div(interp(&gamma) * grad(&phi)) + &src)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! and it runs as one fused pass over the target (no full-size
+//! temporaries), on any number of threads with bitwise identical results.
+//!
+//! ## Stages (each printable)
+//!
+//! typed expression ([`Expr`], locations checked at compile time)
+//! -> IR tree ([`ir::Node`], `Display`, structural hash)
+//! -> row program ([`kernel::Kernel`], `Display`)
+//! -> CPU evaluation ([`evaluate`]) or, later, CUDA C.
+//!
+//! ## Crate layout
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`pointwise`] | every pointwise op: name, CPU function, CUDA spelling; the limiters |
+//! | [`stencil`] | every stencil: source and destination locations, points and weights |
+//! | [`ir`] | the runtime IR |
+//! | [`expr`] | the typed front end: [`Expr`], arithmetic, math functions, [`Condition`], [`cond`] |
+//! | [`mask`] | point sets for conditions ([`Mask`], [`Side`]) |
+//! | [`calculus`] | gradient, divergence, interpolants, Laplacian, upwind, limited; [`FaceVector`] |
+//! | [`kernel`] | lowering of the IR to a fused row program, with read extents |
+//! | [`evaluate`] | the serial / rayon CPU evaluator and reductions |
+//! | [`assign`] | [`Assign`], regions, ghost/aliasing/grid checks, reduction functions |
+//! | [`error`] | [`OperatorError`] |
+//!
+//! Expressions are `f64`.
 
+#![warn(missing_docs)]
+
+pub mod assign;
+pub mod calculus;
+pub mod error;
+pub mod evaluate;
+pub mod expr;
+pub mod ir;
+pub mod kernel;
+pub mod mask;
+pub mod pointwise;
+pub mod stencil;
+
+pub use assign::{
+    Assign, AssignOptions, ReduceRegion, Region, assign_node, field_max, field_min, interior_max,
+    interior_min, interior_norm_l2, interior_sum, norm_l2, reduce, sum,
+};
+pub use calculus::{
+    FaceLocation, FaceVector, div, divergence, grad, gradient, interp, interpolate_to_cell,
+    interpolate_to_face, laplacian, limited, upwind,
+};
+pub use error::{OperatorError, OperatorResult};
+pub use evaluate::{Parallelism, Reduction};
+pub use expr::{
+    BoundField, CondChain, Condition, Expr, IntoExpr, abs, cond, coordinate, cos, exp, field, log,
+    max, min, on, pow, sin, sqrt, tanh,
+};
+pub use mask::{Mask, PointSet, Side};
+pub use pointwise::{BinaryOp, Limiter, UnaryOp};
 pub use watershed_fields as fields;

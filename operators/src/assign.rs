@@ -1,0 +1,333 @@
+//! Assignment (`target.assign(expr)`, Nebo's `target <<= expr`) and
+//! reductions: binding an expression's fields, checking grids, aliasing and
+//! ghost layers, choosing the region, and running the fused kernel.
+
+use crate::error::{OperatorError, OperatorResult};
+use crate::evaluate::{self, FieldData, Parallelism, Reduction, TargetData};
+use crate::expr::{BoundField, Expr, IntoExpr};
+use crate::ir::Node;
+use crate::kernel::Kernel;
+use std::sync::Arc;
+use watershed_fields::{FieldLayout, IndexBox, Location, LocationKind, Patch, SpatialField};
+
+/// Which points of the target an assignment computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Region {
+    /// The interior (valid region): the usual case.
+    #[default]
+    Interior,
+    /// The interior and up to this many ghost layers per side (clipped to
+    /// the target's ghosts); the inputs must have the ghosts this needs.
+    InteriorAndGhosts(usize),
+    /// Every point of the target the inputs' ghost layers allow.
+    LargestComputable,
+}
+
+/// Options of [`Assign::assign_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AssignOptions {
+    /// Points to compute.
+    pub region: Region,
+    /// Threads to use.
+    pub parallelism: Parallelism,
+}
+
+/// `target.assign(expr)`: evaluates `expr` into the target in one fused pass.
+pub trait Assign<'a, L: Location> {
+    /// Computes `expr` over the target's interior, on the current rayon pool.
+    ///
+    /// Errors (leaving the target unchanged) when a field is on another
+    /// patch, lacks ghost layers the stencils need, shares the target's
+    /// memory, or has no valid CPU copy; the target must have its CPU
+    /// location active.
+    fn assign(&mut self, expr: impl IntoExpr<'a, L>) -> OperatorResult<()> {
+        self.assign_with(expr, AssignOptions::default())
+    }
+
+    /// [`assign`](Self::assign) with a region and a thread count.
+    fn assign_with(
+        &mut self,
+        expr: impl IntoExpr<'a, L>,
+        options: AssignOptions,
+    ) -> OperatorResult<()>;
+}
+
+impl<'a, L: Location> Assign<'a, L> for SpatialField<L, f64> {
+    fn assign_with(
+        &mut self,
+        expr: impl IntoExpr<'a, L>,
+        options: AssignOptions,
+    ) -> OperatorResult<()> {
+        let expr = expr.into_expr();
+        assign_node(self, &expr.node, expr.fields(), options)
+    }
+}
+
+/// Assigns an IR tree whose fields are given separately: the entry point for
+/// the expression graph, which binds fields by id at run time.
+pub fn assign_node<L: Location>(
+    target: &mut SpatialField<L, f64>,
+    root: &Arc<Node>,
+    fields: &[&dyn BoundField],
+    options: AssignOptions,
+) -> OperatorResult<()> {
+    let name = target.name().to_string();
+    if let Some(found) = root.location()
+        && found != L::KIND
+    {
+        return Err(OperatorError::LocationMismatch {
+            target: name,
+            expected: L::KIND,
+            found,
+        });
+    }
+    let layout = target.layout().clone();
+    let kernel = Kernel::compile(root, layout.patch(), true)?;
+    let bound = bind(&kernel, fields, layout.patch(), &name)?;
+    let region = match options.region {
+        Region::Interior => layout.interior(),
+        Region::InteriorAndGhosts(width) => layout.interior_with_ghosts(width),
+        Region::LargestComputable => largest_computable(&kernel, &bound, &layout),
+    };
+    check_ghosts(&kernel, &bound, &region, &name)?;
+    let target_id = target.id();
+    let values = target.values_mut()?;
+    let target_range = values.as_ptr_range();
+    for (field, data) in &bound {
+        let range = data.as_ptr_range();
+        if field.id() == target_id
+            || (range.start < target_range.end && target_range.start < range.end)
+        {
+            return Err(OperatorError::Aliasing {
+                target: name,
+                field: field.name().to_string(),
+            });
+        }
+    }
+    let field_data: Vec<FieldData<'_>> = bound
+        .iter()
+        .map(|(f, data)| FieldData::new(data, f.layout()))
+        .collect();
+    let target_data = TargetData {
+        pointer: values.as_mut_ptr(),
+        len: values.len(),
+        origin: layout.linear_index([0; 3]) as isize,
+        strides: layout.strides().map(|s| s as isize),
+    };
+    evaluate::assign(
+        &kernel,
+        &field_data,
+        layout.patch(),
+        target_data,
+        region,
+        options.parallelism,
+    );
+    Ok(())
+}
+
+/// The kernel's fields in slot order with their CPU data, checked to share
+/// `patch`'s cells.
+fn bind<'f>(
+    kernel: &Kernel,
+    fields: &[&'f dyn BoundField],
+    patch: &Patch,
+    target: &str,
+) -> OperatorResult<Vec<(&'f dyn BoundField, &'f [f64])>> {
+    kernel.require_slots(&fields.iter().map(|f| f.id()).collect::<Vec<_>>())?;
+    kernel
+        .fields
+        .iter()
+        .map(|k| {
+            let field = *fields.iter().find(|f| f.id() == k.id).expect("checked by require_slots");
+            let theirs = field.layout().patch();
+            if theirs.grid() != patch.grid() || theirs.offset() != patch.offset() || theirs.cells() != patch.cells() {
+                return Err(OperatorError::GridMismatch {
+                    target: target.to_string(),
+                    field: field.name().to_string(),
+                    detail: format!(
+                        "its patch has cells {:?} at offset {:?} of a {:?} grid, the target's has {:?} at {:?} of a {:?} grid",
+                        theirs.cells(),
+                        theirs.offset(),
+                        theirs.grid().cells(),
+                        patch.cells(),
+                        patch.offset(),
+                        patch.grid().cells()
+                    ),
+                });
+            }
+            Ok((field, field.cpu_values()?))
+        })
+        .collect()
+}
+
+fn describe_region(region: &IndexBox, interior: &IndexBox) -> String {
+    let ranges: Vec<String> = (0..3)
+        .map(|a| format!("[{}, {})", region.lo[a], region.hi[a]))
+        .collect();
+    let what = if region == interior {
+        "the interior"
+    } else {
+        "the region"
+    };
+    format!("{what} {}", ranges.join(" x "))
+}
+
+/// Refuses a region the fields' ghost layers cannot cover.
+fn check_ghosts(
+    kernel: &Kernel,
+    bound: &[(&dyn BoundField, &[f64])],
+    region: &IndexBox,
+    target: &str,
+) -> OperatorResult<()> {
+    for (k, (field, _)) in kernel.fields.iter().zip(bound) {
+        let layout = field.layout();
+        let allocated = layout.allocated();
+        let interior = layout.interior_extent();
+        let ghosts = layout.ghosts();
+        for axis in 0..3 {
+            let lowest = region.lo[axis] + k.extent.min[axis];
+            let beyond_high = region.hi[axis] + k.extent.max[axis];
+            let (side, needed, available) = if lowest < allocated.lo[axis] {
+                ("-", (-lowest) as usize, ghosts.minus[axis])
+            } else if beyond_high > allocated.hi[axis] {
+                (
+                    "+",
+                    (beyond_high - interior[axis] as isize) as usize,
+                    ghosts.plus[axis],
+                )
+            } else {
+                continue;
+            };
+            return Err(OperatorError::MissingGhosts {
+                target: target.to_string(),
+                field: field.name().to_string(),
+                side: format!("{side}{}", ["x", "y", "z"][axis]),
+                needed,
+                available,
+                region: describe_region(region, &layout_interior(layout, kernel)),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn layout_interior(layout: &FieldLayout, kernel: &Kernel) -> IndexBox {
+    let kind = kernel.location.unwrap_or(layout.kind());
+    FieldLayout::new(layout.patch(), kind).interior()
+}
+
+/// The largest box within `layout`'s allocation where every read is inside
+/// its field's allocation.
+fn largest_computable(
+    kernel: &Kernel,
+    bound: &[(&dyn BoundField, &[f64])],
+    layout: &FieldLayout,
+) -> IndexBox {
+    let mut region = layout.allocated();
+    for (k, (field, _)) in kernel.fields.iter().zip(bound) {
+        let allocated = field.layout().allocated();
+        for axis in 0..3 {
+            region.lo[axis] = region.lo[axis].max(allocated.lo[axis] - k.extent.min[axis]);
+            region.hi[axis] = region.hi[axis].min(allocated.hi[axis] - k.extent.max[axis]);
+        }
+    }
+    region
+}
+
+/// Where a reduction runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReduceRegion {
+    /// Every point where the expression can be computed (for a plain field,
+    /// ghosts included).
+    #[default]
+    Computable,
+    /// The interior only.
+    Interior,
+}
+
+/// Reduces `expr` over `region`, with `parallelism`. The result is the same
+/// bit for bit whatever the thread count.
+pub fn reduce<'a, L: Location>(
+    expr: impl IntoExpr<'a, L>,
+    reduction: Reduction,
+    region: ReduceRegion,
+    parallelism: Parallelism,
+) -> OperatorResult<f64> {
+    let expr: Expr<'a, L> = expr.into_expr();
+    let what = format!("{reduction:?} reduction of {}", expr.node);
+    let Some(first) = expr.fields().first() else {
+        return Err(OperatorError::NoGrid { what });
+    };
+    let patch = first.layout().patch().clone();
+    let layout = FieldLayout::new(&patch, expr.node.location().unwrap_or(L::KIND));
+    let kernel = Kernel::compile(&expr.node, &patch, false)?;
+    let bound = bind(&kernel, expr.fields(), &patch, &what)?;
+    let region = match region {
+        ReduceRegion::Interior => layout.interior(),
+        ReduceRegion::Computable => largest_computable(&kernel, &bound, &layout),
+    };
+    check_ghosts(&kernel, &bound, &region, &what)?;
+    let field_data: Vec<FieldData<'_>> = bound
+        .iter()
+        .map(|(f, data)| FieldData::new(data, f.layout()))
+        .collect();
+    Ok(evaluate::reduce(
+        &kernel,
+        &field_data,
+        &patch,
+        region,
+        reduction,
+        parallelism,
+    ))
+}
+
+macro_rules! reduction_functions {
+    ($(#[$doc:meta])* $all:ident, $(#[$doc_interior:meta])* $interior:ident, $kind:expr, $finish:expr) => {
+        $(#[$doc])*
+        pub fn $all<'a, L: Location>(expr: impl IntoExpr<'a, L>) -> OperatorResult<f64> {
+            reduce(expr, $kind, ReduceRegion::Computable, Parallelism::Rayon).map($finish)
+        }
+        $(#[$doc_interior])*
+        pub fn $interior<'a, L: Location>(expr: impl IntoExpr<'a, L>) -> OperatorResult<f64> {
+            reduce(expr, $kind, ReduceRegion::Interior, Parallelism::Rayon).map($finish)
+        }
+    };
+}
+
+reduction_functions!(
+    /// Sum over every computable point (ghosts included for a plain field).
+    sum,
+    /// Sum over the interior.
+    interior_sum,
+    Reduction::Sum,
+    |v| v
+);
+reduction_functions!(
+    /// Smallest value over every computable point.
+    field_min,
+    /// Smallest value over the interior.
+    interior_min,
+    Reduction::Min,
+    |v| v
+);
+reduction_functions!(
+    /// Largest value over every computable point.
+    field_max,
+    /// Largest value over the interior.
+    interior_max,
+    Reduction::Max,
+    |v| v
+);
+reduction_functions!(
+    /// `sqrt(sum v^2)` over every computable point.
+    norm_l2,
+    /// `sqrt(sum v^2)` over the interior.
+    interior_norm_l2,
+    Reduction::SumOfSquares,
+    f64::sqrt
+);
+
+/// The location kinds, re-exported for callers that reduce IR trees.
+pub fn location_of(node: &Node) -> Option<LocationKind> {
+    node.location()
+}

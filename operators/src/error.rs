@@ -1,0 +1,87 @@
+//! The one error type of the `operators` crate. Variants name the target
+//! field, the field at fault and what to change.
+
+use watershed_fields::{FieldError, LocationKind};
+
+/// Result alias used throughout the crate.
+pub type OperatorResult<T> = Result<T, OperatorError>;
+
+/// Everything that can go wrong building or evaluating an expression.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// A field could not be accessed (e.g. its CPU copy is not valid).
+    #[error(transparent)]
+    Field(#[from] FieldError),
+
+    /// A field of the expression lives on another grid or patch than the target.
+    #[error(
+        "cannot assign to '{target}': field '{field}' is on a different grid or patch ({detail}); every field of an assignment must share the target's patch"
+    )]
+    GridMismatch {
+        /// The assignment's target.
+        target: String,
+        /// The mismatched field.
+        field: String,
+        /// How the patches differ.
+        detail: String,
+    },
+
+    /// A field lacks the ghost layers the stencils need over the region.
+    #[error(
+        "cannot compute '{target}' over {region}: field '{field}' is read {needed} point(s) beyond its interior on the {side} side but has {available} ghost layer(s) there; give '{field}' at least {needed} ghost layer(s) on that side or shrink the region"
+    )]
+    MissingGhosts {
+        /// The assignment's target (or "reduction").
+        target: String,
+        /// The field that is too small.
+        field: String,
+        /// "-x", "+y", ...
+        side: String,
+        /// Ghost layers needed.
+        needed: usize,
+        /// Ghost layers present.
+        available: usize,
+        /// The region being computed, e.g. "the interior [0, 16) x [0, 16) x [0, 1)".
+        region: String,
+    },
+
+    /// The target is also read by the expression.
+    #[error(
+        "cannot assign to '{target}': the expression reads '{field}', which shares its memory; a fused pass would read values it has already overwritten. Assign into another field and copy, or split the update"
+    )]
+    Aliasing {
+        /// The assignment's target.
+        target: String,
+        /// The field sharing the target's memory.
+        field: String,
+    },
+
+    /// The expression's location differs from the target's.
+    #[error("cannot assign a {found} expression to '{target}', a {expected} field")]
+    LocationMismatch {
+        /// The assignment's target.
+        target: String,
+        /// The target's location.
+        expected: LocationKind,
+        /// The expression's location.
+        found: LocationKind,
+    },
+
+    /// The IR names a field that was not supplied for evaluation.
+    #[error("the expression reads field '{name}' (id {id}), which was not bound for evaluation")]
+    UnboundField {
+        /// The field's id.
+        id: u64,
+        /// The field's name.
+        name: String,
+    },
+
+    /// A reduction of an expression without fields has no grid to run on.
+    #[error(
+        "{what}: the expression reads no field, so it has no grid; reduce over an expression that reads at least one field"
+    )]
+    NoGrid {
+        /// What was attempted.
+        what: String,
+    },
+}

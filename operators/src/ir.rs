@@ -1,0 +1,216 @@
+//! The runtime expression IR: one tree of [`Node`]s per expression, the single
+//! source of truth for CPU evaluation, CUDA code generation, fusion and
+//! ghost/stencil-extent analysis.
+//!
+//! Nodes are immutable and shared (`Arc`), so building and combining
+//! expressions is cheap. Field leaves carry the field's id, name and
+//! location; the data is bound at evaluation time. A tree prints as the
+//! mathematics it stands for ([`std::fmt::Display`]) and hashes by structure
+//! ([`Node::structural_hash`]: field leaves by order of first appearance, not
+//! by name), which is the key for caching compiled kernels.
+
+use crate::mask::PointSet;
+use crate::pointwise::{BinaryOp, UnaryOp};
+use crate::stencil::StencilOp;
+use smallvec::SmallVec;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use watershed_fields::LocationKind;
+
+/// One node of an expression tree.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Node {
+    /// A field, read at the point being computed.
+    Field {
+        /// [`watershed_fields::SpatialField::id`] of the field.
+        id: u64,
+        /// Its name, for messages and printing.
+        name: Arc<str>,
+        /// Its location.
+        location: LocationKind,
+    },
+    /// A number.
+    Constant(f64),
+    /// The x, y or z coordinate of the point, at `location`.
+    Coordinate {
+        /// 0, 1, 2 for x, y, z.
+        axis: usize,
+        /// Location of the points.
+        location: LocationKind,
+    },
+    /// 1.0 on the points of a set, 0.0 elsewhere.
+    Mask {
+        /// The points.
+        set: Arc<PointSet>,
+        /// Location of the points.
+        location: LocationKind,
+    },
+    /// A function of one argument.
+    Unary {
+        /// The function.
+        op: UnaryOp,
+        /// Its argument.
+        arg: Arc<Node>,
+    },
+    /// A function of two arguments.
+    Binary {
+        /// The function.
+        op: BinaryOp,
+        /// First argument.
+        left: Arc<Node>,
+        /// Second argument.
+        right: Arc<Node>,
+    },
+    /// `if_true` where `condition` is non-zero, `if_false` elsewhere.
+    Select {
+        /// The condition (a boolean expression).
+        condition: Arc<Node>,
+        /// Value where it holds.
+        if_true: Arc<Node>,
+        /// Value elsewhere.
+        if_false: Arc<Node>,
+    },
+    /// A stencil applied to its arguments.
+    Stencil {
+        /// The stencil.
+        op: StencilOp,
+        /// Its arguments (see [`StencilOp::arity`]).
+        args: SmallVec<[Arc<Node>; 2]>,
+    },
+}
+
+impl Node {
+    /// The location of the node's values; `None` for constants, which fit
+    /// any location.
+    pub fn location(&self) -> Option<LocationKind> {
+        match self {
+            Node::Field { location, .. }
+            | Node::Coordinate { location, .. }
+            | Node::Mask { location, .. } => Some(*location),
+            Node::Constant(_) => None,
+            Node::Unary { arg, .. } => arg.location(),
+            Node::Binary { left, right, .. } => left.location().or(right.location()),
+            Node::Select {
+                condition,
+                if_true,
+                if_false,
+            } => if_true
+                .location()
+                .or(if_false.location())
+                .or(condition.location()),
+            Node::Stencil { op, args } => op.destination().or_else(|| args[0].location()),
+        }
+    }
+
+    /// Children, in order.
+    pub fn children(&self) -> SmallVec<[&Arc<Node>; 3]> {
+        match self {
+            Node::Field { .. }
+            | Node::Constant(_)
+            | Node::Coordinate { .. }
+            | Node::Mask { .. } => SmallVec::new(),
+            Node::Unary { arg, .. } => SmallVec::from_iter([arg]),
+            Node::Binary { left, right, .. } => SmallVec::from_iter([left, right]),
+            Node::Select {
+                condition,
+                if_true,
+                if_false,
+            } => SmallVec::from_iter([condition, if_true, if_false]),
+            Node::Stencil { args, .. } => args.iter().collect(),
+        }
+    }
+
+    /// Number of nodes in the tree (shared subtrees counted each time).
+    pub fn size(&self) -> usize {
+        1 + self.children().iter().map(|c| c.size()).sum::<usize>()
+    }
+
+    /// The distinct fields read, in order of first appearance: (id, name, location).
+    pub fn fields(&self) -> Vec<(u64, Arc<str>, LocationKind)> {
+        let mut found: Vec<(u64, Arc<str>, LocationKind)> = Vec::new();
+        self.visit(&mut |node| {
+            if let Node::Field { id, name, location } = node
+                && !found.iter().any(|(seen, _, _)| seen == id)
+            {
+                found.push((*id, name.clone(), *location));
+            }
+        });
+        found
+    }
+
+    /// Calls `f` on every node, parents before children.
+    pub fn visit(&self, f: &mut impl FnMut(&Node)) {
+        f(self);
+        for child in self.children() {
+            child.visit(f);
+        }
+    }
+
+    /// A hash of the tree's structure: operations, constants, locations and
+    /// which leaves are the same field, but not the fields' ids or names.
+    /// Two assignments with equal hashes can share a compiled kernel.
+    pub fn structural_hash(&self) -> u64 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut slots = HashMap::new();
+        self.hash_structure(&mut hasher, &mut slots);
+        hasher.finish()
+    }
+
+    fn hash_structure(&self, h: &mut impl Hasher, slots: &mut HashMap<u64, usize>) {
+        std::mem::discriminant(self).hash(h);
+        match self {
+            Node::Field { id, location, .. } => {
+                let next = slots.len();
+                slots.entry(*id).or_insert(next).hash(h);
+                location.hash(h);
+            }
+            Node::Constant(value) => value.to_bits().hash(h),
+            Node::Coordinate { axis, location } => (axis, location).hash(h),
+            Node::Mask { set, location } => (set, location).hash(h),
+            Node::Unary { op, .. } => op.hash(h),
+            Node::Binary { op, .. } => op.hash(h),
+            Node::Select { .. } => {}
+            Node::Stencil { op, .. } => op.hash(h),
+        }
+        for child in self.children() {
+            child.hash_structure(h, slots);
+        }
+    }
+}
+
+impl fmt::Display for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Node::Field { name, .. } => write!(f, "{name}"),
+            Node::Constant(value) => write!(f, "{value:?}"),
+            Node::Coordinate { axis, .. } => write!(f, "{}", ["x", "y", "z"][*axis]),
+            Node::Mask { set, .. } => write!(f, "mask({})", set.describe()),
+            Node::Unary {
+                op: UnaryOp::Negate,
+                arg,
+            } => write!(f, "-({arg})"),
+            Node::Unary { op, arg } => write!(f, "{}({arg})", op.name()),
+            Node::Binary { op, left, right } if op.is_infix() => {
+                write!(f, "({left} {} {right})", op.name())
+            }
+            Node::Binary { op, left, right } => write!(f, "{}({left}, {right})", op.name()),
+            Node::Select {
+                condition,
+                if_true,
+                if_false,
+            } => write!(f, "select({condition}, {if_true}, {if_false})"),
+            Node::Stencil { op, args } => {
+                write!(f, "{}(", op.name())?;
+                for (i, arg) in args.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{arg}")?;
+                }
+                write!(f, ")")
+            }
+        }
+    }
+}

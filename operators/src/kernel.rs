@@ -1,0 +1,831 @@
+//! Lowering: an IR tree becomes a *row program* ([`Kernel`]), the fused form
+//! the CPU evaluator runs over rows of the fastest (x) index.
+//!
+//! Lowering keeps linear algebra symbolic: sums, differences, scaling and the
+//! linear stencils (gradient, divergence, interpolants, Laplacian) combine
+//! into *linear forms* `c + sum_t w_t * source_t[i + shift_t]` whose sources
+//! are field rows (read in place, at any offset) or registers. Only nonlinear
+//! operations (products, functions, comparisons, selections, limiters)
+//! become instructions, each writing one register: a row buffer of a few
+//! hundred values that stays in L1. Small linear forms (one or two terms) are
+//! evaluated inline by the instruction that consumes them, so
+//! `div(interp(gamma) * grad(phi))` in 3D is five product instructions and one
+//! six-term sum per row, the work of a hand-written loop.
+//!
+//! A stencil offset along y or z re-lowers its argument for that neighbouring
+//! row (memoised, so each row's flux is computed once); an offset along x
+//! shifts the argument's sources. After lowering, a backward pass computes how
+//! far beyond the tile each register must be evaluated, and from that the
+//! exact box of offsets at which each field is read, which the evaluator
+//! checks against the fields' ghost layers.
+
+use crate::error::{OperatorError, OperatorResult};
+use crate::ir::Node;
+use crate::mask::PointSet;
+use crate::pointwise::{BinaryOp, Limiter, UnaryOp};
+use crate::stencil::{StencilOp, unit};
+use smallvec::SmallVec;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use watershed_fields::{LocationKind, Patch};
+
+/// A register number. [`OUTPUT`] is the target row.
+pub type Register = u16;
+
+/// The register that stands for the target's row.
+pub const OUTPUT: Register = Register::MAX;
+
+/// Where values come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Field `slot` read at `offset` from the point being computed.
+    Field {
+        /// Index into the kernel's field list.
+        slot: u16,
+        /// Offset (x, y, z).
+        offset: [isize; 3],
+    },
+    /// A register, read `shift` points along x from the point.
+    Register {
+        /// The register.
+        register: Register,
+        /// Shift along x.
+        shift: isize,
+    },
+}
+
+impl Source {
+    fn shifted_x(self, by: isize) -> Source {
+        match self {
+            Source::Field { slot, mut offset } => {
+                offset[0] += by;
+                Source::Field { slot, offset }
+            }
+            Source::Register { register, shift } => Source::Register {
+                register,
+                shift: shift + by,
+            },
+        }
+    }
+}
+
+/// `constant + sum weight * source`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearForm {
+    /// The constant part.
+    pub constant: f64,
+    /// The terms, in evaluation order.
+    pub terms: SmallVec<[(Source, f64); 4]>,
+}
+
+impl LinearForm {
+    fn constant(value: f64) -> Self {
+        LinearForm {
+            constant: value,
+            terms: SmallVec::new(),
+        }
+    }
+
+    fn source(source: Source) -> Self {
+        LinearForm {
+            constant: 0.0,
+            terms: SmallVec::from_iter([(source, 1.0)]),
+        }
+    }
+
+    fn as_constant(&self) -> Option<f64> {
+        self.terms.is_empty().then_some(self.constant)
+    }
+
+    fn scaled(mut self, by: f64) -> Self {
+        self.constant *= by;
+        for term in &mut self.terms {
+            term.1 *= by;
+        }
+        self
+    }
+
+    fn shifted_x(mut self, by: isize) -> Self {
+        for term in &mut self.terms {
+            term.0 = term.0.shifted_x(by);
+        }
+        self
+    }
+
+    /// `self + by * other`, merging terms that read the same source.
+    fn add_scaled(mut self, other: &LinearForm, by: f64) -> Self {
+        self.constant += by * other.constant;
+        for &(source, weight) in &other.terms {
+            match self.terms.iter_mut().find(|(s, _)| *s == source) {
+                Some(term) => term.1 += by * weight,
+                None => self.terms.push((source, by * weight)),
+            }
+        }
+        self.terms.retain(|(_, w)| *w != 0.0);
+        self
+    }
+}
+
+/// An instruction operand: a constant or a linear form of one or two terms,
+/// evaluated inline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Operand {
+    /// The same value everywhere.
+    Constant(f64),
+    /// `w * s[i]`.
+    One(Source, f64),
+    /// `w0 * s0[i] + w1 * s1[i]`.
+    Two(Source, f64, Source, f64),
+}
+
+impl Operand {
+    fn sources(&self) -> SmallVec<[Source; 2]> {
+        match *self {
+            Operand::Constant(_) => SmallVec::new(),
+            Operand::One(s, _) => SmallVec::from_iter([s]),
+            Operand::Two(s0, _, s1, _) => SmallVec::from_iter([s0, s1]),
+        }
+    }
+}
+
+/// One step of a row program. Each writes register `out` over its range.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Instruction {
+    /// `out = form`.
+    Linear {
+        /// Destination.
+        out: Register,
+        /// The linear form.
+        form: LinearForm,
+    },
+    /// `out = op(arg)`.
+    Unary {
+        /// The function.
+        op: UnaryOp,
+        /// Destination.
+        out: Register,
+        /// Argument.
+        arg: Operand,
+    },
+    /// `out = op(left, right)`.
+    Binary {
+        /// The function.
+        op: BinaryOp,
+        /// Destination.
+        out: Register,
+        /// First argument.
+        left: Operand,
+        /// Second argument.
+        right: Operand,
+    },
+    /// `out = condition != 0 ? if_true : if_false`.
+    Select {
+        /// Destination.
+        out: Register,
+        /// The condition.
+        condition: Operand,
+        /// Value where it holds.
+        if_true: Operand,
+        /// Value elsewhere.
+        if_false: Operand,
+    },
+    /// `out = coordinate` of the points of `location`, on the row `row_offset`
+    /// (y, z) away from the one being computed.
+    Coordinate {
+        /// Destination.
+        out: Register,
+        /// 0, 1, 2.
+        axis: usize,
+        /// Location of the points.
+        location: LocationKind,
+        /// (dy, dz) of the row.
+        row_offset: [isize; 2],
+    },
+    /// `out = 1.0` on the points of `set`, else 0.0.
+    Mask {
+        /// Destination.
+        out: Register,
+        /// The points.
+        set: Arc<PointSet>,
+        /// Location of the points.
+        location: LocationKind,
+        /// (dy, dz) of the row.
+        row_offset: [isize; 2],
+    },
+    /// Flux-limited face value from `cells` at offsets -2, -1, 0, +1 along
+    /// the face normal, upwinded by `velocity`.
+    Limited {
+        /// Destination.
+        out: Register,
+        /// The limiter.
+        limiter: Limiter,
+        /// Face velocity.
+        velocity: Operand,
+        /// Cell values at offsets -2, -1, 0, +1 along the normal.
+        cells: [Operand; 4],
+    },
+}
+
+impl Instruction {
+    /// The register written.
+    pub fn out(&self) -> Register {
+        match self {
+            Instruction::Linear { out, .. }
+            | Instruction::Unary { out, .. }
+            | Instruction::Binary { out, .. }
+            | Instruction::Select { out, .. }
+            | Instruction::Coordinate { out, .. }
+            | Instruction::Mask { out, .. }
+            | Instruction::Limited { out, .. } => *out,
+        }
+    }
+
+    fn out_mut(&mut self) -> &mut Register {
+        match self {
+            Instruction::Linear { out, .. }
+            | Instruction::Unary { out, .. }
+            | Instruction::Binary { out, .. }
+            | Instruction::Select { out, .. }
+            | Instruction::Coordinate { out, .. }
+            | Instruction::Mask { out, .. }
+            | Instruction::Limited { out, .. } => out,
+        }
+    }
+
+    /// Every source read.
+    pub fn sources(&self) -> SmallVec<[Source; 8]> {
+        let mut all = SmallVec::new();
+        match self {
+            Instruction::Linear { form, .. } => all.extend(form.terms.iter().map(|(s, _)| *s)),
+            Instruction::Unary { arg, .. } => all.extend(arg.sources()),
+            Instruction::Binary { left, right, .. } => {
+                all.extend(left.sources());
+                all.extend(right.sources());
+            }
+            Instruction::Select {
+                condition,
+                if_true,
+                if_false,
+                ..
+            } => {
+                for o in [condition, if_true, if_false] {
+                    all.extend(o.sources());
+                }
+            }
+            Instruction::Coordinate { .. } | Instruction::Mask { .. } => {}
+            Instruction::Limited {
+                velocity, cells, ..
+            } => {
+                all.extend(velocity.sources());
+                for c in cells {
+                    all.extend(c.sources());
+                }
+            }
+        }
+        all
+    }
+}
+
+/// The box of offsets at which a field is read, relative to the region
+/// being computed: points `[lo + min, hi + max)` along each axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadExtent {
+    /// Lowest offset per axis.
+    pub min: [isize; 3],
+    /// Highest offset per axis.
+    pub max: [isize; 3],
+}
+
+/// A field a kernel reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelField {
+    /// [`watershed_fields::SpatialField::id`].
+    pub id: u64,
+    /// Name, for messages.
+    pub name: Arc<str>,
+    /// Location.
+    pub location: LocationKind,
+    /// Where it is read, relative to the computed region.
+    pub extent: ReadExtent,
+}
+
+/// A fused row program for one expression on one patch.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    /// Instructions in execution order.
+    pub instructions: Vec<Instruction>,
+    /// Per register: how far beyond the tile (lo, hi along x) it is computed.
+    pub extensions: Vec<(isize, isize)>,
+    /// Number of registers.
+    pub registers: usize,
+    /// Largest extension beyond the tile.
+    pub halo: isize,
+    /// The fields read, by slot.
+    pub fields: Vec<KernelField>,
+    /// Location of the result (`None`: a constant).
+    pub location: Option<LocationKind>,
+    /// Register holding the result when the kernel does not write the
+    /// target directly (reductions).
+    pub result: Register,
+}
+
+struct Lowering<'p> {
+    patch: &'p Patch,
+    slots: HashMap<u64, u16>,
+    fields: Vec<(u64, Arc<str>, LocationKind)>,
+    memo: HashMap<(*const Node, [isize; 2]), LinearForm>,
+    instructions: Vec<Instruction>,
+    registers: u16,
+}
+
+impl Lowering<'_> {
+    fn new_register(&mut self) -> Register {
+        let r = self.registers;
+        self.registers += 1;
+        r
+    }
+
+    fn emit(&mut self, make: impl FnOnce(Register) -> Instruction) -> LinearForm {
+        let out = self.new_register();
+        self.instructions.push(make(out));
+        LinearForm::source(Source::Register {
+            register: out,
+            shift: 0,
+        })
+    }
+
+    /// An operand for `form`, materialising it when it is too large to inline.
+    fn operand(&mut self, form: LinearForm) -> Operand {
+        if let Some(c) = form.as_constant() {
+            return Operand::Constant(c);
+        }
+        if form.constant == 0.0 {
+            match form.terms.as_slice() {
+                [(s, w)] => return Operand::One(*s, *w),
+                [(s0, w0), (s1, w1)] => return Operand::Two(*s0, *w0, *s1, *w1),
+                _ => {}
+            }
+        }
+        let materialised = self.emit(|out| Instruction::Linear { out, form });
+        Operand::One(materialised.terms[0].0, 1.0)
+    }
+
+    /// The argument of a stencil at `offset` from the row `row`.
+    fn at_offset(
+        &mut self,
+        node: &Arc<Node>,
+        row: [isize; 2],
+        offset: [isize; 3],
+    ) -> OperatorResult<LinearForm> {
+        let neighbour = [row[0] + offset[1], row[1] + offset[2]];
+        Ok(self.lower(node, neighbour)?.shifted_x(offset[0]))
+    }
+
+    fn lower(&mut self, node: &Arc<Node>, row: [isize; 2]) -> OperatorResult<LinearForm> {
+        let key = (Arc::as_ptr(node), row);
+        if let Some(done) = self.memo.get(&key) {
+            return Ok(done.clone());
+        }
+        let form = match node.as_ref() {
+            Node::Field { id, name, location } => {
+                let next = self.fields.len() as u16;
+                let slot = *self.slots.entry(*id).or_insert_with(|| next);
+                if slot == next {
+                    self.fields.push((*id, name.clone(), *location));
+                }
+                LinearForm::source(Source::Field {
+                    slot,
+                    offset: [0, row[0], row[1]],
+                })
+            }
+            Node::Constant(value) => LinearForm::constant(*value),
+            Node::Coordinate { axis, location } => {
+                let (axis, location) = (*axis, *location);
+                self.emit(|out| Instruction::Coordinate {
+                    out,
+                    axis,
+                    location,
+                    row_offset: row,
+                })
+            }
+            Node::Mask { set, location } => {
+                let (set, location) = (set.clone(), *location);
+                self.emit(|out| Instruction::Mask {
+                    out,
+                    set,
+                    location,
+                    row_offset: row,
+                })
+            }
+            Node::Unary {
+                op: UnaryOp::Negate,
+                arg,
+            } => self.lower(arg, row)?.scaled(-1.0),
+            Node::Unary { op, arg } => {
+                let value = self.lower(arg, row)?;
+                match value.as_constant() {
+                    Some(c) => LinearForm::constant(op.apply(c)),
+                    None => {
+                        let arg = self.operand(value);
+                        let op = *op;
+                        self.emit(|out| Instruction::Unary { op, out, arg })
+                    }
+                }
+            }
+            Node::Binary { op, left, right } => {
+                let a = self.lower(left, row)?;
+                let b = self.lower(right, row)?;
+                match (op, a.as_constant(), b.as_constant()) {
+                    (_, Some(x), Some(y)) => LinearForm::constant(op.apply(x, y)),
+                    (BinaryOp::Add, _, _) => a.add_scaled(&b, 1.0),
+                    (BinaryOp::Subtract, _, _) => a.add_scaled(&b, -1.0),
+                    (BinaryOp::Multiply, Some(x), None) => b.scaled(x),
+                    (BinaryOp::Multiply, None, Some(y)) => a.scaled(y),
+                    (BinaryOp::Divide, None, Some(y)) => a.scaled(1.0 / y),
+                    _ => {
+                        let left = self.operand(a);
+                        let right = self.operand(b);
+                        let op = *op;
+                        self.emit(|out| Instruction::Binary {
+                            op,
+                            out,
+                            left,
+                            right,
+                        })
+                    }
+                }
+            }
+            Node::Select {
+                condition,
+                if_true,
+                if_false,
+            } => {
+                let c = self.lower(condition, row)?;
+                match c.as_constant() {
+                    Some(c) if c != 0.0 => self.lower(if_true, row)?,
+                    Some(_) => self.lower(if_false, row)?,
+                    None => {
+                        let t = self.lower(if_true, row)?;
+                        let f = self.lower(if_false, row)?;
+                        let condition = self.operand(c);
+                        let if_true = self.operand(t);
+                        let if_false = self.operand(f);
+                        self.emit(|out| Instruction::Select {
+                            out,
+                            condition,
+                            if_true,
+                            if_false,
+                        })
+                    }
+                }
+            }
+            Node::Stencil { op, args } => self.lower_stencil(*op, args, row)?,
+        };
+        self.memo.insert(key, form.clone());
+        Ok(form)
+    }
+
+    fn lower_stencil(
+        &mut self,
+        op: StencilOp,
+        args: &[Arc<Node>],
+        row: [isize; 2],
+    ) -> OperatorResult<LinearForm> {
+        let grid = self.patch.grid();
+        if let Some(points) = op.linear_points(grid.spacing(), grid.active_dimensions()) {
+            let mut sum = LinearForm::constant(0.0);
+            for (offset, weight) in points {
+                let value = self.at_offset(&args[0], row, offset)?;
+                sum = sum.add_scaled(&value, weight);
+            }
+            return Ok(sum);
+        }
+        match op {
+            StencilOp::Upwind { axis } => {
+                let velocity = self.lower(&args[0], row)?;
+                let lower_cell = self.at_offset(&args[1], row, unit(axis, -1))?;
+                let upper_cell = self.at_offset(&args[1], row, [0; 3])?;
+                let v = self.operand(velocity);
+                let positive = self.emit(|out| Instruction::Binary {
+                    op: BinaryOp::GreaterEqual,
+                    out,
+                    left: v,
+                    right: Operand::Constant(0.0),
+                });
+                let condition = self.operand(positive);
+                let if_true = self.operand(lower_cell);
+                let if_false = self.operand(upper_cell);
+                Ok(self.emit(|out| Instruction::Select {
+                    out,
+                    condition,
+                    if_true,
+                    if_false,
+                }))
+            }
+            StencilOp::Limited { axis, limiter } => {
+                let velocity = self.lower(&args[0], row)?;
+                let velocity = self.operand(velocity);
+                let mut cells = [Operand::Constant(0.0); 4];
+                for (cell, offset) in cells.iter_mut().zip(-2..=1) {
+                    let value = self.at_offset(&args[1], row, unit(axis, offset))?;
+                    *cell = self.operand(value);
+                }
+                Ok(self.emit(|out| Instruction::Limited {
+                    out,
+                    limiter,
+                    velocity,
+                    cells,
+                }))
+            }
+            _ => unreachable!("linear stencils are handled above"),
+        }
+    }
+}
+
+impl Kernel {
+    /// Lowers `root` for evaluation on `patch`. With `into_target`, the last
+    /// instruction writes the target row ([`OUTPUT`]); otherwise the result
+    /// is left in register [`Kernel::result`] (for reductions).
+    pub fn compile(root: &Arc<Node>, patch: &Patch, into_target: bool) -> OperatorResult<Kernel> {
+        let mut lowering = Lowering {
+            patch,
+            slots: HashMap::new(),
+            fields: Vec::new(),
+            memo: HashMap::new(),
+            instructions: Vec::new(),
+            registers: 0,
+        };
+        let form = lowering.lower(root, [0, 0])?;
+        let Lowering {
+            mut instructions,
+            registers,
+            fields,
+            ..
+        } = lowering;
+        let mut registers = registers;
+        let result;
+        // Let the last instruction write the result directly when the root
+        // is exactly its register and nothing else reads it.
+        let direct = match form.terms.as_slice() {
+            [(Source::Register { register, shift: 0 }, w)]
+                if form.constant == 0.0
+                    && *w == 1.0
+                    && instructions.last().is_some_and(|i| i.out() == *register)
+                    && !instructions.iter().any(|i| {
+                        i.sources().iter().any(
+                            |s| matches!(s, Source::Register { register: r, .. } if r == register),
+                        )
+                    }) =>
+            {
+                Some(*register)
+            }
+            _ => None,
+        };
+        match (direct, into_target) {
+            (Some(_), true) => {
+                *instructions.last_mut().expect("checked above").out_mut() = OUTPUT;
+                result = OUTPUT;
+            }
+            (Some(register), false) => result = register,
+            (None, _) => {
+                let out = if into_target {
+                    OUTPUT
+                } else {
+                    registers += 1;
+                    registers - 1
+                };
+                instructions.push(Instruction::Linear { out, form });
+                result = out;
+            }
+        }
+
+        // Backward pass: how far each register extends beyond the tile.
+        let mut extensions: Vec<Option<(isize, isize)>> = vec![None; registers as usize];
+        let range_of = |extensions: &[Option<(isize, isize)>], r: Register| {
+            if r == OUTPUT || r == result {
+                Some((0, 0))
+            } else {
+                extensions[r as usize]
+            }
+        };
+        let mut field_extents: Vec<Option<ReadExtent>> = vec![None; fields.len()];
+        for instruction in instructions.iter().rev() {
+            let Some((lo, hi)) = range_of(&extensions, instruction.out()) else {
+                continue; // dead code
+            };
+            for source in instruction.sources() {
+                match source {
+                    Source::Register { register, shift } => {
+                        let entry = &mut extensions[register as usize];
+                        *entry = Some(match *entry {
+                            None => (lo + shift, hi + shift),
+                            Some((a, b)) => (a.min(lo + shift), b.max(hi + shift)),
+                        });
+                    }
+                    Source::Field { slot, offset } => {
+                        let read = ReadExtent {
+                            min: [lo + offset[0], offset[1], offset[2]],
+                            max: [hi + offset[0], offset[1], offset[2]],
+                        };
+                        let entry = &mut field_extents[slot as usize];
+                        *entry = Some(match *entry {
+                            None => read,
+                            Some(e) => ReadExtent {
+                                min: [0, 1, 2].map(|a| e.min[a].min(read.min[a])),
+                                max: [0, 1, 2].map(|a| e.max[a].max(read.max[a])),
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        if result != OUTPUT && (result as usize) < extensions.len() {
+            extensions[result as usize] = Some((0, 0));
+        }
+        let extensions: Vec<(isize, isize)> = extensions
+            .into_iter()
+            .map(|e| e.unwrap_or((0, 0)))
+            .collect();
+        let halo = extensions
+            .iter()
+            .map(|&(lo, hi)| (-lo).max(hi))
+            .max()
+            .unwrap_or(0)
+            .max(0);
+        let fields = fields
+            .into_iter()
+            .zip(field_extents)
+            .map(|((id, name, location), extent)| KernelField {
+                id,
+                name,
+                location,
+                extent: extent.unwrap_or(ReadExtent {
+                    min: [0; 3],
+                    max: [0; 3],
+                }),
+            })
+            .collect();
+        Ok(Kernel {
+            instructions,
+            extensions,
+            registers: registers as usize,
+            halo,
+            fields,
+            location: root.location(),
+            result,
+        })
+    }
+
+    /// Number of instructions run per row.
+    pub fn len(&self) -> usize {
+        self.instructions.len()
+    }
+
+    /// True for a kernel without instructions (never produced by `compile`).
+    pub fn is_empty(&self) -> bool {
+        self.instructions.is_empty()
+    }
+
+    /// Checks that every field bound for evaluation is the one the kernel
+    /// expects, by id.
+    pub(crate) fn require_slots(&self, ids: &[u64]) -> OperatorResult<()> {
+        for field in &self.fields {
+            if !ids.contains(&field.id) {
+                return Err(OperatorError::UnboundField {
+                    id: field.id,
+                    name: field.name.to_string(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn describe_source(source: &Source, kernel: &Kernel) -> String {
+    match source {
+        Source::Field { slot, offset } => {
+            let name = &kernel.fields[*slot as usize].name;
+            if *offset == [0; 3] {
+                name.to_string()
+            } else {
+                format!("{name}{offset:?}")
+            }
+        }
+        Source::Register { register, shift } => {
+            let r = if *register == OUTPUT {
+                "out".to_string()
+            } else {
+                format!("r{register}")
+            };
+            if *shift == 0 {
+                r
+            } else {
+                format!("{r}[{shift:+}]")
+            }
+        }
+    }
+}
+
+fn describe_operand(operand: &Operand, kernel: &Kernel) -> String {
+    match operand {
+        Operand::Constant(c) => format!("{c:?}"),
+        Operand::One(s, w) if *w == 1.0 => describe_source(s, kernel),
+        Operand::One(s, w) => format!("{w:?}*{}", describe_source(s, kernel)),
+        Operand::Two(s0, w0, s1, w1) => format!(
+            "({w0:?}*{} + {w1:?}*{})",
+            describe_source(s0, kernel),
+            describe_source(s1, kernel)
+        ),
+    }
+}
+
+impl fmt::Display for Kernel {
+    /// One line per instruction, e.g. `r0 = mul((0.5*gamma[-1, 0, 0] + 0.5*gamma), ...)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = |r: Register| {
+            if r == OUTPUT {
+                "out".to_string()
+            } else {
+                format!("r{r}")
+            }
+        };
+        for instruction in &self.instructions {
+            let out = name(instruction.out());
+            match instruction {
+                Instruction::Linear { form, .. } => {
+                    let mut parts: Vec<String> = form
+                        .terms
+                        .iter()
+                        .map(|(s, w)| format!("{w:?}*{}", describe_source(s, self)))
+                        .collect();
+                    if form.constant != 0.0 || parts.is_empty() {
+                        parts.push(format!("{:?}", form.constant));
+                    }
+                    writeln!(f, "{out} = {}", parts.join(" + "))?;
+                }
+                Instruction::Unary { op, arg, .. } => {
+                    writeln!(f, "{out} = {}({})", op.name(), describe_operand(arg, self))?
+                }
+                Instruction::Binary {
+                    op, left, right, ..
+                } => writeln!(
+                    f,
+                    "{out} = {}({}, {})",
+                    op.name(),
+                    describe_operand(left, self),
+                    describe_operand(right, self)
+                )?,
+                Instruction::Select {
+                    condition,
+                    if_true,
+                    if_false,
+                    ..
+                } => writeln!(
+                    f,
+                    "{out} = select({}, {}, {})",
+                    describe_operand(condition, self),
+                    describe_operand(if_true, self),
+                    describe_operand(if_false, self)
+                )?,
+                Instruction::Coordinate {
+                    axis,
+                    location,
+                    row_offset,
+                    ..
+                } => writeln!(
+                    f,
+                    "{out} = coordinate {} of {location} (row {row_offset:?})",
+                    ["x", "y", "z"][*axis]
+                )?,
+                Instruction::Mask {
+                    set,
+                    location,
+                    row_offset,
+                    ..
+                } => writeln!(
+                    f,
+                    "{out} = mask {} of {location} (row {row_offset:?})",
+                    set.describe()
+                )?,
+                Instruction::Limited {
+                    limiter,
+                    velocity,
+                    cells,
+                    ..
+                } => writeln!(
+                    f,
+                    "{out} = {}(v={}, cells=[{}])",
+                    limiter.name(),
+                    describe_operand(velocity, self),
+                    cells
+                        .iter()
+                        .map(|c| describe_operand(c, self))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )?,
+            }
+        }
+        Ok(())
+    }
+}
