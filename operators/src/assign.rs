@@ -90,20 +90,26 @@ pub fn assign_node<L: Location>(
         Region::LargestComputable => largest_computable(&kernel, &bound, &layout),
     };
     check_ghosts(&kernel, &bound, &region, &name)?;
+    // Refuse aliasing before borrowing the target mutably: a `&mut` slice
+    // over memory that a bound field's `&` slice also covers is undefined
+    // behaviour even if nothing is written. (When the CPU copy cannot be
+    // read, `values_mut` below reports why.)
     let target_id = target.id();
-    let values = target.values_mut()?;
-    let target_range = values.as_ptr_range();
-    for (field, data) in &bound {
-        let range = data.as_ptr_range();
-        if field.id() == target_id
-            || (range.start < target_range.end && target_range.start < range.end)
-        {
-            return Err(OperatorError::Aliasing {
-                target: name,
-                field: field.name().to_string(),
-            });
+    if let Ok(current) = target.values() {
+        let target_range = current.as_ptr_range();
+        for (field, data) in &bound {
+            let range = data.as_ptr_range();
+            if field.id() == target_id
+                || (range.start < target_range.end && target_range.start < range.end)
+            {
+                return Err(OperatorError::Aliasing {
+                    target: name,
+                    field: field.name().to_string(),
+                });
+            }
         }
     }
+    let values = target.values_mut()?;
     let field_data: Vec<FieldData<'_>> = bound
         .iter()
         .map(|(f, data)| FieldData::new(data, f.layout()))

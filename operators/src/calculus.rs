@@ -31,7 +31,7 @@ fn stencil<'a, M: Location>(
     op: StencilOp,
     args: SmallVec<[(std::sync::Arc<Node>, Bindings<'a>); 2]>,
 ) -> Expr<'a, M> {
-    let mut fields: Bindings<'a> = SmallVec::new();
+    let mut fields: Bindings<'a> = Vec::new();
     let mut nodes = SmallVec::new();
     for (node, bound) in args {
         for f in bound {

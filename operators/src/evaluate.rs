@@ -1,22 +1,34 @@
 //! The CPU evaluator: runs a [`Kernel`] over the rows of a region, serially
 //! or on rayon threads.
 //!
-//! The region's rows (fixed y, z) are split into contiguous chunks; each
-//! chunk runs on one thread with its own small register file (a few
-//! kilobytes: no full-size temporaries). Within a row, x is processed in
-//! tiles of at most [`TILE`] points. Every point is computed by the same
-//! instructions in the same order whatever the chunking, so results are
-//! bitwise identical for any number of threads; reductions combine per-row
-//! partial results in row order for the same reason.
+//! The region is cut into *blocks*: at most [`TILE`] points along x times a
+//! few rows along y in one z plane, about [`BLOCK_POINTS`] points in all.
+//! Each instruction of the kernel runs over a whole block per call, so the
+//! cost of dispatching it is shared by hundreds of points, and the block's
+//! registers (a few kilobytes per thread: no full-size temporaries) stay in
+//! L1. Blocks are dealt to threads in contiguous runs. Every point is
+//! computed by the same instructions in the same order whatever the
+//! blocking and threading, so results are bitwise identical for any number
+//! of threads; reductions combine per-row partial results in row order for
+//! the same reason.
 
-use crate::kernel::{Instruction, Kernel, LinearForm, OUTPUT, Operand, Register, Source};
+use crate::kernel::{Instruction, Kernel, OUTPUT, Operand, Source};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use watershed_fields::{FieldLayout, IndexBox, LocationKind, Patch};
 
-/// Largest number of x points processed per instruction call.
+/// Largest number of x points in a block.
 pub const TILE: usize = 512;
+
+/// Largest number of points in a block (x points times rows).
+pub const BLOCK_POINTS: usize = 4096;
+
+/// Smallest block size chosen for kernels with many registers.
+const MIN_BLOCK_POINTS: usize = 512;
+
+/// Register bytes per thread a block aims to stay within.
+const L1_REGISTER_BYTES: usize = 64 * 1024;
 
 /// How an evaluation uses threads (a value, not a flag: see faer's `Par`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,215 +172,664 @@ impl Reduction {
     }
 }
 
-/// Everything a tile needs, shared by all threads.
-struct Context<'a> {
-    kernel: &'a Kernel,
-    fields: &'a [FieldData<'a>],
-    layouts: HashMap<LocationKind, FieldLayout>,
-    width: usize,
-    halo: isize,
-}
-
-/// A value source resolved to memory for one instruction call.
+/// The values of one source over a block: its first row's first point and
+/// the distance between consecutive rows.
 #[derive(Clone, Copy)]
-enum Resolved<'s> {
+struct Stream {
+    pointer: *const f64,
+    row_stride: isize,
+}
+
+/// Where an instruction writes over a block.
+#[derive(Clone, Copy)]
+struct OutStream {
+    pointer: *mut f64,
+    row_stride: isize,
+}
+
+/// An operand resolved to memory for one instruction call.
+#[derive(Clone, Copy)]
+enum Resolved {
     Constant(f64),
-    One(&'s [f64], f64),
-    Two(&'s [f64], f64, &'s [f64], f64),
+    One(Stream, f64),
+    Two(Stream, f64, Stream, f64),
 }
 
-impl Resolved<'_> {
+impl Resolved {
+    /// The value at point `i` of row `r` (slow path for rarely hot instructions).
+    ///
+    /// # Safety
+    /// `r` and `i` must lie in the block the streams were resolved for.
     #[inline(always)]
-    fn at(&self, i: usize) -> f64 {
-        match *self {
-            Resolved::Constant(c) => c,
-            Resolved::One(s, w) => w * s[i],
-            Resolved::Two(s0, w0, s1, w1) => w0 * s0[i] + w1 * s1[i],
-        }
-    }
-}
-
-#[inline(always)]
-fn map1(out: &mut [f64], a: Resolved<'_>, f: impl Fn(f64) -> f64) {
-    match a {
-        Resolved::Constant(c) => out.fill(f(c)),
-        Resolved::One(s, w) => {
-            for (o, &x) in out.iter_mut().zip(s) {
-                *o = f(w * x);
-            }
-        }
-        Resolved::Two(s0, w0, s1, w1) => {
-            for ((o, &x), &y) in out.iter_mut().zip(s0).zip(s1) {
-                *o = f(w0 * x + w1 * y);
+    unsafe fn at(&self, r: usize, i: usize) -> f64 {
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            match *self {
+                Resolved::Constant(c) => c,
+                Resolved::One(s, w) => {
+                    w * *s.pointer.offset(r as isize * s.row_stride + i as isize)
+                }
+                Resolved::Two(s0, w0, s1, w1) => {
+                    w0 * *s0.pointer.offset(r as isize * s0.row_stride + i as isize)
+                        + w1 * *s1.pointer.offset(r as isize * s1.row_stride + i as isize)
+                }
             }
         }
     }
 }
 
-#[inline(always)]
-fn map2(out: &mut [f64], a: Resolved<'_>, b: Resolved<'_>, f: impl Fn(f64, f64) -> f64) {
-    use Resolved::*;
-    match (a, b) {
-        (Constant(x), Constant(y)) => out.fill(f(x, y)),
-        (Constant(x), One(s, w)) => {
-            for (o, &v) in out.iter_mut().zip(s) {
-                *o = f(x, w * v);
-            }
-        }
-        (One(s, w), Constant(y)) => {
-            for (o, &v) in out.iter_mut().zip(s) {
-                *o = f(w * v, y);
-            }
-        }
-        (One(s, w), One(t, u)) => {
-            for ((o, &v), &z) in out.iter_mut().zip(s).zip(t) {
-                *o = f(w * v, u * z);
-            }
-        }
-        (Two(s0, w0, s1, w1), One(t, u)) => {
-            for (((o, &a0), &a1), &z) in out.iter_mut().zip(s0).zip(s1).zip(t) {
-                *o = f(w0 * a0 + w1 * a1, u * z);
-            }
-        }
-        (One(t, u), Two(s0, w0, s1, w1)) => {
-            for (((o, &a0), &a1), &z) in out.iter_mut().zip(s0).zip(s1).zip(t) {
-                *o = f(u * z, w0 * a0 + w1 * a1);
-            }
-        }
-        (Two(s0, w0, s1, w1), Two(t0, u0, t1, u1)) => {
-            for ((((o, &a0), &a1), &b0), &b1) in out.iter_mut().zip(s0).zip(s1).zip(t0).zip(t1) {
-                *o = f(w0 * a0 + w1 * a1, u0 * b0 + u1 * b1);
-            }
-        }
-        (a, b) => {
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = f(a.at(i), b.at(i));
-            }
+/// The operand shapes the inner loops are specialised for: one generic loop
+/// per pair of shapes, which LLVM vectorises.
+trait Lane: Copy {
+    /// The lane positioned on row `r`.
+    ///
+    /// # Safety
+    /// `r` must be a row of the block.
+    unsafe fn on_row(&self, r: usize) -> Self;
+    /// The value at point `i` of the current row.
+    ///
+    /// # Safety
+    /// `i` must be below the block's row length.
+    unsafe fn at(&self, i: usize) -> f64;
+}
+
+#[derive(Clone, Copy)]
+struct Splat(f64);
+#[derive(Clone, Copy)]
+struct Plain(Stream);
+/// `a + b`.
+#[derive(Clone, Copy)]
+struct Sum(Stream, Stream);
+/// `a - b`.
+#[derive(Clone, Copy)]
+struct Minus(Stream, Stream);
+#[derive(Clone, Copy)]
+struct Scaled(Stream, f64);
+/// `w * (a + b)`: interpolants.
+#[derive(Clone, Copy)]
+struct ScaledSum(Stream, Stream, f64);
+/// `w * (b - a)`: gradients and divergences.
+#[derive(Clone, Copy)]
+struct ScaledDifference(Stream, Stream, f64);
+#[derive(Clone, Copy)]
+struct Pair(Stream, f64, Stream, f64);
+
+impl Stream {
+    #[inline(always)]
+    unsafe fn on_row(self, r: usize) -> Stream {
+        Stream {
+            // SAFETY: the caller keeps `r` within the block.
+            pointer: unsafe { self.pointer.offset(r as isize * self.row_stride) },
+            row_stride: self.row_stride,
         }
     }
+    #[inline(always)]
+    unsafe fn at(self, i: usize) -> f64 {
+        // SAFETY: the caller keeps `i` within the row.
+        unsafe { *self.pointer.add(i) }
+    }
+}
+
+impl Lane for Splat {
+    #[inline(always)]
+    unsafe fn on_row(&self, _: usize) -> Self {
+        *self
+    }
+    #[inline(always)]
+    unsafe fn at(&self, _: usize) -> f64 {
+        self.0
+    }
+}
+impl Lane for Plain {
+    #[inline(always)]
+    unsafe fn on_row(&self, r: usize) -> Self {
+        Plain(unsafe { self.0.on_row(r) })
+    }
+    #[inline(always)]
+    unsafe fn at(&self, i: usize) -> f64 {
+        unsafe { self.0.at(i) }
+    }
+}
+impl Lane for Sum {
+    #[inline(always)]
+    unsafe fn on_row(&self, r: usize) -> Self {
+        unsafe { Sum(self.0.on_row(r), self.1.on_row(r)) }
+    }
+    #[inline(always)]
+    unsafe fn at(&self, i: usize) -> f64 {
+        unsafe { self.0.at(i) + self.1.at(i) }
+    }
+}
+impl Lane for Minus {
+    #[inline(always)]
+    unsafe fn on_row(&self, r: usize) -> Self {
+        unsafe { Minus(self.0.on_row(r), self.1.on_row(r)) }
+    }
+    #[inline(always)]
+    unsafe fn at(&self, i: usize) -> f64 {
+        unsafe { self.0.at(i) - self.1.at(i) }
+    }
+}
+impl Lane for Scaled {
+    #[inline(always)]
+    unsafe fn on_row(&self, r: usize) -> Self {
+        Scaled(unsafe { self.0.on_row(r) }, self.1)
+    }
+    #[inline(always)]
+    unsafe fn at(&self, i: usize) -> f64 {
+        self.1 * unsafe { self.0.at(i) }
+    }
+}
+impl Lane for ScaledSum {
+    #[inline(always)]
+    unsafe fn on_row(&self, r: usize) -> Self {
+        unsafe { ScaledSum(self.0.on_row(r), self.1.on_row(r), self.2) }
+    }
+    #[inline(always)]
+    unsafe fn at(&self, i: usize) -> f64 {
+        self.2 * unsafe { self.0.at(i) + self.1.at(i) }
+    }
+}
+impl Lane for ScaledDifference {
+    #[inline(always)]
+    unsafe fn on_row(&self, r: usize) -> Self {
+        unsafe { ScaledDifference(self.0.on_row(r), self.1.on_row(r), self.2) }
+    }
+    #[inline(always)]
+    unsafe fn at(&self, i: usize) -> f64 {
+        self.2 * unsafe { self.1.at(i) - self.0.at(i) }
+    }
+}
+impl Lane for Pair {
+    #[inline(always)]
+    unsafe fn on_row(&self, r: usize) -> Self {
+        unsafe { Pair(self.0.on_row(r), self.1, self.2.on_row(r), self.3) }
+    }
+    #[inline(always)]
+    unsafe fn at(&self, i: usize) -> f64 {
+        unsafe { self.1 * self.0.at(i) + self.3 * self.2.at(i) }
+    }
+}
+
+/// Calls `$body` with `$lane` bound to the specialised shape of `$resolved`.
+macro_rules! with_lane {
+    ($resolved:expr, |$lane:ident| $body:expr) => {
+        match $resolved {
+            Resolved::Constant(c) => {
+                let $lane = Splat(c);
+                $body
+            }
+            Resolved::One(s, w) if w == 1.0 => {
+                let $lane = Plain(s);
+                $body
+            }
+            Resolved::One(s, w) => {
+                let $lane = Scaled(s, w);
+                $body
+            }
+            Resolved::Two(s0, w0, s1, w1) if w0 == 1.0 && w1 == 1.0 => {
+                let $lane = Sum(s0, s1);
+                $body
+            }
+            Resolved::Two(s0, w0, s1, w1) if w0 == 1.0 && w1 == -1.0 => {
+                let $lane = Minus(s0, s1);
+                $body
+            }
+            Resolved::Two(s0, w0, s1, w1) if w0 == w1 => {
+                let $lane = ScaledSum(s0, s1, w0);
+                $body
+            }
+            Resolved::Two(s0, w0, s1, w1) if w0 == -w1 => {
+                let $lane = ScaledDifference(s0, s1, w1);
+                $body
+            }
+            Resolved::Two(s0, w0, s1, w1) => {
+                let $lane = Pair(s0, w0, s1, w1);
+                $body
+            }
+        }
+    };
+}
+
+/// The shape of one instruction call: `rows` rows of `n` points.
+#[derive(Clone, Copy)]
+struct Extent {
+    n: usize,
+    rows: usize,
+}
+
+/// One row of a unary loop. Taking the output as `&mut [f64]` tells LLVM it
+/// overlaps no input (even once inlined), so the loop vectorises without
+/// run-time alias checks.
+#[inline(always)]
+unsafe fn row1<A: Lane>(o: &mut [f64], a: A, f: &impl Fn(f64) -> f64) {
+    for (i, o) in o.iter_mut().enumerate() {
+        // SAFETY: the caller guarantees `a` covers the row.
+        *o = f(unsafe { a.at(i) });
+    }
+}
+
+/// One row of a binary loop (see [`row1`]).
+#[inline(always)]
+unsafe fn row2<A: Lane, B: Lane>(o: &mut [f64], a: A, b: B, f: &impl Fn(f64, f64) -> f64) {
+    for (i, o) in o.iter_mut().enumerate() {
+        // SAFETY: the caller guarantees `a` and `b` cover the row.
+        *o = unsafe { f(a.at(i), b.at(i)) };
+    }
+}
+
+// Each specialisation is its own small function: inlining all of them into
+// one dispatcher defeats LLVM's inliner and vectoriser.
+/// # Safety
+/// Every stream covers `extent`, and `out` overlaps no input.
+#[inline(never)]
+unsafe fn map1_lanes<A: Lane>(out: OutStream, extent: Extent, a: A, f: impl Fn(f64) -> f64) {
+    for r in 0..extent.rows {
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            let o = std::slice::from_raw_parts_mut(
+                out.pointer.offset(r as isize * out.row_stride),
+                extent.n,
+            );
+            row1(o, a.on_row(r), &f);
+        }
+    }
+}
+
+/// # Safety
+/// Every stream covers `extent`, and `out` overlaps no input.
+#[inline(never)]
+unsafe fn map2_lanes<A: Lane, B: Lane>(
+    out: OutStream,
+    extent: Extent,
+    a: A,
+    b: B,
+    f: impl Fn(f64, f64) -> f64,
+) {
+    for r in 0..extent.rows {
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            let o = std::slice::from_raw_parts_mut(
+                out.pointer.offset(r as isize * out.row_stride),
+                extent.n,
+            );
+            row2(o, a.on_row(r), b.on_row(r), &f);
+        }
+    }
+}
+
+/// # Safety
+/// As [`map1_lanes`].
+#[inline(always)]
+unsafe fn map1(out: OutStream, extent: Extent, a: Resolved, f: impl Fn(f64) -> f64 + Copy) {
+    // SAFETY: forwarded.
+    with_lane!(a, |x| unsafe { map1_lanes(out, extent, x, f) })
+}
+
+/// # Safety
+/// As [`map2_lanes`].
+#[inline(always)]
+unsafe fn map2(
+    out: OutStream,
+    extent: Extent,
+    a: Resolved,
+    b: Resolved,
+    f: impl Fn(f64, f64) -> f64 + Copy,
+) {
+    // SAFETY: forwarded.
+    with_lane!(a, |x| with_lane!(b, |y| unsafe {
+        map2_lanes(out, extent, x, y, f)
+    }))
 }
 
 macro_rules! dispatch_binary {
-    ($op:expr, $out:expr, $a:expr, $b:expr) => {{
+    ($op:expr, $out:expr, $extent:expr, $a:expr, $b:expr) => {{
         use crate::pointwise::BinaryOp as B;
         match $op {
-            B::Add => map2($out, $a, $b, |x, y| x + y),
-            B::Subtract => map2($out, $a, $b, |x, y| x - y),
-            B::Multiply => map2($out, $a, $b, |x, y| x * y),
-            B::Divide => map2($out, $a, $b, |x, y| x / y),
-            op => map2($out, $a, $b, |x, y| op.apply(x, y)),
+            B::Add => map2($out, $extent, $a, $b, |x, y| x + y),
+            B::Subtract => map2($out, $extent, $a, $b, |x, y| x - y),
+            B::Multiply => map2($out, $extent, $a, $b, |x, y| x * y),
+            B::Divide => map2($out, $extent, $a, $b, |x, y| x / y),
+            op => map2($out, $extent, $a, $b, move |x, y| op.apply(x, y)),
         }
     }};
 }
 
 macro_rules! dispatch_unary {
-    ($op:expr, $out:expr, $a:expr) => {{
+    ($op:expr, $out:expr, $extent:expr, $a:expr) => {{
         use crate::pointwise::UnaryOp as U;
         match $op {
-            U::Negate => map1($out, $a, |x| -x),
-            U::Exp => map1($out, $a, f64::exp),
-            U::Sqrt => map1($out, $a, f64::sqrt),
-            U::Abs => map1($out, $a, f64::abs),
-            op => map1($out, $a, |x| op.apply(x)),
+            U::Negate => map1($out, $extent, $a, |x| -x),
+            U::Exp => map1($out, $extent, $a, f64::exp),
+            U::Sqrt => map1($out, $extent, $a, f64::sqrt),
+            U::Abs => map1($out, $extent, $a, f64::abs),
+            op => map1($out, $extent, $a, move |x| op.apply(x)),
         }
     }};
 }
 
-/// `out = form` with terms summed left to right, up to four per pass.
-fn linear(out: &mut [f64], form: &LinearForm, mut slice: impl FnMut(Source) -> *const f64) {
-    let n = out.len();
-    // SAFETY (for every `from_raw_parts` below): `slice` returns a pointer to
-    // at least `n` readable values that do not overlap `out`.
-    let get = |p: *const f64| unsafe { std::slice::from_raw_parts(p, n) };
-    let terms = &form.terms;
-    if terms.is_empty() {
-        out.fill(form.constant);
+/// `out = c + sum w_t * s_t`, terms summed left to right, up to four per pass.
+///
+/// # Safety
+/// Every stream covers `extent`, and `out` overlaps no input.
+unsafe fn linear(out: OutStream, extent: Extent, constant: f64, terms: &[(Stream, f64)]) {
+    let n = extent.n;
+    if constant == 0.0
+        && terms.len() >= 2
+        && terms.len() % 2 == 0
+        && terms.chunks(2).all(|p| p[0].1 == -p[1].1)
+    {
+        // SAFETY: forwarded.
+        unsafe { differences(out, extent, terms) };
         return;
     }
-    let mut done = 0;
-    let first = terms.len().min(4);
-    let c = form.constant;
-    match &terms[..first] {
-        [(s0, w0)] => {
-            let a = get(slice(*s0));
-            if c == 0.0 {
-                for (o, &x) in out.iter_mut().zip(a) {
-                    *o = w0 * x;
-                }
-            } else {
-                for (o, &x) in out.iter_mut().zip(a) {
-                    *o = c + w0 * x;
-                }
-            }
-        }
-        [(s0, w0), (s1, w1)] => {
-            let (a, b) = (get(slice(*s0)), get(slice(*s1)));
-            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-                *o = c + w0 * x + w1 * y;
-            }
-        }
-        [(s0, w0), (s1, w1), (s2, w2)] => {
-            let (a, b, d) = (get(slice(*s0)), get(slice(*s1)), get(slice(*s2)));
-            for (((o, &x), &y), &z) in out.iter_mut().zip(a).zip(b).zip(d) {
-                *o = c + w0 * x + w1 * y + w2 * z;
-            }
-        }
-        [(s0, w0), (s1, w1), (s2, w2), (s3, w3)] => {
-            let (a, b, d, e) = (
-                get(slice(*s0)),
-                get(slice(*s1)),
-                get(slice(*s2)),
-                get(slice(*s3)),
-            );
-            for ((((o, &x), &y), &z), &v) in out.iter_mut().zip(a).zip(b).zip(d).zip(e) {
-                *o = c + w0 * x + w1 * y + w2 * z + w3 * v;
-            }
-        }
-        _ => unreachable!("at most four terms per pass"),
-    }
-    done += first;
-    while done < terms.len() {
-        let count = (terms.len() - done).min(3);
-        match &terms[done..done + count] {
+    for r in 0..extent.rows {
+        // SAFETY: guaranteed by the caller.
+        let o = unsafe {
+            std::slice::from_raw_parts_mut(out.pointer.offset(r as isize * out.row_stride), n)
+        };
+        // SAFETY: as above.
+        let get = |s: &Stream| unsafe { std::slice::from_raw_parts(s.on_row(r).pointer, n) };
+        let c = constant;
+        match terms {
+            [] => o.fill(c),
             [(s0, w0)] => {
-                let a = get(slice(*s0));
-                for (o, &x) in out.iter_mut().zip(a) {
-                    *o += w0 * x;
+                let a = get(s0);
+                if c == 0.0 {
+                    for (o, &x) in o.iter_mut().zip(a) {
+                        *o = w0 * x;
+                    }
+                } else {
+                    for (o, &x) in o.iter_mut().zip(a) {
+                        *o = c + w0 * x;
+                    }
                 }
             }
+            _ => {}
+        }
+        if terms.len() < 2 {
+            continue;
+        }
+        let first = terms.len().min(4);
+        match &terms[..first] {
             [(s0, w0), (s1, w1)] => {
-                let (a, b) = (get(slice(*s0)), get(slice(*s1)));
-                for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-                    *o = *o + w0 * x + w1 * y;
+                let (a, b) = (get(s0), get(s1));
+                for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                    *o = c + w0 * x + w1 * y;
                 }
             }
             [(s0, w0), (s1, w1), (s2, w2)] => {
-                let (a, b, d) = (get(slice(*s0)), get(slice(*s1)), get(slice(*s2)));
-                for (((o, &x), &y), &z) in out.iter_mut().zip(a).zip(b).zip(d) {
-                    *o = *o + w0 * x + w1 * y + w2 * z;
+                let (a, b, d) = (get(s0), get(s1), get(s2));
+                for (((o, &x), &y), &z) in o.iter_mut().zip(a).zip(b).zip(d) {
+                    *o = c + w0 * x + w1 * y + w2 * z;
                 }
             }
-            _ => unreachable!("at most three terms per pass"),
+            [(s0, w0), (s1, w1), (s2, w2), (s3, w3)] => {
+                let (a, b, d, e) = (get(s0), get(s1), get(s2), get(s3));
+                for ((((o, &x), &y), &z), &v) in o.iter_mut().zip(a).zip(b).zip(d).zip(e) {
+                    *o = c + w0 * x + w1 * y + w2 * z + w3 * v;
+                }
+            }
+            _ => unreachable!("two to four terms"),
         }
-        done += count;
+        let mut done = first;
+        while done < terms.len() {
+            let count = (terms.len() - done).min(3);
+            match &terms[done..done + count] {
+                [(s0, w0)] => {
+                    let a = get(s0);
+                    for (o, &x) in o.iter_mut().zip(a) {
+                        *o += w0 * x;
+                    }
+                }
+                [(s0, w0), (s1, w1)] => {
+                    let (a, b) = (get(s0), get(s1));
+                    for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                        *o = *o + w0 * x + w1 * y;
+                    }
+                }
+                [(s0, w0), (s1, w1), (s2, w2)] => {
+                    let (a, b, d) = (get(s0), get(s1), get(s2));
+                    for (((o, &x), &y), &z) in o.iter_mut().zip(a).zip(b).zip(d) {
+                        *o = *o + w0 * x + w1 * y + w2 * z;
+                    }
+                }
+                _ => unreachable!("one to three terms"),
+            }
+            done += count;
+        }
     }
 }
 
+/// `out = sum_p w_p (b_p - a_p)` over consecutive term pairs `(a, -w), (b, w)`
+/// (divergences of fluxes), up to three pairs per pass.
+///
+/// # Safety
+/// As [`linear`].
+unsafe fn differences(out: OutStream, extent: Extent, terms: &[(Stream, f64)]) {
+    let n = extent.n;
+    for r in 0..extent.rows {
+        // SAFETY: guaranteed by the caller.
+        let o = unsafe {
+            std::slice::from_raw_parts_mut(out.pointer.offset(r as isize * out.row_stride), n)
+        };
+        // SAFETY: as above.
+        let get = |s: &Stream| unsafe { std::slice::from_raw_parts(s.on_row(r).pointer, n) };
+        let pair = |p: &[(Stream, f64)]| (get(&p[0].0), get(&p[1].0), p[1].1);
+        let mut done = 0;
+        while done < terms.len() {
+            let count = ((terms.len() - done) / 2).min(3);
+            let group = &terms[done..done + 2 * count];
+            match (count, done == 0) {
+                (1, true) => {
+                    let (a, b, w) = pair(&group[0..2]);
+                    for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                        *o = w * (y - x);
+                    }
+                }
+                (2, true) => {
+                    let ((a, b, w), (c, d, v)) = (pair(&group[0..2]), pair(&group[2..4]));
+                    for ((((o, &x), &y), &z), &t) in o.iter_mut().zip(a).zip(b).zip(c).zip(d) {
+                        *o = w * (y - x) + v * (t - z);
+                    }
+                }
+                (3, true) => {
+                    let ((a, b, w), (c, d, v), (e, f, u)) =
+                        (pair(&group[0..2]), pair(&group[2..4]), pair(&group[4..6]));
+                    let (a, b, c, d, e, f) = (&a[..n], &b[..n], &c[..n], &d[..n], &e[..n], &f[..n]);
+                    for i in 0..n {
+                        o[i] = w * (b[i] - a[i]) + v * (d[i] - c[i]) + u * (f[i] - e[i]);
+                    }
+                }
+                _ => {
+                    for p in group.chunks(2) {
+                        let (a, b, w) = pair(p);
+                        for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
+                            *o += w * (y - x);
+                        }
+                    }
+                }
+            }
+            done += 2 * count;
+        }
+    }
+}
+
+/// Shapes of fused product factors (see [`crate::kernel::fusable_factor`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FactorShape {
+    Plain,
+    Sum,
+    Minus,
+}
+
+fn factor_shape(factor: &Resolved) -> FactorShape {
+    match factor {
+        Resolved::Two(_, _, _, w1) if *w1 == 1.0 => FactorShape::Sum,
+        Resolved::Two(..) => FactorShape::Minus,
+        _ => FactorShape::Plain,
+    }
+}
+
+/// Lanes built from a fused factor of their shape.
+trait Factor: Lane {
+    fn from_resolved(factor: Resolved) -> Self;
+}
+impl Factor for Plain {
+    fn from_resolved(factor: Resolved) -> Self {
+        match factor {
+            Resolved::One(s, _) => Plain(s),
+            _ => unreachable!("shape checked by factor_shape"),
+        }
+    }
+}
+impl Factor for Sum {
+    fn from_resolved(factor: Resolved) -> Self {
+        match factor {
+            Resolved::Two(s0, _, s1, _) => Sum(s0, s1),
+            _ => unreachable!("shape checked by factor_shape"),
+        }
+    }
+}
+impl Factor for Minus {
+    fn from_resolved(factor: Resolved) -> Self {
+        match factor {
+            Resolved::Two(s0, _, s1, _) => Minus(s0, s1),
+            _ => unreachable!("shape checked by factor_shape"),
+        }
+    }
+}
+
+/// `out = start + sum_k w_k * left_k * right_k` (`ASSIGN`) or
+/// `out += sum_k ...` for `K` products of one shape, in one pass.
+///
+/// # Safety
+/// As [`linear`].
+#[inline(never)]
+unsafe fn product_lanes<A: Factor, B: Factor, const K: usize, const ASSIGN: bool>(
+    out: OutStream,
+    extent: Extent,
+    group: &[(f64, Resolved, Resolved)],
+    start: f64,
+) {
+    let weights: [f64; K] = std::array::from_fn(|k| group[k].0);
+    let lefts: [A; K] = std::array::from_fn(|k| A::from_resolved(group[k].1));
+    let rights: [B; K] = std::array::from_fn(|k| B::from_resolved(group[k].2));
+    for r in 0..extent.rows {
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            let o = std::slice::from_raw_parts_mut(
+                out.pointer.offset(r as isize * out.row_stride),
+                extent.n,
+            );
+            let lefts = lefts.map(|l| l.on_row(r));
+            let rights = rights.map(|l| l.on_row(r));
+            for (i, o) in o.iter_mut().enumerate() {
+                let mut accumulator = if ASSIGN { start } else { *o };
+                for k in 0..K {
+                    accumulator += weights[k] * (lefts[k].at(i) * rights[k].at(i));
+                }
+                *o = accumulator;
+            }
+        }
+    }
+}
+
+/// Most products evaluated in one pass (more streams per loop gained nothing
+/// on the development machine; see docs/benchmarks.md).
+const MAX_FUSED_PRODUCTS: usize = 3;
+
+/// Dispatches a group of up to [`MAX_FUSED_PRODUCTS`] same-shape products.
+///
+/// # Safety
+/// As [`linear`].
+unsafe fn product_pass(
+    out: OutStream,
+    extent: Extent,
+    group: &[(f64, Resolved, Resolved)],
+    assign: bool,
+    start: f64,
+) {
+    macro_rules! count {
+        ($a:ty, $b:ty) => {
+            match (group.len(), assign) {
+                (1, true) => product_lanes::<$a, $b, 1, true>(out, extent, group, start),
+                (1, false) => product_lanes::<$a, $b, 1, false>(out, extent, group, start),
+                (2, true) => product_lanes::<$a, $b, 2, true>(out, extent, group, start),
+                (2, false) => product_lanes::<$a, $b, 2, false>(out, extent, group, start),
+                (3, true) => product_lanes::<$a, $b, 3, true>(out, extent, group, start),
+                (3, false) => product_lanes::<$a, $b, 3, false>(out, extent, group, start),
+                (4, true) => product_lanes::<$a, $b, 4, true>(out, extent, group, start),
+                (4, false) => product_lanes::<$a, $b, 4, false>(out, extent, group, start),
+                (5, true) => product_lanes::<$a, $b, 5, true>(out, extent, group, start),
+                (5, false) => product_lanes::<$a, $b, 5, false>(out, extent, group, start),
+                (6, true) => product_lanes::<$a, $b, 6, true>(out, extent, group, start),
+                (6, false) => product_lanes::<$a, $b, 6, false>(out, extent, group, start),
+                _ => unreachable!("groups hold one to six products"),
+            }
+        };
+    }
+    use FactorShape as F;
+    // SAFETY: forwarded.
+    unsafe {
+        match (factor_shape(&group[0].1), factor_shape(&group[0].2)) {
+            (F::Plain, F::Plain) => count!(Plain, Plain),
+            (F::Plain, F::Sum) => count!(Plain, Sum),
+            (F::Plain, F::Minus) => count!(Plain, Minus),
+            (F::Sum, F::Plain) => count!(Sum, Plain),
+            (F::Sum, F::Sum) => count!(Sum, Sum),
+            (F::Sum, F::Minus) => count!(Sum, Minus),
+            (F::Minus, F::Plain) => count!(Minus, Plain),
+            (F::Minus, F::Sum) => count!(Minus, Sum),
+            (F::Minus, F::Minus) => count!(Minus, Minus),
+        }
+    }
+}
+
+/// A block: x in `x0..x1`, rows `j0..j0 + rows` of plane `k`.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    x0: isize,
+    x1: isize,
+    j0: isize,
+    rows: usize,
+    k: isize,
+}
+
+/// Everything a block needs, shared by all threads.
+struct Context<'a> {
+    kernel: &'a Kernel,
+    fields: &'a [FieldData<'a>],
+    layouts: HashMap<LocationKind, FieldLayout>,
+    /// Points per register row (largest block width plus halos).
+    width: usize,
+    /// Rows per register.
+    rows: usize,
+    halo: isize,
+}
+
 impl Context<'_> {
-    /// Runs the kernel on the row (j, k) for x in `x0..x1`.
-    fn tile(
-        &self,
-        scratch: &mut [f64],
-        target: Option<&TargetData>,
-        j: isize,
-        k: isize,
-        x0: isize,
-        x1: isize,
-    ) {
+    fn register_len(&self) -> usize {
+        self.width * self.rows
+    }
+
+    fn scratch(&self) -> Vec<f64> {
+        vec![0.0; self.kernel.registers.max(1) * self.register_len()]
+    }
+
+    /// Runs every instruction of the kernel over `block`.
+    fn run_block(&self, scratch: &mut [f64], target: Option<&TargetData>, block: Block) {
         let kernel = self.kernel;
-        let width = self.width as isize;
         let base = scratch.as_mut_ptr();
-        let scratch_len = scratch.len() as isize;
+        let (width, register_len) = (self.width as isize, self.register_len() as isize);
+        let Block {
+            x0,
+            x1,
+            j0,
+            rows,
+            k,
+        } = block;
+        let last_row = rows as isize - 1;
         for instruction in &kernel.instructions {
             let out_register = instruction.out();
             let (lo, hi) = if out_register == OUTPUT {
@@ -378,173 +839,285 @@ impl Context<'_> {
             };
             let start = x0 + lo;
             let n = (x1 + hi - start) as usize;
-            let source_pointer = |source: Source| -> *const f64 {
+            let extent = Extent { n, rows };
+            let stream = |source: Source| -> Stream {
                 match source {
                     Source::Field { slot, offset } => {
                         let f = &self.fields[slot as usize];
-                        let at = f.origin
+                        let first = f.origin
                             + (start + offset[0])
-                            + (j + offset[1]) * f.strides[1]
+                            + (j0 + offset[1]) * f.strides[1]
                             + (k + offset[2]) * f.strides[2];
-                        // Bounds-checked: a read outside the field panics
-                        // instead of reading foreign memory (the region
-                        // check makes this unreachable).
-                        f.data[at as usize..at as usize + n].as_ptr()
+                        let end = first + last_row * f.strides[1] + n as isize;
+                        // The region check makes this unreachable; it keeps a
+                        // bug from reading foreign memory.
+                        assert!(
+                            first >= 0 && end as usize <= f.data.len(),
+                            "field read outside its data"
+                        );
+                        Stream {
+                            // SAFETY: in bounds (checked above).
+                            pointer: unsafe { f.data.as_ptr().offset(first) },
+                            row_stride: f.strides[1],
+                        }
                     }
                     Source::Register { register, shift } => {
-                        let at = register as isize * width + (start + shift - x0 + self.halo);
+                        let own = register as isize * register_len;
+                        let first = own + (start + shift - x0 + self.halo);
+                        let end = first + last_row * width + n as isize;
                         assert!(
-                            at >= 0 && at + n as isize <= scratch_len,
-                            "register read outside its row"
+                            first >= own && end <= own + register_len,
+                            "register read outside its block"
                         );
-                        // SAFETY: in bounds of `scratch` (checked above).
-                        unsafe { base.offset(at) as *const f64 }
+                        Stream {
+                            // SAFETY: in bounds of `scratch` (checked above).
+                            pointer: unsafe { base.offset(first) as *const f64 },
+                            row_stride: width,
+                        }
                     }
                 }
             };
-            let resolve = |operand: &Operand| -> Resolved<'_> {
-                // SAFETY: pointers from `source_pointer` cover `n` values;
-                // registers read are never the one being written (each
-                // register is written by exactly one instruction, before any
-                // reader), and fields never overlap the target (aliasing is
-                // refused before evaluation).
-                let get = |s: Source| unsafe { std::slice::from_raw_parts(source_pointer(s), n) };
+            let resolve = |operand: &Operand| -> Resolved {
                 match *operand {
                     Operand::Constant(c) => Resolved::Constant(c),
-                    Operand::One(s, w) => Resolved::One(get(s), w),
-                    Operand::Two(s0, w0, s1, w1) => Resolved::Two(get(s0), w0, get(s1), w1),
+                    Operand::One(s, w) => Resolved::One(stream(s), w),
+                    Operand::Two(s0, w0, s1, w1) => Resolved::Two(stream(s0), w0, stream(s1), w1),
                 }
             };
-            // SAFETY: the output is either this thread's row of the target or
-            // this instruction's own register, disjoint from every input.
-            let out: &mut [f64] = unsafe {
-                if out_register == OUTPUT {
-                    let t = target.expect("kernels writing the target run with one");
-                    let at = t.origin + start + j * t.strides[1] + k * t.strides[2];
-                    assert!(
-                        at >= 0 && at as usize + n <= t.len,
-                        "target row outside the target"
-                    );
-                    std::slice::from_raw_parts_mut(t.pointer.offset(at), n)
-                } else {
-                    let at = out_register as isize * width + lo + self.halo;
-                    assert!(
-                        at >= 0 && at + n as isize <= scratch_len,
-                        "register write outside its row"
-                    );
-                    std::slice::from_raw_parts_mut(base.offset(at), n)
+            let out = if out_register == OUTPUT {
+                let t = target.expect("kernels writing the target run with one");
+                let first = t.origin + start + j0 * t.strides[1] + k * t.strides[2];
+                let end = first + last_row * t.strides[1] + n as isize;
+                assert!(
+                    first >= 0 && end as usize <= t.len,
+                    "target write outside the target"
+                );
+                OutStream {
+                    // SAFETY: in bounds (checked above).
+                    pointer: unsafe { t.pointer.offset(first) },
+                    row_stride: t.strides[1],
+                }
+            } else {
+                let own = out_register as isize * register_len;
+                let first = own + lo + self.halo;
+                assert!(
+                    first >= own && first + last_row * width + n as isize <= own + register_len
+                );
+                OutStream {
+                    // SAFETY: in bounds of `scratch` (checked above).
+                    pointer: unsafe { base.offset(first) },
+                    row_stride: width,
                 }
             };
-            match instruction {
-                Instruction::Linear { form, .. } => linear(out, form, source_pointer),
-                Instruction::Unary { op, arg, .. } => dispatch_unary!(*op, out, resolve(arg)),
-                Instruction::Binary {
-                    op, left, right, ..
-                } => {
-                    dispatch_binary!(*op, out, resolve(left), resolve(right))
-                }
-                Instruction::Select {
-                    condition,
-                    if_true,
-                    if_false,
-                    ..
-                } => {
-                    let (c, t, f) = (resolve(condition), resolve(if_true), resolve(if_false));
-                    for (i, o) in out.iter_mut().enumerate() {
-                        *o = if c.at(i) != 0.0 { t.at(i) } else { f.at(i) };
+            // SAFETY (every call below): all streams were bounds-checked for
+            // this extent; the output is this instruction's own register or
+            // this block's rows of the target, which no input overlaps
+            // (registers are written once, before their readers; aliasing of
+            // fields and target is refused before evaluation).
+            unsafe {
+                match instruction {
+                    Instruction::Linear { form, products, .. } => {
+                        let terms: smallvec::SmallVec<[(Stream, f64); 8]> =
+                            form.terms.iter().map(|(s, w)| (stream(*s), *w)).collect();
+                        // A constant alone is the first product pass's start value.
+                        let mut assigned = false;
+                        if !terms.is_empty() || products.is_empty() {
+                            linear(out, extent, form.constant, &terms);
+                            assigned = true;
+                        }
+                        let products: smallvec::SmallVec<[(f64, Resolved, Resolved); 4]> = products
+                            .iter()
+                            .map(|(w, l, r)| (*w, resolve(l), resolve(r)))
+                            .collect();
+                        let mut rest = products.as_slice();
+                        while !rest.is_empty() {
+                            let shape = (factor_shape(&rest[0].1), factor_shape(&rest[0].2));
+                            let count = rest
+                                .iter()
+                                .take(MAX_FUSED_PRODUCTS)
+                                .take_while(|(_, l, r)| (factor_shape(l), factor_shape(r)) == shape)
+                                .count();
+                            product_pass(out, extent, &rest[..count], !assigned, form.constant);
+                            assigned = true;
+                            rest = &rest[count..];
+                        }
                     }
-                }
-                Instruction::Coordinate {
-                    axis,
-                    location,
-                    row_offset,
-                    ..
-                } => {
-                    let layout = &self.layouts[location];
-                    for (i, o) in out.iter_mut().enumerate() {
-                        *o = layout.coordinate([
-                            start + i as isize,
-                            j + row_offset[0],
-                            k + row_offset[1],
-                        ])[*axis];
+                    Instruction::Unary { op, arg, .. } => {
+                        dispatch_unary!(*op, out, extent, resolve(arg))
                     }
-                }
-                Instruction::Mask {
-                    set,
-                    location,
-                    row_offset,
-                    ..
-                } => {
-                    let layout = &self.layouts[location];
-                    for (i, o) in out.iter_mut().enumerate() {
-                        let index = [start + i as isize, j + row_offset[0], k + row_offset[1]];
-                        *o = f64::from(set.contains(index, layout));
+                    Instruction::Binary {
+                        op, left, right, ..
+                    } => {
+                        dispatch_binary!(*op, out, extent, resolve(left), resolve(right))
                     }
-                }
-                Instruction::Limited {
-                    limiter,
-                    velocity,
-                    cells,
-                    ..
-                } => {
-                    let v = resolve(velocity);
-                    let [m2, m1, p0, p1] = cells.map(|c| resolve(&c));
-                    for (i, o) in out.iter_mut().enumerate() {
-                        *o = if v.at(i) >= 0.0 {
-                            limiter.face_value(m2.at(i), m1.at(i), p0.at(i))
-                        } else {
-                            limiter.face_value(p1.at(i), p0.at(i), m1.at(i))
-                        };
+                    Instruction::Select {
+                        condition,
+                        if_true,
+                        if_false,
+                        ..
+                    } => {
+                        let (c, t, f) = (resolve(condition), resolve(if_true), resolve(if_false));
+                        for r in 0..rows {
+                            let o = std::slice::from_raw_parts_mut(
+                                out.pointer.offset(r as isize * out.row_stride),
+                                n,
+                            );
+                            for (i, o) in o.iter_mut().enumerate() {
+                                *o = if c.at(r, i) != 0.0 {
+                                    t.at(r, i)
+                                } else {
+                                    f.at(r, i)
+                                };
+                            }
+                        }
+                    }
+                    Instruction::Coordinate {
+                        axis,
+                        location,
+                        row_offset,
+                        ..
+                    } => {
+                        let layout = &self.layouts[location];
+                        for r in 0..rows {
+                            let o = std::slice::from_raw_parts_mut(
+                                out.pointer.offset(r as isize * out.row_stride),
+                                n,
+                            );
+                            let (j, kk) = (j0 + r as isize + row_offset[0], k + row_offset[1]);
+                            for (i, o) in o.iter_mut().enumerate() {
+                                *o = layout.coordinate([start + i as isize, j, kk])[*axis];
+                            }
+                        }
+                    }
+                    Instruction::Mask {
+                        set,
+                        location,
+                        row_offset,
+                        ..
+                    } => {
+                        let layout = &self.layouts[location];
+                        for r in 0..rows {
+                            let o = std::slice::from_raw_parts_mut(
+                                out.pointer.offset(r as isize * out.row_stride),
+                                n,
+                            );
+                            let (j, kk) = (j0 + r as isize + row_offset[0], k + row_offset[1]);
+                            for (i, o) in o.iter_mut().enumerate() {
+                                *o = f64::from(set.contains([start + i as isize, j, kk], layout));
+                            }
+                        }
+                    }
+                    Instruction::Limited {
+                        limiter,
+                        velocity,
+                        cells,
+                        ..
+                    } => {
+                        let v = resolve(velocity);
+                        let [m2, m1, p0, p1] = cells.map(|c| resolve(&c));
+                        for r in 0..rows {
+                            let o = std::slice::from_raw_parts_mut(
+                                out.pointer.offset(r as isize * out.row_stride),
+                                n,
+                            );
+                            for (i, o) in o.iter_mut().enumerate() {
+                                *o = if v.at(r, i) >= 0.0 {
+                                    limiter.face_value(m2.at(r, i), m1.at(r, i), p0.at(r, i))
+                                } else {
+                                    limiter.face_value(p1.at(r, i), p0.at(r, i), m1.at(r, i))
+                                };
+                            }
+                        }
                     }
                 }
             }
         }
     }
 
-    /// The result register's values for the tile just run.
-    fn result_row<'s>(&self, scratch: &'s [f64], register: Register, n: usize) -> &'s [f64] {
-        let at = register as usize * self.width + self.halo as usize;
+    /// Row `r` of the result register after a block of `n` points per row.
+    fn result_row<'s>(&self, scratch: &'s [f64], r: usize, n: usize) -> &'s [f64] {
+        let at =
+            self.kernel.result as usize * self.register_len() + r * self.width + self.halo as usize;
         &scratch[at..at + n]
     }
 }
 
-/// Builds the shared context and the rows of `region`.
-fn context<'a>(
+/// A run of rows of one plane, processed as blocks along x.
+#[derive(Debug, Clone, Copy)]
+struct RowGroup {
+    j0: isize,
+    rows: usize,
+    k: isize,
+    /// Index of the group's first row in the region's row numbering.
+    first_row: usize,
+}
+
+/// The context, and the region's row groups in (k, j) order.
+fn plan<'a>(
     kernel: &'a Kernel,
     fields: &'a [FieldData<'a>],
     patch: &Patch,
     region: &IndexBox,
-) -> Context<'a> {
-    let tile = (region.extent()[0]).clamp(1, TILE);
+) -> (Context<'a>, Vec<RowGroup>) {
+    let [nx, ny, _] = region.extent();
+    let tile = nx.clamp(1, TILE);
+    // Bigger blocks share each instruction call's overhead among more
+    // points; registers must still fit in L1 (about 64 KiB of them).
+    let block_points =
+        (L1_REGISTER_BYTES / (8 * kernel.registers.max(1))).clamp(MIN_BLOCK_POINTS, BLOCK_POINTS);
+    let rows = (block_points / tile).clamp(1, ny.max(1));
     let halo = kernel.halo;
-    let mut layouts = HashMap::new();
-    for kind in LocationKind::ALL {
-        layouts.insert(kind, FieldLayout::new(patch, kind));
+    let layouts = LocationKind::ALL
+        .into_iter()
+        .map(|kind| (kind, FieldLayout::new(patch, kind)))
+        .collect();
+    let mut groups = Vec::new();
+    let mut first_row = 0;
+    for k in region.lo[2]..region.hi[2] {
+        let mut j0 = region.lo[1];
+        while j0 < region.hi[1] {
+            let count = rows.min((region.hi[1] - j0) as usize);
+            groups.push(RowGroup {
+                j0,
+                rows: count,
+                k,
+                first_row,
+            });
+            first_row += count;
+            j0 += count as isize;
+        }
     }
-    Context {
+    let context = Context {
         kernel,
         fields,
         layouts,
         width: tile + 2 * halo as usize,
+        rows,
         halo,
-    }
+    };
+    (context, groups)
 }
 
-fn rows_of(region: &IndexBox) -> (usize, impl Fn(usize) -> (isize, isize) + Sync + '_) {
-    let ny = region.extent()[1];
-    let rows = region.extent()[1] * region.extent()[2];
-    (rows, move |r: usize| {
-        (
-            region.lo[1] + (r % ny) as isize,
-            region.lo[2] + (r / ny) as isize,
-        )
-    })
-}
-
-fn x_tiles(region: &IndexBox) -> impl Iterator<Item = (isize, isize)> + '_ {
+fn blocks_of<'r>(group: &RowGroup, region: &'r IndexBox) -> impl Iterator<Item = Block> + 'r {
+    let group = *group;
     (region.lo[0]..region.hi[0])
         .step_by(TILE)
-        .map(|x0| (x0, (x0 + TILE as isize).min(region.hi[0])))
+        .map(move |x0| Block {
+            x0,
+            x1: (x0 + TILE as isize).min(region.hi[0]),
+            j0: group.j0,
+            rows: group.rows,
+            k: group.k,
+        })
+}
+
+/// Splits `count` items into contiguous ranges for `threads` threads
+/// (several per thread, for balance).
+fn chunk_ranges(count: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
+    let chunks = (threads * 4).clamp(1, count.max(1));
+    (0..chunks)
+        .map(|c| c * count / chunks..(c + 1) * count / chunks)
+        .collect()
 }
 
 /// Evaluates `kernel` into the target over `region`.
@@ -559,25 +1132,22 @@ pub(crate) fn assign(
     if region.is_empty() {
         return;
     }
-    let ctx = context(kernel, fields, patch, &region);
-    let (rows, row) = rows_of(&region);
-    let run_rows = |range: std::ops::Range<usize>| {
-        let mut scratch = vec![0.0; kernel.registers.max(1) * ctx.width];
-        for r in range {
-            let (j, k) = row(r);
-            for (x0, x1) in x_tiles(&region) {
-                ctx.tile(&mut scratch, Some(&target), j, k, x0, x1);
+    let (ctx, groups) = plan(kernel, fields, patch, &region);
+    let run_groups = |groups: &[RowGroup]| {
+        let mut scratch = ctx.scratch();
+        for group in groups {
+            for block in blocks_of(group, &region) {
+                ctx.run_block(&mut scratch, Some(&target), block);
             }
         }
     };
     parallelism.run(|threads| {
-        if threads <= 1 || rows < 2 {
-            run_rows(0..rows);
+        if threads <= 1 || groups.len() < 2 {
+            run_groups(&groups);
         } else {
-            let chunks = (threads * 8).min(rows);
-            (0..chunks)
+            chunk_ranges(groups.len(), threads)
                 .into_par_iter()
-                .for_each(|c| run_rows(c * rows / chunks..(c + 1) * rows / chunks));
+                .for_each(|range| run_groups(&groups[range]));
         }
     });
 }
@@ -594,32 +1164,43 @@ pub(crate) fn reduce(
     if region.is_empty() {
         return reduction.identity();
     }
-    let ctx = context(kernel, fields, patch, &region);
-    let (rows, row) = rows_of(&region);
+    let (ctx, groups) = plan(kernel, fields, patch, &region);
+    let rows = region.extent()[1] * region.extent()[2];
     let mut partials = vec![reduction.identity(); rows];
-    let run_rows = |first: usize, out: &mut [f64]| {
-        let mut scratch = vec![0.0; kernel.registers.max(1) * ctx.width];
-        for (offset, partial) in out.iter_mut().enumerate() {
-            let (j, k) = row(first + offset);
-            let mut accumulator = reduction.identity();
-            for (x0, x1) in x_tiles(&region) {
-                ctx.tile(&mut scratch, None, j, k, x0, x1);
-                for &v in ctx.result_row(&scratch, kernel.result, (x1 - x0) as usize) {
-                    accumulator = reduction.combine(accumulator, v);
+    // Per-row partials, accumulated along x in block order.
+    let run_groups = |groups: &[RowGroup], out: &mut [f64]| {
+        let mut scratch = ctx.scratch();
+        let offset = groups.first().map_or(0, |g| g.first_row);
+        for group in groups {
+            for block in blocks_of(group, &region) {
+                ctx.run_block(&mut scratch, None, block);
+                let n = (block.x1 - block.x0) as usize;
+                for r in 0..group.rows {
+                    let partial = &mut out[group.first_row - offset + r];
+                    for &v in ctx.result_row(&scratch, r, n) {
+                        *partial = reduction.combine(*partial, v);
+                    }
                 }
             }
-            *partial = accumulator;
         }
     };
     parallelism.run(|threads| {
-        if threads <= 1 || rows < 2 {
-            run_rows(0, &mut partials);
+        if threads <= 1 || groups.len() < 2 {
+            run_groups(&groups, &mut partials);
         } else {
-            let per_chunk = rows.div_ceil(threads * 8);
-            partials
-                .par_chunks_mut(per_chunk)
-                .enumerate()
-                .for_each(|(c, out)| run_rows(c * per_chunk, out));
+            // Split the partials at the row boundaries of the group chunks.
+            let ranges = chunk_ranges(groups.len(), threads);
+            let mut pieces = Vec::with_capacity(ranges.len());
+            let mut rest: &mut [f64] = &mut partials;
+            for range in &ranges {
+                let rows_in: usize = groups[range.clone()].iter().map(|g| g.rows).sum();
+                let (piece, tail) = rest.split_at_mut(rows_in);
+                pieces.push((range.clone(), piece));
+                rest = tail;
+            }
+            pieces
+                .into_par_iter()
+                .for_each(|(range, piece)| run_groups(&groups[range], piece));
         }
     });
     partials

@@ -10,7 +10,6 @@
 use crate::ir::Node;
 use crate::mask::Mask;
 use crate::pointwise::{BinaryOp, UnaryOp};
-use smallvec::SmallVec;
 use std::marker::PhantomData;
 use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
 use std::sync::Arc;
@@ -43,8 +42,10 @@ impl<L: Location> BoundField for SpatialField<L, f64> {
     }
 }
 
-/// The fields an expression reads, without duplicates.
-pub type Bindings<'a> = SmallVec<[&'a dyn BoundField; 4]>;
+/// The fields an expression reads, without duplicates. (A `Vec`, not a
+/// `SmallVec`: it must be covariant in `'a` so that expressions borrowing
+/// fields of different lifetimes combine.)
+pub type Bindings<'a> = Vec<&'a dyn BoundField>;
 
 fn merge<'a>(mut a: Bindings<'a>, b: &Bindings<'a>) -> Bindings<'a> {
     for field in b {
@@ -105,7 +106,7 @@ impl<'a, L: Location> Expr<'a, L> {
 
     /// A constant.
     pub fn constant(value: f64) -> Self {
-        Expr::new(Node::Constant(value), SmallVec::new())
+        Expr::new(Node::Constant(value), Vec::new())
     }
 
     /// The IR tree.
@@ -162,8 +163,7 @@ impl<'a, L: Location> Expr<'a, L> {
 
 impl<'a, L: Location> From<&'a SpatialField<L, f64>> for Expr<'a, L> {
     fn from(field: &'a SpatialField<L, f64>) -> Self {
-        let mut fields: Bindings<'a> = SmallVec::new();
-        fields.push(field);
+        let fields: Bindings<'a> = vec![field];
         Expr::new(
             Node::Field {
                 id: field.id(),
@@ -302,7 +302,7 @@ pub fn coordinate<'a, L: Location>(axis: usize) -> Expr<'a, L> {
             axis: axis.min(2),
             location: L::KIND,
         },
-        SmallVec::new(),
+        Vec::new(),
     )
 }
 
@@ -346,7 +346,7 @@ pub fn on<'a, L: Location>(mask: &Mask<L>) -> Condition<'a, L> {
             set: mask.set.clone(),
             location: L::KIND,
         },
-        SmallVec::new(),
+        Vec::new(),
     ))
 }
 

@@ -6,11 +6,14 @@
 //! into *linear forms* `c + sum_t w_t * source_t[i + shift_t]` whose sources
 //! are field rows (read in place, at any offset) or registers. Only nonlinear
 //! operations (products, functions, comparisons, selections, limiters)
-//! become instructions, each writing one register: a row buffer of a few
-//! hundred values that stays in L1. Small linear forms (one or two terms) are
-//! evaluated inline by the instruction that consumes them, so
-//! `div(interp(gamma) * grad(phi))` in 3D is five product instructions and one
-//! six-term sum per row, the work of a hand-written loop.
+//! become instructions, each writing one register: a row buffer that stays in
+//! L1. Small linear forms (one or two terms) are evaluated inline by the
+//! instruction that consumes them. Weights are pulled out of products
+//! (`(wa A)(wb B) = wa wb (A B)`), and a product whose only readers are linear
+//! combinations is evaluated inline by each of them (at the reader's shift),
+//! as a hand-written loop computes a face flux on the fly for each cell. So
+//! `div(interp(gamma) * grad(phi))` in 3D is one instruction: the sum of six
+//! products `(gamma_a + gamma_b) * (phi_a - phi_b)` written to the target.
 //!
 //! A stencil offset along y or z re-lowers its argument for that neighbouring
 //! row (memoised, so each row's flux is computed once); an offset along x
@@ -56,6 +59,16 @@ pub enum Source {
 }
 
 impl Source {
+    fn renamed(self, rename: &impl Fn(Register) -> Register) -> Source {
+        match self {
+            Source::Register { register, shift } => Source::Register {
+                register: rename(register),
+                shift,
+            },
+            field => field,
+        }
+    }
+
     fn shifted_x(self, by: isize) -> Source {
         match self {
             Source::Field { slot, mut offset } => {
@@ -140,6 +153,26 @@ pub enum Operand {
 }
 
 impl Operand {
+    fn renamed(self, rename: &impl Fn(Register) -> Register) -> Operand {
+        match self {
+            Operand::Constant(c) => Operand::Constant(c),
+            Operand::One(s, w) => Operand::One(s.renamed(rename), w),
+            Operand::Two(s0, w0, s1, w1) => {
+                Operand::Two(s0.renamed(rename), w0, s1.renamed(rename), w1)
+            }
+        }
+    }
+
+    fn shifted_x(self, by: isize) -> Operand {
+        match self {
+            Operand::Constant(c) => Operand::Constant(c),
+            Operand::One(s, w) => Operand::One(s.shifted_x(by), w),
+            Operand::Two(s0, w0, s1, w1) => {
+                Operand::Two(s0.shifted_x(by), w0, s1.shifted_x(by), w1)
+            }
+        }
+    }
+
     fn sources(&self) -> SmallVec<[Source; 2]> {
         match *self {
             Operand::Constant(_) => SmallVec::new(),
@@ -152,12 +185,16 @@ impl Operand {
 /// One step of a row program. Each writes register `out` over its range.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Instruction {
-    /// `out = form`.
+    /// `out = form + sum_k w_k * left_k * right_k`: a linear combination in
+    /// which products read only here are evaluated inline (fused), saving
+    /// their store and reload.
     Linear {
         /// Destination.
         out: Register,
         /// The linear form.
         form: LinearForm,
+        /// Fused products `(w, left, right)`.
+        products: Vec<(f64, Operand, Operand)>,
     },
     /// `out = op(arg)`.
     Unary {
@@ -257,7 +294,13 @@ impl Instruction {
     pub fn sources(&self) -> SmallVec<[Source; 8]> {
         let mut all = SmallVec::new();
         match self {
-            Instruction::Linear { form, .. } => all.extend(form.terms.iter().map(|(s, _)| *s)),
+            Instruction::Linear { form, products, .. } => {
+                all.extend(form.terms.iter().map(|(s, _)| *s));
+                for (_, left, right) in products {
+                    all.extend(left.sources());
+                    all.extend(right.sources());
+                }
+            }
             Instruction::Unary { arg, .. } => all.extend(arg.sources()),
             Instruction::Binary { left, right, .. } => {
                 all.extend(left.sources());
@@ -367,7 +410,11 @@ impl Lowering<'_> {
                 _ => {}
             }
         }
-        let materialised = self.emit(|out| Instruction::Linear { out, form });
+        let materialised = self.emit(|out| Instruction::Linear {
+            out,
+            form,
+            products: Vec::new(),
+        });
         Operand::One(materialised.terms[0].0, 1.0)
     }
 
@@ -443,6 +490,32 @@ impl Lowering<'_> {
                     (BinaryOp::Multiply, Some(x), None) => b.scaled(x),
                     (BinaryOp::Multiply, None, Some(y)) => a.scaled(y),
                     (BinaryOp::Divide, None, Some(y)) => a.scaled(1.0 / y),
+                    (BinaryOp::Multiply | BinaryOp::Divide, None, None)
+                        if a.constant == 0.0 && b.constant == 0.0 =>
+                    {
+                        // Pull the weights out of both factors into the
+                        // consumer's weight: (wa A)(wb B) = (wa wb) (A B), so
+                        // the product loop does no scaling (e.g. a face
+                        // diffusivity times a gradient is one add, one
+                        // subtract and one multiply per point).
+                        let (wa, wb) = (a.terms[0].1, b.terms[0].1);
+                        let (left, right) = (a.scaled(1.0 / wa), b.scaled(1.0 / wb));
+                        let left = self.operand(left);
+                        let right = self.operand(right);
+                        let op = *op;
+                        let product = self.emit(|out| Instruction::Binary {
+                            op,
+                            out,
+                            left,
+                            right,
+                        });
+                        let factor = if op == BinaryOp::Multiply {
+                            wa * wb
+                        } else {
+                            wa / wb
+                        };
+                        product.scaled(factor)
+                    }
                     _ => {
                         let left = self.operand(a);
                         let right = self.operand(b);
@@ -564,7 +637,7 @@ impl Kernel {
             ..
         } = lowering;
         let mut registers = registers;
-        let result;
+        let result: Register;
         // Let the last instruction write the result directly when the root
         // is exactly its register and nothing else reads it.
         let direct = match form.terms.as_slice() {
@@ -595,10 +668,17 @@ impl Kernel {
                     registers += 1;
                     registers - 1
                 };
-                instructions.push(Instruction::Linear { out, form });
+                instructions.push(Instruction::Linear {
+                    out,
+                    form,
+                    products: Vec::new(),
+                });
                 result = out;
             }
         }
+
+        fuse_products(&mut instructions);
+        let (registers, result) = compact_registers(&mut instructions, result);
 
         // Backward pass: how far each register extends beyond the tile.
         let mut extensions: Vec<Option<(isize, isize)>> = vec![None; registers as usize];
@@ -702,6 +782,119 @@ impl Kernel {
     }
 }
 
+/// Renumbers the registers `0..count` in order of definition (fusion leaves
+/// gaps); returns the count and the result register's new number.
+fn compact_registers(instructions: &mut [Instruction], result: Register) -> (u16, Register) {
+    let mut numbers: HashMap<Register, Register> = HashMap::new();
+    for instruction in instructions.iter() {
+        let out = instruction.out();
+        if out != OUTPUT {
+            let next = numbers.len() as Register;
+            numbers.entry(out).or_insert(next);
+        }
+    }
+    let rename = |r: Register| if r == OUTPUT { OUTPUT } else { numbers[&r] };
+    for instruction in instructions.iter_mut() {
+        *instruction.out_mut() = rename(instruction.out());
+        match instruction {
+            Instruction::Linear { form, products, .. } => {
+                for term in &mut form.terms {
+                    term.0 = term.0.renamed(&rename);
+                }
+                for (_, left, right) in products.iter_mut() {
+                    *left = left.renamed(&rename);
+                    *right = right.renamed(&rename);
+                }
+            }
+            Instruction::Unary { arg, .. } => *arg = arg.renamed(&rename),
+            Instruction::Binary { left, right, .. } => {
+                *left = left.renamed(&rename);
+                *right = right.renamed(&rename);
+            }
+            Instruction::Select {
+                condition,
+                if_true,
+                if_false,
+                ..
+            } => {
+                for operand in [condition, if_true, if_false] {
+                    *operand = operand.renamed(&rename);
+                }
+            }
+            Instruction::Coordinate { .. } | Instruction::Mask { .. } => {}
+            Instruction::Limited {
+                velocity, cells, ..
+            } => {
+                *velocity = velocity.renamed(&rename);
+                for cell in cells.iter_mut() {
+                    *cell = cell.renamed(&rename);
+                }
+            }
+        }
+    }
+    (numbers.len() as u16, rename(result))
+}
+
+/// True for the operand shapes fused products are specialised for: `a`,
+/// `a + b`, `a - b` (the shapes weight factoring produces).
+pub fn fusable_factor(operand: &Operand) -> bool {
+    matches!(operand, Operand::One(_, w) if *w == 1.0)
+        || matches!(operand, Operand::Two(_, w0, _, w1) if *w0 == 1.0 && w1.abs() == 1.0)
+}
+
+/// Moves products into the linear combinations that read them: a product
+/// of two fusable factors whose every reader is a linear combination is
+/// evaluated inline by each reader (at the reader's shift), like a
+/// hand-written loop that computes a face flux on the fly for each
+/// neighbouring cell. The product register then disappears.
+fn fuse_products(instructions: &mut Vec<Instruction>) {
+    let mut readers: HashMap<Register, (usize, bool)> = HashMap::new();
+    for instruction in instructions.iter() {
+        let linear = matches!(instruction, Instruction::Linear { .. });
+        for source in instruction.sources() {
+            if let Source::Register { register, .. } = source {
+                let entry = readers.entry(register).or_insert((0, true));
+                entry.0 += 1;
+                entry.1 &= linear;
+            }
+        }
+    }
+    let mut fused: HashMap<Register, (Operand, Operand)> = HashMap::new();
+    for instruction in instructions.iter() {
+        if let Instruction::Binary {
+            op: BinaryOp::Multiply,
+            out,
+            left,
+            right,
+        } = instruction
+            && readers
+                .get(out)
+                .is_some_and(|&(count, only_linear)| count > 0 && only_linear)
+            && fusable_factor(left)
+            && fusable_factor(right)
+        {
+            fused.insert(*out, (*left, *right));
+        }
+    }
+    if fused.is_empty() {
+        return;
+    }
+    for instruction in instructions.iter_mut() {
+        if let Instruction::Linear { form, products, .. } = instruction {
+            form.terms.retain(|(source, weight)| match source {
+                Source::Register { register, shift } if fused.contains_key(register) => {
+                    let (left, right) = fused[register];
+                    products.push((*weight, left.shifted_x(*shift), right.shifted_x(*shift)));
+                    false
+                }
+                _ => true,
+            });
+        }
+    }
+    instructions
+        .retain(|i| !(matches!(i, Instruction::Binary { .. }) && fused.contains_key(&i.out())));
+}
+
 fn describe_source(source: &Source, kernel: &Kernel) -> String {
     match source {
         Source::Field { slot, offset } => {
@@ -753,12 +946,19 @@ impl fmt::Display for Kernel {
         for instruction in &self.instructions {
             let out = name(instruction.out());
             match instruction {
-                Instruction::Linear { form, .. } => {
+                Instruction::Linear { form, products, .. } => {
                     let mut parts: Vec<String> = form
                         .terms
                         .iter()
                         .map(|(s, w)| format!("{w:?}*{}", describe_source(s, self)))
                         .collect();
+                    parts.extend(products.iter().map(|(w, l, r)| {
+                        format!(
+                            "{w:?}*{}*{}",
+                            describe_operand(l, self),
+                            describe_operand(r, self)
+                        )
+                    }));
                     if form.constant != 0.0 || parts.is_empty() {
                         parts.push(format!("{:?}", form.constant));
                     }

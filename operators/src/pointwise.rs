@@ -230,6 +230,9 @@ impl Limiter {
 
     /// `psi(r)`.
     #[inline(always)]
+    // `min`/`max` rather than `clamp`: clamp would turn a NaN ratio into a
+    // NaN limiter value, changing results.
+    #[allow(clippy::manual_clamp)]
     pub fn psi(self, r: f64) -> f64 {
         match self {
             Limiter::Minmod => r.min(1.0).max(0.0),
