@@ -1,12 +1,64 @@
 //! # watershed-exprgraph
 //!
-//! The expression graph of Watershed (its ExprLib): tags and contexts,
-//! expressions that advertise the fields they compute and require, the
-//! factory and the DAG built from root tags, placement on CPU threads or CUDA
-//! streams, fusion of fine-grained language nodes, the memory plan from field
-//! lifetimes, and the scheduler with its Chrome-trace timeline.
+//! The expression graph of Watershed (its ExprLib). Users register
+//! expressions that compute fields (named by [`Tag`]s) from other fields; the
+//! graph is built from root tags, fused, planned and executed many times.
 //!
-//! Not built yet: this crate is the place for the expression-graph issue. It
-//! depends on [`watershed_fields`] and [`watershed_operators`].
+//! ```
+//! use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, Tag};
+//! use watershed_fields::{CellCentre, Grid, LocationKind};
+//! use watershed_operators::{div, grad, interp};
+//!
+//! let (phi, gamma, rhs) = (Tag::none("phi"), Tag::none("gamma"), Tag::none("rhs"));
+//! let mut factory = Factory::new();
+//! factory.placeholder(phi.clone(), LocationKind::CellCentre)?;
+//! factory.placeholder(gamma.clone(), LocationKind::CellCentre)?;
+//! let (p, g) = (phi.clone(), gamma.clone());
+//! factory.register(LanguageExpression::new::<CellCentre>(rhs.clone(), move |s| {
+//!     div(interp(s.field(&g)) * grad(s.field(&p)))
+//! }))?;
+//! let patch = Grid::new([16, 16, 16], [1.0; 3], [0.0; 3])?.whole_domain(1);
+//! let graph = ExpressionGraph::build(&factory, &[rhs.clone()], &patch, &GraphOptions::default())?;
+//! graph.execute(ExecutionMode::Threaded(2))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Crate layout
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`tag`] | [`Tag`] and [`Context`] (STATE_N, STATE_NP1, STATE_NONE, ...) |
+//! | [`expression`] | the [`Expression`] trait, [`LanguageExpression`], [`NativeExpression`] |
+//! | [`factory`] | [`Factory`]: builders by tag, placeholders, modifiers |
+//! | [`graph`] | [`ExpressionGraph`]: building from roots, persistence, introspection, DOT |
+//! | [`analyses`] | critical path and plan order; field lifetimes and the memory plan |
+//! | [`passes`] | fusion of language nodes |
+//! | [`scheduler`] | execution: serial or threaded, memory budget, the node protocol |
+//! | [`trace`] | Chrome-trace timeline and the timing table |
+//! | [`store`] | [`AnyField`] and the per-graph field store |
+//! | [`error`] | [`GraphError`] |
 
+#![warn(missing_docs)]
+
+pub mod analyses;
+pub mod error;
+pub mod expression;
+pub mod factory;
+pub mod graph;
+pub mod passes;
+pub mod scheduler;
+pub mod store;
+pub mod tag;
+pub mod trace;
+
+pub use error::{GraphError, GraphResult};
+pub use expression::{
+    EvaluationContext, Expression, ExpressionKind, LanguageExpression, NativeExpression, Symbols,
+};
+pub use factory::Factory;
+pub use graph::{ExpressionGraph, FieldInfo, GraphOptions, Target};
+pub use scheduler::{ExecutionMode, ExecutionReport, TraceEvent};
+pub use store::{AnyField, GraphLocation};
+pub use tag::{Context, Tag};
+pub use trace::{ExpressionTiming, TimingTable};
 pub use watershed_operators as operators;

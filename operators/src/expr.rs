@@ -104,6 +104,20 @@ impl<'a, L: Location> Expr<'a, L> {
         }
     }
 
+    /// A leaf for a field that is bound only at evaluation time (see
+    /// [`crate::assign_node`]): the expression graph uses this for fields
+    /// named by tags. `id` must match the [`BoundField::id`] supplied then.
+    pub fn symbol(id: u64, name: &str) -> Self {
+        Expr::new(
+            Node::Field {
+                id,
+                name: name.into(),
+                location: L::KIND,
+            },
+            Vec::new(),
+        )
+    }
+
     /// A constant.
     pub fn constant(value: f64) -> Self {
         Expr::new(Node::Constant(value), Vec::new())

@@ -140,6 +140,42 @@ impl Node {
         found
     }
 
+    /// This tree with every leaf of field `id` replaced by `replacement`
+    /// (subtrees without that leaf are shared, not copied). Graph fusion
+    /// uses it to inline a producer's expression into its consumer.
+    pub fn substitute(self: &Arc<Node>, id: u64, replacement: &Arc<Node>) -> Arc<Node> {
+        let swap = |child: &Arc<Node>| child.substitute(id, replacement);
+        match self.as_ref() {
+            Node::Field { id: leaf, .. } if *leaf == id => replacement.clone(),
+            Node::Field { .. }
+            | Node::Constant(_)
+            | Node::Coordinate { .. }
+            | Node::Mask { .. } => self.clone(),
+            Node::Unary { op, arg } => Arc::new(Node::Unary {
+                op: *op,
+                arg: swap(arg),
+            }),
+            Node::Binary { op, left, right } => Arc::new(Node::Binary {
+                op: *op,
+                left: swap(left),
+                right: swap(right),
+            }),
+            Node::Select {
+                condition,
+                if_true,
+                if_false,
+            } => Arc::new(Node::Select {
+                condition: swap(condition),
+                if_true: swap(if_true),
+                if_false: swap(if_false),
+            }),
+            Node::Stencil { op, args } => Arc::new(Node::Stencil {
+                op: *op,
+                args: args.iter().map(swap).collect(),
+            }),
+        }
+    }
+
     /// Calls `f` on every node, parents before children.
     pub fn visit(&self, f: &mut impl FnMut(&Node)) {
         f(self);

@@ -1,0 +1,126 @@
+//! The one error type of the `exprgraph` crate, grouped by phase: building
+//! the graph, planning memory, executing. Variants name the tags at fault.
+
+use crate::tag::Tag;
+use watershed_fields::{FieldError, LocationKind};
+use watershed_operators::OperatorError;
+
+/// Result alias used throughout the crate.
+pub type GraphResult<T> = Result<T, GraphError>;
+
+/// Everything that can go wrong building or running a graph.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    // ---- building --------------------------------------------------------
+    /// A required tag has no producer and is no placeholder.
+    #[error(
+        "tag {tag} is required by {required_by} but nothing computes it; register an expression that computes it or declare it a placeholder"
+    )]
+    MissingProducer {
+        /// The tag nobody computes.
+        tag: Tag,
+        /// Who required it (an expression name, or "the root list").
+        required_by: String,
+    },
+
+    /// Two expressions compute the same tag.
+    #[error("tag {tag} is computed by both {first} and {second}; remove one of them")]
+    DuplicateProducer {
+        /// The tag.
+        tag: Tag,
+        /// The expression registered first.
+        first: String,
+        /// The expression registered second.
+        second: String,
+    },
+
+    /// The dependencies form a cycle.
+    #[error("the expressions form a cycle: {}", cycle.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" -> "))]
+    Cycle {
+        /// The tags around the cycle, first repeated at the end.
+        cycle: Vec<Tag>,
+    },
+
+    /// A tag is used with two different locations.
+    #[error("tag {tag} is declared as {first} by {first_by} and as {second} by {second_by}")]
+    LocationConflict {
+        /// The tag.
+        tag: Tag,
+        /// First location seen.
+        first: LocationKind,
+        /// Who declared it.
+        first_by: String,
+        /// Second location seen.
+        second: LocationKind,
+        /// Who declared it.
+        second_by: String,
+    },
+
+    /// A tag that the graph does not hold.
+    #[error("tag {tag} is not part of this graph ({what})")]
+    UnknownTag {
+        /// The tag.
+        tag: Tag,
+        /// What was attempted.
+        what: String,
+    },
+
+    /// A field was accessed with the wrong location type.
+    #[error("tag {tag} is a {actual} field, but it was accessed as {requested}")]
+    WrongLocation {
+        /// The tag.
+        tag: Tag,
+        /// Its location.
+        actual: LocationKind,
+        /// The location asked for.
+        requested: LocationKind,
+    },
+
+    /// A field is not available (a scratch field outside its lifetime, or a
+    /// field the expression did not declare).
+    #[error("field {tag} is not available to {expression}: {reason}")]
+    FieldUnavailable {
+        /// The tag.
+        tag: Tag,
+        /// The expression asking.
+        expression: String,
+        /// Why.
+        reason: String,
+    },
+
+    // ---- memory plan ------------------------------------------------------
+    /// The memory budget cannot run some expression at all.
+    #[error(
+        "a memory budget of {budget} bytes is below the {needed} bytes that {expression} needs for its scratch inputs and outputs at once; raise the budget to at least {needed} bytes"
+    )]
+    BudgetTooSmall {
+        /// The budget.
+        budget: usize,
+        /// The smallest workable budget.
+        needed: usize,
+        /// The expression that needs it.
+        expression: String,
+    },
+
+    // ---- execution ---------------------------------------------------------
+    /// An expression failed.
+    #[error("expression {expression} failed: {source}")]
+    Expression {
+        /// The expression's name.
+        expression: String,
+        /// What went wrong.
+        source: Box<GraphError>,
+    },
+
+    /// An error of the expression language.
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+
+    /// An error of the fields layer.
+    #[error(transparent)]
+    Field(#[from] FieldError),
+
+    /// A native expression reported a failure.
+    #[error("{0}")]
+    Native(String),
+}

@@ -1,0 +1,382 @@
+//! Expressions: the nodes of a graph. Each computes one or more fields and
+//! requires others.
+//!
+//! Two kinds:
+//! * [`LanguageExpression`]: an assignment written in the field-expression
+//!   language over fields named by tags. It can run on any device and can be
+//!   fused with its consumer (its IR is inlined there).
+//! * [`NativeExpression`]: arbitrary Rust code over CPU fields. CPU only.
+//!
+//! During evaluation an expression sees exactly the fields it declared,
+//! through an [`EvaluationContext`]: inputs read-only, outputs writable.
+
+use crate::error::{GraphError, GraphResult};
+use crate::store::{AnyField, GraphLocation};
+use crate::tag::Tag;
+use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
+use watershed_fields::{FieldLayout, FieldResult, Location, LocationKind, SpatialField};
+use watershed_operators::ir::Node;
+use watershed_operators::{AssignOptions, BoundField, Expr, Parallelism, Region, assign_node};
+
+/// The two kinds of expression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExpressionKind {
+    /// Written in the field-expression language: any device, fusable.
+    Language,
+    /// Hand-written Rust over CPU fields.
+    Native,
+}
+
+/// A node of the graph.
+pub trait Expression: Send + Sync {
+    /// A short name for messages, traces and DOT output.
+    fn name(&self) -> String;
+    /// The fields it computes, with their locations.
+    fn computes(&self) -> Vec<(Tag, LocationKind)>;
+    /// The fields it reads.
+    fn requires(&self) -> Vec<Tag>;
+    /// Language or native.
+    fn kind(&self) -> ExpressionKind;
+    /// The language form, for fusion (`None` for native expressions).
+    fn as_language(&self) -> Option<&LanguageExpression> {
+        None
+    }
+    /// Computes the outputs from the inputs.
+    fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()>;
+}
+
+/// The fields one expression may touch while it runs.
+pub struct EvaluationContext<'g> {
+    pub(crate) expression: &'g str,
+    pub(crate) inputs: Vec<(&'g Tag, RwLockReadGuard<'g, Option<AnyField>>)>,
+    pub(crate) outputs: Vec<(&'g Tag, RwLockWriteGuard<'g, Option<AnyField>>)>,
+    pub(crate) parallelism: Parallelism,
+}
+
+impl EvaluationContext<'_> {
+    fn unavailable(&self, tag: &Tag, reason: &str) -> GraphError {
+        GraphError::FieldUnavailable {
+            tag: tag.clone(),
+            expression: self.expression.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// How data-parallel loops inside the expression should use threads
+    /// (the scheduler's pool: nested parallelism without oversubscription).
+    pub fn parallelism(&self) -> Parallelism {
+        self.parallelism
+    }
+
+    /// An input field.
+    pub fn input_any(&self, tag: &Tag) -> GraphResult<&AnyField> {
+        let (_, guard) = self.inputs.iter().find(|(t, _)| *t == tag).ok_or_else(|| {
+            self.unavailable(tag, "it is not among the fields the expression requires")
+        })?;
+        guard
+            .as_ref()
+            .ok_or_else(|| self.unavailable(tag, "it has not been allocated"))
+    }
+
+    /// An input field of location `L`.
+    pub fn input<L: GraphLocation>(&self, tag: &Tag) -> GraphResult<&SpatialField<L>> {
+        let field = self.input_any(tag)?;
+        L::get(field).ok_or_else(|| GraphError::WrongLocation {
+            tag: tag.clone(),
+            actual: field.kind(),
+            requested: L::KIND,
+        })
+    }
+
+    /// An output field.
+    pub fn output_any(&mut self, tag: &Tag) -> GraphResult<&mut AnyField> {
+        let expression = self.expression;
+        let unavailable = |reason: &str| GraphError::FieldUnavailable {
+            tag: tag.clone(),
+            expression: expression.to_string(),
+            reason: reason.to_string(),
+        };
+        let (_, guard) = self
+            .outputs
+            .iter_mut()
+            .find(|(t, _)| *t == tag)
+            .ok_or_else(|| unavailable("it is not among the fields the expression computes"))?;
+        guard
+            .as_mut()
+            .ok_or_else(|| unavailable("it has not been allocated"))
+    }
+
+    /// An output field of location `L`.
+    pub fn output<L: GraphLocation>(&mut self, tag: &Tag) -> GraphResult<&mut SpatialField<L>> {
+        let field = self.output_any(tag)?;
+        let actual = field.kind();
+        L::get_mut(field).ok_or_else(|| GraphError::WrongLocation {
+            tag: tag.clone(),
+            actual,
+            requested: L::KIND,
+        })
+    }
+}
+
+/// A field bound under its tag's id, so IR leaves built from tags find it.
+struct TagBinding<'a> {
+    id: u64,
+    field: &'a dyn BoundField,
+}
+
+impl BoundField for TagBinding<'_> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn name(&self) -> &str {
+        self.field.name()
+    }
+    fn layout(&self) -> &FieldLayout {
+        self.field.layout()
+    }
+    fn cpu_values(&self) -> FieldResult<&[f64]> {
+        self.field.cpu_values()
+    }
+}
+
+/// Hands out expression leaves for tags while a [`LanguageExpression`] is built.
+#[derive(Debug, Default)]
+pub struct Symbols {
+    used: Vec<Tag>,
+}
+
+impl Symbols {
+    /// The field named `tag`, of location `L`, as an expression leaf.
+    pub fn field<L: Location>(&mut self, tag: &Tag) -> Expr<'static, L> {
+        if !self.used.contains(tag) {
+            self.used.push(tag.clone());
+        }
+        Expr::symbol(tag.id(), &tag.name)
+    }
+}
+
+/// An assignment `target <<= expression` over fields named by tags.
+///
+/// ```
+/// use watershed_exprgraph::{LanguageExpression, Tag};
+/// use watershed_fields::CellCentre;
+/// use watershed_operators::{div, grad, interp};
+/// let (rhs, gamma, phi) = (Tag::none("rhs"), Tag::none("gamma"), Tag::none("phi"));
+/// let expression = LanguageExpression::new::<CellCentre>(rhs, |s| {
+///     -div(interp(s.field(&gamma)) * grad(s.field(&phi)))
+/// });
+/// assert_eq!(expression.requires_tags().len(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct LanguageExpression {
+    target: Tag,
+    location: LocationKind,
+    root: Arc<Node>,
+    inputs: Vec<Tag>,
+}
+
+impl LanguageExpression {
+    /// `target = build(symbols)`, where `build` names its input fields with
+    /// [`Symbols::field`].
+    pub fn new<L: Location>(
+        target: Tag,
+        build: impl FnOnce(&mut Symbols) -> Expr<'static, L>,
+    ) -> Self {
+        let mut symbols = Symbols::default();
+        let expr = build(&mut symbols);
+        let root = expr.node().clone();
+        Self::from_parts(target, L::KIND, root, symbols.used)
+    }
+
+    fn from_parts(
+        target: Tag,
+        location: LocationKind,
+        root: Arc<Node>,
+        candidates: Vec<Tag>,
+    ) -> Self {
+        let ids: Vec<u64> = root.fields().iter().map(|(id, _, _)| *id).collect();
+        let inputs = candidates
+            .into_iter()
+            .filter(|t| ids.contains(&t.id()))
+            .collect();
+        LanguageExpression {
+            target,
+            location,
+            root,
+            inputs,
+        }
+    }
+
+    /// The tag assigned.
+    pub fn target(&self) -> &Tag {
+        &self.target
+    }
+
+    /// The IR of the right-hand side.
+    pub fn root(&self) -> &Arc<Node> {
+        &self.root
+    }
+
+    /// The tags read.
+    pub fn requires_tags(&self) -> &[Tag] {
+        &self.inputs
+    }
+
+    /// This expression with `producer` inlined for its target's leaves: the
+    /// fused node computes the same values without materialising the
+    /// producer's field.
+    pub fn fuse(&self, producer: &LanguageExpression) -> LanguageExpression {
+        let root = self.root.substitute(producer.target.id(), &producer.root);
+        let mut candidates: Vec<Tag> = self
+            .inputs
+            .iter()
+            .filter(|t| **t != producer.target)
+            .cloned()
+            .collect();
+        for tag in &producer.inputs {
+            if !candidates.contains(tag) {
+                candidates.push(tag.clone());
+            }
+        }
+        Self::from_parts(self.target.clone(), self.location, root, candidates)
+    }
+}
+
+impl Expression for LanguageExpression {
+    fn name(&self) -> String {
+        self.target.name.to_string()
+    }
+
+    fn computes(&self) -> Vec<(Tag, LocationKind)> {
+        vec![(self.target.clone(), self.location)]
+    }
+
+    fn requires(&self) -> Vec<Tag> {
+        self.inputs.clone()
+    }
+
+    fn kind(&self) -> ExpressionKind {
+        ExpressionKind::Language
+    }
+
+    fn as_language(&self) -> Option<&LanguageExpression> {
+        Some(self)
+    }
+
+    fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()> {
+        let expression = context.expression;
+        let unavailable = |tag: &Tag, reason: &str| GraphError::FieldUnavailable {
+            tag: tag.clone(),
+            expression: expression.to_string(),
+            reason: reason.to_string(),
+        };
+        let mut bindings = Vec::with_capacity(context.inputs.len());
+        for (tag, guard) in &context.inputs {
+            let field = guard
+                .as_ref()
+                .ok_or_else(|| unavailable(tag, "it has not been allocated"))?;
+            bindings.push(TagBinding {
+                id: tag.id(),
+                field: field.as_bound(),
+            });
+        }
+        let bound: Vec<&dyn BoundField> = bindings.iter().map(|b| b as &dyn BoundField).collect();
+        let (_, guard) = context
+            .outputs
+            .iter_mut()
+            .find(|(t, _)| **t == self.target)
+            .ok_or_else(|| unavailable(&self.target, "it is not among the outputs"))?;
+        let target = guard
+            .as_mut()
+            .ok_or_else(|| unavailable(&self.target, "it has not been allocated"))?;
+        // Ghost points too, where the inputs allow: a consumer's stencil
+        // reads this field beyond its interior (e.g. the last face flux of a
+        // periodic patch is a ghost face).
+        let options = AssignOptions {
+            region: Region::LargestComputable,
+            parallelism: context.parallelism,
+        };
+        match target {
+            AnyField::Cell(f) => assign_node(f, &self.root, &bound, options)?,
+            AnyField::XFace(f) => assign_node(f, &self.root, &bound, options)?,
+            AnyField::YFace(f) => assign_node(f, &self.root, &bound, options)?,
+            AnyField::ZFace(f) => assign_node(f, &self.root, &bound, options)?,
+        }
+        Ok(())
+    }
+}
+
+type NativeFunction = dyn Fn(&mut EvaluationContext<'_>) -> GraphResult<()> + Send + Sync;
+
+/// Hand-written Rust over CPU fields.
+///
+/// ```
+/// use watershed_exprgraph::{NativeExpression, Tag};
+/// use watershed_fields::{CellCentre, LocationKind};
+/// let (t, t_squared) = (Tag::none("T"), Tag::none("T2"));
+/// let square = NativeExpression::new(
+///     "square",
+///     vec![(t_squared.clone(), LocationKind::CellCentre)],
+///     vec![t.clone()],
+///     move |context| {
+///         let input: Vec<f64> = context.input::<CellCentre>(&t)?.values()?.to_vec();
+///         let output = context.output::<CellCentre>(&t_squared)?.values_mut()?;
+///         for (o, v) in output.iter_mut().zip(input) {
+///             *o = v * v;
+///         }
+///         Ok(())
+///     },
+/// );
+/// # let _ = square;
+/// ```
+pub struct NativeExpression {
+    name: String,
+    computes: Vec<(Tag, LocationKind)>,
+    requires: Vec<Tag>,
+    function: Box<NativeFunction>,
+}
+
+impl std::fmt::Debug for NativeExpression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeExpression")
+            .field("name", &self.name)
+            .field("computes", &self.computes)
+            .field("requires", &self.requires)
+            .finish()
+    }
+}
+
+impl NativeExpression {
+    /// An expression named `name` computing `computes` from `requires` with `function`.
+    pub fn new(
+        name: &str,
+        computes: Vec<(Tag, LocationKind)>,
+        requires: Vec<Tag>,
+        function: impl Fn(&mut EvaluationContext<'_>) -> GraphResult<()> + Send + Sync + 'static,
+    ) -> Self {
+        NativeExpression {
+            name: name.to_string(),
+            computes,
+            requires,
+            function: Box::new(function),
+        }
+    }
+}
+
+impl Expression for NativeExpression {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn computes(&self) -> Vec<(Tag, LocationKind)> {
+        self.computes.clone()
+    }
+    fn requires(&self) -> Vec<Tag> {
+        self.requires.clone()
+    }
+    fn kind(&self) -> ExpressionKind {
+        ExpressionKind::Native
+    }
+    fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()> {
+        (self.function)(context)
+    }
+}

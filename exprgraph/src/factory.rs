@@ -1,0 +1,137 @@
+//! The factory: who computes which tag.
+//!
+//! Expressions are registered through *builders* (closures that make the
+//! expression when a graph needs it); the factory refuses a second producer
+//! for a tag at registration, naming both. Placeholders declare fields that
+//! come from outside (state variables, fields an outer framework owns), and
+//! modifiers attach to a tag to run right after its producer (boundary
+//! conditions are the first use).
+
+use crate::error::{GraphError, GraphResult};
+use crate::expression::Expression;
+use crate::tag::Tag;
+use std::collections::HashMap;
+use std::sync::Arc;
+use watershed_fields::LocationKind;
+
+/// Makes an expression for a graph.
+pub type Builder = Arc<dyn Fn() -> Arc<dyn Expression> + Send + Sync>;
+
+/// A registered builder, with its expression's name for messages.
+#[derive(Clone)]
+pub(crate) struct Registration {
+    pub builder: Builder,
+    pub name: String,
+}
+
+/// Registered builders, placeholders and modifiers.
+///
+/// ```
+/// use watershed_exprgraph::{Factory, LanguageExpression, Tag};
+/// use watershed_fields::{CellCentre, LocationKind};
+/// use watershed_operators::laplacian;
+/// let (phi, rhs) = (Tag::none("phi"), Tag::none("rhs"));
+/// let mut factory = Factory::new();
+/// factory.placeholder(phi.clone(), LocationKind::CellCentre).unwrap();
+/// let p = phi.clone();
+/// factory.register(LanguageExpression::new::<CellCentre>(rhs.clone(), move |s| laplacian(s.field(&p)))).unwrap();
+/// // A second producer of `rhs` is refused.
+/// let p = phi.clone();
+/// assert!(factory.register(LanguageExpression::new::<CellCentre>(rhs, move |s| s.field(&p) * 2.0)).is_err());
+/// ```
+#[derive(Default, Clone)]
+pub struct Factory {
+    pub(crate) registrations: Vec<Registration>,
+    pub(crate) producer_of: HashMap<Tag, usize>,
+    pub(crate) placeholders: HashMap<Tag, LocationKind>,
+    pub(crate) modifiers: HashMap<Tag, Vec<Registration>>,
+}
+
+impl Factory {
+    /// An empty factory.
+    pub fn new() -> Self {
+        Factory::default()
+    }
+
+    /// Registers one expression (shared by every graph built from this factory).
+    pub fn register(&mut self, expression: impl Expression + 'static) -> GraphResult<()> {
+        let shared: Arc<dyn Expression> = Arc::new(expression);
+        self.register_builder(move || shared.clone())
+    }
+
+    /// Registers a builder; it is called once to learn what the expression
+    /// computes, and again for each graph that needs it.
+    pub fn register_builder(
+        &mut self,
+        builder: impl Fn() -> Arc<dyn Expression> + Send + Sync + 'static,
+    ) -> GraphResult<()> {
+        let prototype = builder();
+        let name = prototype.name();
+        let computes = prototype.computes();
+        for (tag, _) in &computes {
+            if let Some(&existing) = self.producer_of.get(tag) {
+                return Err(GraphError::DuplicateProducer {
+                    tag: tag.clone(),
+                    first: self.registrations[existing].name.clone(),
+                    second: name,
+                });
+            }
+            if self.placeholders.contains_key(tag) {
+                return Err(GraphError::DuplicateProducer {
+                    tag: tag.clone(),
+                    first: "a placeholder".into(),
+                    second: name,
+                });
+            }
+        }
+        let index = self.registrations.len();
+        for (tag, _) in &computes {
+            self.producer_of.insert(tag.clone(), index);
+        }
+        self.registrations.push(Registration {
+            builder: Arc::new(builder),
+            name,
+        });
+        Ok(())
+    }
+
+    /// Declares `tag` a field provided from outside the graph.
+    pub fn placeholder(&mut self, tag: Tag, location: LocationKind) -> GraphResult<()> {
+        if let Some(&existing) = self.producer_of.get(&tag) {
+            return Err(GraphError::DuplicateProducer {
+                tag,
+                first: self.registrations[existing].name.clone(),
+                second: "a placeholder".into(),
+            });
+        }
+        self.placeholders.insert(tag, location);
+        Ok(())
+    }
+
+    /// Attaches `modifier` to `target`: it runs right after `target`'s
+    /// producer (and earlier modifiers), before any consumer of `target`.
+    /// The modifier must list `target` among the fields it computes.
+    pub fn attach_modifier(
+        &mut self,
+        target: Tag,
+        modifier: impl Expression + 'static,
+    ) -> GraphResult<()> {
+        let shared: Arc<dyn Expression> = Arc::new(modifier);
+        let computes = shared.computes();
+        if !computes.iter().any(|(t, _)| *t == target) {
+            return Err(GraphError::UnknownTag {
+                tag: target,
+                what: format!(
+                    "modifier {} does not list it among the fields it computes",
+                    shared.name()
+                ),
+            });
+        }
+        let registration = Registration {
+            name: shared.name(),
+            builder: Arc::new(move || shared.clone()),
+        };
+        self.modifiers.entry(target).or_default().push(registration);
+        Ok(())
+    }
+}

@@ -1,0 +1,686 @@
+//! Building the graph from root tags, and looking at it.
+//!
+//! [`ExpressionGraph::build`] asks each expression what it requires,
+//! recursively from the roots, and reports a missing producer (and who
+//! required it) or a cycle (printed tag by tag). It then attaches modifiers,
+//! decides which fields are persistent, fuses language nodes (see
+//! [`crate::passes::fusion`]), links the execution graph, orders it by
+//! critical path and plans memory (see [`crate::analyses`]).
+//!
+//! Persistent fields: placeholders, the roots, fields the user flags, and the
+//! outputs of graph edge nodes (expressions with no parents or no children).
+//! Every other field is scratch: taken from the graph's pool just before its
+//! producer runs and returned after its last consumer.
+
+use crate::analyses::{critical_path, lifetimes};
+use crate::error::{GraphError, GraphResult};
+use crate::expression::{Expression, ExpressionKind};
+use crate::factory::Factory;
+use crate::passes::fusion;
+use crate::scheduler::Statistics;
+use crate::store::{AnyField, FieldStore, GraphLocation};
+use crate::tag::Tag;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::{Arc, Mutex};
+use watershed_fields::{
+    FieldInit, FieldLayout, HostMemory, Lifetime, LocationKind, MemoryPool, Patch,
+};
+
+/// Where a node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// CPU threads.
+    Cpu,
+    /// A CUDA stream on GPU `k` (language nodes only; placement comes with
+    /// GPU execution).
+    Gpu(usize),
+}
+
+/// Options of [`ExpressionGraph::build`].
+#[derive(Debug, Clone, Default)]
+pub struct GraphOptions {
+    /// Skip fusion (it is on unless this is set).
+    pub no_fusion: bool,
+    /// Tags to keep for the life of the graph (e.g. fields to output).
+    pub persistent: Vec<Tag>,
+    /// Most bytes of scratch fields alive at once; nodes whose outputs do
+    /// not fit wait. Refused up front when no order of execution could fit.
+    pub memory_budget: Option<usize>,
+}
+
+/// What the graph knows about a field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldInfo {
+    /// Its tag.
+    pub tag: Tag,
+    /// Its location.
+    pub location: LocationKind,
+    /// Kept for the life of the graph.
+    pub persistent: bool,
+    /// Provided from outside.
+    pub placeholder: bool,
+    /// Bytes of storage.
+    pub bytes: usize,
+}
+
+/// A node of the execution graph.
+pub(crate) struct GraphNode {
+    pub expression: Arc<dyn Expression>,
+    pub name: String,
+    pub modifier: bool,
+    pub outputs: Vec<usize>,
+    pub inputs: Vec<usize>,
+    pub target: Target,
+}
+
+/// Bookkeeping of the DFS that collects nodes and fields.
+struct Collector<'f> {
+    factory: &'f Factory,
+    fields: Vec<FieldInfo>,
+    slot_of: HashMap<Tag, usize>,
+    nodes: Vec<(Arc<dyn Expression>, bool)>,
+    node_of_registration: HashMap<usize, usize>,
+    finished: HashMap<Tag, bool>,
+    stack: Vec<Tag>,
+    patch: &'f Patch,
+}
+
+impl Collector<'_> {
+    fn field(
+        &mut self,
+        tag: &Tag,
+        location: LocationKind,
+        placeholder: bool,
+        by: &str,
+    ) -> GraphResult<usize> {
+        if let Some(&slot) = self.slot_of.get(tag) {
+            let existing = &self.fields[slot];
+            if existing.location != location {
+                return Err(GraphError::LocationConflict {
+                    tag: tag.clone(),
+                    first: existing.location,
+                    first_by: "its producer".into(),
+                    second: location,
+                    second_by: by.to_string(),
+                });
+            }
+            return Ok(slot);
+        }
+        let bytes =
+            FieldLayout::new(self.patch, location).allocated_len() * std::mem::size_of::<f64>();
+        self.fields.push(FieldInfo {
+            tag: tag.clone(),
+            location,
+            persistent: placeholder,
+            placeholder,
+            bytes,
+        });
+        self.slot_of.insert(tag.clone(), self.fields.len() - 1);
+        Ok(self.fields.len() - 1)
+    }
+
+    fn visit(&mut self, tag: &Tag, required_by: &str) -> GraphResult<()> {
+        match self.finished.get(tag) {
+            Some(true) => return Ok(()),
+            Some(false) => {
+                let start = self.stack.iter().position(|t| t == tag).unwrap_or(0);
+                let mut cycle: Vec<Tag> = self.stack[start..].to_vec();
+                cycle.push(tag.clone());
+                return Err(GraphError::Cycle { cycle });
+            }
+            None => {}
+        }
+        if let Some(&location) = self.factory.placeholders.get(tag) {
+            self.field(tag, location, true, "a placeholder")?;
+            self.finished.insert(tag.clone(), true);
+            return self.visit_modifiers(tag);
+        }
+        let Some(&registration) = self.factory.producer_of.get(tag) else {
+            return Err(GraphError::MissingProducer {
+                tag: tag.clone(),
+                required_by: required_by.to_string(),
+            });
+        };
+        self.finished.insert(tag.clone(), false);
+        self.stack.push(tag.clone());
+        let node = match self.node_of_registration.get(&registration) {
+            Some(&node) => node,
+            None => {
+                let expression = (self.factory.registrations[registration].builder)();
+                let name = expression.name();
+                for (computed, location) in expression.computes() {
+                    self.field(&computed, location, false, &name)?;
+                }
+                self.nodes.push((expression, false));
+                self.node_of_registration
+                    .insert(registration, self.nodes.len() - 1);
+                self.nodes.len() - 1
+            }
+        };
+        let expression = self.nodes[node].0.clone();
+        let name = expression.name();
+        for required in expression.requires() {
+            self.visit(&required, &name)?;
+        }
+        self.stack.pop();
+        self.finished.insert(tag.clone(), true);
+        self.visit_modifiers(tag)
+    }
+
+    fn visit_modifiers(&mut self, tag: &Tag) -> GraphResult<()> {
+        let Some(modifiers) = self.factory.modifiers.get(tag) else {
+            return Ok(());
+        };
+        for registration in modifiers {
+            let modifier = (registration.builder)();
+            let name = modifier.name();
+            for (computed, location) in modifier.computes() {
+                if computed == *tag {
+                    self.field(&computed, location, false, &name)?;
+                }
+            }
+            self.nodes.push((modifier.clone(), true));
+            for required in modifier.requires() {
+                if required != *tag {
+                    self.visit(&required, &name)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A graph of expressions set up for repeated execution on one patch.
+pub struct ExpressionGraph {
+    pub(crate) patch: Patch,
+    pub(crate) fields: Vec<FieldInfo>,
+    pub(crate) slot_of: HashMap<Tag, usize>,
+    pub(crate) nodes: Vec<GraphNode>,
+    pub(crate) parents: Vec<Vec<usize>>,
+    pub(crate) children: Vec<Vec<usize>>,
+    /// Nodes using each field after its producer (readers and modifiers).
+    pub(crate) users: Vec<Vec<usize>>,
+    /// The node that allocates each scratch field.
+    pub(crate) producer: Vec<Option<usize>>,
+    pub(crate) order: Vec<usize>,
+    pub(crate) priority: Vec<f64>,
+    pub(crate) plan: lifetimes::MemoryPlan,
+    pub(crate) budget: Option<usize>,
+    pub(crate) store: FieldStore,
+    pub(crate) pool: MemoryPool,
+    pub(crate) statistics: Mutex<Statistics>,
+    pub(crate) fusions: usize,
+}
+
+impl std::fmt::Debug for ExpressionGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExpressionGraph")
+            .field("nodes", &self.node_count())
+            .field("edges", &self.edge_count())
+            .field("fields", &self.fields.len())
+            .finish()
+    }
+}
+
+impl ExpressionGraph {
+    /// Builds the graph that computes `roots` on `patch`.
+    pub fn build(
+        factory: &Factory,
+        roots: &[Tag],
+        patch: &Patch,
+        options: &GraphOptions,
+    ) -> GraphResult<Self> {
+        let mut collector = Collector {
+            factory,
+            fields: Vec::new(),
+            slot_of: HashMap::new(),
+            nodes: Vec::new(),
+            node_of_registration: HashMap::new(),
+            finished: HashMap::new(),
+            stack: Vec::new(),
+            patch,
+        };
+        for root in roots {
+            collector.visit(root, "the root list")?;
+        }
+        let Collector {
+            mut fields,
+            mut slot_of,
+            nodes: collected,
+            ..
+        } = collector;
+
+        let mut nodes: Vec<GraphNode> = collected
+            .into_iter()
+            .map(|(expression, modifier)| node_of(expression, modifier, &slot_of))
+            .collect::<GraphResult<_>>()?;
+
+        // Persistence.
+        for tag in roots.iter().chain(&options.persistent) {
+            match slot_of.get(tag) {
+                Some(&slot) => fields[slot].persistent = true,
+                None => {
+                    return Err(GraphError::UnknownTag {
+                        tag: tag.clone(),
+                        what: "flagged persistent".into(),
+                    });
+                }
+            }
+        }
+        let (users, _) = link(&nodes, fields.len());
+        for node in nodes.iter().filter(|n| !n.modifier) {
+            // Placeholders count as parents (ExprLib makes them nodes).
+            let has_parents = !node.inputs.is_empty();
+            let has_children = node
+                .outputs
+                .iter()
+                .any(|&s| !users[s].iter().all(|&u| nodes[u].modifier));
+            if !has_parents || !has_children {
+                for &slot in &node.outputs {
+                    fields[slot].persistent = true;
+                }
+            }
+        }
+
+        let mut fusions = 0;
+        if !options.no_fusion {
+            fusions = fusion::fuse(&mut nodes, &mut fields, &mut slot_of)?;
+        }
+
+        let (users, producer) = link(&nodes, fields.len());
+        let (parents, children) = edges(&nodes, &fields, &users);
+        check_acyclic(&nodes, &parents, &fields)?;
+        let priority = critical_path::priorities(&children, &vec![1.0; nodes.len()]);
+        let order = critical_path::list_order(&parents, &children, &priority);
+        let plan = lifetimes::plan(&nodes, &fields, &users, &producer, &order);
+        if let Some(budget) = options.memory_budget
+            && budget < plan.minimum_budget
+        {
+            return Err(GraphError::BudgetTooSmall {
+                budget,
+                needed: plan.minimum_budget,
+                expression: plan.minimum_budget_expression.clone(),
+            });
+        }
+
+        let pool = MemoryPool::host(HostMemory::Pageable);
+        let store = FieldStore::with_slots(fields.len());
+        for (slot, field) in fields.iter().enumerate() {
+            if field.persistent {
+                let lifetime = Lifetime::Persistent;
+                let value = AnyField::new(
+                    field.location,
+                    &field.tag.name,
+                    patch,
+                    lifetime,
+                    &pool,
+                    FieldInit::Zero,
+                )?;
+                store.put(slot, Some(value));
+            }
+        }
+        let node_count = nodes.len();
+        Ok(ExpressionGraph {
+            patch: patch.clone(),
+            fields,
+            slot_of,
+            nodes,
+            parents,
+            children,
+            users,
+            producer,
+            order,
+            priority,
+            plan,
+            budget: options.memory_budget,
+            store,
+            pool,
+            statistics: Mutex::new(Statistics::new(node_count)),
+            fusions,
+        })
+    }
+
+    /// Number of expression nodes (modifiers included).
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Number of dependency edges between nodes.
+    pub fn edge_count(&self) -> usize {
+        self.children.iter().map(Vec::len).sum()
+    }
+
+    /// How many producers fusion inlined into their consumers.
+    pub fn fusions(&self) -> usize {
+        self.fusions
+    }
+
+    /// The fields of the graph.
+    pub fn fields(&self) -> &[FieldInfo] {
+        &self.fields
+    }
+
+    /// The field named `tag`, if the graph holds it.
+    pub fn field_info(&self, tag: &Tag) -> Option<&FieldInfo> {
+        self.slot_of.get(tag).map(|&s| &self.fields[s])
+    }
+
+    /// Node names in execution (plan) order.
+    pub fn execution_order(&self) -> Vec<String> {
+        self.order
+            .iter()
+            .map(|&n| self.nodes[n].name.clone())
+            .collect()
+    }
+
+    /// The memory plan: peaks with and without reuse.
+    pub fn memory_plan(&self) -> &lifetimes::MemoryPlan {
+        &self.plan
+    }
+
+    /// The graph's pool (its statistics count this graph's fields).
+    pub fn pool(&self) -> &MemoryPool {
+        &self.pool
+    }
+
+    /// The patch the graph computes on.
+    pub fn patch(&self) -> &Patch {
+        &self.patch
+    }
+
+    fn slot(&self, tag: &Tag, what: &str) -> GraphResult<usize> {
+        self.slot_of
+            .get(tag)
+            .copied()
+            .ok_or_else(|| GraphError::UnknownTag {
+                tag: tag.clone(),
+                what: what.to_string(),
+            })
+    }
+
+    /// Runs `f` on the persistent field `tag` of location `L`.
+    pub fn with_field<L: GraphLocation, R>(
+        &self,
+        tag: &Tag,
+        f: impl FnOnce(&watershed_fields::SpatialField<L>) -> R,
+    ) -> GraphResult<R> {
+        let slot = self.slot(tag, "read")?;
+        let guard = self.store.slots[slot]
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let field = guard.as_ref().ok_or_else(|| GraphError::FieldUnavailable {
+            tag: tag.clone(),
+            expression: "the caller".into(),
+            reason: "it is a scratch field, alive only while the graph executes; flag it persistent to keep it".into(),
+        })?;
+        let typed = L::get(field).ok_or(GraphError::WrongLocation {
+            tag: tag.clone(),
+            actual: field.kind(),
+            requested: L::KIND,
+        })?;
+        Ok(f(typed))
+    }
+
+    /// Runs `f` on the persistent field `tag` of location `L`, mutably (to
+    /// set initial conditions or placeholder values).
+    pub fn with_field_mut<L: GraphLocation, R>(
+        &self,
+        tag: &Tag,
+        f: impl FnOnce(&mut watershed_fields::SpatialField<L>) -> R,
+    ) -> GraphResult<R> {
+        let slot = self.slot(tag, "written")?;
+        let mut guard = self.store.slots[slot]
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let field = guard.as_mut().ok_or_else(|| GraphError::FieldUnavailable {
+            tag: tag.clone(),
+            expression: "the caller".into(),
+            reason: "it is a scratch field, alive only while the graph executes; flag it persistent to keep it".into(),
+        })?;
+        let actual = field.kind();
+        let typed = L::get_mut(field).ok_or(GraphError::WrongLocation {
+            tag: tag.clone(),
+            actual,
+            requested: L::KIND,
+        })?;
+        Ok(f(typed))
+    }
+
+    /// Replaces the storage of placeholder `tag` with `field` (e.g. a field
+    /// wrapping memory an outer framework owns). Returns the field it held.
+    pub fn bind_placeholder<L: GraphLocation>(
+        &self,
+        tag: &Tag,
+        field: watershed_fields::SpatialField<L>,
+    ) -> GraphResult<Option<AnyField>> {
+        let slot = self.slot(tag, "bound")?;
+        let info = &self.fields[slot];
+        if !info.placeholder {
+            return Err(GraphError::UnknownTag {
+                tag: tag.clone(),
+                what: "bound from outside, but it is computed by an expression, not a placeholder"
+                    .into(),
+            });
+        }
+        if info.location != L::KIND {
+            return Err(GraphError::WrongLocation {
+                tag: tag.clone(),
+                actual: info.location,
+                requested: L::KIND,
+            });
+        }
+        let patch = field.layout().patch();
+        if patch.grid() != self.patch.grid()
+            || patch.offset() != self.patch.offset()
+            || patch.cells() != self.patch.cells()
+        {
+            return Err(GraphError::Native(format!(
+                "field '{}' bound to {tag} lives on another patch than the graph's",
+                field.name()
+            )));
+        }
+        Ok(self.store.put(slot, Some(L::wrap(field))))
+    }
+
+    /// The execution graph in Graphviz DOT: one node per expression,
+    /// labelled with its name and the tags it computes, filled by target
+    /// (CPU light blue, GPU light green), boxes for language expressions,
+    /// ellipses for native ones, diamonds for modifiers; placeholders are
+    /// grey notes. Render with `dot -Tpng`.
+    pub fn to_dot(&self) -> String {
+        let mut dot = String::from(
+            "digraph watershed {\n  rankdir=BT;\n  node [style=filled, fontname=\"Helvetica\"];\n",
+        );
+        for (slot, field) in self.fields.iter().enumerate() {
+            if field.placeholder {
+                let _ = writeln!(
+                    dot,
+                    "  f{slot} [label=\"{}\", shape=note, fillcolor=grey85];",
+                    escape(&field.tag.to_string())
+                );
+            }
+        }
+        for (n, node) in self.nodes.iter().enumerate() {
+            let tags: Vec<String> = node
+                .outputs
+                .iter()
+                .map(|&s| self.fields[s].tag.to_string())
+                .collect();
+            let shape = if node.modifier {
+                "diamond"
+            } else if node.expression.kind() == ExpressionKind::Language {
+                "box"
+            } else {
+                "ellipse"
+            };
+            let color = match node.target {
+                Target::Cpu => "lightblue",
+                Target::Gpu(_) => "palegreen",
+            };
+            let _ = writeln!(
+                dot,
+                "  n{n} [label=\"{}\\n{}\", shape={shape}, fillcolor={color}];",
+                escape(&node.name),
+                escape(&tags.join(", "))
+            );
+            for &input in &node.inputs {
+                if self.fields[input].placeholder && !node.outputs.contains(&input) {
+                    let _ = writeln!(dot, "  f{input} -> n{n};");
+                }
+            }
+        }
+        for (n, children) in self.children.iter().enumerate() {
+            for c in children {
+                let _ = writeln!(dot, "  n{n} -> n{c};");
+            }
+        }
+        dot.push_str("}\n");
+        dot
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// A node for `expression`, with its field slots.
+pub(crate) fn node_of(
+    expression: Arc<dyn Expression>,
+    modifier: bool,
+    slot_of: &HashMap<Tag, usize>,
+) -> GraphResult<GraphNode> {
+    let name = expression.name();
+    let slot = |tag: &Tag| {
+        slot_of
+            .get(tag)
+            .copied()
+            .ok_or_else(|| GraphError::UnknownTag {
+                tag: tag.clone(),
+                what: format!("used by {name}"),
+            })
+    };
+    let outputs = expression
+        .computes()
+        .iter()
+        .map(|(t, _)| slot(t))
+        .collect::<GraphResult<Vec<_>>>()?;
+    let mut inputs = Vec::new();
+    for tag in expression.requires() {
+        let s = slot(&tag)?;
+        if !inputs.contains(&s) && !outputs.contains(&s) {
+            inputs.push(s);
+        }
+    }
+    Ok(GraphNode {
+        name,
+        modifier,
+        outputs,
+        inputs,
+        target: Target::Cpu,
+        expression,
+    })
+}
+
+/// For each field: the nodes that use it after it is produced (readers and
+/// modifiers), and the node producing it (none for placeholders).
+pub(crate) fn link(
+    nodes: &[GraphNode],
+    field_count: usize,
+) -> (Vec<Vec<usize>>, Vec<Option<usize>>) {
+    let mut users = vec![Vec::new(); field_count];
+    let mut producer = vec![None; field_count];
+    for (n, node) in nodes.iter().enumerate() {
+        for &s in &node.inputs {
+            users[s].push(n);
+        }
+        for &s in &node.outputs {
+            if node.modifier {
+                users[s].push(n);
+            } else {
+                producer[s] = Some(n);
+            }
+        }
+    }
+    (users, producer)
+}
+
+/// Parents and children: each writer of a field follows the previous
+/// writer (producer, then modifiers in order); each reader follows the last.
+fn edges(
+    nodes: &[GraphNode],
+    fields: &[FieldInfo],
+    users: &[Vec<usize>],
+) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
+    let mut parents = vec![Vec::new(); nodes.len()];
+    for slot in 0..fields.len() {
+        let mut writers: Vec<usize> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.modifier && n.outputs.contains(&slot))
+            .map(|(i, _)| i)
+            .collect();
+        writers.extend(
+            users[slot]
+                .iter()
+                .copied()
+                .filter(|&u| nodes[u].modifier && nodes[u].outputs.contains(&slot)),
+        );
+        for pair in writers.windows(2) {
+            parents[pair[1]].push(pair[0]);
+        }
+        if let Some(&last) = writers.last() {
+            for &reader in &users[slot] {
+                if !writers.contains(&reader) {
+                    parents[reader].push(last);
+                }
+            }
+        }
+    }
+    let mut children = vec![Vec::new(); nodes.len()];
+    for (n, ps) in parents.iter_mut().enumerate() {
+        ps.sort_unstable();
+        ps.dedup();
+        for &p in ps.iter() {
+            children[p].push(n);
+        }
+    }
+    (parents, children)
+}
+
+/// Refuses cycles that modifiers or multi-output expressions introduce
+/// (the DFS catches the others), naming the tags around the cycle.
+fn check_acyclic(
+    nodes: &[GraphNode],
+    parents: &[Vec<usize>],
+    fields: &[FieldInfo],
+) -> GraphResult<()> {
+    let mut graph = petgraph::graph::DiGraph::<usize, ()>::new();
+    let indices: Vec<_> = (0..nodes.len()).map(|n| graph.add_node(n)).collect();
+    for (n, ps) in parents.iter().enumerate() {
+        for &p in ps {
+            graph.add_edge(indices[p], indices[n], ());
+        }
+    }
+    if petgraph::algo::toposort(&graph, None).is_ok() {
+        return Ok(());
+    }
+    let components = petgraph::algo::tarjan_scc(&graph);
+    let cycle_nodes = components
+        .into_iter()
+        .find(|c| c.len() > 1)
+        .unwrap_or_default();
+    let mut cycle: Vec<Tag> = cycle_nodes
+        .iter()
+        .filter_map(|i| {
+            nodes[graph[*i]]
+                .outputs
+                .first()
+                .map(|&s| fields[s].tag.clone())
+        })
+        .collect();
+    if let Some(first) = cycle.first().cloned() {
+        cycle.push(first);
+    }
+    Err(GraphError::Cycle { cycle })
+}

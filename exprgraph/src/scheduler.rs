@@ -1,0 +1,444 @@
+//! Executing a graph: serial, or on a pool of threads ordered by critical
+//! path.
+//!
+//! ## Protocol
+//!
+//! Each node goes through three steps, kept apart so that GPU nodes fit
+//! without a rewrite:
+//! 1. **start** (under the scheduler lock): the node is taken from the ready
+//!    queue and the memory budget is charged for its scratch outputs;
+//! 2. **launch** (no lock): its scratch outputs are taken from the pool and
+//!    the expression runs. A CPU node is complete when `launch` returns; a
+//!    GPU node will enqueue its kernel on its stream and return the event
+//!    that marks completion;
+//! 3. **finish** (under the lock, once complete): its consumers' ready
+//!    counters drop (a consumer whose counter reaches zero joins the ready
+//!    queue), and scratch fields whose last user it was go back to the pool.
+//!
+//! ## Threads
+//!
+//! `Threaded(n)` runs in a rayon pool of `n` threads. At most `n` nodes run
+//! at once; the ready node with the longest path to a sink goes first
+//! (measured mean times once the graph has run, unit costs before). The
+//! same pool runs the data-parallel loops inside each node (expressions get
+//! [`watershed_operators::Parallelism::Rayon`]), so nested parallelism never
+//! oversubscribes. Every mode computes the same values bit for bit: each
+//! node does the same arithmetic whatever thread runs it.
+//!
+//! ## Memory budget
+//!
+//! With a budget, nodes start strictly in plan order and a node waits until
+//! its scratch outputs fit. Since the plan order's own peak fits (checked at
+//! build), waiting always ends: once every earlier node has finished, live
+//! memory is what the serial plan has at that point.
+
+use crate::analyses::critical_path::{Ready, priorities};
+use crate::error::{GraphError, GraphResult};
+use crate::expression::EvaluationContext;
+use crate::graph::ExpressionGraph;
+use crate::store::AnyField;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use watershed_fields::{FieldInit, Lifetime};
+use watershed_operators::Parallelism;
+
+/// How to execute a graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutionMode {
+    /// One thread, the plan order.
+    Serial,
+    /// A pool of this many threads.
+    Threaded(usize),
+}
+
+/// What one execution did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExecutionReport {
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Scratch fields served from the pool's free lists.
+    pub pool_hits: u64,
+    /// Scratch fields that needed new memory.
+    pub pool_misses: u64,
+    /// Peak bytes of live scratch fields.
+    pub peak_scratch_bytes: usize,
+    /// Nodes run.
+    pub nodes_run: usize,
+}
+
+/// Per-node start and end, for the timeline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TraceEvent {
+    /// Node index.
+    pub node: usize,
+    /// Thread that ran it (0 for the caller's thread in serial mode).
+    pub thread: usize,
+    /// Start, from the execution's start.
+    pub start: Duration,
+    /// End, from the execution's start.
+    pub end: Duration,
+}
+
+/// Timings gathered across executions.
+#[derive(Debug)]
+pub(crate) struct Statistics {
+    pub calls: Vec<u64>,
+    pub total: Vec<Duration>,
+    pub trace: Vec<TraceEvent>,
+    pub last: ExecutionReport,
+}
+
+impl Statistics {
+    pub fn new(nodes: usize) -> Self {
+        Statistics {
+            calls: vec![0; nodes],
+            total: vec![Duration::ZERO; nodes],
+            trace: Vec::with_capacity(nodes),
+            last: ExecutionReport::default(),
+        }
+    }
+}
+
+/// The thread pool for `threads` threads, shared by every graph.
+fn thread_pool(threads: usize) -> Arc<rayon::ThreadPool> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let mut pools = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    pools
+        .entry(threads)
+        .or_insert_with(|| {
+            Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(move |i| format!("watershed-graph-{threads}-{i}"))
+                    .build()
+                    .expect("building a thread pool only fails when threads cannot be spawned"),
+            )
+        })
+        .clone()
+}
+
+/// Scheduler state behind the lock.
+struct RunState {
+    pending: Vec<usize>,
+    ready: BinaryHeap<Ready>,
+    running: usize,
+    next_in_plan: usize,
+    finished: usize,
+    live_bytes: usize,
+    peak_bytes: usize,
+    error: Option<GraphError>,
+    trace: Vec<TraceEvent>,
+    durations: Vec<Duration>,
+}
+
+struct Shared<'g> {
+    graph: &'g ExpressionGraph,
+    state: Mutex<RunState>,
+    remaining_users: Vec<AtomicUsize>,
+    threads: usize,
+    epoch: Instant,
+}
+
+impl ExpressionGraph {
+    /// Runs every node once. Fields computed by expressions are up to date
+    /// when it returns; scratch fields are back in the pool.
+    pub fn execute(&self, mode: ExecutionMode) -> GraphResult<ExecutionReport> {
+        let epoch = Instant::now();
+        self.pool.reset_counters();
+        let priority = self.measured_priorities();
+        let remaining_users: Vec<AtomicUsize> = self
+            .users
+            .iter()
+            .map(|u| AtomicUsize::new(u.len()))
+            .collect();
+        let mut state = RunState {
+            pending: self.parents.iter().map(Vec::len).collect(),
+            ready: BinaryHeap::with_capacity(self.nodes.len()),
+            running: 0,
+            next_in_plan: 0,
+            finished: 0,
+            live_bytes: 0,
+            peak_bytes: 0,
+            error: None,
+            trace: Vec::with_capacity(self.nodes.len()),
+            durations: vec![Duration::ZERO; self.nodes.len()],
+        };
+        for (node, &p) in priority.iter().enumerate() {
+            if state.pending[node] == 0 {
+                state.ready.push(Ready { priority: p, node });
+            }
+        }
+        let threads = match mode {
+            ExecutionMode::Serial => 1,
+            ExecutionMode::Threaded(n) => n.max(1),
+        };
+        let shared = Shared {
+            graph: self,
+            state: Mutex::new(state),
+            remaining_users,
+            threads,
+            epoch,
+        };
+        match mode {
+            ExecutionMode::Serial => self.run_serial(&shared, &priority),
+            ExecutionMode::Threaded(n) => {
+                let pool = thread_pool(n.max(1));
+                pool.install(|| rayon::scope(|scope| dispatch(&shared, scope, &priority)));
+            }
+        }
+        let state = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
+        let statistics = self.pool.statistics();
+        let report = ExecutionReport {
+            elapsed: epoch.elapsed(),
+            pool_hits: statistics.hits,
+            pool_misses: statistics.misses,
+            peak_scratch_bytes: state.peak_bytes,
+            nodes_run: state.finished,
+        };
+        {
+            let mut stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
+            for (node, d) in state.durations.iter().enumerate() {
+                if !d.is_zero() {
+                    stats.calls[node] += 1;
+                    stats.total[node] += *d;
+                }
+            }
+            stats.trace.clear();
+            stats.trace.extend_from_slice(&state.trace);
+            stats.last = report;
+        }
+        if let Some(error) = state.error {
+            self.release_all_scratch();
+            return Err(error);
+        }
+        if state.finished != self.nodes.len() {
+            self.release_all_scratch();
+            return Err(GraphError::Native(format!(
+                "the scheduler stopped after {} of {} nodes (memory budget {:?})",
+                state.finished,
+                self.nodes.len(),
+                self.budget
+            )));
+        }
+        Ok(report)
+    }
+
+    /// Critical-path priorities from measured mean times (unit costs until
+    /// every node has run once).
+    fn measured_priorities(&self) -> Vec<f64> {
+        let stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
+        if stats.calls.iter().any(|&c| c == 0) {
+            return self.priority.clone();
+        }
+        let cost: Vec<f64> = stats
+            .total
+            .iter()
+            .zip(&stats.calls)
+            .map(|(t, &c)| t.as_secs_f64() / c as f64)
+            .collect();
+        priorities(&self.children, &cost)
+    }
+
+    fn run_serial(&self, shared: &Shared<'_>, _priority: &[f64]) {
+        for &node in &self.order {
+            {
+                let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                let bytes = self.output_bytes(node);
+                state.live_bytes += bytes;
+                state.peak_bytes = state.peak_bytes.max(state.live_bytes);
+            }
+            let outcome = self.launch(node, Parallelism::Serial, shared, 0);
+            let released = self.finish(node, &shared.remaining_users);
+            let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.live_bytes -= released;
+            state.finished += 1;
+            if let Err(error) = outcome {
+                state.error = Some(error);
+                return;
+            }
+        }
+    }
+
+    /// Bytes of the scratch fields `node` produces.
+    fn output_bytes(&self, node: usize) -> usize {
+        self.nodes[node]
+            .outputs
+            .iter()
+            .filter(|&&s| !self.fields[s].persistent && self.producer[s] == Some(node))
+            .map(|&s| self.fields[s].bytes)
+            .sum()
+    }
+
+    /// Step 2: allocates `node`'s scratch outputs and runs it.
+    fn launch(
+        &self,
+        node: usize,
+        parallelism: Parallelism,
+        shared: &Shared<'_>,
+        thread: usize,
+    ) -> GraphResult<()> {
+        let start = shared.epoch.elapsed();
+        let graph_node = &self.nodes[node];
+        for &slot in &graph_node.outputs {
+            let info = &self.fields[slot];
+            if !info.persistent && self.producer[slot] == Some(node) {
+                // Zero-filled: a consumer's stencil may read ghost points
+                // this expression cannot compute.
+                let field = AnyField::new(
+                    info.location,
+                    &info.tag.name,
+                    &self.patch,
+                    Lifetime::Scratch,
+                    &self.pool,
+                    FieldInit::Zero,
+                )?;
+                self.store.put(slot, Some(field));
+            }
+        }
+        let inputs = graph_node
+            .inputs
+            .iter()
+            .map(|&s| {
+                (
+                    &self.fields[s].tag,
+                    self.store.slots[s]
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner()),
+                )
+            })
+            .collect();
+        let outputs = graph_node
+            .outputs
+            .iter()
+            .map(|&s| {
+                (
+                    &self.fields[s].tag,
+                    self.store.slots[s]
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner()),
+                )
+            })
+            .collect();
+        let mut context = EvaluationContext {
+            expression: &graph_node.name,
+            inputs,
+            outputs,
+            parallelism,
+        };
+        let outcome = graph_node
+            .expression
+            .evaluate(&mut context)
+            .map_err(|source| GraphError::Expression {
+                expression: graph_node.name.clone(),
+                source: Box::new(source),
+            });
+        drop(context);
+        let end = shared.epoch.elapsed();
+        let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.durations[node] = end - start;
+        state.trace.push(TraceEvent {
+            node,
+            thread,
+            start,
+            end,
+        });
+        outcome
+    }
+
+    /// Step 3 (memory part): returns the scratch fields `node` was the last
+    /// user of; gives back the bytes released.
+    fn finish(&self, node: usize, remaining_users: &[AtomicUsize]) -> usize {
+        let graph_node = &self.nodes[node];
+        let used = graph_node
+            .inputs
+            .iter()
+            .chain(graph_node.outputs.iter().filter(|_| graph_node.modifier));
+        let mut released = 0;
+        for &slot in used {
+            if !self.fields[slot].persistent
+                && remaining_users[slot].fetch_sub(1, Ordering::AcqRel) == 1
+            {
+                released += self.fields[slot].bytes;
+                drop(self.store.put(slot, None));
+            }
+        }
+        released
+    }
+
+    fn release_all_scratch(&self) {
+        for (slot, info) in self.fields.iter().enumerate() {
+            if !info.persistent {
+                drop(self.store.put(slot, None));
+            }
+        }
+    }
+}
+
+/// Starts every node that may start now; each completion calls it again.
+fn dispatch<'s>(shared: &'s Shared<'s>, scope: &rayon::Scope<'s>, priority: &'s [f64]) {
+    let graph = shared.graph;
+    loop {
+        let node = {
+            let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            if state.error.is_some() || state.running >= shared.threads {
+                return;
+            }
+            let chosen = match graph.budget {
+                Some(budget) => {
+                    // Strict plan order under a budget (see the module docs).
+                    let Some(&next) = graph.order.get(state.next_in_plan) else {
+                        return;
+                    };
+                    if state.pending[next] != 0
+                        || state.live_bytes + graph.output_bytes(next) > budget
+                    {
+                        return;
+                    }
+                    state.next_in_plan += 1;
+                    next
+                }
+                None => match state.ready.pop() {
+                    Some(Ready { node, .. }) => node,
+                    None => return,
+                },
+            };
+            state.running += 1;
+            state.live_bytes += graph.output_bytes(chosen);
+            state.peak_bytes = state.peak_bytes.max(state.live_bytes);
+            chosen
+        };
+        scope.spawn(move |scope| {
+            let thread = rayon::current_thread_index().unwrap_or(0);
+            let outcome = graph.launch(node, Parallelism::Rayon, shared, thread);
+            let released = graph.finish(node, &shared.remaining_users);
+            {
+                let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                state.running -= 1;
+                state.finished += 1;
+                state.live_bytes -= released;
+                match outcome {
+                    Err(error) => {
+                        state.error.get_or_insert(error);
+                    }
+                    Ok(()) => {
+                        for &child in &graph.children[node] {
+                            state.pending[child] -= 1;
+                            if state.pending[child] == 0 && graph.budget.is_none() {
+                                state.ready.push(Ready {
+                                    priority: priority[child],
+                                    node: child,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+            dispatch(shared, scope, priority);
+        });
+    }
+}
