@@ -133,8 +133,14 @@ impl Collector<'_> {
         }
         if let Some(&location) = self.factory.placeholders.get(tag) {
             self.field(tag, location, true, "a placeholder")?;
+            // On the stack while its modifiers' requirements are visited, so
+            // a loop through a modifier is reported with the modified tag.
+            self.finished.insert(tag.clone(), false);
+            self.stack.push(tag.clone());
+            self.visit_modifiers(tag)?;
+            self.stack.pop();
             self.finished.insert(tag.clone(), true);
-            return self.visit_modifiers(tag);
+            return Ok(());
         }
         let Some(&registration) = self.factory.producer_of.get(tag) else {
             return Err(GraphError::MissingProducer {
@@ -163,9 +169,10 @@ impl Collector<'_> {
         for required in expression.requires() {
             self.visit(&required, &name)?;
         }
+        self.visit_modifiers(tag)?;
         self.stack.pop();
         self.finished.insert(tag.clone(), true);
-        self.visit_modifiers(tag)
+        Ok(())
     }
 
     fn visit_modifiers(&mut self, tag: &Tag) -> GraphResult<()> {
@@ -289,7 +296,7 @@ impl ExpressionGraph {
         }
 
         let (users, producer) = link(&nodes, fields.len());
-        let (parents, children) = edges(&nodes, &fields, &users);
+        let (parents, children) = edges(&nodes, &users, &producer);
         check_acyclic(&nodes, &parents, &fields)?;
         let priority = critical_path::priorities(&children, &vec![1.0; nodes.len()]);
         let order = critical_path::list_order(&parents, &children, &priority);
@@ -540,6 +547,46 @@ impl ExpressionGraph {
     }
 }
 
+impl ExpressionGraph {
+    /// The dependency graph of the quantities in Graphviz DOT: one node per
+    /// field (placeholders grey, persistent fields bold, scratch fields
+    /// dashed), an edge from each field an expression reads to each field it
+    /// computes, labelled with the expression. Fused fields no longer appear.
+    pub fn dependency_dot(&self) -> String {
+        let mut dot = String::from(
+            "digraph dependencies {\n  rankdir=BT;\n  node [fontname=\"Helvetica\"];\n",
+        );
+        for (slot, field) in self.fields.iter().enumerate() {
+            let style = if field.placeholder {
+                "filled\", fillcolor=\"grey85"
+            } else if field.persistent {
+                "bold"
+            } else {
+                "dashed"
+            };
+            let _ = writeln!(
+                dot,
+                "  f{slot} [label=\"{}\\n{}\", style=\"{style}\"];",
+                escape(&field.tag.to_string()),
+                field.location
+            );
+        }
+        for node in &self.nodes {
+            for &input in &node.inputs {
+                for &output in &node.outputs {
+                    let _ = writeln!(
+                        dot,
+                        "  f{input} -> f{output} [label=\"{}\"];",
+                        escape(&node.name)
+                    );
+                }
+            }
+        }
+        dot.push_str("}\n");
+        dot
+    }
+}
+
 fn escape(text: &str) -> String {
     text.replace('\\', "\\\\").replace('"', "\\\"")
 }
@@ -609,19 +656,14 @@ pub(crate) fn link(
 /// writer (producer, then modifiers in order); each reader follows the last.
 fn edges(
     nodes: &[GraphNode],
-    fields: &[FieldInfo],
     users: &[Vec<usize>],
+    producer: &[Option<usize>],
 ) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
     let mut parents = vec![Vec::new(); nodes.len()];
-    for slot in 0..fields.len() {
-        let mut writers: Vec<usize> = nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| !n.modifier && n.outputs.contains(&slot))
-            .map(|(i, _)| i)
-            .collect();
+    for (slot, slot_users) in users.iter().enumerate() {
+        let mut writers: Vec<usize> = producer[slot].into_iter().collect();
         writers.extend(
-            users[slot]
+            slot_users
                 .iter()
                 .copied()
                 .filter(|&u| nodes[u].modifier && nodes[u].outputs.contains(&slot)),
@@ -630,7 +672,7 @@ fn edges(
             parents[pair[1]].push(pair[0]);
         }
         if let Some(&last) = writers.last() {
-            for &reader in &users[slot] {
+            for &reader in slot_users {
                 if !writers.contains(&reader) {
                     parents[reader].push(last);
                 }

@@ -133,7 +133,6 @@ struct RunState {
     peak_bytes: usize,
     error: Option<GraphError>,
     trace: Vec<TraceEvent>,
-    durations: Vec<Duration>,
 }
 
 struct Shared<'g> {
@@ -166,7 +165,6 @@ impl ExpressionGraph {
             peak_bytes: 0,
             error: None,
             trace: Vec::with_capacity(self.nodes.len()),
-            durations: vec![Duration::ZERO; self.nodes.len()],
         };
         for (node, &p) in priority.iter().enumerate() {
             if state.pending[node] == 0 {
@@ -202,11 +200,9 @@ impl ExpressionGraph {
         };
         {
             let mut stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
-            for (node, d) in state.durations.iter().enumerate() {
-                if !d.is_zero() {
-                    stats.calls[node] += 1;
-                    stats.total[node] += *d;
-                }
+            for event in &state.trace {
+                stats.calls[event.node] += 1;
+                stats.total[event.node] += event.end - event.start;
             }
             stats.trace.clear();
             stats.trace.extend_from_slice(&state.trace);
@@ -232,7 +228,7 @@ impl ExpressionGraph {
     /// every node has run once).
     fn measured_priorities(&self) -> Vec<f64> {
         let stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
-        if stats.calls.iter().any(|&c| c == 0) {
+        if stats.calls.contains(&0) {
             return self.priority.clone();
         }
         let cost: Vec<f64> = stats
@@ -340,7 +336,6 @@ impl ExpressionGraph {
         drop(context);
         let end = shared.epoch.elapsed();
         let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.durations[node] = end - start;
         state.trace.push(TraceEvent {
             node,
             thread,
@@ -362,6 +357,18 @@ impl ExpressionGraph {
         for &slot in used {
             if !self.fields[slot].persistent
                 && remaining_users[slot].fetch_sub(1, Ordering::AcqRel) == 1
+            {
+                released += self.fields[slot].bytes;
+                drop(self.store.put(slot, None));
+            }
+        }
+        // Scratch outputs nobody reads or modifies (an unused output of a
+        // multi-output expression): their producer is their last user, as
+        // in the memory plan.
+        for &slot in &graph_node.outputs {
+            if !self.fields[slot].persistent
+                && self.producer[slot] == Some(node)
+                && self.users[slot].is_empty()
             {
                 released += self.fields[slot].bytes;
                 drop(self.store.put(slot, None));
