@@ -4,8 +4,8 @@
 //! recursively from the roots, and reports a missing producer (and who
 //! required it) or a cycle (printed tag by tag). It then attaches modifiers,
 //! decides which fields are persistent, fuses language nodes (see
-//! [`crate::passes::fusion`]), links the execution graph, orders it by
-//! critical path and plans memory (see [`crate::analyses`]).
+//! [`crate::passes::fusion`]), links the execution graph, computes critical-path
+//! priorities and the depth-first plan order, and plans memory (see [`crate::analyses`]).
 //!
 //! Persistent fields: placeholders, the roots, fields the user flags, and the
 //! outputs of graph edge nodes (expressions with no parents or no children).
@@ -299,7 +299,7 @@ impl ExpressionGraph {
         let (parents, children) = edges(&nodes, &users, &producer);
         check_acyclic(&nodes, &parents, &fields)?;
         let priority = critical_path::priorities(&children, &vec![1.0; nodes.len()]);
-        let order = critical_path::list_order(&parents, &children, &priority);
+        let order = critical_path::plan_order(&parents, &children, &priority);
         let plan = lifetimes::plan(&nodes, &fields, &users, &producer, &order);
         if let Some(budget) = options.memory_budget
             && budget < plan.minimum_budget

@@ -1,11 +1,18 @@
-//! Critical-path priorities and the serial plan order.
+//! Critical-path priorities, and the serial plan order.
 //!
 //! A node's priority is the cost of the longest path from it to a sink,
 //! itself included. Starting the ready node with the highest priority first
-//! keeps long chains moving while short branches fill idle threads.
+//! keeps long chains moving while short branches fill idle threads: that is
+//! what the threaded scheduler does.
+//!
+//! The serial *plan order* is different: it is depth-first (each sink right
+//! after what it needs, dependencies in priority order), so that an
+//! intermediate is consumed soon after it is produced. For N independent
+//! equations this keeps one equation's fluxes alive at a time, where a
+//! breadth-first (critical-path) order would keep all N equations' fluxes.
+//! The memory plan, serial execution and the memory budget use it.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 
 /// Longest path (sum of `cost`) from each node to a sink, itself included.
 pub fn priorities(children: &[Vec<usize>], cost: &[f64]) -> Vec<f64> {
@@ -60,27 +67,32 @@ impl PartialOrd for Ready {
     }
 }
 
-/// The order a single thread runs the nodes in: repeatedly the ready node of
-/// highest priority.
-pub fn list_order(parents: &[Vec<usize>], children: &[Vec<usize>], priority: &[f64]) -> Vec<usize> {
-    let mut pending: Vec<usize> = parents.iter().map(Vec::len).collect();
-    let mut ready: BinaryHeap<Ready> = (0..parents.len())
-        .filter(|&n| pending[n] == 0)
-        .map(|node| Ready {
-            priority: priority[node],
-            node,
-        })
-        .collect();
-    let mut order = Vec::with_capacity(parents.len());
-    while let Some(Ready { node, .. }) = ready.pop() {
-        order.push(node);
-        for &child in &children[node] {
-            pending[child] -= 1;
-            if pending[child] == 0 {
-                ready.push(Ready {
-                    priority: priority[child],
-                    node: child,
-                });
+/// The serial plan order: a depth-first post-order from the sinks (in index
+/// order), visiting each node's parents by decreasing priority.
+pub fn plan_order(parents: &[Vec<usize>], children: &[Vec<usize>], priority: &[f64]) -> Vec<usize> {
+    let n = parents.len();
+    let mut visited = vec![false; n];
+    let mut order = Vec::with_capacity(n);
+    let mut sorted_parents: Vec<Vec<usize>> = parents.to_vec();
+    for list in &mut sorted_parents {
+        list.sort_by(|&a, &b| priority[b].total_cmp(&priority[a]).then(a.cmp(&b)));
+    }
+    for sink in (0..n).filter(|&s| children[s].is_empty()) {
+        if visited[sink] {
+            continue;
+        }
+        visited[sink] = true;
+        let mut stack = vec![(sink, 0usize)];
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            if let Some(&parent) = sorted_parents[node].get(*next) {
+                *next += 1;
+                if !visited[parent] {
+                    visited[parent] = true;
+                    stack.push((parent, 0));
+                }
+            } else {
+                order.push(node);
+                stack.pop();
             }
         }
     }

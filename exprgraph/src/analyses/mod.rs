@@ -1,7 +1,7 @@
 //! Analyses of a built graph: nothing here changes the graph.
 //!
 //! * [`critical_path`]: each node's longest path to a sink (measured node
-//!   times when available), and the serial plan order it induces;
+//!   times when available), and the depth-first serial plan order;
 //! * [`lifetimes`]: when each scratch field is allocated and released, the
 //!   peaks with and without reuse, and the smallest workable budget.
 
