@@ -1,11 +1,29 @@
 //! # watershed-solvers
 //!
-//! The solvers of Watershed (its Wasatch): explicit time integrators (forward
-//! Euler, SSP-RK2, SSP-RK3) driven through the graph, the transport-equation
-//! builder, boundary conditions as modifiers, and incompressible flow with a
-//! multigrid pressure projection.
+//! The Wasatch layer of Watershed: transport equations defined in a few lines
+//! of Rust and advanced in time through the expression graph.
 //!
-//! Not built yet: this crate is the place for the solvers issue. It depends
-//! on the three crates below it.
+//! ## Crate layout
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`integrator`] | forward Euler, SSP-RK2, SSP-RK3 in Shu-Osher form |
+//! | [`boundary`] | Dirichlet, Neumann, flux and periodic conditions in ghost points |
+//! | [`transport`] | [`TransportEquation`]: diffusion, convection (central, upwind, limited), sources, density |
+//! | [`solver`] | [`TransportSolver`]: the graph, the stages, fixed or stability-limited `dt` |
+//! | [`error`] | [`SolverError`] |
 
+#![warn(missing_docs)]
+
+pub mod boundary;
+pub mod error;
+pub mod integrator;
+pub mod solver;
+pub mod transport;
+
+pub use boundary::{BoundaryCondition, BoundaryConditions};
+pub use error::{SolverError, SolverResult};
+pub use integrator::{Stage, TimeIntegrator};
+pub use solver::{StageValues, TimeStep, TransportSolver, TransportSolverBuilder};
+pub use transport::{ConvectiveScheme, Diffusivity, Source, TransportEquation};
 pub use watershed_exprgraph as exprgraph;

@@ -1,0 +1,194 @@
+//! Boundary conditions, applied in the ghost points (and the boundary face
+//! of face fields normal to the side) by modifiers that run right after the
+//! field is produced.
+//!
+//! With `x_b` the boundary, `h` the spacing and the mirror partner of ghost
+//! layer `l` the interior point at the same distance from `x_b`:
+//! * **Dirichlet** `v`: the ghost value is `2 v - partner`, so the linear
+//!   interpolant through the pair equals `v` at `x_b` (second order). On a
+//!   face field normal to the side, the boundary face itself is set to `v`.
+//! * **Neumann** `q` (outward normal derivative): ghost = partner +
+//!   `d q`, with `d` the distance between them (second order, the one-sided
+//!   difference is centred on `x_b`).
+//! * **Flux** `F` with diffusivity `k` (outward diffusive flux `-k dphi/dn =
+//!   F`): Neumann with `q = -F / k`.
+//! * **Periodic**: ghosts copy the interior values on the opposite side. It
+//!   needs a grid periodic along that axis and a patch spanning it; the
+//!   grid's periodic axes are filled whether or not a condition says so.
+
+use crate::error::{SolverError, SolverResult};
+use watershed_fields::{Location, SpatialField};
+use watershed_operators::Side;
+
+/// A condition on one side of the domain.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BoundaryCondition {
+    /// The value on the boundary.
+    Dirichlet(f64),
+    /// The outward normal derivative.
+    Neumann(f64),
+    /// The outward diffusive flux `-k dphi/dn`, with the diffusivity `k`.
+    Flux {
+        /// Outward flux.
+        flux: f64,
+        /// Diffusivity `k` (non-zero).
+        diffusivity: f64,
+    },
+    /// Periodic (the grid must be periodic along the side's axis).
+    Periodic,
+}
+
+/// Conditions on the six sides (`None`: the ghosts are left as they are).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BoundaryConditions {
+    sides: [Option<BoundaryCondition>; 6],
+}
+
+fn side_index(side: Side) -> usize {
+    2 * side.axis + usize::from(side.plus)
+}
+
+impl BoundaryConditions {
+    /// No conditions.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The same condition on every side.
+    pub fn all(condition: BoundaryCondition) -> Self {
+        BoundaryConditions {
+            sides: [Some(condition); 6],
+        }
+    }
+
+    /// Sets the condition of `side`.
+    pub fn with(mut self, side: Side, condition: BoundaryCondition) -> Self {
+        self.sides[side_index(side)] = Some(condition);
+        self
+    }
+
+    /// The condition of `side`.
+    pub fn get(&self, side: Side) -> Option<BoundaryCondition> {
+        self.sides[side_index(side)]
+    }
+
+    /// Fills the ghost points of `field` (CPU, active) on every side with a
+    /// condition, and the periodic axes of its grid.
+    pub fn apply<L: Location>(&self, field: &mut SpatialField<L>) -> SolverResult<()> {
+        let patch = field.layout().patch().clone();
+        let grid = patch.grid();
+        for side in Side::ALL {
+            let periodic_axis = grid.periodic()[side.axis] && grid.active_dimensions()[side.axis];
+            let condition = if periodic_axis {
+                Some(BoundaryCondition::Periodic)
+            } else {
+                self.get(side)
+            };
+            let Some(condition) = condition else { continue };
+            if condition == BoundaryCondition::Periodic {
+                if !periodic_axis {
+                    return Err(SolverError::Setup {
+                        equation: field.name().to_string(),
+                        reason: format!(
+                            "a periodic condition on side {} needs a grid periodic along that axis (Grid::with_periodic)",
+                            side.name()
+                        ),
+                    });
+                }
+                if patch.offset()[side.axis] != 0
+                    || patch.cells()[side.axis] != grid.cells()[side.axis]
+                {
+                    continue; // neighbours across the periodic seam are other patches
+                }
+            } else {
+                let on_boundary = if side.plus {
+                    patch.plus_boundary()[side.axis]
+                } else {
+                    patch.minus_boundary()[side.axis]
+                };
+                if !on_boundary {
+                    continue;
+                }
+            }
+            apply_side(field, side, condition)?;
+        }
+        Ok(())
+    }
+}
+
+/// Applies one condition on one side.
+fn apply_side<L: Location>(
+    field: &mut SpatialField<L>,
+    side: Side,
+    condition: BoundaryCondition,
+) -> SolverResult<()> {
+    let layout = field.layout().clone();
+    let axis = side.axis;
+    let h = layout.patch().grid().spacing()[axis];
+    let n = layout.interior_extent()[axis] as isize;
+    let layers = if side.plus {
+        layout.ghosts().plus[axis]
+    } else {
+        layout.ghosts().minus[axis]
+    } as isize;
+    // A face field normal to the side has a point on the boundary itself
+    // (unless the axis is periodic, where faces 0 and n coincide).
+    let on_face = L::KIND.face_axis() == Some(axis) && condition != BoundaryCondition::Periodic;
+    let gradient = match condition {
+        BoundaryCondition::Neumann(q) => q,
+        BoundaryCondition::Flux { flux, diffusivity } => {
+            if diffusivity == 0.0 || !diffusivity.is_finite() {
+                return Err(SolverError::Setup {
+                    equation: field.name().to_string(),
+                    reason: format!(
+                        "a flux condition on side {} needs a finite, non-zero diffusivity",
+                        side.name()
+                    ),
+                });
+            }
+            -flux / diffusivity
+        }
+        _ => 0.0,
+    };
+    let mut transverse = layout.allocated();
+    transverse.lo[axis] = 0;
+    transverse.hi[axis] = 1;
+    let values = field.values_mut()?;
+    let at = |index: [isize; 3], along: isize| {
+        let mut i = index;
+        i[axis] = along;
+        layout.linear_index(i)
+    };
+    for base in transverse {
+        // Position along the axis of the boundary point (faces) or of the
+        // first interior point (cells), and the direction into the ghosts.
+        let (first, outward) = if side.plus { (n - 1, 1) } else { (0, -1) };
+        if on_face && let BoundaryCondition::Dirichlet(v) = condition {
+            values[at(base, first)] = v;
+        }
+        for l in 1..=layers {
+            let (ghost, partner, distance) = if on_face {
+                (first + outward * l, first - outward * l, (2 * l) as f64 * h)
+            } else {
+                (
+                    first + outward * l,
+                    first - outward * (l - 1),
+                    (2 * l - 1) as f64 * h,
+                )
+            };
+            values[at(base, ghost)] = match condition {
+                BoundaryCondition::Dirichlet(v) => 2.0 * v - values[at(base, partner)],
+                BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
+                    values[at(base, partner)] + distance * gradient
+                }
+                BoundaryCondition::Periodic => {
+                    // Ghost l beyond the plus end is interior point l - 1,
+                    // beyond the minus end it is n - l.
+                    let source = if side.plus { l - 1 } else { n - l };
+                    values[at(base, source)]
+                }
+            };
+        }
+    }
+    Ok(())
+}

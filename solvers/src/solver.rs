@@ -1,0 +1,363 @@
+//! Advancing transport equations in time through the expression graph.
+//!
+//! The graph computes each equation's right-hand side from the solution at
+//! the current stage (STATE_N, whose boundary conditions run as a
+//! modifier first), and an update node per equation computes STATE_NP1 =
+//! `a u(n) + b (u + dt rhs)`. The time, `dt`, the stage index and the
+//! stage weights are CPU-side values the update nodes read (as in Wasatch,
+//! where they make a GPU graph heterogeneous). Each stage executes the graph
+//! once and copies STATE_NP1 into STATE_N.
+
+use crate::error::{SolverError, SolverResult};
+use crate::integrator::TimeIntegrator;
+use crate::transport::{Diffusivity, TransportEquation};
+use std::sync::{Arc, Mutex};
+use watershed_exprgraph::{
+    ExecutionMode, ExpressionGraph, Factory, GraphOptions, NativeExpression, Tag,
+};
+use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField, XFace, YFace, ZFace};
+use watershed_operators::{abs, field, field_max, interior_max};
+
+/// The CPU-side values of the current stage, read by the update nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StageValues {
+    /// Time at which the stage's right-hand side is evaluated.
+    pub time: f64,
+    /// The step.
+    pub dt: f64,
+    /// Stage index within the step.
+    pub stage: usize,
+    /// Weight of the solution at the start of the step.
+    pub a: f64,
+    /// Weight of the stage's forward-Euler update.
+    pub b: f64,
+}
+
+/// How `dt` is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TimeStep {
+    /// The same `dt` every step (the last step is shortened to land on the end time).
+    Fixed(f64),
+    /// The largest `dt` with `max|u| dt / h <= cfl` and
+    /// `max Gamma dt / h^2 <= diffusion_number`, recomputed every step.
+    Limited {
+        /// Courant number.
+        cfl: f64,
+        /// Diffusion number.
+        diffusion_number: f64,
+    },
+}
+
+/// Collects equations, extra expressions and options; builds the solver.
+pub struct TransportSolverBuilder {
+    patch: Patch,
+    factory: Factory,
+    equations: Vec<TransportEquation>,
+    integrator: TimeIntegrator,
+    mode: ExecutionMode,
+    options: GraphOptions,
+}
+
+impl TransportSolverBuilder {
+    /// A solver on `patch` (SSP-RK3, serial, fusion on).
+    pub fn new(patch: &Patch) -> Self {
+        TransportSolverBuilder {
+            patch: patch.clone(),
+            factory: Factory::new(),
+            equations: Vec::new(),
+            integrator: TimeIntegrator::default(),
+            mode: ExecutionMode::Serial,
+            options: GraphOptions::default(),
+        }
+    }
+
+    /// Adds an equation.
+    pub fn equation(mut self, equation: TransportEquation) -> Self {
+        self.equations.push(equation);
+        self
+    }
+
+    /// The factory, to register the expressions and placeholders the
+    /// equations refer to (velocities, diffusivities, sources).
+    pub fn factory_mut(&mut self) -> &mut Factory {
+        &mut self.factory
+    }
+
+    /// The time integrator.
+    pub fn integrator(mut self, integrator: TimeIntegrator) -> Self {
+        self.integrator = integrator;
+        self
+    }
+
+    /// Serial or threaded execution.
+    pub fn mode(mut self, mode: ExecutionMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Graph options (fusion, persistent tags, memory budget).
+    pub fn graph_options(mut self, options: GraphOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Registers everything and builds the graph.
+    pub fn build(mut self) -> SolverResult<TransportSolver> {
+        if self.equations.is_empty() {
+            return Err(SolverError::Setup {
+                equation: "(none)".into(),
+                reason: "the solver has no equation; add one with TransportSolverBuilder::equation"
+                    .into(),
+            });
+        }
+        let stage = Arc::new(Mutex::new(StageValues::default()));
+        let mut roots = Vec::new();
+        for equation in &self.equations {
+            equation.register(&mut self.factory, &self.patch)?;
+            let start = equation.start_tag();
+            self.factory
+                .placeholder(start.clone(), LocationKind::CellCentre)?;
+            let (solution, next, rhs) = (
+                equation.solution_tag(),
+                equation.next_tag(),
+                equation.rhs_tag(),
+            );
+            let values = stage.clone();
+            let (s, n, r, o) = (solution.clone(), next.clone(), rhs.clone(), start.clone());
+            self.factory.register(NativeExpression::new(
+                &format!("update {}", equation.name()),
+                vec![(next.clone(), LocationKind::CellCentre)],
+                vec![solution, rhs, start],
+                move |context| {
+                    let StageValues { dt, a, b, .. } =
+                        *values.lock().unwrap_or_else(|p| p.into_inner());
+                    let u = context.input::<CellCentre>(&s)?.values()?.to_vec();
+                    let rhs = context.input::<CellCentre>(&r)?.values()?.to_vec();
+                    let old = context.input::<CellCentre>(&o)?.values()?.to_vec();
+                    let out = context.output::<CellCentre>(&n)?.values_mut()?;
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = a * old[i] + b * (u[i] + dt * rhs[i]);
+                    }
+                    Ok(())
+                },
+            ))?;
+            roots.push(next);
+        }
+        let graph = ExpressionGraph::build(&self.factory, &roots, &self.patch, &self.options)?;
+        Ok(TransportSolver {
+            graph,
+            equations: self.equations,
+            integrator: self.integrator,
+            stage,
+            mode: self.mode,
+            time: 0.0,
+            steps: 0,
+        })
+    }
+}
+
+/// Transport equations advancing in time.
+pub struct TransportSolver {
+    graph: ExpressionGraph,
+    equations: Vec<TransportEquation>,
+    integrator: TimeIntegrator,
+    stage: Arc<Mutex<StageValues>>,
+    mode: ExecutionMode,
+    time: f64,
+    steps: u64,
+}
+
+impl std::fmt::Debug for TransportSolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransportSolver")
+            .field(
+                "equations",
+                &self.equations.iter().map(|e| e.name()).collect::<Vec<_>>(),
+            )
+            .field("integrator", &self.integrator)
+            .field("time", &self.time)
+            .field("steps", &self.steps)
+            .finish()
+    }
+}
+
+impl TransportSolver {
+    /// The expression graph (for introspection, timings, traces).
+    pub fn graph(&self) -> &ExpressionGraph {
+        &self.graph
+    }
+
+    /// Current time.
+    pub fn time(&self) -> f64 {
+        self.time
+    }
+
+    /// Steps taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    fn equation(&self, name: &str) -> SolverResult<&TransportEquation> {
+        self.equations
+            .iter()
+            .find(|e| e.name() == name)
+            .ok_or_else(|| SolverError::Setup {
+                equation: name.to_string(),
+                reason: format!(
+                    "no such equation; the solver has {:?}",
+                    self.equations.iter().map(|e| e.name()).collect::<Vec<_>>()
+                ),
+            })
+    }
+
+    /// Sets the solution of `equation` (ghosts included) from `f(x, y, z)`.
+    pub fn set_initial_condition(
+        &self,
+        equation: &str,
+        f: impl Fn([f64; 3]) -> f64,
+    ) -> SolverResult<()> {
+        let tag = self.equation(equation)?.solution_tag();
+        self.graph
+            .with_field_mut::<CellCentre, _>(&tag, |field| -> SolverResult<()> {
+                let layout = field.layout().clone();
+                let values = field.values_mut()?;
+                for index in layout.allocated() {
+                    values[layout.linear_index(index)] = f(layout.coordinate(index));
+                }
+                Ok(())
+            })?
+    }
+
+    /// Runs `f` on the current solution of `equation`.
+    pub fn with_solution<R>(
+        &self,
+        equation: &str,
+        f: impl FnOnce(&SpatialField<CellCentre>) -> R,
+    ) -> SolverResult<R> {
+        let tag = self.equation(equation)?.solution_tag();
+        Ok(self.graph.with_field::<CellCentre, _>(&tag, f)?)
+    }
+
+    fn copy(&self, from: &Tag, to: &Tag) -> SolverResult<()> {
+        self.graph
+            .with_field::<CellCentre, _>(from, |source| -> SolverResult<()> {
+                let values = source.values()?;
+                self.graph
+                    .with_field_mut::<CellCentre, _>(to, |target| -> SolverResult<()> {
+                        target.values_mut()?.copy_from_slice(values);
+                        Ok(())
+                    })?
+            })?
+    }
+
+    /// Advances every equation by one step of `dt`.
+    pub fn step(&mut self, dt: f64) -> SolverResult<()> {
+        if !(dt.is_finite() && dt > 0.0) {
+            return Err(SolverError::TimeStep(format!(
+                "dt = {dt} must be finite and positive"
+            )));
+        }
+        for equation in &self.equations {
+            self.copy(&equation.solution_tag(), &equation.start_tag())?;
+        }
+        for (index, stage) in self.integrator.stages().iter().enumerate() {
+            *self.stage.lock().unwrap_or_else(|p| p.into_inner()) = StageValues {
+                time: self.time + stage.c * dt,
+                dt,
+                stage: index,
+                a: stage.a,
+                b: stage.b,
+            };
+            self.graph.execute(self.mode)?;
+            for equation in &self.equations {
+                self.copy(&equation.next_tag(), &equation.solution_tag())?;
+            }
+        }
+        self.time += dt;
+        self.steps += 1;
+        for equation in &self.equations {
+            let largest =
+                self.with_solution(equation.name(), |u| interior_max(abs(field(u))))??;
+            if !largest.is_finite() {
+                return Err(SolverError::Diverged {
+                    equation: equation.name().to_string(),
+                    step: self.steps,
+                    time: self.time,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The largest stable `dt` for the given Courant and diffusion numbers.
+    pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
+        let patch = self.graph.patch();
+        let grid = patch.grid();
+        let h = (0..3)
+            .filter(|&a| grid.active_dimensions()[a])
+            .map(|a| grid.spacing()[a])
+            .fold(f64::INFINITY, f64::min);
+        let mut dt = f64::INFINITY;
+        for equation in &self.equations {
+            if let Some(diffusivity) = equation.diffusivity() {
+                let largest = match diffusivity {
+                    Diffusivity::Constant(k) => k.abs(),
+                    Diffusivity::Field(tag) => self
+                        .graph
+                        .with_field::<CellCentre, _>(tag, |k| field_max(abs(field(k))))??,
+                };
+                if largest > 0.0 {
+                    dt = dt.min(diffusion_number * h * h / largest);
+                }
+            }
+            if let Some(velocity) = equation.velocity() {
+                let active = grid.active_dimensions();
+                let mut largest: f64 = 0.0;
+                if active[0] {
+                    largest = largest
+                        .max(self.graph.with_field::<XFace, _>(&velocity[0], |u| {
+                            field_max(abs(field(u)))
+                        })??);
+                }
+                if active[1] {
+                    largest = largest
+                        .max(self.graph.with_field::<YFace, _>(&velocity[1], |u| {
+                            field_max(abs(field(u)))
+                        })??);
+                }
+                if active[2] {
+                    largest = largest
+                        .max(self.graph.with_field::<ZFace, _>(&velocity[2], |u| {
+                            field_max(abs(field(u)))
+                        })??);
+                }
+                if largest > 0.0 {
+                    dt = dt.min(cfl * h / largest);
+                }
+            }
+        }
+        if !dt.is_finite() {
+            return Err(SolverError::TimeStep(
+                "no equation limits the time step (no diffusion, no convection); use TimeStep::Fixed".into(),
+            ));
+        }
+        Ok(dt)
+    }
+
+    /// Advances to `end_time`; returns the number of steps taken.
+    pub fn advance(&mut self, end_time: f64, step: TimeStep) -> SolverResult<u64> {
+        let first = self.steps;
+        let tolerance = 1e-12 * end_time.abs().max(1.0);
+        while self.time < end_time - tolerance {
+            let dt = match step {
+                TimeStep::Fixed(dt) => dt,
+                TimeStep::Limited {
+                    cfl,
+                    diffusion_number,
+                } => self.stable_time_step(cfl, diffusion_number)?,
+            };
+            self.step(dt.min(end_time - self.time))?;
+        }
+        Ok(self.steps - first)
+    }
+}

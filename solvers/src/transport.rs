@@ -1,0 +1,289 @@
+//! Scalar transport equations defined in Rust:
+//!
+//! `d(phi)/dt = ( -div(F_convective + F_diffusive) + sum(sources) ) / rho`
+//!
+//! with `F_diffusive = -Gamma_face grad(phi)`, `F_convective = u phi_face`
+//! (`phi_face` central, upwind or flux-limited) and the density `rho`
+//! optional. [`TransportEquation::register`] adds the fine-grained,
+//! Wasatch-style expressions to a factory: one flux per active direction,
+//! the right-hand side (divergences plus sources), and the boundary
+//! conditions as a modifier of the solution variable. Fusion then merges the
+//! fluxes into the right-hand side.
+
+use crate::boundary::BoundaryConditions;
+use crate::error::{SolverError, SolverResult};
+use std::sync::Arc;
+use watershed_exprgraph::{
+    Context, Factory, GraphLocation, LanguageExpression, NativeExpression, Symbols, Tag,
+};
+use watershed_fields::{CellCentre, LocationKind, Patch, XFace, YFace, ZFace};
+use watershed_operators::{
+    Expr, FaceLocation, Limiter, divergence, gradient, interpolate_to_face, limited, upwind,
+};
+
+/// The diffusivity of an equation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Diffusivity {
+    /// The same everywhere.
+    Constant(f64),
+    /// A cell field, interpolated to the faces.
+    Field(Tag),
+}
+
+/// How the transported value is interpolated to the faces for convection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvectiveScheme {
+    /// Linear interpolation (second order, not bounded).
+    Central,
+    /// The upwind cell (first order, bounded).
+    Upwind,
+    /// Flux-limited (second order where smooth, bounded).
+    Limited(Limiter),
+}
+
+/// A language source term: builds its expression from tags.
+pub type SourceBuilder = Arc<dyn Fn(&mut Symbols) -> Expr<'static, CellCentre> + Send + Sync>;
+
+/// A source term.
+#[derive(Clone)]
+pub enum Source {
+    /// A cell field computed elsewhere in the graph (or a placeholder).
+    Tag(Tag),
+    /// An expression in the field language.
+    Expression(SourceBuilder),
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Tag(t) => write!(f, "Source::Tag({t})"),
+            Source::Expression(_) => write!(f, "Source::Expression(..)"),
+        }
+    }
+}
+
+/// A scalar transport equation, built step by step.
+///
+/// ```
+/// use watershed_exprgraph::Tag;
+/// use watershed_operators::{Limiter, Side};
+/// use watershed_solvers::{BoundaryCondition, BoundaryConditions, ConvectiveScheme, Diffusivity, TransportEquation};
+/// let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
+/// let equation = TransportEquation::new("Y")
+///     .diffusion(Diffusivity::Constant(1e-3))
+///     .convection(velocity, ConvectiveScheme::Limited(Limiter::VanLeer))
+///     .boundary_conditions(BoundaryConditions::all(BoundaryCondition::Neumann(0.0)))
+///     .source_expression(|s| 0.1 * s.field(&Tag::none("Y")));
+/// assert_eq!(equation.solution_tag().to_string(), "Y (STATE_N)");
+/// ```
+#[derive(Debug, Clone)]
+pub struct TransportEquation {
+    name: String,
+    density: Option<Tag>,
+    diffusivity: Option<Diffusivity>,
+    convection: Option<([Tag; 3], ConvectiveScheme)>,
+    sources: Vec<Source>,
+    boundary: BoundaryConditions,
+}
+
+impl TransportEquation {
+    /// An equation for the solution variable `name` (no terms yet).
+    pub fn new(name: &str) -> Self {
+        TransportEquation {
+            name: name.to_string(),
+            density: None,
+            diffusivity: None,
+            convection: None,
+            sources: Vec::new(),
+            boundary: BoundaryConditions::new(),
+        }
+    }
+
+    /// Divides the right-hand side by the cell field `density`.
+    pub fn density(mut self, density: Tag) -> Self {
+        self.density = Some(density);
+        self
+    }
+
+    /// Adds diffusion with `diffusivity`.
+    pub fn diffusion(mut self, diffusivity: Diffusivity) -> Self {
+        self.diffusivity = Some(diffusivity);
+        self
+    }
+
+    /// Adds convection by the face velocities `[u, v, w]` (x, y, z faces;
+    /// components of inactive axes are never read).
+    pub fn convection(mut self, velocity: [Tag; 3], scheme: ConvectiveScheme) -> Self {
+        self.convection = Some((velocity, scheme));
+        self
+    }
+
+    /// Adds the cell field `tag` as a source.
+    pub fn source(mut self, tag: Tag) -> Self {
+        self.sources.push(Source::Tag(tag));
+        self
+    }
+
+    /// Adds a source written in the field language.
+    pub fn source_expression(
+        mut self,
+        build: impl Fn(&mut Symbols) -> Expr<'static, CellCentre> + Send + Sync + 'static,
+    ) -> Self {
+        self.sources.push(Source::Expression(Arc::new(build)));
+        self
+    }
+
+    /// Sets the boundary conditions of the solution variable.
+    pub fn boundary_conditions(mut self, conditions: BoundaryConditions) -> Self {
+        self.boundary = conditions;
+        self
+    }
+
+    /// The equation's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The boundary conditions.
+    pub fn boundary(&self) -> &BoundaryConditions {
+        &self.boundary
+    }
+
+    /// The diffusivity, if the equation diffuses.
+    pub fn diffusivity(&self) -> Option<&Diffusivity> {
+        self.diffusivity.as_ref()
+    }
+
+    /// The face velocities, if the equation convects.
+    pub fn velocity(&self) -> Option<&[Tag; 3]> {
+        self.convection.as_ref().map(|(v, _)| v)
+    }
+
+    /// The solution at the current stage (`name`, STATE_N): a placeholder.
+    pub fn solution_tag(&self) -> Tag {
+        Tag::new(&self.name, Context::StateN)
+    }
+
+    /// The solution after the stage (`name`, STATE_NP1).
+    pub fn next_tag(&self) -> Tag {
+        Tag::new(&self.name, Context::StateNp1)
+    }
+
+    /// The solution at the start of the step (`name`, "STATE_N_START").
+    pub fn start_tag(&self) -> Tag {
+        Tag::new(&self.name, Context::Other("STATE_N_START".into()))
+    }
+
+    /// The right-hand side (`rhs_name`, STATE_NONE).
+    pub fn rhs_tag(&self) -> Tag {
+        Tag::none(&format!("rhs_{}", self.name))
+    }
+
+    /// The flux through the faces normal to `axis` (`name_flux_x`, ...).
+    pub fn flux_tag(&self, axis: usize) -> Tag {
+        Tag::none(&format!("{}_flux_{}", self.name, ["x", "y", "z"][axis]))
+    }
+
+    /// Registers the solution placeholder with its boundary conditions, the
+    /// fluxes of the active axes of `patch` and the right-hand side.
+    pub fn register(&self, factory: &mut Factory, patch: &Patch) -> SolverResult<()> {
+        let equation_error = |e: watershed_exprgraph::GraphError| SolverError::Setup {
+            equation: self.name.clone(),
+            reason: e.to_string(),
+        };
+        let solution = self.solution_tag();
+        factory
+            .placeholder(solution.clone(), LocationKind::CellCentre)
+            .map_err(equation_error)?;
+        let conditions = self.boundary;
+        let target = solution.clone();
+        let name = self.name.clone();
+        factory
+            .attach_modifier(
+                solution.clone(),
+                NativeExpression::new(
+                    &format!("boundary conditions of {name}"),
+                    vec![(solution.clone(), LocationKind::CellCentre)],
+                    Vec::new(),
+                    move |context| {
+                        let field = context.output::<CellCentre>(&target)?;
+                        conditions
+                            .apply(field)
+                            .map_err(|e| watershed_exprgraph::GraphError::Native(e.to_string()))
+                    },
+                ),
+            )
+            .map_err(equation_error)?;
+
+        let active = patch.grid().active_dimensions();
+        let mut fluxes = Vec::new();
+        if self.diffusivity.is_some() || self.convection.is_some() {
+            for axis in (0..3).filter(|&a| active[a]) {
+                let tag = self.flux_tag(axis);
+                let expression = match axis {
+                    0 => self.flux_expression::<XFace>(tag.clone()),
+                    1 => self.flux_expression::<YFace>(tag.clone()),
+                    _ => self.flux_expression::<ZFace>(tag.clone()),
+                };
+                factory.register(expression).map_err(equation_error)?;
+                fluxes.push((axis, tag));
+            }
+        }
+
+        let sources = self.sources.clone();
+        let density = self.density.clone();
+        let rhs = LanguageExpression::new::<CellCentre>(self.rhs_tag(), move |s| {
+            let mut total: Expr<'static, CellCentre> = Expr::constant(0.0);
+            for (axis, tag) in &fluxes {
+                total = total
+                    - match axis {
+                        0 => divergence::<XFace>(s.field(tag)),
+                        1 => divergence::<YFace>(s.field(tag)),
+                        _ => divergence::<ZFace>(s.field(tag)),
+                    };
+            }
+            for source in &sources {
+                total = total
+                    + match source {
+                        Source::Tag(tag) => s.field::<CellCentre>(tag),
+                        Source::Expression(build) => build(s),
+                    };
+            }
+            match &density {
+                Some(rho) => total / s.field::<CellCentre>(rho),
+                None => total,
+            }
+        });
+        factory.register(rhs).map_err(equation_error)
+    }
+
+    /// The total flux through the faces `F`: diffusive plus convective.
+    fn flux_expression<F: FaceLocation + GraphLocation>(&self, tag: Tag) -> LanguageExpression {
+        let solution = self.solution_tag();
+        let diffusivity = self.diffusivity.clone();
+        let convection = self.convection.clone();
+        LanguageExpression::new::<F>(tag, move |s| {
+            let phi: Expr<'static, CellCentre> = s.field(&solution);
+            let mut flux: Expr<'static, F> = Expr::constant(0.0);
+            match &diffusivity {
+                Some(Diffusivity::Constant(k)) => flux = flux - *k * gradient::<F>(phi.clone()),
+                Some(Diffusivity::Field(k)) => {
+                    flux = flux
+                        - interpolate_to_face::<F>(s.field::<CellCentre>(k))
+                            * gradient::<F>(phi.clone())
+                }
+                None => {}
+            }
+            if let Some((velocity, scheme)) = &convection {
+                let u: Expr<'static, F> = s.field(&velocity[F::AXIS]);
+                let face_value = match scheme {
+                    ConvectiveScheme::Central => interpolate_to_face::<F>(phi),
+                    ConvectiveScheme::Upwind => upwind::<F>(u.clone(), phi),
+                    ConvectiveScheme::Limited(limiter) => limited::<F>(*limiter, u.clone(), phi),
+                };
+                flux = flux + u * face_value;
+            }
+            flux
+        })
+    }
+}
