@@ -79,6 +79,12 @@ pub fn interpolate_to_cell<'a, F: FaceLocation>(
     unary_stencil(StencilOp::InterpolateToCell { axis: F::AXIS }, faces)
 }
 
+/// Centred first derivative along `axis` (0, 1, 2), at the argument's own
+/// location: `(a[i+1] - a[i-1]) / (2 h)`.
+pub fn derivative<'a, L: Location>(axis: usize, value: impl IntoExpr<'a, L>) -> Expr<'a, L> {
+    unary_stencil(StencilOp::CentredDerivative { axis: axis.min(2) }, value)
+}
+
 /// Second-order Laplacian over the active axes.
 pub fn laplacian<'a, L: Location>(value: impl IntoExpr<'a, L>) -> Expr<'a, L> {
     unary_stencil(StencilOp::Laplacian, value)

@@ -61,8 +61,8 @@ pub use assign::{
     interior_min, interior_norm_l2, interior_sum, norm_l2, reduce, sum,
 };
 pub use calculus::{
-    FaceLocation, FaceVector, div, divergence, grad, gradient, interp, interpolate_to_cell,
-    interpolate_to_face, laplacian, limited, upwind,
+    FaceLocation, FaceVector, derivative, div, divergence, grad, gradient, interp,
+    interpolate_to_cell, interpolate_to_face, laplacian, limited, upwind,
 };
 pub use error::{OperatorError, OperatorResult};
 pub use evaluate::{Parallelism, Reduction};

@@ -33,6 +33,13 @@ pub enum StencilOp {
         /// Normal of the source faces.
         axis: usize,
     },
+    /// Centred first derivative along `axis`, any location to itself:
+    /// `(a[i+1] - a[i-1]) / (2 h)` (e.g. `du/dy` of an x-face velocity,
+    /// which the staggered family has no edge location for).
+    CentredDerivative {
+        /// Direction of the derivative.
+        axis: usize,
+    },
     /// Second-order Laplacian over the active axes, any location to itself:
     /// `sum_a (a[i+e] - 2 a[i] + a[i-e]) / h_a^2`.
     Laplacian,
@@ -78,6 +85,7 @@ impl StencilOp {
             StencilOp::Divergence { axis: a } => format!("div_{}", axis(a)),
             StencilOp::InterpolateToFace { axis: a } => format!("interp_to_{}face", axis(a)),
             StencilOp::InterpolateToCell { axis: a } => format!("interp_{}face_to_cell", axis(a)),
+            StencilOp::CentredDerivative { axis: a } => format!("d{}", axis(a)),
             StencilOp::Laplacian => "laplacian".into(),
             StencilOp::Upwind { axis: a } => format!("upwind_{}", axis(a)),
             StencilOp::Limited { axis: a, limiter } => format!("{}_{}", limiter.name(), axis(a)),
@@ -94,7 +102,7 @@ impl StencilOp {
     }
 
     /// Location the `argument`-th argument must have (`None`: any, for the
-    /// Laplacian).
+    /// Laplacian and the centred derivative).
     pub fn source(self, argument: usize) -> Option<LocationKind> {
         match self {
             StencilOp::Gradient { .. } | StencilOp::InterpolateToFace { .. } => {
@@ -103,7 +111,7 @@ impl StencilOp {
             StencilOp::Divergence { axis } | StencilOp::InterpolateToCell { axis } => {
                 Some(face_of(axis))
             }
-            StencilOp::Laplacian => None,
+            StencilOp::Laplacian | StencilOp::CentredDerivative { .. } => None,
             StencilOp::Upwind { axis } | StencilOp::Limited { axis, .. } => {
                 Some(if argument == 0 {
                     face_of(axis)
@@ -124,7 +132,7 @@ impl StencilOp {
             StencilOp::Divergence { .. } | StencilOp::InterpolateToCell { .. } => {
                 Some(LocationKind::CellCentre)
             }
-            StencilOp::Laplacian => None,
+            StencilOp::Laplacian | StencilOp::CentredDerivative { .. } => None,
         }
     }
 
@@ -146,6 +154,10 @@ impl StencilOp {
             }
             StencilOp::InterpolateToFace { axis } => vec![(unit(axis, -1), 0.5), ([0; 3], 0.5)],
             StencilOp::InterpolateToCell { axis } => vec![([0; 3], 0.5), (unit(axis, 1), 0.5)],
+            StencilOp::CentredDerivative { axis } => {
+                let w = 0.5 / spacing[axis];
+                vec![(unit(axis, -1), -w), (unit(axis, 1), w)]
+            }
             StencilOp::Laplacian => {
                 let mut points = Vec::new();
                 let mut centre = 0.0;

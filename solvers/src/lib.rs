@@ -9,6 +9,7 @@
 //! | --- | --- |
 //! | [`integrator`] | forward Euler, SSP-RK2, SSP-RK3 in Shu-Osher form |
 //! | [`boundary`] | Dirichlet, Neumann, flux and periodic conditions in ghost points |
+//! | [`multigrid`] | [`Multigrid`]: geometric multigrid for `lap(x) = b`, as a solver and as a CG preconditioner |
 //! | [`transport`] | [`TransportEquation`]: diffusion, convection (central, upwind, limited), sources, density |
 //! | [`solver`] | [`TransportSolver`]: the graph, the stages, fixed or stability-limited `dt` |
 //! | [`error`] | [`SolverError`] |
@@ -18,12 +19,14 @@
 pub mod boundary;
 pub mod error;
 pub mod integrator;
+pub mod multigrid;
 pub mod solver;
 pub mod transport;
 
 pub use boundary::{BoundaryCondition, BoundaryConditions};
 pub use error::{SolverError, SolverResult};
 pub use integrator::{Stage, TimeIntegrator};
+pub use multigrid::{Multigrid, MultigridOptions, SolveReport};
 pub use solver::{StageValues, TimeStep, TransportSolver, TransportSolverBuilder};
 pub use transport::{ConvectiveScheme, Diffusivity, Source, TransportEquation};
 pub use watershed_exprgraph as exprgraph;

@@ -1,0 +1,518 @@
+//! Geometric multigrid for the Poisson equation `lap(x) = b` on cell
+//! centres, as a solver (V-cycles) and as a preconditioner of conjugate
+//! gradients.
+//!
+//! Levels halve the cells of every active axis while they stay even and at
+//! least two. Smoothing is weighted Jacobi, written in the field language
+//! (`t = x + w/D (b - lap(x))`, then the roles of `x` and `t` swap), as are
+//! the residual and the vector updates of CG, so they run wherever the
+//! language runs. Restriction averages the children of a coarse cell;
+//! prolongation is (bi/tri)linear; both are native loops, since they connect
+//! two grids. Boundary conditions are the problem's on the finest level and
+//! their homogeneous versions for corrections. Without any Dirichlet side
+//! the problem is singular: the right-hand side is made mean-free and so is
+//! the solution.
+
+use crate::boundary::{BoundaryCondition, BoundaryConditions};
+use crate::error::{SolverError, SolverResult};
+use watershed_fields::{CellCentre, Device, Grid, IndexBox, Patch, SpatialField};
+use watershed_operators::{
+    Assign, OperatorResult, field, interior_norm_l2, interior_sum, laplacian,
+};
+
+/// Multigrid settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MultigridOptions {
+    /// Jacobi sweeps before restricting.
+    pub pre_smoothing: usize,
+    /// Jacobi sweeps after prolongating.
+    pub post_smoothing: usize,
+    /// Jacobi sweeps on the coarsest level.
+    pub coarsest_sweeps: usize,
+    /// Jacobi weight (0.8 in 2D and 6/7 in 3D damp high frequencies best).
+    pub weight: f64,
+    /// Stop when the residual norm falls below this fraction of the
+    /// right-hand side's.
+    pub relative_tolerance: f64,
+    /// Give up after this many iterations.
+    pub max_iterations: usize,
+}
+
+impl Default for MultigridOptions {
+    fn default() -> Self {
+        MultigridOptions {
+            pre_smoothing: 3,
+            post_smoothing: 3,
+            coarsest_sweeps: 60,
+            weight: 0.8,
+            relative_tolerance: 1e-10,
+            max_iterations: 100,
+        }
+    }
+}
+
+/// How a solve went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SolveReport {
+    /// Iterations (V-cycles or CG steps).
+    pub iterations: usize,
+    /// Residual L2 norm before each iteration and after the last.
+    pub residuals: Vec<f64>,
+    /// L2 norm of the right-hand side.
+    pub rhs_norm: f64,
+}
+
+impl SolveReport {
+    /// Mean factor by which an iteration reduced the residual.
+    pub fn reduction_per_iteration(&self) -> f64 {
+        match (self.residuals.first(), self.residuals.last()) {
+            (Some(&first), Some(&last)) if self.iterations > 0 && first > 0.0 => {
+                (last / first).powf(1.0 / self.iterations as f64)
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+struct Level {
+    x: SpatialField<CellCentre>,
+    b: SpatialField<CellCentre>,
+    r: SpatialField<CellCentre>,
+    t: SpatialField<CellCentre>,
+    diagonal: f64,
+}
+
+impl Level {
+    fn new(patch: &Patch) -> SolverResult<Self> {
+        let make = |name: &str| SpatialField::<CellCentre>::new(name, patch, Device::Cpu);
+        let grid = patch.grid();
+        let diagonal = -(0..3)
+            .filter(|&a| grid.active_dimensions()[a])
+            .map(|a| 2.0 / (grid.spacing()[a] * grid.spacing()[a]))
+            .sum::<f64>();
+        Ok(Level {
+            x: make("mg_x")?,
+            b: make("mg_b")?,
+            r: make("mg_r")?,
+            t: make("mg_t")?,
+            diagonal,
+        })
+    }
+}
+
+/// A multigrid Poisson solver for one patch covering the whole domain.
+pub struct Multigrid {
+    levels: Vec<Level>,
+    conditions: BoundaryConditions,
+    homogeneous: BoundaryConditions,
+    singular: bool,
+    options: MultigridOptions,
+    cg: ConjugateGradientVectors,
+}
+
+/// The vectors of preconditioned CG on the finest grid.
+struct ConjugateGradientVectors {
+    x: SpatialField<CellCentre>,
+    r: SpatialField<CellCentre>,
+    p: SpatialField<CellCentre>,
+    q: SpatialField<CellCentre>,
+    z: SpatialField<CellCentre>,
+    scratch: SpatialField<CellCentre>,
+}
+
+impl std::fmt::Debug for Multigrid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Multigrid")
+            .field("levels", &self.levels.len())
+            .field("singular", &self.singular)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+fn homogeneous(conditions: &BoundaryConditions) -> BoundaryConditions {
+    let mut out = BoundaryConditions::new();
+    for side in watershed_operators::Side::ALL {
+        if let Some(condition) = conditions.get(side) {
+            let zero = match condition {
+                BoundaryCondition::Dirichlet(_) => BoundaryCondition::Dirichlet(0.0),
+                BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
+                    BoundaryCondition::Neumann(0.0)
+                }
+                BoundaryCondition::Periodic => BoundaryCondition::Periodic,
+            };
+            out = out.with(side, zero);
+        }
+    }
+    out
+}
+
+impl Multigrid {
+    /// A solver for `lap(x) = b` on `patch` (one patch covering the domain,
+    /// one ghost layer at least) with `conditions` on every non-periodic side.
+    pub fn new(
+        patch: &Patch,
+        conditions: BoundaryConditions,
+        options: MultigridOptions,
+    ) -> SolverResult<Self> {
+        let grid = patch.grid();
+        if patch.cells() != grid.cells() {
+            return Err(SolverError::Setup {
+                equation: "Poisson".into(),
+                reason: "multigrid needs a patch covering the whole grid".into(),
+            });
+        }
+        let active = grid.active_dimensions();
+        let mut singular = true;
+        for side in watershed_operators::Side::ALL {
+            if !active[side.axis] || grid.periodic()[side.axis] {
+                continue;
+            }
+            match conditions.get(side) {
+                Some(BoundaryCondition::Dirichlet(_)) => singular = false,
+                Some(_) => {}
+                None => {
+                    return Err(SolverError::Setup {
+                        equation: "Poisson".into(),
+                        reason: format!("side {} has no boundary condition", side.name()),
+                    });
+                }
+            }
+        }
+        let one_ghost = Patch::new(
+            grid,
+            [0; 3],
+            grid.cells(),
+            watershed_fields::GhostWidth::uniform(1),
+        )?;
+        let mut levels = vec![Level::new(&one_ghost)?];
+        let mut current = grid.clone();
+        loop {
+            let cells = current.cells();
+            let can = (0..3)
+                .filter(|&a| active[a])
+                .all(|a| cells[a] % 2 == 0 && cells[a] >= 4);
+            if !can {
+                break;
+            }
+            let coarse_cells = [0, 1, 2].map(|a| if active[a] { cells[a] / 2 } else { cells[a] });
+            let spacing = [0, 1, 2].map(|a| {
+                if active[a] {
+                    current.spacing()[a] * 2.0
+                } else {
+                    current.spacing()[a]
+                }
+            });
+            current = Grid::from_spacing(coarse_cells, spacing, current.origin())?
+                .with_periodic(grid.periodic());
+            levels.push(Level::new(&current.whole_domain(1))?);
+        }
+        let make = |name: &str| SpatialField::<CellCentre>::new(name, &one_ghost, Device::Cpu);
+        Ok(Multigrid {
+            levels,
+            homogeneous: homogeneous(&conditions),
+            conditions,
+            singular,
+            options,
+            cg: ConjugateGradientVectors {
+                x: make("cg_x")?,
+                r: make("cg_r")?,
+                p: make("cg_p")?,
+                q: make("cg_q")?,
+                z: make("cg_z")?,
+                scratch: make("cg_scratch")?,
+            },
+        })
+    }
+
+    /// Number of grid levels.
+    pub fn levels(&self) -> usize {
+        self.levels.len()
+    }
+
+    /// True when no side is Dirichlet (solutions are defined up to a constant).
+    pub fn is_singular(&self) -> bool {
+        self.singular
+    }
+
+    fn conditions(&self, level: usize, homogeneous: bool) -> BoundaryConditions {
+        if level == 0 && !homogeneous {
+            self.conditions
+        } else {
+            self.homogeneous
+        }
+    }
+
+    /// `t = x + w/D (b - lap x)`, then swap `x` and `t`.
+    fn smooth(&mut self, level: usize, sweeps: usize, homogeneous: bool) -> SolverResult<()> {
+        let conditions = self.conditions(level, homogeneous);
+        let weight = self.options.weight;
+        let l = &mut self.levels[level];
+        let factor = weight / l.diagonal;
+        for _ in 0..sweeps {
+            conditions.apply(&mut l.x)?;
+            l.t.assign(field(&l.x) + factor * (field(&l.b) - laplacian(&l.x)))?;
+            std::mem::swap(&mut l.x, &mut l.t);
+        }
+        Ok(())
+    }
+
+    /// `r = b - lap(x)` on `level`.
+    fn residual(&mut self, level: usize, homogeneous: bool) -> SolverResult<()> {
+        let conditions = self.conditions(level, homogeneous);
+        let l = &mut self.levels[level];
+        conditions.apply(&mut l.x)?;
+        l.r.assign(field(&l.b) - laplacian(&l.x))?;
+        Ok(())
+    }
+
+    /// One V-cycle on `level` for `lap(x) = b` with the level's current `x`.
+    fn v_cycle(&mut self, level: usize, homogeneous: bool) -> SolverResult<()> {
+        if level + 1 == self.levels.len() {
+            self.smooth(level, self.options.coarsest_sweeps, homogeneous)?;
+            if self.singular {
+                remove_mean(&mut self.levels[level].x)?;
+            }
+            return Ok(());
+        }
+        self.smooth(level, self.options.pre_smoothing, homogeneous)?;
+        self.residual(level, homogeneous)?;
+        {
+            let (fine, coarse) = self.levels.split_at_mut(level + 1);
+            restrict(&fine[level].r, &mut coarse[0].b)?;
+            coarse[0].x.fill(0.0)?;
+        }
+        self.v_cycle(level + 1, true)?;
+        {
+            let homogeneous_conditions = self.homogeneous;
+            let (fine, coarse) = self.levels.split_at_mut(level + 1);
+            homogeneous_conditions.apply(&mut coarse[0].x)?;
+            prolongate_add(&coarse[0].x, &mut fine[level].x)?;
+        }
+        self.smooth(level, self.options.post_smoothing, homogeneous)
+    }
+
+    fn load(
+        &mut self,
+        rhs: &SpatialField<CellCentre>,
+        guess: &SpatialField<CellCentre>,
+    ) -> SolverResult<f64> {
+        let finest = &mut self.levels[0];
+        copy_interior(rhs, &mut finest.b)?;
+        copy_interior(guess, &mut finest.x)?;
+        if self.singular {
+            remove_mean(&mut finest.b)?;
+        }
+        Ok(interior_norm_l2(&finest.b)?)
+    }
+
+    fn store(&mut self, solution: &mut SpatialField<CellCentre>) -> SolverResult<()> {
+        if self.singular {
+            remove_mean(&mut self.levels[0].x)?;
+        }
+        self.conditions.apply(&mut self.levels[0].x)?;
+        copy_all(&self.levels[0].x, solution)
+    }
+
+    /// Solves `lap(x) = rhs` by V-cycles, starting from `solution`'s values
+    /// and leaving the result there (ghosts filled by the conditions).
+    pub fn solve(
+        &mut self,
+        rhs: &SpatialField<CellCentre>,
+        solution: &mut SpatialField<CellCentre>,
+    ) -> SolverResult<SolveReport> {
+        let rhs_norm = self.load(rhs, solution)?;
+        let target = self.options.relative_tolerance * rhs_norm.max(f64::MIN_POSITIVE);
+        let mut residuals = Vec::new();
+        self.residual(0, false)?;
+        residuals.push(interior_norm_l2(&self.levels[0].r)?);
+        let mut iterations = 0;
+        while residuals.last().is_some_and(|&r| r > target) {
+            if iterations == self.options.max_iterations {
+                return Err(SolverError::NotConverged {
+                    solver: "multigrid".into(),
+                    residual: *residuals.last().expect("at least one"),
+                    iterations,
+                    target,
+                });
+            }
+            self.v_cycle(0, false)?;
+            self.residual(0, false)?;
+            residuals.push(interior_norm_l2(&self.levels[0].r)?);
+            iterations += 1;
+        }
+        self.store(solution)?;
+        Ok(SolveReport {
+            iterations,
+            residuals,
+            rhs_norm,
+        })
+    }
+
+    /// Solves `lap(x) = rhs` by conjugate gradients preconditioned with one
+    /// V-cycle, starting from `solution`'s values.
+    pub fn solve_preconditioned_cg(
+        &mut self,
+        rhs: &SpatialField<CellCentre>,
+        solution: &mut SpatialField<CellCentre>,
+    ) -> SolverResult<SolveReport> {
+        let rhs_norm = self.load(rhs, solution)?;
+        let target = self.options.relative_tolerance * rhs_norm.max(f64::MIN_POSITIVE);
+        // CG keeps its own x and r; the V-cycles use the levels' fields.
+        self.residual(0, false)?;
+        copy_all(&self.levels[0].x, &mut self.cg.x)?;
+        copy_all(&self.levels[0].r, &mut self.cg.r)?;
+        let mut residuals = vec![interior_norm_l2(&self.cg.r)?];
+        self.precondition()?;
+        copy_all(&self.cg.z, &mut self.cg.p)?;
+        let mut rz = dot(&self.cg.r, &self.cg.z)?;
+        let mut iterations = 0;
+        while residuals.last().is_some_and(|&r| r > target) {
+            if iterations == self.options.max_iterations {
+                return Err(SolverError::NotConverged {
+                    solver: "multigrid-preconditioned CG".into(),
+                    residual: *residuals.last().expect("at least one"),
+                    iterations,
+                    target,
+                });
+            }
+            let cg = &mut self.cg;
+            self.homogeneous.apply(&mut cg.p)?;
+            cg.q.assign(laplacian(&cg.p))?;
+            let alpha = rz / dot(&cg.p, &cg.q)?;
+            cg.scratch.assign(field(&cg.x) + alpha * field(&cg.p))?;
+            std::mem::swap(&mut cg.x, &mut cg.scratch);
+            cg.scratch.assign(field(&cg.r) - alpha * field(&cg.q))?;
+            std::mem::swap(&mut cg.r, &mut cg.scratch);
+            if self.singular {
+                remove_mean(&mut cg.r)?;
+            }
+            residuals.push(interior_norm_l2(&cg.r)?);
+            iterations += 1;
+            self.precondition()?;
+            let cg = &mut self.cg;
+            let rz_next = dot(&cg.r, &cg.z)?;
+            let beta = rz_next / rz;
+            rz = rz_next;
+            cg.scratch.assign(field(&cg.z) + beta * field(&cg.p))?;
+            std::mem::swap(&mut cg.p, &mut cg.scratch);
+        }
+        copy_all(&self.cg.x, &mut self.levels[0].x)?;
+        self.store(solution)?;
+        Ok(SolveReport {
+            iterations,
+            residuals,
+            rhs_norm,
+        })
+    }
+
+    /// `z = M r`: one V-cycle from zero on the residual equation.
+    fn precondition(&mut self) -> SolverResult<()> {
+        {
+            let finest = &mut self.levels[0];
+            copy_all(&self.cg.r, &mut finest.b)?;
+            finest.x.fill(0.0)?;
+        }
+        self.v_cycle(0, true)?;
+        copy_all(&self.levels[0].x, &mut self.cg.z)
+    }
+}
+
+fn dot(a: &SpatialField<CellCentre>, b: &SpatialField<CellCentre>) -> OperatorResult<f64> {
+    interior_sum(field(a) * field(b))
+}
+
+fn remove_mean(x: &mut SpatialField<CellCentre>) -> SolverResult<()> {
+    let n = x.layout().interior_len() as f64;
+    let mean = interior_sum(field(x))? / n;
+    let layout = x.layout().clone();
+    let values = x.values_mut()?;
+    for index in layout.interior() {
+        values[layout.linear_index(index)] -= mean;
+    }
+    Ok(())
+}
+
+fn copy_interior(
+    from: &SpatialField<CellCentre>,
+    to: &mut SpatialField<CellCentre>,
+) -> SolverResult<()> {
+    let (fl, tl) = (from.layout().clone(), to.layout().clone());
+    let source = from.values()?;
+    let target = to.values_mut()?;
+    for index in tl.interior() {
+        target[tl.linear_index(index)] = source[fl.linear_index(index)];
+    }
+    Ok(())
+}
+
+fn copy_all(
+    from: &SpatialField<CellCentre>,
+    to: &mut SpatialField<CellCentre>,
+) -> SolverResult<()> {
+    let (fl, tl) = (from.layout().clone(), to.layout().clone());
+    let source = from.values()?;
+    let target = to.values_mut()?;
+    let shared = fl.allocated().intersect(&tl.allocated());
+    for index in shared {
+        target[tl.linear_index(index)] = source[fl.linear_index(index)];
+    }
+    Ok(())
+}
+
+/// Coarse `b` = average of the fine residual over each coarse cell's children.
+fn restrict(
+    fine: &SpatialField<CellCentre>,
+    coarse: &mut SpatialField<CellCentre>,
+) -> SolverResult<()> {
+    let (fl, cl) = (fine.layout().clone(), coarse.layout().clone());
+    let ratio = [0, 1, 2].map(|a| fl.interior_extent()[a] / cl.interior_extent()[a]);
+    let children = IndexBox::new([0; 3], ratio.map(|r| r as isize));
+    let weight = 1.0 / children.len() as f64;
+    let source = fine.values()?;
+    let target = coarse.values_mut()?;
+    for index in cl.interior() {
+        let mut sum = 0.0;
+        for child in children {
+            let f = [0, 1, 2].map(|a| index[a] * ratio[a] as isize + child[a]);
+            sum += source[fl.linear_index(f)];
+        }
+        target[cl.linear_index(index)] = weight * sum;
+    }
+    Ok(())
+}
+
+/// Fine `x` += (tri)linear interpolation of the coarse correction (whose
+/// ghosts must be filled).
+fn prolongate_add(
+    coarse: &SpatialField<CellCentre>,
+    fine: &mut SpatialField<CellCentre>,
+) -> SolverResult<()> {
+    let (cl, fl) = (coarse.layout().clone(), fine.layout().clone());
+    let ratio = [0, 1, 2].map(|a| fl.interior_extent()[a] / cl.interior_extent()[a]);
+    let source = coarse.values()?;
+    let target = fine.values_mut()?;
+    for index in fl.interior() {
+        let parent = [0, 1, 2].map(|a| index[a].div_euclid(ratio[a] as isize));
+        // Per refined axis: 3/4 of the parent, 1/4 of the neighbour on the
+        // fine cell's side.
+        let mut value = 0.0;
+        let refined: Vec<usize> = (0..3).filter(|&a| ratio[a] == 2).collect();
+        for corner in 0..(1usize << refined.len()) {
+            let mut at = parent;
+            let mut w = 1.0;
+            for (bit, &axis) in refined.iter().enumerate() {
+                let toward = if index[axis] % 2 == 0 { -1 } else { 1 };
+                if corner >> bit & 1 == 1 {
+                    at[axis] += toward;
+                    w *= 0.25;
+                } else {
+                    w *= 0.75;
+                }
+            }
+            value += w * source[cl.linear_index(at)];
+        }
+        target[fl.linear_index(index)] += value;
+    }
+    Ok(())
+}

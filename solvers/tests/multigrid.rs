@@ -1,0 +1,206 @@
+//! Multigrid Poisson solver: residual reduction per V-cycle on the model
+//! problem, iteration counts independent of resolution, CG with a multigrid
+//! preconditioner, the singular (Neumann, periodic) cases, and second-order
+//! accuracy of the solution.
+
+use std::f64::consts::PI;
+use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+use watershed_operators::Side;
+use watershed_solvers::{BoundaryCondition, BoundaryConditions, Multigrid, MultigridOptions};
+
+/// `rhs = f(x, y)` on an n x n unit square.
+fn problem(
+    n: usize,
+    periodic: bool,
+    f: impl Fn(f64, f64) -> f64,
+) -> (SpatialField<CellCentre>, SpatialField<CellCentre>) {
+    let mut grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3]).unwrap();
+    if periodic {
+        grid = grid.with_periodic([true, true, false]);
+    }
+    let patch = grid.whole_domain(1);
+    let mut rhs = SpatialField::<CellCentre>::new("rhs", &patch, Device::Cpu).unwrap();
+    let layout = rhs.layout().clone();
+    let values = rhs.values_mut().unwrap();
+    for index in layout.interior() {
+        let [x, y, _] = layout.coordinate(index);
+        values[layout.linear_index(index)] = f(x, y);
+    }
+    let solution = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();
+    (rhs, solution)
+}
+
+fn max_error(
+    u: &SpatialField<CellCentre>,
+    exact: impl Fn(f64, f64) -> f64,
+    remove_mean: bool,
+) -> f64 {
+    let layout = u.layout();
+    let values = u.values().unwrap();
+    let diffs: Vec<f64> = layout
+        .interior()
+        .iter()
+        .map(|i| {
+            let [x, y, _] = layout.coordinate(i);
+            values[layout.linear_index(i)] - exact(x, y)
+        })
+        .collect();
+    let mean = if remove_mean {
+        diffs.iter().sum::<f64>() / diffs.len() as f64
+    } else {
+        0.0
+    };
+    diffs.iter().map(|d| (d - mean).abs()).fold(0.0, f64::max)
+}
+
+fn dirichlet() -> BoundaryConditions {
+    BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0))
+}
+
+fn model(x: f64, y: f64) -> f64 {
+    -2.0 * PI * PI * (PI * x).sin() * (PI * y).sin()
+}
+
+#[test]
+fn a_v_cycle_reduces_the_residual_more_than_fivefold() {
+    let (rhs, mut x) = problem(64, false, model);
+    let mut mg = Multigrid::new(
+        rhs.layout().patch(),
+        dirichlet(),
+        MultigridOptions::default(),
+    )
+    .unwrap();
+    assert!(mg.levels() >= 5);
+    let report = mg.solve(&rhs, &mut x).unwrap();
+    let factor = report.reduction_per_iteration();
+    eprintln!(
+        "64^2: {} V-cycles, mean reduction {factor:.3}, residuals {:?}",
+        report.iterations, report.residuals
+    );
+    assert!(factor < 0.2, "reduction per V-cycle {factor}");
+    for pair in report.residuals.windows(2) {
+        assert!(
+            pair[1] < 0.2 * pair[0],
+            "a V-cycle reduced the residual only from {} to {}",
+            pair[0],
+            pair[1]
+        );
+    }
+}
+
+#[test]
+fn iteration_counts_do_not_grow_with_resolution() {
+    let mut counts = Vec::new();
+    for n in [64, 128, 256] {
+        let (rhs, mut x) = problem(n, false, model);
+        let options = MultigridOptions {
+            relative_tolerance: 1e-8,
+            ..Default::default()
+        };
+        let mut mg = Multigrid::new(rhs.layout().patch(), dirichlet(), options).unwrap();
+        let report = mg.solve(&rhs, &mut x).unwrap();
+        eprintln!(
+            "{n}^2: {} V-cycles (reduction {:.3})",
+            report.iterations,
+            report.reduction_per_iteration()
+        );
+        counts.push(report.iterations);
+    }
+    assert!(
+        counts[2] <= counts[0] + 1 && counts[1] <= counts[0] + 1,
+        "V-cycles per resolution: {counts:?}"
+    );
+}
+
+#[test]
+fn preconditioned_cg_converges_faster_than_plain_v_cycles() {
+    let (rhs, mut x) = problem(128, false, model);
+    let options = MultigridOptions {
+        relative_tolerance: 1e-10,
+        ..Default::default()
+    };
+    let mut mg = Multigrid::new(rhs.layout().patch(), dirichlet(), options).unwrap();
+    let plain = mg.solve(&rhs, &mut x).unwrap();
+    let mut y = SpatialField::<CellCentre>::new("y", rhs.layout().patch(), Device::Cpu).unwrap();
+    let cg = mg.solve_preconditioned_cg(&rhs, &mut y).unwrap();
+    eprintln!("V-cycles {} vs PCG {}", plain.iterations, cg.iterations);
+    assert!(
+        cg.iterations <= plain.iterations,
+        "PCG {} vs multigrid {}",
+        cg.iterations,
+        plain.iterations
+    );
+    assert!(cg.residuals.last().unwrap() <= &(1e-10 * cg.rhs_norm));
+    // Both give the same discrete solution.
+    let (a, b) = (x.values().unwrap(), y.values().unwrap());
+    let layout = x.layout();
+    for i in layout.interior() {
+        let at = layout.linear_index(i);
+        assert!(
+            (a[at] - b[at]).abs() < 1e-8,
+            "{i:?}: {} vs {}",
+            a[at],
+            b[at]
+        );
+    }
+}
+
+#[test]
+fn the_solution_is_second_order_accurate() {
+    let mut errors = Vec::new();
+    for n in [16, 32, 64] {
+        let (rhs, mut x) = problem(n, false, model);
+        let mut mg = Multigrid::new(
+            rhs.layout().patch(),
+            dirichlet(),
+            MultigridOptions::default(),
+        )
+        .unwrap();
+        mg.solve(&rhs, &mut x).unwrap();
+        errors.push(max_error(&x, |x, y| (PI * x).sin() * (PI * y).sin(), false));
+    }
+    for pair in errors.windows(2) {
+        let p = (pair[0] / pair[1]).log2();
+        assert!((p - 2.0).abs() < 0.1, "order {p} from {errors:?}");
+    }
+}
+
+#[test]
+fn neumann_and_periodic_problems_are_solved_up_to_a_constant() {
+    // Neumann: cos(pi x) cos(pi y) has zero normal derivative on the walls.
+    let (rhs, mut x) = problem(64, false, |x, y| {
+        -2.0 * PI * PI * (PI * x).cos() * (PI * y).cos()
+    });
+    let neumann = BoundaryConditions::all(BoundaryCondition::Neumann(0.0));
+    let mut mg =
+        Multigrid::new(rhs.layout().patch(), neumann, MultigridOptions::default()).unwrap();
+    assert!(mg.is_singular());
+    let report = mg.solve(&rhs, &mut x).unwrap();
+    assert!(report.reduction_per_iteration() < 0.3, "{report:?}");
+    let error = max_error(&x, |x, y| (PI * x).cos() * (PI * y).cos(), true);
+    assert!(error < 1e-3, "Neumann error {error}");
+
+    // Periodic: sin(2 pi x) sin(2 pi y).
+    let (rhs, mut x) = problem(64, true, |x, y| {
+        -8.0 * PI * PI * (2.0 * PI * x).sin() * (2.0 * PI * y).sin()
+    });
+    let mut mg = Multigrid::new(
+        rhs.layout().patch(),
+        BoundaryConditions::new(),
+        MultigridOptions::default(),
+    )
+    .unwrap();
+    let report = mg.solve_preconditioned_cg(&rhs, &mut x).unwrap();
+    assert!(report.iterations < 20, "{report:?}");
+    let error = max_error(&x, |x, y| (2.0 * PI * x).sin() * (2.0 * PI * y).sin(), true);
+    assert!(error < 2e-3, "periodic error {error}");
+}
+
+#[test]
+fn a_side_without_a_condition_is_refused() {
+    let (rhs, _) = problem(16, false, model);
+    let partial = BoundaryConditions::new().with(Side::MINUS_X, BoundaryCondition::Dirichlet(0.0));
+    let err =
+        Multigrid::new(rhs.layout().patch(), partial, MultigridOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("+x"), "{err}");
+}
