@@ -786,6 +786,34 @@ unsafe fn product_pass(
     }
 }
 
+/// `out = value(i, j, k)` over a block whose first point is `first` (x,
+/// first row, plane), on rows shifted by `row_offset` (dy, dz).
+///
+/// # Safety
+/// `out` covers `extent`.
+unsafe fn fill_points(
+    out: OutStream,
+    extent: Extent,
+    first: [isize; 3],
+    row_offset: [isize; 2],
+    value: impl Fn([isize; 3]) -> f64,
+) {
+    let [start, j0, k] = first;
+    for r in 0..extent.rows {
+        // SAFETY: guaranteed by the caller.
+        let o = unsafe {
+            std::slice::from_raw_parts_mut(
+                out.pointer.offset(r as isize * out.row_stride),
+                extent.n,
+            )
+        };
+        let (j, kk) = (j0 + r as isize + row_offset[0], k + row_offset[1]);
+        for (i, o) in o.iter_mut().enumerate() {
+            *o = value([start + i as isize, j, kk]);
+        }
+    }
+}
+
 /// A block: x in `x0..x1`, rows `j0..j0 + rows` of plane `k`.
 #[derive(Debug, Clone, Copy)]
 struct Block {
@@ -978,16 +1006,9 @@ impl Context<'_> {
                         ..
                     } => {
                         let layout = &self.layouts[location];
-                        for r in 0..rows {
-                            let o = std::slice::from_raw_parts_mut(
-                                out.pointer.offset(r as isize * out.row_stride),
-                                n,
-                            );
-                            let (j, kk) = (j0 + r as isize + row_offset[0], k + row_offset[1]);
-                            for (i, o) in o.iter_mut().enumerate() {
-                                *o = layout.coordinate([start + i as isize, j, kk])[*axis];
-                            }
-                        }
+                        fill_points(out, extent, [start, j0, k], *row_offset, |index| {
+                            layout.coordinate(index)[*axis]
+                        });
                     }
                     Instruction::Mask {
                         set,
@@ -996,16 +1017,9 @@ impl Context<'_> {
                         ..
                     } => {
                         let layout = &self.layouts[location];
-                        for r in 0..rows {
-                            let o = std::slice::from_raw_parts_mut(
-                                out.pointer.offset(r as isize * out.row_stride),
-                                n,
-                            );
-                            let (j, kk) = (j0 + r as isize + row_offset[0], k + row_offset[1]);
-                            for (i, o) in o.iter_mut().enumerate() {
-                                *o = f64::from(set.contains([start + i as isize, j, kk], layout));
-                            }
-                        }
+                        fill_points(out, extent, [start, j0, k], *row_offset, |index| {
+                            f64::from(set.contains(index, layout))
+                        });
                     }
                     Instruction::Limited {
                         limiter,

@@ -433,31 +433,38 @@ fn remove_mean(x: &mut SpatialField<CellCentre>) -> SolverResult<()> {
     Ok(())
 }
 
-fn copy_interior(
+/// Copies `from` into `to` over `region` (indices of both fields).
+fn copy_over(
     from: &SpatialField<CellCentre>,
     to: &mut SpatialField<CellCentre>,
+    region: IndexBox,
 ) -> SolverResult<()> {
     let (fl, tl) = (from.layout().clone(), to.layout().clone());
     let source = from.values()?;
     let target = to.values_mut()?;
-    for index in tl.interior() {
+    for index in region {
         target[tl.linear_index(index)] = source[fl.linear_index(index)];
     }
     Ok(())
+}
+
+fn copy_interior(
+    from: &SpatialField<CellCentre>,
+    to: &mut SpatialField<CellCentre>,
+) -> SolverResult<()> {
+    let region = to.layout().interior();
+    copy_over(from, to, region)
 }
 
 fn copy_all(
     from: &SpatialField<CellCentre>,
     to: &mut SpatialField<CellCentre>,
 ) -> SolverResult<()> {
-    let (fl, tl) = (from.layout().clone(), to.layout().clone());
-    let source = from.values()?;
-    let target = to.values_mut()?;
-    let shared = fl.allocated().intersect(&tl.allocated());
-    for index in shared {
-        target[tl.linear_index(index)] = source[fl.linear_index(index)];
-    }
-    Ok(())
+    let region = from
+        .layout()
+        .allocated()
+        .intersect(&to.layout().allocated());
+    copy_over(from, to, region)
 }
 
 /// Coarse `b` = average of the fine residual over each coarse cell's children.
