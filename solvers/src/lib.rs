@@ -7,6 +7,7 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
+//! | [`incompressible`] | [`IncompressibleFlow`]: staggered Navier-Stokes with a multigrid pressure projection every stage |
 //! | [`integrator`] | forward Euler, SSP-RK2, SSP-RK3 in Shu-Osher form |
 //! | [`boundary`] | Dirichlet, Neumann, flux and periodic conditions in ghost points |
 //! | [`multigrid`] | [`Multigrid`]: geometric multigrid for `lap(x) = b`, as a solver and as a CG preconditioner |
@@ -18,6 +19,7 @@
 
 pub mod boundary;
 pub mod error;
+pub mod incompressible;
 pub mod integrator;
 pub mod multigrid;
 pub mod solver;
@@ -25,6 +27,7 @@ pub mod transport;
 
 pub use boundary::{BoundaryCondition, BoundaryConditions};
 pub use error::{SolverError, SolverResult};
+pub use incompressible::{IncompressibleFlow, IncompressibleFlowBuilder, ProjectionReport};
 pub use integrator::{Stage, TimeIntegrator};
 pub use multigrid::{Multigrid, MultigridOptions, SolveReport};
 pub use solver::{StageValues, TimeStep, TransportSolver, TransportSolverBuilder};

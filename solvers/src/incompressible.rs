@@ -1,0 +1,622 @@
+//! Incompressible Navier-Stokes on the staggered grid with a pressure
+//! projection every stage.
+//!
+//! Velocity components live on the faces (u on x faces, v on y faces, w on
+//! z faces); the projection potential and the pressure on cell centres. The
+//! momentum right-hand sides are language expressions in the graph:
+//!
+//! `rhs_u = -(u du/dx + v_u du/dy + w_u du/dz) + nu lap(u) + f_x`
+//!
+//! (advective form with centred derivatives; `v_u` is `v` averaged to the x
+//! faces through the cell centres), followed by the same Shu-Osher update
+//! nodes as the transport solver. After each stage the velocity is
+//! projected: `lap(psi) = div(u*)` by multigrid-preconditioned CG, then
+//! `u = u* - grad(psi)`, which leaves `div(u)` equal to the Poisson
+//! residual. `psi` has zero normal derivative on walls, so the normal
+//! velocity on walls is untouched; the pressure is `psi / (b dt)`.
+
+use crate::boundary::{BoundaryCondition, BoundaryConditions};
+use crate::error::{SolverError, SolverResult};
+use crate::integrator::TimeIntegrator;
+use crate::multigrid::{Multigrid, MultigridOptions, SolveReport};
+use crate::solver::StageValues;
+use std::sync::{Arc, Mutex};
+use watershed_exprgraph::{
+    Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
+    LanguageExpression, NativeExpression, Symbols, Tag,
+};
+use watershed_fields::{
+    CellCentre, Device, LocationKind, Patch, SpatialField, XFace, YFace, ZFace,
+};
+use watershed_operators::{
+    Assign, Expr, FaceLocation, abs, derivative, divergence, field, field_max, gradient,
+    interior_norm_l2, interior_sum, interpolate_to_cell, interpolate_to_face, laplacian,
+};
+
+const NAMES: [&str; 3] = ["u", "v", "w"];
+
+/// How the last projection went.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProjectionReport {
+    /// CG iterations of the Poisson solve.
+    pub iterations: usize,
+    /// L2 norm of `div(u*)` before the projection.
+    pub divergence_before: f64,
+    /// L2 norm of `div(u)` after it.
+    pub divergence_after: f64,
+    /// Residual reduction of the solve (final / initial).
+    pub residual_reduction: f64,
+}
+
+/// Options of an incompressible flow.
+pub struct IncompressibleFlowBuilder {
+    patch: Patch,
+    viscosity: f64,
+    conditions: [BoundaryConditions; 3],
+    body_force: [f64; 3],
+    integrator: TimeIntegrator,
+    mode: ExecutionMode,
+    poisson: MultigridOptions,
+}
+
+impl IncompressibleFlowBuilder {
+    /// A flow on `patch` (one patch covering the domain, at least one ghost
+    /// layer) with kinematic viscosity `viscosity`.
+    pub fn new(patch: &Patch, viscosity: f64) -> Self {
+        IncompressibleFlowBuilder {
+            patch: patch.clone(),
+            viscosity,
+            conditions: [BoundaryConditions::new(); 3],
+            body_force: [0.0; 3],
+            integrator: TimeIntegrator::SspRk3,
+            mode: ExecutionMode::Serial,
+            poisson: MultigridOptions {
+                relative_tolerance: 1e-10,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Boundary conditions of velocity component `axis` (0 = u on x faces).
+    /// Walls: Dirichlet 0 for every component; a moving lid: Dirichlet with
+    /// the lid speed for the tangential component.
+    pub fn velocity_conditions(mut self, axis: usize, conditions: BoundaryConditions) -> Self {
+        self.conditions[axis.min(2)] = conditions;
+        self
+    }
+
+    /// A constant body force per unit mass.
+    pub fn body_force(mut self, force: [f64; 3]) -> Self {
+        self.body_force = force;
+        self
+    }
+
+    /// The time integrator (SSP-RK3 by default).
+    pub fn integrator(mut self, integrator: TimeIntegrator) -> Self {
+        self.integrator = integrator;
+        self
+    }
+
+    /// Serial or threaded graph execution.
+    pub fn mode(mut self, mode: ExecutionMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Options of the pressure solve.
+    pub fn poisson_options(mut self, options: MultigridOptions) -> Self {
+        self.poisson = options;
+        self
+    }
+
+    /// Builds the graph and the pressure solver.
+    pub fn build(self) -> SolverResult<IncompressibleFlow> {
+        let grid = self.patch.grid();
+        let active: Vec<usize> = (0..3).filter(|&a| grid.active_dimensions()[a]).collect();
+        if active.len() < 2 {
+            return Err(SolverError::Setup {
+                equation: "incompressible flow".into(),
+                reason: "needs a 2D or 3D grid".into(),
+            });
+        }
+        let stage = Arc::new(Mutex::new(StageValues::default()));
+        let mut factory = Factory::new();
+        let tags = |context: Context| NAMES.map(|n| Tag::new(n, context.clone()));
+        let (now, next, start) = (
+            tags(Context::StateN),
+            tags(Context::StateNp1),
+            tags(Context::Other("STATE_N_START".into())),
+        );
+        for &axis in &active {
+            let location = [
+                LocationKind::XFace,
+                LocationKind::YFace,
+                LocationKind::ZFace,
+            ][axis];
+            factory.placeholder(now[axis].clone(), location)?;
+            factory.placeholder(start[axis].clone(), location)?;
+            let conditions = self.conditions[axis];
+            match axis {
+                0 => attach_conditions::<XFace>(&mut factory, &now[0], conditions)?,
+                1 => attach_conditions::<YFace>(&mut factory, &now[1], conditions)?,
+                _ => attach_conditions::<ZFace>(&mut factory, &now[2], conditions)?,
+            }
+            let rhs = Tag::none(&format!("rhs_{}", NAMES[axis]));
+            let (nu, force) = (self.viscosity, self.body_force[axis]);
+            let velocity = now.clone();
+            let dims = active.clone();
+            let expression = match axis {
+                0 => momentum::<XFace>(rhs.clone(), velocity, dims, nu, force),
+                1 => momentum::<YFace>(rhs.clone(), velocity, dims, nu, force),
+                _ => momentum::<ZFace>(rhs.clone(), velocity, dims, nu, force),
+            };
+            factory.register(expression)?;
+            let update = match axis {
+                0 => update_node::<XFace>(&now[0], &next[0], &start[0], &rhs, stage.clone()),
+                1 => update_node::<YFace>(&now[1], &next[1], &start[1], &rhs, stage.clone()),
+                _ => update_node::<ZFace>(&now[2], &next[2], &start[2], &rhs, stage.clone()),
+            };
+            factory.register(update)?;
+        }
+        let roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
+        let graph =
+            ExpressionGraph::build(&factory, &roots, &self.patch, &GraphOptions::default())?;
+
+        let mut walls = BoundaryConditions::new();
+        for side in watershed_operators::Side::ALL {
+            walls = walls.with(side, BoundaryCondition::Neumann(0.0));
+        }
+        let poisson = Multigrid::new(&self.patch, walls, self.poisson)?;
+        let cell = |name: &str| SpatialField::<CellCentre>::new(name, &self.patch, Device::Cpu);
+        Ok(IncompressibleFlow {
+            graph,
+            stage,
+            active,
+            now,
+            next,
+            start,
+            conditions: self.conditions,
+            walls,
+            viscosity: self.viscosity,
+            integrator: self.integrator,
+            mode: self.mode,
+            poisson,
+            psi: cell("psi")?,
+            divergence: cell("div")?,
+            pressure: cell("p")?,
+            scratch_u: SpatialField::new("tmp_u", &self.patch, Device::Cpu)?,
+            scratch_v: SpatialField::new("tmp_v", &self.patch, Device::Cpu)?,
+            scratch_w: SpatialField::new("tmp_w", &self.patch, Device::Cpu)?,
+            time: 0.0,
+            steps: 0,
+            last: ProjectionReport::default(),
+        })
+    }
+}
+
+fn attach_conditions<F: GraphLocation>(
+    factory: &mut Factory,
+    tag: &Tag,
+    conditions: BoundaryConditions,
+) -> SolverResult<()> {
+    let target = tag.clone();
+    factory.attach_modifier(
+        tag.clone(),
+        NativeExpression::new(
+            &format!("boundary conditions of {}", tag.name),
+            vec![(tag.clone(), F::KIND)],
+            Vec::new(),
+            move |context| {
+                let field = context.output::<F>(&target)?;
+                conditions
+                    .apply(field)
+                    .map_err(|e| watershed_exprgraph::GraphError::Native(e.to_string()))
+            },
+        ),
+    )?;
+    Ok(())
+}
+
+/// Velocity component `b` at the faces `F`.
+fn velocity_at<F: FaceLocation>(
+    s: &mut Symbols,
+    velocity: &[Tag; 3],
+    b: usize,
+) -> Expr<'static, F> {
+    if b == F::AXIS {
+        return s.field(&velocity[b]);
+    }
+    let at_cells: Expr<'static, CellCentre> = match b {
+        0 => interpolate_to_cell::<XFace>(s.field(&velocity[0])),
+        1 => interpolate_to_cell::<YFace>(s.field(&velocity[1])),
+        _ => interpolate_to_cell::<ZFace>(s.field(&velocity[2])),
+    };
+    interpolate_to_face::<F>(at_cells)
+}
+
+fn momentum<F: FaceLocation + GraphLocation>(
+    rhs: Tag,
+    velocity: [Tag; 3],
+    active: Vec<usize>,
+    viscosity: f64,
+    force: f64,
+) -> LanguageExpression {
+    LanguageExpression::new::<F>(rhs, move |s| {
+        let u: Expr<'static, F> = s.field(&velocity[F::AXIS]);
+        let mut convection: Expr<'static, F> = Expr::constant(0.0);
+        for &b in &active {
+            convection = convection + velocity_at::<F>(s, &velocity, b) * derivative(b, u.clone());
+        }
+        -convection + viscosity * laplacian(u) + force
+    })
+}
+
+fn update_node<F: GraphLocation>(
+    now: &Tag,
+    next: &Tag,
+    start: &Tag,
+    rhs: &Tag,
+    stage: Arc<Mutex<StageValues>>,
+) -> NativeExpression {
+    let (s, n, o, r) = (now.clone(), next.clone(), start.clone(), rhs.clone());
+    NativeExpression::new(
+        &format!("update {}", now.name),
+        vec![(next.clone(), F::KIND)],
+        vec![now.clone(), rhs.clone(), start.clone()],
+        move |context| {
+            let StageValues { dt, a, b, .. } = *stage.lock().unwrap_or_else(|p| p.into_inner());
+            let u = context.input::<F>(&s)?.values()?.to_vec();
+            let rhs = context.input::<F>(&r)?.values()?.to_vec();
+            let old = context.input::<F>(&o)?.values()?.to_vec();
+            let out = context.output::<F>(&n)?.values_mut()?;
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = a * old[i] + b * (u[i] + dt * rhs[i]);
+            }
+            Ok(())
+        },
+    )
+}
+
+/// An incompressible flow advancing in time.
+pub struct IncompressibleFlow {
+    graph: ExpressionGraph,
+    stage: Arc<Mutex<StageValues>>,
+    active: Vec<usize>,
+    now: [Tag; 3],
+    next: [Tag; 3],
+    start: [Tag; 3],
+    conditions: [BoundaryConditions; 3],
+    walls: BoundaryConditions,
+    viscosity: f64,
+    integrator: TimeIntegrator,
+    mode: ExecutionMode,
+    poisson: Multigrid,
+    psi: SpatialField<CellCentre>,
+    divergence: SpatialField<CellCentre>,
+    pressure: SpatialField<CellCentre>,
+    scratch_u: SpatialField<XFace>,
+    scratch_v: SpatialField<YFace>,
+    scratch_w: SpatialField<ZFace>,
+    time: f64,
+    steps: u64,
+    last: ProjectionReport,
+}
+
+impl std::fmt::Debug for IncompressibleFlow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IncompressibleFlow")
+            .field("dimensions", &self.active.len())
+            .field("viscosity", &self.viscosity)
+            .field("time", &self.time)
+            .field("steps", &self.steps)
+            .finish()
+    }
+}
+
+impl IncompressibleFlow {
+    /// The momentum graph.
+    pub fn graph(&self) -> &ExpressionGraph {
+        &self.graph
+    }
+
+    /// Current time.
+    pub fn time(&self) -> f64 {
+        self.time
+    }
+
+    /// Steps taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The last projection's solve and divergences.
+    pub fn last_projection(&self) -> &ProjectionReport {
+        &self.last
+    }
+
+    /// The pressure of the last stage.
+    pub fn pressure(&self) -> &SpatialField<CellCentre> {
+        &self.pressure
+    }
+
+    fn component<F: GraphLocation, R>(
+        &self,
+        axis: usize,
+        f: impl FnOnce(&SpatialField<F>) -> R,
+    ) -> SolverResult<R> {
+        Ok(self.graph.with_field::<F, _>(&self.now[axis], f)?)
+    }
+
+    /// Runs `f` on velocity component `axis` (0 = u on x faces, ...).
+    pub fn with_velocity<F: GraphLocation + FaceLocation, R>(
+        &self,
+        f: impl FnOnce(&SpatialField<F>) -> R,
+    ) -> SolverResult<R> {
+        self.component::<F, R>(F::AXIS, f)
+    }
+
+    /// Sets velocity component `F` from `f(x, y, z)` at its face positions.
+    pub fn set_velocity<F: GraphLocation + FaceLocation>(
+        &self,
+        f: impl Fn([f64; 3]) -> f64,
+    ) -> SolverResult<()> {
+        self.graph
+            .with_field_mut::<F, _>(&self.now[F::AXIS], |u| -> SolverResult<()> {
+                let layout = u.layout().clone();
+                let values = u.values_mut()?;
+                for index in layout.allocated() {
+                    values[layout.linear_index(index)] = f(layout.coordinate(index));
+                }
+                Ok(())
+            })?
+    }
+
+    /// `0.5 * mean(|u|^2)`: each component's squares averaged over its
+    /// interior points.
+    pub fn kinetic_energy(&self) -> SolverResult<f64> {
+        let mut energy = 0.0;
+        for &axis in &self.active {
+            let mean_square = |count: usize, sum: f64| sum / count as f64;
+            energy += 0.5
+                * match axis {
+                    0 => self.component::<XFace, _>(0, |u| {
+                        interior_sum(field(u) * field(u))
+                            .map(|s| mean_square(u.layout().interior_len(), s))
+                    })??,
+                    1 => self.component::<YFace, _>(1, |u| {
+                        interior_sum(field(u) * field(u))
+                            .map(|s| mean_square(u.layout().interior_len(), s))
+                    })??,
+                    _ => self.component::<ZFace, _>(2, |u| {
+                        interior_sum(field(u) * field(u))
+                            .map(|s| mean_square(u.layout().interior_len(), s))
+                    })??,
+                };
+        }
+        Ok(energy)
+    }
+
+    fn copy<F: GraphLocation>(&self, from: &Tag, to: &Tag) -> SolverResult<()> {
+        self.graph
+            .with_field::<F, _>(from, |source| -> SolverResult<()> {
+                let values = source.values()?;
+                self.graph
+                    .with_field_mut::<F, _>(to, |target| -> SolverResult<()> {
+                        target.values_mut()?.copy_from_slice(values);
+                        Ok(())
+                    })?
+            })?
+    }
+
+    fn copy_component(&self, axis: usize, from: &[Tag; 3], to: &[Tag; 3]) -> SolverResult<()> {
+        match axis {
+            0 => self.copy::<XFace>(&from[0], &to[0]),
+            1 => self.copy::<YFace>(&from[1], &to[1]),
+            _ => self.copy::<ZFace>(&from[2], &to[2]),
+        }
+    }
+
+    fn apply_conditions<F: GraphLocation>(&self, axis: usize) -> SolverResult<()> {
+        let conditions = self.conditions[axis];
+        self.graph
+            .with_field_mut::<F, _>(&self.now[axis], |u| conditions.apply(u))?
+    }
+
+    /// `div(u)` into the divergence field; returns its interior L2 norm.
+    fn compute_divergence(&mut self) -> SolverResult<f64> {
+        let target = &mut self.divergence;
+        let graph = &self.graph;
+        let now = &self.now;
+        if self.active.len() == 2 {
+            graph.with_field::<XFace, _>(&now[0], |u| {
+                graph.with_field::<YFace, _>(&now[1], |v| {
+                    target.assign(divergence::<XFace>(u) + divergence::<YFace>(v))
+                })
+            })???;
+        } else {
+            graph.with_field::<XFace, _>(&now[0], |u| {
+                graph.with_field::<YFace, _>(&now[1], |v| {
+                    graph.with_field::<ZFace, _>(&now[2], |w| {
+                        target.assign(
+                            divergence::<XFace>(u)
+                                + divergence::<YFace>(v)
+                                + divergence::<ZFace>(w),
+                        )
+                    })
+                })
+            })????;
+        }
+        Ok(interior_norm_l2(&self.divergence)?)
+    }
+
+    fn correct<F: GraphLocation + FaceLocation>(
+        &self,
+        scratch: &mut SpatialField<F>,
+    ) -> SolverResult<()> {
+        let tag = &self.now[F::AXIS];
+        self.graph
+            .with_field::<F, _>(tag, |u| scratch.assign(field(u) - gradient::<F>(&self.psi)))??;
+        self.graph
+            .with_field_mut::<F, _>(tag, |u| -> SolverResult<()> {
+                let layout = u.layout().clone();
+                let (source, target) = (scratch.values()?, u.values_mut()?);
+                for index in layout.interior() {
+                    let at = layout.linear_index(index);
+                    target[at] = source[at];
+                }
+                Ok(())
+            })?
+    }
+
+    /// Projects the current velocity onto divergence-free fields.
+    fn project(&mut self, stage_factor: f64) -> SolverResult<()> {
+        for &axis in &self.active {
+            match axis {
+                0 => self.apply_conditions::<XFace>(0)?,
+                1 => self.apply_conditions::<YFace>(1)?,
+                _ => self.apply_conditions::<ZFace>(2)?,
+            }
+        }
+        let before = self.compute_divergence()?;
+        let report: SolveReport = self
+            .poisson
+            .solve_preconditioned_cg(&self.divergence, &mut self.psi)?;
+        let (mut su, mut sv, mut sw) = (
+            std::mem::replace(
+                &mut self.scratch_u,
+                SpatialField::new("tmp_u", self.psi.layout().patch(), Device::Cpu)?,
+            ),
+            std::mem::replace(
+                &mut self.scratch_v,
+                SpatialField::new("tmp_v", self.psi.layout().patch(), Device::Cpu)?,
+            ),
+            std::mem::replace(
+                &mut self.scratch_w,
+                SpatialField::new("tmp_w", self.psi.layout().patch(), Device::Cpu)?,
+            ),
+        );
+        for &axis in &self.active.clone() {
+            match axis {
+                0 => self.correct::<XFace>(&mut su)?,
+                1 => self.correct::<YFace>(&mut sv)?,
+                _ => self.correct::<ZFace>(&mut sw)?,
+            }
+        }
+        (self.scratch_u, self.scratch_v, self.scratch_w) = (su, sv, sw);
+        // The correction covers the interior; refill ghosts and boundary faces.
+        for &axis in &self.active {
+            match axis {
+                0 => self.apply_conditions::<XFace>(0)?,
+                1 => self.apply_conditions::<YFace>(1)?,
+                _ => self.apply_conditions::<ZFace>(2)?,
+            }
+        }
+        let after = self.compute_divergence()?;
+        if stage_factor > 0.0 {
+            let layout = self.psi.layout().clone();
+            let (psi, pressure) = (self.psi.values()?, self.pressure.values_mut()?);
+            for index in layout.allocated() {
+                let at = layout.linear_index(index);
+                pressure[at] = psi[at] / stage_factor;
+            }
+        }
+        let first = report.residuals.first().copied().unwrap_or(0.0);
+        let last = report.residuals.last().copied().unwrap_or(0.0);
+        self.last = ProjectionReport {
+            iterations: report.iterations,
+            divergence_before: before,
+            divergence_after: after,
+            residual_reduction: if first > 0.0 { last / first } else { 0.0 },
+        };
+        Ok(())
+    }
+
+    /// Advances one step of `dt`, projecting after every stage.
+    pub fn step(&mut self, dt: f64) -> SolverResult<()> {
+        if !(dt.is_finite() && dt > 0.0) {
+            return Err(SolverError::TimeStep(format!(
+                "dt = {dt} must be finite and positive"
+            )));
+        }
+        if self.steps == 0 && self.time == 0.0 {
+            self.project(0.0)?; // start from a divergence-free field
+        }
+        for &axis in &self.active {
+            self.copy_component(axis, &self.now, &self.start)?;
+        }
+        for (index, stage) in self.integrator.stages().iter().enumerate() {
+            *self.stage.lock().unwrap_or_else(|p| p.into_inner()) = StageValues {
+                time: self.time + stage.c * dt,
+                dt,
+                stage: index,
+                a: stage.a,
+                b: stage.b,
+            };
+            self.graph.execute(self.mode)?;
+            for &axis in &self.active {
+                self.copy_component(axis, &self.next, &self.now)?;
+            }
+            self.project(stage.b * dt)?;
+        }
+        self.time += dt;
+        self.steps += 1;
+        let energy = self.kinetic_energy()?;
+        if !energy.is_finite() {
+            return Err(SolverError::Diverged {
+                equation: "momentum".into(),
+                step: self.steps,
+                time: self.time,
+            });
+        }
+        Ok(())
+    }
+
+    /// The largest stable `dt` for a Courant number `cfl` and a diffusion
+    /// number `diffusion_number`.
+    pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
+        let grid = self.graph.patch().grid();
+        let h = self
+            .active
+            .iter()
+            .map(|&a| grid.spacing()[a])
+            .fold(f64::INFINITY, f64::min);
+        let mut speed: f64 = 0.0;
+        for &axis in &self.active {
+            speed = speed.max(match axis {
+                0 => self.component::<XFace, _>(0, |u| field_max(abs(field(u))))??,
+                1 => self.component::<YFace, _>(1, |u| field_max(abs(field(u))))??,
+                _ => self.component::<ZFace, _>(2, |u| field_max(abs(field(u))))??,
+            });
+        }
+        let mut dt = f64::INFINITY;
+        if speed > 0.0 {
+            dt = dt.min(cfl * h / speed);
+        }
+        if self.viscosity > 0.0 {
+            dt = dt.min(diffusion_number * h * h / self.viscosity);
+        }
+        if !dt.is_finite() {
+            return Err(SolverError::TimeStep(
+                "the flow is at rest and inviscid; use a fixed dt".into(),
+            ));
+        }
+        Ok(dt)
+    }
+
+    /// Advances to `end_time` with `dt` from [`Self::stable_time_step`];
+    /// returns the steps taken.
+    pub fn advance(&mut self, end_time: f64, cfl: f64, diffusion_number: f64) -> SolverResult<u64> {
+        let first = self.steps;
+        let tolerance = 1e-12 * end_time.abs().max(1.0);
+        while self.time < end_time - tolerance {
+            let dt = self.stable_time_step(cfl, diffusion_number)?;
+            self.step(dt.min(end_time - self.time))?;
+        }
+        Ok(self.steps - first)
+    }
+
+    /// The walls' condition on the projection potential.
+    pub fn pressure_conditions(&self) -> &BoundaryConditions {
+        &self.walls
+    }
+}
