@@ -27,6 +27,10 @@ pub const BLOCK_POINTS: usize = 4096;
 /// Smallest block size chosen for kernels with many registers.
 const MIN_BLOCK_POINTS: usize = 512;
 
+/// Regions smaller than this many points run on the calling thread: waking
+/// a pool costs more than it saves (results are the same either way).
+pub const PARALLEL_THRESHOLD: usize = 32 * 1024;
+
 /// Register bytes per thread a block aims to stay within.
 const L1_REGISTER_BYTES: usize = 64 * 1024;
 
@@ -1147,6 +1151,11 @@ pub(crate) fn assign(
         return;
     }
     let (ctx, groups) = plan(kernel, fields, patch, &region);
+    let parallelism = if region.len() < PARALLEL_THRESHOLD {
+        Parallelism::Serial
+    } else {
+        parallelism
+    };
     let run_groups = |groups: &[RowGroup]| {
         let mut scratch = ctx.scratch();
         for group in groups {
@@ -1179,6 +1188,11 @@ pub(crate) fn reduce(
         return reduction.identity();
     }
     let (ctx, groups) = plan(kernel, fields, patch, &region);
+    let parallelism = if region.len() < PARALLEL_THRESHOLD {
+        Parallelism::Serial
+    } else {
+        parallelism
+    };
     let rows = region.extent()[1] * region.extent()[2];
     let mut partials = vec![reduction.identity(); rows];
     // Per-row partials, accumulated along x in block order.

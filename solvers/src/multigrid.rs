@@ -460,11 +460,24 @@ fn copy_all(
     from: &SpatialField<CellCentre>,
     to: &mut SpatialField<CellCentre>,
 ) -> SolverResult<()> {
+    if from.layout() == to.layout() {
+        to.values_mut()?.copy_from_slice(from.values()?);
+        return Ok(());
+    }
     let region = from
         .layout()
         .allocated()
         .intersect(&to.layout().allocated());
     copy_over(from, to, region)
+}
+
+/// Offsets (in storage) from a point to its neighbours, and the storage
+/// index of point (0, 0, 0).
+fn strides_of(layout: &watershed_fields::FieldLayout) -> ([isize; 3], isize) {
+    (
+        layout.strides().map(|s| s as isize),
+        layout.linear_index([0; 3]) as isize,
+    )
 }
 
 /// Coarse `b` = average of the fine residual over each coarse cell's children.
@@ -474,52 +487,67 @@ fn restrict(
 ) -> SolverResult<()> {
     let (fl, cl) = (fine.layout().clone(), coarse.layout().clone());
     let ratio = [0, 1, 2].map(|a| fl.interior_extent()[a] / cl.interior_extent()[a]);
-    let children = IndexBox::new([0; 3], ratio.map(|r| r as isize));
+    let (fs, f0) = strides_of(&fl);
+    let (cs, c0) = strides_of(&cl);
+    let children: Vec<isize> = IndexBox::new([0; 3], ratio.map(|r| r as isize))
+        .iter()
+        .map(|c| c[0] * fs[0] + c[1] * fs[1] + c[2] * fs[2])
+        .collect();
     let weight = 1.0 / children.len() as f64;
     let source = fine.values()?;
     let target = coarse.values_mut()?;
     for index in cl.interior() {
-        let mut sum = 0.0;
-        for child in children {
-            let f = [0, 1, 2].map(|a| index[a] * ratio[a] as isize + child[a]);
-            sum += source[fl.linear_index(f)];
-        }
-        target[cl.linear_index(index)] = weight * sum;
+        let first = f0
+            + (0..3)
+                .map(|a| index[a] * ratio[a] as isize * fs[a])
+                .sum::<isize>();
+        let sum: f64 = children.iter().map(|&c| source[(first + c) as usize]).sum();
+        let at = c0 + index[0] * cs[0] + index[1] * cs[1] + index[2] * cs[2];
+        target[at as usize] = weight * sum;
     }
     Ok(())
 }
 
 /// Fine `x` += (tri)linear interpolation of the coarse correction (whose
-/// ghosts must be filled).
+/// ghosts must be filled): per refined axis, 3/4 of the parent cell and 1/4
+/// of its neighbour on the fine cell's side.
 fn prolongate_add(
     coarse: &SpatialField<CellCentre>,
     fine: &mut SpatialField<CellCentre>,
 ) -> SolverResult<()> {
     let (cl, fl) = (coarse.layout().clone(), fine.layout().clone());
     let ratio = [0, 1, 2].map(|a| fl.interior_extent()[a] / cl.interior_extent()[a]);
+    let (fs, f0) = strides_of(&fl);
+    let (cs, c0) = strides_of(&cl);
+    let refined: Vec<usize> = (0..3).filter(|&a| ratio[a] == 2).collect();
+    let corners = 1usize << refined.len();
     let source = coarse.values()?;
     let target = fine.values_mut()?;
     for index in fl.interior() {
-        let parent = [0, 1, 2].map(|a| index[a].div_euclid(ratio[a] as isize));
-        // Per refined axis: 3/4 of the parent, 1/4 of the neighbour on the
-        // fine cell's side.
+        let parent = c0
+            + (0..3)
+                .map(|a| index[a].div_euclid(ratio[a] as isize) * cs[a])
+                .sum::<isize>();
         let mut value = 0.0;
-        let refined: Vec<usize> = (0..3).filter(|&a| ratio[a] == 2).collect();
-        for corner in 0..(1usize << refined.len()) {
+        for corner in 0..corners {
             let mut at = parent;
             let mut w = 1.0;
             for (bit, &axis) in refined.iter().enumerate() {
-                let toward = if index[axis] % 2 == 0 { -1 } else { 1 };
                 if corner >> bit & 1 == 1 {
-                    at[axis] += toward;
+                    at += if index[axis] % 2 == 0 {
+                        -cs[axis]
+                    } else {
+                        cs[axis]
+                    };
                     w *= 0.25;
                 } else {
                     w *= 0.75;
                 }
             }
-            value += w * source[cl.linear_index(at)];
+            value += w * source[at as usize];
         }
-        target[fl.linear_index(index)] += value;
+        let here = f0 + index[0] * fs[0] + index[1] * fs[1] + index[2] * fs[2];
+        target[here as usize] += value;
     }
     Ok(())
 }
