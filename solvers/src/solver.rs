@@ -16,7 +16,7 @@ use watershed_exprgraph::{
     ExecutionMode, ExpressionGraph, Factory, GraphOptions, NativeExpression, Tag,
 };
 use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField, XFace, YFace, ZFace};
-use watershed_operators::{abs, field, field_max, interior_max};
+use watershed_operators::{Assign, AssignOptions, Region, abs, field, field_max, interior_max};
 
 /// The CPU-side values of the current stage, read by the update nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -224,6 +224,25 @@ impl TransportSolver {
                 for index in layout.allocated() {
                     values[layout.linear_index(index)] = f(layout.coordinate(index));
                 }
+                Ok(())
+            })?
+    }
+
+    /// Sets the solution of `equation` (ghosts included) from an expression
+    /// of the field language, e.g. of the coordinates.
+    pub fn set_initial_condition_expression(
+        &self,
+        equation: &str,
+        expression: watershed_operators::Expr<'_, CellCentre>,
+    ) -> SolverResult<()> {
+        let tag = self.equation(equation)?.solution_tag();
+        self.graph
+            .with_field_mut::<CellCentre, _>(&tag, |field| -> SolverResult<()> {
+                let options = AssignOptions {
+                    region: Region::LargestComputable,
+                    ..Default::default()
+                };
+                field.assign_with(expression, options)?;
                 Ok(())
             })?
     }
