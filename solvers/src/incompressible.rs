@@ -20,6 +20,7 @@ use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::{Multigrid, MultigridOptions, SolveReport};
 use crate::solver::StageValues;
+use crate::stages::{copy_field, update_node};
 use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
@@ -251,32 +252,6 @@ fn momentum<F: FaceLocation + GraphLocation>(
     })
 }
 
-fn update_node<F: GraphLocation>(
-    now: &Tag,
-    next: &Tag,
-    start: &Tag,
-    rhs: &Tag,
-    stage: Arc<Mutex<StageValues>>,
-) -> NativeExpression {
-    let (s, n, o, r) = (now.clone(), next.clone(), start.clone(), rhs.clone());
-    NativeExpression::new(
-        &format!("update {}", now.name),
-        vec![(next.clone(), F::KIND)],
-        vec![now.clone(), rhs.clone(), start.clone()],
-        move |context| {
-            let StageValues { dt, a, b, .. } = *stage.lock().unwrap_or_else(|p| p.into_inner());
-            let u = context.input::<F>(&s)?.values()?.to_vec();
-            let rhs = context.input::<F>(&r)?.values()?.to_vec();
-            let old = context.input::<F>(&o)?.values()?.to_vec();
-            let out = context.output::<F>(&n)?.values_mut()?;
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = a * old[i] + b * (u[i] + dt * rhs[i]);
-            }
-            Ok(())
-        },
-    )
-}
-
 /// An incompressible flow advancing in time.
 pub struct IncompressibleFlow {
     graph: ExpressionGraph,
@@ -396,23 +371,11 @@ impl IncompressibleFlow {
         Ok(energy)
     }
 
-    fn copy<F: GraphLocation>(&self, from: &Tag, to: &Tag) -> SolverResult<()> {
-        self.graph
-            .with_field::<F, _>(from, |source| -> SolverResult<()> {
-                let values = source.values()?;
-                self.graph
-                    .with_field_mut::<F, _>(to, |target| -> SolverResult<()> {
-                        target.values_mut()?.copy_from_slice(values);
-                        Ok(())
-                    })?
-            })?
-    }
-
     fn copy_component(&self, axis: usize, from: &[Tag; 3], to: &[Tag; 3]) -> SolverResult<()> {
         match axis {
-            0 => self.copy::<XFace>(&from[0], &to[0]),
-            1 => self.copy::<YFace>(&from[1], &to[1]),
-            _ => self.copy::<ZFace>(&from[2], &to[2]),
+            0 => copy_field::<XFace>(&self.graph, &from[0], &to[0]),
+            1 => copy_field::<YFace>(&self.graph, &from[1], &to[1]),
+            _ => copy_field::<ZFace>(&self.graph, &from[2], &to[2]),
         }
     }
 

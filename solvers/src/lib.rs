@@ -23,6 +23,7 @@ pub mod incompressible;
 pub mod integrator;
 pub mod multigrid;
 pub mod solver;
+mod stages;
 pub mod transport;
 
 pub use boundary::{BoundaryCondition, BoundaryConditions};

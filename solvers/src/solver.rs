@@ -10,11 +10,10 @@
 
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
+use crate::stages::{copy_field, update_node};
 use crate::transport::{Diffusivity, TransportEquation};
 use std::sync::{Arc, Mutex};
-use watershed_exprgraph::{
-    ExecutionMode, ExpressionGraph, Factory, GraphOptions, NativeExpression, Tag,
-};
+use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphOptions, Tag};
 use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField, XFace, YFace, ZFace};
 use watershed_operators::{Assign, AssignOptions, Region, abs, field, field_max, interior_max};
 
@@ -122,24 +121,12 @@ impl TransportSolverBuilder {
                 equation.next_tag(),
                 equation.rhs_tag(),
             );
-            let values = stage.clone();
-            let (s, n, r, o) = (solution.clone(), next.clone(), rhs.clone(), start.clone());
-            self.factory.register(NativeExpression::new(
-                &format!("update {}", equation.name()),
-                vec![(next.clone(), LocationKind::CellCentre)],
-                vec![solution, rhs, start],
-                move |context| {
-                    let StageValues { dt, a, b, .. } =
-                        *values.lock().unwrap_or_else(|p| p.into_inner());
-                    let u = context.input::<CellCentre>(&s)?.values()?.to_vec();
-                    let rhs = context.input::<CellCentre>(&r)?.values()?.to_vec();
-                    let old = context.input::<CellCentre>(&o)?.values()?.to_vec();
-                    let out = context.output::<CellCentre>(&n)?.values_mut()?;
-                    for (i, o) in out.iter_mut().enumerate() {
-                        *o = a * old[i] + b * (u[i] + dt * rhs[i]);
-                    }
-                    Ok(())
-                },
+            self.factory.register(update_node::<CellCentre>(
+                &solution,
+                &next,
+                &start,
+                &rhs,
+                stage.clone(),
             ))?;
             roots.push(next);
         }
@@ -258,15 +245,7 @@ impl TransportSolver {
     }
 
     fn copy(&self, from: &Tag, to: &Tag) -> SolverResult<()> {
-        self.graph
-            .with_field::<CellCentre, _>(from, |source| -> SolverResult<()> {
-                let values = source.values()?;
-                self.graph
-                    .with_field_mut::<CellCentre, _>(to, |target| -> SolverResult<()> {
-                        target.values_mut()?.copy_from_slice(values);
-                        Ok(())
-                    })?
-            })?
+        copy_field::<CellCentre>(&self.graph, from, to)
     }
 
     /// Advances every equation by one step of `dt`.
