@@ -88,6 +88,40 @@ pub enum GraphError {
         reason: String,
     },
 
+    /// A field's ghost layers are too few for the stencils that read it.
+    #[error(
+        "tag {tag} is read {needed} point(s) beyond its interior on the {side} side by {reader}, but {what} has {available} ghost layer(s) there; give it at least {needed} ghost layer(s) on that side (or build the graph with GhostPolicy::Grow to let it size its patch)"
+    )]
+    MissingGhosts {
+        /// The field.
+        tag: Tag,
+        /// "-x", "+y", ...
+        side: String,
+        /// Ghost layers needed on that side.
+        needed: usize,
+        /// Ghost layers present.
+        available: usize,
+        /// The expression whose stencil reads that far.
+        reader: String,
+        /// Whose layout was checked ("the graph's patch", a bound field).
+        what: String,
+    },
+
+    /// A placeholder was read before anything was put in it.
+    #[error(
+        "placeholder {tag} is read by {reader} but was never bound or written; set it with ExpressionGraph::with_field_mut or bind_placeholder (call ExpressionGraph::fill_placeholder to say that zeros are intended)"
+    )]
+    PlaceholderNotSet {
+        /// The placeholder.
+        tag: Tag,
+        /// An expression that reads it.
+        reader: String,
+    },
+
+    /// The graph was used in a way that would deadlock or race.
+    #[error("{0}")]
+    Usage(String),
+
     // ---- memory plan ------------------------------------------------------
     /// The memory budget cannot run some expression at all.
     #[error(

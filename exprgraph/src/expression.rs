@@ -14,7 +14,7 @@ use crate::error::{GraphError, GraphResult};
 use crate::store::{AnyField, GraphLocation};
 use crate::tag::Tag;
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
-use watershed_fields::{FieldLayout, FieldResult, Location, LocationKind, SpatialField};
+use watershed_fields::{FieldLayout, FieldResult, IndexBox, Location, LocationKind, SpatialField};
 use watershed_operators::ir::Node;
 use watershed_operators::{AssignOptions, BoundField, Expr, Parallelism, Region, assign_node};
 
@@ -51,6 +51,7 @@ pub struct EvaluationContext<'g> {
     pub(crate) inputs: Vec<(&'g Tag, RwLockReadGuard<'g, Option<AnyField>>)>,
     pub(crate) outputs: Vec<(&'g Tag, RwLockWriteGuard<'g, Option<AnyField>>)>,
     pub(crate) parallelism: Parallelism,
+    pub(crate) region: Option<IndexBox>,
 }
 
 impl EvaluationContext<'_> {
@@ -66,6 +67,13 @@ impl EvaluationContext<'_> {
     /// (the scheduler's pool: nested parallelism without oversubscription).
     pub fn parallelism(&self) -> Parallelism {
         self.parallelism
+    }
+
+    /// The box of its output the graph's extent analysis asks this
+    /// expression to compute (`None` for native expressions: they compute
+    /// what their code computes, at least the interior).
+    pub fn region(&self) -> Option<IndexBox> {
+        self.region
     }
 
     /// An input field.
@@ -289,11 +297,16 @@ impl Expression for LanguageExpression {
         let target = guard
             .as_mut()
             .ok_or_else(|| unavailable(&self.target, "it has not been allocated"))?;
-        // Ghost points too, where the inputs allow: a consumer's stencil
-        // reads this field beyond its interior (e.g. the last face flux of a
-        // periodic patch is a ghost face).
+        // Exactly the region the extent analysis derived from the consumers'
+        // stencils (interior plus what they read beyond it, e.g. the last
+        // face flux of a periodic patch is a ghost face); outside a graph,
+        // the interior.
+        let region = match context.region {
+            Some(region) => Region::Box(region),
+            None => Region::Interior,
+        };
         let options = AssignOptions {
-            region: Region::LargestComputable,
+            region,
             parallelism: context.parallelism,
         };
         match target {

@@ -12,6 +12,7 @@
 //! Every other field is scratch: taken from the graph's pool just before its
 //! producer runs and returned after its last consumer.
 
+use crate::analyses::extents::{self, RegionPlan};
 use crate::analyses::{critical_path, lifetimes};
 use crate::error::{GraphError, GraphResult};
 use crate::expression::{Expression, ExpressionKind};
@@ -22,9 +23,11 @@ use crate::store::{AnyField, FieldStore, GraphLocation};
 use crate::tag::Tag;
 use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use watershed_fields::{
-    FieldInit, FieldLayout, HostMemory, Lifetime, LocationKind, MemoryPool, Patch,
+    FieldInit, FieldLayout, GhostWidth, HostMemory, IndexBox, Lifetime, LocationKind, MemoryPool,
+    Patch,
 };
 
 /// Where a node runs.
@@ -37,6 +40,19 @@ pub enum Target {
     Gpu(usize),
 }
 
+/// What the graph does when a field's ghost layers are too few for the
+/// stencils that read it (see [`crate::analyses::extents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GhostPolicy {
+    /// Refuse to build, naming the tag, the side, the width needed and the
+    /// width the patch has.
+    #[default]
+    Require,
+    /// Widen the patch's ghost layers to what the analysis asks for (never
+    /// narrow them); [`ExpressionGraph::patch`] tells the result.
+    Grow,
+}
+
 /// Options of [`ExpressionGraph::build`].
 #[derive(Debug, Clone, Default)]
 pub struct GraphOptions {
@@ -47,6 +63,9 @@ pub struct GraphOptions {
     /// Most bytes of scratch fields alive at once; nodes whose outputs do
     /// not fit wait. Refused up front when no order of execution could fit.
     pub memory_budget: Option<usize>,
+    /// Whether too few ghost layers are an error (the default) or make the
+    /// graph widen its patch.
+    pub ghosts: GhostPolicy,
 }
 
 /// What the graph knows about a field.
@@ -72,6 +91,9 @@ pub(crate) struct GraphNode {
     pub outputs: Vec<usize>,
     pub inputs: Vec<usize>,
     pub target: Target,
+    /// The box of its output it computes (language nodes; from the extent
+    /// analysis).
+    pub region: Option<IndexBox>,
 }
 
 /// Bookkeeping of the DFS that collects nodes and fields.
@@ -107,15 +129,15 @@ impl Collector<'_> {
             }
             return Ok(slot);
         }
-        let bytes =
-            FieldLayout::new(self.patch, location).allocated_len() * std::mem::size_of::<f64>();
-        self.fields.push(FieldInfo {
+        let mut info = FieldInfo {
             tag: tag.clone(),
             location,
             persistent: placeholder,
             placeholder,
-            bytes,
-        });
+            bytes: 0,
+        };
+        info.bytes = checked_field_bytes(self.patch, &info)?;
+        self.fields.push(info);
         self.slot_of.insert(tag.clone(), self.fields.len() - 1);
         Ok(self.fields.len() - 1)
     }
@@ -218,6 +240,45 @@ pub struct ExpressionGraph {
     pub(crate) pool: MemoryPool,
     pub(crate) statistics: Mutex<Statistics>,
     pub(crate) fusions: usize,
+    pub(crate) regions: RegionPlan,
+    /// Per field: a placeholder that was bound, written or filled (reading
+    /// one that was not is an error at execute).
+    pub(crate) provided: Vec<AtomicBool>,
+    /// Serialises executions of this graph.
+    pub(crate) execution: Mutex<()>,
+}
+
+thread_local! {
+    /// Graphs whose fields the current thread is inside `with_field` of.
+    static FIELD_ACCESS: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Marks the current thread as inside `with_field` of a graph while alive.
+struct FieldAccess(usize);
+
+impl FieldAccess {
+    fn enter(graph: &ExpressionGraph) -> Self {
+        let id = graph as *const ExpressionGraph as usize;
+        FIELD_ACCESS.with(|a| a.borrow_mut().push(id));
+        FieldAccess(id)
+    }
+}
+
+impl Drop for FieldAccess {
+    fn drop(&mut self) {
+        FIELD_ACCESS.with(|a| {
+            let mut a = a.borrow_mut();
+            if let Some(p) = a.iter().rposition(|&g| g == self.0) {
+                a.remove(p);
+            }
+        });
+    }
+}
+
+/// True when the current thread is inside `with_field` of `graph`.
+pub(crate) fn in_field_access(graph: &ExpressionGraph) -> bool {
+    let id = graph as *const ExpressionGraph as usize;
+    FIELD_ACCESS.with(|a| a.borrow().contains(&id))
 }
 
 impl std::fmt::Debug for ExpressionGraph {
@@ -250,6 +311,21 @@ impl ExpressionGraph {
         };
         for root in roots {
             collector.visit(root, "the root list")?;
+        }
+        let mut orphans: Vec<(&Tag, &str)> = factory
+            .modifiers
+            .iter()
+            .filter(|(tag, _)| !collector.slot_of.contains_key(*tag))
+            .flat_map(|(tag, list)| list.iter().map(move |r| (tag, r.name.as_str())))
+            .collect();
+        orphans.sort_by(|a, b| a.0.to_string().cmp(&b.0.to_string()));
+        if let Some((tag, name)) = orphans.first() {
+            return Err(GraphError::UnknownTag {
+                tag: (*tag).clone(),
+                what: format!(
+                    "modifier {name} is attached to it, but no expression of the graph computes or reads it; check the tag's name and context, or build the graph from a factory without that modifier"
+                ),
+            });
         }
         let Collector {
             mut fields,
@@ -300,14 +376,50 @@ impl ExpressionGraph {
         check_acyclic(&nodes, &parents, &fields)?;
         let priority = critical_path::priorities(&children, &vec![1.0; nodes.len()]);
         let order = critical_path::plan_order(&parents, &children, &priority);
+
+        let regions = extents::analyse(&nodes, &fields, &order, patch)?;
+        let patch = match options.ghosts {
+            GhostPolicy::Require => patch.clone(),
+            GhostPolicy::Grow => {
+                let needed = regions.needed_ghosts(&fields, patch);
+                let have = patch.ghosts();
+                let widened = GhostWidth {
+                    minus: [0, 1, 2].map(|a| have.minus[a].max(needed.minus[a])),
+                    plus: [0, 1, 2].map(|a| have.plus[a].max(needed.plus[a])),
+                };
+                let grown = Patch::new(patch.grid(), patch.offset(), patch.cells(), widened)?;
+                for field in &mut fields {
+                    field.bytes = checked_field_bytes(&grown, field)?;
+                }
+                grown
+            }
+        };
+        for (slot, field) in fields.iter().enumerate() {
+            let layout = FieldLayout::new(&patch, field.location);
+            regions.check_fits(slot, field, &layout, "the graph's patch")?;
+        }
+        for (node, region) in nodes.iter_mut().zip(&regions.node_regions) {
+            node.region = *region;
+        }
+
         let plan = lifetimes::plan(&nodes, &fields, &users, &producer, &order);
         if let Some(budget) = options.memory_budget
-            && budget < plan.minimum_budget
+            && budget < plan.minimum_budget.max(plan.peak_with_reuse)
         {
+            // Nodes start in plan order under a budget, so the plan order's
+            // own peak must fit, not only the largest single node.
+            let (needed, expression) = if plan.peak_with_reuse > plan.minimum_budget {
+                (
+                    plan.peak_with_reuse,
+                    "the plan order (its peak of live scratch fields)".to_string(),
+                )
+            } else {
+                (plan.minimum_budget, plan.minimum_budget_expression.clone())
+            };
             return Err(GraphError::BudgetTooSmall {
                 budget,
-                needed: plan.minimum_budget,
-                expression: plan.minimum_budget_expression.clone(),
+                needed,
+                expression,
             });
         }
 
@@ -319,7 +431,7 @@ impl ExpressionGraph {
                 let value = AnyField::new(
                     field.location,
                     &field.tag.name,
-                    patch,
+                    &patch,
                     lifetime,
                     &pool,
                     FieldInit::Zero,
@@ -328,8 +440,10 @@ impl ExpressionGraph {
             }
         }
         let node_count = nodes.len();
+        let field_count = fields.len();
         Ok(ExpressionGraph {
-            patch: patch.clone(),
+            patch,
+            regions,
             fields,
             slot_of,
             nodes,
@@ -345,6 +459,8 @@ impl ExpressionGraph {
             pool,
             statistics: Mutex::new(Statistics::new(node_count)),
             fusions,
+            provided: (0..field_count).map(|_| AtomicBool::new(false)).collect(),
+            execution: Mutex::new(()),
         })
     }
 
@@ -413,6 +529,7 @@ impl ExpressionGraph {
         f: impl FnOnce(&watershed_fields::SpatialField<L>) -> R,
     ) -> GraphResult<R> {
         let slot = self.slot(tag, "read")?;
+        let _access = FieldAccess::enter(self);
         let guard = self.store.slots[slot]
             .read()
             .unwrap_or_else(|p| p.into_inner());
@@ -437,6 +554,7 @@ impl ExpressionGraph {
         f: impl FnOnce(&mut watershed_fields::SpatialField<L>) -> R,
     ) -> GraphResult<R> {
         let slot = self.slot(tag, "written")?;
+        let _access = FieldAccess::enter(self);
         let mut guard = self.store.slots[slot]
             .write()
             .unwrap_or_else(|p| p.into_inner());
@@ -451,6 +569,7 @@ impl ExpressionGraph {
             actual,
             requested: L::KIND,
         })?;
+        self.provided[slot].store(true, Ordering::Release);
         Ok(f(typed))
     }
 
@@ -487,7 +606,46 @@ impl ExpressionGraph {
                 field.name()
             )));
         }
-        Ok(self.store.put(slot, Some(L::wrap(field))))
+        self.regions.check_fits(
+            slot,
+            info,
+            field.layout(),
+            &format!("the bound field '{}'", field.name()),
+        )?;
+        let previous = self.store.put(slot, Some(L::wrap(field)));
+        self.provided[slot].store(true, Ordering::Release);
+        Ok(previous)
+    }
+
+    /// Says that placeholder `tag` is meant to hold what it holds now (zeros
+    /// unless written): reading a placeholder nobody bound, wrote or filled
+    /// is otherwise an error at execute.
+    pub fn fill_placeholder(&self, tag: &Tag) -> GraphResult<()> {
+        let slot = self.slot(tag, "filled")?;
+        if !self.fields[slot].placeholder {
+            return Err(GraphError::UnknownTag {
+                tag: tag.clone(),
+                what: "filled as a placeholder, but it is computed by an expression".into(),
+            });
+        }
+        self.provided[slot].store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The ghost layers per side that the stencils reading `tag` need
+    /// beyond its interior (from the extent analysis).
+    pub fn required_ghosts(&self, tag: &Tag) -> GraphResult<GhostWidth> {
+        let slot = self.slot(tag, "asked for its ghost width")?;
+        Ok(self
+            .regions
+            .ghosts_of(slot, &self.fields[slot], &self.patch))
+    }
+
+    /// The box of `tag`'s indices its producer computes each execution
+    /// (`None` for placeholders and fields of native expressions).
+    pub fn computed_region(&self, tag: &Tag) -> GraphResult<Option<IndexBox>> {
+        let slot = self.slot(tag, "asked for its computed region")?;
+        Ok(self.producer[slot].and_then(|n| self.nodes[n].region))
     }
 
     /// The execution graph in Graphviz DOT: one node per expression,
@@ -587,6 +745,23 @@ impl ExpressionGraph {
     }
 }
 
+/// Bytes of `field`'s storage on `patch`, refusing sizes that overflow.
+fn checked_field_bytes(patch: &Patch, field: &FieldInfo) -> GraphResult<usize> {
+    FieldLayout::new(patch, field.location)
+        .allocated_len()
+        .checked_mul(std::mem::size_of::<f64>())
+        .ok_or_else(|| {
+            GraphError::Field(watershed_fields::FieldError::InvalidGrid {
+                reason: format!(
+                    "field {} of {:?} cells with {:?} ghost layers needs more bytes than this machine can address",
+                    field.tag,
+                    patch.cells(),
+                    patch.ghosts()
+                ),
+            })
+        })
+}
+
 fn escape(text: &str) -> String {
     text.replace('\\', "\\\\").replace('"', "\\\"")
 }
@@ -625,6 +800,7 @@ pub(crate) fn node_of(
         outputs,
         inputs,
         target: Target::Cpu,
+        region: None,
         expression,
     })
 }

@@ -19,6 +19,9 @@
 //! }))?;
 //! let patch = Grid::new([16, 16, 16], [1.0; 3], [0.0; 3])?.whole_domain(1);
 //! let graph = ExpressionGraph::build(&factory, &[rhs.clone()], &patch, &GraphOptions::default())?;
+//! // Placeholders must be given values before the graph reads them.
+//! graph.with_field_mut::<CellCentre, _>(&gamma, |f| f.fill(1.0))??;
+//! graph.with_field_mut::<CellCentre, _>(&phi, |f| f.fill(0.5))??;
 //! graph.execute(ExecutionMode::Threaded(2))?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -56,7 +59,7 @@ pub use expression::{
     EvaluationContext, Expression, ExpressionKind, LanguageExpression, NativeExpression, Symbols,
 };
 pub use factory::Factory;
-pub use graph::{ExpressionGraph, FieldInfo, GraphOptions, Target};
+pub use graph::{ExpressionGraph, FieldInfo, GhostPolicy, GraphOptions, Target};
 pub use scheduler::{ExecutionMode, ExecutionReport, TraceEvent};
 pub use store::{AnyField, GraphLocation};
 pub use tag::{Context, Tag};

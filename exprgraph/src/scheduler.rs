@@ -37,7 +37,7 @@ use crate::error::{GraphError, GraphResult};
 use crate::expression::EvaluationContext;
 use crate::graph::ExpressionGraph;
 use crate::store::AnyField;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -101,25 +101,59 @@ impl Statistics {
     }
 }
 
-/// The thread pool for `threads` threads, shared by every graph.
-fn thread_pool(threads: usize) -> Arc<rayon::ThreadPool> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+/// Most threads a graph may use: eight per core (beyond that a pool only
+/// adds contention and memory).
+pub fn max_threads() -> usize {
+    std::thread::available_parallelism().map_or(8, |n| n.get()) * 8
+}
+
+/// The thread count of `mode`, refusing 0 and counts far above the cores.
+fn checked_threads(mode: ExecutionMode) -> GraphResult<usize> {
+    match mode {
+        ExecutionMode::Serial => Ok(1),
+        ExecutionMode::Threaded(0) => Err(GraphError::Usage(
+            "ExecutionMode::Threaded(0) has no thread to run on; use Threaded(n) with n >= 1, or Serial".into(),
+        )),
+        ExecutionMode::Threaded(n) if n > max_threads() => Err(GraphError::Usage(format!(
+            "ExecutionMode::Threaded({n}) asks for far more threads than this machine's {} cores; use at most {}",
+            max_threads() / 8,
+            max_threads()
+        ))),
+        ExecutionMode::Threaded(n) => Ok(n),
+    }
+}
+
+/// Thread pools kept alive for reuse; the least recently used goes first.
+const POOLS_KEPT: usize = 4;
+
+/// The thread pool for `threads` threads, shared by every graph. At most
+/// [`POOLS_KEPT`] pools are kept, so programs that try many thread counts
+/// do not accumulate threads (a dropped pool's threads exit once its last
+/// execution ends).
+fn thread_pool(threads: usize) -> GraphResult<Arc<rayon::ThreadPool>> {
+    static POOLS: OnceLock<Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>> = OnceLock::new();
     let mut pools = POOLS
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    pools
-        .entry(threads)
-        .or_insert_with(|| {
-            Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(move |i| format!("watershed-graph-{threads}-{i}"))
-                    .build()
-                    .expect("building a thread pool only fails when threads cannot be spawned"),
-            )
-        })
-        .clone()
+    if let Some(p) = pools.iter().position(|(n, _)| *n == threads) {
+        let entry = pools.remove(p);
+        let pool = entry.1.clone();
+        pools.push(entry);
+        return Ok(pool);
+    }
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(move |i| format!("watershed-graph-{threads}-{i}"))
+            .build()
+            .map_err(|e| GraphError::Usage(format!("cannot start {threads} threads: {e}")))?,
+    );
+    if pools.len() >= POOLS_KEPT {
+        pools.remove(0);
+    }
+    pools.push((threads, pool.clone()));
+    Ok(pool)
 }
 
 /// Scheduler state behind the lock.
@@ -146,7 +180,33 @@ struct Shared<'g> {
 impl ExpressionGraph {
     /// Runs every node once. Fields computed by expressions are up to date
     /// when it returns; scratch fields are back in the pool.
+    ///
+    /// Executions of one graph never overlap: a call from another thread
+    /// waits for the running one. Calling it from inside
+    /// [`ExpressionGraph::with_field`] on the same thread is an error (it
+    /// would wait for itself), and so is reading a placeholder that was
+    /// never bound, written or filled.
     pub fn execute(&self, mode: ExecutionMode) -> GraphResult<ExecutionReport> {
+        if crate::graph::in_field_access(self) {
+            return Err(GraphError::Usage(
+                "execute was called inside with_field / with_field_mut of the same graph, which holds a field the execution must lock; copy what you need out of the closure and execute after it returns".into(),
+            ));
+        }
+        let threads = checked_threads(mode)?;
+        let _serial = self.execution.lock().unwrap_or_else(|p| p.into_inner());
+        for (slot, info) in self.fields.iter().enumerate() {
+            if info.placeholder
+                && !self.provided[slot].load(std::sync::atomic::Ordering::Acquire)
+                && let Some(&reader) = self.users[slot]
+                    .iter()
+                    .find(|&&u| !self.nodes[u].outputs.contains(&slot))
+            {
+                return Err(GraphError::PlaceholderNotSet {
+                    tag: info.tag.clone(),
+                    reader: self.nodes[reader].name.clone(),
+                });
+            }
+        }
         let epoch = Instant::now();
         self.pool.reset_counters();
         let priority = self.measured_priorities();
@@ -171,10 +231,6 @@ impl ExpressionGraph {
                 state.ready.push(Ready { priority: p, node });
             }
         }
-        let threads = match mode {
-            ExecutionMode::Serial => 1,
-            ExecutionMode::Threaded(n) => n.max(1),
-        };
         let shared = Shared {
             graph: self,
             state: Mutex::new(state),
@@ -184,8 +240,8 @@ impl ExpressionGraph {
         };
         match mode {
             ExecutionMode::Serial => self.run_serial(&shared, &priority),
-            ExecutionMode::Threaded(n) => {
-                let pool = thread_pool(n.max(1));
+            ExecutionMode::Threaded(_) => {
+                let pool = thread_pool(threads)?;
                 pool.install(|| rayon::scope(|scope| dispatch(&shared, scope, &priority)));
             }
         }
@@ -247,6 +303,18 @@ impl ExpressionGraph {
                 let bytes = self.output_bytes(node);
                 state.live_bytes += bytes;
                 state.peak_bytes = state.peak_bytes.max(state.live_bytes);
+                if let Some(budget) = self.budget
+                    && state.live_bytes > budget
+                {
+                    // Cannot happen when the build-time check holds; kept so
+                    // that the budget is a guarantee in every mode.
+                    state.error = Some(GraphError::BudgetTooSmall {
+                        budget,
+                        needed: state.live_bytes,
+                        expression: self.nodes[node].name.clone(),
+                    });
+                    return;
+                }
             }
             let outcome = self.launch(node, Parallelism::Serial, shared, 0);
             let released = self.finish(node, &shared.remaining_users);
@@ -325,6 +393,7 @@ impl ExpressionGraph {
             inputs,
             outputs,
             parallelism,
+            region: graph_node.region,
         };
         let outcome = graph_node
             .expression

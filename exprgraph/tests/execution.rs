@@ -673,6 +673,7 @@ fn undeclared_or_mistyped_access_inside_an_expression_fails() {
         &GraphOptions::default(),
     )
     .unwrap();
+    graph.fill_placeholder(&p).unwrap();
     let error = graph.execute(ExecutionMode::Serial).unwrap_err();
     let GraphError::Expression { expression, source } = &error else {
         panic!("expected an Expression error, got {error:?}");
@@ -712,6 +713,7 @@ fn undeclared_or_mistyped_access_inside_an_expression_fails() {
         &GraphOptions::default(),
     )
     .unwrap();
+    graph.fill_placeholder(&p).unwrap();
     for mode in MODES {
         let error = graph.execute(mode).unwrap_err();
         let GraphError::Expression { expression, source } = &error else {

@@ -19,8 +19,13 @@ pub enum Region {
     /// The interior and up to this many ghost layers per side (clipped to
     /// the target's ghosts); the inputs must have the ghosts this needs.
     InteriorAndGhosts(usize),
-    /// Every point of the target the inputs' ghost layers allow.
+    /// Every point of the target the inputs' ghost layers allow (asked for
+    /// explicitly: the region then depends on the inputs' ghost widths).
     LargestComputable,
+    /// Exactly this box of the target's indices; an error when it is not
+    /// inside the target's allocation or the inputs cannot supply it. The
+    /// expression graph computes each node over the box its consumers need.
+    Box(IndexBox),
 }
 
 /// Options of [`Assign::assign_with`].
@@ -88,6 +93,17 @@ pub fn assign_node<L: Location>(
         Region::Interior => layout.interior(),
         Region::InteriorAndGhosts(width) => layout.interior_with_ghosts(width),
         Region::LargestComputable => largest_computable(&kernel, &bound, &layout),
+        Region::Box(region) => {
+            let allocated = layout.allocated();
+            if !region.is_empty() && region.intersect(&allocated) != region {
+                return Err(OperatorError::RegionOutsideTarget {
+                    target: name,
+                    region: describe_region(&region, &layout.interior()),
+                    allocated: describe_region(&allocated, &layout.interior()),
+                });
+            }
+            region
+        }
     };
     check_ghosts(&kernel, &bound, &region, &name)?;
     // Refuse aliasing before borrowing the target mutably: a `&mut` slice
@@ -207,7 +223,7 @@ fn check_ghosts(
             return Err(OperatorError::MissingGhosts {
                 target: target.to_string(),
                 field: field.name().to_string(),
-                side: format!("{side}{}", ["x", "y", "z"][axis]),
+                side: format!("{side}{}", crate::stencil::axis_name(axis)),
                 needed,
                 available,
                 region: describe_region(region, &layout_interior(layout, kernel)),

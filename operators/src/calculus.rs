@@ -82,7 +82,7 @@ pub fn interpolate_to_cell<'a, F: FaceLocation>(
 /// Centred first derivative along `axis` (0, 1, 2), at the argument's own
 /// location: `(a[i+1] - a[i-1]) / (2 h)`.
 pub fn derivative<'a, L: Location>(axis: usize, value: impl IntoExpr<'a, L>) -> Expr<'a, L> {
-    unary_stencil(StencilOp::CentredDerivative { axis: axis.min(2) }, value)
+    unary_stencil(StencilOp::CentredDerivative { axis }, value)
 }
 
 /// Second-order Laplacian over the active axes.

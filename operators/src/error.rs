@@ -84,4 +84,26 @@ pub enum OperatorError {
         /// What was attempted.
         what: String,
     },
+
+    /// An axis number outside 0..=2.
+    #[error("{what}: axis {axis} does not exist; axes are 0 (x), 1 (y) and 2 (z)")]
+    InvalidAxis {
+        /// The operation with the bad axis.
+        what: String,
+        /// The axis given.
+        axis: usize,
+    },
+
+    /// A region that is not inside the target's allocated points.
+    #[error(
+        "cannot compute '{target}' over {region}: the target's allocated points are {allocated}; give it more ghost layers or compute a smaller region"
+    )]
+    RegionOutsideTarget {
+        /// The assignment's target.
+        target: String,
+        /// The region asked for.
+        region: String,
+        /// What the target holds.
+        allocated: String,
+    },
 }

@@ -309,11 +309,13 @@ pub fn max<'a, L: Location>(a: impl IntoExpr<'a, L>, b: impl IntoExpr<'a, L>) ->
     a.into_expr().binary(BinaryOp::Max, b.into_expr())
 }
 
-/// The coordinate along `axis` (0, 1, 2) of every point of `L`.
+/// The coordinate along `axis` (0, 1, 2) of every point of `L`. Any other
+/// axis is refused with [`crate::OperatorError::InvalidAxis`] when the
+/// expression is assigned or reduced.
 pub fn coordinate<'a, L: Location>(axis: usize) -> Expr<'a, L> {
     Expr::new(
         Node::Coordinate {
-            axis: axis.min(2),
+            axis,
             location: L::KIND,
         },
         Vec::new(),

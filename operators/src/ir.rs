@@ -221,7 +221,7 @@ impl fmt::Display for Node {
         match self {
             Node::Field { name, .. } => write!(f, "{name}"),
             Node::Constant(value) => write!(f, "{value:?}"),
-            Node::Coordinate { axis, .. } => write!(f, "{}", ["x", "y", "z"][*axis]),
+            Node::Coordinate { axis, .. } => write!(f, "{}", crate::stencil::axis_name(*axis)),
             Node::Mask { set, .. } => write!(f, "mask({})", set.describe()),
             Node::Unary {
                 op: UnaryOp::Negate,

@@ -26,7 +26,7 @@ use crate::error::{OperatorError, OperatorResult};
 use crate::ir::Node;
 use crate::mask::PointSet;
 use crate::pointwise::{BinaryOp, Limiter, UnaryOp};
-use crate::stencil::{StencilOp, unit};
+use crate::stencil::{StencilOp, axis_name, stencil_axis, unit};
 use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::fmt;
@@ -135,9 +135,18 @@ impl LinearForm {
                 None => self.terms.push((source, by * weight)),
             }
         }
-        self.terms.retain(|(_, w)| *w != 0.0);
+        // Terms whose weights cancel stay, with weight 0: evaluation then
+        // computes 0 * value, which is NaN where the value is not finite,
+        // exactly as the unsimplified expression would (`phi - phi` with
+        // phi = inf is NaN, never 0).
         self
     }
+}
+
+/// A weight that can be divided out of a product and multiplied back in
+/// without changing non-finite results (not 0, not infinite, not NaN).
+fn usable_weight(weight: f64) -> bool {
+    weight != 0.0 && weight.is_finite()
 }
 
 /// An instruction operand: a constant or a linear form of one or two terms,
@@ -449,6 +458,12 @@ impl Lowering<'_> {
             Node::Constant(value) => LinearForm::constant(*value),
             Node::Coordinate { axis, location } => {
                 let (axis, location) = (*axis, *location);
+                if axis > 2 {
+                    return Err(OperatorError::InvalidAxis {
+                        what: format!("coordinate({axis})"),
+                        axis,
+                    });
+                }
                 self.emit(|out| Instruction::Coordinate {
                     out,
                     axis,
@@ -491,7 +506,10 @@ impl Lowering<'_> {
                     (BinaryOp::Multiply, None, Some(y)) => a.scaled(y),
                     (BinaryOp::Divide, None, Some(y)) => a.scaled(1.0 / y),
                     (BinaryOp::Multiply | BinaryOp::Divide, None, None)
-                        if a.constant == 0.0 && b.constant == 0.0 =>
+                        if a.constant == 0.0
+                            && b.constant == 0.0
+                            && usable_weight(a.terms[0].1)
+                            && usable_weight(b.terms[0].1) =>
                     {
                         // Pull the weights out of both factors into the
                         // consumer's weight: (wa A)(wb B) = (wa wb) (A B), so
@@ -566,6 +584,32 @@ impl Lowering<'_> {
         row: [isize; 2],
     ) -> OperatorResult<LinearForm> {
         let grid = self.patch.grid();
+        if let Some(axis) = stencil_axis(op) {
+            if axis > 2 {
+                return Err(OperatorError::InvalidAxis {
+                    what: op.name(),
+                    axis,
+                });
+            }
+            if !grid.active_dimensions()[axis] {
+                // One cell along `axis`: every field is uniform along it, so
+                // differences vanish and interpolation is the identity (a 2D
+                // `div(interp(g) * grad(p))` built without knowing the grid
+                // gets no z contribution, as the Laplacian has none).
+                return match op {
+                    StencilOp::Gradient { .. }
+                    | StencilOp::Divergence { .. }
+                    | StencilOp::CentredDerivative { .. } => Ok(LinearForm::constant(0.0)),
+                    StencilOp::InterpolateToFace { .. } | StencilOp::InterpolateToCell { .. } => {
+                        self.lower(&args[0], row)
+                    }
+                    StencilOp::Upwind { .. } | StencilOp::Limited { .. } => {
+                        self.lower(&args[1], row)
+                    }
+                    StencilOp::Laplacian => unreachable!("the Laplacian has no single axis"),
+                };
+            }
+        }
         if let Some(points) = op.linear_points(grid.spacing(), grid.active_dimensions()) {
             let mut sum = LinearForm::constant(0.0);
             for (offset, weight) in points {
@@ -996,7 +1040,7 @@ impl fmt::Display for Kernel {
                 } => writeln!(
                     f,
                     "{out} = coordinate {} of {location} (row {row_offset:?})",
-                    ["x", "y", "z"][*axis]
+                    axis_name(*axis)
                 )?,
                 Instruction::Mask {
                     set,

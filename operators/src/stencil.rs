@@ -60,6 +60,32 @@ pub enum StencilOp {
     },
 }
 
+/// "x", "y", "z" for axes 0, 1, 2; "axis N" for anything else (an invalid
+/// axis is reported by lowering, never indexed).
+pub fn axis_name(axis: usize) -> String {
+    match axis {
+        0 => "x".into(),
+        1 => "y".into(),
+        2 => "z".into(),
+        other => format!("axis {other}"),
+    }
+}
+
+/// The axis a stencil works along (`None` for the Laplacian, which works
+/// along every active axis).
+pub fn stencil_axis(op: StencilOp) -> Option<usize> {
+    match op {
+        StencilOp::Gradient { axis }
+        | StencilOp::Divergence { axis }
+        | StencilOp::InterpolateToFace { axis }
+        | StencilOp::InterpolateToCell { axis }
+        | StencilOp::CentredDerivative { axis }
+        | StencilOp::Upwind { axis }
+        | StencilOp::Limited { axis, .. } => Some(axis),
+        StencilOp::Laplacian => None,
+    }
+}
+
 /// The face location normal to `axis`.
 pub fn face_of(axis: usize) -> LocationKind {
     [
@@ -79,7 +105,7 @@ pub fn unit(axis: usize, by: isize) -> [isize; 3] {
 impl StencilOp {
     /// Name in printed IR.
     pub fn name(self) -> String {
-        let axis = |a: usize| ["x", "y", "z"][a];
+        let axis = axis_name;
         match self {
             StencilOp::Gradient { axis: a } => format!("grad_{}", axis(a)),
             StencilOp::Divergence { axis: a } => format!("div_{}", axis(a)),

@@ -399,6 +399,7 @@ fn check_pointwise<L: Location>(patch: &Patch, rng: &mut Xorshift, region: Regio
         Region::Interior => layout.interior(),
         Region::InteriorAndGhosts(width) => layout.interior_with_ghosts(width),
         Region::LargestComputable => layout.allocated(),
+        Region::Box(region) => region,
     };
     for (name, expr, reference) in cases {
         target.fill(SENTINEL).unwrap();

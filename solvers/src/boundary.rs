@@ -150,6 +150,26 @@ fn apply_side<L: Location>(
         }
         _ => 0.0,
     };
+    let writes_face = on_face && matches!(condition, BoundaryCondition::Dirichlet(_));
+    if layers == 0 && !writes_face {
+        // Nothing would be written: the condition would be silently dropped.
+        return Err(SolverError::Setup {
+            equation: field.name().to_string(),
+            reason: format!(
+                "the {condition:?} condition on side {} cannot be applied: the field has 0 ghost layers there; build its patch with at least 1 ghost layer",
+                side.name()
+            ),
+        });
+    }
+    if layers > n {
+        return Err(SolverError::Setup {
+            equation: field.name().to_string(),
+            reason: format!(
+                "the {condition:?} condition on side {} mirrors {layers} ghost layers, but the patch has only {n} interior points along that axis; use fewer ghost layers or more cells",
+                side.name()
+            ),
+        });
+    }
     let mut transverse = layout.allocated();
     transverse.lo[axis] = 0;
     transverse.hi[axis] = 1;
