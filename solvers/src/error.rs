@@ -23,15 +23,30 @@ pub enum SolverError {
     TimeStep(String),
     /// The solution stopped being finite.
     #[error(
-        "equation '{equation}' is no longer finite at step {step} (t = {time}); reduce the time step"
+        "equation '{equation}' is no longer finite at cell {cell:?} after step {step} (t = {time}): {cause}"
     )]
     Diverged {
         /// The equation's name.
         equation: String,
+        /// The first interior cell (i, j, k) that is not finite.
+        cell: [isize; 3],
         /// Step number.
         step: u64,
         /// Time reached.
         time: f64,
+        /// The likely cause: a non-finite input, an unstable time step, or
+        /// an expression evaluated outside its domain.
+        cause: String,
+    },
+    /// An input (initial condition, velocity, coefficient) is not finite.
+    #[error("{detail} (first at cell {cell:?})")]
+    NonFiniteInput {
+        /// The field's tag.
+        field: String,
+        /// The first interior point (i, j, k) that is not finite.
+        cell: [isize; 3],
+        /// What and when.
+        detail: String,
     },
     /// An iterative solver did not converge.
     #[error(

@@ -30,7 +30,7 @@ use watershed_fields::{
     CellCentre, Device, LocationKind, Patch, SpatialField, XFace, YFace, ZFace,
 };
 use watershed_operators::{
-    Assign, Expr, FaceLocation, abs, derivative, divergence, field, field_max, gradient,
+    Assign, Expr, FaceLocation, abs, derivative, divergence, field, gradient, interior_max,
     interior_norm_l2, interior_sum, interpolate_to_cell, interpolate_to_face, laplacian,
 };
 
@@ -54,6 +54,7 @@ pub struct IncompressibleFlowBuilder {
     patch: Patch,
     viscosity: f64,
     conditions: [BoundaryConditions; 3],
+    invalid_axis: Option<usize>,
     body_force: [f64; 3],
     integrator: TimeIntegrator,
     mode: ExecutionMode,
@@ -68,6 +69,7 @@ impl IncompressibleFlowBuilder {
             patch: patch.clone(),
             viscosity,
             conditions: [BoundaryConditions::new(); 3],
+            invalid_axis: None,
             body_force: [0.0; 3],
             integrator: TimeIntegrator::SspRk3,
             mode: ExecutionMode::Serial,
@@ -81,8 +83,14 @@ impl IncompressibleFlowBuilder {
     /// Boundary conditions of velocity component `axis` (0 = u on x faces).
     /// Walls: Dirichlet 0 for every component; a moving lid: Dirichlet with
     /// the lid speed for the tangential component.
+    /// An axis outside 0..=2 is reported by [`Self::build`].
     pub fn velocity_conditions(mut self, axis: usize, conditions: BoundaryConditions) -> Self {
-        self.conditions[axis.min(2)] = conditions;
+        match self.conditions.get_mut(axis) {
+            Some(slot) => *slot = conditions,
+            None => {
+                self.invalid_axis.get_or_insert(axis);
+            }
+        }
         self
     }
 
@@ -114,12 +122,41 @@ impl IncompressibleFlowBuilder {
     pub fn build(self) -> SolverResult<IncompressibleFlow> {
         let grid = self.patch.grid();
         let active: Vec<usize> = (0..3).filter(|&a| grid.active_dimensions()[a]).collect();
-        if active.len() < 2 {
-            return Err(SolverError::Setup {
+        let setup = |reason: String| {
+            Err(SolverError::Setup {
                 equation: "incompressible flow".into(),
-                reason: "needs a 2D or 3D grid".into(),
-            });
+                reason,
+            })
+        };
+        if active.len() < 2 {
+            return setup("needs a 2D or 3D grid".into());
         }
+        if let Some(axis) = self.invalid_axis {
+            return setup(format!(
+                "velocity_conditions was given axis {axis}; axes are 0 (u), 1 (v) and 2 (w)"
+            ));
+        }
+        if !(self.viscosity.is_finite() && self.viscosity >= 0.0) {
+            return setup(format!(
+                "the viscosity {} must be finite and not negative",
+                self.viscosity
+            ));
+        }
+        if let Some(f) = self.body_force.iter().find(|f| !f.is_finite()) {
+            return setup(format!("the body force {f} is not finite"));
+        }
+        let ghosts = self.patch.ghosts();
+        for &axis in &active {
+            for (side, width) in [("-", ghosts.minus[axis]), ("+", ghosts.plus[axis])] {
+                if width == 0 {
+                    return setup(format!(
+                        "the patch has 0 ghost layers on side {side}{}; the momentum stencils and the pressure projection read 1 layer beyond the interior: build the patch with at least 1 ghost layer",
+                        ["x", "y", "z"][axis]
+                    ));
+                }
+            }
+        }
+        self.poisson.validate()?;
         let stage = Arc::new(Mutex::new(StageValues::default()));
         let mut factory = Factory::new();
         let tags = |context: Context| NAMES.map(|n| Tag::new(n, context.clone()));
@@ -501,7 +538,30 @@ impl IncompressibleFlow {
                 "dt = {dt} must be finite and positive"
             )));
         }
+        if self.time + dt == self.time {
+            return Err(SolverError::TimeStep(format!(
+                "dt = {dt:e} is too small to move the time t = {} (t + dt == t in f64)",
+                self.time
+            )));
+        }
         if self.steps == 0 && self.time == 0.0 {
+            for &axis in &self.active {
+                let bad = match axis {
+                    0 => self.component::<XFace, _>(0, scan_faces)??,
+                    1 => self.component::<YFace, _>(1, scan_faces)??,
+                    _ => self.component::<ZFace, _>(2, scan_faces)??,
+                };
+                if let Some(cell) = bad {
+                    return Err(SolverError::NonFiniteInput {
+                        field: NAMES[axis].to_string(),
+                        cell,
+                        detail: format!(
+                            "the initial velocity component {} is not finite",
+                            NAMES[axis]
+                        ),
+                    });
+                }
+            }
             self.project(0.0)?; // start from a divergence-free field
         }
         for &axis in &self.active {
@@ -523,20 +583,48 @@ impl IncompressibleFlow {
         }
         self.time += dt;
         self.steps += 1;
-        let energy = self.kinetic_energy()?;
-        if !energy.is_finite() {
-            return Err(SolverError::Diverged {
-                equation: "momentum".into(),
-                step: self.steps,
-                time: self.time,
-            });
+        for &axis in &self.active {
+            let bad = match axis {
+                0 => self.component::<XFace, _>(0, scan_faces)??,
+                1 => self.component::<YFace, _>(1, scan_faces)??,
+                _ => self.component::<ZFace, _>(2, scan_faces)??,
+            };
+            if let Some(cell) = bad {
+                let limit = self.stable_time_step(1.0, 0.5).ok();
+                let cause = match limit {
+                    Some(limit) if dt > limit => format!(
+                        "dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"
+                    ),
+                    _ => format!(
+                        "dt = {dt:e} is within the explicit stability limit; check the boundary values, the body force and the pressure solve"
+                    ),
+                };
+                return Err(SolverError::Diverged {
+                    equation: format!("momentum ({})", NAMES[axis]),
+                    cell,
+                    step: self.steps,
+                    time: self.time,
+                    cause,
+                });
+            }
         }
         Ok(())
     }
 
     /// The largest stable `dt` for a Courant number `cfl` and a diffusion
     /// number `diffusion_number`.
+    ///
+    /// The speed is the largest of the interior velocities (the boundary
+    /// faces included, the mirrored ghosts not) and the Dirichlet boundary
+    /// values, so that an impulsively started lid limits the first step.
     pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
+        for (name, value) in [("cfl", cfl), ("diffusion_number", diffusion_number)] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(SolverError::TimeStep(format!(
+                    "{name} = {value} must be finite and positive"
+                )));
+            }
+        }
         let grid = self.graph.patch().grid();
         let h = self
             .active
@@ -546,10 +634,15 @@ impl IncompressibleFlow {
         let mut speed: f64 = 0.0;
         for &axis in &self.active {
             speed = speed.max(match axis {
-                0 => self.component::<XFace, _>(0, |u| field_max(abs(field(u))))??,
-                1 => self.component::<YFace, _>(1, |u| field_max(abs(field(u))))??,
-                _ => self.component::<ZFace, _>(2, |u| field_max(abs(field(u))))??,
+                0 => self.component::<XFace, _>(0, |u| interior_max(abs(field(u))))??,
+                1 => self.component::<YFace, _>(1, |u| interior_max(abs(field(u))))??,
+                _ => self.component::<ZFace, _>(2, |u| interior_max(abs(field(u))))??,
             });
+            for side in watershed_operators::Side::ALL {
+                if let Some(BoundaryCondition::Dirichlet(value)) = self.conditions[axis].get(side) {
+                    speed = speed.max(value.abs());
+                }
+            }
         }
         let mut dt = f64::INFINITY;
         if speed > 0.0 {
@@ -569,6 +662,14 @@ impl IncompressibleFlow {
     /// Advances to `end_time` with `dt` from [`Self::stable_time_step`];
     /// returns the steps taken.
     pub fn advance(&mut self, end_time: f64, cfl: f64, diffusion_number: f64) -> SolverResult<u64> {
+        crate::solver::check_advance(
+            self.time,
+            end_time,
+            crate::solver::TimeStep::Limited {
+                cfl,
+                diffusion_number,
+            },
+        )?;
         let first = self.steps;
         let tolerance = 1e-12 * end_time.abs().max(1.0);
         while self.time < end_time - tolerance {
@@ -582,4 +683,14 @@ impl IncompressibleFlow {
     pub fn pressure_conditions(&self) -> &BoundaryConditions {
         &self.walls
     }
+}
+
+/// The first interior point of a face field that is not finite.
+fn scan_faces<F: GraphLocation>(u: &SpatialField<F>) -> SolverResult<Option<[isize; 3]>> {
+    let layout = u.layout();
+    let values = u.values()?;
+    Ok(layout
+        .interior()
+        .iter()
+        .find(|&i| !values[layout.linear_index(i)].is_finite()))
 }

@@ -38,6 +38,55 @@ pub struct MultigridOptions {
     pub max_iterations: usize,
 }
 
+impl MultigridOptions {
+    /// Refuses settings that cannot converge or would hide a failure.
+    pub fn validate(&self) -> SolverResult<()> {
+        let bad = |reason: String| {
+            Err(SolverError::Setup {
+                equation: "Poisson".into(),
+                reason,
+            })
+        };
+        if !(self.weight.is_finite() && self.weight > 0.0 && self.weight <= 1.0) {
+            return bad(format!(
+                "MultigridOptions::weight = {} is outside (0, 1]: weighted Jacobi diverges or does nothing; use 0.8 (2D) or 6/7 (3D)",
+                self.weight
+            ));
+        }
+        if self.pre_smoothing + self.post_smoothing == 0 {
+            return bad("MultigridOptions::pre_smoothing and post_smoothing are both 0: the V-cycle would not smooth and cannot converge".into());
+        }
+        if self.coarsest_sweeps == 0 {
+            return bad(
+                "MultigridOptions::coarsest_sweeps is 0: the coarsest level would not be solved"
+                    .into(),
+            );
+        }
+        if !(self.relative_tolerance.is_finite() && self.relative_tolerance > 0.0) {
+            return bad(format!(
+                "MultigridOptions::relative_tolerance = {} must be finite and positive",
+                self.relative_tolerance
+            ));
+        }
+        if self.max_iterations == 0 {
+            return bad("MultigridOptions::max_iterations is 0: no iteration could run".into());
+        }
+        Ok(())
+    }
+}
+
+/// The first interior cell of `field` whose value is not finite.
+pub(crate) fn first_non_finite(
+    field: &SpatialField<CellCentre>,
+) -> SolverResult<Option<[isize; 3]>> {
+    let layout = field.layout();
+    let values = field.values()?;
+    Ok(layout
+        .interior()
+        .iter()
+        .find(|&i| !values[layout.linear_index(i)].is_finite()))
+}
+
 impl Default for MultigridOptions {
     fn default() -> Self {
         MultigridOptions {
@@ -162,7 +211,17 @@ impl Multigrid {
                 reason: "multigrid needs a patch covering the whole grid".into(),
             });
         }
+        options.validate()?;
         let active = grid.active_dimensions();
+        if !active.contains(&true) {
+            return Err(SolverError::Setup {
+                equation: "Poisson".into(),
+                reason: format!(
+                    "the grid has {:?} cells: no axis has more than one cell, so there is no Poisson problem to solve",
+                    grid.cells()
+                ),
+            });
+        }
         let mut singular = true;
         for side in watershed_operators::Side::ALL {
             if !active[side.axis] || grid.periodic()[side.axis] {
@@ -223,6 +282,18 @@ impl Multigrid {
                 scratch: make("cg_scratch")?,
             },
         })
+    }
+
+    /// `solver` with its levels, and why there is only one when so.
+    fn describe(&self, solver: &str) -> String {
+        let cells = self.levels[0].x.layout().patch().cells();
+        if self.levels.len() == 1 {
+            format!(
+                "{solver} (1 level: {cells:?} cells cannot be coarsened, since an axis is halved only when its count is even and at least 4, so it converges as slowly as Jacobi; use cell counts with factors of 2)"
+            )
+        } else {
+            format!("{solver} ({} levels)", self.levels.len())
+        }
     }
 
     /// Number of grid levels.
@@ -297,6 +368,31 @@ impl Multigrid {
         rhs: &SpatialField<CellCentre>,
         guess: &SpatialField<CellCentre>,
     ) -> SolverResult<f64> {
+        let own = self.levels[0].b.layout().patch().clone();
+        for (what, field) in [("right-hand side", rhs), ("solution", guess)] {
+            let patch = field.layout().patch();
+            if patch.grid() != own.grid() || patch.cells() != own.cells() {
+                return Err(SolverError::Setup {
+                    equation: "Poisson".into(),
+                    reason: format!(
+                        "the {what} '{}' has {:?} cells on a {:?} grid, but the solver was built for {:?} cells; build a Multigrid for that grid",
+                        field.name(),
+                        patch.cells(),
+                        patch.grid().cells(),
+                        own.cells()
+                    ),
+                });
+            }
+        }
+        if let Some(index) = first_non_finite(rhs)? {
+            return Err(SolverError::Setup {
+                equation: "Poisson".into(),
+                reason: format!(
+                    "the right-hand side '{}' is not finite at cell {index:?}; the solve would return a meaningless solution",
+                    rhs.name()
+                ),
+            });
+        }
         let finest = &mut self.levels[0];
         copy_interior(rhs, &mut finest.b)?;
         copy_interior(guess, &mut finest.x)?;
@@ -327,10 +423,13 @@ impl Multigrid {
         self.residual(0, false)?;
         residuals.push(interior_norm_l2(&self.levels[0].r)?);
         let mut iterations = 0;
-        while residuals.last().is_some_and(|&r| r > target) {
+        while residuals.last().is_some_and(|&r| r > target || r.is_nan()) {
+            if residuals.last().is_some_and(|r| !r.is_finite()) {
+                break; // diverged: `finish` reports it
+            }
             if iterations == self.options.max_iterations {
                 return Err(SolverError::NotConverged {
-                    solver: "multigrid".into(),
+                    solver: self.describe("multigrid"),
                     residual: *residuals.last().expect("at least one"),
                     iterations,
                     target,
@@ -341,12 +440,36 @@ impl Multigrid {
             residuals.push(interior_norm_l2(&self.levels[0].r)?);
             iterations += 1;
         }
-        self.store(solution)?;
+        self.finish(solution, "multigrid", &residuals, iterations, target)?;
         Ok(SolveReport {
             iterations,
             residuals,
             rhs_norm,
         })
+    }
+
+    /// Stores the solution after checking the residuals stayed finite.
+    fn finish(
+        &mut self,
+        solution: &mut SpatialField<CellCentre>,
+        solver: &str,
+        residuals: &[f64],
+        iterations: usize,
+        target: f64,
+    ) -> SolverResult<()> {
+        if let Some(&last) = residuals.last()
+            && !last.is_finite()
+        {
+            return Err(SolverError::NotConverged {
+                solver: format!(
+                    "{solver} (the residual is no longer finite: the iteration diverged; check the initial guess and the smoothing weight)"
+                ),
+                residual: last,
+                iterations,
+                target,
+            });
+        }
+        self.store(solution)
     }
 
     /// Solves `lap(x) = rhs` by conjugate gradients preconditioned with one
@@ -367,10 +490,13 @@ impl Multigrid {
         copy_all(&self.cg.z, &mut self.cg.p)?;
         let mut rz = dot(&self.cg.r, &self.cg.z)?;
         let mut iterations = 0;
-        while residuals.last().is_some_and(|&r| r > target) {
+        while residuals.last().is_some_and(|&r| r > target || r.is_nan()) {
+            if residuals.last().is_some_and(|r| !r.is_finite()) {
+                break; // diverged: `finish` reports it
+            }
             if iterations == self.options.max_iterations {
                 return Err(SolverError::NotConverged {
-                    solver: "multigrid-preconditioned CG".into(),
+                    solver: self.describe("multigrid-preconditioned CG"),
                     residual: *residuals.last().expect("at least one"),
                     iterations,
                     target,
@@ -398,7 +524,13 @@ impl Multigrid {
             std::mem::swap(&mut cg.p, &mut cg.scratch);
         }
         copy_all(&self.cg.x, &mut self.levels[0].x)?;
-        self.store(solution)?;
+        self.finish(
+            solution,
+            "multigrid-preconditioned CG",
+            &residuals,
+            iterations,
+            target,
+        )?;
         Ok(SolveReport {
             iterations,
             residuals,

@@ -10,12 +10,13 @@
 
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
+use crate::multigrid::first_non_finite;
 use crate::stages::{copy_field, update_node};
 use crate::transport::{Diffusivity, TransportEquation};
 use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphOptions, Tag};
 use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField, XFace, YFace, ZFace};
-use watershed_operators::{Assign, AssignOptions, Region, abs, field, field_max, interior_max};
+use watershed_operators::{Assign, AssignOptions, Region, abs, field, interior_max};
 
 /// The CPU-side values of the current stage, read by the update nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -45,6 +46,39 @@ pub enum TimeStep {
         /// Diffusion number.
         diffusion_number: f64,
     },
+}
+
+/// Refuses an end time or a time-step rule that cannot reach it.
+pub(crate) fn check_advance(time: f64, end_time: f64, step: TimeStep) -> SolverResult<()> {
+    if !end_time.is_finite() {
+        return Err(SolverError::TimeStep(format!(
+            "end_time = {end_time} must be finite"
+        )));
+    }
+    if end_time < time {
+        return Err(SolverError::TimeStep(format!(
+            "end_time = {end_time} is before the current time {time}; time only moves forward"
+        )));
+    }
+    match step {
+        TimeStep::Fixed(dt) if !(dt.is_finite() && dt > 0.0) => Err(SolverError::TimeStep(
+            format!("TimeStep::Fixed({dt}): dt must be finite and positive"),
+        )),
+        TimeStep::Limited {
+            cfl,
+            diffusion_number,
+        } => {
+            for (name, value) in [("cfl", cfl), ("diffusion_number", diffusion_number)] {
+                if !(value.is_finite() && value > 0.0) {
+                    return Err(SolverError::TimeStep(format!(
+                        "TimeStep::Limited: {name} = {value} must be finite and positive"
+                    )));
+                }
+            }
+            Ok(())
+        }
+        TimeStep::Fixed(_) => Ok(()),
+    }
 }
 
 /// Collects equations, extra expressions and options; builds the solver.
@@ -255,6 +289,15 @@ impl TransportSolver {
                 "dt = {dt} must be finite and positive"
             )));
         }
+        if self.time + dt == self.time {
+            return Err(SolverError::TimeStep(format!(
+                "dt = {dt:e} is too small to move the time t = {} (t + dt == t in f64); use a larger dt or start the clock nearer 0",
+                self.time
+            )));
+        }
+        if self.steps == 0 {
+            self.check_inputs_finite("before the first step")?;
+        }
         for equation in &self.equations {
             self.copy(&equation.solution_tag(), &equation.start_tag())?;
         }
@@ -274,21 +317,104 @@ impl TransportSolver {
         self.time += dt;
         self.steps += 1;
         for equation in &self.equations {
-            let largest =
-                self.with_solution(equation.name(), |u| interior_max(abs(field(u))))??;
-            if !largest.is_finite() {
+            let bad = self.with_solution(equation.name(), first_non_finite)??;
+            if let Some(cell) = bad {
+                let cause = self.diagnose(dt)?;
                 return Err(SolverError::Diverged {
                     equation: equation.name().to_string(),
+                    cell,
                     step: self.steps,
                     time: self.time,
+                    cause,
                 });
             }
         }
         Ok(())
     }
 
-    /// The largest stable `dt` for the given Courant and diffusion numbers.
+    /// Every placeholder the graph reads other than the solutions (velocities,
+    /// diffusivities, sources) and the solutions themselves must be finite.
+    fn check_inputs_finite(&self, when: &str) -> SolverResult<()> {
+        let solutions: Vec<Tag> = self.equations.iter().map(|e| e.solution_tag()).collect();
+        for info in self.graph.fields().iter().filter(|f| f.placeholder) {
+            let bad = self.first_non_finite_of(&info.tag, info.location)?;
+            if let Some(cell) = bad {
+                let what = if solutions.contains(&info.tag) {
+                    "the initial condition of"
+                } else {
+                    "the input"
+                };
+                return Err(SolverError::NonFiniteInput {
+                    field: info.tag.to_string(),
+                    cell,
+                    detail: format!("{what} {} is not finite {when}", info.tag),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn first_non_finite_of(
+        &self,
+        tag: &Tag,
+        location: LocationKind,
+    ) -> SolverResult<Option<[isize; 3]>> {
+        fn scan<L: watershed_fields::Location>(
+            f: &SpatialField<L>,
+        ) -> SolverResult<Option<[isize; 3]>> {
+            let layout = f.layout();
+            let values = f.values()?;
+            Ok(layout
+                .interior()
+                .iter()
+                .find(|&i| !values[layout.linear_index(i)].is_finite()))
+        }
+        Ok(match location {
+            LocationKind::CellCentre => self.graph.with_field::<CellCentre, _>(tag, scan)??,
+            LocationKind::XFace => self.graph.with_field::<XFace, _>(tag, scan)??,
+            LocationKind::YFace => self.graph.with_field::<YFace, _>(tag, scan)??,
+            LocationKind::ZFace => self.graph.with_field::<ZFace, _>(tag, scan)??,
+        })
+    }
+
+    /// Why a solution stopped being finite during the last step.
+    fn diagnose(&self, dt: f64) -> SolverResult<String> {
+        let solutions: Vec<Tag> = self.equations.iter().map(|e| e.solution_tag()).collect();
+        for info in self.graph.fields().iter().filter(|f| f.placeholder) {
+            if solutions.contains(&info.tag) {
+                continue; // overwritten by the step; its start value was checked
+            }
+            if let Some(cell) = self.first_non_finite_of(&info.tag, info.location)? {
+                return Ok(format!(
+                    "the input {} was already not finite at cell {cell:?}; fix that input",
+                    info.tag
+                ));
+            }
+        }
+        let stable = match self.stable_time_step(1.0, 0.5) {
+            Ok(limit) => Some(limit),
+            Err(_) => None,
+        };
+        Ok(match stable {
+            Some(limit) if dt > limit => format!(
+                "every input was finite, and dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"
+            ),
+            _ => format!(
+                "every input was finite and dt = {dt:e} is within the stability limit, so an expression produced it (a source or a coefficient evaluated outside its domain, e.g. log or sqrt of a negative value, or a division by zero)"
+            ),
+        })
+    }
+
+    /// The largest stable `dt` for the given Courant and diffusion numbers,
+    /// from the interior values of the velocities and diffusivities.
     pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
+        for (name, value) in [("cfl", cfl), ("diffusion_number", diffusion_number)] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(SolverError::TimeStep(format!(
+                    "{name} = {value} must be finite and positive"
+                )));
+            }
+        }
         let patch = self.graph.patch();
         let grid = patch.grid();
         let h = (0..3)
@@ -302,7 +428,7 @@ impl TransportSolver {
                     Diffusivity::Constant(k) => k.abs(),
                     Diffusivity::Field(tag) => self
                         .graph
-                        .with_field::<CellCentre, _>(tag, |k| field_max(abs(field(k))))??,
+                        .with_field::<CellCentre, _>(tag, |k| interior_max(abs(field(k))))??,
                 };
                 if largest > 0.0 {
                     dt = dt.min(diffusion_number * h * h / largest);
@@ -312,21 +438,21 @@ impl TransportSolver {
                 let active = grid.active_dimensions();
                 let mut largest: f64 = 0.0;
                 if active[0] {
-                    largest = largest
-                        .max(self.graph.with_field::<XFace, _>(&velocity[0], |u| {
-                            field_max(abs(field(u)))
+                    largest =
+                        largest.max(self.graph.with_field::<XFace, _>(&velocity[0], |u| {
+                            interior_max(abs(field(u)))
                         })??);
                 }
                 if active[1] {
-                    largest = largest
-                        .max(self.graph.with_field::<YFace, _>(&velocity[1], |u| {
-                            field_max(abs(field(u)))
+                    largest =
+                        largest.max(self.graph.with_field::<YFace, _>(&velocity[1], |u| {
+                            interior_max(abs(field(u)))
                         })??);
                 }
                 if active[2] {
-                    largest = largest
-                        .max(self.graph.with_field::<ZFace, _>(&velocity[2], |u| {
-                            field_max(abs(field(u)))
+                    largest =
+                        largest.max(self.graph.with_field::<ZFace, _>(&velocity[2], |u| {
+                            interior_max(abs(field(u)))
                         })??);
                 }
                 if largest > 0.0 {
@@ -344,6 +470,7 @@ impl TransportSolver {
 
     /// Advances to `end_time`; returns the number of steps taken.
     pub fn advance(&mut self, end_time: f64, step: TimeStep) -> SolverResult<u64> {
+        check_advance(self.time, end_time, step)?;
         let first = self.steps;
         let tolerance = 1e-12 * end_time.abs().max(1.0);
         while self.time < end_time - tolerance {

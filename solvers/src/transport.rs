@@ -191,6 +191,16 @@ impl TransportEquation {
             equation: self.name.clone(),
             reason: e.to_string(),
         };
+        if let Some(Diffusivity::Constant(k)) = &self.diffusivity
+            && !(k.is_finite() && *k >= 0.0)
+        {
+            return Err(SolverError::Setup {
+                equation: self.name.clone(),
+                reason: format!(
+                    "the diffusivity {k} is not physical: it must be finite and not negative (a negative diffusivity makes the equation ill-posed)"
+                ),
+            });
+        }
         let solution = self.solution_tag();
         factory
             .placeholder(solution.clone(), LocationKind::CellCentre)
