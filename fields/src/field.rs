@@ -185,6 +185,20 @@ impl<L: Location, T: FieldScalar> FieldBuilder<L, T> {
     /// Allocates the field.
     pub fn build(self) -> FieldResult<SpatialField<L, T>> {
         let layout = FieldLayout::new(&self.patch, L::KIND);
+        if layout
+            .checked_allocated_len(std::mem::size_of::<T>())
+            .is_none()
+        {
+            return Err(FieldError::InvalidGrid {
+                reason: format!(
+                    "field '{}' on a patch of {:?} cells with ghost layers {:?} (minus) / {:?} (plus) would need more memory than this machine can address; use fewer cells or ghost layers",
+                    self.name,
+                    self.patch.cells(),
+                    self.patch.ghosts().minus,
+                    self.patch.ghosts().plus
+                ),
+            });
+        }
         let mut field = SpatialField {
             id: next_field_id(),
             name: self.name,
@@ -236,7 +250,15 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
         buffer: ExternalBuffer<T>,
     ) -> FieldResult<Self> {
         let layout = FieldLayout::new(patch, L::KIND);
-        let needed = layout.allocated_len();
+        let Some(needed) = layout.checked_allocated_len(std::mem::size_of::<T>()) else {
+            return Err(FieldError::ExternalStorage {
+                field: name.to_string(),
+                reason: format!(
+                    "a field on a patch of {:?} cells with these ghost layers would need more memory than this machine can address",
+                    patch.cells()
+                ),
+            });
+        };
         let shape_mismatch = buffer
             .shape()
             .is_some_and(|shape| shape != layout.allocated_extent());

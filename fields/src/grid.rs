@@ -107,6 +107,19 @@ impl Grid {
             }
             spacing[axis] = lengths[axis] / cells[axis] as f64;
         }
+        check_spacing(&spacing)?;
+        if cells
+            .iter()
+            .try_fold(1usize, |p, &n| p.checked_mul(n))
+            .and_then(|n| n.checked_mul(std::mem::size_of::<f64>()))
+            .is_none_or(|bytes| bytes > isize::MAX as usize / 2)
+        {
+            return Err(FieldError::InvalidGrid {
+                reason: format!(
+                    "{cells:?} cells are more than this machine can address in one field"
+                ),
+            });
+        }
         Ok(Grid {
             cells,
             spacing,
@@ -122,6 +135,7 @@ impl Grid {
         spacing: [f64; 3],
         origin: [f64; 3],
     ) -> FieldResult<Self> {
+        check_spacing(&spacing)?;
         let lengths = [0, 1, 2].map(|a| spacing[a] * cells[a] as f64);
         let mut grid = Grid::new(cells, lengths, origin)?;
         grid.spacing = spacing;
@@ -210,12 +224,13 @@ impl Patch {
         ghosts: GhostWidth,
     ) -> FieldResult<Self> {
         for axis in 0..3 {
-            if cells[axis] == 0 || offset[axis] + cells[axis] > grid.cells[axis] {
+            let end = offset[axis].checked_add(cells[axis]);
+            if cells[axis] == 0 || end.is_none_or(|end| end > grid.cells[axis]) {
                 return Err(FieldError::InvalidGrid {
                     reason: format!(
                         "patch cells {}..{} on axis {} do not lie inside the grid's {} cells",
                         offset[axis],
-                        offset[axis] + cells[axis],
+                        offset[axis] as u128 + cells[axis] as u128,
                         axis_name(axis),
                         grid.cells[axis]
                     ),
@@ -266,6 +281,22 @@ impl Patch {
                 && self.offset[a] + self.cells[a] == self.grid.cells[a]
         })
     }
+}
+
+/// Refuses spacings with which the stencils' weights (1/h, 1/h^2) would
+/// not be finite.
+fn check_spacing(spacing: &[f64; 3]) -> FieldResult<()> {
+    for (axis, &h) in spacing.iter().enumerate() {
+        if !(h.is_finite() && h > 0.0 && (1.0 / (h * h)).is_finite()) {
+            return Err(FieldError::InvalidGrid {
+                reason: format!(
+                    "the spacing {h:e} on axis {} makes 1/h^2 overflow or is not a finite positive number; use a larger domain or fewer cells",
+                    axis_name(axis)
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// "x", "y" or "z".

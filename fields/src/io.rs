@@ -31,6 +31,12 @@ use crate::scalar::FieldScalar;
 use hdf5::types::VarLenUnicode;
 use std::path::{Path, PathBuf};
 
+/// The largest count (cells, offsets) a file may state: 2^40.
+const MAX_FILE_COUNT: f64 = 1_099_511_627_776.0;
+
+/// The most ghost layers per side a file may state.
+const MAX_FILE_GHOSTS: usize = 64;
+
 /// Which points of a field a write includes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GhostSelection {
@@ -49,6 +55,38 @@ fn hdf5_error(group: &hdf5::Group, object: &str, source: hdf5::Error) -> FieldEr
     }
 }
 
+/// Refuses empty names, names with NUL, and names already in `group`
+/// (nothing already written is overwritten).
+fn check_dataset_name(group: &hdf5::Group, name: &str) -> FieldResult<()> {
+    let refuse = |reason: String| {
+        Err(FieldError::Hdf5Format {
+            file: PathBuf::from(group.filename()),
+            dataset: name.escape_debug().to_string(),
+            reason,
+        })
+    };
+    if name.is_empty() || name.trim_matches('/').is_empty() {
+        return refuse("a dataset needs a non-empty name".into());
+    }
+    if name.contains('\0') {
+        return refuse("a dataset name cannot contain a NUL character".into());
+    }
+    // Each parent group must exist for `link_exists` to answer: walk down.
+    let mut prefix = String::new();
+    for part in name.split('/').filter(|p| !p.is_empty()) {
+        if !prefix.is_empty() || name.starts_with('/') {
+            prefix.push('/');
+        }
+        prefix.push_str(part);
+        if !group.link_exists(&prefix) {
+            return Ok(());
+        }
+    }
+    refuse(
+        "a dataset of that name already exists; write under another name or into a new file".into(),
+    )
+}
+
 fn to_u64(values: [usize; 3]) -> [u64; 3] {
     values.map(|v| v as u64)
 }
@@ -63,6 +101,7 @@ pub fn write_field<L: Location, T: FieldScalar>(
     field: &SpatialField<L, T>,
     selection: GhostSelection,
 ) -> FieldResult<()> {
+    check_dataset_name(group, name)?;
     let layout = field.layout();
     let stored = match selection {
         GhostSelection::Interior => layout.interior(),
@@ -79,8 +118,10 @@ pub fn write_field<L: Location, T: FieldScalar>(
     };
     let extent = stored.extent();
     let err = |e| hdf5_error(group, name, e);
+    // Fletcher-32 checksums per chunk: corrupted bytes are an error on read.
     let dataset = group
         .new_dataset_builder()
+        .fletcher32()
         .with_data(
             ndarray::ArrayView3::from_shape((extent[2], extent[1], extent[0]), &data)
                 .expect("data holds the stored box"),
@@ -188,7 +229,20 @@ pub fn read_field<L: Location, T: FieldScalar>(
     };
     let read_counts = |attribute: &str| -> FieldResult<[usize; 3]> {
         let v = read_array(attribute)?;
-        Ok([v[0] as usize, v[1] as usize, v[2] as usize])
+        let mut counts = [0usize; 3];
+        for (count, &value) in counts.iter_mut().zip(&v) {
+            if !(value.is_finite()
+                && value >= 0.0
+                && value.fract() == 0.0
+                && value <= MAX_FILE_COUNT)
+            {
+                return Err(format_error(format!(
+                    "attribute '{attribute}' holds {value}, which is not a count (a whole number from 0 to {MAX_FILE_COUNT})"
+                )));
+            }
+            *count = value as usize;
+        }
+        Ok(counts)
     };
     let read_reals = |attribute: &str| -> FieldResult<[f64; 3]> {
         let v = read_array(attribute)?;
@@ -206,6 +260,22 @@ pub fn read_field<L: Location, T: FieldScalar>(
         }
         None => return Err(format_error(format!("unknown location '{location}'"))),
     }
+    let scalar_type = read_text("scalar_type")?;
+    if scalar_type != T::NAME {
+        return Err(format_error(format!(
+            "it holds {scalar_type} values, but {} values were requested; read it as {scalar_type}",
+            T::NAME
+        )));
+    }
+    let stored_size = dataset
+        .dtype()
+        .map(|t| t.size())
+        .map_err(|e| hdf5_error(group, name, e))?;
+    if stored_size != std::mem::size_of::<T>() {
+        return Err(format_error(format!(
+            "its values are {stored_size}-byte numbers, but its scalar_type attribute says {scalar_type}"
+        )));
+    }
     let field_name = read_text("field_name")?;
     let cells = read_counts("grid_cells")?;
     let spacing = read_reals("spacing")?;
@@ -217,6 +287,12 @@ pub fn read_field<L: Location, T: FieldScalar>(
         minus: read_counts("patch_ghosts_minus")?,
         plus: read_counts("patch_ghosts_plus")?,
     };
+    if ghosts.max() > MAX_FILE_GHOSTS {
+        return Err(format_error(format!(
+            "its patch has {:?}/{:?} ghost layers; more than {MAX_FILE_GHOSTS} per side is not a field Watershed writes",
+            ghosts.minus, ghosts.plus
+        )));
+    }
     let patch = Patch::new(
         &grid,
         read_counts("patch_offset")?,
@@ -228,6 +304,15 @@ pub fn read_field<L: Location, T: FieldScalar>(
     let stored_minus = read_counts("ghost_width_minus")?;
     let stored_plus = read_counts("ghost_width_plus")?;
     let interior = layout.interior_extent();
+    if stored_minus
+        .iter()
+        .chain(&stored_plus)
+        .any(|&g| g > MAX_FILE_GHOSTS)
+    {
+        return Err(format_error(format!(
+            "the stored ghost widths {stored_minus:?}/{stored_plus:?} exceed {MAX_FILE_GHOSTS}"
+        )));
+    }
     let stored = IndexBox::new(
         stored_minus.map(|g| -(g as isize)),
         [0, 1, 2].map(|a| (interior[a] + stored_plus[a]) as isize),
@@ -256,20 +341,108 @@ pub fn read_field<L: Location, T: FieldScalar>(
 }
 
 /// Writes `field` as dataset `name` into the HDF5 file at `path`, creating
-/// the file if needed and keeping what it already holds.
+/// the file if needed and keeping what it already holds. The file is
+/// replaced atomically (see [`replace_file`]): a crash or a kill leaves the
+/// old complete file or the new complete one, and every error HDF5 reports
+/// while flushing and closing is returned.
 pub fn write_field_to_file<L: Location, T: FieldScalar>(
     path: impl AsRef<Path>,
     name: &str,
     field: &SpatialField<L, T>,
     selection: GhostSelection,
 ) -> FieldResult<()> {
-    let path = path.as_ref();
-    let file = hdf5::File::append(path).map_err(|source| FieldError::Hdf5 {
+    update_file(path, |file| write_field(file, name, field, selection))
+}
+
+/// Writes a new HDF5 file at `path` with `write`, replacing any file there
+/// atomically: the content goes to a temporary file in the same directory,
+/// which is flushed, closed (errors returned), synced to disk and renamed
+/// over `path`, and the directory is synced. Killing the process at any
+/// moment leaves either the old complete file or the new complete one; on
+/// an error the old file is untouched and the temporary file removed.
+pub fn replace_file(
+    path: impl AsRef<Path>,
+    write: impl FnOnce(&hdf5::File) -> FieldResult<()>,
+) -> FieldResult<()> {
+    atomic_write(path.as_ref(), false, write)
+}
+
+/// Like [`replace_file`], but `write` starts from a copy of the file's
+/// current content (when it exists), so it adds to it.
+pub fn update_file(
+    path: impl AsRef<Path>,
+    write: impl FnOnce(&hdf5::File) -> FieldResult<()>,
+) -> FieldResult<()> {
+    atomic_write(path.as_ref(), true, write)
+}
+
+fn io_error(path: &Path, action: &str, e: std::io::Error) -> FieldError {
+    FieldError::Hdf5Format {
         file: path.to_path_buf(),
-        object: "/".into(),
-        source,
+        dataset: "/".into(),
+        reason: format!("{action}: {e}"),
+    }
+}
+
+fn atomic_write(
+    path: &Path,
+    keep_existing: bool,
+    write: impl FnOnce(&hdf5::File) -> FieldResult<()>,
+) -> FieldResult<()> {
+    let directory = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let file_name = path.file_name().ok_or_else(|| {
+        io_error(
+            path,
+            "the path names no file",
+            std::io::ErrorKind::InvalidInput.into(),
+        )
     })?;
-    write_field(&file, name, field, selection)
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let temporary = directory.join(format!(
+        ".{}.{}-{}.tmp",
+        file_name.to_string_lossy(),
+        std::process::id(),
+        COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let existing = keep_existing && path.exists();
+        if existing {
+            std::fs::copy(path, &temporary)
+                .map_err(|e| io_error(path, "copying the existing file", e))?;
+        }
+        let hdf5_err = |object: &str| {
+            let temporary = temporary.clone();
+            let object = object.to_string();
+            move |source| FieldError::Hdf5 {
+                file: temporary,
+                object,
+                source,
+            }
+        };
+        let file = if existing {
+            hdf5::File::append(&temporary).map_err(hdf5_err("/"))?
+        } else {
+            hdf5::File::create(&temporary).map_err(hdf5_err("/"))?
+        };
+        write(&file)?;
+        file.flush().map_err(hdf5_err("flushing the file"))?;
+        file.close().map_err(hdf5_err("closing the file"))?;
+        std::fs::File::open(&temporary)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io_error(&temporary, "syncing the file to disk", e))?;
+        std::fs::rename(&temporary, path).map_err(|e| io_error(path, "renaming into place", e))?;
+        std::fs::File::open(&directory)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_error(&directory, "syncing the directory", e))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    result
 }
 
 /// Reads dataset `name` from the HDF5 file at `path` (see [`read_field`]).

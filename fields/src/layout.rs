@@ -172,12 +172,35 @@ impl FieldLayout {
 
     /// Allocated points per axis: interior plus ghosts.
     pub fn allocated_extent(&self) -> [usize; 3] {
-        [0, 1, 2].map(|a| self.ghosts.minus[a] + self.interior[a] + self.ghosts.plus[a])
+        // Saturating: a layout too large to address is refused by
+        // `checked_allocated_len` before anything is allocated.
+        [0, 1, 2].map(|a| {
+            self.ghosts.minus[a]
+                .saturating_add(self.interior[a])
+                .saturating_add(self.ghosts.plus[a])
+        })
+    }
+
+    /// The number of allocated points, or `None` when that many points of
+    /// `element_bytes` bytes each could not be addressed (more than
+    /// `isize::MAX / 2` bytes, leaving room for the pools' size classes).
+    pub fn checked_allocated_len(&self, element_bytes: usize) -> Option<usize> {
+        let mut points: usize = 1;
+        for a in 0..3 {
+            let extent = self.ghosts.minus[a]
+                .checked_add(self.interior[a])?
+                .checked_add(self.ghosts.plus[a])?;
+            points = points.checked_mul(extent)?;
+        }
+        let bytes = points.checked_mul(element_bytes.max(1))?;
+        (bytes <= isize::MAX as usize / 2).then_some(points)
     }
 
     /// Number of allocated points (the length of the storage).
     pub fn allocated_len(&self) -> usize {
-        self.allocated_extent().iter().product()
+        self.allocated_extent()
+            .iter()
+            .fold(1usize, |p, &e| p.saturating_mul(e))
     }
 
     /// Number of interior points.
@@ -192,9 +215,10 @@ impl FieldLayout {
 
     /// The allocated box, ghosts included (negative indices on the minus side).
     pub fn allocated(&self) -> IndexBox {
+        let signed = |v: usize| isize::try_from(v).unwrap_or(isize::MAX);
         IndexBox::new(
-            self.ghosts.minus.map(|g| -(g as isize)),
-            [0, 1, 2].map(|a| (self.interior[a] + self.ghosts.plus[a]) as isize),
+            self.ghosts.minus.map(|g| -signed(g)),
+            [0, 1, 2].map(|a| signed(self.interior[a].saturating_add(self.ghosts.plus[a]))),
         )
     }
 
