@@ -1,6 +1,7 @@
 //! The `watershed` command-line program.
 
 use clap::{Parser, Subcommand};
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Watershed: PDE/CFD field computations on CPUs and GPUs.
@@ -28,19 +29,34 @@ fn long_version() -> &'static str {
     )
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
+/// Writes the command's output; I/O errors are returned, never a panic
+/// (`println!` panics when stdout is a closed pipe, e.g. `| head -0`).
+fn run(command: Command, out: &mut impl Write) -> std::io::Result<()> {
+    match command {
         Command::List => {
             let cases = watershed_cases::registered_cases();
             if cases.is_empty() {
-                println!("No cases are registered in this build yet.");
+                writeln!(out, "No cases are registered in this build yet.")?;
             }
             for case in cases {
-                println!("{:<24} {}", case.name, case.description);
+                writeln!(out, "{:<24} {}", case.name, case.description)?;
             }
         }
-        Command::Info => println!("{}", watershed_cases::build_summary()),
+        Command::Info => writeln!(out, "{}", watershed_cases::build_summary())?,
     }
-    ExitCode::SUCCESS
+    out.flush()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let stdout = std::io::stdout();
+    match run(cli.command, &mut stdout.lock()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`watershed list | head -1`): nothing to say.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "watershed: cannot write the output: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -48,3 +48,27 @@ fn an_unknown_command_fails_with_usage() {
     assert!(!ok);
     assert!(stderr.contains("Usage"), "{stderr}");
 }
+
+/// Output into a pipe whose reader is gone (`watershed list | head -0`) is
+/// not a panic: the program ends quietly and successfully.
+#[test]
+fn a_closed_output_pipe_is_not_a_panic() {
+    for args in [["list"], ["info"]] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader); // every write now fails with EPIPE
+        let output = Command::new(env!("CARGO_BIN_EXE_watershed"))
+            .args(args)
+            .env("WATERSHED_DISABLE_CUDA", "1")
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("the watershed binary runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            output.status.success(),
+            "{args:?}: {:?} {stderr}",
+            output.status
+        );
+    }
+}

@@ -410,6 +410,13 @@ fn atomic_write(
     let result = (|| {
         let existing = keep_existing && path.exists();
         if existing {
+            // Never replace something that is not an HDF5 file by one.
+            drop(hdf5::File::open(path).map_err(|source| FieldError::Hdf5 {
+                file: path.to_path_buf(),
+                object:
+                    "/ (the existing file is not a readable HDF5 file; it is left as it is)".into(),
+                source,
+            })?);
             std::fs::copy(path, &temporary)
                 .map_err(|e| io_error(path, "copying the existing file", e))?;
         }
