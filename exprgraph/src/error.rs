@@ -96,7 +96,7 @@ pub enum GraphError {
         /// The field.
         tag: Tag,
         /// "-x", "+y", ...
-        side: String,
+        side: &'static str,
         /// Ghost layers needed on that side.
         needed: usize,
         /// Ghost layers present.

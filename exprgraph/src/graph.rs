@@ -318,7 +318,7 @@ impl ExpressionGraph {
             .filter(|(tag, _)| !collector.slot_of.contains_key(*tag))
             .flat_map(|(tag, list)| list.iter().map(move |r| (tag, r.name.as_str())))
             .collect();
-        orphans.sort_by(|a, b| a.0.to_string().cmp(&b.0.to_string()));
+        orphans.sort_by_key(|(tag, _)| tag.to_string());
         if let Some((tag, name)) = orphans.first() {
             return Err(GraphError::UnknownTag {
                 tag: (*tag).clone(),

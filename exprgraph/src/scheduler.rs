@@ -131,7 +131,8 @@ const POOLS_KEPT: usize = 4;
 /// do not accumulate threads (a dropped pool's threads exit once its last
 /// execution ends).
 fn thread_pool(threads: usize) -> GraphResult<Arc<rayon::ThreadPool>> {
-    static POOLS: OnceLock<Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>> = OnceLock::new();
+    type Kept = Vec<(usize, Arc<rayon::ThreadPool>)>;
+    static POOLS: OnceLock<Mutex<Kept>> = OnceLock::new();
     let mut pools = POOLS
         .get_or_init(Default::default)
         .lock()

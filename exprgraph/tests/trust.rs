@@ -118,8 +118,13 @@ fn a_stencil_over_a_field_without_ghosts_is_refused_at_build() {
     let (p, rhs) = (Tag::none("temperature"), Tag::none("rhs"));
     let factory = diffusion_factory(&p, &rhs);
     let patch = grid_2d().whole_domain(0);
-    let error =
-        ExpressionGraph::build(&factory, &[rhs.clone()], &patch, &Default::default()).unwrap_err();
+    let error = ExpressionGraph::build(
+        &factory,
+        std::slice::from_ref(&rhs),
+        &patch,
+        &Default::default(),
+    )
+    .unwrap_err();
     let message = error.to_string();
     let GraphError::MissingGhosts {
         tag,
@@ -158,17 +163,23 @@ fn the_graph_sizes_ghost_layers_when_asked() {
         }))
         .unwrap();
     let patch = grid_2d().whole_domain(1);
-    let refused =
-        ExpressionGraph::build(&factory, &[flux.clone()], &patch, &Default::default()).unwrap_err();
+    let refused = ExpressionGraph::build(
+        &factory,
+        std::slice::from_ref(&flux),
+        &patch,
+        &Default::default(),
+    )
+    .unwrap_err();
     assert!(
-        matches!(&refused, GraphError::MissingGhosts { tag, needed: 2, available: 1, side, .. } if *tag == c && side == "-x"),
+        matches!(&refused, GraphError::MissingGhosts { tag, needed: 2, available: 1, side, .. } if *tag == c && *side == "-x"),
         "{refused:?}"
     );
     let options = GraphOptions {
         ghosts: GhostPolicy::Grow,
         ..Default::default()
     };
-    let graph = ExpressionGraph::build(&factory, &[flux.clone()], &patch, &options).unwrap();
+    let graph =
+        ExpressionGraph::build(&factory, std::slice::from_ref(&flux), &patch, &options).unwrap();
     // The +x boundary face reads cells n-2..=n+1: two ghosts on each side
     // along x; y keeps the layer it had (never narrowed); z is inactive.
     assert_eq!(graph.patch().ghosts().minus, [2, 1, 0]);
@@ -214,7 +225,8 @@ fn intermediate_fields_are_computed_over_what_their_consumers_read() {
         persistent: vec![flux.clone()],
         ..Default::default()
     };
-    let graph = ExpressionGraph::build(&factory, &[rhs.clone()], &patch, &options).unwrap();
+    let graph =
+        ExpressionGraph::build(&factory, std::slice::from_ref(&rhs), &patch, &options).unwrap();
     // Periodic: 12 interior faces, the divergence of the last cell reads face 12.
     assert_eq!(
         graph.computed_region(&flux).unwrap().unwrap().hi[0],
@@ -299,7 +311,7 @@ fn fusion_never_changes_a_result() {
             no_fusion: !fusion,
             ..Default::default()
         };
-        ExpressionGraph::build(&factory, &[next.clone()], &patch, &options).unwrap()
+        ExpressionGraph::build(&factory, std::slice::from_ref(&next), &patch, &options).unwrap()
     };
     let (fused, unfused) = (make(true), make(false));
     assert!(fused.fusions() > 0);

@@ -91,7 +91,7 @@ fn dataset_names_are_checked_before_anything_is_written() {
         "the file is untouched"
     );
     let phi: SpatialField<CellCentre> = read_field_from_file(&path, "phi").unwrap();
-    assert!(phi.values().unwrap().iter().any(|&v| v == 1.0));
+    assert!(phi.values().unwrap().contains(&1.0));
     let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
 }
@@ -147,7 +147,7 @@ fn reading_checks_the_scalar_type_and_the_size_attributes() {
 fn corrupted_bytes_are_detected_by_the_checksum() {
     let dir = temp_dir("checksum");
     let path = dir.join("fields.h5");
-    let marker = 1234.567_890_123_f64;
+    let marker = 1_234.567_890_123_f64;
     write_field_to_file(
         &path,
         "phi",

@@ -206,7 +206,7 @@ fn check_ghosts(
         let allocated = layout.allocated();
         let interior = layout.interior_extent();
         let ghosts = layout.ghosts();
-        for axis in 0..3 {
+        for (axis, &interior) in interior.iter().enumerate() {
             let lowest = region.lo[axis] + k.extent.min[axis];
             let beyond_high = region.hi[axis] + k.extent.max[axis];
             let (side, needed, available) = if lowest < allocated.lo[axis] {
@@ -214,7 +214,7 @@ fn check_ghosts(
             } else if beyond_high > allocated.hi[axis] {
                 (
                     "+",
-                    (beyond_high - interior[axis] as isize) as usize,
+                    (beyond_high - interior as isize) as usize,
                     ghosts.plus[axis],
                 )
             } else {

@@ -520,7 +520,7 @@ unsafe fn linear(out: OutStream, extent: Extent, constant: f64, terms: &[(Stream
     let n = extent.n;
     if constant == 0.0
         && terms.len() >= 2
-        && terms.len() % 2 == 0
+        && terms.len().is_multiple_of(2)
         && terms.chunks(2).all(|p| p[0].1 == -p[1].1)
     {
         // SAFETY: forwarded.

@@ -250,7 +250,7 @@ impl Multigrid {
             let cells = current.cells();
             let can = (0..3)
                 .filter(|&a| active[a])
-                .all(|a| cells[a] % 2 == 0 && cells[a] >= 4);
+                .all(|a| cells[a].is_multiple_of(2) && cells[a] >= 4);
             if !can {
                 break;
             }

@@ -391,10 +391,7 @@ impl TransportSolver {
                 ));
             }
         }
-        let stable = match self.stable_time_step(1.0, 0.5) {
-            Ok(limit) => Some(limit),
-            Err(_) => None,
-        };
+        let stable = self.stable_time_step(1.0, 0.5).ok();
         Ok(match stable {
             Some(limit) if dt > limit => format!(
                 "every input was finite, and dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"

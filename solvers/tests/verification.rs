@@ -143,7 +143,8 @@ fn advect(
             end,
             TimeStep::Limited {
                 cfl,
-                diffusion_number: 0.0,
+                // Positive as required; no diffusion, so it limits nothing.
+                diffusion_number: 0.5,
             },
         )
         .unwrap();

@@ -50,12 +50,9 @@ fn hull(a: &IndexBox, b: &IndexBox) -> IndexBox {
     )
 }
 
-fn side_name(side: usize) -> String {
-    format!(
-        "{}{}",
-        if side % 2 == 0 { "-" } else { "+" },
-        ["x", "y", "z"][side / 2]
-    )
+/// "-x", "+x", "-y", "+y", "-z", "+z" for sides 0..6.
+fn side_name(side: usize) -> &'static str {
+    ["-x", "+x", "-y", "+y", "-z", "+z"][side]
 }
 
 impl RegionPlan {
