@@ -63,6 +63,8 @@ fn build(chain: bool, counter: &Arc<AtomicU64>) -> (ExpressionGraph, Vec<Tag>) {
         .whole_domain(0);
     let graph =
         ExpressionGraph::build(&factory, &roots, &patch, &GraphOptions::default()).expect("build");
+    // The trivial nodes ignore the source's values: zeros are intended.
+    graph.fill_placeholder(&source).expect("fill");
     (graph, roots)
 }
 
