@@ -16,7 +16,7 @@ use crate::transport::{Diffusivity, TransportEquation};
 use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphOptions, Tag};
 use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField, XFace, YFace, ZFace};
-use watershed_operators::{Assign, AssignOptions, Region, abs, field, interior_max};
+use watershed_operators::{Assign, AssignOptions, Region, abs, field, interior_max, interior_min};
 
 /// The CPU-side values of the current stage, read by the update nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -319,7 +319,7 @@ impl TransportSolver {
         for equation in &self.equations {
             let bad = self.with_solution(equation.name(), first_non_finite)??;
             if let Some(cell) = bad {
-                let cause = self.diagnose(dt)?;
+                let cause = self.diagnose(dt, equation)?;
                 return Err(SolverError::Diverged {
                     equation: equation.name().to_string(),
                     cell,
@@ -335,6 +335,21 @@ impl TransportSolver {
     /// Every placeholder the graph reads other than the solutions (velocities,
     /// diffusivities, sources) and the solutions themselves must be finite.
     fn check_inputs_finite(&self, when: &str) -> SolverResult<()> {
+        for equation in &self.equations {
+            if let Some(Diffusivity::Field(tag)) = equation.diffusivity() {
+                let lowest = self
+                    .graph
+                    .with_field::<CellCentre, _>(tag, |k| interior_min(field(k)))??;
+                if lowest < 0.0 {
+                    return Err(SolverError::Setup {
+                        equation: equation.name().to_string(),
+                        reason: format!(
+                            "the diffusivity field {tag} is negative (down to {lowest}) {when}; a negative diffusivity makes the equation ill-posed"
+                        ),
+                    });
+                }
+            }
+        }
         let solutions: Vec<Tag> = self.equations.iter().map(|e| e.solution_tag()).collect();
         for info in self.graph.fields().iter().filter(|f| f.placeholder) {
             let bad = self.first_non_finite_of(&info.tag, info.location)?;
@@ -378,7 +393,7 @@ impl TransportSolver {
     }
 
     /// Why a solution stopped being finite during the last step.
-    fn diagnose(&self, dt: f64) -> SolverResult<String> {
+    fn diagnose(&self, dt: f64, equation: &TransportEquation) -> SolverResult<String> {
         let solutions: Vec<Tag> = self.equations.iter().map(|e| e.solution_tag()).collect();
         for info in self.graph.fields().iter().filter(|f| f.placeholder) {
             if solutions.contains(&info.tag) {
@@ -397,7 +412,8 @@ impl TransportSolver {
                 "every input was finite, and dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"
             ),
             _ => format!(
-                "every input was finite and dt = {dt:e} is within the stability limit, so an expression produced it (a source or a coefficient evaluated outside its domain, e.g. log or sqrt of a negative value, or a division by zero)"
+                "every input was finite and dt = {dt:e} is within the stability limit, so an expression of the right-hand side {} produced it (a source or a coefficient evaluated outside its domain, e.g. log or sqrt of a negative value, or a division by zero)",
+                equation.rhs_tag()
             ),
         })
     }

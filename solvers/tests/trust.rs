@@ -122,6 +122,33 @@ fn flow_parameters_are_checked() {
     }
 }
 
+/// A diffusivity field with negative values is refused before the first step.
+#[test]
+fn a_negative_diffusivity_field_is_refused() {
+    let k = Tag::none("k");
+    let mut builder = TransportSolverBuilder::new(&channel(1)).equation(
+        TransportEquation::new("T")
+            .diffusion(Diffusivity::Field(k.clone()))
+            .boundary_conditions(BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0))),
+    );
+    builder
+        .factory_mut()
+        .placeholder(k.clone(), LocationKind::CellCentre)
+        .unwrap();
+    let mut solver = builder.build().unwrap();
+    solver
+        .graph()
+        .with_field_mut::<CellCentre, _>(&k, |f| f.fill(-0.5))
+        .unwrap()
+        .unwrap();
+    solver.set_initial_condition("T", |_| 1.0).unwrap();
+    let error = solver.step(1e-4).unwrap_err();
+    assert!(
+        matches!(&error, SolverError::Setup { equation, reason } if equation == "T" && reason.contains("negative")),
+        "{error:?}"
+    );
+}
+
 #[test]
 fn non_physical_diffusivities_are_refused() {
     for k in [-1.0, f64::NAN, f64::INFINITY] {
@@ -256,6 +283,7 @@ fn a_non_finite_source_is_blamed_on_an_expression() {
     };
     assert_eq!(*cell, [0, 0, 0]);
     assert!(cause.contains("expression"), "{cause}");
+    assert!(cause.contains("rhs"), "names the right-hand side: {cause}");
     assert!(!cause.contains("reduce the time step"), "{cause}");
 }
 
