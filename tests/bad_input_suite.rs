@@ -429,6 +429,19 @@ fn factory_with_rhs(stencil: bool) -> (Factory, Tag, Tag) {
     (factory, p, rhs)
 }
 
+/// The graph of [`factory_with_rhs`] built on `patch`, with its tags.
+fn built(stencil: bool, patch: &Patch) -> (ExpressionGraph, Tag, Tag) {
+    let (factory, p, rhs) = factory_with_rhs(stencil);
+    let graph = ExpressionGraph::build(
+        &factory,
+        std::slice::from_ref(&rhs),
+        patch,
+        &GraphOptions::default(),
+    )
+    .unwrap();
+    (graph, p, rhs)
+}
+
 fn graph_cases(cases: &mut Vec<Case>) {
     case(
         cases,
@@ -550,14 +563,7 @@ fn graph_cases(cases: &mut Vec<Case>) {
         "an unset placeholder",
         "placeholder p",
         || {
-            let (factory, _p, rhs) = factory_with_rhs(false);
-            let graph = ExpressionGraph::build(
-                &factory,
-                &[rhs],
-                &grid([4; 3]).whole_domain(1),
-                &GraphOptions::default(),
-            )
-            .unwrap();
+            let (graph, _p, _rhs) = built(false, &grid([4; 3]).whole_domain(1));
             err(graph.execute(ExecutionMode::Serial))
         },
     );
@@ -584,15 +590,8 @@ fn graph_cases(cases: &mut Vec<Case>) {
         "binding a 0-ghost field read by a stencil",
         "ghost layer",
         || {
-            let (factory, p, rhs) = factory_with_rhs(true);
             let g = grid([6; 3]);
-            let graph = ExpressionGraph::build(
-                &factory,
-                &[rhs],
-                &g.whole_domain(1),
-                &GraphOptions::default(),
-            )
-            .unwrap();
+            let (graph, p, _rhs) = built(true, &g.whole_domain(1));
             err(graph.bind_placeholder(
                 &p,
                 SpatialField::<CellCentre>::new("thin", &g.whole_domain(0), Device::Cpu).unwrap(),
@@ -605,15 +604,8 @@ fn graph_cases(cases: &mut Vec<Case>) {
         "binding a field of another location",
         "CellCentre",
         || {
-            let (factory, p, rhs) = factory_with_rhs(false);
             let g = grid([6; 3]);
-            let graph = ExpressionGraph::build(
-                &factory,
-                &[rhs],
-                &g.whole_domain(1),
-                &GraphOptions::default(),
-            )
-            .unwrap();
+            let (graph, p, _rhs) = built(false, &g.whole_domain(1));
             err(graph.bind_placeholder(
                 &p,
                 SpatialField::<XFace>::new("u", &g.whole_domain(1), Device::Cpu).unwrap(),
@@ -626,14 +618,7 @@ fn graph_cases(cases: &mut Vec<Case>) {
         "binding a field of another grid",
         "another patch",
         || {
-            let (factory, p, rhs) = factory_with_rhs(false);
-            let graph = ExpressionGraph::build(
-                &factory,
-                &[rhs],
-                &grid([6; 3]).whole_domain(1),
-                &GraphOptions::default(),
-            )
-            .unwrap();
+            let (graph, p, _rhs) = built(false, &grid([6; 3]).whole_domain(1));
             err(graph.bind_placeholder(
                 &p,
                 SpatialField::<CellCentre>::new("q", &grid([7; 3]).whole_domain(1), Device::Cpu)
@@ -647,15 +632,8 @@ fn graph_cases(cases: &mut Vec<Case>) {
         "binding a computed tag",
         "not a placeholder",
         || {
-            let (factory, _p, rhs) = factory_with_rhs(false);
             let g = grid([6; 3]);
-            let graph = ExpressionGraph::build(
-                &factory,
-                std::slice::from_ref(&rhs),
-                &g.whole_domain(1),
-                &GraphOptions::default(),
-            )
-            .unwrap();
+            let (graph, _p, rhs) = built(false, &g.whole_domain(1));
             err(graph.bind_placeholder(
                 &rhs,
                 SpatialField::<CellCentre>::new("q", &g.whole_domain(1), Device::Cpu).unwrap(),
@@ -669,14 +647,7 @@ fn graph_cases(cases: &mut Vec<Case>) {
             format!("Threaded({threads})"),
             "Threaded",
             move || {
-                let (factory, p, rhs) = factory_with_rhs(false);
-                let graph = ExpressionGraph::build(
-                    &factory,
-                    &[rhs],
-                    &grid([4; 3]).whole_domain(1),
-                    &GraphOptions::default(),
-                )
-                .unwrap();
+                let (graph, p, _rhs) = built(false, &grid([4; 3]).whole_domain(1));
                 graph.fill_placeholder(&p).unwrap();
                 err(graph.execute(ExecutionMode::Threaded(threads)))
             },
@@ -688,14 +659,7 @@ fn graph_cases(cases: &mut Vec<Case>) {
         "execute inside with_field",
         "with_field",
         || {
-            let (factory, p, rhs) = factory_with_rhs(false);
-            let graph = ExpressionGraph::build(
-                &factory,
-                std::slice::from_ref(&rhs),
-                &grid([4; 3]).whole_domain(1),
-                &GraphOptions::default(),
-            )
-            .unwrap();
+            let (graph, p, rhs) = built(false, &grid([4; 3]).whole_domain(1));
             graph.fill_placeholder(&p).unwrap();
             graph
                 .with_field::<CellCentre, _>(&rhs, |_| err(graph.execute(ExecutionMode::Serial)))
@@ -754,14 +718,7 @@ fn graph_cases(cases: &mut Vec<Case>) {
         "reading a field at the wrong location",
         "accessed as",
         || {
-            let (factory, _p, rhs) = factory_with_rhs(false);
-            let graph = ExpressionGraph::build(
-                &factory,
-                std::slice::from_ref(&rhs),
-                &grid([4; 3]).whole_domain(1),
-                &GraphOptions::default(),
-            )
-            .unwrap();
+            let (graph, _p, rhs) = built(false, &grid([4; 3]).whole_domain(1));
             err(graph.with_field::<XFace, _>(&rhs, |_| ()))
         },
     );
@@ -771,14 +728,7 @@ fn graph_cases(cases: &mut Vec<Case>) {
         "reading a tag the graph does not hold",
         "not part of this graph",
         || {
-            let (factory, _p, rhs) = factory_with_rhs(false);
-            let graph = ExpressionGraph::build(
-                &factory,
-                &[rhs],
-                &grid([4; 3]).whole_domain(1),
-                &GraphOptions::default(),
-            )
-            .unwrap();
+            let (graph, _p, _rhs) = built(false, &grid([4; 3]).whole_domain(1));
             err(graph.with_field::<CellCentre, _>(&Tag::none("other"), |_| ()))
         },
     );
@@ -788,14 +738,7 @@ fn graph_cases(cases: &mut Vec<Case>) {
         "filling a computed tag as a placeholder",
         "computed",
         || {
-            let (factory, _p, rhs) = factory_with_rhs(false);
-            let graph = ExpressionGraph::build(
-                &factory,
-                std::slice::from_ref(&rhs),
-                &grid([4; 3]).whole_domain(1),
-                &GraphOptions::default(),
-            )
-            .unwrap();
+            let (graph, _p, rhs) = built(false, &grid([4; 3]).whole_domain(1));
             err(graph.fill_placeholder(&rhs))
         },
     );

@@ -3,6 +3,9 @@
 //! types and checksums on read, atomic replacement of files (a writer
 //! killed at random moments), and write errors (a full disk) returned.
 
+mod common;
+
+use common::python_with_h5py;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use watershed_fields::io::{
@@ -247,22 +250,6 @@ with h5py.File(sys.argv[1], "r") as f:
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-fn python_with_h5py() -> Option<String> {
-    let python = std::env::var("WATERSHED_PYTHON").unwrap_or_else(|_| "python3".into());
-    let works = Command::new(&python)
-        .args(["-c", "import h5py"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if works {
-        return Some(python);
-    }
-    if std::env::var("WATERSHED_REQUIRE_H5PY").is_ok_and(|v| v == "1") {
-        panic!("h5py is required (WATERSHED_REQUIRE_H5PY=1); run scripts/test.sh");
-    }
-    eprintln!("skipped: '{python}' cannot import h5py");
-    None
 }
 
 /// A writer replacing a 2 x 2.3 MB file in a loop, killed (SIGKILL) at

@@ -18,7 +18,7 @@
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
-use crate::multigrid::{Multigrid, MultigridOptions, SolveReport};
+use crate::multigrid::{Multigrid, MultigridOptions, SolveReport, first_non_finite};
 use crate::solver::StageValues;
 use crate::stages::{copy_field, update_node};
 use std::sync::{Arc, Mutex};
@@ -545,22 +545,15 @@ impl IncompressibleFlow {
             )));
         }
         if self.steps == 0 && self.time == 0.0 {
-            for &axis in &self.active {
-                let bad = match axis {
-                    0 => self.component::<XFace, _>(0, scan_faces)??,
-                    1 => self.component::<YFace, _>(1, scan_faces)??,
-                    _ => self.component::<ZFace, _>(2, scan_faces)??,
-                };
-                if let Some(cell) = bad {
-                    return Err(SolverError::NonFiniteInput {
-                        field: NAMES[axis].to_string(),
-                        cell,
-                        detail: format!(
-                            "the initial velocity component {} is not finite",
-                            NAMES[axis]
-                        ),
-                    });
-                }
+            if let Some((axis, cell)) = self.first_non_finite_velocity()? {
+                return Err(SolverError::NonFiniteInput {
+                    field: NAMES[axis].to_string(),
+                    cell,
+                    detail: format!(
+                        "the initial velocity component {} is not finite",
+                        NAMES[axis]
+                    ),
+                });
             }
             self.project(0.0)?; // start from a divergence-free field
         }
@@ -583,32 +576,41 @@ impl IncompressibleFlow {
         }
         self.time += dt;
         self.steps += 1;
-        for &axis in &self.active {
-            let bad = match axis {
-                0 => self.component::<XFace, _>(0, scan_faces)??,
-                1 => self.component::<YFace, _>(1, scan_faces)??,
-                _ => self.component::<ZFace, _>(2, scan_faces)??,
+        if let Some((axis, cell)) = self.first_non_finite_velocity()? {
+            let limit = self.stable_time_step(1.0, 0.5).ok();
+            let cause = match limit {
+                Some(limit) if dt > limit => format!(
+                    "dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"
+                ),
+                _ => format!(
+                    "dt = {dt:e} is within the explicit stability limit; check the boundary values, the body force and the pressure solve"
+                ),
             };
-            if let Some(cell) = bad {
-                let limit = self.stable_time_step(1.0, 0.5).ok();
-                let cause = match limit {
-                    Some(limit) if dt > limit => format!(
-                        "dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"
-                    ),
-                    _ => format!(
-                        "dt = {dt:e} is within the explicit stability limit; check the boundary values, the body force and the pressure solve"
-                    ),
-                };
-                return Err(SolverError::Diverged {
-                    equation: format!("momentum ({})", NAMES[axis]),
-                    cell,
-                    step: self.steps,
-                    time: self.time,
-                    cause,
-                });
-            }
+            return Err(SolverError::Diverged {
+                equation: format!("momentum ({})", NAMES[axis]),
+                cell,
+                step: self.steps,
+                time: self.time,
+                cause,
+            });
         }
         Ok(())
+    }
+
+    /// The first velocity component (its axis) and interior point that is
+    /// not finite.
+    fn first_non_finite_velocity(&self) -> SolverResult<Option<(usize, [isize; 3])>> {
+        for &axis in &self.active {
+            let bad = match axis {
+                0 => self.component::<XFace, _>(0, first_non_finite)??,
+                1 => self.component::<YFace, _>(1, first_non_finite)??,
+                _ => self.component::<ZFace, _>(2, first_non_finite)??,
+            };
+            if let Some(cell) = bad {
+                return Ok(Some((axis, cell)));
+            }
+        }
+        Ok(None)
     }
 
     /// The largest stable `dt` for a Courant number `cfl` and a diffusion
@@ -683,14 +685,4 @@ impl IncompressibleFlow {
     pub fn pressure_conditions(&self) -> &BoundaryConditions {
         &self.walls
     }
-}
-
-/// The first interior point of a face field that is not finite.
-fn scan_faces<F: GraphLocation>(u: &SpatialField<F>) -> SolverResult<Option<[isize; 3]>> {
-    let layout = u.layout();
-    let values = u.values()?;
-    Ok(layout
-        .interior()
-        .iter()
-        .find(|&i| !values[layout.linear_index(i)].is_finite()))
 }

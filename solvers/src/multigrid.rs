@@ -75,9 +75,9 @@ impl MultigridOptions {
     }
 }
 
-/// The first interior cell of `field` whose value is not finite.
-pub(crate) fn first_non_finite(
-    field: &SpatialField<CellCentre>,
+/// The first interior point (i, j, k) of `field` whose value is not finite.
+pub(crate) fn first_non_finite<L: watershed_fields::Location>(
+    field: &SpatialField<L>,
 ) -> SolverResult<Option<[isize; 3]>> {
     let layout = field.layout();
     let values = field.values()?;

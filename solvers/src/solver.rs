@@ -374,21 +374,13 @@ impl TransportSolver {
         tag: &Tag,
         location: LocationKind,
     ) -> SolverResult<Option<[isize; 3]>> {
-        fn scan<L: watershed_fields::Location>(
-            f: &SpatialField<L>,
-        ) -> SolverResult<Option<[isize; 3]>> {
-            let layout = f.layout();
-            let values = f.values()?;
-            Ok(layout
-                .interior()
-                .iter()
-                .find(|&i| !values[layout.linear_index(i)].is_finite()))
-        }
         Ok(match location {
-            LocationKind::CellCentre => self.graph.with_field::<CellCentre, _>(tag, scan)??,
-            LocationKind::XFace => self.graph.with_field::<XFace, _>(tag, scan)??,
-            LocationKind::YFace => self.graph.with_field::<YFace, _>(tag, scan)??,
-            LocationKind::ZFace => self.graph.with_field::<ZFace, _>(tag, scan)??,
+            LocationKind::CellCentre => self
+                .graph
+                .with_field::<CellCentre, _>(tag, first_non_finite)??,
+            LocationKind::XFace => self.graph.with_field::<XFace, _>(tag, first_non_finite)??,
+            LocationKind::YFace => self.graph.with_field::<YFace, _>(tag, first_non_finite)??,
+            LocationKind::ZFace => self.graph.with_field::<ZFace, _>(tag, first_non_finite)??,
         })
     }
 
