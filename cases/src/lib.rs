@@ -1,26 +1,50 @@
 //! # watershed-cases
 //!
-//! The library of runnable cases behind the `watershed` command: each case
-//! has a name, a one-line description and (in later issues) a TOML
-//! configuration and a runner that writes HDF5 + XDMF output.
+//! The case library behind the `watershed` program, usable from your own
+//! crate:
 //!
-//! The registry is empty until the solvers exist; `watershed list` says so.
+//! * [`driver`]: the [`Simulation`](driver::Simulation) trait and the run
+//!   loop ([`driver::run`]) with dumps, checkpoints, progress, a per-step
+//!   observer, a whole-run trace and the end-of-run summary;
+//! * [`output`]: HDF5 dumps (one file per dump) and the XDMF time series;
+//! * [`checkpoint`]: atomic checkpoints and bitwise restarts;
+//! * [`config`]: strict TOML configurations with `--set` overrides;
+//! * [`progress`], [`plot`]: the progress bar and PNG charts;
+//! * [`cases`]: the cases themselves, listed by [`registered_cases`].
+//!
+//! ```
+//! use watershed_cases::{find_case, registry::CaseOptions};
+//! // Build the cavity on a small grid and take three steps.
+//! let options = CaseOptions {
+//!     sets: vec!["cells=16".into()],
+//!     threads: 1,
+//!     ..Default::default()
+//! };
+//! let mut prepared = (find_case("lid-driven-cavity")?.prepare)(&options)?;
+//! let sim = prepared.simulation.as_mut();
+//! for _ in 0..3 {
+//!     let dt = sim.next_dt()?;
+//!     sim.step(dt)?;
+//! }
+//! assert_eq!(sim.steps(), 3);
+//! # Ok::<(), watershed_cases::CaseError>(())
+//! ```
 
 #![warn(missing_docs)]
 
-/// A case the `watershed` program can run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CaseInfo {
-    /// The name given to `watershed run`.
-    pub name: &'static str,
-    /// One line saying what the case computes and checks.
-    pub description: &'static str,
-}
+pub mod cases;
+pub mod checkpoint;
+pub mod common;
+pub mod config;
+pub mod driver;
+pub mod error;
+pub mod output;
+pub mod plot;
+pub mod progress;
+pub mod registry;
 
-/// Every registered case, sorted by name.
-pub fn registered_cases() -> Vec<CaseInfo> {
-    Vec::new()
-}
+pub use error::{CaseError, CaseResult, ConfigOrigin};
+pub use registry::{CaseInfo, find_case, registered_cases};
 
 /// Facts about this build and machine, for `watershed --version` and run
 /// summaries.

@@ -63,5 +63,5 @@ pub use graph::{ExpressionGraph, FieldInfo, GhostPolicy, GraphOptions, Target};
 pub use scheduler::{ExecutionMode, ExecutionReport, TraceEvent};
 pub use store::{AnyField, GraphLocation};
 pub use tag::{Context, Tag};
-pub use trace::{ExpressionTiming, TimingTable};
+pub use trace::{ExpressionTiming, RecordedEvent, TimingTable, chrome_trace_of};
 pub use watershed_operators as operators;

@@ -88,6 +88,8 @@ pub(crate) struct Statistics {
     pub total: Vec<Duration>,
     pub trace: Vec<TraceEvent>,
     pub last: ExecutionReport,
+    /// Every event since `start_recording`, timed from the recording's epoch.
+    pub recording: Option<crate::trace::Recording>,
 }
 
 impl Statistics {
@@ -97,6 +99,7 @@ impl Statistics {
             total: vec![Duration::ZERO; nodes],
             trace: Vec::with_capacity(nodes),
             last: ExecutionReport::default(),
+            recording: None,
         }
     }
 }
@@ -264,6 +267,9 @@ impl ExpressionGraph {
             stats.trace.clear();
             stats.trace.extend_from_slice(&state.trace);
             stats.last = report;
+            if let Some(recording) = stats.recording.as_mut() {
+                recording.add(epoch, &state.trace);
+            }
         }
         if let Some(error) = state.error {
             self.release_all_scratch();

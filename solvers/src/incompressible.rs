@@ -341,6 +341,50 @@ impl IncompressibleFlow {
         self.steps
     }
 
+    /// Sets the clock (time and steps taken), e.g. when restarting from a
+    /// checkpoint. With a non-zero clock the first step does not project the
+    /// initial velocity again. The time must be finite.
+    pub fn set_clock(&mut self, time: f64, steps: u64) -> SolverResult<()> {
+        if !time.is_finite() {
+            return Err(SolverError::TimeStep(format!(
+                "set_clock: time = {time} must be finite"
+            )));
+        }
+        self.time = time;
+        self.steps = steps;
+        Ok(())
+    }
+
+    /// The axes the flow has velocity components on (0 = x, ...).
+    pub fn active_axes(&self) -> &[usize] {
+        &self.active
+    }
+
+    /// The projection potential `psi` of the last stage (the pressure solve's
+    /// starting guess for the next one, so part of the state a restart needs).
+    pub fn projection_potential(&self) -> &SpatialField<CellCentre> {
+        &self.psi
+    }
+
+    /// The projection potential, mutably (to restore it from a checkpoint).
+    pub fn projection_potential_mut(&mut self) -> &mut SpatialField<CellCentre> {
+        &mut self.psi
+    }
+
+    /// The pressure, mutably (to restore it from a checkpoint).
+    pub fn pressure_mut(&mut self) -> &mut SpatialField<CellCentre> {
+        &mut self.pressure
+    }
+
+    /// Runs `f` on velocity component `F`, mutably (e.g. to restore it from
+    /// a checkpoint).
+    pub fn with_velocity_mut<F: GraphLocation + FaceLocation, R>(
+        &self,
+        f: impl FnOnce(&mut SpatialField<F>) -> R,
+    ) -> SolverResult<R> {
+        Ok(self.graph.with_field_mut::<F, _>(&self.now[F::AXIS], f)?)
+    }
+
     /// The last projection's solve and divergences.
     pub fn last_projection(&self) -> &ProjectionReport {
         &self.last

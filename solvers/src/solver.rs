@@ -218,6 +218,89 @@ impl TransportSolver {
         self.steps
     }
 
+    /// Names of the equations, in the order they were added.
+    pub fn equation_names(&self) -> Vec<String> {
+        self.equations.iter().map(|e| e.name().to_string()).collect()
+    }
+
+    /// Sets the clock (time and steps taken), e.g. when restarting from a
+    /// checkpoint. The time must be finite.
+    pub fn set_clock(&mut self, time: f64, steps: u64) -> SolverResult<()> {
+        if !time.is_finite() {
+            return Err(SolverError::TimeStep(format!(
+                "set_clock: time = {time} must be finite"
+            )));
+        }
+        self.time = time;
+        self.steps = steps;
+        Ok(())
+    }
+
+    /// Runs `f` on the current solution of `equation`, mutably (e.g. to
+    /// restore it from a checkpoint).
+    pub fn with_solution_mut<R>(
+        &self,
+        equation: &str,
+        f: impl FnOnce(&mut SpatialField<CellCentre>) -> R,
+    ) -> SolverResult<R> {
+        let tag = self.equation(equation)?.solution_tag();
+        Ok(self.graph.with_field_mut::<CellCentre, _>(&tag, f)?)
+    }
+
+    /// Sets the velocity placeholders `velocity` (x, y, z faces) of this
+    /// solver to the current velocity of `flow`, so that the equations are
+    /// carried by the computed flow. Call it before each step. The flow's
+    /// patch must cover this solver's (same grid, at least as many ghosts).
+    pub fn carry_by(
+        &self,
+        flow: &crate::incompressible::IncompressibleFlow,
+        velocity: &[Tag; 3],
+    ) -> SolverResult<()> {
+        fn copy<F: watershed_exprgraph::GraphLocation + watershed_operators::FaceLocation>(
+            graph: &ExpressionGraph,
+            flow: &crate::incompressible::IncompressibleFlow,
+            tag: &Tag,
+        ) -> SolverResult<()> {
+            flow.with_velocity::<F, _>(|source| -> SolverResult<()> {
+                let values = source.values()?;
+                let from = source.layout();
+                graph.with_field_mut::<F, _>(tag, |target| -> SolverResult<()> {
+                    let to = target.layout().clone();
+                    if from.interior_extent() != to.interior_extent()
+                        || from.allocated().intersect(&to.allocated()) != to.allocated()
+                    {
+                        return Err(SolverError::Setup {
+                            equation: tag.to_string(),
+                            reason: format!(
+                                "the flow's velocity covers {:?} with {:?} ghost layers, the transport solver's field {tag} needs {:?} with {:?}; build the flow on a patch with at least as many ghost layers",
+                                from.interior_extent(),
+                                from.ghosts(),
+                                to.interior_extent(),
+                                to.ghosts()
+                            ),
+                        });
+                    }
+                    let out = target.values_mut()?;
+                    for index in to.allocated() {
+                        out[to.linear_index(index)] = values[from.linear_index(index)];
+                    }
+                    Ok(())
+                })?
+            })?
+        }
+        let active = self.graph.patch().grid().active_dimensions();
+        if active[0] {
+            copy::<XFace>(&self.graph, flow, &velocity[0])?;
+        }
+        if active[1] {
+            copy::<YFace>(&self.graph, flow, &velocity[1])?;
+        }
+        if active[2] {
+            copy::<ZFace>(&self.graph, flow, &velocity[2])?;
+        }
+        Ok(())
+    }
+
     fn equation(&self, name: &str) -> SolverResult<&TransportEquation> {
         self.equations
             .iter()

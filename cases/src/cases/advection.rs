@@ -1,0 +1,246 @@
+//! `advection`: a scalar carried by a rotating velocity with the central,
+//! upwind or limited scheme; bounds and mass are reported and checked.
+
+use crate::checkpoint::{load_graph_field, save_graph_field};
+use crate::common::{execution_mode, fill_graph_field, integrator};
+use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
+use crate::driver::{CaseCheck, Simulation, Stop};
+use crate::error::CaseResult;
+use crate::output::{DumpedField, dump_graph_field};
+use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use serde::{Deserialize, Serialize};
+use std::f64::consts::PI;
+use std::path::Path;
+use watershed_exprgraph::{ExpressionGraph, Tag};
+use watershed_fields::{CellCentre, Grid, LocationKind, XFace, YFace};
+use watershed_operators::Limiter;
+use watershed_solvers::{
+    ConvectiveScheme, TransportEquation, TransportSolver, TransportSolverBuilder,
+};
+
+/// The case's name.
+pub const NAME: &str = "advection";
+
+/// The registry entry.
+pub const INFO: CaseInfo = CaseInfo {
+    name: NAME,
+    description: "cosine bell in a rotating flow, central / upwind / limited schemes; bounds and mass",
+    documented_config: AdvectionConfig::DOCUMENTED,
+    prepare,
+    config_text: |o| config_text_of::<AdvectionConfig>(NAME, o),
+};
+
+/// Configuration (see `cases/configs/advection.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdvectionConfig {
+    /// Cells per side.
+    pub cells: usize,
+    /// Convective scheme.
+    pub scheme: String,
+    /// Limiter of the limited scheme.
+    pub limiter: String,
+    /// End time.
+    pub end_time: f64,
+    /// Courant number.
+    pub cfl: f64,
+    /// Time integrator.
+    pub integrator: String,
+    /// Largest allowed relative mass change.
+    pub mass_tolerance: f64,
+}
+
+impl Default for AdvectionConfig {
+    fn default() -> Self {
+        AdvectionConfig {
+            cells: 64,
+            scheme: "limited".into(),
+            limiter: "van-leer".into(),
+            end_time: 1.0,
+            cfl: 0.4,
+            integrator: "ssp-rk3".into(),
+            mass_tolerance: 1e-10,
+        }
+    }
+}
+
+impl CaseConfig for AdvectionConfig {
+    const DOCUMENTED: &'static str = include_str!("../../configs/advection.toml");
+
+    fn check_ranges(&self) -> Option<RangeProblem> {
+        in_range("cells", self.cells, 8, 2048)
+            .or_else(|| one_of("scheme", &self.scheme, &["central", "upwind", "limited"]))
+            .or_else(|| one_of("limiter", &self.limiter, &["minmod", "van-leer", "superbee"]))
+            .or_else(|| in_range("end_time", self.end_time, 1e-12, 1e6))
+            .or_else(|| in_range("cfl", self.cfl, 1e-6, 1.0))
+            .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
+            .or_else(|| in_range("mass_tolerance", self.mass_tolerance, 1e-16, 1.0))
+    }
+}
+
+/// The scheme a configuration names.
+pub fn scheme(name: &str, limiter: &str) -> ConvectiveScheme {
+    match name {
+        "central" => ConvectiveScheme::Central,
+        "upwind" => ConvectiveScheme::Upwind,
+        _ => ConvectiveScheme::Limited(match limiter {
+            "minmod" => Limiter::Minmod,
+            "superbee" => Limiter::Superbee,
+            _ => Limiter::VanLeer,
+        }),
+    }
+}
+
+/// The cosine bell.
+pub fn bell([x, y, _]: [f64; 3]) -> f64 {
+    let r = ((x - 0.5).powi(2) + (y - 0.75).powi(2)).sqrt();
+    if r < 0.15 {
+        0.5 * (1.0 + (PI * r / 0.15).cos())
+    } else {
+        0.0
+    }
+}
+
+/// Interior minimum, maximum and sum of a cell field times the cell area.
+pub fn bounds_and_mass(solver: &TransportSolver, equation: &str) -> CaseResult<(f64, f64, f64)> {
+    let area = {
+        let s = solver.graph().patch().grid().spacing();
+        s[0] * s[1] * s[2]
+    };
+    solver.with_solution(equation, |field| -> CaseResult<(f64, f64, f64)> {
+        let layout = field.layout();
+        let values = field.values()?;
+        let (mut lo, mut hi, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0.0);
+        for index in layout.interior() {
+            let v = values[layout.linear_index(index)];
+            lo = lo.min(v);
+            hi = hi.max(v);
+            sum += v;
+        }
+        Ok((lo, hi, sum * area))
+    })?
+}
+
+/// The running case.
+pub struct Advection {
+    config: AdvectionConfig,
+    grid: Grid,
+    solver: TransportSolver,
+    initial_mass: f64,
+}
+
+fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
+    let loaded = crate::common::load_config::<AdvectionConfig>(NAME, options)?;
+    let config = loaded.config.clone();
+    let n = config.cells;
+    let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
+    let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
+    let mut builder = TransportSolverBuilder::new(&grid.whole_domain(2)).equation(
+        TransportEquation::new("c").convection(
+            velocity.clone(),
+            scheme(&config.scheme, &config.limiter),
+        ),
+    );
+    builder
+        .factory_mut()
+        .placeholder(velocity[0].clone(), LocationKind::XFace)?;
+    builder
+        .factory_mut()
+        .placeholder(velocity[1].clone(), LocationKind::YFace)?;
+    let solver = builder
+        .integrator(integrator(&config.integrator))
+        .mode(execution_mode(options.threads))
+        .build()?;
+    fill_graph_field::<XFace>(solver.graph(), &velocity[0], |[_, y, _]| {
+        -2.0 * PI * (y - 0.5)
+    })?;
+    fill_graph_field::<YFace>(solver.graph(), &velocity[1], |[x, _, _]| {
+        2.0 * PI * (x - 0.5)
+    })?;
+    solver.set_initial_condition("c", bell)?;
+    let (_, _, initial_mass) = bounds_and_mass(&solver, "c")?;
+    Ok(Prepared {
+        config_text: crate::config::to_text(NAME, &loaded)?,
+        stop: Stop::EndTime(config.end_time),
+        simulation: Box::new(Advection {
+            config,
+            grid,
+            solver,
+            initial_mass,
+        }),
+    })
+}
+
+impl Simulation for Advection {
+    fn case(&self) -> &str {
+        NAME
+    }
+    fn grid(&self) -> &Grid {
+        &self.grid
+    }
+    fn time(&self) -> f64 {
+        self.solver.time()
+    }
+    fn steps(&self) -> u64 {
+        self.solver.steps()
+    }
+    fn cell_updates_per_step(&self) -> u64 {
+        self.grid.total_cells() as u64
+    }
+    fn next_dt(&self) -> CaseResult<f64> {
+        Ok(self.solver.stable_time_step(self.config.cfl, 0.5)?)
+    }
+    fn step(&mut self, dt: f64) -> CaseResult<()> {
+        Ok(self.solver.step(dt)?)
+    }
+    fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+        let tag = TransportEquation::new("c").solution_tag();
+        Ok(vec![dump_graph_field::<CellCentre>(
+            self.solver.graph(),
+            &tag,
+            group,
+            "c",
+        )?])
+    }
+    fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
+        let tag = TransportEquation::new("c").solution_tag();
+        save_graph_field::<CellCentre>(self.solver.graph(), &tag, group, "c")?;
+        crate::checkpoint::save_series(group, "initial_mass", &[self.initial_mass])
+    }
+    fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
+        let tag = TransportEquation::new("c").solution_tag();
+        load_graph_field::<CellCentre>(self.solver.graph(), &tag, group, "c")?;
+        if let Some(&mass) = crate::checkpoint::load_series(group, "initial_mass")?.first() {
+            self.initial_mass = mass;
+        }
+        Ok(self.solver.set_clock(time, step)?)
+    }
+    fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
+        vec![("advection".into(), self.solver.graph())]
+    }
+    fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
+        let (lo, hi, mass) = bounds_and_mass(&self.solver, "c")?;
+        let drift = (mass - self.initial_mass).abs() / self.initial_mass;
+        let bounded_scheme = self.config.scheme != "central";
+        let tolerance = 1e-12;
+        let bounded = lo >= -tolerance && hi <= 1.0 + tolerance;
+        let mass_ok = drift <= self.config.mass_tolerance;
+        Ok(CaseCheck {
+            name: format!(
+                "{} scheme: mass conserved{}",
+                self.config.scheme,
+                if bounded_scheme {
+                    ", values within the initial bounds [0, 1]"
+                } else {
+                    " (central: bounds reported, not required)"
+                }
+            ),
+            passed: mass_ok && (bounded || !bounded_scheme),
+            figure: format!(
+                "min {lo:.3e}, max {hi:.6}, relative mass change {drift:.2e} (allowed {:e})",
+                self.config.mass_tolerance
+            ),
+            files: Vec::new(),
+        })
+    }
+}

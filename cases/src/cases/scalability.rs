@@ -1,0 +1,593 @@
+//! `exprlib-scalability` and `wasatch-scalability`: the test graphs of
+//! sections 5.2 and 5.3 of the thesis, as runnable cases and as the graphs
+//! `watershed bench` times.
+
+use crate::checkpoint::{load_graph_field, save_graph_field};
+use crate::common::{execution_mode, fill_graph_field, integrator};
+use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
+use crate::driver::{CaseCheck, Simulation, Stop};
+use crate::error::CaseResult;
+use crate::output::{DumpedField, dump_graph_field};
+use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use serde::{Deserialize, Serialize};
+use std::f64::consts::PI;
+use std::path::Path;
+use watershed_exprgraph::{
+    Context, ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, Tag,
+};
+use watershed_fields::{CellCentre, Grid, LocationKind, Patch, XFace, YFace, ZFace};
+use watershed_operators::{Expr, divergence, exp, gradient, interpolate_to_face};
+use watershed_solvers::{Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder};
+
+/// Name of the ExprLib case.
+pub const EXPRLIB: &str = "exprlib-scalability";
+/// Name of the Wasatch case.
+pub const WASATCH: &str = "wasatch-scalability";
+
+/// The ExprLib registry entry.
+pub const EXPRLIB_INFO: CaseInfo = CaseInfo {
+    name: EXPRLIB,
+    description: "thesis 5.2: N PDEs as a fine-grained graph (fluxes, sources, RHS, update); diffusion / independent / coupled",
+    documented_config: ScalabilityConfig::<ExprLibKind>::DOCUMENTED,
+    prepare: prepare_exprlib,
+    config_text: |o| config_text_of::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, o),
+};
+
+/// The Wasatch registry entry.
+pub const WASATCH_INFO: CaseInfo = CaseInfo {
+    name: WASATCH,
+    description: "thesis 5.3: N PDEs with coupled sources through the transport solver and its time integrator",
+    documented_config: ScalabilityConfig::<WasatchKind>::DOCUMENTED,
+    prepare: prepare_wasatch,
+    config_text: |o| config_text_of::<ScalabilityConfig<WasatchKind>>(WASATCH, o),
+};
+
+/// Which of the two cases a configuration belongs to.
+pub trait Kind: Clone + std::fmt::Debug + PartialEq + Default + Send + Sync + 'static {
+    /// True for the Wasatch case.
+    const WASATCH: bool;
+}
+
+/// Marks the ExprLib configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExprLibKind;
+impl Kind for ExprLibKind {
+    const WASATCH: bool = false;
+}
+
+/// Marks the Wasatch configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WasatchKind;
+impl Kind for WasatchKind {
+    const WASATCH: bool = true;
+}
+
+/// Configuration of both cases; the Wasatch one adds the integrator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default, bound = "")]
+pub struct ScalabilityConfig<K: Kind> {
+    /// Equations.
+    pub pdes: usize,
+    /// Cells per side.
+    pub cells: usize,
+    /// "diffusion", "independent" or "coupled".
+    pub variant: String,
+    /// Steps of a run.
+    pub steps: u64,
+    /// Fixed time step.
+    pub dt: f64,
+    /// Fusion on or off.
+    pub fusion: bool,
+    /// Time integrator (Wasatch only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub integrator: Option<String>,
+    #[serde(skip)]
+    kind: std::marker::PhantomData<K>,
+}
+
+impl<K: Kind> Default for ScalabilityConfig<K> {
+    fn default() -> Self {
+        ScalabilityConfig {
+            pdes: if K::WASATCH { 20 } else { 30 },
+            cells: 32,
+            variant: "coupled".into(),
+            steps: if K::WASATCH { 50 } else { 100 },
+            dt: 1e-6,
+            fusion: true,
+            integrator: K::WASATCH.then(|| "forward-euler".to_string()),
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
+    const DOCUMENTED: &'static str = if K::WASATCH {
+        include_str!("../../configs/wasatch-scalability.toml")
+    } else {
+        include_str!("../../configs/exprlib-scalability.toml")
+    };
+
+    fn check_ranges(&self) -> Option<RangeProblem> {
+        let integrator = match (&self.integrator, K::WASATCH) {
+            (Some(name), true) => one_of("integrator", name, &crate::common::INTEGRATORS),
+            (None, true) => Some(("integrator".into(), "(missing)".into(), format!("one of {:?}", crate::common::INTEGRATORS))),
+            (Some(name), false) => Some((
+                "integrator".into(),
+                format!("\"{name}\""),
+                "none: exprlib-scalability updates with its own forward-Euler node".into(),
+            )),
+            (None, false) => None,
+        };
+        in_range("pdes", self.pdes, 1, 200)
+            .or_else(|| in_range("cells", self.cells, 4, 256))
+            .or_else(|| one_of("variant", &self.variant, &["diffusion", "independent", "coupled"]))
+            .or_else(|| in_range("steps", self.steps, 1, 1_000_000_000))
+            .or_else(|| in_range("dt", self.dt, 1e-300, 1.0))
+            .or(integrator)
+    }
+}
+
+/// phi_i at STATE_N.
+pub fn phi(i: usize) -> Tag {
+    Tag::new(&format!("phi{i}"), Context::StateN)
+}
+
+/// phi_i at STATE_NP1.
+pub fn phi_next(i: usize) -> Tag {
+    Tag::new(&format!("phi{i}"), Context::StateNp1)
+}
+
+/// The diffusivity field's tag.
+pub fn gamma() -> Tag {
+    Tag::none("gamma")
+}
+
+/// The diffusivity (periodic).
+pub fn gamma_value([x, y, z]: [f64; 3]) -> f64 {
+    1.0 + 0.1 * (2.0 * PI * x).sin() + 0.2 * (2.0 * PI * y).sin() * (2.0 * PI * z).sin()
+}
+
+/// The initial phi_i (periodic).
+pub fn initial_phi(i: usize) -> impl Fn([f64; 3]) -> f64 {
+    move |[x, y, z]| {
+        (2.0 * PI * (i + 1) as f64 * x).sin() * (2.0 * PI * y).cos() + 0.1 * (2.0 * PI * z).sin()
+    }
+}
+
+/// The source of equation `i` as a language expression of the inputs.
+fn source_expression(
+    variant: &str,
+    i: usize,
+    pdes: usize,
+    field: &mut dyn FnMut(&Tag) -> Expr<'static, CellCentre>,
+) -> Option<Expr<'static, CellCentre>> {
+    let inputs: Vec<usize> = match variant {
+        "independent" => vec![i],
+        "coupled" => (0..pdes).collect(),
+        _ => return None,
+    };
+    inputs
+        .into_iter()
+        .map(|j| exp(field(&phi(j))))
+        .reduce(|a, b| a + b)
+}
+
+/// The ExprLib factory: per equation three flux expressions, a source (in
+/// the source variants), a right-hand side and a forward-Euler update
+/// `phi_next = phi + dt rhs`.
+pub fn exprlib_factory(pdes: usize, variant: &str, dt: f64) -> CaseResult<Factory> {
+    let mut factory = Factory::new();
+    factory.placeholder(gamma(), LocationKind::CellCentre)?;
+    for i in 0..pdes {
+        factory.placeholder(phi(i), LocationKind::CellCentre)?;
+    }
+    for i in 0..pdes {
+        let flux = |axis: &str| Tag::none(&format!("flux_{axis}{i}"));
+        let (fx, fy, fz) = (flux("x"), flux("y"), flux("z"));
+        let p = phi(i);
+        factory.register(LanguageExpression::new::<XFace>(fx.clone(), move |s| {
+            -(interpolate_to_face::<XFace>(s.field(&gamma())) * gradient::<XFace>(s.field(&p)))
+        }))?;
+        let p = phi(i);
+        factory.register(LanguageExpression::new::<YFace>(fy.clone(), move |s| {
+            -(interpolate_to_face::<YFace>(s.field(&gamma())) * gradient::<YFace>(s.field(&p)))
+        }))?;
+        let p = phi(i);
+        factory.register(LanguageExpression::new::<ZFace>(fz.clone(), move |s| {
+            -(interpolate_to_face::<ZFace>(s.field(&gamma())) * gradient::<ZFace>(s.field(&p)))
+        }))?;
+        let source = Tag::none(&format!("source{i}"));
+        let has_source = variant != "diffusion";
+        if has_source {
+            let variant = variant.to_string();
+            factory.register(LanguageExpression::new::<CellCentre>(
+                source.clone(),
+                move |s| {
+                    source_expression(&variant, i, pdes, &mut |t| s.field::<CellCentre>(t))
+                        .unwrap_or_else(|| 0.0 * s.field::<CellCentre>(&phi(i)))
+                },
+            ))?;
+        }
+        let rhs = Tag::none(&format!("rhs{i}"));
+        let src = source.clone();
+        factory.register(LanguageExpression::new::<CellCentre>(
+            rhs.clone(),
+            move |s| {
+                let div = -(divergence::<XFace>(s.field(&fx))
+                    + divergence::<YFace>(s.field(&fy))
+                    + divergence::<ZFace>(s.field(&fz)));
+                if has_source {
+                    div + s.field::<CellCentre>(&src)
+                } else {
+                    div
+                }
+            },
+        ))?;
+        let p = phi(i);
+        factory.register(LanguageExpression::new::<CellCentre>(
+            phi_next(i),
+            move |s| {
+                let current: Expr<'static, CellCentre> = s.field(&p);
+                current + dt * s.field::<CellCentre>(&rhs)
+            },
+        ))?;
+    }
+    Ok(factory)
+}
+
+/// Builds the ExprLib graph on `patch` with gamma and every phi_i set.
+pub fn exprlib_graph(
+    patch: &Patch,
+    pdes: usize,
+    variant: &str,
+    dt: f64,
+    fusion: bool,
+) -> CaseResult<ExpressionGraph> {
+    let roots: Vec<Tag> = (0..pdes).map(phi_next).collect();
+    let options = GraphOptions {
+        no_fusion: !fusion,
+        persistent: (0..pdes).map(phi_next).collect(),
+        ..Default::default()
+    };
+    let graph = ExpressionGraph::build(&exprlib_factory(pdes, variant, dt)?, &roots, patch, &options)?;
+    fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value)?;
+    for i in 0..pdes {
+        fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i))?;
+    }
+    Ok(graph)
+}
+
+/// One forward-Euler step of every equation, written as plain loops over
+/// the periodic grid: the reference the cases' checks compare with.
+/// `phis` and `gamma` are interior values (x fastest).
+pub fn reference_step(
+    n: usize,
+    h: f64,
+    gamma: &[f64],
+    phis: &[Vec<f64>],
+    variant: &str,
+    dt: f64,
+) -> Vec<Vec<f64>> {
+    let at = |i: isize, j: isize, k: isize| {
+        let w = |v: isize| v.rem_euclid(n as isize) as usize;
+        w(i) + n * (w(j) + n * w(k))
+    };
+    let sources: Vec<f64> = if variant == "coupled" {
+        (0..n * n * n)
+            .map(|c| phis.iter().map(|p| p[c].exp()).sum())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    phis.iter()
+        .map(|p| {
+            let mut next = vec![0.0; n * n * n];
+            for k in 0..n as isize {
+                for j in 0..n as isize {
+                    for i in 0..n as isize {
+                        let c = at(i, j, k);
+                        let mut divergence = 0.0;
+                        for (di, dj, dk) in [(1, 0, 0), (0, 1, 0), (0, 0, 1)] {
+                            let plus = at(i + di, j + dj, k + dk);
+                            let minus = at(i - di, j - dj, k - dk);
+                            let flux_plus = -0.5 * (gamma[c] + gamma[plus]) * (p[plus] - p[c]) / h;
+                            let flux_minus =
+                                -0.5 * (gamma[minus] + gamma[c]) * (p[c] - p[minus]) / h;
+                            divergence += (flux_plus - flux_minus) / h;
+                        }
+                        let source = match variant {
+                            "coupled" => sources[c],
+                            "independent" => p[c].exp(),
+                            _ => 0.0,
+                        };
+                        next[c] = p[c] + dt * (-divergence + source);
+                    }
+                }
+            }
+            next
+        })
+        .collect()
+}
+
+/// Interior values of a cell field, x fastest.
+fn interior(field: &watershed_fields::SpatialField<CellCentre>) -> CaseResult<Vec<f64>> {
+    let layout = field.layout();
+    let values = field.values()?;
+    Ok(layout
+        .interior()
+        .iter()
+        .map(|i| values[layout.linear_index(i)])
+        .collect())
+}
+
+fn relative_difference(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
+    let mut largest: f64 = 0.0;
+    let mut difference: f64 = 0.0;
+    for (x, y) in a.iter().zip(b) {
+        for (u, v) in x.iter().zip(y) {
+            largest = largest.max(v.abs());
+            difference = difference.max((u - v).abs());
+            if !u.is_finite() {
+                difference = f64::INFINITY;
+            }
+        }
+    }
+    difference / largest.max(f64::MIN_POSITIVE)
+}
+
+const CHECK_TOLERANCE: f64 = 1e-12;
+
+/// The running ExprLib test.
+pub struct ExprLib {
+    config: ScalabilityConfig<ExprLibKind>,
+    grid: Grid,
+    graph: ExpressionGraph,
+    mode: ExecutionMode,
+    steps: u64,
+}
+
+fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
+    let loaded = crate::common::load_config::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, options)?;
+    let c = loaded.config.clone();
+    let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
+    let graph = exprlib_graph(&grid.whole_domain(1), c.pdes, &c.variant, c.dt, c.fusion)?;
+    Ok(Prepared {
+        config_text: crate::config::to_text(EXPRLIB, &loaded)?,
+        stop: Stop::Steps(c.steps),
+        simulation: Box::new(ExprLib {
+            config: c,
+            grid,
+            graph,
+            mode: execution_mode(options.threads),
+            steps: 0,
+        }),
+    })
+}
+
+impl ExprLib {
+    /// Copies the interior of each phi_next into phi and refills the
+    /// periodic ghosts.
+    fn advance_state(&self) -> CaseResult<()> {
+        let n = self.config.cells as isize;
+        for i in 0..self.config.pdes {
+            let next = self
+                .graph
+                .with_field::<CellCentre, _>(&phi_next(i), interior)??;
+            self.graph
+                .with_field_mut::<CellCentre, _>(&phi(i), |field| -> CaseResult<()> {
+                    let layout = field.layout().clone();
+                    let values = field.values_mut()?;
+                    for index in layout.allocated() {
+                        let [a, b, c] = index.map(|v| v.rem_euclid(n) as usize);
+                        values[layout.linear_index(index)] =
+                            next[a + self.config.cells * (b + self.config.cells * c)];
+                    }
+                    Ok(())
+                })??;
+        }
+        Ok(())
+    }
+}
+
+impl Simulation for ExprLib {
+    fn case(&self) -> &str {
+        EXPRLIB
+    }
+    fn grid(&self) -> &Grid {
+        &self.grid
+    }
+    fn time(&self) -> f64 {
+        self.steps as f64 * self.config.dt
+    }
+    fn steps(&self) -> u64 {
+        self.steps
+    }
+    fn cell_updates_per_step(&self) -> u64 {
+        (self.grid.total_cells() * self.config.pdes) as u64
+    }
+    fn next_dt(&self) -> CaseResult<f64> {
+        Ok(self.config.dt)
+    }
+    fn step(&mut self, _dt: f64) -> CaseResult<()> {
+        self.graph.execute(self.mode)?;
+        self.advance_state()?;
+        self.steps += 1;
+        Ok(())
+    }
+    fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+        (0..self.config.pdes.min(4))
+            .map(|i| dump_graph_field::<CellCentre>(&self.graph, &phi(i), group, &format!("phi{i}")))
+            .collect()
+    }
+    fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
+        for i in 0..self.config.pdes {
+            save_graph_field::<CellCentre>(&self.graph, &phi(i), group, &format!("phi{i}"))?;
+        }
+        Ok(())
+    }
+    fn load_state(&mut self, group: &hdf5::Group, _time: f64, step: u64) -> CaseResult<()> {
+        for i in 0..self.config.pdes {
+            load_graph_field::<CellCentre>(&self.graph, &phi(i), group, &format!("phi{i}"))?;
+        }
+        self.steps = step;
+        Ok(())
+    }
+    fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
+        vec![("exprlib".into(), &self.graph)]
+    }
+    fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
+        let c = &self.config;
+        let phis: Vec<Vec<f64>> = (0..c.pdes)
+            .map(|i| self.graph.with_field::<CellCentre, _>(&phi(i), interior)?)
+            .collect::<CaseResult<_>>()?;
+        let gamma_values = self.graph.with_field::<CellCentre, _>(&gamma(), interior)??;
+        let expected = reference_step(c.cells, 1.0 / c.cells as f64, &gamma_values, &phis, &c.variant, c.dt);
+        self.graph.execute(self.mode)?;
+        let computed: Vec<Vec<f64>> = (0..c.pdes)
+            .map(|i| self.graph.with_field::<CellCentre, _>(&phi_next(i), interior)?)
+            .collect::<CaseResult<_>>()?;
+        let difference = relative_difference(&computed, &expected);
+        Ok(CaseCheck {
+            name: format!("one step of the {} graph vs a hand-written loop", c.variant),
+            passed: difference <= CHECK_TOLERANCE,
+            figure: format!("max relative difference {difference:.2e} (allowed {CHECK_TOLERANCE:e})"),
+            files: Vec::new(),
+        })
+    }
+}
+
+/// The running Wasatch test.
+pub struct Wasatch {
+    config: ScalabilityConfig<WasatchKind>,
+    grid: Grid,
+    solver: TransportSolver,
+    threads: usize,
+}
+
+fn wasatch_solver(c: &ScalabilityConfig<WasatchKind>, grid: &Grid, threads: usize, integrator_name: &str) -> CaseResult<TransportSolver> {
+    let mut builder = TransportSolverBuilder::new(&grid.whole_domain(1));
+    for i in 0..c.pdes {
+        let mut equation = TransportEquation::new(&format!("phi{i}"))
+            .diffusion(Diffusivity::Field(gamma()));
+        if c.variant != "diffusion" {
+            let (variant, pdes) = (c.variant.clone(), c.pdes);
+            equation = equation.source_expression(move |s| {
+                let mut field = |t: &Tag| s.field::<CellCentre>(t);
+                let solution = |j: usize| TransportEquation::new(&format!("phi{j}")).solution_tag();
+                let inputs: Vec<usize> = if variant == "independent" { vec![i] } else { (0..pdes).collect() };
+                inputs
+                    .into_iter()
+                    .map(|j| exp(field(&solution(j))))
+                    .reduce(|a, b| a + b)
+                    .unwrap_or_else(|| 0.0 * field(&solution(i)))
+            });
+        }
+        builder = builder.equation(equation);
+    }
+    builder.factory_mut().placeholder(gamma(), LocationKind::CellCentre)?;
+    let solver = builder
+        .integrator(integrator(integrator_name))
+        .mode(execution_mode(threads))
+        .graph_options(GraphOptions { no_fusion: !c.fusion, ..Default::default() })
+        .build()?;
+    fill_graph_field::<CellCentre>(solver.graph(), &gamma(), gamma_value)?;
+    for i in 0..c.pdes {
+        solver.set_initial_condition(&format!("phi{i}"), initial_phi(i))?;
+    }
+    Ok(solver)
+}
+
+fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
+    let loaded = crate::common::load_config::<ScalabilityConfig<WasatchKind>>(WASATCH, options)?;
+    let c = loaded.config.clone();
+    let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
+    let solver = wasatch_solver(&c, &grid, options.threads, c.integrator.as_deref().unwrap_or("forward-euler"))?;
+    Ok(Prepared {
+        config_text: crate::config::to_text(WASATCH, &loaded)?,
+        stop: Stop::Steps(c.steps),
+        simulation: Box::new(Wasatch { config: c, grid, solver, threads: options.threads }),
+    })
+}
+
+impl Simulation for Wasatch {
+    fn case(&self) -> &str {
+        WASATCH
+    }
+    fn grid(&self) -> &Grid {
+        &self.grid
+    }
+    fn time(&self) -> f64 {
+        self.solver.time()
+    }
+    fn steps(&self) -> u64 {
+        self.solver.steps()
+    }
+    fn cell_updates_per_step(&self) -> u64 {
+        (self.grid.total_cells() * self.config.pdes) as u64
+    }
+    fn next_dt(&self) -> CaseResult<f64> {
+        Ok(self.config.dt)
+    }
+    fn step(&mut self, dt: f64) -> CaseResult<()> {
+        Ok(self.solver.step(dt)?)
+    }
+    fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+        (0..self.config.pdes.min(4))
+            .map(|i| {
+                let tag = TransportEquation::new(&format!("phi{i}")).solution_tag();
+                dump_graph_field::<CellCentre>(self.solver.graph(), &tag, group, &format!("phi{i}"))
+            })
+            .collect()
+    }
+    fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
+        for i in 0..self.config.pdes {
+            let tag = TransportEquation::new(&format!("phi{i}")).solution_tag();
+            save_graph_field::<CellCentre>(self.solver.graph(), &tag, group, &format!("phi{i}"))?;
+        }
+        Ok(())
+    }
+    fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
+        for i in 0..self.config.pdes {
+            let tag = TransportEquation::new(&format!("phi{i}")).solution_tag();
+            load_graph_field::<CellCentre>(self.solver.graph(), &tag, group, &format!("phi{i}"))?;
+        }
+        Ok(self.solver.set_clock(time, step)?)
+    }
+    fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
+        vec![("wasatch".into(), self.solver.graph())]
+    }
+    fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
+        // A forward-Euler copy of the solver, started from the current state,
+        // takes one step; the reference loop takes the same step.
+        let c = &self.config;
+        let mut probe = wasatch_solver(c, &self.grid, self.threads, "forward-euler")?;
+        let mut phis = Vec::new();
+        for i in 0..c.pdes {
+            let name = format!("phi{i}");
+            let values = self.solver.with_solution(&name, interior)??;
+            probe.with_solution_mut(&name, |field| -> CaseResult<()> {
+                let layout = field.layout().clone();
+                let out = field.values_mut()?;
+                for (k, index) in layout.interior().iter().enumerate() {
+                    out[layout.linear_index(index)] = values[k];
+                }
+                Ok(())
+            })??;
+            phis.push(values);
+        }
+        probe.set_clock(self.solver.time(), self.solver.steps())?;
+        let gamma_values = probe.graph().with_field::<CellCentre, _>(&gamma(), interior)??;
+        let expected = reference_step(c.cells, 1.0 / c.cells as f64, &gamma_values, &phis, &c.variant, c.dt);
+        probe.step(c.dt)?;
+        let computed: Vec<Vec<f64>> = (0..c.pdes)
+            .map(|i| probe.with_solution(&format!("phi{i}"), interior)?)
+            .collect::<CaseResult<_>>()?;
+        let difference = relative_difference(&computed, &expected);
+        Ok(CaseCheck {
+            name: format!("one forward-Euler step of the {} transport graph vs a hand-written loop", c.variant),
+            passed: difference <= CHECK_TOLERANCE,
+            figure: format!("max relative difference {difference:.2e} (allowed {CHECK_TOLERANCE:e})"),
+            files: Vec::new(),
+        })
+    }
+}

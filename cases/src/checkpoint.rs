@@ -1,0 +1,224 @@
+//! Crash-safe checkpoints and restarts.
+//!
+//! A checkpoint `checkpoint_<step>.h5` holds the full persistent state of a
+//! run: every solution field with its ghosts (written by the simulation's
+//! [`Simulation::save_state`](crate::driver::Simulation::save_state)), and
+//! root attributes `case`, `time`, `step`, `last_dt`, `grid_cells`,
+//! `config` (the TOML text) and `watershed_version`. It is written
+//! atomically; after each one only the newest two are kept. A restart reads
+//! the header, refuses a file of another case, and the simulation refuses
+//! fields whose grid or layout differ from its own, naming both.
+
+use crate::error::{CaseError, CaseResult};
+use crate::output::{
+    hdf5_error, numbered_file_step, read_number_attribute, read_text_attribute,
+    write_number_attribute, write_text_attribute,
+};
+use std::path::{Path, PathBuf};
+use watershed_exprgraph::{ExpressionGraph, GraphLocation, Tag};
+use watershed_fields::io::{GhostSelection, read_field, replace_file, write_field};
+use watershed_fields::{FieldError, Location, SpatialField};
+
+/// What a checkpoint says about itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointHeader {
+    /// The case that wrote it.
+    pub case: String,
+    /// Simulated time.
+    pub time: f64,
+    /// Steps taken.
+    pub step: u64,
+    /// The last time step.
+    pub last_dt: f64,
+    /// Cells of the grid (x, y, z).
+    pub grid_cells: [u64; 3],
+    /// The configuration (TOML) of the run.
+    pub config: String,
+}
+
+/// Keeps at most this many checkpoints.
+pub const CHECKPOINTS_KEPT: usize = 2;
+
+/// Writes `checkpoint_<step>.h5` into `directory` with `header` and the
+/// state `save` writes; then removes all but the newest
+/// [`CHECKPOINTS_KEPT`]. Returns the file.
+pub fn write_checkpoint(
+    directory: &Path,
+    header: &CheckpointHeader,
+    save: impl FnOnce(&hdf5::Group) -> CaseResult<()>,
+) -> CaseResult<PathBuf> {
+    let path = directory.join(format!("checkpoint_{:08}.h5", header.step));
+    let mut inner: Option<CaseError> = None;
+    let result = replace_file(&path, |file| {
+        let run = || -> CaseResult<()> {
+            write_text_attribute(file, "case", &header.case)?;
+            write_number_attribute(file, "time", header.time)?;
+            write_number_attribute(file, "step", header.step)?;
+            write_number_attribute(file, "last_dt", header.last_dt)?;
+            let cells = header.grid_cells;
+            file.new_attr_builder()
+                .with_data(&cells)
+                .create("grid_cells")
+                .map_err(|e| hdf5_error(&path, "grid_cells", e))?;
+            write_text_attribute(file, "config", &header.config)?;
+            write_text_attribute(file, "watershed_version", env!("CARGO_PKG_VERSION"))?;
+            save(file)
+        };
+        run().map_err(|e| match e {
+            CaseError::Field(e) => e,
+            other => {
+                let reason = other.to_string();
+                inner = Some(other);
+                FieldError::Hdf5Format {
+                    file: path.clone(),
+                    dataset: "/".into(),
+                    reason,
+                }
+            }
+        })
+    });
+    if let Some(e) = inner {
+        return Err(e);
+    }
+    result?;
+    let mut existing: Vec<(u64, PathBuf)> = std::fs::read_dir(directory)
+        .map_err(|e| CaseError::Output {
+            path: directory.to_path_buf(),
+            reason: format!("cannot list the directory: {e}"),
+        })?
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            numbered_file_step(&name, "checkpoint").map(|step| (step, entry.path()))
+        })
+        .collect();
+    existing.sort();
+    let excess = existing.len().saturating_sub(CHECKPOINTS_KEPT);
+    for (_, old) in existing.into_iter().take(excess) {
+        std::fs::remove_file(&old).map_err(|e| CaseError::Output {
+            path: old.clone(),
+            reason: format!("cannot remove an old checkpoint: {e}"),
+        })?;
+    }
+    Ok(path)
+}
+
+/// Opens a checkpoint and reads its header.
+pub fn read_checkpoint(path: &Path) -> CaseResult<(hdf5::File, CheckpointHeader)> {
+    let refuse = |reason: String| CaseError::Restart {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if !path.is_file() {
+        return Err(refuse("no such file".into()));
+    }
+    let file = hdf5::File::open(path)
+        .map_err(|e| refuse(format!("not a readable HDF5 file ({e})")))?;
+    let not_checkpoint = |e: CaseError| {
+        refuse(format!(
+            "not a Watershed checkpoint (written by `watershed run --checkpoint-every N`): {e}"
+        ))
+    };
+    let case = read_text_attribute(&file, "case").map_err(not_checkpoint)?;
+    let time = read_number_attribute::<f64>(&file, "time").map_err(not_checkpoint)?;
+    let step = read_number_attribute::<u64>(&file, "step").map_err(not_checkpoint)?;
+    let last_dt = read_number_attribute::<f64>(&file, "last_dt").map_err(not_checkpoint)?;
+    let config = read_text_attribute(&file, "config").map_err(not_checkpoint)?;
+    let cells: Vec<u64> = file
+        .attr("grid_cells")
+        .and_then(|a| a.read_raw())
+        .map_err(|e| not_checkpoint(hdf5_error(path, "grid_cells", e)))?;
+    let grid_cells: [u64; 3] = cells
+        .try_into()
+        .map_err(|c: Vec<u64>| refuse(format!("grid_cells has {} values, not 3", c.len())))?;
+    if !time.is_finite() {
+        return Err(refuse(format!("its time {time} is not finite")));
+    }
+    Ok((
+        file,
+        CheckpointHeader {
+            case,
+            time,
+            step,
+            last_dt,
+            grid_cells,
+            config,
+        },
+    ))
+}
+
+/// Saves `field` with its ghosts as dataset `name`.
+pub fn save_field<L: Location>(
+    group: &hdf5::Group,
+    name: &str,
+    field: &SpatialField<L>,
+) -> CaseResult<()> {
+    Ok(write_field(group, name, field, GhostSelection::WithGhosts)?)
+}
+
+/// Restores `target` from dataset `name` written by [`save_field`]; the
+/// stored field must have the same grid, patch and ghosts.
+pub fn load_field<L: Location>(
+    group: &hdf5::Group,
+    name: &str,
+    target: &mut SpatialField<L>,
+) -> CaseResult<()> {
+    let stored: SpatialField<L> = read_field(group, name)?;
+    let (from, to) = (stored.layout(), target.layout().clone());
+    if from != &to || from.patch().grid() != to.patch().grid() {
+        return Err(CaseError::Restart {
+            path: PathBuf::from(group.filename()),
+            reason: format!(
+                "field {name} was saved on a {:?}-cell grid (patch {:?} cells, ghosts {:?}); this run has {:?} cells (patch {:?}, ghosts {:?}); restart with the configuration the checkpoint was written with",
+                from.patch().grid().cells(),
+                from.patch().cells(),
+                from.ghosts(),
+                to.patch().grid().cells(),
+                to.patch().cells(),
+                to.ghosts()
+            ),
+        });
+    }
+    target.values_mut()?.copy_from_slice(stored.values()?);
+    Ok(())
+}
+
+/// Saves the graph's field `tag` with its ghosts as dataset `name`.
+pub fn save_graph_field<L: GraphLocation>(
+    graph: &ExpressionGraph,
+    tag: &Tag,
+    group: &hdf5::Group,
+    name: &str,
+) -> CaseResult<()> {
+    graph.with_field::<L, _>(tag, |field| save_field(group, name, field))?
+}
+
+/// Restores the graph's field `tag` from dataset `name`.
+pub fn load_graph_field<L: GraphLocation>(
+    graph: &ExpressionGraph,
+    tag: &Tag,
+    group: &hdf5::Group,
+    name: &str,
+) -> CaseResult<()> {
+    graph.with_field_mut::<L, _>(tag, |field| load_field(group, name, field))?
+}
+
+/// Saves a series of numbers (a history) as a 1-D dataset.
+pub fn save_series(group: &hdf5::Group, name: &str, values: &[f64]) -> CaseResult<()> {
+    let file = PathBuf::from(group.filename());
+    group
+        .new_dataset_builder()
+        .with_data(values)
+        .create(name)
+        .map(drop)
+        .map_err(|e| hdf5_error(&file, name, e))
+}
+
+/// Loads a series saved by [`save_series`].
+pub fn load_series(group: &hdf5::Group, name: &str) -> CaseResult<Vec<f64>> {
+    let file = PathBuf::from(group.filename());
+    group
+        .dataset(name)
+        .and_then(|d| d.read_raw::<f64>())
+        .map_err(|e| hdf5_error(&file, name, e))
+}

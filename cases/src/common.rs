@@ -1,0 +1,138 @@
+//! Small helpers the cases share: execution modes, integrators by name,
+//! filling graph fields from functions, loading a case's configuration.
+
+use crate::config::{CaseConfig, Loaded, load};
+use crate::error::{CaseError, CaseResult, ConfigOrigin};
+use crate::registry::CaseOptions;
+use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphLocation, Tag};
+use watershed_solvers::TimeIntegrator;
+
+/// Serial for one thread, threaded otherwise.
+pub fn execution_mode(threads: usize) -> ExecutionMode {
+    if threads <= 1 {
+        ExecutionMode::Serial
+    } else {
+        ExecutionMode::Threaded(threads)
+    }
+}
+
+/// The integrators a configuration can name.
+pub const INTEGRATORS: [&str; 3] = ["forward-euler", "ssp-rk2", "ssp-rk3"];
+
+/// The integrator called `name` (one of [`INTEGRATORS`]; configurations are
+/// range-checked before this is called).
+pub fn integrator(name: &str) -> TimeIntegrator {
+    match name {
+        "forward-euler" => TimeIntegrator::ForwardEuler,
+        "ssp-rk2" => TimeIntegrator::SspRk2,
+        _ => TimeIntegrator::SspRk3,
+    }
+}
+
+/// Sets every allocated point (ghosts included) of the graph's field `tag`
+/// from `f(x, y, z)`.
+pub fn fill_graph_field<L: GraphLocation>(
+    graph: &ExpressionGraph,
+    tag: &Tag,
+    f: impl Fn([f64; 3]) -> f64,
+) -> CaseResult<()> {
+    graph.with_field_mut::<L, _>(tag, |field| -> CaseResult<()> {
+        let layout = field.layout().clone();
+        let values = field.values_mut()?;
+        for index in layout.allocated() {
+            values[layout.linear_index(index)] = f(layout.coordinate(index));
+        }
+        Ok(())
+    })?
+}
+
+/// Loads a case's configuration from the options: the checkpoint's stored
+/// text (when restarting), then the file, then the `--set`s.
+pub fn load_config<C: CaseConfig>(case: &str, options: &CaseOptions) -> CaseResult<Loaded<C>> {
+    let base = match &options.checkpoint_config {
+        Some(text) => Some((
+            toml::from_str::<C>(text).map_err(|e| CaseError::ConfigSyntax {
+                case: case.into(),
+                origin: ConfigOrigin::Checkpoint,
+                message: e.to_string(),
+            })?,
+            ConfigOrigin::Checkpoint,
+        )),
+        None => None,
+    };
+    load(case, base, options.config_file.as_deref(), &options.sets)
+}
+
+use crate::checkpoint::{load_field, save_field};
+use crate::output::{DumpedField, dump_field};
+use watershed_fields::{XFace, YFace, ZFace};
+use watershed_solvers::IncompressibleFlow;
+
+/// Dumps the velocity components (`u`, `v`, `w` on their faces) and the
+/// pressure `p` of `flow`.
+pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+    let mut written = Vec::new();
+    for &axis in flow.active_axes() {
+        written.push(match axis {
+            0 => flow.with_velocity::<XFace, _>(|u| dump_field(group, "u", u))??,
+            1 => flow.with_velocity::<YFace, _>(|v| dump_field(group, "v", v))??,
+            _ => flow.with_velocity::<ZFace, _>(|w| dump_field(group, "w", w))??,
+        });
+    }
+    written.push(dump_field(group, "p", flow.pressure())?);
+    Ok(written)
+}
+
+/// Saves the state of `flow` (velocity, projection potential, pressure,
+/// all with ghosts) under names starting with `prefix`.
+pub fn save_flow(flow: &IncompressibleFlow, group: &hdf5::Group, prefix: &str) -> CaseResult<()> {
+    for &axis in flow.active_axes() {
+        let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
+        match axis {
+            0 => flow.with_velocity::<XFace, _>(|u| save_field(group, &name, u))??,
+            1 => flow.with_velocity::<YFace, _>(|v| save_field(group, &name, v))??,
+            _ => flow.with_velocity::<ZFace, _>(|w| save_field(group, &name, w))??,
+        }
+    }
+    save_field(group, &format!("{prefix}psi"), flow.projection_potential())?;
+    save_field(group, &format!("{prefix}p"), flow.pressure())
+}
+
+/// Restores what [`save_flow`] saved and sets the clock.
+pub fn load_flow(
+    flow: &mut IncompressibleFlow,
+    group: &hdf5::Group,
+    prefix: &str,
+    time: f64,
+    step: u64,
+) -> CaseResult<()> {
+    for axis in flow.active_axes().to_vec() {
+        let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
+        match axis {
+            0 => flow.with_velocity_mut::<XFace, _>(|u| load_field(group, &name, u))??,
+            1 => flow.with_velocity_mut::<YFace, _>(|v| load_field(group, &name, v))??,
+            _ => flow.with_velocity_mut::<ZFace, _>(|w| load_field(group, &name, w))??,
+        }
+    }
+    load_field(group, &format!("{prefix}psi"), flow.projection_potential_mut())?;
+    load_field(group, &format!("{prefix}p"), flow.pressure_mut())?;
+    flow.set_clock(time, step)?;
+    Ok(())
+}
+
+/// Linear interpolation of (position, value) samples sorted by position.
+pub fn interpolate(samples: &[(f64, f64)], at: f64) -> f64 {
+    if samples.len() < 2 {
+        return samples.first().map_or(f64::NAN, |s| s.1);
+    }
+    let k = samples
+        .iter()
+        .position(|&(p, _)| p >= at)
+        .unwrap_or(samples.len() - 1)
+        .max(1);
+    let ((p0, v0), (p1, v1)) = (samples[k - 1], samples[k]);
+    if p1 == p0 {
+        return v1;
+    }
+    v0 + (v1 - v0) * (at - p0) / (p1 - p0)
+}

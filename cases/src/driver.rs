@@ -1,0 +1,428 @@
+//! The run loop every case (and a user's own program) uses: a
+//! [`Simulation`] advanced step by step to a stop rule, with dumps,
+//! checkpoints, progress, a per-step observer, a whole-run trace and an
+//! end-of-run [`RunReport`].
+//!
+//! Design note. The loop owns the choice of `dt` (the simulation proposes
+//! one, the loop shortens the last step to land on the end time) and
+//! nothing else: all state that affects the next step lives in the
+//! simulation and is in its checkpoint, so a run restarted from step k takes
+//! exactly the steps an uninterrupted run takes, bit for bit.
+
+use crate::checkpoint::{CheckpointHeader, read_checkpoint, write_checkpoint};
+use crate::error::{CaseError, CaseResult};
+use crate::output::{DumpedField, OutputManager};
+use crate::progress::{Progress, ProgressMode, StepInfo};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use watershed_exprgraph::{ExpressionGraph, ExpressionTiming, RecordedEvent};
+use watershed_fields::Grid;
+
+/// A check a case makes at the end of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaseCheck {
+    /// What is checked, e.g. "centreline velocities vs Ghia et al. (1982)".
+    pub name: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// The figure and its threshold, e.g. "max |u - u_Ghia| = 0.012 <= 0.02".
+    pub figure: String,
+    /// Files the case wrote (PNG, CSV).
+    pub files: Vec<PathBuf>,
+}
+
+/// Something the run loop can advance: a case, or a user's own program.
+pub trait Simulation {
+    /// The case's name (names the output files).
+    fn case(&self) -> &str;
+    /// The grid (for the XDMF).
+    fn grid(&self) -> &Grid;
+    /// Simulated time.
+    fn time(&self) -> f64;
+    /// Steps taken.
+    fn steps(&self) -> u64;
+    /// Cell updates per step (cells times equations), for throughput.
+    fn cell_updates_per_step(&self) -> u64;
+    /// The `dt` the next step should take (before the end-time clip).
+    fn next_dt(&self) -> CaseResult<f64>;
+    /// Advances one step of `dt`.
+    fn step(&mut self, dt: f64) -> CaseResult<()>;
+    /// A reason to stop before the end (e.g. "steady state reached").
+    fn stop_reason(&self) -> Option<String> {
+        None
+    }
+    /// A short figure for the progress line.
+    fn status(&self) -> String {
+        String::new()
+    }
+    /// Writes the fields to show (interiors) into a dump.
+    fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>>;
+    /// Writes the full persistent state into a checkpoint.
+    fn save_state(&self, group: &hdf5::Group) -> CaseResult<()>;
+    /// Restores the state written by [`Self::save_state`] and the clock.
+    fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()>;
+    /// The expression graphs, named (for timings and traces).
+    fn graphs(&self) -> Vec<(String, &ExpressionGraph)>;
+    /// Ends the run: writes the case's plots and tables into `output` (when
+    /// given) and returns its check.
+    fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck>;
+}
+
+/// When a run stops.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Stop {
+    /// After this step (counted from the start of the run, so a restart
+    /// continues to the same step).
+    Steps(u64),
+    /// At this simulated time.
+    EndTime(f64),
+}
+
+/// When fields are dumped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DumpSchedule {
+    /// Only at the start and the end.
+    StartAndEnd,
+    /// Every N steps (and at the start and the end).
+    EverySteps(u64),
+    /// Each time the simulated time passes a multiple of T (and at the
+    /// start and the end).
+    Interval(f64),
+}
+
+/// How a run is driven.
+#[derive(Debug, Clone)]
+pub struct RunControl {
+    /// When to stop.
+    pub stop: Stop,
+    /// When to dump (ignored without an output manager).
+    pub dumps: DumpSchedule,
+    /// Checkpoint every N steps (into the output directory).
+    pub checkpoint_every: Option<u64>,
+    /// The configuration text stored in checkpoints.
+    pub config_text: String,
+    /// Progress display.
+    pub progress: ProgressMode,
+    /// Record every node execution of the run for a Chrome trace.
+    pub record_trace: bool,
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// Steps taken in this run (not counting those before a restart).
+    pub steps_run: u64,
+    /// Wall time of the stepping loop.
+    pub wall: Duration,
+    /// Cell updates per step.
+    pub cell_updates_per_step: u64,
+    /// Why the run stopped.
+    pub stop_reason: String,
+    /// Final time and step.
+    pub time: f64,
+    /// Final step.
+    pub step: u64,
+    /// The five slowest expressions over the whole run (graph / name).
+    pub slowest: Vec<ExpressionTiming>,
+    /// Peak resident memory of the process (bytes), when the OS says.
+    pub cpu_memory_high_water: Option<u64>,
+    /// Recorded node executions (with `record_trace`).
+    pub trace: Vec<RecordedEvent>,
+    /// Events that did not fit in the recording.
+    pub trace_dropped: u64,
+    /// The last checkpoint written.
+    pub last_checkpoint: Option<PathBuf>,
+}
+
+impl RunReport {
+    /// Seconds per step.
+    pub fn seconds_per_step(&self) -> f64 {
+        if self.steps_run == 0 {
+            0.0
+        } else {
+            self.wall.as_secs_f64() / self.steps_run as f64
+        }
+    }
+
+    /// Cell updates per second.
+    pub fn cell_updates_per_second(&self) -> f64 {
+        let seconds = self.wall.as_secs_f64();
+        if seconds <= 0.0 {
+            0.0
+        } else {
+            self.cell_updates_per_step as f64 * self.steps_run as f64 / seconds
+        }
+    }
+}
+
+/// Peak resident set of this process (Linux `VmHWM`), in bytes.
+pub fn process_memory_high_water() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Restores `sim` from the checkpoint at `path` (refusing one of another
+/// case or grid); returns its header.
+pub fn restore<S: Simulation + ?Sized>(sim: &mut S, path: &Path) -> CaseResult<CheckpointHeader> {
+    let (file, header) = read_checkpoint(path)?;
+    if header.case != sim.case() {
+        return Err(CaseError::Restart {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it was written by case `{}`, not `{}`; restart it with `watershed run {} --restart {}`",
+                header.case,
+                sim.case(),
+                header.case,
+                path.display()
+            ),
+        });
+    }
+    let cells = sim.grid().cells().map(|c| c as u64);
+    if header.grid_cells != cells {
+        return Err(CaseError::Restart {
+            path: path.to_path_buf(),
+            reason: format!(
+                "it holds a {:?}-cell grid, this run configures {:?} cells; use the checkpoint's own configuration (drop the --set / --config that changes the grid)",
+                header.grid_cells, cells
+            ),
+        });
+    }
+    sim.load_state(&file, header.time, header.step)?;
+    Ok(header)
+}
+
+fn done(stop: Stop, time: f64, steps: u64) -> bool {
+    match stop {
+        Stop::Steps(n) => steps >= n,
+        Stop::EndTime(end) => time >= end - 1e-12 * end.abs().max(1.0),
+    }
+}
+
+/// Runs `sim` to `control.stop`, dumping into `output` (when given),
+/// checkpointing into its directory, and calling `observer` after every
+/// step. Returns the report; the simulation's `finish` is the caller's.
+pub fn run<S: Simulation + ?Sized>(
+    sim: &mut S,
+    control: &RunControl,
+    mut output: Option<&mut OutputManager>,
+    observer: &mut dyn FnMut(&S),
+) -> CaseResult<RunReport> {
+    if let Stop::EndTime(end) = control.stop
+        && !(end.is_finite() && end >= sim.time())
+    {
+        return Err(CaseError::Usage(format!(
+            "the end time {end} must be finite and not before the current time {}",
+            sim.time()
+        )));
+    }
+    match control.dumps {
+        DumpSchedule::EverySteps(0) => {
+            return Err(CaseError::Usage("--dump-every must be at least 1".into()));
+        }
+        DumpSchedule::Interval(t) if !(t.is_finite() && t > 0.0) => {
+            return Err(CaseError::Usage(format!(
+                "--dump-interval {t} must be finite and positive"
+            )));
+        }
+        _ => {}
+    }
+    if control.checkpoint_every == Some(0) {
+        return Err(CaseError::Usage(
+            "--checkpoint-every must be at least 1".into(),
+        ));
+    }
+    if control.checkpoint_every.is_some() && output.is_none() {
+        return Err(CaseError::Usage(
+            "checkpoints need an output directory".into(),
+        ));
+    }
+    let epoch = Instant::now();
+    if control.record_trace {
+        for (_, graph) in sim.graphs() {
+            graph.start_recording(epoch);
+        }
+    }
+    let mut progress = Progress::new(control.progress, sim.case());
+    let dump = |sim: &S, output: &mut OutputManager| -> CaseResult<()> {
+        let path = output.dump(sim.time(), sim.steps(), |group| sim.dump(group))?;
+        tracing::info!(file = %path.display(), step = sim.steps(), time = sim.time(), "dump written");
+        Ok(())
+    };
+    if let Some(out) = output.as_deref_mut()
+        && !out.dumps().iter().any(|d| d.step == sim.steps())
+    {
+        dump(sim, out)?;
+    }
+    let first_step = sim.steps();
+    let first_time = sim.time();
+    let mut next_dump_time = match control.dumps {
+        DumpSchedule::Interval(t) => ((sim.time() / t).floor() + 1.0) * t,
+        _ => f64::INFINITY,
+    };
+    let mut last_checkpoint = None;
+    let started = Instant::now();
+    let stop_reason = loop {
+        if done(control.stop, sim.time(), sim.steps()) {
+            break match control.stop {
+                Stop::Steps(n) => format!("reached step {n}"),
+                Stop::EndTime(t) => format!("reached the end time {t}"),
+            };
+        }
+        if let Some(reason) = sim.stop_reason() {
+            break reason;
+        }
+        let mut dt = sim.next_dt()?;
+        if let Stop::EndTime(end) = control.stop {
+            dt = dt.min(end - sim.time());
+        }
+        sim.step(dt)?;
+        let last_dt = dt;
+        observer(sim);
+        let steps = sim.steps();
+        if let Some(out) = output.as_deref_mut() {
+            let due = match control.dumps {
+                DumpSchedule::EverySteps(n) => steps.is_multiple_of(n),
+                DumpSchedule::Interval(t) => {
+                    let due = sim.time() >= next_dump_time * (1.0 - 1e-12);
+                    if due {
+                        next_dump_time = ((sim.time() / t).floor() + 1.0) * t;
+                    }
+                    due
+                }
+                DumpSchedule::StartAndEnd => false,
+            };
+            if due {
+                dump(sim, out)?;
+            }
+            if let Some(every) = control.checkpoint_every
+                && steps.is_multiple_of(every)
+            {
+                let header = CheckpointHeader {
+                    case: sim.case().to_string(),
+                    time: sim.time(),
+                    step: steps,
+                    last_dt,
+                    grid_cells: sim.grid().cells().map(|c| c as u64),
+                    config: control.config_text.clone(),
+                };
+                let path = write_checkpoint(out.directory(), &header, |g| sim.save_state(g))?;
+                tracing::info!(file = %path.display(), step = steps, "checkpoint written");
+                last_checkpoint = Some(path);
+            }
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let fraction = match control.stop {
+            Stop::Steps(n) => {
+                (steps - first_step) as f64 / (n.saturating_sub(first_step)).max(1) as f64
+            }
+            Stop::EndTime(end) => {
+                let span = end - first_time;
+                if span > 0.0 {
+                    (sim.time() - first_time) / span
+                } else {
+                    1.0
+                }
+            }
+        };
+        progress.update(&StepInfo {
+            step: steps,
+            time: sim.time(),
+            dt,
+            fraction,
+            cells_per_second: if elapsed > 0.0 {
+                sim.cell_updates_per_step() as f64 * (steps - first_step) as f64 / elapsed
+            } else {
+                0.0
+            },
+            status: sim.status(),
+        });
+    };
+    let wall = started.elapsed();
+    progress.finish();
+    if let Some(out) = output.as_deref_mut()
+        && !out.dumps().iter().any(|d| d.step == sim.steps())
+    {
+        dump(sim, out)?;
+    }
+    let mut slowest: Vec<ExpressionTiming> = Vec::new();
+    let mut trace = Vec::new();
+    let mut trace_dropped = 0;
+    for (name, graph) in sim.graphs() {
+        for mut row in graph.timing_table().0 {
+            row.name = format!("{name}/{}", row.name);
+            slowest.push(row);
+        }
+        if control.record_trace {
+            let (events, dropped) = graph.take_recording(&name);
+            trace.extend(events);
+            trace_dropped += dropped;
+        }
+    }
+    slowest.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
+    slowest.truncate(5);
+    trace.sort_by(|a, b| a.start.cmp(&b.start));
+    Ok(RunReport {
+        steps_run: sim.steps() - first_step,
+        wall,
+        cell_updates_per_step: sim.cell_updates_per_step(),
+        stop_reason,
+        time: sim.time(),
+        step: sim.steps(),
+        slowest,
+        cpu_memory_high_water: process_memory_high_water(),
+        trace,
+        trace_dropped,
+        last_checkpoint,
+    })
+}
+
+/// The end-of-run summary: wall time, time per step, throughput, memory,
+/// slowest expressions and the case's check.
+pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
+    use std::fmt::Write;
+    let mut text = String::new();
+    let _ = writeln!(text, "== {case}: {} ==", report.stop_reason);
+    let _ = writeln!(
+        text,
+        "steps {} (now at step {}, t = {:.6e}); wall {:.3} s; {:.3} ms/step; {:.3e} cell updates/s",
+        report.steps_run,
+        report.step,
+        report.time,
+        report.wall.as_secs_f64(),
+        report.seconds_per_step() * 1e3,
+        report.cell_updates_per_second()
+    );
+    let memory = report.cpu_memory_high_water.map_or("unknown".into(), |b| {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    });
+    let _ = writeln!(
+        text,
+        "memory high-water: CPU {memory} (process peak resident set); GPU: none used"
+    );
+    if !report.slowest.is_empty() {
+        let _ = writeln!(text, "slowest expressions (total over the run):");
+        for row in &report.slowest {
+            let _ = writeln!(
+                text,
+                "  {:<44} {:>8} calls {:>10.2} ms total {:>10.2} us/call",
+                row.name,
+                row.calls,
+                row.total.as_secs_f64() * 1e3,
+                row.mean.as_secs_f64() * 1e6
+            );
+        }
+    }
+    let _ = writeln!(
+        text,
+        "check: {} — {} ({})",
+        check.name,
+        if check.passed { "PASSED" } else { "FAILED" },
+        check.figure
+    );
+    for file in &check.files {
+        let _ = writeln!(text, "wrote {}", file.display());
+    }
+    text
+}

@@ -1,0 +1,429 @@
+//! HDF5 dumps and the XDMF time series that ParaView and VisIt open.
+//!
+//! **One HDF5 file per dump** (`CASE_<step>.h5`), not one file with a group
+//! per dump: each dump is written to a temporary file and renamed into place
+//! (see `watershed_fields::io::replace_file`), so a run killed at any moment
+//! leaves every completed dump whole, and no dump ever rewrites (or copies)
+//! the ones before it. Each file holds one dataset per field (its interior,
+//! `(nz, ny, nx)`) with the attributes of `watershed_fields::io`, and root
+//! attributes `case`, `time` and `step`.
+//!
+//! **`CASE.xmf`** (XDMF 3) lists the dumps in a temporal collection; each
+//! dump is a spatial collection with one `3DCoRectMesh` grid per staggered
+//! location: the cell-centred fields on the cells' mesh, each face field on a
+//! mesh shifted by half a cell along its axis, all `Center="Cell"`, so that
+//! every value sits at its true position. Dimensions, origins and spacings
+//! are in z y x order as XDMF wants. The XDMF is rewritten after every dump
+//! to a temporary file that is synced and renamed over the old one, so it is
+//! always valid and never names a dump that is not complete.
+
+use crate::error::{CaseError, CaseResult};
+use hdf5::types::VarLenUnicode;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use watershed_exprgraph::{ExpressionGraph, GraphLocation, Tag};
+use watershed_fields::io::{GhostSelection, replace_file, write_field};
+use watershed_fields::{FieldError, Grid, Location, LocationKind, SpatialField};
+
+/// One field written into a dump.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DumpedField {
+    /// Dataset name.
+    pub name: String,
+    /// Staggered location.
+    pub location: LocationKind,
+    /// Stored points (x, y, z).
+    pub extent: [usize; 3],
+}
+
+/// One completed dump.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DumpRecord {
+    /// The HDF5 file's name (in the output directory).
+    pub file: String,
+    /// Simulated time.
+    pub time: f64,
+    /// Step.
+    pub step: u64,
+    /// Its fields.
+    pub fields: Vec<DumpedField>,
+}
+
+/// Writes the interior of `field` as dataset `name` of `group`.
+pub fn dump_field<L: Location>(
+    group: &hdf5::Group,
+    name: &str,
+    field: &SpatialField<L>,
+) -> CaseResult<DumpedField> {
+    write_field(group, name, field, GhostSelection::Interior)?;
+    Ok(DumpedField {
+        name: name.into(),
+        location: L::KIND,
+        extent: field.layout().interior_extent(),
+    })
+}
+
+/// Writes the interior of the graph's field `tag` as dataset `name`.
+pub fn dump_graph_field<L: GraphLocation>(
+    graph: &ExpressionGraph,
+    tag: &Tag,
+    group: &hdf5::Group,
+    name: &str,
+) -> CaseResult<DumpedField> {
+    graph.with_field::<L, _>(tag, |field| dump_field(group, name, field))?
+}
+
+pub(crate) fn hdf5_error(file: &Path, object: &str, source: hdf5::Error) -> CaseError {
+    CaseError::Field(FieldError::Hdf5 {
+        file: file.to_path_buf(),
+        object: object.into(),
+        source,
+    })
+}
+
+/// Writes a text attribute on `group`.
+pub fn write_text_attribute(group: &hdf5::Group, name: &str, text: &str) -> CaseResult<()> {
+    let file = PathBuf::from(group.filename());
+    let value: VarLenUnicode = text
+        .parse()
+        .map_err(|e| hdf5_error(&file, name, hdf5::Error::from(format!("{e}"))))?;
+    group
+        .new_attr::<VarLenUnicode>()
+        .create(name)
+        .and_then(|a| a.write_scalar(&value))
+        .map_err(|e| hdf5_error(&file, name, e))
+}
+
+/// Writes a number attribute on `group`.
+pub fn write_number_attribute<T: hdf5::H5Type>(
+    group: &hdf5::Group,
+    name: &str,
+    value: T,
+) -> CaseResult<()> {
+    let file = PathBuf::from(group.filename());
+    group
+        .new_attr::<T>()
+        .create(name)
+        .and_then(|a| a.write_scalar(&value))
+        .map_err(|e| hdf5_error(&file, name, e))
+}
+
+/// Reads a text attribute of `group`.
+pub fn read_text_attribute(group: &hdf5::Group, name: &str) -> CaseResult<String> {
+    let file = PathBuf::from(group.filename());
+    let value: VarLenUnicode = group
+        .attr(name)
+        .and_then(|a| a.read_scalar())
+        .map_err(|e| hdf5_error(&file, name, e))?;
+    Ok(value.as_str().to_string())
+}
+
+/// Reads a number attribute of `group`.
+pub fn read_number_attribute<T: hdf5::H5Type>(group: &hdf5::Group, name: &str) -> CaseResult<T> {
+    let file = PathBuf::from(group.filename());
+    group
+        .attr(name)
+        .and_then(|a| a.read_scalar())
+        .map_err(|e| hdf5_error(&file, name, e))
+}
+
+/// Writes `text` to `path` atomically: a temporary file in the same
+/// directory, synced, renamed over `path`, directory synced.
+pub fn write_text_file_atomically(path: &Path, text: &str) -> CaseResult<()> {
+    let directory = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let temporary = directory.join(format!(
+        ".{}.{}.tmp",
+        path.file_name().map_or("file".into(), |n| n.to_string_lossy()),
+        std::process::id()
+    ));
+    let error = |action: &str, e: std::io::Error| CaseError::Output {
+        path: path.to_path_buf(),
+        reason: format!("{action}: {e}"),
+    };
+    let result = (|| {
+        let mut file =
+            std::fs::File::create(&temporary).map_err(|e| error("creating a temporary file", e))?;
+        file.write_all(text.as_bytes())
+            .map_err(|e| error("writing", e))?;
+        file.sync_all().map_err(|e| error("syncing", e))?;
+        std::fs::rename(&temporary, path).map_err(|e| error("renaming into place", e))?;
+        std::fs::File::open(directory)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| error("syncing the directory", e))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    result
+}
+
+/// The XDMF 3 document for `dumps` on `grid` (see the module docs).
+pub fn xdmf_document(case: &str, grid: &Grid, dumps: &[DumpRecord]) -> String {
+    let zyx = |v: [f64; 3]| format!("{:e} {:e} {:e}", v[2], v[1], v[0]);
+    let mut xml = String::new();
+    let _ = writeln!(xml, "<?xml version=\"1.0\" ?>");
+    let _ = writeln!(xml, "<Xdmf Version=\"3.0\">");
+    let _ = writeln!(xml, "  <Domain>");
+    let _ = writeln!(
+        xml,
+        "    <Grid Name=\"{}\" GridType=\"Collection\" CollectionType=\"Temporal\">",
+        escape(case)
+    );
+    for dump in dumps {
+        let _ = writeln!(
+            xml,
+            "      <Grid Name=\"step_{}\" GridType=\"Collection\" CollectionType=\"Spatial\">",
+            dump.step
+        );
+        let _ = writeln!(xml, "        <Time Value=\"{:e}\"/>", dump.time);
+        for location in LocationKind::ALL {
+            let fields: Vec<&DumpedField> = dump
+                .fields
+                .iter()
+                .filter(|f| f.location == location)
+                .collect();
+            let Some(first) = fields.first() else {
+                continue;
+            };
+            let extent = first.extent;
+            let mut origin = grid.origin();
+            if let Some(axis) = location.face_axis() {
+                origin[axis] -= 0.5 * grid.spacing()[axis];
+            }
+            let _ = writeln!(
+                xml,
+                "        <Grid Name=\"{}\" GridType=\"Uniform\">",
+                location.name()
+            );
+            let _ = writeln!(
+                xml,
+                "          <Topology TopologyType=\"3DCoRectMesh\" Dimensions=\"{} {} {}\"/>",
+                extent[2] + 1,
+                extent[1] + 1,
+                extent[0] + 1
+            );
+            let _ = writeln!(
+                xml,
+                "          <Geometry GeometryType=\"ORIGIN_DXDYDZ\">\n            <DataItem Dimensions=\"3\" NumberType=\"Float\" Precision=\"8\" Format=\"XML\">{}</DataItem>\n            <DataItem Dimensions=\"3\" NumberType=\"Float\" Precision=\"8\" Format=\"XML\">{}</DataItem>\n          </Geometry>",
+                zyx(origin),
+                zyx(grid.spacing())
+            );
+            for field in fields {
+                let _ = writeln!(
+                    xml,
+                    "          <Attribute Name=\"{}\" AttributeType=\"Scalar\" Center=\"Cell\">\n            <DataItem Dimensions=\"{} {} {}\" NumberType=\"Float\" Precision=\"8\" Format=\"HDF\">{}:/{}</DataItem>\n          </Attribute>",
+                    escape(&field.name),
+                    field.extent[2],
+                    field.extent[1],
+                    field.extent[0],
+                    escape(&dump.file),
+                    escape(&field.name)
+                );
+            }
+            let _ = writeln!(xml, "        </Grid>");
+        }
+        let _ = writeln!(xml, "      </Grid>");
+    }
+    let _ = writeln!(xml, "    </Grid>");
+    let _ = writeln!(xml, "  </Domain>");
+    let _ = writeln!(xml, "</Xdmf>");
+    xml
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Writes the dumps of a run into a directory and keeps its XDMF current.
+#[derive(Debug)]
+pub struct OutputManager {
+    directory: PathBuf,
+    case: String,
+    grid: Grid,
+    dumps: Vec<DumpRecord>,
+}
+
+/// The step of a file named `{prefix}_{step}.h5`.
+pub(crate) fn numbered_file_step(name: &str, prefix: &str) -> Option<u64> {
+    name.strip_prefix(prefix)?
+        .strip_prefix('_')?
+        .strip_suffix(".h5")?
+        .parse()
+        .ok()
+}
+
+impl OutputManager {
+    /// Output of case `case` on `grid` into `directory` (created if
+    /// needed). A directory that already holds this case's results is
+    /// refused unless `overwrite` (the old dumps are then removed), or a
+    /// restart continues from `restart_step`: the dumps up to that step are
+    /// kept in the series, later ones are removed.
+    pub fn create(
+        directory: &Path,
+        case: &str,
+        grid: &Grid,
+        overwrite: bool,
+        restart_step: Option<u64>,
+    ) -> CaseResult<Self> {
+        let error = |reason: String| CaseError::Output {
+            path: directory.to_path_buf(),
+            reason,
+        };
+        std::fs::create_dir_all(directory)
+            .map_err(|e| error(format!("cannot create the directory: {e}")))?;
+        let mut existing: Vec<(u64, PathBuf)> = Vec::new();
+        let entries = std::fs::read_dir(directory)
+            .map_err(|e| error(format!("cannot list the directory: {e}")))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(step) = numbered_file_step(&name, case) {
+                existing.push((step, entry.path()));
+            }
+        }
+        existing.sort();
+        let xdmf = directory.join(format!("{case}.xmf"));
+        if restart_step.is_none() && !overwrite && (xdmf.exists() || !existing.is_empty()) {
+            return Err(error(format!(
+                "already holds the results of a `{case}` run ({} dump(s)); choose another --output, continue it with --restart, or pass --overwrite to replace them",
+                existing.len()
+            )));
+        }
+        let mut dumps = Vec::new();
+        for (step, path) in existing {
+            if restart_step.is_some_and(|k| step <= k) {
+                dumps.push(Self::read_record(&path)?);
+            } else {
+                std::fs::remove_file(&path)
+                    .map_err(|e| error(format!("cannot remove {}: {e}", path.display())))?;
+            }
+        }
+        let manager = OutputManager {
+            directory: directory.to_path_buf(),
+            case: case.into(),
+            grid: grid.clone(),
+            dumps,
+        };
+        manager.write_xdmf()?;
+        Ok(manager)
+    }
+
+    fn read_record(path: &Path) -> CaseResult<DumpRecord> {
+        let file = hdf5::File::open(path).map_err(|e| hdf5_error(path, "/", e))?;
+        let time = read_number_attribute::<f64>(&file, "time")?;
+        let step = read_number_attribute::<u64>(&file, "step")?;
+        let mut fields = Vec::new();
+        for name in file.member_names().map_err(|e| hdf5_error(path, "/", e))? {
+            let dataset = file.dataset(&name).map_err(|e| hdf5_error(path, &name, e))?;
+            let location: VarLenUnicode = dataset
+                .attr("location")
+                .and_then(|a| a.read_scalar())
+                .map_err(|e| hdf5_error(path, &format!("{name}/location"), e))?;
+            let location = LocationKind::ALL
+                .into_iter()
+                .find(|l| l.name() == location.as_str())
+                .ok_or_else(|| CaseError::Output {
+                    path: path.to_path_buf(),
+                    reason: format!("dataset {name} has an unknown location {location}"),
+                })?;
+            let shape = dataset.shape();
+            if shape.len() != 3 {
+                return Err(CaseError::Output {
+                    path: path.to_path_buf(),
+                    reason: format!("dataset {name} has shape {shape:?}, not (nz, ny, nx)"),
+                });
+            }
+            fields.push(DumpedField {
+                name,
+                location,
+                extent: [shape[2], shape[1], shape[0]],
+            });
+        }
+        Ok(DumpRecord {
+            file: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            time,
+            step,
+            fields,
+        })
+    }
+
+    /// The output directory.
+    pub fn directory(&self) -> &Path {
+        &self.directory
+    }
+
+    /// The XDMF file.
+    pub fn xdmf_path(&self) -> PathBuf {
+        self.directory.join(format!("{}.xmf", self.case))
+    }
+
+    /// The completed dumps.
+    pub fn dumps(&self) -> &[DumpRecord] {
+        &self.dumps
+    }
+
+    /// Writes one dump at (`time`, `step`): `write` adds the fields to the
+    /// new file and returns what it wrote. Then the XDMF is rewritten.
+    pub fn dump(
+        &mut self,
+        time: f64,
+        step: u64,
+        write: impl FnOnce(&hdf5::Group) -> CaseResult<Vec<DumpedField>>,
+    ) -> CaseResult<PathBuf> {
+        let name = format!("{}_{step:08}.h5", self.case);
+        let path = self.directory.join(&name);
+        let mut fields = Vec::new();
+        let mut inner: Option<CaseError> = None;
+        let result = replace_file(&path, |file| {
+            let run = || -> CaseResult<Vec<DumpedField>> {
+                write_text_attribute(file, "case", &self.case)?;
+                write_number_attribute(file, "time", time)?;
+                write_number_attribute(file, "step", step)?;
+                write(file)
+            };
+            match run() {
+                Ok(written) => {
+                    fields = written;
+                    Ok(())
+                }
+                Err(CaseError::Field(e)) => Err(e),
+                Err(other) => {
+                    let reason = other.to_string();
+                    inner = Some(other);
+                    Err(FieldError::Hdf5Format {
+                        file: path.clone(),
+                        dataset: "/".into(),
+                        reason,
+                    })
+                }
+            }
+        });
+        if let Some(e) = inner {
+            return Err(e);
+        }
+        result?;
+        self.dumps.retain(|d| d.step != step);
+        self.dumps.push(DumpRecord {
+            file: name,
+            time,
+            step,
+            fields,
+        });
+        self.write_xdmf()?;
+        Ok(path)
+    }
+
+    fn write_xdmf(&self) -> CaseResult<()> {
+        let document = xdmf_document(&self.case, &self.grid, &self.dumps);
+        write_text_file_atomically(&self.xdmf_path(), &document)
+    }
+}
