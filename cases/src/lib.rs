@@ -32,12 +32,14 @@
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod cases;
 pub mod checkpoint;
 pub mod common;
 pub mod config;
 pub mod driver;
 pub mod error;
+pub mod inspect;
 pub mod output;
 pub mod plot;
 pub mod progress;

@@ -1,1 +1,466 @@
-fn main() {}
+//! The `watershed` command-line program: `list`, `info`, `run`, `inspect`,
+//! `bench`. Exit status: 0 success, 1 a run failed (solver, I/O), 2 bad
+//! usage or configuration (nothing written), 3 the case's check failed.
+
+use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use watershed_cases::driver::{DumpSchedule, RunControl, Stop, restore, run, summary};
+use watershed_cases::output::OutputManager;
+use watershed_cases::progress::ProgressMode;
+use watershed_cases::registry::CaseOptions;
+use watershed_cases::{CaseError, find_case, registered_cases};
+
+/// Watershed: PDE/CFD field computations on CPUs and GPUs.
+#[derive(Debug, Parser)]
+#[command(name = "watershed", version, about, long_version = long_version())]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the cases this build can run.
+    List,
+    /// Print this build and the devices it can use.
+    Info,
+    /// Run a case: HDF5 dumps + XDMF (open CASE.xmf in ParaView), plots,
+    /// checkpoints, an end-of-run summary and the case's check.
+    Run(RunArgs),
+    /// Show what an HDF5 file holds: dumps, fields, shapes, attributes, time.
+    Inspect {
+        /// The HDF5 file.
+        file: PathBuf,
+    },
+    /// Thread scaling of the ExprLib and Wasatch scalability graphs:
+    /// a Markdown table and PNG charts.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct BenchArgs {
+    /// Where the Markdown table and PNG charts go.
+    #[arg(long, default_value = "output/bench")]
+    output: PathBuf,
+    /// Equations per graph.
+    #[arg(long, default_value_t = 30)]
+    pdes: usize,
+    /// Cells per side of each problem size (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![16usize, 32])]
+    sizes: Vec<usize>,
+    /// Thread counts (comma-separated; default 1, 2, 4, ... up to the cores).
+    #[arg(long, value_delimiter = ',')]
+    threads: Option<Vec<usize>>,
+    /// Timed steps per measurement (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    steps: usize,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The case (see `watershed list`).
+    case: String,
+    /// A TOML configuration (see `--print-config` for the keys).
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+    /// Override one configuration key (repeatable), e.g. `--set re=400`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Threads for graph execution (default: WATERSHED_THREADS, else the cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Where to run: auto (a GPU if present, else the CPU), cpu, gpu, gpu:K.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Stop after this step (counted from the start of the run).
+    #[arg(long, conflicts_with = "end_time")]
+    steps: Option<u64>,
+    /// Stop at this simulated time (default: the configuration's end time).
+    #[arg(long)]
+    end_time: Option<f64>,
+    /// Output directory (default: output/CASE).
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
+    /// Dump every N steps (default: at the start and the end only).
+    #[arg(long, value_name = "N", conflicts_with = "dump_interval")]
+    dump_every: Option<u64>,
+    /// Dump each time the simulated time passes a multiple of T.
+    #[arg(long, value_name = "T")]
+    dump_interval: Option<f64>,
+    /// Write a checkpoint every N steps (the newest two are kept).
+    #[arg(long, value_name = "N")]
+    checkpoint_every: Option<u64>,
+    /// Continue from a checkpoint (its configuration is the base; --set and
+    /// --config may change what does not alter the state, e.g. end_time).
+    #[arg(long, value_name = "FILE.h5")]
+    restart: Option<PathBuf>,
+    /// Write a Chrome trace (chrome://tracing, Perfetto) of the whole run.
+    #[arg(long, value_name = "FILE.json")]
+    trace: Option<PathBuf>,
+    /// Write the expression graphs in Graphviz DOT.
+    #[arg(long, value_name = "FILE.dot")]
+    dot: Option<PathBuf>,
+    /// No progress output (the summary is still printed).
+    #[arg(long)]
+    quiet: bool,
+    /// Print the effective configuration and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// Replace the results of an earlier run in the output directory.
+    #[arg(long)]
+    overwrite: bool,
+    /// (heat) Run the convergence study over three grids instead.
+    #[arg(long)]
+    convergence: bool,
+}
+
+fn long_version() -> &'static str {
+    Box::leak(
+        watershed_cases::build_summary()
+            .trim_start_matches("watershed ")
+            .to_string()
+            .into_boxed_str(),
+    )
+}
+
+/// How a command ended.
+enum Outcome {
+    Done,
+    CheckFailed,
+}
+
+/// Errors of the program: usage and configuration problems (exit 2) and
+/// failed runs (exit 1).
+enum Failure {
+    Usage(CaseError),
+    Run(CaseError),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Io(e)
+    }
+}
+
+fn usage(e: CaseError) -> Failure {
+    Failure::Usage(e)
+}
+
+fn runtime(e: CaseError) -> Failure {
+    Failure::Run(e)
+}
+
+fn default_threads() -> Result<usize, Failure> {
+    match std::env::var("WATERSHED_THREADS") {
+        Ok(text) => text
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| {
+                usage(CaseError::Usage(format!(
+                    "WATERSHED_THREADS = {text:?} is not a thread count (an integer >= 1)"
+                )))
+            }),
+        Err(_) => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    }
+}
+
+/// Checks `--device`; returns a note for the summary.
+fn check_device(device: &str) -> Result<String, Failure> {
+    let gpu = |ordinal: usize| -> Result<String, Failure> {
+        match watershed_fields::gpu::gpu_unavailable_reason(ordinal) {
+            Some(reason) => Err(usage(CaseError::Device(format!(
+                "--device {device}: GPU {ordinal} is not available ({reason}); use --device cpu or --device auto"
+            )))),
+            None => Err(usage(CaseError::Device(format!(
+                "--device {device}: GPU {ordinal} is present, but the cases run their graphs on the CPU in this build (GPU placement of whole cases arrives with heterogeneous execution); use --device cpu or auto"
+            )))),
+        }
+    };
+    match device {
+        "cpu" => Ok("CPU".into()),
+        "auto" => Ok(match watershed_fields::gpu::gpu_unavailable_reason(0) {
+            Some(reason) => format!("CPU (auto: no GPU, {reason})"),
+            None => "CPU (auto: the cases run on the CPU in this build)".into(),
+        }),
+        "gpu" => gpu(0),
+        other => match other.strip_prefix("gpu:").map(str::parse::<usize>) {
+            Some(Ok(k)) => gpu(k),
+            _ => Err(usage(CaseError::Usage(format!(
+                "--device {other}: expected auto, cpu, gpu or gpu:K"
+            )))),
+        },
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
+    watershed_cases::output::write_text_file_atomically(path, text).map_err(runtime)
+}
+
+fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
+    let info = find_case(&args.case).map_err(usage)?;
+    let threads = match args.threads {
+        Some(0) => {
+            return Err(usage(CaseError::Usage(
+                "--threads must be at least 1".into(),
+            )));
+        }
+        Some(n) => n,
+        None => default_threads()?,
+    };
+    let device = check_device(&args.device)?;
+    if args.convergence && info.name != watershed_cases::cases::heat::NAME {
+        return Err(usage(CaseError::Usage(format!(
+            "--convergence is an option of the heat case, not of {}",
+            info.name
+        ))));
+    }
+    let mut options = CaseOptions {
+        config_file: args.config.clone(),
+        sets: args.sets.clone(),
+        checkpoint_config: None,
+        threads,
+    };
+    let mut restart_header = None;
+    if let Some(path) = &args.restart {
+        let (_, header) =
+            watershed_cases::checkpoint::read_checkpoint(path).map_err(usage)?;
+        if header.case != info.name {
+            return Err(usage(CaseError::Restart {
+                path: path.clone(),
+                reason: format!(
+                    "it was written by case `{}`, not `{}`; restart it with `watershed run {} --restart {}`",
+                    header.case,
+                    info.name,
+                    header.case,
+                    path.display()
+                ),
+            }));
+        }
+        options.checkpoint_config = Some(header.config.clone());
+        restart_header = Some(header);
+    }
+    if args.print_config {
+        let text = (info.config_text)(&options).map_err(usage)?;
+        write!(out, "{text}")?;
+        return Ok(Outcome::Done);
+    }
+    let directory = args
+        .output
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("output").join(info.name));
+    if args.convergence {
+        // Validate everything before creating the directory.
+        (info.config_text)(&options).map_err(usage)?;
+        std::fs::create_dir_all(&directory).map_err(|e| {
+            runtime(CaseError::Output {
+                path: directory.clone(),
+                reason: format!("cannot create the directory: {e}"),
+            })
+        })?;
+        let check =
+            watershed_cases::cases::heat::convergence_study(&options, Some(&directory))
+                .map_err(runtime)?;
+        writeln!(
+            out,
+            "check: {} — {} ({})",
+            check.name,
+            if check.passed { "PASSED" } else { "FAILED" },
+            check.figure
+        )?;
+        for file in &check.files {
+            writeln!(out, "wrote {}", file.display())?;
+        }
+        return Ok(if check.passed {
+            Outcome::Done
+        } else {
+            Outcome::CheckFailed
+        });
+    }
+    let mut prepared = (info.prepare)(&options).map_err(usage)?;
+    if let Some(path) = &args.restart {
+        restore(prepared.simulation.as_mut(), path).map_err(usage)?;
+    }
+    let stop = match (args.steps, args.end_time) {
+        (Some(n), _) => Stop::Steps(n),
+        (None, Some(t)) => Stop::EndTime(t),
+        (None, None) => prepared.stop,
+    };
+    if let Stop::EndTime(t) = stop
+        && !(t.is_finite() && t >= prepared.simulation.time())
+    {
+        return Err(usage(CaseError::Usage(format!(
+            "--end-time {t} must be finite and not before the current time {}",
+            prepared.simulation.time()
+        ))));
+    }
+    let dumps = match (args.dump_every, args.dump_interval) {
+        (Some(0), _) => {
+            return Err(usage(CaseError::Usage(
+                "--dump-every must be at least 1".into(),
+            )));
+        }
+        (Some(n), _) => DumpSchedule::EverySteps(n),
+        (None, Some(t)) if !(t.is_finite() && t > 0.0) => {
+            return Err(usage(CaseError::Usage(format!(
+                "--dump-interval {t} must be finite and positive"
+            ))));
+        }
+        (None, Some(t)) => DumpSchedule::Interval(t),
+        (None, None) => DumpSchedule::StartAndEnd,
+    };
+    if args.checkpoint_every == Some(0) {
+        return Err(usage(CaseError::Usage(
+            "--checkpoint-every must be at least 1".into(),
+        )));
+    }
+    let mut output = OutputManager::create(
+        &directory,
+        info.name,
+        prepared.simulation.grid(),
+        args.overwrite,
+        restart_header.as_ref().map(|h| h.step),
+    )
+    .map_err(usage)?;
+    if let Some(path) = &args.dot {
+        let mut text = String::new();
+        for (name, graph) in prepared.simulation.graphs() {
+            text.push_str(&format!("// graph `{name}`\n"));
+            text.push_str(&graph.to_dot());
+        }
+        write_file(path, &text)?;
+    }
+    let control = RunControl {
+        stop,
+        dumps,
+        checkpoint_every: args.checkpoint_every,
+        config_text: prepared.config_text.clone(),
+        progress: if args.quiet {
+            ProgressMode::Quiet
+        } else {
+            ProgressMode::Auto
+        },
+        record_trace: args.trace.is_some(),
+    };
+    tracing::info!(case = info.name, threads, device = %device, "run starts");
+    let simulation = prepared.simulation.as_mut();
+    let report = run(simulation, &control, Some(&mut output), &mut |_| {}).map_err(runtime)?;
+    let check = simulation.finish(Some(&directory)).map_err(runtime)?;
+    if let Some(path) = &args.trace {
+        write_file(path, &watershed_exprgraph::chrome_trace_of(&report.trace))?;
+        if report.trace_dropped > 0 {
+            tracing::warn!(
+                dropped = report.trace_dropped,
+                "the trace kept the first events only"
+            );
+        }
+    }
+    write!(out, "{}", summary(info.name, &report, &check))?;
+    writeln!(out, "device: {device}; threads: {threads}")?;
+    writeln!(
+        out,
+        "output: {} dump(s) in {} (HDF5, one file per dump); open {} in ParaView (File > Open, XDMF reader) to see every field over time",
+        output.dumps().len(),
+        directory.display(),
+        output.xdmf_path().display()
+    )?;
+    if let Some(path) = &report.last_checkpoint {
+        writeln!(
+            out,
+            "last checkpoint: {} (continue with --restart {})",
+            path.display(),
+            path.display()
+        )?;
+    }
+    Ok(if check.passed {
+        Outcome::Done
+    } else {
+        Outcome::CheckFailed
+    })
+}
+
+/// Writes the command's output; I/O errors are returned, never a panic
+/// (`println!` panics when stdout is a closed pipe, e.g. `| head -0`).
+fn execute(command: Command, out: &mut impl Write) -> Result<Outcome, Failure> {
+    match command {
+        Command::List => {
+            for case in registered_cases() {
+                writeln!(out, "{:<22} {}", case.name, case.description)?;
+            }
+        }
+        Command::Info => writeln!(out, "{}", watershed_cases::build_summary())?,
+        Command::Run(args) => return run_case(args, out),
+        Command::Inspect { file } => {
+            let text = watershed_cases::inspect::describe_file(&file).map_err(usage)?;
+            write!(out, "{text}")?;
+        }
+        Command::Bench(args) => {
+            let options = watershed_cases::bench::BenchOptions {
+                output: args.output,
+                pdes: args.pdes,
+                sizes: args.sizes,
+                threads: args
+                    .threads
+                    .unwrap_or_else(watershed_cases::bench::default_thread_counts),
+                steps: args.steps,
+            };
+            let (rows, files) =
+                watershed_cases::bench::scaling_study(&options).map_err(runtime)?;
+            for row in rows {
+                writeln!(
+                    out,
+                    "{:<8} {:<12} {:>4}^3 {:>3} threads {:>10.3} ms/step  speedup {:.2}",
+                    row.study,
+                    row.variant,
+                    row.cells,
+                    row.threads,
+                    row.seconds_per_step * 1e3,
+                    row.speedup
+                )?;
+            }
+            for file in files {
+                writeln!(out, "wrote {}", file.display())?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(Outcome::Done)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let stdout = std::io::stdout();
+    let result = execute(cli.command, &mut stdout.lock());
+    let _ = stdout.lock().flush();
+    match result {
+        Ok(Outcome::Done) => ExitCode::SUCCESS,
+        Ok(Outcome::CheckFailed) => {
+            let _ = writeln!(std::io::stderr(), "watershed: the case's check FAILED");
+            ExitCode::from(3)
+        }
+        Err(Failure::Usage(e)) => {
+            let _ = writeln!(std::io::stderr(), "watershed: {e}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Run(e)) => {
+            let _ = writeln!(std::io::stderr(), "watershed: {e}");
+            ExitCode::FAILURE
+        }
+        // The reader went away (`watershed list | head -1`): nothing to say.
+        Err(Failure::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(Failure::Io(e)) => {
+            let _ = writeln!(std::io::stderr(), "watershed: cannot write the output: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

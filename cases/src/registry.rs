@@ -95,3 +95,26 @@ pub fn find_case(name: &str) -> CaseResult<CaseInfo> {
             known: cases.iter().map(|c| c.name).collect::<Vec<_>>().join(", "),
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::cases::{advection, cavity, heat, reacting, scalability, taylor_green};
+    use crate::config::CaseConfig;
+
+    fn documented_is_default<C: CaseConfig + PartialEq>() {
+        let parsed: C = toml::from_str(C::DOCUMENTED).expect("the documented file parses");
+        assert_eq!(parsed, C::default(), "{}", C::DOCUMENTED);
+        assert_eq!(C::default().check_ranges(), None);
+    }
+
+    #[test]
+    fn every_documented_file_holds_the_defaults() {
+        documented_is_default::<cavity::CavityConfig>();
+        documented_is_default::<taylor_green::TaylorGreenConfig>();
+        documented_is_default::<heat::HeatConfig>();
+        documented_is_default::<advection::AdvectionConfig>();
+        documented_is_default::<reacting::ReactingConfig>();
+        documented_is_default::<scalability::ScalabilityConfig<scalability::ExprLibKind>>();
+        documented_is_default::<scalability::ScalabilityConfig<scalability::WasatchKind>>();
+    }
+}

@@ -94,6 +94,8 @@ pub(crate) struct GraphNode {
     /// The box of its output it computes (language nodes; from the extent
     /// analysis).
     pub region: Option<IndexBox>,
+    /// Names of the expressions fusion inlined into this node.
+    pub fused_from: Vec<String>,
 }
 
 /// Bookkeeping of the DFS that collects nodes and fields.
@@ -652,7 +654,9 @@ impl ExpressionGraph {
     /// labelled with its name and the tags it computes, filled by target
     /// (CPU light blue, GPU light green), boxes for language expressions,
     /// ellipses for native ones, diamonds for modifiers; placeholders are
-    /// grey notes. Render with `dot -Tpng`.
+    /// grey notes; fused nodes have a double border and list the
+    /// expressions inlined into them. A legend cluster explains the shapes.
+    /// Render with `dot -Tpng`.
     pub fn to_dot(&self) -> String {
         let mut dot = String::from(
             "digraph watershed {\n  rankdir=BT;\n  node [style=filled, fontname=\"Helvetica\"];\n",
@@ -683,12 +687,22 @@ impl ExpressionGraph {
                 Target::Cpu => "lightblue",
                 Target::Gpu(_) => "palegreen",
             };
-            let _ = writeln!(
-                dot,
-                "  n{n} [label=\"{}\\n{}\", shape={shape}, fillcolor={color}];",
-                escape(&node.name),
-                escape(&tags.join(", "))
-            );
+            if node.fused_from.is_empty() {
+                let _ = writeln!(
+                    dot,
+                    "  n{n} [label=\"{}\\n{}\", shape={shape}, fillcolor={color}];",
+                    escape(&node.name),
+                    escape(&tags.join(", "))
+                );
+            } else {
+                let _ = writeln!(
+                    dot,
+                    "  n{n} [label=\"{}\\n{}\\nfused: {}\", shape={shape}, peripheries=2, fillcolor={color}];",
+                    escape(&node.name),
+                    escape(&tags.join(", ")),
+                    escape(&node.fused_from.join(", "))
+                );
+            }
             for &input in &node.inputs {
                 if self.fields[input].placeholder && !node.outputs.contains(&input) {
                     let _ = writeln!(dot, "  f{input} -> n{n};");
@@ -700,7 +714,16 @@ impl ExpressionGraph {
                 let _ = writeln!(dot, "  n{n} -> n{c};");
             }
         }
-        dot.push_str("}\n");
+        dot.push_str(concat!(
+            "  subgraph cluster_legend {\n    label=\"legend\"; fontname=\"Helvetica\";\n",
+            "    legend_language [label=\"language expression\", shape=box, fillcolor=lightblue];\n",
+            "    legend_fused [label=\"fused expressions\\n(fused: the inlined ones)\", shape=box, peripheries=2, fillcolor=lightblue];\n",
+            "    legend_native [label=\"native (CPU-only)\", shape=ellipse, fillcolor=lightblue];\n",
+            "    legend_modifier [label=\"modifier\", shape=diamond, fillcolor=lightblue];\n",
+            "    legend_gpu [label=\"placed on a GPU\", shape=box, fillcolor=palegreen];\n",
+            "    legend_placeholder [label=\"placeholder\", shape=note, fillcolor=grey85];\n",
+            "  }\n}\n"
+        ));
         dot
     }
 }
@@ -801,6 +824,7 @@ pub(crate) fn node_of(
         inputs,
         target: Target::Cpu,
         region: None,
+        fused_from: Vec::new(),
         expression,
     })
 }

@@ -46,7 +46,12 @@ pub(crate) fn fuse(
         let Some((p, consumer, slot, fused)) = candidate else {
             break;
         };
-        let fused_node = node_of(Arc::new(fused), false, slot_of)?;
+        let mut fused_node = node_of(Arc::new(fused), false, slot_of)?;
+        fused_node.fused_from = nodes[consumer].fused_from.clone();
+        fused_node.fused_from.push(nodes[p].name.clone());
+        fused_node
+            .fused_from
+            .extend(nodes[p].fused_from.iter().cloned());
         nodes[consumer] = fused_node;
         nodes.remove(p);
         remove_field(nodes, fields, slot_of, slot);

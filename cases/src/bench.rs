@@ -1,0 +1,189 @@
+//! `watershed bench`: thread scaling of the ExprLib (thesis 5.2) and
+//! Wasatch (5.3) scalability graphs. Writes `scalability.md` (a Markdown
+//! table) and one PNG chart of speedup against threads per study.
+
+use crate::cases::scalability::exprlib_graph;
+use crate::common::execution_mode;
+use crate::error::{CaseError, CaseResult};
+use crate::plot::{Mark, Series, line_chart};
+use crate::registry::CaseOptions;
+use std::fmt::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+use watershed_fields::Grid;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Where the table and charts go.
+    pub output: PathBuf,
+    /// Equations per graph.
+    pub pdes: usize,
+    /// Cells per side of each problem size.
+    pub sizes: Vec<usize>,
+    /// Thread counts.
+    pub threads: Vec<usize>,
+    /// Timed steps per measurement (the median is reported).
+    pub steps: usize,
+}
+
+/// One measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchRow {
+    /// "exprlib" or "wasatch".
+    pub study: &'static str,
+    /// Variant.
+    pub variant: String,
+    /// Cells per side.
+    pub cells: usize,
+    /// Threads.
+    pub threads: usize,
+    /// Median seconds per step.
+    pub seconds_per_step: f64,
+    /// Speedup over one thread.
+    pub speedup: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Runs the study; returns the rows and the files written.
+pub fn scaling_study(options: &BenchOptions) -> CaseResult<(Vec<BenchRow>, Vec<PathBuf>)> {
+    if options.sizes.is_empty() || options.threads.is_empty() || options.steps == 0 {
+        return Err(CaseError::Usage(
+            "bench needs at least one size, one thread count and one step".into(),
+        ));
+    }
+    if let Some(&t) = options.threads.iter().find(|&&t| t == 0) {
+        return Err(CaseError::Usage(format!("thread count {t} must be at least 1")));
+    }
+    std::fs::create_dir_all(&options.output).map_err(|e| CaseError::Output {
+        path: options.output.clone(),
+        reason: format!("cannot create the directory: {e}"),
+    })?;
+    let mut rows: Vec<BenchRow> = Vec::new();
+    for &cells in &options.sizes {
+        let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
+        for variant in ["diffusion", "independent", "coupled"] {
+            let graph = exprlib_graph(&grid.whole_domain(1), options.pdes, variant, 1e-6, true)?;
+            let mut base = f64::NAN;
+            for &threads in &options.threads {
+                let mode = execution_mode(threads);
+                graph.execute(mode)?;
+                let times = (0..options.steps)
+                    .map(|_| graph.execute(mode).map(|r| r.elapsed.as_secs_f64()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let t = median(times);
+                if base.is_nan() {
+                    base = t;
+                }
+                rows.push(BenchRow {
+                    study: "exprlib",
+                    variant: variant.into(),
+                    cells,
+                    threads,
+                    seconds_per_step: t,
+                    speedup: base / t,
+                });
+            }
+        }
+        let mut base = f64::NAN;
+        for &threads in &options.threads {
+            let sets = vec![
+                format!("pdes={}", options.pdes),
+                format!("cells={cells}"),
+            ];
+            let case_options = CaseOptions {
+                sets,
+                threads,
+                ..Default::default()
+            };
+            let mut prepared = (crate::cases::scalability::WASATCH_INFO.prepare)(&case_options)?;
+            let sim = prepared.simulation.as_mut();
+            sim.step(1e-6)?;
+            let times = (0..options.steps)
+                .map(|_| {
+                    let start = Instant::now();
+                    sim.step(1e-6).map(|_| start.elapsed().as_secs_f64())
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let t = median(times);
+            if base.is_nan() {
+                base = t;
+            }
+            rows.push(BenchRow {
+                study: "wasatch",
+                variant: "coupled".into(),
+                cells,
+                threads,
+                seconds_per_step: t,
+                speedup: base / t,
+            });
+        }
+    }
+    let mut files = Vec::new();
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "| study | variant | cells | threads | ms/step | speedup vs 1st thread count |\n| --- | --- | --- | --- | --- | --- |"
+    );
+    for r in &rows {
+        let _ = writeln!(
+            table,
+            "| {} | {} | {}^3 | {} | {:.2} | {:.2} |",
+            r.study,
+            r.variant,
+            r.cells,
+            r.threads,
+            r.seconds_per_step * 1e3,
+            r.speedup
+        );
+    }
+    let path = options.output.join("scalability.md");
+    crate::output::write_text_file_atomically(&path, &table)?;
+    files.push(path);
+    for study in ["exprlib", "wasatch"] {
+        let mut series = Vec::new();
+        for &cells in &options.sizes {
+            for variant in ["diffusion", "independent", "coupled"] {
+                let points: Vec<(f64, f64)> = rows
+                    .iter()
+                    .filter(|r| r.study == study && r.cells == cells && r.variant == variant)
+                    .map(|r| (r.threads as f64, r.speedup))
+                    .collect();
+                if !points.is_empty() {
+                    series.push(Series {
+                        label: format!("{variant}, {cells}^3"),
+                        points,
+                        mark: Mark::Line,
+                    });
+                }
+            }
+        }
+        let png = options.output.join(format!("{study}_speedup.png"));
+        line_chart(
+            &png,
+            &format!("{study} scalability test, {} PDEs", options.pdes),
+            "threads",
+            "speedup",
+            &series,
+        )?;
+        files.push(png);
+    }
+    Ok((rows, files))
+}
+
+/// The default thread counts: 1, 2, 4, ... up to the cores (and the cores).
+pub fn default_thread_counts() -> Vec<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut counts = vec![1];
+    while counts.last().is_some_and(|&t| t * 2 <= cores) {
+        counts.push(counts[counts.len() - 1] * 2);
+    }
+    if counts.last() != Some(&cores) {
+        counts.push(cores);
+    }
+    counts
+}

@@ -1,0 +1,98 @@
+//! `watershed inspect`: what an HDF5 file holds (dumps, checkpoints, any
+//! file written by `watershed_fields::io`): root attributes (case, time,
+//! step), every dataset with its shape, type and attributes.
+
+use crate::error::{CaseError, CaseResult};
+use hdf5::types::VarLenUnicode;
+use std::fmt::Write;
+use std::path::Path;
+
+/// An attribute's value as text, whatever its type.
+fn attribute_text(attribute: &hdf5::Attribute) -> String {
+    if let Ok(text) = attribute.read_scalar::<VarLenUnicode>() {
+        return text.as_str().to_string();
+    }
+    let scalar = attribute.ndim() == 0;
+    let float = attribute
+        .dtype()
+        .map(|t| t.is::<f64>() || t.is::<f32>())
+        .unwrap_or(false);
+    if float {
+        if scalar && let Ok(v) = attribute.read_scalar::<f64>() {
+            return format!("{v}");
+        }
+        if let Ok(v) = attribute.read_raw::<f64>() {
+            return format!("{v:?}");
+        }
+    }
+    if scalar && let Ok(v) = attribute.read_scalar::<i64>() {
+        return format!("{v}");
+    }
+    if let Ok(v) = attribute.read_raw::<i64>() {
+        return format!("{v:?}");
+    }
+    "(unreadable type)".into()
+}
+
+fn attributes(location: &hdf5::Location, indent: &str, text: &mut String) {
+    for name in location.attr_names().unwrap_or_default() {
+        let value = location
+            .attr(&name)
+            .map(|a| attribute_text(&a))
+            .unwrap_or_else(|e| format!("(error: {e})"));
+        let value = if value.len() > 200 {
+            format!("{}... ({} characters)", &value[..value.floor_char_boundary(200)], value.len())
+        } else {
+            value.replace('\n', "\\n")
+        };
+        let _ = writeln!(text, "{indent}@{name} = {value}");
+    }
+}
+
+fn group(g: &hdf5::Group, path: &str, text: &mut String) -> CaseResult<()> {
+    let file = std::path::PathBuf::from(g.filename());
+    let mut names = g
+        .member_names()
+        .map_err(|e| crate::output::hdf5_error(&file, path, e))?;
+    names.sort();
+    for name in names {
+        let full = format!("{path}{name}");
+        if let Ok(dataset) = g.dataset(&name) {
+            let dtype = dataset
+                .dtype()
+                .ok()
+                .map(|t| format!("{} bytes", t.size()))
+                .unwrap_or_default();
+            let _ = writeln!(
+                text,
+                "dataset {full}: shape {:?} (z, y, x), {dtype} per value",
+                dataset.shape()
+            );
+            attributes(&dataset, "    ", text);
+        } else if let Ok(inner) = g.group(&name) {
+            let _ = writeln!(text, "group {full}/");
+            attributes(&inner, "    ", text);
+            group(&inner, &format!("{full}/"), text)?;
+        }
+    }
+    Ok(())
+}
+
+/// Describes the HDF5 file at `path`.
+pub fn describe_file(path: &Path) -> CaseResult<String> {
+    if !path.is_file() {
+        return Err(CaseError::Output {
+            path: path.to_path_buf(),
+            reason: "no such file".into(),
+        });
+    }
+    let file = hdf5::File::open(path).map_err(|e| CaseError::Output {
+        path: path.to_path_buf(),
+        reason: format!("not a readable HDF5 file ({e})"),
+    })?;
+    let mut text = String::new();
+    let _ = writeln!(text, "file {}", path.display());
+    attributes(&file, "    ", &mut text);
+    group(&file, "/", &mut text)?;
+    Ok(text)
+}

@@ -1,0 +1,143 @@
+//! Every case, in a small configuration, runs through the library's run
+//! loop and its own check passes: Ghia's profiles, the exact Taylor-Green
+//! decay and dissipation rate, the heat equation's error and observed
+//! order, bounds and mass of advection, the invariants of the reacting
+//! species, and the scalability graphs against hand-written loops.
+
+use watershed_cases::driver::{DumpSchedule, RunControl, Stop, run};
+use watershed_cases::progress::ProgressMode;
+use watershed_cases::registry::CaseOptions;
+use watershed_cases::{find_case, registered_cases};
+
+fn options(sets: &[&str]) -> CaseOptions {
+    CaseOptions {
+        sets: sets.iter().map(|s| s.to_string()).collect(),
+        threads: 2,
+        ..Default::default()
+    }
+}
+
+/// Runs `case` with `sets` to its configured stop (or `stop`); returns the
+/// check's figure after asserting it passed.
+fn passes(case: &str, sets: &[&str], stop: Option<Stop>) -> String {
+    let info = find_case(case).unwrap();
+    let mut prepared = (info.prepare)(&options(sets)).unwrap();
+    let control = RunControl {
+        stop: stop.unwrap_or(prepared.stop),
+        dumps: DumpSchedule::StartAndEnd,
+        checkpoint_every: None,
+        config_text: prepared.config_text.clone(),
+        progress: ProgressMode::Quiet,
+        record_trace: false,
+    };
+    let mut observed = 0u64;
+    let sim = prepared.simulation.as_mut();
+    let report = run(sim, &control, None, &mut |_| observed += 1).unwrap();
+    assert_eq!(observed, report.steps_run, "the observer sees every step");
+    assert!(report.steps_run > 0);
+    let check = sim.finish(None).unwrap();
+    eprintln!("{case}: {} — {}", check.name, check.figure);
+    assert!(check.passed, "{case}: {} — {}", check.name, check.figure);
+    check.figure
+}
+
+#[test]
+fn the_registry_lists_seven_documented_cases() {
+    let cases = registered_cases();
+    let names: Vec<&str> = cases.iter().map(|c| c.name).collect();
+    assert_eq!(
+        names,
+        [
+            "advection",
+            "exprlib-scalability",
+            "heat",
+            "lid-driven-cavity",
+            "reacting-species",
+            "taylor-green",
+            "wasatch-scalability"
+        ]
+    );
+    for case in cases {
+        // With no overrides, the effective configuration is the documented file.
+        let text = (case.config_text)(&CaseOptions::default()).unwrap();
+        assert_eq!(text, case.documented_config, "{}", case.name);
+        assert!(!case.description.is_empty());
+    }
+}
+
+#[test]
+fn lid_driven_cavity_matches_ghia_at_re_100() {
+    passes("lid-driven-cavity", &["cells=32"], None);
+}
+
+#[test]
+fn taylor_green_2d_decays_at_the_exact_rate() {
+    passes("taylor-green", &["cells=32", "end_time=0.5"], None);
+}
+
+#[test]
+fn taylor_green_3d_dissipates_at_the_exact_initial_rate() {
+    passes(
+        "taylor-green",
+        &[
+            "dimensions=3",
+            "cells=16",
+            "re=100",
+            "end_time=0.1",
+            "tolerance=0.05",
+        ],
+        None,
+    );
+}
+
+#[test]
+fn heat_error_is_small_and_the_order_is_two() {
+    passes("heat", &["cells=8"], None);
+    let check = watershed_cases::cases::heat::convergence_study(&options(&["cells=12"]), None)
+        .unwrap();
+    eprintln!("{}", check.figure);
+    assert!(check.passed, "{}", check.figure);
+}
+
+#[test]
+fn advection_limited_and_upwind_stay_bounded_and_conserve_mass() {
+    for scheme in ["limited", "upwind", "central"] {
+        passes(
+            "advection",
+            &["cells=32", &format!("scheme=\"{scheme}\""), "end_time=0.25"],
+            None,
+        );
+    }
+}
+
+#[test]
+fn reacting_species_keep_their_invariants_in_both_flows() {
+    passes("reacting-species", &["cells=32", "end_time=0.1"], None);
+    passes(
+        "reacting-species",
+        &["cells=16", "flow=computed", "end_time=0.05"],
+        None,
+    );
+}
+
+#[test]
+fn scalability_graphs_match_hand_written_loops() {
+    for variant in ["diffusion", "independent", "coupled"] {
+        let v = format!("variant={variant}");
+        passes(
+            "exprlib-scalability",
+            &["cells=8", "pdes=3", "steps=3", &v],
+            None,
+        );
+        passes(
+            "wasatch-scalability",
+            &["cells=8", "pdes=3", "steps=3", &v],
+            None,
+        );
+    }
+    passes(
+        "exprlib-scalability",
+        &["cells=8", "pdes=3", "fusion=false"],
+        Some(Stop::Steps(2)),
+    );
+}
