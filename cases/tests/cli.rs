@@ -1,74 +1,381 @@
-//! The `watershed` program's command line.
+//! The `watershed` program end to end: listing, configuration errors (exact
+//! messages and exit status 2, nothing written), HDF5 + XDMF output read by
+//! an independent reader, inspect, DOT and trace files, devices, and the
+//! output-directory rules.
 
+#[path = "../../fields/tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn watershed(args: &[&str]) -> (bool, String, String) {
+struct Outcome {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn watershed_in(dir: &Path, args: &[&str]) -> Outcome {
     let output = Command::new(env!("CARGO_BIN_EXE_watershed"))
         .args(args)
+        .current_dir(dir)
         .env("WATERSHED_DISABLE_CUDA", "1")
+        .env_remove("RUST_LOG")
         .output()
         .expect("the watershed binary runs");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    Outcome {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn watershed(args: &[&str]) -> Outcome {
+    watershed_in(&std::env::temp_dir(), args)
+}
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
 }
 
 #[test]
 fn version_names_the_package_version_and_the_devices() {
-    let (ok, stdout, _) = watershed(&["--version"]);
-    assert!(ok);
+    let out = watershed(&["--version"]);
+    assert_eq!(out.code, 0);
     assert!(
-        stdout.starts_with(&format!("watershed {}", env!("CARGO_PKG_VERSION"))),
-        "{stdout}"
+        out.stdout
+            .starts_with(&format!("watershed {}", env!("CARGO_PKG_VERSION"))),
+        "{}",
+        out.stdout
     );
     assert!(
-        stdout.contains("no CUDA device (GPUs are disabled by WATERSHED_DISABLE_CUDA)"),
-        "{stdout}"
+        out.stdout
+            .contains("no CUDA device (GPUs are disabled by WATERSHED_DISABLE_CUDA)"),
+        "{}",
+        out.stdout
     );
 }
 
 #[test]
-fn list_reports_the_registered_cases() {
-    let (ok, stdout, _) = watershed(&["list"]);
-    assert!(ok);
-    let cases = watershed_cases::registered_cases();
-    if cases.is_empty() {
-        assert!(stdout.contains("No cases are registered"), "{stdout}");
-    }
-    for case in cases {
-        assert!(stdout.contains(case.name), "{stdout}");
+fn list_names_every_case_with_a_line() {
+    let out = watershed(&["list"]);
+    assert_eq!(out.code, 0);
+    for case in watershed_cases::registered_cases() {
+        let line = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(case.name))
+            .unwrap_or_else(|| panic!("{} missing from\n{}", case.name, out.stdout));
+        assert!(line.contains(case.description), "{line}");
     }
 }
 
 #[test]
 fn an_unknown_command_fails_with_usage() {
-    let (ok, _, stderr) = watershed(&["frobnicate"]);
-    assert!(!ok);
-    assert!(stderr.contains("Usage"), "{stderr}");
+    let out = watershed(&["frobnicate"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("Usage"), "{}", out.stderr);
 }
 
-/// Output into a pipe whose reader is gone (`watershed list | head -0`) is
-/// not a panic: the program ends quietly and successfully.
+/// Runs a command that must be refused with exit status 2, writing nothing
+/// into a fresh output directory; returns stderr.
+fn refused(args: &[&str]) -> String {
+    let dir = temp();
+    let output = dir.path().join("out");
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--output", path(&output), "--quiet"]);
+    let out = watershed_in(dir.path(), &all);
+    assert_eq!(out.code, 2, "stdout {}\nstderr {}", out.stdout, out.stderr);
+    assert!(!output.exists(), "a refused run created its output directory");
+    out.stderr
+}
+
 #[test]
-fn a_closed_output_pipe_is_not_a_panic() {
-    for args in [["list"], ["info"]] {
-        let (reader, writer) = std::io::pipe().expect("a pipe");
-        drop(reader); // every write now fails with EPIPE
-        let output = Command::new(env!("CARGO_BIN_EXE_watershed"))
-            .args(args)
-            .env("WATERSHED_DISABLE_CUDA", "1")
-            .stdout(writer)
-            .stderr(std::process::Stdio::piped())
-            .output()
-            .expect("the watershed binary runs");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-        assert!(
-            output.status.success(),
-            "{args:?}: {:?} {stderr}",
-            output.status
-        );
+fn configuration_errors_name_the_key_the_value_the_range_and_the_line() {
+    let e = refused(&["run", "no-such-case"]);
+    assert!(
+        e.contains("unknown case `no-such-case`") && e.contains("lid-driven-cavity"),
+        "{e}"
+    );
+    let e = refused(&["run", "heat", "--set", "cels=8"]);
+    assert!(
+        e.contains("unknown key `cels`") && e.contains("cells") && e.contains("--set"),
+        "{e}"
+    );
+    let e = refused(&["run", "heat", "--set", "cells=many"]);
+    assert!(e.contains("--set cells=many") && e.contains("invalid type"), "{e}");
+    let e = refused(&["run", "heat", "--set", "cells=2"]);
+    assert!(
+        e.contains("cells = 2 is out of range") && e.contains("4 ..= 512") && e.contains("(--set)"),
+        "{e}"
+    );
+    let e = refused(&["run", "advection", "--set", "scheme=\"fancy\""]);
+    assert!(
+        e.contains("scheme = \"fancy\"") && e.contains("\"central\", \"upwind\", \"limited\""),
+        "{e}"
+    );
+    let e = refused(&["run", "heat", "--set", "cells"]);
+    assert!(e.contains("not of the form key=value"), "{e}");
+
+    let dir = temp();
+    let file = dir.path().join("heat.toml");
+    std::fs::write(&file, "# my run\ncells = 16\n\ndiffusivity = -1.0\n").unwrap();
+    let e = refused(&["run", "heat", "--config", path(&file)]);
+    assert!(
+        e.contains("diffusivity = -1 is out of range") && e.contains("heat.toml, line 4"),
+        "{e}"
+    );
+    std::fs::write(&file, "cells = 16\ncolour = \"blue\"\n").unwrap();
+    let e = refused(&["run", "heat", "--config", path(&file)]);
+    assert!(
+        e.contains("unknown field `colour`") && e.contains("line 2"),
+        "{e}"
+    );
+    std::fs::write(&file, "cells = \"sixteen\"\n").unwrap();
+    let e = refused(&["run", "heat", "--config", path(&file)]);
+    assert!(e.contains("invalid type") && e.contains("line 1"), "{e}");
+    let e = refused(&["run", "heat", "--config", "/no/such/file.toml"]);
+    assert!(
+        e.contains("cannot read the configuration file /no/such/file.toml"),
+        "{e}"
+    );
+    let e = refused(&["run", "heat", "--threads", "0"]);
+    assert!(e.contains("--threads must be at least 1"), "{e}");
+    let e = refused(&["run", "heat", "--end-time", "nan"]);
+    assert!(e.contains("--end-time NaN must be finite"), "{e}");
+    let e = refused(&["run", "heat", "--dump-every", "0"]);
+    assert!(e.contains("--dump-every must be at least 1"), "{e}");
+    let e = refused(&["run", "heat", "--device", "gpu"]);
+    assert!(
+        e.contains("--device gpu: GPU 0 is not available") && e.contains("--device cpu"),
+        "{e}"
+    );
+    let e = refused(&["run", "heat", "--device", "tpu"]);
+    assert!(e.contains("expected auto, cpu, gpu or gpu:K"), "{e}");
+    let e = refused(&["run", "advection", "--convergence"]);
+    assert!(e.contains("--convergence is an option of the heat case"), "{e}");
+}
+
+#[test]
+fn print_config_shows_the_documented_defaults_and_the_overrides() {
+    let out = watershed(&["run", "lid-driven-cavity", "--print-config"]);
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.contains("# Reynolds number"), "{}", out.stdout);
+    assert!(out.stdout.contains("re = 100.0"), "{}", out.stdout);
+    let out = watershed(&[
+        "run",
+        "lid-driven-cavity",
+        "--print-config",
+        "--set",
+        "re=400",
+    ]);
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.contains("re = 400.0"), "{}", out.stdout);
+}
+
+/// An XDMF check with h5py and the standard XML parser: well-formed, XDMF
+/// 3, a temporal collection whose times increase, and every HDF reference
+/// naming an existing dataset of the stated shape; topology dimensions are
+/// the data's plus one.
+const XDMF_CHECK: &str = r#"
+import sys, os, h5py
+import xml.etree.ElementTree as ET
+path = sys.argv[1]
+root = ET.parse(path).getroot()
+assert root.tag == "Xdmf" and root.get("Version") == "3.0", root.attrib
+temporal = root.find("Domain/Grid")
+assert temporal.get("CollectionType") == "Temporal"
+times = []
+checked = 0
+for step in temporal.findall("Grid"):
+    times.append(float(step.find("Time").get("Value")))
+    for grid in step.findall("Grid"):
+        topo = [int(v) for v in grid.find("Topology").get("Dimensions").split()]
+        for attribute in grid.findall("Attribute"):
+            assert attribute.get("Center") == "Cell"
+            item = attribute.find("DataItem")
+            shape = [int(v) for v in item.get("Dimensions").split()]
+            assert [s + 1 for s in shape] == topo, (shape, topo)
+            file, dataset = item.text.strip().split(":")
+            with h5py.File(os.path.join(os.path.dirname(path), file), "r") as f:
+                assert list(f[dataset].shape) == shape, (file, dataset, f[dataset].shape, shape)
+                assert abs(f.attrs["time"] - times[-1]) <= 1e-12 * max(1.0, abs(times[-1]))
+            checked += 1
+assert times == sorted(times) and len(set(times)) == len(times), times
+print("ok", len(times), checked)
+"#;
+
+fn check_xdmf(python: &str, xdmf: &Path) -> String {
+    let out = Command::new(python)
+        .args(["-c", XDMF_CHECK])
+        .arg(xdmf)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    text
+}
+
+#[test]
+fn a_run_writes_hdf5_dumps_an_xdmf_series_plots_a_trace_and_a_dot_graph() {
+    let dir = temp();
+    let out_dir = dir.path().join("cavity");
+    let trace = dir.path().join("trace.json");
+    let dot = dir.path().join("graph.dot");
+    let out = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "lid-driven-cavity",
+            "--set",
+            "cells=16",
+            "--steps",
+            "20",
+            "--dump-every",
+            "5",
+            "--output",
+            path(&out_dir),
+            "--trace",
+            path(&trace),
+            "--dot",
+            path(&dot),
+            "--threads",
+            "2",
+        ],
+    );
+    // 20 steps are far from steady: the check fails (exit 3) and says why.
+    assert_eq!(out.code, 3, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("NOT steady"), "{}", out.stdout);
+    for needle in [
+        "ms/step",
+        "cell updates/s",
+        "memory high-water: CPU",
+        "slowest expressions",
+        "momentum/rhs_u",
+        "check: centreline velocities vs Ghia et al. (1982), Re = 100 — FAILED",
+        "lid-driven-cavity.xmf",
+        "threads: 2",
+    ] {
+        assert!(out.stdout.contains(needle), "{needle} missing:\n{}", out.stdout);
+    }
+    // Progress lines go to stderr when it is not a terminal (quick runs may
+    // finish before the first line is due), never to stdout.
+    assert!(!out.stdout.contains("ETA"), "{}", out.stdout);
+    for step in [0, 5, 10, 15, 20] {
+        let file = out_dir.join(format!("lid-driven-cavity_{step:08}.h5"));
+        let u: watershed_fields::SpatialField<watershed_fields::XFace> =
+            watershed_fields::io::read_field_from_file(&file, "u").unwrap();
+        assert_eq!(u.layout().interior_extent(), [17, 16, 1]);
+    }
+    for png in ["lid-driven-cavity_u.png", "lid-driven-cavity_v.png"] {
+        let bytes = std::fs::read(out_dir.join(png)).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{png}");
+    }
+    let trace = std::fs::read_to_string(trace).unwrap();
+    // Every step executes the momentum graph once per stage (forward
+    // Euler: once), and every execution is in the trace.
+    assert!(
+        trace.matches("\"name\":\"rhs_u\"").count() >= 20,
+        "{}",
+        &trace[..trace.len().min(400)]
+    );
+    let dot = std::fs::read_to_string(dot).unwrap();
+    assert!(dot.contains("digraph watershed") && dot.contains("cluster_legend"));
+    if let Some(python) = common::python_with_h5py() {
+        let verdict = check_xdmf(&python, &out_dir.join("lid-driven-cavity.xmf"));
+        // 5 dumps x 3 fields (u, v, p).
+        assert!(verdict.contains("ok 5 15"), "{verdict}");
+    }
+    let inspect = watershed(&[
+        "inspect",
+        path(&out_dir.join("lid-driven-cavity_00000010.h5")),
+    ]);
+    assert_eq!(inspect.code, 0, "{}", inspect.stderr);
+    for needle in [
+        "@case = lid-driven-cavity",
+        "@step = 10",
+        "@time = ",
+        "dataset /u: shape [1, 16, 17]",
+        "@location = XFace",
+        "dataset /p: shape [1, 16, 16]",
+    ] {
+        assert!(inspect.stdout.contains(needle), "{needle}:\n{}", inspect.stdout);
+    }
+
+    // The same directory again: refused, nothing touched.
+    let before = std::fs::read(out_dir.join("lid-driven-cavity_00000020.h5")).unwrap();
+    let again = watershed_in(
+        dir.path(),
+        &["run", "lid-driven-cavity", "--set", "cells=16", "--steps", "3", "--output", path(&out_dir), "--quiet"],
+    );
+    assert_eq!(again.code, 2);
+    assert!(
+        again.stderr.contains("already holds the results of a `lid-driven-cavity` run")
+            && again.stderr.contains("--overwrite"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(
+        std::fs::read(out_dir.join("lid-driven-cavity_00000020.h5")).unwrap(),
+        before
+    );
+    // With --overwrite the old dumps go and the series is the new run's.
+    let over = watershed_in(
+        dir.path(),
+        &["run", "lid-driven-cavity", "--set", "cells=16", "--steps", "3", "--output", path(&out_dir), "--quiet", "--overwrite"],
+    );
+    assert_eq!(over.code, 3, "{}", over.stderr);
+    assert!(!out_dir.join("lid-driven-cavity_00000020.h5").exists());
+    assert!(out_dir.join("lid-driven-cavity_00000003.h5").exists());
+}
+
+#[test]
+fn inspect_refuses_what_is_not_hdf5() {
+    let dir = temp();
+    let file = dir.path().join("notes.h5");
+    std::fs::write(&file, "not hdf5").unwrap();
+    let out = watershed(&["inspect", path(&file)]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("not a readable HDF5 file"), "{}", out.stderr);
+    let out = watershed(&["inspect", "/no/such.h5"]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("no such file"), "{}", out.stderr);
+}
+
+#[test]
+fn the_heat_convergence_study_reports_second_order_and_a_plot() {
+    let dir = temp();
+    let out = watershed_in(
+        dir.path(),
+        &["run", "heat", "--convergence", "--set", "cells=12", "--output", "conv"],
+    );
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("observed orders"), "{}", out.stdout);
+    let png: PathBuf = dir.path().join("conv/heat_convergence.png");
+    assert_eq!(&std::fs::read(png).unwrap()[..4], b"\x89PNG");
+}
+
+#[test]
+fn bench_writes_a_table_and_charts() {
+    let dir = temp();
+    let out = watershed_in(
+        dir.path(),
+        &["bench", "--pdes", "2", "--sizes", "8", "--threads", "1,2", "--steps", "2", "--output", "b"],
+    );
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let table = std::fs::read_to_string(dir.path().join("b/scalability.md")).unwrap();
+    // 3 ExprLib variants + 1 Wasatch, 2 thread counts each.
+    assert_eq!(table.lines().filter(|l| l.starts_with("| exprlib")).count(), 6, "{table}");
+    assert_eq!(table.lines().filter(|l| l.starts_with("| wasatch")).count(), 2, "{table}");
+    for png in ["exprlib_speedup.png", "wasatch_speedup.png"] {
+        assert_eq!(&std::fs::read(dir.path().join("b").join(png)).unwrap()[..4], b"\x89PNG");
     }
 }

@@ -177,6 +177,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
             .build()?;
         flow.set_velocity::<XFace>(velocity_x(config.speed))?;
         flow.set_velocity::<YFace>(velocity_y(config.speed))?;
+        solver.carry_by(&flow, &velocity)?;
         Some(flow)
     } else {
         None
@@ -233,10 +234,13 @@ impl Simulation for Reacting {
         Ok(dt)
     }
     fn step(&mut self, dt: f64) -> CaseResult<()> {
+        // The species' velocity placeholders always hold the flow's current
+        // velocity (carried after every step, at setup and at a restart), so
+        // `next_dt` sees it and a restart resumes from the same state.
         if let Some(flow) = &mut self.flow {
-            self.solver.carry_by(flow, &self.velocity)?;
             self.solver.step(dt)?;
             flow.step(dt)?;
+            self.solver.carry_by(flow, &self.velocity)?;
         } else {
             self.solver.step(dt)?;
         }
@@ -289,6 +293,7 @@ impl Simulation for Reacting {
         }
         if let Some(flow) = &mut self.flow {
             load_flow(flow, group, "flow_", time, step)?;
+            self.solver.carry_by(flow, &self.velocity)?;
         }
         if let [a, b] = crate::checkpoint::load_series(group, "invariants")?[..] {
             self.invariants = [a, b];

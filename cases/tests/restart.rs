@@ -1,0 +1,203 @@
+//! Checkpoints and restarts through the `watershed` program: a restarted
+//! run is bitwise identical to an uninterrupted one (a transport case and
+//! the cavity), only the newest two checkpoints are kept, wrong restart
+//! files are refused without touching the output, and a run killed at any
+//! moment leaves readable dumps, a valid XDMF and a usable checkpoint.
+
+#[path = "../../fields/tests/common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use watershed_fields::io::read_field_from_file;
+use watershed_fields::{CellCentre, Location, SpatialField, XFace, YFace};
+
+fn watershed(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_watershed"))
+        .args(args)
+        .current_dir(dir)
+        .env("WATERSHED_DISABLE_CUDA", "1")
+        .output()
+        .expect("the watershed binary runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn values<L: Location>(file: &Path, name: &str) -> Vec<u64> {
+    let field: SpatialField<L> = read_field_from_file(file, name).unwrap();
+    field.values().unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
+fn checkpoints(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("checkpoint_") && n.ends_with(".h5"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Runs `case` to step `2k` in one go (checkpointing every `k`), and again
+/// from the checkpoint at `k` in another directory; the final dumps must
+/// agree bit for bit in every field of `fields`.
+fn restart_is_bitwise(case: &str, sets: &[&str], k: u64, fields: &[(&str, char)]) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let total = (2 * k).to_string();
+    let every = k.to_string();
+    let mut args = vec!["run", case, "--steps", &total, "--checkpoint-every", &every, "--output", "a", "--quiet", "--threads", "2"];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let (code, out, err) = watershed(root, &args);
+    assert!(code == 0 || code == 3, "{out}\n{err}");
+    assert_eq!(
+        checkpoints(&root.join("a")),
+        [format!("checkpoint_{:08}.h5", k), format!("checkpoint_{:08}.h5", 2 * k)]
+    );
+    std::fs::create_dir(root.join("b")).unwrap();
+    let checkpoint = format!("b/checkpoint_{k:08}.h5");
+    std::fs::copy(root.join(format!("a/checkpoint_{k:08}.h5")), root.join(&checkpoint)).unwrap();
+    let (code, out, err) = watershed(
+        root,
+        &["run", case, "--restart", &checkpoint, "--steps", &total, "--output", "b", "--quiet", "--threads", "1"],
+    );
+    assert!(code == 0 || code == 3, "{out}\n{err}");
+    assert!(out.contains(&format!("steps {k} (now at step {total}")), "{out}");
+    let name = format!("{case}_{:08}.h5", 2 * k);
+    let (a, b) = (root.join("a").join(&name), root.join("b").join(&name));
+    for &(field, location) in fields {
+        let same = match location {
+            'x' => values::<XFace>(&a, field) == values::<XFace>(&b, field),
+            'y' => values::<YFace>(&a, field) == values::<YFace>(&b, field),
+            _ => values::<CellCentre>(&a, field) == values::<CellCentre>(&b, field),
+        };
+        assert!(same, "{case}: field {field} differs after the restart");
+    }
+    // The restarted series lists the dump at the restart step and the end.
+    let xdmf = std::fs::read_to_string(root.join(format!("b/{case}.xmf"))).unwrap();
+    assert!(xdmf.contains(&format!("step_{k}\"")) && xdmf.contains(&format!("step_{total}\"")));
+}
+
+#[test]
+fn a_restarted_transport_run_is_bitwise_identical() {
+    restart_is_bitwise("advection", &["cells=24", "scheme=\"limited\""], 7, &[("c", 'c')]);
+    restart_is_bitwise("reacting-species", &["cells=16", "flow=computed"], 4, &[("Y_A", 'c'), ("Y_C", 'c'), ("u", 'x')]);
+}
+
+#[test]
+fn a_restarted_cavity_is_bitwise_identical() {
+    restart_is_bitwise(
+        "lid-driven-cavity",
+        &["cells=16", "integrator=\"ssp-rk3\""],
+        12,
+        &[("u", 'x'), ("v", 'y'), ("p", 'c')],
+    );
+}
+
+#[test]
+fn wrong_restart_files_are_refused_and_nothing_is_clobbered() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (code, _, err) = watershed(
+        root,
+        &["run", "advection", "--set", "cells=16", "--steps", "4", "--checkpoint-every", "2", "--output", "adv", "--quiet"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let before = std::fs::read(root.join("adv/advection_00000004.h5")).unwrap();
+    let refuse = |args: &[&str], needle: &str| {
+        let (code, out, err) = watershed(root, args);
+        assert_eq!(code, 2, "{out}\n{err}");
+        assert!(err.contains(needle), "{needle} not in: {err}");
+    };
+    refuse(
+        &["run", "heat", "--restart", "adv/checkpoint_00000004.h5", "--output", "adv"],
+        "it was written by case `advection`, not `heat`",
+    );
+    refuse(
+        &["run", "advection", "--restart", "adv/checkpoint_00000004.h5", "--set", "cells=32", "--output", "adv"],
+        "it holds a [16, 16, 1]-cell grid, this run configures [32, 32, 1] cells",
+    );
+    refuse(
+        &["run", "advection", "--restart", "adv/advection_00000004.h5", "--output", "adv"],
+        "not a Watershed checkpoint",
+    );
+    std::fs::write(root.join("junk.h5"), "junk").unwrap();
+    refuse(
+        &["run", "advection", "--restart", "junk.h5", "--output", "adv"],
+        "not a readable HDF5 file",
+    );
+    refuse(
+        &["run", "advection", "--restart", "missing.h5", "--output", "adv"],
+        "restart file missing.h5: no such file",
+    );
+    assert_eq!(std::fs::read(root.join("adv/advection_00000004.h5")).unwrap(), before);
+    assert_eq!(checkpoints(&root.join("adv")).len(), 2);
+}
+
+/// A real run killed (SIGKILL) while it writes dumps and checkpoints: every
+/// dump the XDMF lists is complete and readable, the XDMF is valid, and
+/// the newest checkpoint restarts.
+#[test]
+fn a_killed_run_leaves_valid_output_and_a_usable_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let python = common::python_with_h5py();
+    for (round, wait_for) in [(0, 4usize), (1, 9)] {
+        let out = format!("killed{round}");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_watershed"))
+            .args(["run", "lid-driven-cavity", "--set", "cells=48", "--end-time", "1000", "--dump-every", "2", "--checkpoint-every", "3", "--output", &out, "--quiet", "--threads", "1"])
+            .current_dir(root)
+            .env("WATERSHED_DISABLE_CUDA", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let out_dir = root.join(&out);
+        loop {
+            let dumps = std::fs::read_dir(&out_dir)
+                .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("lid-driven-cavity_")).count())
+                .unwrap_or(0);
+            if dumps >= wait_for || started.elapsed() > Duration::from_secs(120) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(7 + 13 * round as u64));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let xdmf = out_dir.join("lid-driven-cavity.xmf");
+        let text = std::fs::read_to_string(&xdmf).unwrap();
+        let listed: Vec<&str> = text
+            .split("Format=\"HDF\">")
+            .skip(1)
+            .map(|s| s.split(':').next().unwrap())
+            .collect();
+        assert!(listed.len() >= 3 * (wait_for - 1), "{text}");
+        for file in &listed {
+            let _: SpatialField<XFace> = read_field_from_file(out_dir.join(file), "u").unwrap();
+        }
+        if let Some(python) = &python {
+            let status = Command::new(python)
+                .args(["-c", "import sys, xml.etree.ElementTree as ET; ET.parse(sys.argv[1])"])
+                .arg(&xdmf)
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let newest = checkpoints(&out_dir).pop().expect("a checkpoint was written");
+        let restart = format!("{out}/{newest}");
+        let (code, stdout, err) = watershed(
+            root,
+            &["run", "lid-driven-cavity", "--restart", &restart, "--steps", "40", "--output", &out, "--quiet"],
+        );
+        assert!(code == 0 || code == 3, "{stdout}\n{err}");
+        assert!(stdout.contains("now at step 40"), "{stdout}");
+    }
+}
