@@ -57,7 +57,9 @@ pub fn scaling_study(options: &BenchOptions) -> CaseResult<(Vec<BenchRow>, Vec<P
         ));
     }
     if let Some(&t) = options.threads.iter().find(|&&t| t == 0) {
-        return Err(CaseError::Usage(format!("thread count {t} must be at least 1")));
+        return Err(CaseError::Usage(format!(
+            "thread count {t} must be at least 1"
+        )));
     }
     std::fs::create_dir_all(&options.output).map_err(|e| CaseError::Output {
         path: options.output.clone(),
@@ -91,10 +93,7 @@ pub fn scaling_study(options: &BenchOptions) -> CaseResult<(Vec<BenchRow>, Vec<P
         }
         let mut base = f64::NAN;
         for &threads in &options.threads {
-            let sets = vec![
-                format!("pdes={}", options.pdes),
-                format!("cells={cells}"),
-            ];
+            let sets = vec![format!("pdes={}", options.pdes), format!("cells={cells}")];
             let case_options = CaseOptions {
                 sets,
                 threads,

@@ -112,8 +112,8 @@ pub fn read_checkpoint(path: &Path) -> CaseResult<(hdf5::File, CheckpointHeader)
     if !path.is_file() {
         return Err(refuse("no such file".into()));
     }
-    let file = hdf5::File::open(path)
-        .map_err(|e| refuse(format!("not a readable HDF5 file ({e})")))?;
+    let file =
+        hdf5::File::open(path).map_err(|e| refuse(format!("not a readable HDF5 file ({e})")))?;
     let not_checkpoint = |e: CaseError| {
         refuse(format!(
             "not a Watershed checkpoint (written by `watershed run --checkpoint-every N`): {e}"

@@ -114,7 +114,11 @@ pub fn load_flow(
             _ => flow.with_velocity_mut::<ZFace, _>(|w| load_field(group, &name, w))??,
         }
     }
-    load_field(group, &format!("{prefix}psi"), flow.projection_potential_mut())?;
+    load_field(
+        group,
+        &format!("{prefix}psi"),
+        flow.projection_potential_mut(),
+    )?;
     load_field(group, &format!("{prefix}p"), flow.pressure_mut())?;
     flow.set_clock(time, step)?;
     Ok(())

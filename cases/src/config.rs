@@ -37,7 +37,11 @@ pub fn in_range<T: PartialOrd + std::fmt::Display>(
     if value >= low && value <= high {
         None
     } else {
-        Some((key.to_string(), value.to_string(), format!("{low} ..= {high}")))
+        Some((
+            key.to_string(),
+            value.to_string(),
+            format!("{low} ..= {high}"),
+        ))
     }
 }
 
@@ -246,7 +250,7 @@ pub fn load<C: CaseConfig>(
             key,
             value,
             allowed,
-            origin,
+            origin: Box::new(origin),
         });
     }
     Ok(Loaded {

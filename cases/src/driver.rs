@@ -341,7 +341,7 @@ pub fn run<S: Simulation + ?Sized>(
     };
     let wall = started.elapsed();
     progress.finish();
-    if let Some(out) = output.as_deref_mut()
+    if let Some(out) = output
         && !out.dumps().iter().any(|d| d.step == sim.steps())
     {
         dump(sim, out)?;
@@ -362,7 +362,7 @@ pub fn run<S: Simulation + ?Sized>(
     }
     slowest.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
     slowest.truncate(5);
-    trace.sort_by(|a, b| a.start.cmp(&b.start));
+    trace.sort_by_key(|e| e.start);
     Ok(RunReport {
         steps_run: sim.steps() - first_step,
         wall,

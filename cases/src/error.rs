@@ -74,7 +74,9 @@ pub enum CaseError {
         known: String,
     },
     /// A value outside its allowed range.
-    #[error("configuration of `{case}` ({origin}): {key} = {value} is out of range; allowed: {allowed}")]
+    #[error(
+        "configuration of `{case}` ({origin}): {key} = {value} is out of range; allowed: {allowed}"
+    )]
     ConfigValue {
         /// The case.
         case: String,
@@ -85,7 +87,7 @@ pub enum CaseError {
         /// The allowed range.
         allowed: String,
         /// Where it came from.
-        origin: ConfigOrigin,
+        origin: Box<ConfigOrigin>,
     },
     /// A configuration file that cannot be read.
     #[error("cannot read the configuration file {path}: {source}")]

@@ -40,8 +40,13 @@ fn attributes(location: &hdf5::Location, indent: &str, text: &mut String) {
             .attr(&name)
             .map(|a| attribute_text(&a))
             .unwrap_or_else(|e| format!("(error: {e})"));
-        let value = if value.len() > 200 {
-            format!("{}... ({} characters)", &value[..value.floor_char_boundary(200)], value.len())
+        let value = if value.chars().count() > 200 {
+            let head: String = value.chars().take(200).collect();
+            format!(
+                "{}... ({} characters)",
+                head.replace('\n', "\\n"),
+                value.chars().count()
+            )
         } else {
             value.replace('\n', "\\n")
         };

@@ -227,8 +227,7 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
     };
     let mut restart_header = None;
     if let Some(path) = &args.restart {
-        let (_, header) =
-            watershed_cases::checkpoint::read_checkpoint(path).map_err(usage)?;
+        let (_, header) = watershed_cases::checkpoint::read_checkpoint(path).map_err(usage)?;
         if header.case != info.name {
             return Err(usage(CaseError::Restart {
                 path: path.clone(),
@@ -262,9 +261,8 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
                 reason: format!("cannot create the directory: {e}"),
             })
         })?;
-        let check =
-            watershed_cases::cases::heat::convergence_study(&options, Some(&directory))
-                .map_err(runtime)?;
+        let check = watershed_cases::cases::heat::convergence_study(&options, Some(&directory))
+            .map_err(runtime)?;
         writeln!(
             out,
             "check: {} — {} ({})",
@@ -408,8 +406,7 @@ fn execute(command: Command, out: &mut impl Write) -> Result<Outcome, Failure> {
                     .unwrap_or_else(watershed_cases::bench::default_thread_counts),
                 steps: args.steps,
             };
-            let (rows, files) =
-                watershed_cases::bench::scaling_study(&options).map_err(runtime)?;
+            let (rows, files) = watershed_cases::bench::scaling_study(&options).map_err(runtime)?;
             for row in rows {
                 writeln!(
                     out,

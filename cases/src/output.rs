@@ -137,7 +137,8 @@ pub fn write_text_file_atomically(path: &Path, text: &str) -> CaseResult<()> {
         .unwrap_or(Path::new("."));
     let temporary = directory.join(format!(
         ".{}.{}.tmp",
-        path.file_name().map_or("file".into(), |n| n.to_string_lossy()),
+        path.file_name()
+            .map_or("file".into(), |n| n.to_string_lossy()),
         std::process::id()
     ));
     let error = |action: &str, e: std::io::Error| CaseError::Output {
@@ -320,7 +321,9 @@ impl OutputManager {
         let step = read_number_attribute::<u64>(&file, "step")?;
         let mut fields = Vec::new();
         for name in file.member_names().map_err(|e| hdf5_error(path, "/", e))? {
-            let dataset = file.dataset(&name).map_err(|e| hdf5_error(path, &name, e))?;
+            let dataset = file
+                .dataset(&name)
+                .map_err(|e| hdf5_error(path, &name, e))?;
             let location: VarLenUnicode = dataset
                 .attr("location")
                 .and_then(|a| a.read_scalar())

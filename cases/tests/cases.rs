@@ -93,8 +93,8 @@ fn taylor_green_3d_dissipates_at_the_exact_initial_rate() {
 #[test]
 fn heat_error_is_small_and_the_order_is_two() {
     passes("heat", &["cells=8"], None);
-    let check = watershed_cases::cases::heat::convergence_study(&options(&["cells=12"]), None)
-        .unwrap();
+    let check =
+        watershed_cases::cases::heat::convergence_study(&options(&["cells=12"]), None).unwrap();
     eprintln!("{}", check.figure);
     assert!(check.passed, "{}", check.figure);
 }

@@ -90,7 +90,10 @@ fn refused(args: &[&str]) -> String {
     all.extend(["--output", path(&output), "--quiet"]);
     let out = watershed_in(dir.path(), &all);
     assert_eq!(out.code, 2, "stdout {}\nstderr {}", out.stdout, out.stderr);
-    assert!(!output.exists(), "a refused run created its output directory");
+    assert!(
+        !output.exists(),
+        "a refused run created its output directory"
+    );
     out.stderr
 }
 
@@ -107,7 +110,10 @@ fn configuration_errors_name_the_key_the_value_the_range_and_the_line() {
         "{e}"
     );
     let e = refused(&["run", "heat", "--set", "cells=many"]);
-    assert!(e.contains("--set cells=many") && e.contains("invalid type"), "{e}");
+    assert!(
+        e.contains("--set cells=many") && e.contains("invalid type"),
+        "{e}"
+    );
     let e = refused(&["run", "heat", "--set", "cells=2"]);
     assert!(
         e.contains("cells = 2 is out of range") && e.contains("4 ..= 512") && e.contains("(--set)"),
@@ -157,7 +163,10 @@ fn configuration_errors_name_the_key_the_value_the_range_and_the_line() {
     let e = refused(&["run", "heat", "--device", "tpu"]);
     assert!(e.contains("expected auto, cpu, gpu or gpu:K"), "{e}");
     let e = refused(&["run", "advection", "--convergence"]);
-    assert!(e.contains("--convergence is an option of the heat case"), "{e}");
+    assert!(
+        e.contains("--convergence is an option of the heat case"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -264,7 +273,11 @@ fn a_run_writes_hdf5_dumps_an_xdmf_series_plots_a_trace_and_a_dot_graph() {
         "lid-driven-cavity.xmf",
         "threads: 2",
     ] {
-        assert!(out.stdout.contains(needle), "{needle} missing:\n{}", out.stdout);
+        assert!(
+            out.stdout.contains(needle),
+            "{needle} missing:\n{}",
+            out.stdout
+        );
     }
     // Progress lines go to stderr when it is not a terminal (quick runs may
     // finish before the first line is due), never to stdout.
@@ -307,18 +320,34 @@ fn a_run_writes_hdf5_dumps_an_xdmf_series_plots_a_trace_and_a_dot_graph() {
         "@location = XFace",
         "dataset /p: shape [1, 16, 16]",
     ] {
-        assert!(inspect.stdout.contains(needle), "{needle}:\n{}", inspect.stdout);
+        assert!(
+            inspect.stdout.contains(needle),
+            "{needle}:\n{}",
+            inspect.stdout
+        );
     }
 
     // The same directory again: refused, nothing touched.
     let before = std::fs::read(out_dir.join("lid-driven-cavity_00000020.h5")).unwrap();
     let again = watershed_in(
         dir.path(),
-        &["run", "lid-driven-cavity", "--set", "cells=16", "--steps", "3", "--output", path(&out_dir), "--quiet"],
+        &[
+            "run",
+            "lid-driven-cavity",
+            "--set",
+            "cells=16",
+            "--steps",
+            "3",
+            "--output",
+            path(&out_dir),
+            "--quiet",
+        ],
     );
     assert_eq!(again.code, 2);
     assert!(
-        again.stderr.contains("already holds the results of a `lid-driven-cavity` run")
+        again
+            .stderr
+            .contains("already holds the results of a `lid-driven-cavity` run")
             && again.stderr.contains("--overwrite"),
         "{}",
         again.stderr
@@ -330,7 +359,18 @@ fn a_run_writes_hdf5_dumps_an_xdmf_series_plots_a_trace_and_a_dot_graph() {
     // With --overwrite the old dumps go and the series is the new run's.
     let over = watershed_in(
         dir.path(),
-        &["run", "lid-driven-cavity", "--set", "cells=16", "--steps", "3", "--output", path(&out_dir), "--quiet", "--overwrite"],
+        &[
+            "run",
+            "lid-driven-cavity",
+            "--set",
+            "cells=16",
+            "--steps",
+            "3",
+            "--output",
+            path(&out_dir),
+            "--quiet",
+            "--overwrite",
+        ],
     );
     assert_eq!(over.code, 3, "{}", over.stderr);
     assert!(!out_dir.join("lid-driven-cavity_00000020.h5").exists());
@@ -344,7 +384,11 @@ fn inspect_refuses_what_is_not_hdf5() {
     std::fs::write(&file, "not hdf5").unwrap();
     let out = watershed(&["inspect", path(&file)]);
     assert_eq!(out.code, 2);
-    assert!(out.stderr.contains("not a readable HDF5 file"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("not a readable HDF5 file"),
+        "{}",
+        out.stderr
+    );
     let out = watershed(&["inspect", "/no/such.h5"]);
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("no such file"), "{}", out.stderr);
@@ -355,7 +399,15 @@ fn the_heat_convergence_study_reports_second_order_and_a_plot() {
     let dir = temp();
     let out = watershed_in(
         dir.path(),
-        &["run", "heat", "--convergence", "--set", "cells=12", "--output", "conv"],
+        &[
+            "run",
+            "heat",
+            "--convergence",
+            "--set",
+            "cells=12",
+            "--output",
+            "conv",
+        ],
     );
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("observed orders"), "{}", out.stdout);
@@ -368,14 +420,37 @@ fn bench_writes_a_table_and_charts() {
     let dir = temp();
     let out = watershed_in(
         dir.path(),
-        &["bench", "--pdes", "2", "--sizes", "8", "--threads", "1,2", "--steps", "2", "--output", "b"],
+        &[
+            "bench",
+            "--pdes",
+            "2",
+            "--sizes",
+            "8",
+            "--threads",
+            "1,2",
+            "--steps",
+            "2",
+            "--output",
+            "b",
+        ],
     );
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     let table = std::fs::read_to_string(dir.path().join("b/scalability.md")).unwrap();
     // 3 ExprLib variants + 1 Wasatch, 2 thread counts each.
-    assert_eq!(table.lines().filter(|l| l.starts_with("| exprlib")).count(), 6, "{table}");
-    assert_eq!(table.lines().filter(|l| l.starts_with("| wasatch")).count(), 2, "{table}");
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("| exprlib")).count(),
+        6,
+        "{table}"
+    );
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("| wasatch")).count(),
+        2,
+        "{table}"
+    );
     for png in ["exprlib_speedup.png", "wasatch_speedup.png"] {
-        assert_eq!(&std::fs::read(dir.path().join("b").join(png)).unwrap()[..4], b"\x89PNG");
+        assert_eq!(
+            &std::fs::read(dir.path().join("b").join(png)).unwrap()[..4],
+            b"\x89PNG"
+        );
     }
 }

@@ -29,7 +29,12 @@ fn watershed(dir: &Path, args: &[&str]) -> (i32, String, String) {
 
 fn values<L: Location>(file: &Path, name: &str) -> Vec<u64> {
     let field: SpatialField<L> = read_field_from_file(file, name).unwrap();
-    field.values().unwrap().iter().map(|v| v.to_bits()).collect()
+    field
+        .values()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
 }
 
 fn checkpoints(dir: &Path) -> Vec<String> {
@@ -51,7 +56,19 @@ fn restart_is_bitwise(case: &str, sets: &[&str], k: u64, fields: &[(&str, char)]
     let root = dir.path();
     let total = (2 * k).to_string();
     let every = k.to_string();
-    let mut args = vec!["run", case, "--steps", &total, "--checkpoint-every", &every, "--output", "a", "--quiet", "--threads", "2"];
+    let mut args = vec![
+        "run",
+        case,
+        "--steps",
+        &total,
+        "--checkpoint-every",
+        &every,
+        "--output",
+        "a",
+        "--quiet",
+        "--threads",
+        "2",
+    ];
     for s in sets {
         args.extend(["--set", s]);
     }
@@ -59,17 +76,39 @@ fn restart_is_bitwise(case: &str, sets: &[&str], k: u64, fields: &[(&str, char)]
     assert!(code == 0 || code == 3, "{out}\n{err}");
     assert_eq!(
         checkpoints(&root.join("a")),
-        [format!("checkpoint_{:08}.h5", k), format!("checkpoint_{:08}.h5", 2 * k)]
+        [
+            format!("checkpoint_{:08}.h5", k),
+            format!("checkpoint_{:08}.h5", 2 * k)
+        ]
     );
     std::fs::create_dir(root.join("b")).unwrap();
     let checkpoint = format!("b/checkpoint_{k:08}.h5");
-    std::fs::copy(root.join(format!("a/checkpoint_{k:08}.h5")), root.join(&checkpoint)).unwrap();
+    std::fs::copy(
+        root.join(format!("a/checkpoint_{k:08}.h5")),
+        root.join(&checkpoint),
+    )
+    .unwrap();
     let (code, out, err) = watershed(
         root,
-        &["run", case, "--restart", &checkpoint, "--steps", &total, "--output", "b", "--quiet", "--threads", "1"],
+        &[
+            "run",
+            case,
+            "--restart",
+            &checkpoint,
+            "--steps",
+            &total,
+            "--output",
+            "b",
+            "--quiet",
+            "--threads",
+            "1",
+        ],
     );
     assert!(code == 0 || code == 3, "{out}\n{err}");
-    assert!(out.contains(&format!("steps {k} (now at step {total}")), "{out}");
+    assert!(
+        out.contains(&format!("steps {k} (now at step {total}")),
+        "{out}"
+    );
     let name = format!("{case}_{:08}.h5", 2 * k);
     let (a, b) = (root.join("a").join(&name), root.join("b").join(&name));
     for &(field, location) in fields {
@@ -87,8 +126,18 @@ fn restart_is_bitwise(case: &str, sets: &[&str], k: u64, fields: &[(&str, char)]
 
 #[test]
 fn a_restarted_transport_run_is_bitwise_identical() {
-    restart_is_bitwise("advection", &["cells=24", "scheme=\"limited\""], 7, &[("c", 'c')]);
-    restart_is_bitwise("reacting-species", &["cells=16", "flow=computed"], 4, &[("Y_A", 'c'), ("Y_C", 'c'), ("u", 'x')]);
+    restart_is_bitwise(
+        "advection",
+        &["cells=24", "scheme=\"limited\""],
+        7,
+        &[("c", 'c')],
+    );
+    restart_is_bitwise(
+        "reacting-species",
+        &["cells=16", "flow=computed"],
+        4,
+        &[("Y_A", 'c'), ("Y_C", 'c'), ("u", 'x')],
+    );
 }
 
 #[test]
@@ -107,7 +156,19 @@ fn wrong_restart_files_are_refused_and_nothing_is_clobbered() {
     let root = dir.path();
     let (code, _, err) = watershed(
         root,
-        &["run", "advection", "--set", "cells=16", "--steps", "4", "--checkpoint-every", "2", "--output", "adv", "--quiet"],
+        &[
+            "run",
+            "advection",
+            "--set",
+            "cells=16",
+            "--steps",
+            "4",
+            "--checkpoint-every",
+            "2",
+            "--output",
+            "adv",
+            "--quiet",
+        ],
     );
     assert_eq!(code, 0, "{err}");
     let before = std::fs::read(root.join("adv/advection_00000004.h5")).unwrap();
@@ -117,27 +178,67 @@ fn wrong_restart_files_are_refused_and_nothing_is_clobbered() {
         assert!(err.contains(needle), "{needle} not in: {err}");
     };
     refuse(
-        &["run", "heat", "--restart", "adv/checkpoint_00000004.h5", "--output", "adv"],
+        &[
+            "run",
+            "heat",
+            "--restart",
+            "adv/checkpoint_00000004.h5",
+            "--output",
+            "adv",
+        ],
         "it was written by case `advection`, not `heat`",
     );
     refuse(
-        &["run", "advection", "--restart", "adv/checkpoint_00000004.h5", "--set", "cells=32", "--output", "adv"],
+        &[
+            "run",
+            "advection",
+            "--restart",
+            "adv/checkpoint_00000004.h5",
+            "--set",
+            "cells=32",
+            "--output",
+            "adv",
+        ],
         "it holds a [16, 16, 1]-cell grid, this run configures [32, 32, 1] cells",
     );
     refuse(
-        &["run", "advection", "--restart", "adv/advection_00000004.h5", "--output", "adv"],
+        &[
+            "run",
+            "advection",
+            "--restart",
+            "adv/advection_00000004.h5",
+            "--output",
+            "adv",
+        ],
         "not a Watershed checkpoint",
     );
     std::fs::write(root.join("junk.h5"), "junk").unwrap();
     refuse(
-        &["run", "advection", "--restart", "junk.h5", "--output", "adv"],
+        &[
+            "run",
+            "advection",
+            "--restart",
+            "junk.h5",
+            "--output",
+            "adv",
+        ],
         "not a readable HDF5 file",
     );
     refuse(
-        &["run", "advection", "--restart", "missing.h5", "--output", "adv"],
+        &[
+            "run",
+            "advection",
+            "--restart",
+            "missing.h5",
+            "--output",
+            "adv",
+        ],
         "restart file missing.h5: no such file",
     );
-    assert_eq!(std::fs::read(root.join("adv/advection_00000004.h5")).unwrap(), before);
+    assert_eq!(
+        std::fs::read(root.join("adv/advection_00000004.h5")).unwrap(),
+        before
+    );
     assert_eq!(checkpoints(&root.join("adv")).len(), 2);
 }
 
@@ -152,7 +253,23 @@ fn a_killed_run_leaves_valid_output_and_a_usable_checkpoint() {
     for (round, wait_for) in [(0, 4usize), (1, 9)] {
         let out = format!("killed{round}");
         let mut child = Command::new(env!("CARGO_BIN_EXE_watershed"))
-            .args(["run", "lid-driven-cavity", "--set", "cells=48", "--end-time", "1000", "--dump-every", "2", "--checkpoint-every", "3", "--output", &out, "--quiet", "--threads", "1"])
+            .args([
+                "run",
+                "lid-driven-cavity",
+                "--set",
+                "cells=48",
+                "--end-time",
+                "1000",
+                "--dump-every",
+                "2",
+                "--checkpoint-every",
+                "3",
+                "--output",
+                &out,
+                "--quiet",
+                "--threads",
+                "1",
+            ])
             .current_dir(root)
             .env("WATERSHED_DISABLE_CUDA", "1")
             .stdout(Stdio::null())
@@ -163,7 +280,15 @@ fn a_killed_run_leaves_valid_output_and_a_usable_checkpoint() {
         let out_dir = root.join(&out);
         loop {
             let dumps = std::fs::read_dir(&out_dir)
-                .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("lid-driven-cavity_")).count())
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| {
+                            e.file_name()
+                                .to_string_lossy()
+                                .starts_with("lid-driven-cavity_")
+                        })
+                        .count()
+                })
                 .unwrap_or(0);
             if dumps >= wait_for || started.elapsed() > Duration::from_secs(120) {
                 break;
@@ -185,17 +310,32 @@ fn a_killed_run_leaves_valid_output_and_a_usable_checkpoint() {
         }
         if let Some(python) = &python {
             let status = Command::new(python)
-                .args(["-c", "import sys, xml.etree.ElementTree as ET; ET.parse(sys.argv[1])"])
+                .args([
+                    "-c",
+                    "import sys, xml.etree.ElementTree as ET; ET.parse(sys.argv[1])",
+                ])
                 .arg(&xdmf)
                 .status()
                 .unwrap();
             assert!(status.success());
         }
-        let newest = checkpoints(&out_dir).pop().expect("a checkpoint was written");
+        let newest = checkpoints(&out_dir)
+            .pop()
+            .expect("a checkpoint was written");
         let restart = format!("{out}/{newest}");
         let (code, stdout, err) = watershed(
             root,
-            &["run", "lid-driven-cavity", "--restart", &restart, "--steps", "40", "--output", &out, "--quiet"],
+            &[
+                "run",
+                "lid-driven-cavity",
+                "--restart",
+                &restart,
+                "--steps",
+                "40",
+                "--output",
+                &out,
+                "--quiet",
+            ],
         );
         assert!(code == 0 || code == 3, "{stdout}\n{err}");
         assert!(stdout.contains("now at step 40"), "{stdout}");

@@ -220,7 +220,10 @@ impl TransportSolver {
 
     /// Names of the equations, in the order they were added.
     pub fn equation_names(&self) -> Vec<String> {
-        self.equations.iter().map(|e| e.name().to_string()).collect()
+        self.equations
+            .iter()
+            .map(|e| e.name().to_string())
+            .collect()
     }
 
     /// Sets the clock (time and steps taken), e.g. when restarting from a

@@ -70,7 +70,13 @@ impl CaseConfig for AdvectionConfig {
     fn check_ranges(&self) -> Option<RangeProblem> {
         in_range("cells", self.cells, 8, 2048)
             .or_else(|| one_of("scheme", &self.scheme, &["central", "upwind", "limited"]))
-            .or_else(|| one_of("limiter", &self.limiter, &["minmod", "van-leer", "superbee"]))
+            .or_else(|| {
+                one_of(
+                    "limiter",
+                    &self.limiter,
+                    &["minmod", "van-leer", "superbee"],
+                )
+            })
             .or_else(|| in_range("end_time", self.end_time, 1e-12, 1e6))
             .or_else(|| in_range("cfl", self.cfl, 1e-6, 1.0))
             .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
@@ -136,10 +142,8 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
     let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
     let mut builder = TransportSolverBuilder::new(&grid.whole_domain(2)).equation(
-        TransportEquation::new("c").convection(
-            velocity.clone(),
-            scheme(&config.scheme, &config.limiter),
-        ),
+        TransportEquation::new("c")
+            .convection(velocity.clone(), scheme(&config.scheme, &config.limiter)),
     );
     builder
         .factory_mut()

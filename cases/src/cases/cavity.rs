@@ -110,6 +110,9 @@ pub fn ghia_table(re: f64) -> Vec<(String, f64, f64)> {
         .collect()
 }
 
+/// (position, velocity) samples along a line.
+pub type Profile = Vec<(f64, f64)>;
+
 /// The running cavity.
 pub struct Cavity {
     config: CavityConfig,
@@ -149,7 +152,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
 
 impl Cavity {
     /// (y, u) along x = 0.5 and (x, v) along y = 0.5, walls included.
-    pub fn centrelines(&self) -> CaseResult<(Vec<(f64, f64)>, Vec<(f64, f64)>)> {
+    pub fn centrelines(&self) -> CaseResult<(Profile, Profile)> {
         let n = self.config.cells as isize;
         let u_line = self.flow.with_velocity::<XFace, _>(|u| -> CaseResult<_> {
             let layout = u.layout();

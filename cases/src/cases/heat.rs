@@ -15,9 +15,7 @@ use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
 use watershed_fields::{CellCentre, Grid};
-use watershed_solvers::{
-    Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder,
-};
+use watershed_solvers::{Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder};
 
 /// The case's name.
 pub const NAME: &str = "heat";
@@ -256,12 +254,7 @@ pub fn convergence_study(options: &CaseOptions, output: Option<&Path>) -> CaseRe
                     label: "slope 2".into(),
                     points: rows
                         .iter()
-                        .map(|r| {
-                            (
-                                r[0].log10(),
-                                (first[1] * (r[0] / first[0]).powi(2)).log10(),
-                            )
-                        })
+                        .map(|r| (r[0].log10(), (first[1] * (r[0] / first[0]).powi(2)).log10()))
                         .collect(),
                     mark: Mark::Line,
                 },
@@ -283,10 +276,7 @@ pub fn convergence_study(options: &CaseOptions, output: Option<&Path>) -> CaseRe
             rows.iter()
                 .map(|r| format!("{:.3e}", r[1]))
                 .collect::<Vec<_>>(),
-            orders
-                .iter()
-                .map(|o| format!("{o:.3}"))
-                .collect::<Vec<_>>(),
+            orders.iter().map(|o| format!("{o:.3}")).collect::<Vec<_>>(),
             config.minimum_order
         ),
         files,

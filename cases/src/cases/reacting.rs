@@ -17,8 +17,8 @@ use std::path::Path;
 use watershed_exprgraph::{ExpressionGraph, Tag};
 use watershed_fields::{CellCentre, Grid, LocationKind, XFace, YFace};
 use watershed_solvers::{
-    Diffusivity, IncompressibleFlow, IncompressibleFlowBuilder, TransportEquation,
-    TransportSolver, TransportSolverBuilder,
+    Diffusivity, IncompressibleFlow, IncompressibleFlowBuilder, TransportEquation, TransportSolver,
+    TransportSolverBuilder,
 };
 
 /// The case's name.
@@ -311,7 +311,8 @@ impl Simulation for Reacting {
         let [total, difference] = self.invariants()?;
         let [total0, difference0] = self.invariants;
         let total_drift = (total - total0).abs() / total0.abs().max(f64::MIN_POSITIVE);
-        let difference_drift = (difference - difference0).abs() / total0.abs().max(f64::MIN_POSITIVE);
+        let difference_drift =
+            (difference - difference0).abs() / total0.abs().max(f64::MIN_POSITIVE);
         let mut lowest = f64::INFINITY;
         for species in SPECIES {
             lowest = lowest.min(bounds_and_mass(&self.solver, species)?.0);
@@ -320,7 +321,9 @@ impl Simulation for Reacting {
         let tolerance = 1e-10;
         let bounded = self.config.scheme == "central" || lowest >= -1e-12;
         Ok(CaseCheck {
-            name: "total mass and mass(A) - mass(B) conserved, C produced, no negative mass fraction".into(),
+            name:
+                "total mass and mass(A) - mass(B) conserved, C produced, no negative mass fraction"
+                    .into(),
             passed: total_drift <= tolerance
                 && difference_drift <= tolerance
                 && produced > 0.0

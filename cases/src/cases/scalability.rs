@@ -110,7 +110,11 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
     fn check_ranges(&self) -> Option<RangeProblem> {
         let integrator = match (&self.integrator, K::WASATCH) {
             (Some(name), true) => one_of("integrator", name, &crate::common::INTEGRATORS),
-            (None, true) => Some(("integrator".into(), "(missing)".into(), format!("one of {:?}", crate::common::INTEGRATORS))),
+            (None, true) => Some((
+                "integrator".into(),
+                "(missing)".into(),
+                format!("one of {:?}", crate::common::INTEGRATORS),
+            )),
             (Some(name), false) => Some((
                 "integrator".into(),
                 format!("\"{name}\""),
@@ -120,7 +124,13 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
         };
         in_range("pdes", self.pdes, 1, 200)
             .or_else(|| in_range("cells", self.cells, 4, 256))
-            .or_else(|| one_of("variant", &self.variant, &["diffusion", "independent", "coupled"]))
+            .or_else(|| {
+                one_of(
+                    "variant",
+                    &self.variant,
+                    &["diffusion", "independent", "coupled"],
+                )
+            })
             .or_else(|| in_range("steps", self.steps, 1, 1_000_000_000))
             .or_else(|| in_range("dt", self.dt, 1e-300, 1.0))
             .or(integrator)
@@ -249,7 +259,12 @@ pub fn exprlib_graph(
         persistent: (0..pdes).map(phi_next).collect(),
         ..Default::default()
     };
-    let graph = ExpressionGraph::build(&exprlib_factory(pdes, variant, dt)?, &roots, patch, &options)?;
+    let graph = ExpressionGraph::build(
+        &exprlib_factory(pdes, variant, dt)?,
+        &roots,
+        patch,
+        &options,
+    )?;
     fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value)?;
     for i in 0..pdes {
         fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i))?;
@@ -416,7 +431,9 @@ impl Simulation for ExprLib {
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
         (0..self.config.pdes.min(4))
-            .map(|i| dump_graph_field::<CellCentre>(&self.graph, &phi(i), group, &format!("phi{i}")))
+            .map(|i| {
+                dump_graph_field::<CellCentre>(&self.graph, &phi(i), group, &format!("phi{i}"))
+            })
             .collect()
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
@@ -440,17 +457,31 @@ impl Simulation for ExprLib {
         let phis: Vec<Vec<f64>> = (0..c.pdes)
             .map(|i| self.graph.with_field::<CellCentre, _>(&phi(i), interior)?)
             .collect::<CaseResult<_>>()?;
-        let gamma_values = self.graph.with_field::<CellCentre, _>(&gamma(), interior)??;
-        let expected = reference_step(c.cells, 1.0 / c.cells as f64, &gamma_values, &phis, &c.variant, c.dt);
+        let gamma_values = self
+            .graph
+            .with_field::<CellCentre, _>(&gamma(), interior)??;
+        let expected = reference_step(
+            c.cells,
+            1.0 / c.cells as f64,
+            &gamma_values,
+            &phis,
+            &c.variant,
+            c.dt,
+        );
         self.graph.execute(self.mode)?;
         let computed: Vec<Vec<f64>> = (0..c.pdes)
-            .map(|i| self.graph.with_field::<CellCentre, _>(&phi_next(i), interior)?)
+            .map(|i| {
+                self.graph
+                    .with_field::<CellCentre, _>(&phi_next(i), interior)?
+            })
             .collect::<CaseResult<_>>()?;
         let difference = relative_difference(&computed, &expected);
         Ok(CaseCheck {
             name: format!("one step of the {} graph vs a hand-written loop", c.variant),
             passed: difference <= CHECK_TOLERANCE,
-            figure: format!("max relative difference {difference:.2e} (allowed {CHECK_TOLERANCE:e})"),
+            figure: format!(
+                "max relative difference {difference:.2e} (allowed {CHECK_TOLERANCE:e})"
+            ),
             files: Vec::new(),
         })
     }
@@ -464,17 +495,26 @@ pub struct Wasatch {
     threads: usize,
 }
 
-fn wasatch_solver(c: &ScalabilityConfig<WasatchKind>, grid: &Grid, threads: usize, integrator_name: &str) -> CaseResult<TransportSolver> {
+fn wasatch_solver(
+    c: &ScalabilityConfig<WasatchKind>,
+    grid: &Grid,
+    threads: usize,
+    integrator_name: &str,
+) -> CaseResult<TransportSolver> {
     let mut builder = TransportSolverBuilder::new(&grid.whole_domain(1));
     for i in 0..c.pdes {
-        let mut equation = TransportEquation::new(&format!("phi{i}"))
-            .diffusion(Diffusivity::Field(gamma()));
+        let mut equation =
+            TransportEquation::new(&format!("phi{i}")).diffusion(Diffusivity::Field(gamma()));
         if c.variant != "diffusion" {
             let (variant, pdes) = (c.variant.clone(), c.pdes);
             equation = equation.source_expression(move |s| {
                 let mut field = |t: &Tag| s.field::<CellCentre>(t);
                 let solution = |j: usize| TransportEquation::new(&format!("phi{j}")).solution_tag();
-                let inputs: Vec<usize> = if variant == "independent" { vec![i] } else { (0..pdes).collect() };
+                let inputs: Vec<usize> = if variant == "independent" {
+                    vec![i]
+                } else {
+                    (0..pdes).collect()
+                };
                 inputs
                     .into_iter()
                     .map(|j| exp(field(&solution(j))))
@@ -484,11 +524,16 @@ fn wasatch_solver(c: &ScalabilityConfig<WasatchKind>, grid: &Grid, threads: usiz
         }
         builder = builder.equation(equation);
     }
-    builder.factory_mut().placeholder(gamma(), LocationKind::CellCentre)?;
+    builder
+        .factory_mut()
+        .placeholder(gamma(), LocationKind::CellCentre)?;
     let solver = builder
         .integrator(integrator(integrator_name))
         .mode(execution_mode(threads))
-        .graph_options(GraphOptions { no_fusion: !c.fusion, ..Default::default() })
+        .graph_options(GraphOptions {
+            no_fusion: !c.fusion,
+            ..Default::default()
+        })
         .build()?;
     fill_graph_field::<CellCentre>(solver.graph(), &gamma(), gamma_value)?;
     for i in 0..c.pdes {
@@ -501,11 +546,21 @@ fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
     let loaded = crate::common::load_config::<ScalabilityConfig<WasatchKind>>(WASATCH, options)?;
     let c = loaded.config.clone();
     let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
-    let solver = wasatch_solver(&c, &grid, options.threads, c.integrator.as_deref().unwrap_or("forward-euler"))?;
+    let solver = wasatch_solver(
+        &c,
+        &grid,
+        options.threads,
+        c.integrator.as_deref().unwrap_or("forward-euler"),
+    )?;
     Ok(Prepared {
         config_text: crate::config::to_text(WASATCH, &loaded)?,
         stop: Stop::Steps(c.steps),
-        simulation: Box::new(Wasatch { config: c, grid, solver, threads: options.threads }),
+        simulation: Box::new(Wasatch {
+            config: c,
+            grid,
+            solver,
+            threads: options.threads,
+        }),
     })
 }
 
@@ -576,17 +631,31 @@ impl Simulation for Wasatch {
             phis.push(values);
         }
         probe.set_clock(self.solver.time(), self.solver.steps())?;
-        let gamma_values = probe.graph().with_field::<CellCentre, _>(&gamma(), interior)??;
-        let expected = reference_step(c.cells, 1.0 / c.cells as f64, &gamma_values, &phis, &c.variant, c.dt);
+        let gamma_values = probe
+            .graph()
+            .with_field::<CellCentre, _>(&gamma(), interior)??;
+        let expected = reference_step(
+            c.cells,
+            1.0 / c.cells as f64,
+            &gamma_values,
+            &phis,
+            &c.variant,
+            c.dt,
+        );
         probe.step(c.dt)?;
         let computed: Vec<Vec<f64>> = (0..c.pdes)
             .map(|i| probe.with_solution(&format!("phi{i}"), interior)?)
             .collect::<CaseResult<_>>()?;
         let difference = relative_difference(&computed, &expected);
         Ok(CaseCheck {
-            name: format!("one forward-Euler step of the {} transport graph vs a hand-written loop", c.variant),
+            name: format!(
+                "one forward-Euler step of the {} transport graph vs a hand-written loop",
+                c.variant
+            ),
             passed: difference <= CHECK_TOLERANCE,
-            figure: format!("max relative difference {difference:.2e} (allowed {CHECK_TOLERANCE:e})"),
+            figure: format!(
+                "max relative difference {difference:.2e} (allowed {CHECK_TOLERANCE:e})"
+            ),
             files: Vec::new(),
         })
     }

@@ -10,148 +10,23 @@
 //! speedup, peak scratch memory with and without reuse, and the effect of
 //! fusion; and compares the fused diffusion-only graph with one hand-fused
 //! stencil loop doing the same update (target: >= 0.8x its throughput).
-//! Run: `cargo bench -p watershed-exprgraph --bench scalability`.
+//! Run: `cargo bench -p watershed-cases --bench scalability` (the graph is
+//! the case library's, `watershed_cases::cases::scalability`).
 
 use rayon::prelude::*;
 use std::time::Instant;
-use watershed_exprgraph::{
-    Context, ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, Tag,
-};
-use watershed_fields::{CellCentre, Grid, LocationKind, Patch, XFace, YFace, ZFace};
-use watershed_operators::{Expr, divergence, exp, gradient, interpolate_to_face};
+use watershed_cases::cases::scalability::exprlib_graph;
+use watershed_exprgraph::{ExecutionMode, ExpressionGraph};
+use watershed_fields::{Grid, LocationKind, Patch};
 
 const DT: f64 = 1e-6;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Variant {
-    Diffusion,
-    Independent,
-    Coupled,
-}
+const VARIANTS: [&str; 3] = ["diffusion", "independent", "coupled"];
 
-fn phi(i: usize) -> Tag {
-    Tag::new(&format!("phi{i}"), Context::StateN)
-}
-fn phi_next(i: usize) -> Tag {
-    Tag::new(&format!("phi{i}"), Context::StateNp1)
-}
-
-/// Registers the Wasatch-style fine-grained graph: 3 fluxes, a source, a
-/// right-hand side and an update per equation.
-fn factory(pdes: usize, variant: Variant) -> Factory {
-    let mut factory = Factory::new();
-    let gamma = Tag::none("gamma");
-    factory
-        .placeholder(gamma.clone(), LocationKind::CellCentre)
-        .expect("placeholder");
-    for i in 0..pdes {
-        factory
-            .placeholder(phi(i), LocationKind::CellCentre)
-            .expect("placeholder");
-    }
-    for i in 0..pdes {
-        let flux = |axis: &str| Tag::none(&format!("flux_{axis}{i}"));
-        let (fx, fy, fz) = (flux("x"), flux("y"), flux("z"));
-        let (g, p) = (gamma.clone(), phi(i));
-        factory
-            .register(LanguageExpression::new::<XFace>(fx.clone(), move |s| {
-                -(interpolate_to_face::<XFace>(s.field(&g)) * gradient::<XFace>(s.field(&p)))
-            }))
-            .expect("register");
-        let (g, p) = (gamma.clone(), phi(i));
-        factory
-            .register(LanguageExpression::new::<YFace>(fy.clone(), move |s| {
-                -(interpolate_to_face::<YFace>(s.field(&g)) * gradient::<YFace>(s.field(&p)))
-            }))
-            .expect("register");
-        let (g, p) = (gamma.clone(), phi(i));
-        factory
-            .register(LanguageExpression::new::<ZFace>(fz.clone(), move |s| {
-                -(interpolate_to_face::<ZFace>(s.field(&g)) * gradient::<ZFace>(s.field(&p)))
-            }))
-            .expect("register");
-        let source = Tag::none(&format!("source{i}"));
-        let rhs = Tag::none(&format!("rhs{i}"));
-        let has_source = variant != Variant::Diffusion;
-        if has_source {
-            let inputs: Vec<Tag> = match variant {
-                Variant::Independent => vec![phi(i)],
-                _ => (0..pdes).map(phi).collect(),
-            };
-            factory
-                .register(LanguageExpression::new::<CellCentre>(
-                    source.clone(),
-                    move |s| {
-                        inputs
-                            .iter()
-                            .map(|t| exp(s.field::<CellCentre>(t)))
-                            .reduce(|a, b| a + b)
-                            .expect("at least one input")
-                    },
-                ))
-                .expect("register");
-        }
-        let src = source.clone();
-        factory
-            .register(LanguageExpression::new::<CellCentre>(
-                rhs.clone(),
-                move |s| {
-                    let div = -(divergence::<XFace>(s.field(&fx))
-                        + divergence::<YFace>(s.field(&fy))
-                        + divergence::<ZFace>(s.field(&fz)));
-                    if has_source {
-                        div + s.field::<CellCentre>(&src)
-                    } else {
-                        div
-                    }
-                },
-            ))
-            .expect("register");
-        let p = phi(i);
-        factory
-            .register(LanguageExpression::new::<CellCentre>(
-                phi_next(i),
-                move |s| {
-                    let current: Expr<'static, CellCentre> = s.field(&p);
-                    current + DT * s.field::<CellCentre>(&rhs)
-                },
-            ))
-            .expect("register");
-    }
-    factory
-}
-
-fn build(patch: &Patch, pdes: usize, variant: Variant, fusion: bool) -> ExpressionGraph {
-    let roots: Vec<Tag> = (0..pdes).map(phi_next).collect();
-    let options = GraphOptions {
-        no_fusion: !fusion,
-        ..Default::default()
-    };
-    let graph =
-        ExpressionGraph::build(&factory(pdes, variant), &roots, patch, &options).expect("build");
-    graph
-        .with_field_mut::<CellCentre, _>(&Tag::none("gamma"), |f| {
-            let layout = f.layout().clone();
-            let v = f.values_mut().expect("cpu");
-            for index in layout.allocated() {
-                let [x, y, z] = layout.coordinate(index);
-                v[layout.linear_index(index)] = 1.0 + 0.1 * x + 0.2 * y * z;
-            }
-        })
-        .expect("gamma");
-    for i in 0..pdes {
-        graph
-            .with_field_mut::<CellCentre, _>(&phi(i), |f| {
-                let layout = f.layout().clone();
-                let v = f.values_mut().expect("cpu");
-                for index in layout.allocated() {
-                    let [x, y, z] = layout.coordinate(index);
-                    v[layout.linear_index(index)] = ((i + 1) as f64 * x).sin() * y.cos() + 0.1 * z;
-                }
-            })
-            .expect("phi");
-    }
-    graph
+/// The case library's ExprLib graph (fluxes, source, right-hand side and
+/// update per equation), with gamma and the phi_i set.
+fn build(patch: &Patch, pdes: usize, variant: &str, fusion: bool) -> ExpressionGraph {
+    exprlib_graph(patch, pdes, variant, DT, fusion).expect("build")
 }
 
 fn seconds_per_step(graph: &ExpressionGraph, mode: ExecutionMode, steps: usize) -> f64 {
@@ -234,7 +109,7 @@ fn main() {
         );
         let steps = if n == 32 { 9 } else { 5 };
         let mut fused_diffusion = (0.0, 0.0);
-        for variant in [Variant::Diffusion, Variant::Independent, Variant::Coupled] {
+        for variant in VARIANTS {
             for fusion in [false, true] {
                 let graph = build(&patch, pdes, variant, fusion);
                 let serial = seconds_per_step(&graph, ExecutionMode::Serial, steps);
@@ -243,7 +118,7 @@ fn main() {
                 let mib = |b: usize| b as f64 / (1 << 20) as f64;
                 println!(
                     "{:<12} {:<7} {:>6} {:>13.2} {:>13.2} {:>8.2} {:>16.1} {:>16.1}",
-                    format!("{variant:?}"),
+                    variant,
                     if fusion { "on" } else { "off" },
                     graph.node_count(),
                     serial * 1e3,
@@ -252,7 +127,7 @@ fn main() {
                     mib(plan.peak_with_reuse),
                     mib(plan.peak_without_reuse)
                 );
-                if variant == Variant::Diffusion && fusion {
+                if variant == "diffusion" && fusion {
                     fused_diffusion = (serial, threaded);
                 }
             }
