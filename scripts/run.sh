@@ -10,6 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/tools.sh
 if [ "$#" -eq 0 ]; then
-    set -- run lid-driven-cavity --overwrite
+    set -- run lid-driven-cavity --overwrite --dump-interval 1
 fi
 cargo run --release --quiet -p watershed-cases --bin watershed -- "$@"

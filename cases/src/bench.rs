@@ -44,6 +44,9 @@ pub struct BenchRow {
     pub speedup: f64,
 }
 
+/// Untimed executions before each measurement (pools, caches, threads).
+const WARM_UP: usize = 3;
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
@@ -73,7 +76,9 @@ pub fn scaling_study(options: &BenchOptions) -> CaseResult<(Vec<BenchRow>, Vec<P
             let mut base = f64::NAN;
             for &threads in &options.threads {
                 let mode = execution_mode(threads);
-                graph.execute(mode)?;
+                for _ in 0..WARM_UP {
+                    graph.execute(mode)?;
+                }
                 let times = (0..options.steps)
                     .map(|_| graph.execute(mode).map(|r| r.elapsed.as_secs_f64()))
                     .collect::<Result<Vec<_>, _>>()?;
@@ -101,7 +106,9 @@ pub fn scaling_study(options: &BenchOptions) -> CaseResult<(Vec<BenchRow>, Vec<P
             };
             let mut prepared = (crate::cases::scalability::WASATCH_INFO.prepare)(&case_options)?;
             let sim = prepared.simulation.as_mut();
-            sim.step(1e-6)?;
+            for _ in 0..WARM_UP {
+                sim.step(1e-6)?;
+            }
             let times = (0..options.steps)
                 .map(|_| {
                     let start = Instant::now();

@@ -124,6 +124,9 @@ pub struct RunReport {
     pub step: u64,
     /// The five slowest expressions over the whole run (graph / name).
     pub slowest: Vec<ExpressionTiming>,
+    /// Time spent in graph nodes over the whole run (all graphs, summed
+    /// over threads).
+    pub graph_time: Duration,
     /// Peak resident memory of the process (bytes), when the OS says.
     pub cpu_memory_high_water: Option<u64>,
     /// Recorded node executions (with `record_trace`).
@@ -360,6 +363,7 @@ pub fn run<S: Simulation + ?Sized>(
             trace_dropped += dropped;
         }
     }
+    let graph_time = slowest.iter().map(|row| row.total).sum();
     slowest.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));
     slowest.truncate(5);
     trace.sort_by_key(|e| e.start);
@@ -371,6 +375,7 @@ pub fn run<S: Simulation + ?Sized>(
         time: sim.time(),
         step: sim.steps(),
         slowest,
+        graph_time,
         cpu_memory_high_water: process_memory_high_water(),
         trace,
         trace_dropped,
@@ -401,6 +406,15 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
         text,
         "memory high-water: CPU {memory} (process peak resident set); GPU: none used"
     );
+    let wall = report.wall.as_secs_f64();
+    if wall > 0.0 {
+        let _ = writeln!(
+            text,
+            "time in graph nodes: {:.3} s ({:.1}% of the wall time; the rest is outside the graphs: pressure solves, copies between stages, checks, output)",
+            report.graph_time.as_secs_f64(),
+            100.0 * report.graph_time.as_secs_f64() / wall
+        );
+    }
     if !report.slowest.is_empty() {
         let _ = writeln!(text, "slowest expressions (total over the run):");
         for row in &report.slowest {

@@ -54,7 +54,7 @@ struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     threads: Option<Vec<usize>>,
     /// Timed steps per measurement (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 9)]
     steps: usize,
 }
 
