@@ -272,3 +272,20 @@ pub fn to_text<C: CaseConfig>(case: &str, loaded: &Loaded<C>) -> CaseResult<Stri
         message: format!("the configuration cannot be written as TOML: {e}"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::line_of;
+
+    #[test]
+    fn keys_are_found_on_their_line_in_their_section() {
+        let text = "# comment\ncells = 8\n\n[flow]\ncells = 9\nspeed=2\n[other]\nspeed = 3\n";
+        assert_eq!(line_of(text, "cells"), Some(2));
+        assert_eq!(line_of(text, "flow.cells"), Some(5));
+        assert_eq!(line_of(text, "flow.speed"), Some(6));
+        assert_eq!(line_of(text, "other.speed"), Some(8));
+        assert_eq!(line_of(text, "speed"), None);
+        // A key that is a prefix of another is not confused with it.
+        assert_eq!(line_of("cellsize = 1\ncells = 2\n", "cells"), Some(2));
+    }
+}
