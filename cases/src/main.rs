@@ -20,6 +20,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per process: the size of the `run` variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// List the cases this build can run.
@@ -134,8 +136,8 @@ enum Outcome {
 /// Errors of the program: usage and configuration problems (exit 2) and
 /// failed runs (exit 1).
 enum Failure {
-    Usage(CaseError),
-    Run(CaseError),
+    Usage(Box<CaseError>),
+    Run(Box<CaseError>),
     Io(std::io::Error),
 }
 
@@ -146,11 +148,11 @@ impl From<std::io::Error> for Failure {
 }
 
 fn usage(e: CaseError) -> Failure {
-    Failure::Usage(e)
+    Failure::Usage(Box::new(e))
 }
 
 fn runtime(e: CaseError) -> Failure {
-    Failure::Run(e)
+    Failure::Run(Box::new(e))
 }
 
 fn default_threads() -> Result<usize, Failure> {
