@@ -140,3 +140,31 @@ pub fn interpolate(samples: &[(f64, f64)], at: f64) -> f64 {
     }
     v0 + (v1 - v0) * (at - p0) / (p1 - p0)
 }
+
+/// Dumps the solution of `equation` as dataset `name`.
+pub fn dump_solution(
+    solver: &watershed_solvers::TransportSolver,
+    equation: &str,
+    group: &hdf5::Group,
+    name: &str,
+) -> CaseResult<DumpedField> {
+    solver.with_solution(equation, |field| dump_field(group, name, field))?
+}
+
+/// Saves the solution of `equation` (with ghosts) as dataset `equation`.
+pub fn save_solution(
+    solver: &watershed_solvers::TransportSolver,
+    equation: &str,
+    group: &hdf5::Group,
+) -> CaseResult<()> {
+    solver.with_solution(equation, |field| save_field(group, equation, field))?
+}
+
+/// Restores the solution of `equation` saved by [`save_solution`].
+pub fn load_solution(
+    solver: &watershed_solvers::TransportSolver,
+    equation: &str,
+    group: &hdf5::Group,
+) -> CaseResult<()> {
+    solver.with_solution_mut(equation, |field| load_field(group, equation, field))?
+}

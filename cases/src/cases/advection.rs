@@ -1,18 +1,19 @@
 //! `advection`: a scalar carried by a rotating velocity with the central,
 //! upwind or limited scheme; bounds and mass are reported and checked.
 
-use crate::checkpoint::{load_graph_field, save_graph_field};
-use crate::common::{execution_mode, fill_graph_field, integrator};
+use crate::common::{
+    dump_solution, execution_mode, fill_graph_field, integrator, load_solution, save_solution,
+};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
-use crate::output::{DumpedField, dump_graph_field};
+use crate::output::DumpedField;
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::{ExpressionGraph, Tag};
-use watershed_fields::{CellCentre, Grid, LocationKind, XFace, YFace};
+use watershed_fields::{Grid, LocationKind, XFace, YFace};
 use watershed_operators::Limiter;
 use watershed_solvers::{
     ConvectiveScheme, TransportEquation, TransportSolver, TransportSolverBuilder,
@@ -198,22 +199,14 @@ impl Simulation for Advection {
         Ok(self.solver.step(dt)?)
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-        let tag = TransportEquation::new("c").solution_tag();
-        Ok(vec![dump_graph_field::<CellCentre>(
-            self.solver.graph(),
-            &tag,
-            group,
-            "c",
-        )?])
+        Ok(vec![dump_solution(&self.solver, "c", group, "c")?])
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
-        let tag = TransportEquation::new("c").solution_tag();
-        save_graph_field::<CellCentre>(self.solver.graph(), &tag, group, "c")?;
+        save_solution(&self.solver, "c", group)?;
         crate::checkpoint::save_series(group, "initial_mass", &[self.initial_mass])
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
-        let tag = TransportEquation::new("c").solution_tag();
-        load_graph_field::<CellCentre>(self.solver.graph(), &tag, group, "c")?;
+        load_solution(&self.solver, "c", group)?;
         if let Some(&mass) = crate::checkpoint::load_series(group, "initial_mass")?.first() {
             self.initial_mass = mass;
         }

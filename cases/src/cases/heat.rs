@@ -1,12 +1,11 @@
 //! `heat`: the 3D heat equation against its exact solution, and with
 //! `--convergence` the observed order of accuracy over three grids.
 
-use crate::checkpoint::{load_graph_field, save_graph_field};
-use crate::common::{execution_mode, integrator};
+use crate::common::{dump_solution, execution_mode, integrator, load_solution, save_solution};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, DumpSchedule, RunControl, Simulation, Stop, run};
 use crate::error::CaseResult;
-use crate::output::{DumpedField, dump_graph_field};
+use crate::output::DumpedField;
 use crate::plot::{Mark, Series, line_chart, write_csv};
 use crate::progress::ProgressMode;
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
@@ -14,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
-use watershed_fields::{CellCentre, Grid};
+use watershed_fields::Grid;
 use watershed_solvers::{Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder};
 
 /// The case's name.
@@ -165,21 +164,13 @@ impl Simulation for Heat {
         Ok(self.solver.step(dt)?)
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-        let tag = TransportEquation::new("T").solution_tag();
-        Ok(vec![dump_graph_field::<CellCentre>(
-            self.solver.graph(),
-            &tag,
-            group,
-            "T",
-        )?])
+        Ok(vec![dump_solution(&self.solver, "T", group, "T")?])
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
-        let tag = TransportEquation::new("T").solution_tag();
-        save_graph_field::<CellCentre>(self.solver.graph(), &tag, group, "T")
+        save_solution(&self.solver, "T", group)
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
-        let tag = TransportEquation::new("T").solution_tag();
-        load_graph_field::<CellCentre>(self.solver.graph(), &tag, group, "T")?;
+        load_solution(&self.solver, "T", group)?;
         Ok(self.solver.set_clock(time, step)?)
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {

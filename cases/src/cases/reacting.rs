@@ -2,9 +2,9 @@
 //! nonlinear reaction, carried by a prescribed or a computed flow.
 
 use crate::cases::advection::{bounds_and_mass, scheme};
-use crate::checkpoint::{load_graph_field, save_graph_field};
 use crate::common::{
-    dump_flow, execution_mode, fill_graph_field, integrator, load_flow, save_flow,
+    dump_flow, dump_solution, execution_mode, fill_graph_field, integrator, load_flow,
+    load_solution, save_flow, save_solution,
 };
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
@@ -249,10 +249,9 @@ impl Simulation for Reacting {
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
         let mut written = Vec::new();
         for species in SPECIES {
-            let tag = TransportEquation::new(species).solution_tag();
-            written.push(dump_graph_field::<CellCentre>(
-                self.solver.graph(),
-                &tag,
+            written.push(dump_solution(
+                &self.solver,
+                species,
                 group,
                 &format!("Y_{species}"),
             )?);
@@ -278,8 +277,7 @@ impl Simulation for Reacting {
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         for species in SPECIES {
-            let tag = TransportEquation::new(species).solution_tag();
-            save_graph_field::<CellCentre>(self.solver.graph(), &tag, group, species)?;
+            save_solution(&self.solver, species, group)?;
         }
         if let Some(flow) = &self.flow {
             save_flow(flow, group, "flow_")?;
@@ -288,8 +286,7 @@ impl Simulation for Reacting {
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
         for species in SPECIES {
-            let tag = TransportEquation::new(species).solution_tag();
-            load_graph_field::<CellCentre>(self.solver.graph(), &tag, group, species)?;
+            load_solution(&self.solver, species, group)?;
         }
         if let Some(flow) = &mut self.flow {
             load_flow(flow, group, "flow_", time, step)?;

@@ -3,7 +3,9 @@
 //! `watershed bench` times.
 
 use crate::checkpoint::{load_graph_field, save_graph_field};
-use crate::common::{execution_mode, fill_graph_field, integrator};
+use crate::common::{
+    dump_solution, execution_mode, fill_graph_field, integrator, load_solution, save_solution,
+};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
@@ -589,22 +591,20 @@ impl Simulation for Wasatch {
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
         (0..self.config.pdes.min(4))
             .map(|i| {
-                let tag = TransportEquation::new(&format!("phi{i}")).solution_tag();
-                dump_graph_field::<CellCentre>(self.solver.graph(), &tag, group, &format!("phi{i}"))
+                let name = format!("phi{i}");
+                dump_solution(&self.solver, &name, group, &name)
             })
             .collect()
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         for i in 0..self.config.pdes {
-            let tag = TransportEquation::new(&format!("phi{i}")).solution_tag();
-            save_graph_field::<CellCentre>(self.solver.graph(), &tag, group, &format!("phi{i}"))?;
+            save_solution(&self.solver, &format!("phi{i}"), group)?;
         }
         Ok(())
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
         for i in 0..self.config.pdes {
-            let tag = TransportEquation::new(&format!("phi{i}")).solution_tag();
-            load_graph_field::<CellCentre>(self.solver.graph(), &tag, group, &format!("phi{i}"))?;
+            load_solution(&self.solver, &format!("phi{i}"), group)?;
         }
         Ok(self.solver.set_clock(time, step)?)
     }
