@@ -4,6 +4,7 @@
 
 use crate::error::{OperatorError, OperatorResult};
 use crate::evaluate::{self, FieldData, Parallelism, Reduction, TargetData};
+use crate::cache::{LoweredKernel, lower_cached};
 use crate::expr::{BoundField, Expr, IntoExpr};
 use crate::ir::Node;
 use crate::kernel::Kernel;
@@ -76,6 +77,59 @@ pub fn assign_node<L: Location>(
     fields: &[&dyn BoundField],
     options: AssignOptions,
 ) -> OperatorResult<()> {
+    let own = target.id();
+    assign_node_reading_target(target, own, root, fields, options)
+}
+
+/// Updates `target` in place: `build` receives the target as an expression
+/// leaf and returns its new value, e.g. the Shu-Osher stage
+/// `u = a u_n + b (u + dt L)` as one pass without a second buffer.
+///
+/// The new value may read the target only at offset 0 (pointwise): a
+/// stencil of the target would read points the same pass overwrites, which
+/// is refused with [`OperatorError::SelfOverlap`].
+///
+/// ```
+/// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+/// use watershed_operators::{Parameter, field, interior_max, update};
+/// let patch = Grid::new([8, 8, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+/// let mut u = SpatialField::<CellCentre>::new("u", &patch, Device::Cpu)?;
+/// let rhs = SpatialField::<CellCentre>::new("rhs", &patch, Device::Cpu)?;
+/// u.fill(1.0)?;
+/// let dt = Parameter::new("dt", 0.1);
+/// update(&mut u, |u| 2.0 * u + dt.expr() * field(&rhs))?;
+/// assert_eq!(interior_max(field(&u))?, 2.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn update<'a, L: Location>(
+    target: &mut SpatialField<L, f64>,
+    build: impl FnOnce(Expr<'static, L>) -> Expr<'a, L>,
+) -> OperatorResult<()> {
+    let own = target.id();
+    let expr = build(Expr::symbol(own, target.name()));
+    assign_node_reading_target(target, own, &expr.node, expr.fields(), AssignOptions::default())
+}
+
+/// What a kernel slot is bound to.
+enum Binding<'f> {
+    /// A field given by the caller, with its CPU data.
+    Field(&'f dyn BoundField, &'f [f64]),
+    /// The target itself (read where the assignment does not write).
+    Target,
+}
+
+/// [`assign_node`] for trees whose leaves with id `target_leaf` stand for the
+/// target itself: in-place pointwise updates (the target read at offset 0
+/// only) and boundary modifiers (the target read only outside the points
+/// written, e.g. ghosts from their interior mirror partners). Any other
+/// self-read is refused with [`OperatorError::SelfOverlap`].
+pub fn assign_node_reading_target<L: Location>(
+    target: &mut SpatialField<L, f64>,
+    target_leaf: u64,
+    root: &Arc<Node>,
+    fields: &[&dyn BoundField],
+    options: AssignOptions,
+) -> OperatorResult<()> {
     let name = target.name().to_string();
     if let Some(found) = root.location()
         && found != L::KIND
@@ -87,12 +141,33 @@ pub fn assign_node<L: Location>(
         });
     }
     let layout = target.layout().clone();
-    let kernel = Kernel::compile(root, layout.patch(), true)?;
-    let bound = bind(&kernel, fields, layout.patch(), &name)?;
+    let mut lowered = lower_cached(root, layout.patch(), true)?;
+    let reads_target = lowered.field_ids.contains(&target_leaf);
+    if reads_target {
+        // The result goes to a register and is copied to the target after
+        // each block's reads: no reference ever aliases the target's rows.
+        lowered = lower_cached(root, layout.patch(), false)?;
+    }
+    let kernel = &lowered.kernel;
+    let bound = bind(&lowered, Some(target_leaf), fields, layout.patch(), &name)?;
+    let layouts: Vec<&FieldLayout> = bound
+        .iter()
+        .map(|b| match b {
+            Binding::Field(f, _) => f.layout(),
+            Binding::Target => &layout,
+        })
+        .collect();
+    let names: Vec<&str> = bound
+        .iter()
+        .map(|b| match b {
+            Binding::Field(f, _) => f.name(),
+            Binding::Target => name.as_str(),
+        })
+        .collect();
     let region = match options.region {
         Region::Interior => layout.interior(),
         Region::InteriorAndGhosts(width) => layout.interior_with_ghosts(width),
-        Region::LargestComputable => largest_computable(&kernel, &bound, &layout),
+        Region::LargestComputable => largest_computable(kernel, &layouts, &layout),
         Region::Box(region) => {
             let allocated = layout.allocated();
             if !region.is_empty() && region.intersect(&allocated) != region {
@@ -105,7 +180,31 @@ pub fn assign_node<L: Location>(
             region
         }
     };
-    check_ghosts(&kernel, &bound, &region, &name)?;
+    check_ghosts(kernel, &layouts, &names, &region, &name)?;
+    for (k, b) in kernel.fields.iter().zip(&bound) {
+        if !matches!(b, Binding::Target) || region.is_empty() {
+            continue;
+        }
+        let pointwise = k.extent.min == [0; 3] && k.extent.max == [0; 3];
+        let read = IndexBox::new(
+            [0, 1, 2].map(|a| region.lo[a] + k.extent.min[a]),
+            [0, 1, 2].map(|a| region.hi[a] + k.extent.max[a]),
+        );
+        if !pointwise && !read.intersect(&region).is_empty() {
+            let offset = [0, 1, 2].map(|a| {
+                if k.extent.min[a] != 0 {
+                    k.extent.min[a]
+                } else {
+                    k.extent.max[a]
+                }
+            });
+            return Err(OperatorError::SelfOverlap {
+                target: name,
+                offset,
+                region: describe_region(&region, &layout.interior()),
+            });
+        }
+    }
     // Refuse aliasing before borrowing the target mutably: a `&mut` slice
     // over memory that a bound field's `&` slice also covers is undefined
     // behaviour even if nothing is written. (When the CPU copy cannot be
@@ -113,7 +212,10 @@ pub fn assign_node<L: Location>(
     let target_id = target.id();
     if let Ok(current) = target.values() {
         let target_range = current.as_ptr_range();
-        for (field, data) in &bound {
+        for b in &bound {
+            let Binding::Field(field, data) = b else {
+                continue;
+            };
             let range = data.as_ptr_range();
             if field.id() == target_id
                 || (range.start < target_range.end && target_range.start < range.end)
@@ -126,19 +228,27 @@ pub fn assign_node<L: Location>(
         }
     }
     let values = target.values_mut()?;
-    let field_data: Vec<FieldData<'_>> = bound
-        .iter()
-        .map(|(f, data)| FieldData::new(data, f.layout()))
-        .collect();
     let target_data = TargetData {
         pointer: values.as_mut_ptr(),
         len: values.len(),
         origin: layout.linear_index([0; 3]) as isize,
         strides: layout.strides().map(|s| s as isize),
     };
+    let field_data: Vec<FieldData<'_>> = bound
+        .iter()
+        .map(|b| match b {
+            Binding::Field(f, data) => FieldData::new(data, f.layout()),
+            // SAFETY: the target's storage outlives the evaluation, and
+            // only raw pointers derived from `values` touch it from here on.
+            Binding::Target => unsafe {
+                FieldData::from_raw(target_data.pointer, target_data.len, &layout)
+            },
+        })
+        .collect();
     evaluate::assign(
-        &kernel,
+        kernel,
         &field_data,
+        &lowered.parameter_values(),
         layout.patch(),
         target_data,
         region,
@@ -147,20 +257,29 @@ pub fn assign_node<L: Location>(
     Ok(())
 }
 
-/// The kernel's fields in slot order with their CPU data, checked to share
-/// `patch`'s cells.
+/// The kernel's slots bound to `fields` (or to the target, for
+/// `target_leaf`), checked to share `patch`'s cells.
 fn bind<'f>(
-    kernel: &Kernel,
+    lowered: &LoweredKernel,
+    target_leaf: Option<u64>,
     fields: &[&'f dyn BoundField],
     patch: &Patch,
     target: &str,
-) -> OperatorResult<Vec<(&'f dyn BoundField, &'f [f64])>> {
-    kernel.require_slots(&fields.iter().map(|f| f.id()).collect::<Vec<_>>())?;
-    kernel
-        .fields
+) -> OperatorResult<Vec<Binding<'f>>> {
+    lowered
+        .field_ids
         .iter()
-        .map(|k| {
-            let field = *fields.iter().find(|f| f.id() == k.id).expect("checked by require_slots");
+        .zip(&lowered.kernel.fields)
+        .map(|(&id, k)| {
+            if Some(id) == target_leaf {
+                return Ok(Binding::Target);
+            }
+            let field = *fields.iter().find(|f| f.id() == id).ok_or_else(|| {
+                OperatorError::UnboundField {
+                    id,
+                    name: k.name.to_string(),
+                }
+            })?;
             let theirs = field.layout().patch();
             if theirs.grid() != patch.grid() || theirs.offset() != patch.offset() || theirs.cells() != patch.cells() {
                 return Err(OperatorError::GridMismatch {
@@ -177,7 +296,7 @@ fn bind<'f>(
                     ),
                 });
             }
-            Ok((field, field.cpu_values()?))
+            Ok(Binding::Field(field, field.cpu_values()?))
         })
         .collect()
 }
@@ -197,12 +316,12 @@ fn describe_region(region: &IndexBox, interior: &IndexBox) -> String {
 /// Refuses a region the fields' ghost layers cannot cover.
 fn check_ghosts(
     kernel: &Kernel,
-    bound: &[(&dyn BoundField, &[f64])],
+    layouts: &[&FieldLayout],
+    names: &[&str],
     region: &IndexBox,
     target: &str,
 ) -> OperatorResult<()> {
-    for (k, (field, _)) in kernel.fields.iter().zip(bound) {
-        let layout = field.layout();
+    for ((k, layout), field) in kernel.fields.iter().zip(layouts).zip(names) {
         let allocated = layout.allocated();
         let interior = layout.interior_extent();
         let ghosts = layout.ghosts();
@@ -222,7 +341,7 @@ fn check_ghosts(
             };
             return Err(OperatorError::MissingGhosts {
                 target: target.to_string(),
-                field: field.name().to_string(),
+                field: field.to_string(),
                 side: format!("{side}{}", crate::stencil::axis_name(axis)),
                 needed,
                 available,
@@ -240,14 +359,10 @@ fn layout_interior(layout: &FieldLayout, kernel: &Kernel) -> IndexBox {
 
 /// The largest box within `layout`'s allocation where every read is inside
 /// its field's allocation.
-fn largest_computable(
-    kernel: &Kernel,
-    bound: &[(&dyn BoundField, &[f64])],
-    layout: &FieldLayout,
-) -> IndexBox {
+fn largest_computable(kernel: &Kernel, layouts: &[&FieldLayout], layout: &FieldLayout) -> IndexBox {
     let mut region = layout.allocated();
-    for (k, (field, _)) in kernel.fields.iter().zip(bound) {
-        let allocated = field.layout().allocated();
+    for (k, field) in kernel.fields.iter().zip(layouts) {
+        let allocated = field.allocated();
         for axis in 0..3 {
             region.lo[axis] = region.lo[axis].max(allocated.lo[axis] - k.extent.min[axis]);
             region.hi[axis] = region.hi[axis].min(allocated.hi[axis] - k.extent.max[axis]);
@@ -282,20 +397,28 @@ pub fn reduce<'a, L: Location>(
     };
     let patch = first.layout().patch().clone();
     let layout = FieldLayout::new(&patch, expr.node.location().unwrap_or(L::KIND));
-    let kernel = Kernel::compile(&expr.node, &patch, false)?;
-    let bound = bind(&kernel, expr.fields(), &patch, &what)?;
+    let lowered = lower_cached(&expr.node, &patch, false)?;
+    let kernel = &lowered.kernel;
+    let bound = bind(&lowered, None, expr.fields(), &patch, &what)?;
+    let mut layouts = Vec::with_capacity(bound.len());
+    let mut names = Vec::with_capacity(bound.len());
+    let mut field_data: Vec<FieldData<'_>> = Vec::with_capacity(bound.len());
+    for b in &bound {
+        if let Binding::Field(f, data) = b {
+            layouts.push(f.layout());
+            names.push(f.name());
+            field_data.push(FieldData::new(data, f.layout()));
+        }
+    }
     let region = match region {
         ReduceRegion::Interior => layout.interior(),
-        ReduceRegion::Computable => largest_computable(&kernel, &bound, &layout),
+        ReduceRegion::Computable => largest_computable(kernel, &layouts, &layout),
     };
-    check_ghosts(&kernel, &bound, &region, &what)?;
-    let field_data: Vec<FieldData<'_>> = bound
-        .iter()
-        .map(|(f, data)| FieldData::new(data, f.layout()))
-        .collect();
+    check_ghosts(kernel, &layouts, &names, &region, &what)?;
     Ok(evaluate::reduce(
-        &kernel,
+        kernel,
         &field_data,
+        &lowered.parameter_values(),
         &patch,
         region,
         reduction,

@@ -90,6 +90,12 @@ pub fn laplacian<'a, L: Location>(value: impl IntoExpr<'a, L>) -> Expr<'a, L> {
     unary_stencil(StencilOp::Laplacian, value)
 }
 
+/// `value` read at a fixed `offset` (x, y, z) from each point: `a[i + offset]`.
+/// Boundary conditions use it for mirror partners and periodic images.
+pub fn shift<'a, L: Location>(value: impl IntoExpr<'a, L>, offset: [isize; 3]) -> Expr<'a, L> {
+    unary_stencil(StencilOp::Shift { offset }, value)
+}
+
 /// Upwind interpolation of `cells` to the faces normal to `F::AXIS` by the
 /// sign of the face `velocity`.
 pub fn upwind<'a, F: FaceLocation>(

@@ -106,4 +106,30 @@ pub enum OperatorError {
         /// What the target holds.
         allocated: String,
     },
+
+    /// A shift farther than any field's ghost layers could reach.
+    #[error(
+        "{what}: the offset {offset:?} is out of range; shifts are limited to {limit} points per axis"
+    )]
+    InvalidOffset {
+        /// The operation.
+        what: String,
+        /// The offset given.
+        offset: [isize; 3],
+        /// The largest allowed magnitude per axis.
+        limit: isize,
+    },
+
+    /// An assignment that reads its own target where it writes.
+    #[error(
+        "'{target}' reads itself at offset {offset:?} over {region}, which overlaps the points it writes; an in-place update may read its target only at offset 0, and a boundary modifier only outside the points it writes"
+    )]
+    SelfOverlap {
+        /// The assignment's target.
+        target: String,
+        /// The offending offset range.
+        offset: [isize; 3],
+        /// The region written.
+        region: String,
+    },
 }

@@ -81,21 +81,41 @@ impl Parallelism {
     }
 }
 
-/// A field's data with its indexing.
+/// A field's data with its indexing. It holds a raw pointer so that a
+/// field may be the target itself (in-place updates, boundary modifiers):
+/// no `&[f64]` then overlaps the rows being written.
 #[derive(Clone, Copy)]
 pub(crate) struct FieldData<'a> {
-    pub data: &'a [f64],
+    pointer: *const f64,
+    len: usize,
     /// Linear index of point (0, 0, 0).
     pub origin: isize,
     pub strides: [isize; 3],
+    _data: std::marker::PhantomData<&'a [f64]>,
 }
+
+// SAFETY: the data is only read, and writers (the target rows of an
+// in-place assignment) never write a point another thread reads (see
+// `assign_node_reading_target`).
+unsafe impl Send for FieldData<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for FieldData<'_> {}
 
 impl<'a> FieldData<'a> {
     pub fn new(data: &'a [f64], layout: &FieldLayout) -> Self {
+        // SAFETY: a slice is valid for reads of its length for 'a.
+        unsafe { Self::from_raw(data.as_ptr(), data.len(), layout) }
+    }
+
+    /// # Safety
+    /// `pointer` must be valid for reads of `len` values for `'a`.
+    pub unsafe fn from_raw(pointer: *const f64, len: usize, layout: &FieldLayout) -> Self {
         FieldData {
-            data,
+            pointer,
+            len,
             origin: layout.linear_index([0; 3]) as isize,
             strides: layout.strides().map(|s| s as isize),
+            _data: std::marker::PhantomData,
         }
     }
 }
@@ -832,6 +852,8 @@ struct Block {
 struct Context<'a> {
     kernel: &'a Kernel,
     fields: &'a [FieldData<'a>],
+    /// Parameter values by slot, read once when the evaluation started.
+    parameters: &'a [f64],
     layouts: HashMap<LocationKind, FieldLayout>,
     /// Points per register row (largest block width plus halos).
     width: usize,
@@ -884,12 +906,12 @@ impl Context<'_> {
                         // The region check makes this unreachable; it keeps a
                         // bug from reading foreign memory.
                         assert!(
-                            first >= 0 && end as usize <= f.data.len(),
+                            first >= 0 && end as usize <= f.len,
                             "field read outside its data"
                         );
                         Stream {
                             // SAFETY: in bounds (checked above).
-                            pointer: unsafe { f.data.as_ptr().offset(first) },
+                            pointer: unsafe { f.pointer.offset(first) },
                             row_stride: f.strides[1],
                         }
                     }
@@ -1025,6 +1047,16 @@ impl Context<'_> {
                             f64::from(set.contains(index, layout))
                         });
                     }
+                    Instruction::Parameter { slot, .. } => {
+                        let value = self.parameters.get(*slot as usize).copied().unwrap_or(f64::NAN);
+                        for r in 0..rows {
+                            let o = std::slice::from_raw_parts_mut(
+                                out.pointer.offset(r as isize * out.row_stride),
+                                n,
+                            );
+                            o.fill(value);
+                        }
+                    }
                     Instruction::Limited {
                         limiter,
                         velocity,
@@ -1074,6 +1106,7 @@ struct RowGroup {
 fn plan<'a>(
     kernel: &'a Kernel,
     fields: &'a [FieldData<'a>],
+    parameters: &'a [f64],
     patch: &Patch,
     region: &IndexBox,
 ) -> (Context<'a>, Vec<RowGroup>) {
@@ -1108,6 +1141,7 @@ fn plan<'a>(
     let context = Context {
         kernel,
         fields,
+        parameters,
         layouts,
         width: tile + 2 * halo as usize,
         rows,
@@ -1139,9 +1173,13 @@ fn chunk_ranges(count: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
 }
 
 /// Evaluates `kernel` into the target over `region`.
+///
+/// A kernel whose result is a register (not [`OUTPUT`]) reads the target:
+/// each block's result is copied to the target after the block's reads.
 pub(crate) fn assign(
     kernel: &Kernel,
     fields: &[FieldData<'_>],
+    parameters: &[f64],
     patch: &Patch,
     target: TargetData,
     region: IndexBox,
@@ -1150,7 +1188,8 @@ pub(crate) fn assign(
     if region.is_empty() {
         return;
     }
-    let (ctx, groups) = plan(kernel, fields, patch, &region);
+    let (ctx, groups) = plan(kernel, fields, parameters, patch, &region);
+    let copy_result = kernel.result != OUTPUT;
     let parallelism = if region.len() < PARALLEL_THRESHOLD {
         Parallelism::Serial
     } else {
@@ -1161,6 +1200,29 @@ pub(crate) fn assign(
         for group in groups {
             for block in blocks_of(group, &region) {
                 ctx.run_block(&mut scratch, Some(&target), block);
+                if copy_result {
+                    let n = (block.x1 - block.x0) as usize;
+                    for r in 0..block.rows {
+                        let row = ctx.result_row(&scratch, r, n);
+                        let first = target.origin
+                            + block.x0
+                            + (block.j0 + r as isize) * target.strides[1]
+                            + block.k * target.strides[2];
+                        assert!(
+                            first >= 0 && first as usize + n <= target.len,
+                            "target write outside the target"
+                        );
+                        // SAFETY: in bounds (checked above); `row` is in
+                        // the thread's scratch, never in the target.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                row.as_ptr(),
+                                target.pointer.offset(first),
+                                n,
+                            );
+                        }
+                    }
+                }
             }
         }
     };
@@ -1179,6 +1241,7 @@ pub(crate) fn assign(
 pub(crate) fn reduce(
     kernel: &Kernel,
     fields: &[FieldData<'_>],
+    parameters: &[f64],
     patch: &Patch,
     region: IndexBox,
     reduction: Reduction,
@@ -1187,7 +1250,7 @@ pub(crate) fn reduce(
     if region.is_empty() {
         return reduction.identity();
     }
-    let (ctx, groups) = plan(kernel, fields, patch, &region);
+    let (ctx, groups) = plan(kernel, fields, parameters, patch, &region);
     let parallelism = if region.len() < PARALLEL_THRESHOLD {
         Parallelism::Serial
     } else {

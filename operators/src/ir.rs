@@ -10,6 +10,7 @@
 //! by name), which is the key for caching compiled kernels.
 
 use crate::mask::PointSet;
+use crate::parameter::ParameterCell;
 use crate::pointwise::{BinaryOp, UnaryOp};
 use crate::stencil::StencilOp;
 use smallvec::SmallVec;
@@ -33,6 +34,12 @@ pub enum Node {
     },
     /// A number.
     Constant(f64),
+    /// A scalar parameter, read when an evaluation starts (the same value
+    /// at every point; fits any location).
+    Parameter {
+        /// The shared value.
+        cell: Arc<ParameterCell>,
+    },
     /// The x, y or z coordinate of the point, at `location`.
     Coordinate {
         /// 0, 1, 2 for x, y, z.
@@ -89,7 +96,7 @@ impl Node {
             Node::Field { location, .. }
             | Node::Coordinate { location, .. }
             | Node::Mask { location, .. } => Some(*location),
-            Node::Constant(_) => None,
+            Node::Constant(_) | Node::Parameter { .. } => None,
             Node::Unary { arg, .. } => arg.location(),
             Node::Binary { left, right, .. } => left.location().or(right.location()),
             Node::Select {
@@ -109,6 +116,7 @@ impl Node {
         match self {
             Node::Field { .. }
             | Node::Constant(_)
+            | Node::Parameter { .. }
             | Node::Coordinate { .. }
             | Node::Mask { .. } => SmallVec::new(),
             Node::Unary { arg, .. } => SmallVec::from_iter([arg]),
@@ -140,6 +148,72 @@ impl Node {
         found
     }
 
+    /// The distinct parameters read, in order of first appearance.
+    pub fn parameters(&self) -> Vec<Arc<ParameterCell>> {
+        let mut found: Vec<Arc<ParameterCell>> = Vec::new();
+        self.visit(&mut |node| {
+            if let Node::Parameter { cell } = node
+                && !found.iter().any(|seen| seen.id() == cell.id())
+            {
+                found.push(cell.clone());
+            }
+        });
+        found
+    }
+
+    /// True when `other` has the same structure as this tree: the same
+    /// operations, constants and locations, and the same pattern of repeated
+    /// fields and parameters (their ids and names may differ). Two such
+    /// trees lower to the same kernel.
+    pub fn same_structure(&self, other: &Node) -> bool {
+        fn walk(
+            a: &Node,
+            b: &Node,
+            fields: &mut HashMap<u64, u64>,
+            parameters: &mut HashMap<u64, u64>,
+        ) -> bool {
+            let leaf_matches = match (a, b) {
+                (
+                    Node::Field {
+                        id: x, location: l, ..
+                    },
+                    Node::Field {
+                        id: y, location: m, ..
+                    },
+                ) => l == m && *fields.entry(*x).or_insert(*y) == *y,
+                (Node::Parameter { cell: x }, Node::Parameter { cell: y }) => {
+                    *parameters.entry(x.id()).or_insert(y.id()) == y.id()
+                }
+                (Node::Constant(x), Node::Constant(y)) => x.to_bits() == y.to_bits(),
+                (
+                    Node::Coordinate { axis, location },
+                    Node::Coordinate {
+                        axis: b_axis,
+                        location: b_location,
+                    },
+                ) => axis == b_axis && location == b_location,
+                (Node::Mask { set, location }, Node::Mask { set: s, location: l }) => {
+                    set == s && location == l
+                }
+                (Node::Unary { op, .. }, Node::Unary { op: o, .. }) => op == o,
+                (Node::Binary { op, .. }, Node::Binary { op: o, .. }) => op == o,
+                (Node::Select { .. }, Node::Select { .. }) => true,
+                (Node::Stencil { op, .. }, Node::Stencil { op: o, .. }) => op == o,
+                _ => false,
+            };
+            if !leaf_matches {
+                return false;
+            }
+            let (x, y) = (a.children(), b.children());
+            x.len() == y.len()
+                && x
+                    .iter()
+                    .zip(y.iter())
+                    .all(|(c, d)| walk(c, d, fields, parameters))
+        }
+        walk(self, other, &mut HashMap::new(), &mut HashMap::new())
+    }
+
     /// This tree with every leaf of field `id` replaced by `replacement`
     /// (subtrees without that leaf are shared, not copied). Graph fusion
     /// uses it to inline a producer's expression into its consumer.
@@ -149,6 +223,7 @@ impl Node {
             Node::Field { id: leaf, .. } if *leaf == id => replacement.clone(),
             Node::Field { .. }
             | Node::Constant(_)
+            | Node::Parameter { .. }
             | Node::Coordinate { .. }
             | Node::Mask { .. } => self.clone(),
             Node::Unary { op, arg } => Arc::new(Node::Unary {
@@ -190,17 +265,27 @@ impl Node {
     pub fn structural_hash(&self) -> u64 {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         let mut slots = HashMap::new();
-        self.hash_structure(&mut hasher, &mut slots);
+        let mut parameters = HashMap::new();
+        self.hash_structure(&mut hasher, &mut slots, &mut parameters);
         hasher.finish()
     }
 
-    fn hash_structure(&self, h: &mut impl Hasher, slots: &mut HashMap<u64, usize>) {
+    fn hash_structure(
+        &self,
+        h: &mut impl Hasher,
+        slots: &mut HashMap<u64, usize>,
+        parameters: &mut HashMap<u64, usize>,
+    ) {
         std::mem::discriminant(self).hash(h);
         match self {
             Node::Field { id, location, .. } => {
                 let next = slots.len();
                 slots.entry(*id).or_insert(next).hash(h);
                 location.hash(h);
+            }
+            Node::Parameter { cell } => {
+                let next = parameters.len();
+                parameters.entry(cell.id()).or_insert(next).hash(h);
             }
             Node::Constant(value) => value.to_bits().hash(h),
             Node::Coordinate { axis, location } => (axis, location).hash(h),
@@ -211,7 +296,7 @@ impl Node {
             Node::Stencil { op, .. } => op.hash(h),
         }
         for child in self.children() {
-            child.hash_structure(h, slots);
+            child.hash_structure(h, slots, parameters);
         }
     }
 }
@@ -221,6 +306,7 @@ impl fmt::Display for Node {
         match self {
             Node::Field { name, .. } => write!(f, "{name}"),
             Node::Constant(value) => write!(f, "{value:?}"),
+            Node::Parameter { cell } => write!(f, "{}", cell.name()),
             Node::Coordinate { axis, .. } => write!(f, "{}", crate::stencil::axis_name(*axis)),
             Node::Mask { set, .. } => write!(f, "mask({})", set.describe()),
             Node::Unary {

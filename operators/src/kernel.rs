@@ -25,6 +25,7 @@
 use crate::error::{OperatorError, OperatorResult};
 use crate::ir::Node;
 use crate::mask::PointSet;
+use crate::parameter::ParameterCell;
 use crate::pointwise::{BinaryOp, Limiter, UnaryOp};
 use crate::stencil::{StencilOp, axis_name, stencil_axis, unit};
 use smallvec::SmallVec;
@@ -32,6 +33,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use watershed_fields::{LocationKind, Patch};
+
+/// Largest offset of a [`crate::shift`] along any axis.
+pub const MAX_SHIFT: isize = 64;
 
 /// A register number. [`OUTPUT`] is the target row.
 pub type Register = u16;
@@ -259,6 +263,13 @@ pub enum Instruction {
         /// (dy, dz) of the row.
         row_offset: [isize; 2],
     },
+    /// `out = ` the value of parameter `slot` at every point.
+    Parameter {
+        /// Destination.
+        out: Register,
+        /// Index into the kernel's parameter list.
+        slot: u16,
+    },
     /// Flux-limited face value from `cells` at offsets -2, -1, 0, +1 along
     /// the face normal, upwinded by `velocity`.
     Limited {
@@ -283,6 +294,7 @@ impl Instruction {
             | Instruction::Select { out, .. }
             | Instruction::Coordinate { out, .. }
             | Instruction::Mask { out, .. }
+            | Instruction::Parameter { out, .. }
             | Instruction::Limited { out, .. } => *out,
         }
     }
@@ -295,6 +307,7 @@ impl Instruction {
             | Instruction::Select { out, .. }
             | Instruction::Coordinate { out, .. }
             | Instruction::Mask { out, .. }
+            | Instruction::Parameter { out, .. }
             | Instruction::Limited { out, .. } => out,
         }
     }
@@ -325,7 +338,9 @@ impl Instruction {
                     all.extend(o.sources());
                 }
             }
-            Instruction::Coordinate { .. } | Instruction::Mask { .. } => {}
+            Instruction::Coordinate { .. }
+            | Instruction::Mask { .. }
+            | Instruction::Parameter { .. } => {}
             Instruction::Limited {
                 velocity, cells, ..
             } => {
@@ -375,6 +390,9 @@ pub struct Kernel {
     pub halo: isize,
     /// The fields read, by slot.
     pub fields: Vec<KernelField>,
+    /// The parameters read, by slot (those of the tree it was lowered from;
+    /// [`lower_cached`] maps them to another tree's).
+    pub parameters: Vec<Arc<ParameterCell>>,
     /// Location of the result (`None`: a constant).
     pub location: Option<LocationKind>,
     /// Register holding the result when the kernel does not write the
@@ -386,6 +404,7 @@ struct Lowering<'p> {
     patch: &'p Patch,
     slots: HashMap<u64, u16>,
     fields: Vec<(u64, Arc<str>, LocationKind)>,
+    parameters: Vec<Arc<ParameterCell>>,
     memo: HashMap<(*const Node, [isize; 2]), LinearForm>,
     instructions: Vec<Instruction>,
     registers: u16,
@@ -456,6 +475,16 @@ impl Lowering<'_> {
                 })
             }
             Node::Constant(value) => LinearForm::constant(*value),
+            Node::Parameter { cell } => {
+                let slot = match self.parameters.iter().position(|p| p.id() == cell.id()) {
+                    Some(slot) => slot,
+                    None => {
+                        self.parameters.push(cell.clone());
+                        self.parameters.len() - 1
+                    }
+                } as u16;
+                self.emit(|out| Instruction::Parameter { out, slot })
+            }
             Node::Coordinate { axis, location } => {
                 let (axis, location) = (*axis, *location);
                 if axis > 2 {
@@ -584,6 +613,15 @@ impl Lowering<'_> {
         row: [isize; 2],
     ) -> OperatorResult<LinearForm> {
         let grid = self.patch.grid();
+        if let StencilOp::Shift { offset } = op
+            && offset.iter().any(|o| o.abs() > MAX_SHIFT)
+        {
+            return Err(OperatorError::InvalidOffset {
+                what: op.name(),
+                offset,
+                limit: MAX_SHIFT,
+            });
+        }
         if let Some(axis) = stencil_axis(op) {
             if axis > 2 {
                 return Err(OperatorError::InvalidAxis {
@@ -606,7 +644,9 @@ impl Lowering<'_> {
                     StencilOp::Upwind { .. } | StencilOp::Limited { .. } => {
                         self.lower(&args[1], row)
                     }
-                    StencilOp::Laplacian => unreachable!("the Laplacian has no single axis"),
+                    StencilOp::Laplacian | StencilOp::Shift { .. } => {
+                        unreachable!("the Laplacian and shifts have no single axis")
+                    }
                 };
             }
         }
@@ -669,6 +709,7 @@ impl Kernel {
             patch,
             slots: HashMap::new(),
             fields: Vec::new(),
+            parameters: Vec::new(),
             memo: HashMap::new(),
             instructions: Vec::new(),
             registers: 0,
@@ -678,6 +719,7 @@ impl Kernel {
             mut instructions,
             registers,
             fields,
+            parameters,
             ..
         } = lowering;
         let mut registers = registers;
@@ -796,6 +838,7 @@ impl Kernel {
             registers: registers as usize,
             halo,
             fields,
+            parameters,
             location: root.location(),
             result,
         })
@@ -809,20 +852,6 @@ impl Kernel {
     /// True for a kernel without instructions (never produced by `compile`).
     pub fn is_empty(&self) -> bool {
         self.instructions.is_empty()
-    }
-
-    /// Checks that every field bound for evaluation is the one the kernel
-    /// expects, by id.
-    pub(crate) fn require_slots(&self, ids: &[u64]) -> OperatorResult<()> {
-        for field in &self.fields {
-            if !ids.contains(&field.id) {
-                return Err(OperatorError::UnboundField {
-                    id: field.id,
-                    name: field.name.to_string(),
-                });
-            }
-        }
-        Ok(())
     }
 }
 
@@ -865,7 +894,9 @@ fn compact_registers(instructions: &mut [Instruction], result: Register) -> (u16
                     *operand = operand.renamed(&rename);
                 }
             }
-            Instruction::Coordinate { .. } | Instruction::Mask { .. } => {}
+            Instruction::Coordinate { .. }
+            | Instruction::Mask { .. }
+            | Instruction::Parameter { .. } => {}
             Instruction::Limited {
                 velocity, cells, ..
             } => {
@@ -1051,6 +1082,13 @@ impl fmt::Display for Kernel {
                     f,
                     "{out} = mask {} of {location} (row {row_offset:?})",
                     set.describe()
+                )?,
+                Instruction::Parameter { slot, .. } => writeln!(
+                    f,
+                    "{out} = parameter {}",
+                    self.parameters
+                        .get(*slot as usize)
+                        .map_or("?", |p| p.name())
                 )?,
                 Instruction::Limited {
                     limiter,

@@ -35,8 +35,10 @@
 //! | [`ir`] | the runtime IR |
 //! | [`expr`] | the typed front end: [`Expr`], arithmetic, math functions, [`Condition`], [`cond`] |
 //! | [`mask`] | point sets for conditions ([`Mask`], [`Side`]) |
+//! | [`parameter`] | scalar parameters read by expressions ([`Parameter`]) |
 //! | [`calculus`] | gradient, divergence, interpolants, Laplacian, upwind, limited; [`FaceVector`] |
 //! | [`kernel`] | lowering of the IR to a fused row program, with read extents |
+//! | [`cache`] | the lowering cache: each structure lowered once per grid spacing |
 //! | [`evaluate`] | the serial / rayon CPU evaluator and reductions |
 //! | [`assign`] | [`Assign`], regions, ghost/aliasing/grid checks, reduction functions |
 //! | [`error`] | [`OperatorError`] |
@@ -46,6 +48,7 @@
 #![warn(missing_docs)]
 
 pub mod assign;
+pub mod cache;
 pub mod calculus;
 pub mod error;
 pub mod evaluate;
@@ -53,16 +56,18 @@ pub mod expr;
 pub mod ir;
 pub mod kernel;
 pub mod mask;
+pub mod parameter;
 pub mod pointwise;
 pub mod stencil;
 
 pub use assign::{
-    Assign, AssignOptions, ReduceRegion, Region, assign_node, field_max, field_min, interior_max,
-    interior_min, interior_norm_l2, interior_sum, norm_l2, reduce, sum,
+    Assign, AssignOptions, ReduceRegion, Region, assign_node, assign_node_reading_target, field_max, field_min, interior_max,
+    interior_min, interior_norm_l2, interior_sum, norm_l2, reduce, sum, update,
 };
+pub use cache::{CacheStatistics, LoweredKernel, cache_statistics, lower_cached};
 pub use calculus::{
     FaceLocation, FaceVector, derivative, div, divergence, grad, gradient, interp,
-    interpolate_to_cell, interpolate_to_face, laplacian, limited, upwind,
+    interpolate_to_cell, interpolate_to_face, laplacian, limited, shift, upwind,
 };
 pub use error::{OperatorError, OperatorResult};
 pub use evaluate::{Parallelism, Reduction};
@@ -71,5 +76,6 @@ pub use expr::{
     max, min, on, pow, sin, sqrt, tanh,
 };
 pub use mask::{Mask, PointSet, Side};
+pub use parameter::Parameter;
 pub use pointwise::{BinaryOp, Limiter, UnaryOp};
 pub use watershed_fields as fields;

@@ -58,6 +58,13 @@ pub enum StencilOp {
         /// The limiter.
         limiter: Limiter,
     },
+    /// The argument read at a fixed offset, any location to itself:
+    /// `a[i + offset]` (mirror partners of boundary conditions, periodic
+    /// images).
+    Shift {
+        /// Offset (x, y, z).
+        offset: [isize; 3],
+    },
 }
 
 /// "x", "y", "z" for axes 0, 1, 2; "axis N" for anything else (an invalid
@@ -82,7 +89,7 @@ pub fn stencil_axis(op: StencilOp) -> Option<usize> {
         | StencilOp::CentredDerivative { axis }
         | StencilOp::Upwind { axis }
         | StencilOp::Limited { axis, .. } => Some(axis),
-        StencilOp::Laplacian => None,
+        StencilOp::Laplacian | StencilOp::Shift { .. } => None,
     }
 }
 
@@ -115,6 +122,9 @@ impl StencilOp {
             StencilOp::Laplacian => "laplacian".into(),
             StencilOp::Upwind { axis: a } => format!("upwind_{}", axis(a)),
             StencilOp::Limited { axis: a, limiter } => format!("{}_{}", limiter.name(), axis(a)),
+            StencilOp::Shift { offset } => {
+                format!("shift[{},{},{}]", offset[0], offset[1], offset[2])
+            }
         }
     }
 
@@ -137,7 +147,9 @@ impl StencilOp {
             StencilOp::Divergence { axis } | StencilOp::InterpolateToCell { axis } => {
                 Some(face_of(axis))
             }
-            StencilOp::Laplacian | StencilOp::CentredDerivative { .. } => None,
+            StencilOp::Laplacian
+            | StencilOp::CentredDerivative { .. }
+            | StencilOp::Shift { .. } => None,
             StencilOp::Upwind { axis } | StencilOp::Limited { axis, .. } => {
                 Some(if argument == 0 {
                     face_of(axis)
@@ -158,7 +170,9 @@ impl StencilOp {
             StencilOp::Divergence { .. } | StencilOp::InterpolateToCell { .. } => {
                 Some(LocationKind::CellCentre)
             }
-            StencilOp::Laplacian | StencilOp::CentredDerivative { .. } => None,
+            StencilOp::Laplacian
+            | StencilOp::CentredDerivative { .. }
+            | StencilOp::Shift { .. } => None,
         }
     }
 
@@ -196,6 +210,7 @@ impl StencilOp {
                 points.push(([0; 3], centre));
                 points
             }
+            StencilOp::Shift { offset } => vec![(offset, 1.0)],
             StencilOp::Upwind { .. } | StencilOp::Limited { .. } => return None,
         })
     }

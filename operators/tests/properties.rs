@@ -13,6 +13,7 @@
 mod common;
 
 use common::*;
+use common::shift;
 use proptest::prelude::*;
 use watershed_fields::{
     CellCentre, Device, GhostWidth, Grid, IndexBox, Location, Patch, SpatialField, XFace, YFace,

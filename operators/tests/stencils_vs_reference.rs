@@ -20,6 +20,7 @@
 mod common;
 
 use common::*;
+use common::shift;
 use watershed_fields::{
     CellCentre, GhostWidth, IndexBox, Location, LocationKind, Patch, SpatialField, XFace, YFace,
     ZFace,

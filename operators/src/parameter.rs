@@ -1,0 +1,125 @@
+//! Scalar parameters: named values that expressions read as IR leaves and
+//! that can change between evaluations without rebuilding anything (time,
+//! `dt`, the stage coefficients of a Runge-Kutta scheme, a viscosity, an
+//! inflow amplitude).
+//!
+//! A [`Parameter`] is a shared handle: clones see the same value. Its value
+//! is read once when an assignment or reduction starts, so every point of
+//! one evaluation sees the same number even if another thread sets it
+//! meanwhile. Lowered kernels do not contain the value (they read the
+//! parameter's slot), so one compiled kernel serves every value.
+
+use crate::expr::Expr;
+use crate::ir::Node;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use watershed_fields::Location;
+
+/// The shared state of a parameter.
+pub struct ParameterCell {
+    id: u64,
+    name: Arc<str>,
+    bits: AtomicU64,
+}
+
+impl ParameterCell {
+    /// The current value.
+    pub fn value(&self) -> f64 {
+        f64::from_bits(self.bits.load(Ordering::Acquire))
+    }
+
+    /// The parameter's unique id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Its name, for messages and printed IR.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl PartialEq for ParameterCell {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl fmt::Debug for ParameterCell {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} = {}", self.name, self.value())
+    }
+}
+
+/// A named scalar read by expressions.
+///
+/// ```
+/// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+/// use watershed_operators::{Assign, Parameter, field, interior_max};
+/// let patch = Grid::new([8, 8, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+/// let u = SpatialField::<CellCentre>::new("u", &patch, Device::Cpu)?;
+/// let mut out = SpatialField::<CellCentre>::new("out", &patch, Device::Cpu)?;
+/// let dt = Parameter::new("dt", 0.5);
+/// out.assign(field(&u) + dt.expr() * 2.0)?;
+/// assert_eq!(interior_max(field(&out))?, 1.0);
+/// dt.set(2.0); // no rebuild: the same kernel reads the new value
+/// out.assign(field(&u) + dt.expr() * 2.0)?;
+/// assert_eq!(interior_max(field(&out))?, 4.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, PartialEq)]
+pub struct Parameter {
+    cell: Arc<ParameterCell>,
+}
+
+impl fmt::Debug for Parameter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Parameter({:?})", self.cell)
+    }
+}
+
+impl Parameter {
+    /// A new parameter named `name` holding `value`.
+    pub fn new(name: &str, value: f64) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Parameter {
+            cell: Arc::new(ParameterCell {
+                id: NEXT.fetch_add(1, Ordering::Relaxed),
+                name: name.into(),
+                bits: AtomicU64::new(value.to_bits()),
+            }),
+        }
+    }
+
+    /// Sets the value every later evaluation reads.
+    pub fn set(&self, value: f64) {
+        self.cell.bits.store(value.to_bits(), Ordering::Release);
+    }
+
+    /// The current value.
+    pub fn get(&self) -> f64 {
+        self.cell.value()
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        self.cell.name()
+    }
+
+    /// The parameter as an expression of any location (it has the same
+    /// value at every point).
+    pub fn expr<'a, L: Location>(&self) -> Expr<'a, L> {
+        Expr::new(
+            Node::Parameter {
+                cell: self.cell.clone(),
+            },
+            Vec::new(),
+        )
+    }
+
+    /// The shared cell (what IR leaves hold).
+    pub fn cell(&self) -> &Arc<ParameterCell> {
+        &self.cell
+    }
+}
