@@ -13,10 +13,12 @@
 use crate::error::{GraphError, GraphResult};
 use crate::store::{AnyField, GraphLocation};
 use crate::tag::Tag;
-use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLockReadGuard, RwLockWriteGuard};
 use watershed_fields::{FieldLayout, FieldResult, IndexBox, Location, LocationKind, SpatialField};
 use watershed_operators::ir::Node;
-use watershed_operators::{AssignOptions, BoundField, Expr, Parallelism, Region, assign_node};
+use watershed_operators::{
+    AssignOptions, BoundField, Expr, Parallelism, Region, assign_node, assign_node_reading_target,
+};
 
 /// The two kinds of expression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -314,6 +316,136 @@ impl Expression for LanguageExpression {
             AnyField::XFace(f) => assign_node(f, &self.root, &bound, options)?,
             AnyField::YFace(f) => assign_node(f, &self.root, &bound, options)?,
             AnyField::ZFace(f) => assign_node(f, &self.root, &bound, options)?,
+        }
+        Ok(())
+    }
+}
+
+/// One masked assignment of a [`LanguageModifier`]: the box of the target's
+/// indices it writes and the value there.
+pub type MaskedAssignment = (IndexBox, Arc<Node>);
+
+type ModifierBuilder =
+    dyn Fn(&FieldLayout) -> GraphResult<Vec<MaskedAssignment>> + Send + Sync;
+
+/// A modifier written in the field language: masked assignments to boxes of
+/// its target (ghost layers, boundary faces) whose values may read the
+/// target itself outside the box written (mirror partners, periodic
+/// images), parameters (time, a boundary amplitude) and coordinates.
+/// Boundary conditions are its first use. Like any modifier it runs right
+/// after the field's producer; being language, it needs no CPU-only code.
+///
+/// The boxes depend on the target's layout (its ghost layers), known only
+/// once the graph is built, so the modifier holds a builder called with the
+/// layout on first use; its assignments are then kept (and their kernels
+/// lowered once).
+///
+/// ```
+/// use watershed_exprgraph::{LanguageModifier, Tag};
+/// use watershed_fields::{CellCentre, IndexBox, LocationKind};
+/// use watershed_operators::{Expr, shift};
+/// let u = Tag::none("u");
+/// let id = u.id();
+/// // Ghost layer -1 along x copies interior column 0 (a zero-gradient wall).
+/// let wall = LanguageModifier::new("wall of u", u.clone(), LocationKind::CellCentre, move |layout| {
+///     let mut ghost = layout.allocated();
+///     ghost.lo[0] = -1;
+///     ghost.hi[0] = 0;
+///     let value = shift(Expr::<CellCentre>::symbol(id, "u"), [1, 0, 0]);
+///     Ok(vec![(ghost, value.node().clone())])
+/// });
+/// # let _ = wall;
+/// ```
+pub struct LanguageModifier {
+    name: String,
+    target: Tag,
+    location: LocationKind,
+    build: Box<ModifierBuilder>,
+    built: Mutex<Option<(FieldLayout, Arc<Vec<MaskedAssignment>>)>>,
+}
+
+impl std::fmt::Debug for LanguageModifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LanguageModifier")
+            .field("name", &self.name)
+            .field("target", &self.target)
+            .finish()
+    }
+}
+
+impl LanguageModifier {
+    /// A modifier named `name` of the field `target` at `location`, whose
+    /// masked assignments `build` returns for the target's layout. Leaves of
+    /// the target are `Expr::symbol(target.id(), ..)`.
+    pub fn new(
+        name: &str,
+        target: Tag,
+        location: LocationKind,
+        build: impl Fn(&FieldLayout) -> GraphResult<Vec<MaskedAssignment>> + Send + Sync + 'static,
+    ) -> Self {
+        LanguageModifier {
+            name: name.to_string(),
+            target,
+            location,
+            build: Box::new(build),
+            built: Mutex::new(None),
+        }
+    }
+
+    /// The masked assignments for `layout` (built on first use).
+    pub fn assignments(&self, layout: &FieldLayout) -> GraphResult<Arc<Vec<MaskedAssignment>>> {
+        let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((seen, list)) = built.as_ref()
+            && seen == layout
+        {
+            return Ok(list.clone());
+        }
+        let list = Arc::new((self.build)(layout)?);
+        *built = Some((layout.clone(), list.clone()));
+        Ok(list)
+    }
+}
+
+impl Expression for LanguageModifier {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn computes(&self) -> Vec<(Tag, LocationKind)> {
+        vec![(self.target.clone(), self.location)]
+    }
+
+    fn requires(&self) -> Vec<Tag> {
+        Vec::new()
+    }
+
+    fn kind(&self) -> ExpressionKind {
+        ExpressionKind::Language
+    }
+
+    fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()> {
+        let parallelism = context.parallelism;
+        let target_id = self.target.id();
+        let field = context.output_any(&self.target)?;
+        let layout = field.as_bound().layout().clone();
+        let assignments = self.assignments(&layout)?;
+        for (region, root) in assignments.iter() {
+            let options = AssignOptions {
+                region: Region::Box(*region),
+                parallelism,
+            };
+            match &mut *field {
+                AnyField::Cell(f) => assign_node_reading_target(f, target_id, root, &[], options)?,
+                AnyField::XFace(f) => {
+                    assign_node_reading_target(f, target_id, root, &[], options)?
+                }
+                AnyField::YFace(f) => {
+                    assign_node_reading_target(f, target_id, root, &[], options)?
+                }
+                AnyField::ZFace(f) => {
+                    assign_node_reading_target(f, target_id, root, &[], options)?
+                }
+            }
         }
         Ok(())
     }

@@ -575,6 +575,122 @@ impl ExpressionGraph {
         Ok(f(typed))
     }
 
+    /// Rotates the storage of persistent fields of one location without
+    /// copying: the field in `tags[1]` moves to `tags[0]`, `tags[2]` to
+    /// `tags[1]`, ..., and `tags[0]`'s to the last. With two tags it swaps
+    /// them: advancing STATE_NP1 to STATE_N is a pointer exchange, not a
+    /// copy. Each field is renamed after the tag it now holds; the values
+    /// move, ghosts included.
+    ///
+    /// Every tag must be persistent (a placeholder, a root, or flagged
+    /// persistent), of the same location and layout, and not currently
+    /// borrowed through [`Self::with_field`].
+    ///
+    /// ```
+    /// use watershed_exprgraph::{Context, ExpressionGraph, Factory, GraphOptions, LanguageExpression, Tag};
+    /// use watershed_fields::{CellCentre, Grid, LocationKind};
+    /// let (now, next) = (Tag::new("u", Context::StateN), Tag::new("u", Context::StateNp1));
+    /// let mut factory = Factory::new();
+    /// factory.placeholder(now.clone(), LocationKind::CellCentre)?;
+    /// let n = now.clone();
+    /// factory.register(LanguageExpression::new::<CellCentre>(next.clone(), move |s| {
+    ///     2.0 * s.field::<CellCentre>(&n)
+    /// }))?;
+    /// let patch = Grid::new([4, 4, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+    /// let graph = ExpressionGraph::build(&factory, &[next.clone()], &patch, &GraphOptions::default())?;
+    /// graph.with_field_mut::<CellCentre, _>(&now, |u| u.fill(1.0))??;
+    /// for _ in 0..3 {
+    ///     graph.execute(watershed_exprgraph::ExecutionMode::Serial)?;
+    ///     graph.rotate_fields(&[now.clone(), next.clone()])?;
+    /// }
+    /// let value = graph.with_field::<CellCentre, _>(&now, |u| u.values().map(|v| v[v.len() / 2]))??;
+    /// assert_eq!(value, 8.0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn rotate_fields(&self, tags: &[Tag]) -> GraphResult<()> {
+        let mut slots = Vec::with_capacity(tags.len());
+        for tag in tags {
+            let slot = self.slot(tag, "rotated")?;
+            if slots.contains(&slot) {
+                return Err(GraphError::Native(format!(
+                    "rotate_fields: {tag} is named twice; name each time level once"
+                )));
+            }
+            let info = &self.fields[slot];
+            let first = &self.fields[slots.first().copied().unwrap_or(slot)];
+            if !(info.persistent || info.placeholder) {
+                return Err(GraphError::FieldUnavailable {
+                    tag: tag.clone(),
+                    expression: "rotate_fields".into(),
+                    reason: "it is a scratch field, alive only while the graph executes; flag it persistent to rotate it".into(),
+                });
+            }
+            if info.location != first.location {
+                return Err(GraphError::WrongLocation {
+                    tag: tag.clone(),
+                    actual: info.location,
+                    requested: first.location,
+                });
+            }
+            slots.push(slot);
+        }
+        if slots.len() < 2 {
+            return Ok(());
+        }
+        if in_field_access(self) {
+            return Err(GraphError::Native(
+                "rotate_fields was called inside with_field of the same graph; call it after the access ends".into(),
+            ));
+        }
+        let _serial = self.execution.lock().unwrap_or_else(|p| p.into_inner());
+        // Lock in slot order (every multi-slot locker does), so two rotations
+        // cannot deadlock.
+        let mut order: Vec<usize> = (0..slots.len()).collect();
+        order.sort_by_key(|&i| slots[i]);
+        let mut guards: Vec<Option<std::sync::RwLockWriteGuard<'_, Option<AnyField>>>> =
+            (0..slots.len()).map(|_| None).collect();
+        for &i in &order {
+            guards[i] = Some(
+                self.store.slots[slots[i]]
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner()),
+            );
+        }
+        let mut held: Vec<Option<AnyField>> = guards
+            .iter_mut()
+            .map(|g| g.as_mut().and_then(|g| g.take()))
+            .collect();
+        let layouts: Vec<Option<FieldLayout>> = held
+            .iter()
+            .map(|f| f.as_ref().map(|f| f.as_bound().layout().clone()))
+            .collect();
+        if let Some(bad) = (1..held.len()).find(|&i| layouts[i] != layouts[0]) {
+            // Put everything back before reporting.
+            for (guard, field) in guards.iter_mut().zip(held) {
+                if let Some(guard) = guard {
+                    **guard = field;
+                }
+            }
+            return Err(GraphError::Native(format!(
+                "rotate_fields: {} and {} have different layouts (ghost layers or allocation); they cannot exchange storage",
+                tags[0], tags[bad]
+            )));
+        }
+        held.rotate_left(1);
+        for ((guard, mut field), tag) in guards.iter_mut().zip(held).zip(tags) {
+            if let Some(f) = field.as_mut() {
+                f.rename(&tag.to_string());
+            }
+            if let Some(guard) = guard {
+                **guard = field;
+            }
+        }
+        for &slot in &slots {
+            self.provided[slot].store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
     /// Replaces the storage of placeholder `tag` with `field` (e.g. a field
     /// wrapping memory an outer framework owns). Returns the field it held.
     pub fn bind_placeholder<L: GraphLocation>(

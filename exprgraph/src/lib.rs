@@ -56,7 +56,8 @@ pub mod trace;
 
 pub use error::{GraphError, GraphResult};
 pub use expression::{
-    EvaluationContext, Expression, ExpressionKind, LanguageExpression, NativeExpression, Symbols,
+    EvaluationContext, Expression, ExpressionKind, LanguageExpression, LanguageModifier,
+    MaskedAssignment, NativeExpression, Symbols,
 };
 pub use factory::Factory;
 pub use graph::{ExpressionGraph, FieldInfo, GhostPolicy, GraphOptions, Target};

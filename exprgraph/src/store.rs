@@ -81,6 +81,16 @@ impl AnyField {
         }
     }
 
+    /// Renames the field.
+    pub fn rename(&mut self, name: &str) {
+        match self {
+            AnyField::Cell(f) => f.rename(name),
+            AnyField::XFace(f) => f.rename(name),
+            AnyField::YFace(f) => f.rename(name),
+            AnyField::ZFace(f) => f.rename(name),
+        }
+    }
+
     /// Bytes of storage (ghosts included).
     pub fn bytes(&self) -> usize {
         self.as_bound().layout().allocated_len() * std::mem::size_of::<f64>()

@@ -307,6 +307,12 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
         &self.name
     }
 
+    /// Gives the field a new name (e.g. when a graph swaps the storage of
+    /// two time levels, each field takes the name of the level it now holds).
+    pub fn rename(&mut self, name: &str) {
+        self.name = name.into();
+    }
+
     /// The field's layout (sizes, ghosts, coordinates).
     pub fn layout(&self) -> &FieldLayout {
         &self.layout

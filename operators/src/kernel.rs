@@ -34,8 +34,9 @@ use std::fmt;
 use std::sync::Arc;
 use watershed_fields::{LocationKind, Patch};
 
-/// Largest offset of a [`crate::shift`] along any axis.
-pub const MAX_SHIFT: isize = 64;
+/// Largest offset of a [`crate::shift`] along any axis (a periodic image
+/// is a whole domain away; no field is this large along one axis).
+pub const MAX_SHIFT: isize = 1 << 24;
 
 /// A register number. [`OUTPUT`] is the target row.
 pub type Register = u16;

@@ -17,8 +17,9 @@
 //!   grid's periodic axes are filled whether or not a condition says so.
 
 use crate::error::{SolverError, SolverResult};
-use watershed_fields::{Location, SpatialField};
-use watershed_operators::Side;
+use watershed_exprgraph::{GraphError, LanguageModifier, MaskedAssignment, Tag};
+use watershed_fields::{FieldLayout, IndexBox, Location, SpatialField};
+use watershed_operators::{Expr, Side, shift};
 
 /// A condition on one side of the domain.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -113,6 +114,161 @@ impl BoundaryConditions {
             apply_side(field, side, condition)?;
         }
         Ok(())
+    }
+}
+
+impl BoundaryConditions {
+    /// The conditions as a language modifier of the graph field `tag` (of
+    /// location `L`): the same values as [`Self::apply`], written as masked
+    /// assignments to the ghost layers (and boundary faces) that read the
+    /// field's interior, so they run wherever the language runs.
+    pub fn modifier<L: Location>(&self, tag: &Tag) -> LanguageModifier {
+        let conditions = *self;
+        let target = tag.clone();
+        LanguageModifier::new(
+            &format!("boundary conditions of {}", tag.name),
+            tag.clone(),
+            L::KIND,
+            move |layout| {
+                conditions
+                    .assignments::<L>(layout, target.id(), &target.to_string())
+                    .map_err(|e| GraphError::Native(e.to_string()))
+            },
+        )
+    }
+
+    /// The masked assignments that apply the conditions to a field of
+    /// location `L` with `layout`, whose IR leaves have id `target` (named
+    /// `name`): per side with a condition, in the order -x, +x, -y, +y, -z,
+    /// +z, the boundary face (Dirichlet on a face field normal to the side)
+    /// and then each ghost layer, outwards. Each layer spans the whole
+    /// allocated extent across the side, so corners are filled as by
+    /// [`Self::apply`].
+    pub fn assignments<L: Location>(
+        &self,
+        layout: &FieldLayout,
+        target: u64,
+        name: &str,
+    ) -> SolverResult<Vec<MaskedAssignment>> {
+        let patch = layout.patch();
+        let grid = patch.grid();
+        let field: Expr<'static, L> = Expr::symbol(target, name);
+        let mut out = Vec::new();
+        for side in Side::ALL {
+            let axis = side.axis;
+            let periodic_axis = grid.periodic()[axis] && grid.active_dimensions()[axis];
+            let condition = if periodic_axis {
+                Some(BoundaryCondition::Periodic)
+            } else {
+                self.get(side)
+            };
+            let Some(condition) = condition else { continue };
+            let setup = |reason: String| SolverError::Setup {
+                equation: name.to_string(),
+                reason,
+            };
+            if condition == BoundaryCondition::Periodic {
+                if !periodic_axis {
+                    return Err(setup(format!(
+                        "a periodic condition on side {} needs a grid periodic along that axis (Grid::with_periodic)",
+                        side.name()
+                    )));
+                }
+                if patch.offset()[axis] != 0 || patch.cells()[axis] != grid.cells()[axis] {
+                    continue; // the images across the seam live on other patches
+                }
+            } else {
+                let on_boundary = if side.plus {
+                    patch.plus_boundary()[axis]
+                } else {
+                    patch.minus_boundary()[axis]
+                };
+                if !on_boundary {
+                    continue;
+                }
+            }
+            let h = grid.spacing()[axis];
+            let n = layout.interior_extent()[axis] as isize;
+            let layers = if side.plus {
+                layout.ghosts().plus[axis]
+            } else {
+                layout.ghosts().minus[axis]
+            } as isize;
+            let on_face =
+                L::KIND.face_axis() == Some(axis) && condition != BoundaryCondition::Periodic;
+            let gradient = match condition {
+                BoundaryCondition::Neumann(q) => q,
+                BoundaryCondition::Flux { flux, diffusivity } => {
+                    if diffusivity == 0.0 || !diffusivity.is_finite() {
+                        return Err(setup(format!(
+                            "a flux condition on side {} needs a finite, non-zero diffusivity",
+                            side.name()
+                        )));
+                    }
+                    -flux / diffusivity
+                }
+                _ => 0.0,
+            };
+            let face_value = match condition {
+                BoundaryCondition::Dirichlet(v) if on_face => Some(v),
+                _ => None,
+            };
+            if layers == 0 && face_value.is_none() {
+                return Err(setup(format!(
+                    "the {condition:?} condition on side {} cannot be applied: the field has 0 ghost layers there; build its patch with at least 1 ghost layer",
+                    side.name()
+                )));
+            }
+            if layers > n {
+                return Err(setup(format!(
+                    "the {condition:?} condition on side {} mirrors {layers} ghost layers, but the patch has only {n} interior points along that axis; use fewer ghost layers or more cells",
+                    side.name()
+                )));
+            }
+            // The layer at index `at` along the axis, across the whole
+            // allocated extent of the other axes.
+            let slab = |at: isize| {
+                let mut b: IndexBox = layout.allocated();
+                b.lo[axis] = at;
+                b.hi[axis] = at + 1;
+                b
+            };
+            let along = |d: isize| {
+                let mut offset = [0; 3];
+                offset[axis] = d;
+                offset
+            };
+            // The boundary point (faces) or the last interior cell, and the
+            // direction out of the domain.
+            let (first, outward) = if side.plus { (n - 1, 1) } else { (0, -1) };
+            if let Some(v) = face_value {
+                out.push((slab(first), Expr::<L>::constant(v).node().clone()));
+            }
+            for l in 1..=layers {
+                let ghost = first + outward * l;
+                // The mirror partner: same distance from the boundary, inside.
+                let (partner, distance) = if on_face {
+                    (first - outward * l, (2 * l) as f64 * h)
+                } else {
+                    (first - outward * (l - 1), (2 * l - 1) as f64 * h)
+                };
+                let mirror = shift(field.clone(), along(partner - ghost));
+                let value: Expr<'static, L> = match condition {
+                    BoundaryCondition::Dirichlet(v) => Expr::constant(2.0 * v) - mirror,
+                    BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
+                        mirror + Expr::constant(distance * gradient)
+                    }
+                    BoundaryCondition::Periodic => {
+                        // Beyond the plus end: interior point l - 1; beyond
+                        // the minus end: n - l.
+                        let image = if side.plus { l - 1 } else { n - l };
+                        shift(field.clone(), along(image - ghost))
+                    }
+                };
+                out.push((slab(ghost), value.node().clone()));
+            }
+        }
+        Ok(out)
     }
 }
 

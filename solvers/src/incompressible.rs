@@ -19,19 +19,16 @@ use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::{Multigrid, MultigridOptions, SolveReport, first_non_finite};
-use crate::solver::StageValues;
-use crate::stages::{copy_field, update_node};
-use std::sync::{Arc, Mutex};
+use crate::stages::{StageParameters, advance_levels, update_expression};
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
-    LanguageExpression, NativeExpression, Symbols, Tag,
+    LanguageExpression, Symbols, Tag,
 };
-use watershed_fields::{
-    CellCentre, Device, LocationKind, Patch, SpatialField, XFace, YFace, ZFace,
-};
+use watershed_fields::{CellCentre, Device, LocationKind, Patch, SpatialField, XFace, YFace, ZFace};
 use watershed_operators::{
-    Assign, Expr, FaceLocation, abs, derivative, divergence, field, gradient, interior_max,
-    interior_norm_l2, interior_sum, interpolate_to_cell, interpolate_to_face, laplacian,
+    Assign, Expr, FaceLocation, Parameter, abs, derivative, divergence, field, gradient,
+    interior_max, interior_norm_l2, interior_sum, interpolate_to_cell, interpolate_to_face,
+    laplacian, update,
 };
 
 const NAMES: [&str; 3] = ["u", "v", "w"];
@@ -157,7 +154,7 @@ impl IncompressibleFlowBuilder {
             }
         }
         self.poisson.validate()?;
-        let stage = Arc::new(Mutex::new(StageValues::default()));
+        let parameters = StageParameters::default();
         let mut factory = Factory::new();
         let tags = |context: Context| NAMES.map(|n| Tag::new(n, context.clone()));
         let (now, next, start) = (
@@ -190,15 +187,20 @@ impl IncompressibleFlowBuilder {
             };
             factory.register(expression)?;
             let update = match axis {
-                0 => update_node::<XFace>(&now[0], &next[0], &start[0], &rhs, stage.clone()),
-                1 => update_node::<YFace>(&now[1], &next[1], &start[1], &rhs, stage.clone()),
-                _ => update_node::<ZFace>(&now[2], &next[2], &start[2], &rhs, stage.clone()),
+                0 => update_expression::<XFace>(&now[0], &next[0], &start[0], &rhs, &parameters),
+                1 => update_expression::<YFace>(&now[1], &next[1], &start[1], &rhs, &parameters),
+                _ => update_expression::<ZFace>(&now[2], &next[2], &start[2], &rhs, &parameters),
             };
             factory.register(update)?;
         }
         let roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
         let graph =
             ExpressionGraph::build(&factory, &roots, &self.patch, &GraphOptions::default())?;
+        for &axis in &active {
+            // Receives the step's start value after the first stage, which
+            // does not read it (see `crate::stages`).
+            graph.fill_placeholder(&start[axis])?;
+        }
 
         let mut walls = BoundaryConditions::new();
         for side in watershed_operators::Side::ALL {
@@ -208,7 +210,8 @@ impl IncompressibleFlowBuilder {
         let cell = |name: &str| SpatialField::<CellCentre>::new(name, &self.patch, Device::Cpu);
         Ok(IncompressibleFlow {
             graph,
-            stage,
+            parameters,
+            pressure_scale: Parameter::new("1/(b dt)", 0.0),
             active,
             now,
             next,
@@ -222,9 +225,6 @@ impl IncompressibleFlowBuilder {
             psi: cell("psi")?,
             divergence: cell("div")?,
             pressure: cell("p")?,
-            scratch_u: SpatialField::new("tmp_u", &self.patch, Device::Cpu)?,
-            scratch_v: SpatialField::new("tmp_v", &self.patch, Device::Cpu)?,
-            scratch_w: SpatialField::new("tmp_w", &self.patch, Device::Cpu)?,
             time: 0.0,
             steps: 0,
             last: ProjectionReport::default(),
@@ -237,21 +237,7 @@ fn attach_conditions<F: GraphLocation>(
     tag: &Tag,
     conditions: BoundaryConditions,
 ) -> SolverResult<()> {
-    let target = tag.clone();
-    factory.attach_modifier(
-        tag.clone(),
-        NativeExpression::new(
-            &format!("boundary conditions of {}", tag.name),
-            vec![(tag.clone(), F::KIND)],
-            Vec::new(),
-            move |context| {
-                let field = context.output::<F>(&target)?;
-                conditions
-                    .apply(field)
-                    .map_err(|e| watershed_exprgraph::GraphError::Native(e.to_string()))
-            },
-        ),
-    )?;
+    factory.attach_modifier(tag.clone(), conditions.modifier::<F>(tag))?;
     Ok(())
 }
 
@@ -292,7 +278,9 @@ fn momentum<F: FaceLocation + GraphLocation>(
 /// An incompressible flow advancing in time.
 pub struct IncompressibleFlow {
     graph: ExpressionGraph,
-    stage: Arc<Mutex<StageValues>>,
+    parameters: StageParameters,
+    /// `1 / (b dt)` of the last stage: the pressure is `psi` times it.
+    pressure_scale: Parameter,
     active: Vec<usize>,
     now: [Tag; 3],
     next: [Tag; 3],
@@ -306,9 +294,6 @@ pub struct IncompressibleFlow {
     psi: SpatialField<CellCentre>,
     divergence: SpatialField<CellCentre>,
     pressure: SpatialField<CellCentre>,
-    scratch_u: SpatialField<XFace>,
-    scratch_v: SpatialField<YFace>,
-    scratch_w: SpatialField<ZFace>,
     time: f64,
     steps: u64,
     last: ProjectionReport,
@@ -452,14 +437,6 @@ impl IncompressibleFlow {
         Ok(energy)
     }
 
-    fn copy_component(&self, axis: usize, from: &[Tag; 3], to: &[Tag; 3]) -> SolverResult<()> {
-        match axis {
-            0 => copy_field::<XFace>(&self.graph, &from[0], &to[0]),
-            1 => copy_field::<YFace>(&self.graph, &from[1], &to[1]),
-            _ => copy_field::<ZFace>(&self.graph, &from[2], &to[2]),
-        }
-    }
-
     fn apply_conditions<F: GraphLocation>(&self, axis: usize) -> SolverResult<()> {
         let conditions = self.conditions[axis];
         self.graph
@@ -493,23 +470,14 @@ impl IncompressibleFlow {
         Ok(interior_norm_l2(&self.divergence)?)
     }
 
-    fn correct<F: GraphLocation + FaceLocation>(
-        &self,
-        scratch: &mut SpatialField<F>,
-    ) -> SolverResult<()> {
-        let tag = &self.now[F::AXIS];
+    /// `u -= grad(psi)` on the interior, in place.
+    fn correct<F: GraphLocation + FaceLocation>(&self) -> SolverResult<()> {
+        let psi = &self.psi;
         self.graph
-            .with_field::<F, _>(tag, |u| scratch.assign(field(u) - gradient::<F>(&self.psi)))??;
-        self.graph
-            .with_field_mut::<F, _>(tag, |u| -> SolverResult<()> {
-                let layout = u.layout().clone();
-                let (source, target) = (scratch.values()?, u.values_mut()?);
-                for index in layout.interior() {
-                    let at = layout.linear_index(index);
-                    target[at] = source[at];
-                }
-                Ok(())
-            })?
+            .with_field_mut::<F, _>(&self.now[F::AXIS], |u| {
+                update(u, |u| u - gradient::<F>(psi))
+            })??;
+        Ok(())
     }
 
     /// Projects the current velocity onto divergence-free fields.
@@ -525,28 +493,13 @@ impl IncompressibleFlow {
         let report: SolveReport = self
             .poisson
             .solve_preconditioned_cg(&self.divergence, &mut self.psi)?;
-        let (mut su, mut sv, mut sw) = (
-            std::mem::replace(
-                &mut self.scratch_u,
-                SpatialField::new("tmp_u", self.psi.layout().patch(), Device::Cpu)?,
-            ),
-            std::mem::replace(
-                &mut self.scratch_v,
-                SpatialField::new("tmp_v", self.psi.layout().patch(), Device::Cpu)?,
-            ),
-            std::mem::replace(
-                &mut self.scratch_w,
-                SpatialField::new("tmp_w", self.psi.layout().patch(), Device::Cpu)?,
-            ),
-        );
-        for &axis in &self.active.clone() {
+        for &axis in &self.active {
             match axis {
-                0 => self.correct::<XFace>(&mut su)?,
-                1 => self.correct::<YFace>(&mut sv)?,
-                _ => self.correct::<ZFace>(&mut sw)?,
+                0 => self.correct::<XFace>()?,
+                1 => self.correct::<YFace>()?,
+                _ => self.correct::<ZFace>()?,
             }
         }
-        (self.scratch_u, self.scratch_v, self.scratch_w) = (su, sv, sw);
         // The correction covers the interior; refill ghosts and boundary faces.
         for &axis in &self.active {
             match axis {
@@ -557,12 +510,13 @@ impl IncompressibleFlow {
         }
         let after = self.compute_divergence()?;
         if stage_factor > 0.0 {
-            let layout = self.psi.layout().clone();
-            let (psi, pressure) = (self.psi.values()?, self.pressure.values_mut()?);
-            for index in layout.allocated() {
-                let at = layout.linear_index(index);
-                pressure[at] = psi[at] / stage_factor;
-            }
+            self.pressure_scale.set(1.0 / stage_factor);
+            let options = watershed_operators::AssignOptions {
+                region: watershed_operators::Region::LargestComputable,
+                ..Default::default()
+            };
+            self.pressure
+                .assign_with(self.pressure_scale.expr() * field(&self.psi), options)?;
         }
         let first = report.residuals.first().copied().unwrap_or(0.0);
         let last = report.residuals.last().copied().unwrap_or(0.0);
@@ -601,20 +555,17 @@ impl IncompressibleFlow {
             }
             self.project(0.0)?; // start from a divergence-free field
         }
-        for &axis in &self.active {
-            self.copy_component(axis, &self.now, &self.start)?;
-        }
         for (index, stage) in self.integrator.stages().iter().enumerate() {
-            *self.stage.lock().unwrap_or_else(|p| p.into_inner()) = StageValues {
-                time: self.time + stage.c * dt,
-                dt,
-                stage: index,
-                a: stage.a,
-                b: stage.b,
-            };
+            self.parameters.set(stage, self.time, dt);
             self.graph.execute(self.mode)?;
             for &axis in &self.active {
-                self.copy_component(axis, &self.next, &self.now)?;
+                advance_levels(
+                    &self.graph,
+                    index,
+                    &self.start[axis],
+                    &self.now[axis],
+                    &self.next[axis],
+                )?;
             }
             self.project(stage.b * dt)?;
         }

@@ -13,6 +13,7 @@
 //! | [`multigrid`] | [`Multigrid`]: geometric multigrid for `lap(x) = b`, as a solver and as a CG preconditioner |
 //! | [`transport`] | [`TransportEquation`]: diffusion, convection (central, upwind, limited), sources, density |
 //! | [`solver`] | [`TransportSolver`]: the graph, the stages, fixed or stability-limited `dt` |
+//! | [`stages`] | [`StageParameters`], the language update node, the rotation of time levels |
 //! | [`error`] | [`SolverError`] |
 
 #![warn(missing_docs)]
@@ -23,7 +24,7 @@ pub mod incompressible;
 pub mod integrator;
 pub mod multigrid;
 pub mod solver;
-mod stages;
+pub mod stages;
 pub mod transport;
 
 pub use boundary::{BoundaryCondition, BoundaryConditions};
@@ -31,6 +32,7 @@ pub use error::{SolverError, SolverResult};
 pub use incompressible::{IncompressibleFlow, IncompressibleFlowBuilder, ProjectionReport};
 pub use integrator::{Stage, TimeIntegrator};
 pub use multigrid::{Multigrid, MultigridOptions, SolveReport};
-pub use solver::{StageValues, TimeStep, TransportSolver, TransportSolverBuilder};
+pub use solver::{TimeStep, TransportSolver, TransportSolverBuilder};
+pub use stages::StageParameters;
 pub use transport::{ConvectiveScheme, Diffusivity, Source, TransportEquation};
 pub use watershed_exprgraph as exprgraph;

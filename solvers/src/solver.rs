@@ -1,37 +1,23 @@
 //! Advancing transport equations in time through the expression graph.
 //!
 //! The graph computes each equation's right-hand side from the solution at
-//! the current stage (STATE_N, whose boundary conditions run as a
-//! modifier first), and an update node per equation computes STATE_NP1 =
-//! `a u(n) + b (u + dt rhs)`. The time, `dt`, the stage index and the
-//! stage weights are CPU-side values the update nodes read (as in Wasatch,
-//! where they make a GPU graph heterogeneous). Each stage executes the graph
-//! once and copies STATE_NP1 into STATE_N.
+//! the current stage (STATE_N, whose boundary conditions run first as a
+//! language modifier), and an update node per equation computes STATE_NP1 =
+//! `a u(n) + b (u + dt rhs)`; the right-hand side fuses into it. The time,
+//! `dt` and the stage weights are scalar [`Parameter`](watershed_operators::Parameter)s
+//! the nodes read, so every node is a language node and nothing is rebuilt
+//! or re-lowered between stages. Each stage executes the graph once; the time
+//! levels then exchange storage (see [`crate::stages`]) instead of being
+//! copied.
 
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::first_non_finite;
-use crate::stages::{copy_field, update_node};
+use crate::stages::{StageParameters, advance_levels, update_expression};
 use crate::transport::{Diffusivity, TransportEquation};
-use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphOptions, Tag};
 use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField, XFace, YFace, ZFace};
 use watershed_operators::{Assign, AssignOptions, Region, abs, field, interior_max, interior_min};
-
-/// The CPU-side values of the current stage, read by the update nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct StageValues {
-    /// Time at which the stage's right-hand side is evaluated.
-    pub time: f64,
-    /// The step.
-    pub dt: f64,
-    /// Stage index within the step.
-    pub stage: usize,
-    /// Weight of the solution at the start of the step.
-    pub a: f64,
-    /// Weight of the stage's forward-Euler update.
-    pub b: f64,
-}
 
 /// How `dt` is chosen.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -89,6 +75,7 @@ pub struct TransportSolverBuilder {
     integrator: TimeIntegrator,
     mode: ExecutionMode,
     options: GraphOptions,
+    parameters: StageParameters,
 }
 
 impl TransportSolverBuilder {
@@ -101,7 +88,16 @@ impl TransportSolverBuilder {
             integrator: TimeIntegrator::default(),
             mode: ExecutionMode::Serial,
             options: GraphOptions::default(),
+            parameters: StageParameters::default(),
         }
+    }
+
+    /// The stage parameters the solver will set before every stage: use
+    /// `stage_parameters().time.expr()` in a source or coefficient to make
+    /// it depend on time (it holds the time at which the stage's right-hand
+    /// side is evaluated).
+    pub fn stage_parameters(&self) -> &StageParameters {
+        &self.parameters
     }
 
     /// Adds an equation.
@@ -143,7 +139,6 @@ impl TransportSolverBuilder {
                     .into(),
             });
         }
-        let stage = Arc::new(Mutex::new(StageValues::default()));
         let mut roots = Vec::new();
         for equation in &self.equations {
             equation.register(&mut self.factory, &self.patch)?;
@@ -155,21 +150,26 @@ impl TransportSolverBuilder {
                 equation.next_tag(),
                 equation.rhs_tag(),
             );
-            self.factory.register(update_node::<CellCentre>(
+            self.factory.register(update_expression::<CellCentre>(
                 &solution,
                 &next,
                 &start,
                 &rhs,
-                stage.clone(),
+                &self.parameters,
             ))?;
             roots.push(next);
         }
         let graph = ExpressionGraph::build(&self.factory, &roots, &self.patch, &self.options)?;
+        for equation in &self.equations {
+            // Receives the step's start value after the first stage, which
+            // does not read it (see `crate::stages`).
+            graph.fill_placeholder(&equation.start_tag())?;
+        }
         Ok(TransportSolver {
             graph,
             equations: self.equations,
             integrator: self.integrator,
-            stage,
+            parameters: self.parameters,
             mode: self.mode,
             time: 0.0,
             steps: 0,
@@ -182,7 +182,7 @@ pub struct TransportSolver {
     graph: ExpressionGraph,
     equations: Vec<TransportEquation>,
     integrator: TimeIntegrator,
-    stage: Arc<Mutex<StageValues>>,
+    parameters: StageParameters,
     mode: ExecutionMode,
     time: f64,
     steps: u64,
@@ -364,8 +364,9 @@ impl TransportSolver {
         Ok(self.graph.with_field::<CellCentre, _>(&tag, f)?)
     }
 
-    fn copy(&self, from: &Tag, to: &Tag) -> SolverResult<()> {
-        copy_field::<CellCentre>(&self.graph, from, to)
+    /// The stage parameters (time, dt, a, b) the update nodes read.
+    pub fn stage_parameters(&self) -> &StageParameters {
+        &self.parameters
     }
 
     /// Advances every equation by one step of `dt`.
@@ -384,20 +385,17 @@ impl TransportSolver {
         if self.steps == 0 {
             self.check_inputs_finite("before the first step")?;
         }
-        for equation in &self.equations {
-            self.copy(&equation.solution_tag(), &equation.start_tag())?;
-        }
         for (index, stage) in self.integrator.stages().iter().enumerate() {
-            *self.stage.lock().unwrap_or_else(|p| p.into_inner()) = StageValues {
-                time: self.time + stage.c * dt,
-                dt,
-                stage: index,
-                a: stage.a,
-                b: stage.b,
-            };
+            self.parameters.set(stage, self.time, dt);
             self.graph.execute(self.mode)?;
             for equation in &self.equations {
-                self.copy(&equation.next_tag(), &equation.solution_tag())?;
+                advance_levels(
+                    &self.graph,
+                    index,
+                    &equation.start_tag(),
+                    &equation.solution_tag(),
+                    &equation.next_tag(),
+                )?;
             }
         }
         self.time += dt;

@@ -1,50 +1,85 @@
 //! What the transport and flow solvers share to run Shu-Osher stages
-//! through a graph: the update node and the copies between time levels.
+//! through a graph: the stage parameters, the update expression, and the
+//! rotation of the time levels.
+//!
+//! Each stage computes `next = a start + b (now + dt rhs(now))` as one
+//! language node (the right-hand side fuses into it), reading `a`, `b`,
+//! `dt` and the stage time as [`Parameter`]s, so the same compiled kernel
+//! serves every stage and step. No field is copied between stages: after
+//! stage 1 the storage of the three levels rotates (start <- now <- next),
+//! after later stages `now` and `next` swap.
 
 use crate::error::SolverResult;
-use crate::solver::StageValues;
-use std::sync::{Arc, Mutex};
-use watershed_exprgraph::{ExpressionGraph, GraphLocation, NativeExpression, Tag};
+use crate::integrator::Stage;
+use watershed_exprgraph::{ExpressionGraph, LanguageExpression, Tag};
+use watershed_fields::Location;
+use watershed_operators::{Expr, Parameter, cond};
 
-/// The node computing `next = a start + b (now + dt rhs)` with the stage's
-/// `a`, `b` and `dt` (CPU-side values, as in Wasatch).
-pub(crate) fn update_node<F: GraphLocation>(
+/// The scalar parameters of a stage, shared by every update node of a solver.
+#[derive(Debug, Clone)]
+pub struct StageParameters {
+    /// Time at which the stage's right-hand side is evaluated (`t`).
+    pub time: Parameter,
+    /// The step (`dt`).
+    pub dt: Parameter,
+    /// Weight of the solution at the start of the step (`a`).
+    pub a: Parameter,
+    /// Weight of the stage's forward-Euler update (`b`).
+    pub b: Parameter,
+}
+
+impl Default for StageParameters {
+    fn default() -> Self {
+        StageParameters {
+            time: Parameter::new("t", 0.0),
+            dt: Parameter::new("dt", 0.0),
+            a: Parameter::new("a", 0.0),
+            b: Parameter::new("b", 1.0),
+        }
+    }
+}
+
+impl StageParameters {
+    /// Sets the parameters for `stage` of a step of `dt` starting at `time`.
+    pub fn set(&self, stage: &Stage, time: f64, dt: f64) {
+        self.time.set(time + stage.c * dt);
+        self.dt.set(dt);
+        self.a.set(stage.a);
+        self.b.set(stage.b);
+    }
+}
+
+/// The node computing `next = a start + b (now + dt rhs)`. Where `a` is 0
+/// (the first stage) `start` is not read, so whatever its storage holds
+/// before it first receives the step's start value cannot leak in.
+pub(crate) fn update_expression<F: Location>(
     now: &Tag,
     next: &Tag,
     start: &Tag,
     rhs: &Tag,
-    stage: Arc<Mutex<StageValues>>,
-) -> NativeExpression {
-    let (s, n, o, r) = (now.clone(), next.clone(), start.clone(), rhs.clone());
-    NativeExpression::new(
-        &format!("update {}", now.name),
-        vec![(next.clone(), F::KIND)],
-        vec![now.clone(), rhs.clone(), start.clone()],
-        move |context| {
-            let StageValues { dt, a, b, .. } = *stage.lock().unwrap_or_else(|p| p.into_inner());
-            let u = context.input::<F>(&s)?.values()?.to_vec();
-            let rhs = context.input::<F>(&r)?.values()?.to_vec();
-            let old = context.input::<F>(&o)?.values()?.to_vec();
-            let out = context.output::<F>(&n)?.values_mut()?;
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = a * old[i] + b * (u[i] + dt * rhs[i]);
-            }
-            Ok(())
-        },
-    )
+    parameters: &StageParameters,
+) -> LanguageExpression {
+    let (n, o, r) = (now.clone(), start.clone(), rhs.clone());
+    let p = parameters.clone();
+    LanguageExpression::new::<F>(next.clone(), move |s| {
+        let a: Expr<'static, F> = p.a.expr();
+        let kept = cond(a.clone().not_equals(0.0), a * s.field::<F>(&o)).otherwise(0.0);
+        kept + p.b.expr() * (s.field::<F>(&n) + p.dt.expr() * s.field::<F>(&r))
+    })
 }
 
-/// Copies the persistent field `from` into `to` (same location and layout).
-pub(crate) fn copy_field<F: GraphLocation>(
+/// After stage `index`: the new value moves to `now` without copying.
+pub(crate) fn advance_levels(
     graph: &ExpressionGraph,
-    from: &Tag,
-    to: &Tag,
+    index: usize,
+    start: &Tag,
+    now: &Tag,
+    next: &Tag,
 ) -> SolverResult<()> {
-    graph.with_field::<F, _>(from, |source| -> SolverResult<()> {
-        let values = source.values()?;
-        graph.with_field_mut::<F, _>(to, |target| -> SolverResult<()> {
-            target.values_mut()?.copy_from_slice(values);
-            Ok(())
-        })?
-    })?
+    if index == 0 {
+        graph.rotate_fields(&[start.clone(), now.clone(), next.clone()])?;
+    } else {
+        graph.rotate_fields(&[now.clone(), next.clone()])?;
+    }
+    Ok(())
 }

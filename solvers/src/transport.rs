@@ -14,7 +14,7 @@ use crate::boundary::BoundaryConditions;
 use crate::error::{SolverError, SolverResult};
 use std::sync::Arc;
 use watershed_exprgraph::{
-    Context, Factory, GraphLocation, LanguageExpression, NativeExpression, Symbols, Tag,
+    Context, Factory, GraphLocation, LanguageExpression, Symbols, Tag,
 };
 use watershed_fields::{CellCentre, LocationKind, Patch, XFace, YFace, ZFace};
 use watershed_operators::{
@@ -205,23 +205,10 @@ impl TransportEquation {
         factory
             .placeholder(solution.clone(), LocationKind::CellCentre)
             .map_err(equation_error)?;
-        let conditions = self.boundary;
-        let target = solution.clone();
-        let name = self.name.clone();
         factory
             .attach_modifier(
                 solution.clone(),
-                NativeExpression::new(
-                    &format!("boundary conditions of {name}"),
-                    vec![(solution.clone(), LocationKind::CellCentre)],
-                    Vec::new(),
-                    move |context| {
-                        let field = context.output::<CellCentre>(&target)?;
-                        conditions
-                            .apply(field)
-                            .map_err(|e| watershed_exprgraph::GraphError::Native(e.to_string()))
-                    },
-                ),
+                self.boundary.modifier::<CellCentre>(&solution),
             )
             .map_err(equation_error)?;
 
