@@ -17,7 +17,7 @@ use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use watershed_fields::{CellCentre, Device, Grid, IndexBox, Patch, SpatialField};
 use watershed_operators::{
-    Assign, OperatorResult, field, interior_norm_l2, interior_sum, laplacian,
+    Assign, OperatorResult, Parameter, field, interior_norm_l2, interior_sum, laplacian, update,
 };
 
 /// Multigrid settings.
@@ -173,14 +173,17 @@ pub struct Multigrid {
     cg: ConjugateGradientVectors,
 }
 
-/// The vectors of preconditioned CG on the finest grid.
+/// The vectors and scalars of preconditioned CG on the finest grid. The
+/// scalars are [`Parameter`]s, so each vector update is one kernel lowered
+/// once and run in place for every iteration.
 struct ConjugateGradientVectors {
     x: SpatialField<CellCentre>,
     r: SpatialField<CellCentre>,
     p: SpatialField<CellCentre>,
     q: SpatialField<CellCentre>,
     z: SpatialField<CellCentre>,
-    scratch: SpatialField<CellCentre>,
+    alpha: Parameter,
+    beta: Parameter,
 }
 
 impl std::fmt::Debug for Multigrid {
@@ -293,7 +296,8 @@ impl Multigrid {
                 p: make("cg_p")?,
                 q: make("cg_q")?,
                 z: make("cg_z")?,
-                scratch: make("cg_scratch")?,
+                alpha: Parameter::new("alpha", 0.0),
+                beta: Parameter::new("beta", 0.0),
             },
         })
     }
@@ -519,11 +523,10 @@ impl Multigrid {
             let cg = &mut self.cg;
             self.homogeneous.apply(&mut cg.p)?;
             cg.q.assign(laplacian(&cg.p))?;
-            let alpha = rz / dot(&cg.p, &cg.q)?;
-            cg.scratch.assign(field(&cg.x) + alpha * field(&cg.p))?;
-            std::mem::swap(&mut cg.x, &mut cg.scratch);
-            cg.scratch.assign(field(&cg.r) - alpha * field(&cg.q))?;
-            std::mem::swap(&mut cg.r, &mut cg.scratch);
+            cg.alpha.set(rz / dot(&cg.p, &cg.q)?);
+            let (alpha, p, q) = (&cg.alpha, &cg.p, &cg.q);
+            update(&mut cg.x, |x| x + alpha.expr() * field(p))?;
+            update(&mut cg.r, |r| r - alpha.expr() * field(q))?;
             if self.singular {
                 remove_mean(&mut cg.r)?;
             }
@@ -532,10 +535,10 @@ impl Multigrid {
             self.precondition()?;
             let cg = &mut self.cg;
             let rz_next = dot(&cg.r, &cg.z)?;
-            let beta = rz_next / rz;
+            cg.beta.set(rz_next / rz);
             rz = rz_next;
-            cg.scratch.assign(field(&cg.z) + beta * field(&cg.p))?;
-            std::mem::swap(&mut cg.p, &mut cg.scratch);
+            let (beta, z) = (&cg.beta, &cg.z);
+            update(&mut cg.p, |p| field(z) + beta.expr() * p)?;
         }
         copy_all(&self.cg.x, &mut self.levels[0].x)?;
         self.finish(
@@ -570,12 +573,9 @@ fn dot(a: &SpatialField<CellCentre>, b: &SpatialField<CellCentre>) -> OperatorRe
 
 fn remove_mean(x: &mut SpatialField<CellCentre>) -> SolverResult<()> {
     let n = x.layout().interior_len() as f64;
-    let mean = interior_sum(field(x))? / n;
-    let layout = x.layout().clone();
-    let values = x.values_mut()?;
-    for index in layout.interior() {
-        values[layout.linear_index(index)] -= mean;
-    }
+    // A parameter, not a constant: the kernel is lowered once for all means.
+    let mean = Parameter::new("mean", interior_sum(field(x))? / n);
+    update(x, |x| x - mean.expr())?;
     Ok(())
 }
 

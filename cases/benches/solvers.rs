@@ -1,0 +1,239 @@
+//! The solvers as users run them, measured side by side in one run:
+//!
+//! * the ExprLib test of the thesis (N PDEs, forward Euler) through a
+//!   hand-built fused graph and through `TransportSolver` (the same
+//!   equations: diffusion, independent or coupled sources), in million
+//!   PDE-point updates per second, 1 and 2 threads;
+//! * the lid-driven cavity (`IncompressibleFlow`, Re 100): time per step
+//!   with forward Euler at 64^2 and 128^2 and SSP-RK3 at 128^2;
+//! * one multigrid V-cycle (as the CG preconditioner runs it) at 128^2 and
+//!   256^2, through `Multigrid::solve` with one iteration.
+//!
+//! Every figure is the median of repeated timings after a warm-up.
+//! Environment: `WATERSHED_PDES` (default 30), `WATERSHED_CELLS` (ExprLib
+//! cells per side, default 32 and 64). Run:
+//! `cargo bench -p watershed-cases --bench solvers`.
+
+use std::time::Instant;
+use watershed_cases::cases::scalability::{exprlib_graph, gamma, gamma_value, initial_phi};
+use watershed_exprgraph::ExecutionMode;
+use watershed_fields::{CellCentre, Device, Grid, LocationKind, SpatialField};
+use watershed_operators::exp;
+use watershed_solvers::{
+    BoundaryCondition, BoundaryConditions, Diffusivity, IncompressibleFlowBuilder, Multigrid,
+    MultigridOptions, TimeIntegrator, TransportEquation, TransportSolverBuilder,
+};
+
+const DT: f64 = 1e-6;
+
+fn median(mut times: Vec<f64>) -> f64 {
+    times.sort_by(|a, b| a.total_cmp(b));
+    times[times.len() / 2]
+}
+
+fn mode(threads: usize) -> ExecutionMode {
+    if threads <= 1 {
+        ExecutionMode::Serial
+    } else {
+        ExecutionMode::Threaded(threads)
+    }
+}
+
+fn transport_solver(
+    cells: usize,
+    pdes: usize,
+    variant: &str,
+    threads: usize,
+) -> watershed_solvers::TransportSolver {
+    let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])
+        .expect("grid")
+        .with_periodic([true; 3]);
+    let mut builder = TransportSolverBuilder::new(&grid.whole_domain(1));
+    for i in 0..pdes {
+        let mut equation =
+            TransportEquation::new(&format!("phi{i}")).diffusion(Diffusivity::Field(gamma()));
+        if variant != "diffusion" {
+            let variant = variant.to_string();
+            equation = equation.source_expression(move |s| {
+                let solution = |j: usize| TransportEquation::new(&format!("phi{j}")).solution_tag();
+                let inputs: Vec<usize> = if variant == "independent" {
+                    vec![i]
+                } else {
+                    (0..pdes).collect()
+                };
+                inputs
+                    .into_iter()
+                    .map(|j| exp(s.field::<CellCentre>(&solution(j))))
+                    .reduce(|a, b| a + b)
+                    .expect("at least one input")
+            });
+        }
+        builder = builder.equation(equation);
+    }
+    builder
+        .factory_mut()
+        .placeholder(gamma(), LocationKind::CellCentre)
+        .expect("placeholder");
+    let solver = builder
+        .integrator(TimeIntegrator::ForwardEuler)
+        .mode(mode(threads))
+        .build()
+        .expect("solver");
+    solver
+        .graph()
+        .with_field_mut::<CellCentre, _>(&gamma(), |f| {
+            let layout = f.layout().clone();
+            let values = f.values_mut().expect("cpu");
+            for index in layout.allocated() {
+                values[layout.linear_index(index)] = gamma_value(layout.coordinate(index));
+            }
+        })
+        .expect("gamma");
+    for i in 0..pdes {
+        solver
+            .set_initial_condition(&format!("phi{i}"), initial_phi(i))
+            .expect("initial condition");
+    }
+    solver
+}
+
+fn exprlib(pdes: usize, cells_list: &[usize]) {
+    println!("## ExprLib test: hand-built fused graph vs TransportSolver (forward Euler, {pdes} PDEs)");
+    println!("| variant | cells | threads | graph ms/step | solver ms/step | graph Mpts/s | solver Mpts/s | solver / graph |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for &cells in cells_list {
+        let steps = if cells >= 64 { 5 } else { 15 };
+        for variant in ["diffusion", "independent", "coupled"] {
+            for threads in [1, 2] {
+                let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])
+                    .expect("grid")
+                    .with_periodic([true; 3]);
+                let graph = exprlib_graph(&grid.whole_domain(1), pdes, variant, DT, true)
+                    .expect("graph");
+                graph.execute(mode(threads)).expect("warm-up");
+                let graph_time = median(
+                    (0..steps)
+                        .map(|_| {
+                            let start = Instant::now();
+                            graph.execute(mode(threads)).expect("execute");
+                            start.elapsed().as_secs_f64()
+                        })
+                        .collect(),
+                );
+                drop(graph);
+                let mut solver = transport_solver(cells, pdes, variant, threads);
+                solver.step(DT).expect("warm-up");
+                let solver_time = median(
+                    (0..steps)
+                        .map(|_| {
+                            let start = Instant::now();
+                            solver.step(DT).expect("step");
+                            start.elapsed().as_secs_f64()
+                        })
+                        .collect(),
+                );
+                let points = (pdes * cells * cells * cells) as f64 / 1e6;
+                println!(
+                    "| {variant} | {cells}^3 | {threads} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} |",
+                    graph_time * 1e3,
+                    solver_time * 1e3,
+                    points / graph_time,
+                    points / solver_time,
+                    graph_time / solver_time
+                );
+            }
+        }
+    }
+}
+
+fn cavity(cells: usize, integrator: TimeIntegrator, steps: usize) -> (f64, usize) {
+    let grid = Grid::new([cells, cells, 1], [1.0; 3], [0.0; 3]).expect("grid");
+    let wall = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let mut flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
+        .velocity_conditions(
+            0,
+            wall.with(watershed_operators::Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+        )
+        .velocity_conditions(1, wall)
+        .integrator(integrator)
+        .build()
+        .expect("flow");
+    let dt = flow.stable_time_step(0.5, 0.2).expect("dt");
+    for _ in 0..3 {
+        flow.step(dt).expect("warm-up");
+    }
+    let mut iterations = 0;
+    let time = median(
+        (0..steps)
+            .map(|_| {
+                let start = Instant::now();
+                flow.step(dt).expect("step");
+                iterations = flow.last_projection().iterations;
+                start.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    (time, iterations)
+}
+
+fn v_cycle(cells: usize) -> f64 {
+    let grid = Grid::new([cells, cells, 1], [1.0 / cells as f64; 3], [0.0; 3]).expect("grid");
+    let patch = grid.whole_domain(1);
+    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let options = MultigridOptions {
+        relative_tolerance: 1e-300,
+        max_iterations: 1,
+        ..Default::default()
+    };
+    let mut solver = Multigrid::new(&patch, walls, options).expect("multigrid");
+    let mut rhs = SpatialField::<CellCentre>::new("b", &patch, Device::Cpu).expect("b");
+    let layout = rhs.layout().clone();
+    let values = rhs.values_mut().expect("cpu");
+    for index in layout.allocated() {
+        let [x, y, _] = layout.coordinate(index);
+        values[layout.linear_index(index)] = (3.0 * x).sin() * (2.0 * y).cos();
+    }
+    let mut x = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).expect("x");
+    // One V-cycle plus the residual norms before and after it (the solve
+    // gives up after one iteration; its error is expected and ignored).
+    let mut run = || {
+        x.fill(0.0).expect("fill");
+        let start = Instant::now();
+        let _ = solver.solve(&rhs, &mut x);
+        start.elapsed().as_secs_f64()
+    };
+    run();
+    median((0..15).map(|_| run()).collect())
+}
+
+fn main() {
+    let pdes: usize = std::env::var("WATERSHED_PDES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let cells: Vec<usize> = std::env::var("WATERSHED_CELLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(|c| vec![c])
+        .unwrap_or_else(|| vec![32, 64]);
+    exprlib(pdes, &cells);
+    println!();
+    println!("## Lid-driven cavity, Re 100 (one thread; median of steps after 3 warm-up steps)");
+    println!("| integrator | cells | ms/step | CG iterations (last stage) |");
+    println!("| --- | --- | --- | --- |");
+    for (name, integrator, cells, steps) in [
+        ("forward Euler", TimeIntegrator::ForwardEuler, 64, 41),
+        ("forward Euler", TimeIntegrator::ForwardEuler, 128, 21),
+        ("SSP-RK3", TimeIntegrator::SspRk3, 128, 11),
+    ] {
+        let (time, iterations) = cavity(cells, integrator, steps);
+        println!("| {name} | {cells}^2 | {:.2} | {iterations} |", time * 1e3);
+    }
+    println!();
+    println!("## Multigrid V(3,3) cycle with its residual norms (one thread)");
+    println!("| cells | ms per V-cycle |");
+    println!("| --- | --- |");
+    for cells in [128, 256] {
+        println!("| {cells}^2 | {:.3} |", v_cycle(cells) * 1e3);
+    }
+}
