@@ -98,8 +98,12 @@ fn transport_solver(
 }
 
 fn exprlib(pdes: usize, cells_list: &[usize]) {
-    println!("## ExprLib test: hand-built fused graph vs TransportSolver (forward Euler, {pdes} PDEs)");
-    println!("| variant | cells | threads | graph ms/step | solver ms/step | graph Mpts/s | solver Mpts/s | solver / graph |");
+    println!(
+        "## ExprLib test: hand-built fused graph vs TransportSolver (forward Euler, {pdes} PDEs)"
+    );
+    println!(
+        "| variant | cells | threads | graph ms/step | solver ms/step | graph Mpts/s | solver Mpts/s | solver / graph |"
+    );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     for &cells in cells_list {
         let steps = if cells >= 64 { 5 } else { 15 };
@@ -108,8 +112,8 @@ fn exprlib(pdes: usize, cells_list: &[usize]) {
                 let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])
                     .expect("grid")
                     .with_periodic([true; 3]);
-                let graph = exprlib_graph(&grid.whole_domain(1), pdes, variant, DT, true)
-                    .expect("graph");
+                let graph =
+                    exprlib_graph(&grid.whole_domain(1), pdes, variant, DT, true).expect("graph");
                 graph.execute(mode(threads)).expect("warm-up");
                 let graph_time = median(
                     (0..steps)
@@ -152,7 +156,10 @@ fn cavity(cells: usize, integrator: TimeIntegrator, steps: usize) -> (f64, usize
     let mut flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
         .velocity_conditions(
             0,
-            wall.with(watershed_operators::Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+            wall.with(
+                watershed_operators::Side::PLUS_Y,
+                BoundaryCondition::Dirichlet(1.0),
+            ),
         )
         .velocity_conditions(1, wall)
         .integrator(integrator)

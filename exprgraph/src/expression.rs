@@ -325,8 +325,7 @@ impl Expression for LanguageExpression {
 /// indices it writes and the value there.
 pub type MaskedAssignment = (IndexBox, Arc<Node>);
 
-type ModifierBuilder =
-    dyn Fn(&FieldLayout) -> GraphResult<Vec<MaskedAssignment>> + Send + Sync;
+type ModifierBuilder = dyn Fn(&FieldLayout) -> GraphResult<Vec<MaskedAssignment>> + Send + Sync;
 
 /// A modifier written in the field language: masked assignments to boxes of
 /// its target (ghost layers, boundary faces) whose values may read the
@@ -436,15 +435,9 @@ impl Expression for LanguageModifier {
             };
             match &mut *field {
                 AnyField::Cell(f) => assign_node_reading_target(f, target_id, root, &[], options)?,
-                AnyField::XFace(f) => {
-                    assign_node_reading_target(f, target_id, root, &[], options)?
-                }
-                AnyField::YFace(f) => {
-                    assign_node_reading_target(f, target_id, root, &[], options)?
-                }
-                AnyField::ZFace(f) => {
-                    assign_node_reading_target(f, target_id, root, &[], options)?
-                }
+                AnyField::XFace(f) => assign_node_reading_target(f, target_id, root, &[], options)?,
+                AnyField::YFace(f) => assign_node_reading_target(f, target_id, root, &[], options)?,
+                AnyField::ZFace(f) => assign_node_reading_target(f, target_id, root, &[], options)?,
             }
         }
         Ok(())

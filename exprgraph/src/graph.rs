@@ -603,7 +603,9 @@ impl ExpressionGraph {
     ///     graph.execute(watershed_exprgraph::ExecutionMode::Serial)?;
     ///     graph.rotate_fields(&[now.clone(), next.clone()])?;
     /// }
-    /// let value = graph.with_field::<CellCentre, _>(&now, |u| u.values().map(|v| v[v.len() / 2]))??;
+    /// let value = graph.with_field::<CellCentre, _>(&now, |u| {
+    ///     u.values().map(|v| v[u.layout().linear_index([1, 1, 0])])
+    /// })??;
     /// assert_eq!(value, 8.0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

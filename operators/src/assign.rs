@@ -2,9 +2,9 @@
 //! reductions: binding an expression's fields, checking grids, aliasing and
 //! ghost layers, choosing the region, and running the fused kernel.
 
+use crate::cache::{LoweredKernel, lower_cached};
 use crate::error::{OperatorError, OperatorResult};
 use crate::evaluate::{self, FieldData, Parallelism, Reduction, TargetData};
-use crate::cache::{LoweredKernel, lower_cached};
 use crate::expr::{BoundField, Expr, IntoExpr};
 use crate::ir::Node;
 use crate::kernel::Kernel;
@@ -107,7 +107,13 @@ pub fn update<'a, L: Location>(
 ) -> OperatorResult<()> {
     let own = target.id();
     let expr = build(Expr::symbol(own, target.name()));
-    assign_node_reading_target(target, own, &expr.node, expr.fields(), AssignOptions::default())
+    assign_node_reading_target(
+        target,
+        own,
+        &expr.node,
+        expr.fields(),
+        AssignOptions::default(),
+    )
 }
 
 /// What a kernel slot is bound to.

@@ -157,7 +157,12 @@ pub fn lower_cached(
             let parameter_order = kernel
                 .parameters
                 .iter()
-                .map(|k| parameters.iter().position(|p| p.id() == k.id()).unwrap_or(0))
+                .map(|k| {
+                    parameters
+                        .iter()
+                        .position(|p| p.id() == k.id())
+                        .unwrap_or(0)
+                })
                 .collect();
             let shared = Arc::new(Shared {
                 root: root.clone(),

@@ -1048,7 +1048,11 @@ impl Context<'_> {
                         });
                     }
                     Instruction::Parameter { slot, .. } => {
-                        let value = self.parameters.get(*slot as usize).copied().unwrap_or(f64::NAN);
+                        let value = self
+                            .parameters
+                            .get(*slot as usize)
+                            .copied()
+                            .unwrap_or(f64::NAN);
                         for r in 0..rows {
                             let o = std::slice::from_raw_parts_mut(
                                 out.pointer.offset(r as isize * out.row_stride),

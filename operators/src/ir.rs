@@ -192,9 +192,13 @@ impl Node {
                         location: b_location,
                     },
                 ) => axis == b_axis && location == b_location,
-                (Node::Mask { set, location }, Node::Mask { set: s, location: l }) => {
-                    set == s && location == l
-                }
+                (
+                    Node::Mask { set, location },
+                    Node::Mask {
+                        set: s,
+                        location: l,
+                    },
+                ) => set == s && location == l,
                 (Node::Unary { op, .. }, Node::Unary { op: o, .. }) => op == o,
                 (Node::Binary { op, .. }, Node::Binary { op: o, .. }) => op == o,
                 (Node::Select { .. }, Node::Select { .. }) => true,
@@ -206,8 +210,7 @@ impl Node {
             }
             let (x, y) = (a.children(), b.children());
             x.len() == y.len()
-                && x
-                    .iter()
+                && x.iter()
                     .zip(y.iter())
                     .all(|(c, d)| walk(c, d, fields, parameters))
         }

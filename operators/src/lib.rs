@@ -61,8 +61,9 @@ pub mod pointwise;
 pub mod stencil;
 
 pub use assign::{
-    Assign, AssignOptions, ReduceRegion, Region, assign_node, assign_node_reading_target, field_max, field_min, interior_max,
-    interior_min, interior_norm_l2, interior_sum, norm_l2, reduce, sum, update,
+    Assign, AssignOptions, ReduceRegion, Region, assign_node, assign_node_reading_target,
+    field_max, field_min, interior_max, interior_min, interior_norm_l2, interior_sum, norm_l2,
+    reduce, sum, update,
 };
 pub use cache::{CacheStatistics, LoweredKernel, cache_statistics, lower_cached};
 pub use calculus::{

@@ -12,8 +12,8 @@
 
 mod common;
 
-use common::*;
 use common::shift;
+use common::*;
 use proptest::prelude::*;
 use watershed_fields::{
     CellCentre, Device, GhostWidth, Grid, IndexBox, Location, Patch, SpatialField, XFace, YFace,

@@ -19,8 +19,8 @@
 
 mod common;
 
-use common::*;
 use common::shift;
+use common::*;
 use watershed_fields::{
     CellCentre, GhostWidth, IndexBox, Location, LocationKind, Patch, SpatialField, XFace, YFace,
     ZFace,

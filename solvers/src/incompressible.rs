@@ -24,7 +24,9 @@ use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
     LanguageExpression, Symbols, Tag,
 };
-use watershed_fields::{CellCentre, Device, LocationKind, Patch, SpatialField, XFace, YFace, ZFace};
+use watershed_fields::{
+    CellCentre, Device, LocationKind, Patch, SpatialField, XFace, YFace, ZFace,
+};
 use watershed_operators::{
     Assign, Expr, FaceLocation, Parameter, abs, derivative, divergence, field, gradient,
     interior_max, interior_norm_l2, interior_sum, interpolate_to_cell, interpolate_to_face,

@@ -13,9 +13,7 @@
 use crate::boundary::BoundaryConditions;
 use crate::error::{SolverError, SolverResult};
 use std::sync::Arc;
-use watershed_exprgraph::{
-    Context, Factory, GraphLocation, LanguageExpression, Symbols, Tag,
-};
+use watershed_exprgraph::{Context, Factory, GraphLocation, LanguageExpression, Symbols, Tag};
 use watershed_fields::{CellCentre, LocationKind, Patch, XFace, YFace, ZFace};
 use watershed_operators::{
     Expr, FaceLocation, Limiter, divergence, gradient, interpolate_to_face, limited, upwind,
