@@ -575,6 +575,19 @@ impl ExpressionGraph {
         Ok(f(typed))
     }
 
+    /// Nodes of `kind` (after fusion; modifiers included).
+    pub fn nodes_of_kind(&self, kind: ExpressionKind) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| n.expression.kind() == kind)
+            .count()
+    }
+
+    /// Native (hand-written, CPU-only) nodes: what keeps a graph off a GPU.
+    pub fn native_node_count(&self) -> usize {
+        self.nodes_of_kind(ExpressionKind::Native)
+    }
+
     /// Rotates the storage of persistent fields of one location without
     /// copying: the field in `tags[1]` moves to `tags[0]`, `tags[2]` to
     /// `tags[1]`, ..., and `tags[0]`'s to the last. With two tags it swaps

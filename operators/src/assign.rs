@@ -2,7 +2,7 @@
 //! reductions: binding an expression's fields, checking grids, aliasing and
 //! ghost layers, choosing the region, and running the fused kernel.
 
-use crate::cache::{LoweredKernel, lower_cached};
+use crate::cache::{LoweredKernel, lower_specialised};
 use crate::error::{OperatorError, OperatorResult};
 use crate::evaluate::{self, FieldData, Parallelism, Reduction, TargetData};
 use crate::expr::{BoundField, Expr, IntoExpr};
@@ -147,12 +147,12 @@ pub fn assign_node_reading_target<L: Location>(
         });
     }
     let layout = target.layout().clone();
-    let mut lowered = lower_cached(root, layout.patch(), true)?;
+    let mut lowered = lower_specialised(root, layout.patch(), true)?;
     let reads_target = lowered.field_ids.contains(&target_leaf);
     if reads_target {
         // The result goes to a register and is copied to the target after
         // each block's reads: no reference ever aliases the target's rows.
-        lowered = lower_cached(root, layout.patch(), false)?;
+        lowered = lower_specialised(root, layout.patch(), false)?;
     }
     let kernel = &lowered.kernel;
     let bound = bind(&lowered, Some(target_leaf), fields, layout.patch(), &name)?;
@@ -403,7 +403,7 @@ pub fn reduce<'a, L: Location>(
     };
     let patch = first.layout().patch().clone();
     let layout = FieldLayout::new(&patch, expr.node.location().unwrap_or(L::KIND));
-    let lowered = lower_cached(&expr.node, &patch, false)?;
+    let lowered = lower_specialised(&expr.node, &patch, false)?;
     let kernel = &lowered.kernel;
     let bound = bind(&lowered, None, expr.fields(), &patch, &what)?;
     let mut layouts = Vec::with_capacity(bound.len());

@@ -75,9 +75,12 @@ struct Shared {
     parameter_order: Vec<usize>,
 }
 
+type ValuesKey = (usize, GridKey, Vec<u64>);
+
 #[derive(Default)]
 struct Cache {
     by_identity: HashMap<(usize, GridKey), (Arc<Node>, Arc<LoweredKernel>)>,
+    by_values: HashMap<ValuesKey, (Arc<Node>, Arc<LoweredKernel>)>,
     by_structure: HashMap<(u64, GridKey), Vec<Arc<Shared>>>,
 }
 
@@ -121,6 +124,55 @@ fn bind_to(shared: &Shared, root: &Node) -> LoweredKernel {
             .map(|&i| parameters[i].clone())
             .collect(),
     }
+}
+
+/// The kernel the CPU evaluator runs for `root`: [`lower_cached`]'s kernel
+/// with the parameters' current values folded in as constants, so that
+/// `b * (u + dt * rhs)` becomes one linear form with numeric weights, as
+/// fast as if the values had been written in. Specialised kernels are
+/// cached by tree and values: a fixed `dt` and the few stage weights of a
+/// Runge-Kutta scheme are lowered once each; a value seen for the first
+/// time (a new CFL-limited `dt`, the stage time of a time-dependent
+/// source) costs one lowering of the nodes that read it.
+pub fn lower_specialised(
+    root: &Arc<Node>,
+    patch: &Patch,
+    into_target: bool,
+) -> OperatorResult<Arc<LoweredKernel>> {
+    let generic = lower_cached(root, patch, into_target)?;
+    if generic.parameters.is_empty() {
+        return Ok(generic);
+    }
+    let values = generic.parameter_values();
+    let key: ValuesKey = (
+        Arc::as_ptr(root) as usize,
+        GridKey::of(patch, into_target),
+        values.iter().map(|v| v.to_bits()).collect(),
+    );
+    if let Some((_, found)) = cache().by_values.get(&key) {
+        return Ok(found.clone());
+    }
+    let snapshot: Vec<(u64, f64)> = generic
+        .parameters
+        .iter()
+        .zip(&values)
+        .map(|(p, v)| (p.id(), *v))
+        .collect();
+    let folded = root.with_parameter_values(&|cell| {
+        snapshot
+            .iter()
+            .find(|(id, _)| *id == cell.id())
+            .map_or(f64::NAN, |(_, v)| *v)
+    });
+    let specialised = lower_cached(&folded, patch, into_target)?;
+    let mut cache = cache();
+    if cache.by_values.len() >= CAPACITY {
+        cache.by_values.clear();
+    }
+    cache
+        .by_values
+        .insert(key, (root.clone(), specialised.clone()));
+    Ok(specialised)
 }
 
 /// The kernel of `root` on `patch` (see [`Kernel::compile`]), lowered at most

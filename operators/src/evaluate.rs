@@ -11,6 +11,10 @@
 //! blocking and threading, so results are bitwise identical for any number
 //! of threads; reductions combine per-row partial results in row order for
 //! the same reason.
+//!
+//! Its aliasing and bounds invariants (what makes the raw-pointer code
+//! sound, and who checks what) are in the design note beside it:
+#![doc = include_str!("evaluate.md")]
 
 use crate::kernel::{Instruction, Kernel, OUTPUT, Operand, Source};
 use rayon::prelude::*;

@@ -254,6 +254,44 @@ impl Node {
         }
     }
 
+    /// This tree with every parameter leaf replaced by the constant `value`
+    /// gives it (subtrees without parameters are shared, not copied).
+    pub fn with_parameter_values(
+        self: &Arc<Node>,
+        value: &impl Fn(&ParameterCell) -> f64,
+    ) -> Arc<Node> {
+        let swap = |child: &Arc<Node>| child.with_parameter_values(value);
+        match self.as_ref() {
+            Node::Parameter { cell } => Arc::new(Node::Constant(value(cell))),
+            Node::Field { .. }
+            | Node::Constant(_)
+            | Node::Coordinate { .. }
+            | Node::Mask { .. } => self.clone(),
+            Node::Unary { op, arg } => Arc::new(Node::Unary {
+                op: *op,
+                arg: swap(arg),
+            }),
+            Node::Binary { op, left, right } => Arc::new(Node::Binary {
+                op: *op,
+                left: swap(left),
+                right: swap(right),
+            }),
+            Node::Select {
+                condition,
+                if_true,
+                if_false,
+            } => Arc::new(Node::Select {
+                condition: swap(condition),
+                if_true: swap(if_true),
+                if_false: swap(if_false),
+            }),
+            Node::Stencil { op, args } => Arc::new(Node::Stencil {
+                op: *op,
+                args: args.iter().map(swap).collect(),
+            }),
+        }
+    }
+
     /// Calls `f` on every node, parents before children.
     pub fn visit(&self, f: &mut impl FnMut(&Node)) {
         f(self);

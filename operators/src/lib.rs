@@ -65,7 +65,9 @@ pub use assign::{
     field_max, field_min, interior_max, interior_min, interior_norm_l2, interior_sum, norm_l2,
     reduce, sum, update,
 };
-pub use cache::{CacheStatistics, LoweredKernel, cache_statistics, lower_cached};
+pub use cache::{
+    CacheStatistics, LoweredKernel, cache_statistics, lower_cached, lower_specialised,
+};
 pub use calculus::{
     FaceLocation, FaceVector, derivative, div, divergence, grad, gradient, interp,
     interpolate_to_cell, interpolate_to_face, laplacian, limited, shift, upwind,

@@ -6,8 +6,11 @@
 //! A [`Parameter`] is a shared handle: clones see the same value. Its value
 //! is read once when an assignment or reduction starts, so every point of
 //! one evaluation sees the same number even if another thread sets it
-//! meanwhile. Lowered kernels do not contain the value (they read the
-//! parameter's slot), so one compiled kernel serves every value.
+//! meanwhile. The generic kernel ([`crate::lower_cached`]) reads the
+//! parameter's slot, not its value; the CPU evaluator runs a copy
+//! specialised to the current values ([`crate::lower_specialised`], cached
+//! by value), so a parameter costs nothing per point once its value has
+//! been seen.
 
 use crate::expr::Expr;
 use crate::ir::Node;

@@ -12,7 +12,7 @@ use watershed_fields::{CellCentre, GhostWidth, IndexBox, Location, SpatialField,
 use watershed_operators::{
     Assign, AssignOptions, Expr, OperatorError, Parallelism, Parameter, Region,
     assign_node_reading_target, cache_statistics, field, interior_sum, laplacian, lower_cached,
-    shift, update,
+    lower_specialised, shift, update,
 };
 
 fn every_point<L: Location>(field: &SpatialField<L>, region: IndexBox, f: impl Fn([isize; 3])) {
@@ -23,7 +23,7 @@ fn every_point<L: Location>(field: &SpatialField<L>, region: IndexBox, f: impl F
 }
 
 #[test]
-fn a_parameter_is_read_at_evaluation_and_never_lowered_again() {
+fn a_parameter_is_read_at_evaluation_without_rebuilding_anything() {
     let mut rng = Xorshift::new(11);
     let patch = random_patch(&mut rng, GhostWidth::uniform(1), [false; 3]);
     let u = random_field::<CellCentre>("u", &patch, &mut rng, |r| r.uniform(-1.0, 1.0));
@@ -56,6 +56,11 @@ fn a_parameter_is_read_at_evaluation_and_never_lowered_again() {
     let again = lower_cached(expression.node(), &patch, true).unwrap();
     assert!(std::sync::Arc::ptr_eq(&first.kernel, &again.kernel));
     assert_eq!(again.parameter_values(), vec![1e-3]);
+    // The evaluator's kernel, specialised to a value, is kept per value.
+    let one = lower_specialised(expression.node(), &patch, true).unwrap();
+    let two = lower_specialised(expression.node(), &patch, true).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&one.kernel, &two.kernel));
+    assert!(one.parameters.is_empty(), "the value is folded in");
     assert_eq!(expression.node().parameters().len(), 1);
     let text = expression.to_string();
     assert!(text.contains("dt"), "{text}");
