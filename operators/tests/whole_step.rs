@@ -38,10 +38,10 @@ fn a_parameter_is_read_at_evaluation_without_rebuilding_anything() {
         let h = patch.grid().spacing();
         every_point(&out, out.layout().interior(), |i| {
             let mut lap = 0.0;
-            for axis in 0..3 {
+            for (axis, h) in h.iter().enumerate() {
                 lap += (at(&u, common::shift(i, axis, 1)) - 2.0 * at(&u, i)
                     + at(&u, common::shift(i, axis, -1)))
-                    / (h[axis] * h[axis]);
+                    / (h * h);
             }
             let want = at(&u, i) + value * lap;
             assert!(
@@ -117,7 +117,7 @@ fn an_in_place_update_that_reads_its_target_through_a_stencil_is_refused() {
     let patch = random_patch(&mut rng, GhostWidth::uniform(1), [false; 3]);
     let mut u = random_field::<CellCentre>("u_in_place", &patch, &mut rng, |r| r.unit());
     let before = u.values().unwrap().to_vec();
-    let error = update(&mut u, |u| laplacian(u)).unwrap_err();
+    let error = update(&mut u, laplacian).unwrap_err();
     match &error {
         OperatorError::SelfOverlap { target, .. } => assert_eq!(target, "u_in_place"),
         other => panic!("expected SelfOverlap, got {other:?}"),
@@ -220,10 +220,10 @@ fn a_shared_kernel_reads_each_trees_own_fields() {
         let h = patch.grid().spacing();
         for i in out.layout().interior() {
             let mut lap = 0.0;
-            for axis in 0..3 {
+            for (axis, h) in h.iter().enumerate() {
                 lap += (at(fb, common::shift(i, axis, 1)) - 2.0 * at(fb, i)
                     + at(fb, common::shift(i, axis, -1)))
-                    / (h[axis] * h[axis]);
+                    / (h * h);
             }
             let want = at(fa, i) * lap + at(fa, i);
             assert!(
