@@ -218,55 +218,37 @@ impl Node {
     }
 
     /// This tree with every leaf of field `id` replaced by `replacement`
-    /// (subtrees without that leaf are shared, not copied). Graph fusion
+    /// (leaves are shared, inner nodes rebuilt). Graph fusion
     /// uses it to inline a producer's expression into its consumer.
     pub fn substitute(self: &Arc<Node>, id: u64, replacement: &Arc<Node>) -> Arc<Node> {
-        let swap = |child: &Arc<Node>| child.substitute(id, replacement);
-        match self.as_ref() {
-            Node::Field { id: leaf, .. } if *leaf == id => replacement.clone(),
-            Node::Field { .. }
-            | Node::Constant(_)
-            | Node::Parameter { .. }
-            | Node::Coordinate { .. }
-            | Node::Mask { .. } => self.clone(),
-            Node::Unary { op, arg } => Arc::new(Node::Unary {
-                op: *op,
-                arg: swap(arg),
-            }),
-            Node::Binary { op, left, right } => Arc::new(Node::Binary {
-                op: *op,
-                left: swap(left),
-                right: swap(right),
-            }),
-            Node::Select {
-                condition,
-                if_true,
-                if_false,
-            } => Arc::new(Node::Select {
-                condition: swap(condition),
-                if_true: swap(if_true),
-                if_false: swap(if_false),
-            }),
-            Node::Stencil { op, args } => Arc::new(Node::Stencil {
-                op: *op,
-                args: args.iter().map(swap).collect(),
-            }),
-        }
+        self.map_leaves(&|leaf| match leaf {
+            Node::Field { id: found, .. } if *found == id => Some(replacement.clone()),
+            _ => None,
+        })
     }
 
     /// This tree with every parameter leaf replaced by the constant `value`
-    /// gives it (subtrees without parameters are shared, not copied).
+    /// gives it (other leaves are shared, inner nodes rebuilt).
     pub fn with_parameter_values(
         self: &Arc<Node>,
         value: &impl Fn(&ParameterCell) -> f64,
     ) -> Arc<Node> {
-        let swap = |child: &Arc<Node>| child.with_parameter_values(value);
+        self.map_leaves(&|leaf| match leaf {
+            Node::Parameter { cell } => Some(Arc::new(Node::Constant(value(cell)))),
+            _ => None,
+        })
+    }
+
+    /// This tree with each leaf for which `replace` returns a node replaced
+    /// by it; inner nodes are rebuilt around their new children.
+    fn map_leaves(self: &Arc<Node>, replace: &impl Fn(&Node) -> Option<Arc<Node>>) -> Arc<Node> {
+        let swap = |child: &Arc<Node>| child.map_leaves(replace);
         match self.as_ref() {
-            Node::Parameter { cell } => Arc::new(Node::Constant(value(cell))),
             Node::Field { .. }
             | Node::Constant(_)
+            | Node::Parameter { .. }
             | Node::Coordinate { .. }
-            | Node::Mask { .. } => self.clone(),
+            | Node::Mask { .. } => replace(self).unwrap_or_else(|| self.clone()),
             Node::Unary { op, arg } => Arc::new(Node::Unary {
                 op: *op,
                 arg: swap(arg),
