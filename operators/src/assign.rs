@@ -8,6 +8,7 @@ use crate::evaluate::{self, FieldData, Parallelism, Reduction, TargetData};
 use crate::expr::{BoundField, Expr, IntoExpr};
 use crate::ir::Node;
 use crate::kernel::Kernel;
+use crate::stencil::StencilOp;
 use std::sync::Arc;
 use watershed_fields::{FieldLayout, IndexBox, Location, LocationKind, Patch, SpatialField};
 
@@ -287,6 +288,10 @@ fn bind<'f>(
                 }
             })?;
             let theirs = field.layout().patch();
+            if let Some(op) = k.transfer {
+                check_transfer(op, field.name(), theirs, patch)?;
+                return Ok(Binding::Field(field, field.cpu_values()?));
+            }
             if theirs.grid() != patch.grid() || theirs.offset() != patch.offset() || theirs.cells() != patch.cells() {
                 return Err(OperatorError::GridMismatch {
                     target: target.to_string(),
@@ -305,6 +310,51 @@ fn bind<'f>(
             Ok(Binding::Field(field, field.cpu_values()?))
         })
         .collect()
+}
+
+/// Refuses an inter-grid operator between patches that are not a patch and
+/// its refinement by the operator's ratio (cells, offsets, origin, spacing).
+fn check_transfer(op: StencilOp, field: &str, theirs: &Patch, ours: &Patch) -> OperatorResult<()> {
+    let ratio = op.transfer_ratio().unwrap_or([1; 3]);
+    let (fine, coarse) = match op {
+        StencilOp::Restrict { .. } => (theirs, ours),
+        _ => (ours, theirs),
+    };
+    let refined = |c: [usize; 3]| [0, 1, 2].map(|a| c[a].checked_mul(ratio[a]));
+    let scaled_offset = [0, 1, 2].map(|a| coarse.offset()[a].checked_mul(ratio[a]));
+    let spacing_ok = (0..3).all(|a| {
+        let expected = fine.grid().spacing()[a] * ratio[a] as f64;
+        (coarse.grid().spacing()[a] - expected).abs() <= 1e-12 * expected.abs()
+    });
+    let origin_ok = (0..3).all(|a| {
+        let (f, c) = (fine.grid().origin()[a], coarse.grid().origin()[a]);
+        (f - c).abs() <= 1e-12 * fine.grid().spacing()[a].abs().max(f.abs())
+    });
+    let matches = refined(coarse.cells()) == fine.cells().map(Some)
+        && refined(coarse.grid().cells()) == fine.grid().cells().map(Some)
+        && scaled_offset == fine.offset().map(Some)
+        && spacing_ok
+        && origin_ok;
+    if matches {
+        return Ok(());
+    }
+    Err(OperatorError::InterGrid {
+        field: field.to_string(),
+        reason: format!(
+            "{} needs a fine patch that refines the coarse one by {ratio:?}; the fine patch has {:?} cells at offset {:?} of a {:?} grid (spacing {:?}, origin {:?}), the coarse one {:?} cells at offset {:?} of a {:?} grid (spacing {:?}, origin {:?})",
+            op.name(),
+            fine.cells(),
+            fine.offset(),
+            fine.grid().cells(),
+            fine.grid().spacing(),
+            fine.grid().origin(),
+            coarse.cells(),
+            coarse.offset(),
+            coarse.grid().cells(),
+            coarse.grid().spacing(),
+            coarse.grid().origin()
+        ),
+    })
 }
 
 fn describe_region(region: &IndexBox, interior: &IndexBox) -> String {
@@ -331,9 +381,16 @@ fn check_ghosts(
         let allocated = layout.allocated();
         let interior = layout.interior_extent();
         let ghosts = layout.ghosts();
+        let mut reads = IndexBox::new(
+            [0, 1, 2].map(|a| region.lo[a] + k.extent.min[a]),
+            [0, 1, 2].map(|a| region.hi[a] + k.extent.max[a]),
+        );
+        if let Some(mapped) = k.transfer.and_then(|op| op.transfer_reads(&reads)) {
+            reads = mapped;
+        }
         for (axis, &interior) in interior.iter().enumerate() {
-            let lowest = region.lo[axis] + k.extent.min[axis];
-            let beyond_high = region.hi[axis] + k.extent.max[axis];
+            let lowest = reads.lo[axis];
+            let beyond_high = reads.hi[axis];
             let (side, needed, available) = if lowest < allocated.lo[axis] {
                 ("-", (-lowest) as usize, ghosts.minus[axis])
             } else if beyond_high > allocated.hi[axis] {
@@ -368,7 +425,10 @@ fn layout_interior(layout: &FieldLayout, kernel: &Kernel) -> IndexBox {
 fn largest_computable(kernel: &Kernel, layouts: &[&FieldLayout], layout: &FieldLayout) -> IndexBox {
     let mut region = layout.allocated();
     for (k, field) in kernel.fields.iter().zip(layouts) {
-        let allocated = field.allocated();
+        let mut allocated = field.allocated();
+        if let Some(computable) = k.transfer.and_then(|op| op.transfer_computable(&allocated)) {
+            allocated = computable;
+        }
         for axis in 0..3 {
             region.lo[axis] = region.lo[axis].max(allocated.lo[axis] - k.extent.min[axis]);
             region.hi[axis] = region.hi[axis].min(allocated.hi[axis] - k.extent.max[axis]);

@@ -96,6 +96,44 @@ pub fn shift<'a, L: Location>(value: impl IntoExpr<'a, L>, offset: [isize; 3]) -
     unary_stencil(StencilOp::Shift { offset }, value)
 }
 
+/// Restriction of the cell field `fine`, on a grid `ratio` (1 or 2 per
+/// axis) times finer than the target's, to the target's grid: each coarse
+/// cell gets the mean of its children. `fine` must be a field (not an
+/// expression), and its patch must refine the target's by `ratio`
+/// ([`OperatorError::InterGrid`](crate::OperatorError::InterGrid) otherwise).
+///
+/// ```
+/// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+/// use watershed_operators::{Assign, interior_max, restrict};
+/// let fine_grid = Grid::new([8, 8, 1], [1.0, 1.0, 1.0], [0.0; 3])?;
+/// let coarse_grid = Grid::new([4, 4, 1], [1.0, 1.0, 1.0], [0.0; 3])?;
+/// let mut fine = SpatialField::<CellCentre>::new("r", &fine_grid.whole_domain(1), Device::Cpu)?;
+/// fine.fill(3.0)?;
+/// let mut coarse = SpatialField::<CellCentre>::new("b", &coarse_grid.whole_domain(1), Device::Cpu)?;
+/// coarse.assign(restrict(&fine, [2, 2, 1]))?;
+/// assert_eq!(interior_max(&coarse)?, 3.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn restrict<'a>(
+    fine: impl IntoExpr<'a, CellCentre>,
+    ratio: [usize; 3],
+) -> Expr<'a, CellCentre> {
+    unary_stencil(StencilOp::Restrict { ratio }, fine)
+}
+
+/// (Bi/tri)linear prolongation of the cell field `coarse`, on a grid
+/// `ratio` (1 or 2 per axis) times coarser than the target's, to the
+/// target's grid: per refined axis, 3/4 of the parent cell and 1/4 of its
+/// neighbour on the fine cell's side. `coarse` must be a field whose ghost
+/// layer along refined axes holds its boundary values (the multigrid
+/// correction's boundary conditions).
+pub fn prolongate<'a>(
+    coarse: impl IntoExpr<'a, CellCentre>,
+    ratio: [usize; 3],
+) -> Expr<'a, CellCentre> {
+    unary_stencil(StencilOp::Prolongate { ratio }, coarse)
+}
+
 /// Upwind interpolation of `cells` to the faces normal to `F::AXIS` by the
 /// sign of the face `velocity`.
 pub fn upwind<'a, F: FaceLocation>(

@@ -120,6 +120,16 @@ pub enum OperatorError {
         limit: isize,
     },
 
+    /// An inter-grid operator (restriction, prolongation) that cannot be
+    /// applied as written.
+    #[error("cannot transfer '{field}' between grids: {reason}")]
+    InterGrid {
+        /// The field (or expression) at fault.
+        field: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
+
     /// An assignment that reads its own target where it writes.
     #[error(
         "'{target}' reads itself at offset {offset:?} over {region}, which overlaps the points it writes; an in-place update may read its target only at offset 0, and a boundary modifier only outside the points it writes"

@@ -271,6 +271,19 @@ pub enum Instruction {
         /// Index into the kernel's parameter list.
         slot: u16,
     },
+    /// `out =` restriction or prolongation ([`StencilOp::Restrict`],
+    /// [`StencilOp::Prolongate`]) of field `slot`, which lives on another
+    /// grid, on the row `row_offset` (y, z) away from the one computed.
+    Transfer {
+        /// Destination.
+        out: Register,
+        /// The inter-grid operator.
+        op: StencilOp,
+        /// Index into the kernel's field list.
+        slot: u16,
+        /// (dy, dz) of the row.
+        row_offset: [isize; 2],
+    },
     /// Flux-limited face value from `cells` at offsets -2, -1, 0, +1 along
     /// the face normal, upwinded by `velocity`.
     Limited {
@@ -296,6 +309,7 @@ impl Instruction {
             | Instruction::Coordinate { out, .. }
             | Instruction::Mask { out, .. }
             | Instruction::Parameter { out, .. }
+            | Instruction::Transfer { out, .. }
             | Instruction::Limited { out, .. } => *out,
         }
     }
@@ -309,6 +323,7 @@ impl Instruction {
             | Instruction::Coordinate { out, .. }
             | Instruction::Mask { out, .. }
             | Instruction::Parameter { out, .. }
+            | Instruction::Transfer { out, .. }
             | Instruction::Limited { out, .. } => out,
         }
     }
@@ -341,7 +356,8 @@ impl Instruction {
             }
             Instruction::Coordinate { .. }
             | Instruction::Mask { .. }
-            | Instruction::Parameter { .. } => {}
+            | Instruction::Parameter { .. }
+            | Instruction::Transfer { .. } => {}
             Instruction::Limited {
                 velocity, cells, ..
             } => {
@@ -374,8 +390,13 @@ pub struct KernelField {
     pub name: Arc<str>,
     /// Location.
     pub location: LocationKind,
-    /// Where it is read, relative to the computed region.
+    /// Where it is read, relative to the computed region (for a field read
+    /// through `transfer`: where the transfer's result is needed).
     pub extent: ReadExtent,
+    /// The inter-grid operator through which the field is read, when it
+    /// lives on another grid ([`StencilOp::transfer_reads`] maps the
+    /// extent to its indices).
+    pub transfer: Option<StencilOp>,
 }
 
 /// A fused row program for one expression on one patch.
@@ -405,6 +426,8 @@ struct Lowering<'p> {
     patch: &'p Patch,
     slots: HashMap<u64, u16>,
     fields: Vec<(u64, Arc<str>, LocationKind)>,
+    /// Per field slot: read directly (`None`) or through an inter-grid operator.
+    transfers: Vec<Option<StencilOp>>,
     parameters: Vec<Arc<ParameterCell>>,
     memo: HashMap<(*const Node, [isize; 2]), LinearForm>,
     instructions: Vec<Instruction>,
@@ -458,6 +481,83 @@ impl Lowering<'_> {
         Ok(self.lower(node, neighbour)?.shifted_x(offset[0]))
     }
 
+    /// The slot of field `id`, read directly (`transfer` `None`) or through
+    /// an inter-grid operator; one field cannot be read both ways.
+    fn field_slot(
+        &mut self,
+        id: u64,
+        name: &Arc<str>,
+        location: LocationKind,
+        transfer: Option<StencilOp>,
+    ) -> OperatorResult<u16> {
+        let next = self.fields.len() as u16;
+        let slot = *self.slots.entry(id).or_insert_with(|| next);
+        if slot == next {
+            self.fields.push((id, name.clone(), location));
+            self.transfers.push(transfer);
+        } else if self.transfers[slot as usize] != transfer {
+            let describe = |t: Option<StencilOp>| t.map_or("directly".to_string(), |op| op.name());
+            return Err(OperatorError::InterGrid {
+                field: name.to_string(),
+                reason: format!(
+                    "it is read both {} and {} in one expression; a field lives on one grid, so read it through one operator",
+                    describe(self.transfers[slot as usize]),
+                    describe(transfer)
+                ),
+            });
+        }
+        Ok(slot)
+    }
+
+    /// An inter-grid operator: its argument must be a cell field (on the
+    /// other grid), with a ratio of 1 or 2 per axis.
+    fn lower_transfer(
+        &mut self,
+        op: StencilOp,
+        ratio: [usize; 3],
+        args: &[Arc<Node>],
+        row: [isize; 2],
+    ) -> OperatorResult<LinearForm> {
+        let Some(Node::Field { id, name, location }) = args.first().map(|a| a.as_ref()) else {
+            return Err(OperatorError::InterGrid {
+                field: args
+                    .first()
+                    .map_or("nothing".to_string(), |a| a.to_string()),
+                reason: format!(
+                    "{} reads a field on another grid; its argument must be a field, not an expression (assign the expression to a field on that grid first)",
+                    op.name()
+                ),
+            });
+        };
+        if *location != LocationKind::CellCentre {
+            return Err(OperatorError::InterGrid {
+                field: name.to_string(),
+                reason: format!(
+                    "{} is defined for cell-centred fields; the field is at {location:?}",
+                    op.name()
+                ),
+            });
+        }
+        if let Some(axis) = (0..3).find(|&a| !(1..=2).contains(&ratio[a])) {
+            return Err(OperatorError::InterGrid {
+                field: name.to_string(),
+                reason: format!(
+                    "{}: the ratio along {} is {}, but grids are refined by 1 or 2 per axis",
+                    op.name(),
+                    axis_name(axis),
+                    ratio[axis]
+                ),
+            });
+        }
+        let slot = self.field_slot(*id, name, *location, Some(op))?;
+        Ok(self.emit(|out| Instruction::Transfer {
+            out,
+            op,
+            slot,
+            row_offset: row,
+        }))
+    }
+
     fn lower(&mut self, node: &Arc<Node>, row: [isize; 2]) -> OperatorResult<LinearForm> {
         let key = (Arc::as_ptr(node), row);
         if let Some(done) = self.memo.get(&key) {
@@ -465,11 +565,7 @@ impl Lowering<'_> {
         }
         let form = match node.as_ref() {
             Node::Field { id, name, location } => {
-                let next = self.fields.len() as u16;
-                let slot = *self.slots.entry(*id).or_insert_with(|| next);
-                if slot == next {
-                    self.fields.push((*id, name.clone(), *location));
-                }
+                let slot = self.field_slot(*id, name, *location, None)?;
                 LinearForm::source(Source::Field {
                     slot,
                     offset: [0, row[0], row[1]],
@@ -614,6 +710,9 @@ impl Lowering<'_> {
         row: [isize; 2],
     ) -> OperatorResult<LinearForm> {
         let grid = self.patch.grid();
+        if let Some(ratio) = op.transfer_ratio() {
+            return self.lower_transfer(op, ratio, args, row);
+        }
         if let StencilOp::Shift { offset } = op
             && offset.iter().any(|o| o.abs() > MAX_SHIFT)
         {
@@ -645,8 +744,11 @@ impl Lowering<'_> {
                     StencilOp::Upwind { .. } | StencilOp::Limited { .. } => {
                         self.lower(&args[1], row)
                     }
-                    StencilOp::Laplacian | StencilOp::Shift { .. } => {
-                        unreachable!("the Laplacian and shifts have no single axis")
+                    StencilOp::Laplacian
+                    | StencilOp::Shift { .. }
+                    | StencilOp::Restrict { .. }
+                    | StencilOp::Prolongate { .. } => {
+                        unreachable!("these have no single axis")
                     }
                 };
             }
@@ -710,6 +812,7 @@ impl Kernel {
             patch,
             slots: HashMap::new(),
             fields: Vec::new(),
+            transfers: Vec::new(),
             parameters: Vec::new(),
             memo: HashMap::new(),
             instructions: Vec::new(),
@@ -720,6 +823,7 @@ impl Kernel {
             mut instructions,
             registers,
             fields,
+            transfers,
             parameters,
             ..
         } = lowering;
@@ -777,10 +881,29 @@ impl Kernel {
             }
         };
         let mut field_extents: Vec<Option<ReadExtent>> = vec![None; fields.len()];
+        let widen = |entry: &mut Option<ReadExtent>, read: ReadExtent| {
+            *entry = Some(match *entry {
+                None => read,
+                Some(e) => ReadExtent {
+                    min: [0, 1, 2].map(|a| e.min[a].min(read.min[a])),
+                    max: [0, 1, 2].map(|a| e.max[a].max(read.max[a])),
+                },
+            });
+        };
         for instruction in instructions.iter().rev() {
             let Some((lo, hi)) = range_of(&extensions, instruction.out()) else {
                 continue; // dead code
             };
+            if let Instruction::Transfer {
+                slot, row_offset, ..
+            } = instruction
+            {
+                let read = ReadExtent {
+                    min: [lo, row_offset[0], row_offset[1]],
+                    max: [hi, row_offset[0], row_offset[1]],
+                };
+                widen(&mut field_extents[*slot as usize], read);
+            }
             for source in instruction.sources() {
                 match source {
                     Source::Register { register, shift } => {
@@ -795,14 +918,7 @@ impl Kernel {
                             min: [lo + offset[0], offset[1], offset[2]],
                             max: [hi + offset[0], offset[1], offset[2]],
                         };
-                        let entry = &mut field_extents[slot as usize];
-                        *entry = Some(match *entry {
-                            None => read,
-                            Some(e) => ReadExtent {
-                                min: [0, 1, 2].map(|a| e.min[a].min(read.min[a])),
-                                max: [0, 1, 2].map(|a| e.max[a].max(read.max[a])),
-                            },
-                        });
+                        widen(&mut field_extents[slot as usize], read);
                     }
                 }
             }
@@ -823,7 +939,8 @@ impl Kernel {
         let fields = fields
             .into_iter()
             .zip(field_extents)
-            .map(|((id, name, location), extent)| KernelField {
+            .zip(transfers)
+            .map(|(((id, name, location), extent), transfer)| KernelField {
                 id,
                 name,
                 location,
@@ -831,6 +948,7 @@ impl Kernel {
                     min: [0; 3],
                     max: [0; 3],
                 }),
+                transfer,
             })
             .collect();
         Ok(Kernel {
@@ -897,7 +1015,8 @@ fn compact_registers(instructions: &mut [Instruction], result: Register) -> (u16
             }
             Instruction::Coordinate { .. }
             | Instruction::Mask { .. }
-            | Instruction::Parameter { .. } => {}
+            | Instruction::Parameter { .. }
+            | Instruction::Transfer { .. } => {}
             Instruction::Limited {
                 velocity, cells, ..
             } => {
@@ -1090,6 +1209,17 @@ impl fmt::Display for Kernel {
                     self.parameters
                         .get(*slot as usize)
                         .map_or("?", |p| p.name())
+                )?,
+                Instruction::Transfer {
+                    op,
+                    slot,
+                    row_offset,
+                    ..
+                } => writeln!(
+                    f,
+                    "{out} = {}({}) (row {row_offset:?})",
+                    op.name(),
+                    self.fields.get(*slot as usize).map_or("?", |k| &*k.name)
                 )?,
                 Instruction::Limited {
                     limiter,

@@ -36,7 +36,7 @@
 //! | [`expr`] | the typed front end: [`Expr`], arithmetic, math functions, [`Condition`], [`cond`] |
 //! | [`mask`] | point sets for conditions ([`Mask`], [`Side`]) |
 //! | [`parameter`] | scalar parameters read by expressions ([`Parameter`]) |
-//! | [`calculus`] | gradient, divergence, interpolants, Laplacian, upwind, limited; [`FaceVector`] |
+//! | [`calculus`] | gradient, divergence, interpolants, Laplacian, upwind, limited, shifts, restriction and prolongation between grids; [`FaceVector`] |
 //! | [`kernel`] | lowering of the IR to a fused row program, with read extents |
 //! | [`cache`] | the lowering cache: each structure lowered once per grid spacing |
 //! | [`evaluate`] | the serial / rayon CPU evaluator and reductions |
@@ -70,7 +70,8 @@ pub use cache::{
 };
 pub use calculus::{
     FaceLocation, FaceVector, derivative, div, divergence, grad, gradient, interp,
-    interpolate_to_cell, interpolate_to_face, laplacian, limited, shift, upwind,
+    interpolate_to_cell, interpolate_to_face, laplacian, limited, prolongate, restrict, shift,
+    upwind,
 };
 pub use error::{OperatorError, OperatorResult};
 pub use evaluate::{Parallelism, Reduction};

@@ -6,7 +6,7 @@
 //! and weights ([`StencilOp::linear_points`]); the evaluator, the extent
 //! analysis and the CUDA generator all read this one description.
 
-use watershed_fields::LocationKind;
+use watershed_fields::{IndexBox, LocationKind};
 
 use crate::pointwise::Limiter;
 
@@ -65,6 +65,22 @@ pub enum StencilOp {
         /// Offset (x, y, z).
         offset: [isize; 3],
     },
+    /// Restriction of a cell field on a grid `ratio` times finer (per axis,
+    /// 1 or 2) to this grid: the mean of the `ratio[0] * ratio[1] *
+    /// ratio[2]` children of each coarse cell. Its argument is a field on
+    /// the fine grid.
+    Restrict {
+        /// Refinement per axis (1 or 2).
+        ratio: [usize; 3],
+    },
+    /// Prolongation of a cell field on a grid `ratio` times coarser to this
+    /// grid, (bi/tri)linear: per refined axis, 3/4 of the parent cell and
+    /// 1/4 of its neighbour on the fine cell's side. Its argument is a field
+    /// on the coarse grid, read one ghost layer deep along refined axes.
+    Prolongate {
+        /// Refinement per axis (1 or 2).
+        ratio: [usize; 3],
+    },
 }
 
 /// "x", "y", "z" for axes 0, 1, 2; "axis N" for anything else (an invalid
@@ -89,7 +105,10 @@ pub fn stencil_axis(op: StencilOp) -> Option<usize> {
         | StencilOp::CentredDerivative { axis }
         | StencilOp::Upwind { axis }
         | StencilOp::Limited { axis, .. } => Some(axis),
-        StencilOp::Laplacian | StencilOp::Shift { .. } => None,
+        StencilOp::Laplacian
+        | StencilOp::Shift { .. }
+        | StencilOp::Restrict { .. }
+        | StencilOp::Prolongate { .. } => None,
     }
 }
 
@@ -125,6 +144,12 @@ impl StencilOp {
             StencilOp::Shift { offset } => {
                 format!("shift[{},{},{}]", offset[0], offset[1], offset[2])
             }
+            StencilOp::Restrict { ratio } => {
+                format!("restrict[{},{},{}]", ratio[0], ratio[1], ratio[2])
+            }
+            StencilOp::Prolongate { ratio } => {
+                format!("prolongate[{},{},{}]", ratio[0], ratio[1], ratio[2])
+            }
         }
     }
 
@@ -141,9 +166,10 @@ impl StencilOp {
     /// Laplacian and the centred derivative).
     pub fn source(self, argument: usize) -> Option<LocationKind> {
         match self {
-            StencilOp::Gradient { .. } | StencilOp::InterpolateToFace { .. } => {
-                Some(LocationKind::CellCentre)
-            }
+            StencilOp::Gradient { .. }
+            | StencilOp::InterpolateToFace { .. }
+            | StencilOp::Restrict { .. }
+            | StencilOp::Prolongate { .. } => Some(LocationKind::CellCentre),
             StencilOp::Divergence { axis } | StencilOp::InterpolateToCell { axis } => {
                 Some(face_of(axis))
             }
@@ -167,12 +193,96 @@ impl StencilOp {
             | StencilOp::InterpolateToFace { axis }
             | StencilOp::Upwind { axis }
             | StencilOp::Limited { axis, .. } => Some(face_of(axis)),
-            StencilOp::Divergence { .. } | StencilOp::InterpolateToCell { .. } => {
-                Some(LocationKind::CellCentre)
-            }
+            StencilOp::Divergence { .. }
+            | StencilOp::InterpolateToCell { .. }
+            | StencilOp::Restrict { .. }
+            | StencilOp::Prolongate { .. } => Some(LocationKind::CellCentre),
             StencilOp::Laplacian
             | StencilOp::CentredDerivative { .. }
             | StencilOp::Shift { .. } => None,
+        }
+    }
+
+    /// The refinement ratio of an inter-grid operator ([`StencilOp::Restrict`],
+    /// [`StencilOp::Prolongate`]); `None` for the stencils within one grid.
+    pub fn transfer_ratio(self) -> Option<[usize; 3]> {
+        match self {
+            StencilOp::Restrict { ratio } | StencilOp::Prolongate { ratio } => Some(ratio),
+            _ => None,
+        }
+    }
+
+    /// For an inter-grid operator: the box of its argument's indices (on
+    /// the other grid) read when computing `region` of the result. Empty for
+    /// an empty region; `None` for the stencils within one grid.
+    pub fn transfer_reads(self, region: &IndexBox) -> Option<IndexBox> {
+        if region.is_empty() {
+            return Some(IndexBox::new([0; 3], [0; 3]));
+        }
+        match self {
+            StencilOp::Restrict { ratio } => {
+                let r = ratio.map(|r| r as isize);
+                Some(IndexBox::new(
+                    [0, 1, 2].map(|a| region.lo[a] * r[a]),
+                    [0, 1, 2].map(|a| region.hi[a] * r[a]),
+                ))
+            }
+            StencilOp::Prolongate { ratio } => {
+                // A fine point reads its parent and, along a refined axis,
+                // the parent's neighbour on its side: below for an even
+                // index, above for an odd one.
+                let r = ratio.map(|r| r as isize);
+                let below = |i: isize, a: usize| isize::from(r[a] > 1 && i.rem_euclid(2) == 0);
+                let above = |i: isize, a: usize| isize::from(r[a] > 1 && i.rem_euclid(2) == 1);
+                Some(IndexBox::new(
+                    [0, 1, 2].map(|a| region.lo[a].div_euclid(r[a]) - below(region.lo[a], a)),
+                    [0, 1, 2].map(|a| {
+                        let last = region.hi[a] - 1;
+                        last.div_euclid(r[a]) + above(last, a) + 1
+                    }),
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// For an inter-grid operator: the largest box of result indices whose
+    /// reads all lie in `available` (the argument's allocation); `None` for
+    /// the stencils within one grid.
+    pub fn transfer_computable(self, available: &IndexBox) -> Option<IndexBox> {
+        match self {
+            StencilOp::Restrict { ratio } => {
+                let r = ratio.map(|r| r as isize);
+                Some(IndexBox::new(
+                    [0, 1, 2].map(|a| {
+                        available.lo[a].div_euclid(r[a])
+                            + isize::from(available.lo[a].rem_euclid(r[a]) != 0)
+                    }),
+                    [0, 1, 2].map(|a| available.hi[a].div_euclid(r[a])),
+                ))
+            }
+            StencilOp::Prolongate { ratio } => {
+                // The inverse of `transfer_reads`: along a refined axis the
+                // first computable point is odd (it reads its parent and the
+                // one above), the last even.
+                Some(IndexBox::new(
+                    [0, 1, 2].map(|a| {
+                        if ratio[a] > 1 {
+                            2 * available.lo[a] + 1
+                        } else {
+                            available.lo[a]
+                        }
+                    }),
+                    [0, 1, 2].map(|a| {
+                        if ratio[a] > 1 {
+                            2 * available.hi[a] - 1
+                        } else {
+                            available.hi[a]
+                        }
+                    }),
+                ))
+            }
+            _ => None,
         }
     }
 
@@ -211,15 +321,21 @@ impl StencilOp {
                 points
             }
             StencilOp::Shift { offset } => vec![(offset, 1.0)],
-            StencilOp::Upwind { .. } | StencilOp::Limited { .. } => return None,
+            StencilOp::Upwind { .. }
+            | StencilOp::Limited { .. }
+            | StencilOp::Restrict { .. }
+            | StencilOp::Prolongate { .. } => return None,
         })
     }
 
     /// Offsets at which the `argument`-th argument is read: the points of
     /// linear stencils; cells `-2..=1` along the axis and the face itself for
-    /// limited interpolation; `-1..=0` for upwind.
+    /// limited interpolation; `-1..=0` for upwind. Empty for the inter-grid
+    /// operators, whose reads are on another grid
+    /// ([`StencilOp::transfer_reads`]).
     pub fn offsets(self, argument: usize, active: [bool; 3]) -> Vec<[isize; 3]> {
         match self {
+            StencilOp::Restrict { .. } | StencilOp::Prolongate { .. } => Vec::new(),
             StencilOp::Upwind { axis } => {
                 if argument == 0 {
                     vec![[0; 3]]

@@ -5,10 +5,9 @@
 //! Levels halve the cells of every active axis while they stay even and at
 //! least two. Smoothing is weighted Jacobi, written in the field language
 //! (`t = x + w/D (b - lap(x))`, then the roles of `x` and `t` swap), as are
-//! the residual and the vector updates of CG, so they run wherever the
-//! language runs. Restriction averages the children of a coarse cell;
-//! prolongation is (bi/tri)linear; both are native loops, since they connect
-//! two grids. Boundary conditions are the problem's on the finest level and
+//! the residual, the vector updates of CG, restriction (the mean of a coarse
+//! cell's children) and prolongation ((bi/tri)linear, added to the fine
+//! solution in place), so they run wherever the language runs. Boundary conditions are the problem's on the finest level and
 //! their homogeneous versions for corrections. Without any Dirichlet side
 //! the problem is singular: the right-hand side is made mean-free and so is
 //! the solution.
@@ -17,7 +16,8 @@ use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use watershed_fields::{CellCentre, Device, Grid, IndexBox, Patch, SpatialField};
 use watershed_operators::{
-    Assign, OperatorResult, Parameter, field, interior_norm_l2, interior_sum, laplacian, update,
+    Assign, OperatorResult, Parameter, field, interior_norm_l2, interior_sum, laplacian,
+    prolongate, restrict, update,
 };
 
 /// Multigrid settings.
@@ -368,7 +368,8 @@ impl Multigrid {
         self.residual(level, homogeneous)?;
         {
             let (fine, coarse) = self.levels.split_at_mut(level + 1);
-            restrict(&fine[level].r, &mut coarse[0].b)?;
+            let ratio = refinement(&fine[level], &coarse[0]);
+            coarse[0].b.assign(restrict(&fine[level].r, ratio))?;
             coarse[0].x.fill(0.0)?;
         }
         self.v_cycle(level + 1, true)?;
@@ -376,7 +377,9 @@ impl Multigrid {
             let homogeneous_conditions = self.homogeneous;
             let (fine, coarse) = self.levels.split_at_mut(level + 1);
             homogeneous_conditions.apply(&mut coarse[0].x)?;
-            prolongate_add(&coarse[0].x, &mut fine[level].x)?;
+            let ratio = refinement(&fine[level], &coarse[0]);
+            let correction = &coarse[0].x;
+            update(&mut fine[level].x, |x| x + prolongate(correction, ratio))?;
         }
         self.smooth(level, self.options.post_smoothing, homogeneous)
     }
@@ -617,83 +620,11 @@ fn copy_all(
     copy_over(from, to, region)
 }
 
-/// Offsets (in storage) from a point to its neighbours, and the storage
-/// index of point (0, 0, 0).
-fn strides_of(layout: &watershed_fields::FieldLayout) -> ([isize; 3], isize) {
-    (
-        layout.strides().map(|s| s as isize),
-        layout.linear_index([0; 3]) as isize,
-    )
-}
-
-/// Coarse `b` = average of the fine residual over each coarse cell's children.
-fn restrict(
-    fine: &SpatialField<CellCentre>,
-    coarse: &mut SpatialField<CellCentre>,
-) -> SolverResult<()> {
-    let (fl, cl) = (fine.layout().clone(), coarse.layout().clone());
-    let ratio = [0, 1, 2].map(|a| fl.interior_extent()[a] / cl.interior_extent()[a]);
-    let (fs, f0) = strides_of(&fl);
-    let (cs, c0) = strides_of(&cl);
-    let children: Vec<isize> = IndexBox::new([0; 3], ratio.map(|r| r as isize))
-        .iter()
-        .map(|c| c[0] * fs[0] + c[1] * fs[1] + c[2] * fs[2])
-        .collect();
-    let weight = 1.0 / children.len() as f64;
-    let source = fine.values()?;
-    let target = coarse.values_mut()?;
-    for index in cl.interior() {
-        let first = f0
-            + (0..3)
-                .map(|a| index[a] * ratio[a] as isize * fs[a])
-                .sum::<isize>();
-        let sum: f64 = children.iter().map(|&c| source[(first + c) as usize]).sum();
-        let at = c0 + index[0] * cs[0] + index[1] * cs[1] + index[2] * cs[2];
-        target[at as usize] = weight * sum;
-    }
-    Ok(())
-}
-
-/// Fine `x` += (tri)linear interpolation of the coarse correction (whose
-/// ghosts must be filled): per refined axis, 3/4 of the parent cell and 1/4
-/// of its neighbour on the fine cell's side.
-fn prolongate_add(
-    coarse: &SpatialField<CellCentre>,
-    fine: &mut SpatialField<CellCentre>,
-) -> SolverResult<()> {
-    let (cl, fl) = (coarse.layout().clone(), fine.layout().clone());
-    let ratio = [0, 1, 2].map(|a| fl.interior_extent()[a] / cl.interior_extent()[a]);
-    let (fs, f0) = strides_of(&fl);
-    let (cs, c0) = strides_of(&cl);
-    let refined: Vec<usize> = (0..3).filter(|&a| ratio[a] == 2).collect();
-    let corners = 1usize << refined.len();
-    let source = coarse.values()?;
-    let target = fine.values_mut()?;
-    for index in fl.interior() {
-        let parent = c0
-            + (0..3)
-                .map(|a| index[a].div_euclid(ratio[a] as isize) * cs[a])
-                .sum::<isize>();
-        let mut value = 0.0;
-        for corner in 0..corners {
-            let mut at = parent;
-            let mut w = 1.0;
-            for (bit, &axis) in refined.iter().enumerate() {
-                if corner >> bit & 1 == 1 {
-                    at += if index[axis] % 2 == 0 {
-                        -cs[axis]
-                    } else {
-                        cs[axis]
-                    };
-                    w *= 0.25;
-                } else {
-                    w *= 0.75;
-                }
-            }
-            value += w * source[at as usize];
-        }
-        let here = f0 + index[0] * fs[0] + index[1] * fs[1] + index[2] * fs[2];
-        target[here as usize] += value;
-    }
-    Ok(())
+/// How many times finer `fine` is than `coarse` along each axis (1 or 2).
+fn refinement(fine: &Level, coarse: &Level) -> [usize; 3] {
+    let (f, c) = (
+        fine.x.layout().interior_extent(),
+        coarse.x.layout().interior_extent(),
+    );
+    [0, 1, 2].map(|a| f[a] / c[a].max(1))
 }

@@ -167,6 +167,14 @@ pub(crate) fn analyse(
             else {
                 continue; // every leaf is an input (checked when the node was made)
             };
+            if let Some(op) = read.transfer {
+                return Err(GraphError::Usage(format!(
+                    "{} reads '{}' through {}, an operator between two grids, but a graph holds the fields of one patch; run inter-grid operators with `assign` on fields of both grids (as the multigrid solver does)",
+                    node.name,
+                    fields[slot].tag,
+                    op.name()
+                )));
+            }
             if read.location != fields[slot].location {
                 return Err(GraphError::LocationConflict {
                     tag: fields[slot].tag.clone(),
