@@ -10,7 +10,8 @@
 //!   256^2, through `Multigrid::solve` with one iteration.
 //!
 //! Every figure is the median of repeated timings after a warm-up.
-//! Environment: `WATERSHED_PDES` (default 30), `WATERSHED_CELLS` (ExprLib
+//! Environment: `WATERSHED_SECTIONS` (comma-separated subset of
+//! `exprlib,cavity,multigrid`, default all), `WATERSHED_PDES` (default 30), `WATERSHED_CELLS` (ExprLib
 //! cells per side, default 32 and 64). Run:
 //! `cargo bench -p watershed-cases --bench solvers`.
 
@@ -223,7 +224,21 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .map(|c| vec![c])
         .unwrap_or_else(|| vec![32, 64]);
-    exprlib(pdes, &cells);
+    let sections =
+        std::env::var("WATERSHED_SECTIONS").unwrap_or_else(|_| "exprlib,cavity,multigrid".into());
+    let wanted = |name: &str| sections.split(',').any(|s| s.trim() == name);
+    if wanted("exprlib") {
+        exprlib(pdes, &cells);
+    }
+    if wanted("cavity") {
+        cavity_table();
+    }
+    if wanted("multigrid") {
+        multigrid_table();
+    }
+}
+
+fn cavity_table() {
     println!();
     println!("## Lid-driven cavity, Re 100 (one thread; median of steps after 3 warm-up steps)");
     println!("| integrator | cells | ms/step | CG iterations (last stage) |");
@@ -236,6 +251,9 @@ fn main() {
         let (time, iterations) = cavity(cells, integrator, steps);
         println!("| {name} | {cells}^2 | {:.2} | {iterations} |", time * 1e3);
     }
+}
+
+fn multigrid_table() {
     println!();
     println!("## Multigrid V(3,3) cycle with its residual norms (one thread)");
     println!("| cells | ms per V-cycle |");

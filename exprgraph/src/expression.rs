@@ -183,6 +183,7 @@ pub struct LanguageExpression {
     location: LocationKind,
     root: Arc<Node>,
     inputs: Vec<Tag>,
+    check_finite: bool,
 }
 
 impl LanguageExpression {
@@ -214,7 +215,24 @@ impl LanguageExpression {
             location,
             root,
             inputs,
+            check_finite: false,
         }
+    }
+
+    /// This expression, checking every value it writes: a value that is not
+    /// finite fails the execution with
+    /// [`OperatorError::NotFinite`](watershed_operators::OperatorError::NotFinite),
+    /// naming the target and the first such point. The scan runs on each
+    /// block right after it is computed, so it costs far less than a
+    /// separate pass (solvers use it on their stage updates).
+    pub fn checking_finite(mut self) -> Self {
+        self.check_finite = true;
+        self
+    }
+
+    /// True when the values written are checked ([`Self::checking_finite`]).
+    pub fn checks_finite(&self) -> bool {
+        self.check_finite
     }
 
     /// The tag assigned.
@@ -248,7 +266,9 @@ impl LanguageExpression {
                 candidates.push(tag.clone());
             }
         }
-        Self::from_parts(self.target.clone(), self.location, root, candidates)
+        let mut fused = Self::from_parts(self.target.clone(), self.location, root, candidates);
+        fused.check_finite = self.check_finite;
+        fused
     }
 }
 
@@ -310,6 +330,7 @@ impl Expression for LanguageExpression {
         let options = AssignOptions {
             region,
             parallelism: context.parallelism,
+            check_finite: self.check_finite,
         };
         match target {
             AnyField::Cell(f) => assign_node(f, &self.root, &bound, options)?,
@@ -432,6 +453,7 @@ impl Expression for LanguageModifier {
             let options = AssignOptions {
                 region: Region::Box(*region),
                 parallelism,
+                check_finite: false,
             };
             match &mut *field {
                 AnyField::Cell(f) => assign_node_reading_target(f, target_id, root, &[], options)?,

@@ -583,6 +583,21 @@ impl ExpressionGraph {
             .count()
     }
 
+    /// The names of the nodes that check every value they write
+    /// ([`LanguageExpression::checking_finite`](crate::LanguageExpression::checking_finite)),
+    /// in execution order.
+    pub fn finite_checked_nodes(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| {
+                n.expression
+                    .as_language()
+                    .is_some_and(|l| l.checks_finite())
+            })
+            .map(|n| n.expression.name())
+            .collect()
+    }
+
     /// Native (hand-written, CPU-only) nodes: what keeps a graph off a GPU.
     pub fn native_node_count(&self) -> usize {
         self.nodes_of_kind(ExpressionKind::Native)

@@ -221,6 +221,7 @@ fn main() {
             let options = AssignOptions {
                 region: Region::Interior,
                 parallelism,
+                ..AssignOptions::default()
             };
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)

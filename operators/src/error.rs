@@ -120,6 +120,20 @@ pub enum OperatorError {
         limit: isize,
     },
 
+    /// An assignment asked to check its result ([`crate::AssignOptions::check_finite`])
+    /// wrote a value that is not finite.
+    #[error(
+        "'{target}' is not finite at point {point:?} ({value}) after it was computed; an input is not finite, the time step is unstable, or a function was evaluated outside its domain"
+    )]
+    NotFinite {
+        /// The assignment's target.
+        target: String,
+        /// The first point (z, then y, then x order) that is not finite.
+        point: [isize; 3],
+        /// The value found there.
+        value: f64,
+    },
+
     /// An inter-grid operator (restriction, prolongation) that cannot be
     /// applied as written.
     #[error("cannot transfer '{field}' between grids: {reason}")]

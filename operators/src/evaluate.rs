@@ -1291,6 +1291,24 @@ fn chunk_ranges(count: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
 ///
 /// A kernel whose result is a register (not [`OUTPUT`]) reads the target:
 /// each block's result is copied to the target after the block's reads.
+/// The earlier of two points in storage order (z, then y, then x).
+fn earlier(a: Option<[isize; 3]>, b: Option<[isize; 3]>) -> Option<[isize; 3]> {
+    match (a, b) {
+        (Some(p), Some(q)) => Some(if (p[2], p[1], p[0]) <= (q[2], q[1], q[0]) {
+            p
+        } else {
+            q
+        }),
+        (p, None) => p,
+        (None, q) => q,
+    }
+}
+
+/// Evaluates `kernel` into `target` over `region`. With `watch_finite`,
+/// each block's rows are scanned right after they are written (while they
+/// are in cache) and the first point (z, y, x order) holding a value that
+/// is not finite is returned; otherwise `None`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn assign(
     kernel: &Kernel,
     fields: &[FieldData<'_>],
@@ -1299,9 +1317,10 @@ pub(crate) fn assign(
     target: TargetData,
     region: IndexBox,
     parallelism: Parallelism,
-) {
+    watch_finite: bool,
+) -> Option<[isize; 3]> {
     if region.is_empty() {
-        return;
+        return None;
     }
     let (ctx, groups) = plan(kernel, fields, parameters, patch, &region);
     let copy_result = kernel.result != OUTPUT;
@@ -1310,23 +1329,24 @@ pub(crate) fn assign(
     } else {
         parallelism
     };
-    let run_groups = |groups: &[RowGroup]| {
+    let run_groups = |groups: &[RowGroup]| -> Option<[isize; 3]> {
         let mut scratch = ctx.scratch();
+        let mut first_bad = None;
         for group in groups {
             for block in blocks_of(group, &region) {
                 ctx.run_block(&mut scratch, Some(&target), block);
-                if copy_result {
-                    let n = (block.x1 - block.x0) as usize;
-                    for r in 0..block.rows {
+                let n = (block.x1 - block.x0) as usize;
+                for r in 0..block.rows {
+                    let first = target.origin
+                        + block.x0
+                        + (block.j0 + r as isize) * target.strides[1]
+                        + block.k * target.strides[2];
+                    assert!(
+                        first >= 0 && first as usize + n <= target.len,
+                        "target write outside the target"
+                    );
+                    if copy_result {
                         let row = ctx.result_row(&scratch, r, n);
-                        let first = target.origin
-                            + block.x0
-                            + (block.j0 + r as isize) * target.strides[1]
-                            + block.k * target.strides[2];
-                        assert!(
-                            first >= 0 && first as usize + n <= target.len,
-                            "target write outside the target"
-                        );
                         // SAFETY: in bounds (checked above); `row` is in
                         // the thread's scratch, never in the target.
                         unsafe {
@@ -1337,19 +1357,39 @@ pub(crate) fn assign(
                             );
                         }
                     }
+                    if watch_finite {
+                        // SAFETY: in bounds (checked above); these are the
+                        // rows this block just wrote, which no other block
+                        // reads or writes.
+                        let written = unsafe {
+                            std::slice::from_raw_parts(
+                                target.pointer.offset(first) as *const f64,
+                                n,
+                            )
+                        };
+                        if !written.iter().fold(true, |ok, v| ok & v.is_finite()) {
+                            let i = written.iter().position(|v| !v.is_finite()).unwrap_or(0);
+                            first_bad = earlier(
+                                first_bad,
+                                Some([block.x0 + i as isize, block.j0 + r as isize, block.k]),
+                            );
+                        }
+                    }
                 }
             }
         }
+        first_bad
     };
     parallelism.run(|threads| {
         if threads <= 1 || groups.len() < 2 {
-            run_groups(&groups);
+            run_groups(&groups)
         } else {
             chunk_ranges(groups.len(), threads)
                 .into_par_iter()
-                .for_each(|range| run_groups(&groups[range]));
+                .map(|range| run_groups(&groups[range]))
+                .reduce(|| None, earlier)
         }
-    });
+    })
 }
 
 /// Reduces the values of `kernel`'s result over `region`.

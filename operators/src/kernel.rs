@@ -117,7 +117,11 @@ impl LinearForm {
     }
 
     fn scaled(mut self, by: f64) -> Self {
-        self.constant *= by;
+        // A zero constant is no term at all: `v / 0` is `inf * v`, not
+        // `0 * inf + inf * v` (which would be NaN for every v).
+        if self.constant != 0.0 {
+            self.constant *= by;
+        }
         for term in &mut self.terms {
             term.1 *= by;
         }
@@ -133,7 +137,9 @@ impl LinearForm {
 
     /// `self + by * other`, merging terms that read the same source.
     fn add_scaled(mut self, other: &LinearForm, by: f64) -> Self {
-        self.constant += by * other.constant;
+        if other.constant != 0.0 {
+            self.constant += by * other.constant;
+        }
         for &(source, weight) in &other.terms {
             match self.terms.iter_mut().find(|(s, _)| *s == source) {
                 Some(term) => term.1 += by * weight,

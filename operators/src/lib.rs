@@ -63,7 +63,7 @@ pub mod stencil;
 pub use assign::{
     Assign, AssignOptions, ReduceRegion, Region, assign_node, assign_node_reading_target,
     field_max, field_min, interior_max, interior_min, interior_norm_l2, interior_sum, norm_l2,
-    reduce, sum, update,
+    reduce, sum, update, update_with,
 };
 pub use cache::{
     CacheStatistics, LoweredKernel, cache_statistics, lower_cached, lower_specialised,

@@ -112,7 +112,7 @@ proptest! {
         let mut results = Vec::new();
         for parallelism in PARALLELISMS {
             let mut target = sentinel_target::<CellCentre>("target", &patch);
-            target.assign_with(&expr, AssignOptions { region, parallelism }).unwrap();
+            target.assign_with(&expr, AssignOptions { region, parallelism, ..AssignOptions::default() }).unwrap();
             results.push(bits(&target));
         }
         // The result is not trivially the sentinel everywhere.

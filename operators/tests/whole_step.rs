@@ -176,6 +176,7 @@ fn a_modifier_reads_its_target_outside_the_box_it_writes() {
     let options = AssignOptions {
         region: Region::Box(ghost),
         parallelism: Parallelism::Threads(2),
+        ..AssignOptions::default()
     };
     assign_node_reading_target(&mut u, id, value.node(), &[], options).unwrap();
     for index in layout.allocated() {
@@ -268,5 +269,70 @@ trait CloneValues {
 impl<L: Location> CloneValues for SpatialField<L> {
     fn clone_values(&self) -> Vec<f64> {
         self.values().unwrap().to_vec()
+    }
+}
+
+#[test]
+fn a_checked_assignment_names_the_first_point_that_is_not_finite() {
+    use watershed_operators::{log, update_with};
+    let mut rng = Xorshift::new(31);
+    let patch = random_patch(&mut rng, GhostWidth::uniform(1), [false; 3]);
+    let layout =
+        watershed_fields::FieldLayout::new(&patch, watershed_fields::LocationKind::CellCentre);
+    let interior = layout.interior();
+    // Two bad points; the first in storage order (z, then y, then x) is named.
+    let late = [interior.hi[0] - 1, interior.hi[1] - 1, interior.hi[2] - 1];
+    let early = [
+        interior.hi[0] - 1,
+        interior.lo[1],
+        interior.lo[2] + (interior.hi[2] - interior.lo[2]) / 2,
+    ];
+    let u = field_from::<CellCentre>("u", &patch, |i, _| {
+        if i == late || i == early { -1.0 } else { 2.0 }
+    });
+    for parallelism in [Parallelism::Serial, Parallelism::Threads(2)] {
+        let options = AssignOptions {
+            parallelism,
+            check_finite: true,
+            ..AssignOptions::default()
+        };
+        let mut out = sentinel_target::<CellCentre>("out", &patch);
+        match out.assign_with(log(&u), options) {
+            Err(OperatorError::NotFinite {
+                target,
+                point,
+                value,
+            }) => {
+                assert_eq!(target, "out");
+                assert_eq!(point, early, "{parallelism:?}");
+                assert!(value.is_nan());
+            }
+            other => panic!("expected NotFinite, got {other:?}"),
+        }
+        // Without the check the same assignment succeeds and writes NaN.
+        out.assign_with(
+            log(&u),
+            AssignOptions {
+                parallelism,
+                ..AssignOptions::default()
+            },
+        )
+        .unwrap();
+        assert!(at(&out, late).is_nan());
+        // In-place updates check too; finite results pass.
+        let mut v = field_from::<CellCentre>("v", &patch, |_, _| 1.0);
+        update_with(&mut v, options, |v| v * 2.0).unwrap();
+        match update_with(&mut v, options, |v| v / 0.0) {
+            Err(OperatorError::NotFinite {
+                target,
+                point,
+                value,
+            }) => {
+                assert_eq!(target, "v");
+                assert_eq!(point, interior.lo);
+                assert_eq!(value, f64::INFINITY);
+            }
+            other => panic!("expected NotFinite, got {other:?}"),
+        }
     }
 }

@@ -19,7 +19,7 @@ use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::{Multigrid, MultigridOptions, SolveReport, first_non_finite};
-use crate::stages::{StageParameters, advance_levels, update_expression};
+use crate::stages::{StageParameters, advance_levels, not_finite_in, update_expression};
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
     LanguageExpression, Symbols, Tag,
@@ -28,9 +28,9 @@ use watershed_fields::{
     CellCentre, Device, LocationKind, Patch, SpatialField, XFace, YFace, ZFace,
 };
 use watershed_operators::{
-    Assign, Expr, FaceLocation, Parameter, abs, derivative, divergence, field, gradient,
-    interior_max, interior_norm_l2, interior_sum, interpolate_to_cell, interpolate_to_face,
-    laplacian, update,
+    Assign, AssignOptions, Expr, FaceLocation, OperatorError, Parameter, abs, derivative,
+    divergence, field, gradient, interior_max, interior_norm_l2, interior_sum, interpolate_to_cell,
+    interpolate_to_face, laplacian, update_with,
 };
 
 const NAMES: [&str; 3] = ["u", "v", "w"];
@@ -472,18 +472,50 @@ impl IncompressibleFlow {
         Ok(interior_norm_l2(&self.divergence)?)
     }
 
-    /// `u -= grad(psi)` on the interior, in place.
-    fn correct<F: GraphLocation + FaceLocation>(&self) -> SolverResult<()> {
+    /// `u -= grad(psi)` on the interior, in place, checking every value
+    /// written (the corrected velocity is the stage's result, so this
+    /// replaces a separate finiteness scan).
+    fn correct<F: GraphLocation + FaceLocation>(&self) -> SolverResult<Option<[isize; 3]>> {
         let psi = &self.psi;
-        self.graph
-            .with_field_mut::<F, _>(&self.now[F::AXIS], |u| {
-                update(u, |u| u - gradient::<F>(psi))
-            })??;
-        Ok(())
+        let options = AssignOptions {
+            check_finite: true,
+            ..AssignOptions::default()
+        };
+        let result = self.graph.with_field_mut::<F, _>(&self.now[F::AXIS], |u| {
+            update_with(u, options, |u| u - gradient::<F>(psi))
+        })?;
+        match result {
+            Ok(()) => Ok(None),
+            Err(OperatorError::NotFinite { point, .. }) => Ok(Some(point)),
+            Err(other) => Err(other.into()),
+        }
     }
 
-    /// Projects the current velocity onto divergence-free fields.
-    fn project(&mut self, stage_factor: f64) -> SolverResult<()> {
+    /// The error for velocity component `axis` no longer finite at `cell`
+    /// after a stage of step `self.steps + 1`.
+    fn diverged(&self, axis: usize, cell: [isize; 3], dt: f64) -> SolverError {
+        let limit = self.stable_time_step(1.0, 0.5).ok();
+        let cause = match limit {
+            Some(limit) if dt > limit => format!(
+                "dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"
+            ),
+            _ => format!(
+                "dt = {dt:e} is within the explicit stability limit; check the boundary values, the body force and the pressure solve"
+            ),
+        };
+        SolverError::Diverged {
+            equation: format!("momentum ({})", NAMES[axis]),
+            cell,
+            step: self.steps + 1,
+            time: self.time + dt,
+            cause,
+        }
+    }
+
+    /// Projects the current velocity onto divergence-free fields; returns
+    /// the first component and point that are not finite after the
+    /// correction, if any.
+    fn project(&mut self, stage_factor: f64) -> SolverResult<Option<(usize, [isize; 3])>> {
         for &axis in &self.active {
             match axis {
                 0 => self.apply_conditions::<XFace>(0)?,
@@ -496,10 +528,13 @@ impl IncompressibleFlow {
             .poisson
             .solve_preconditioned_cg(&self.divergence, &mut self.psi)?;
         for &axis in &self.active {
-            match axis {
+            let bad = match axis {
                 0 => self.correct::<XFace>()?,
                 1 => self.correct::<YFace>()?,
                 _ => self.correct::<ZFace>()?,
+            };
+            if let Some(cell) = bad {
+                return Ok(Some((axis, cell)));
             }
         }
         // The correction covers the interior; refill ghosts and boundary faces.
@@ -528,7 +563,7 @@ impl IncompressibleFlow {
             divergence_after: after,
             residual_reduction: if first > 0.0 { last / first } else { 0.0 },
         };
-        Ok(())
+        Ok(None)
     }
 
     /// Advances one step of `dt`, projecting after every stage.
@@ -555,11 +590,22 @@ impl IncompressibleFlow {
                     ),
                 });
             }
-            self.project(0.0)?; // start from a divergence-free field
+            // Start from a divergence-free field.
+            if let Some((axis, cell)) = self.project(0.0)? {
+                return Err(self.diverged(axis, cell, dt));
+            }
         }
         for (index, stage) in self.integrator.stages().iter().enumerate() {
             self.parameters.set(stage, self.time, dt);
-            self.graph.execute(self.mode)?;
+            if let Err(error) = self.graph.execute(self.mode) {
+                // The stage updates check what they write.
+                if let Some((node, cell)) = not_finite_in(&error)
+                    && let Some(axis) = (0..3).find(|&a| node == self.next[a].name.as_ref())
+                {
+                    return Err(self.diverged(axis, cell, dt));
+                }
+                return Err(error.into());
+            }
             for &axis in &self.active {
                 advance_levels(
                     &self.graph,
@@ -569,28 +615,12 @@ impl IncompressibleFlow {
                     &self.next[axis],
                 )?;
             }
-            self.project(stage.b * dt)?;
+            if let Some((axis, cell)) = self.project(stage.b * dt)? {
+                return Err(self.diverged(axis, cell, dt));
+            }
         }
         self.time += dt;
         self.steps += 1;
-        if let Some((axis, cell)) = self.first_non_finite_velocity()? {
-            let limit = self.stable_time_step(1.0, 0.5).ok();
-            let cause = match limit {
-                Some(limit) if dt > limit => format!(
-                    "dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"
-                ),
-                _ => format!(
-                    "dt = {dt:e} is within the explicit stability limit; check the boundary values, the body force and the pressure solve"
-                ),
-            };
-            return Err(SolverError::Diverged {
-                equation: format!("momentum ({})", NAMES[axis]),
-                cell,
-                step: self.steps,
-                time: self.time,
-                cause,
-            });
-        }
         Ok(())
     }
 

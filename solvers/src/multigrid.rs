@@ -14,10 +14,10 @@
 
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
-use watershed_fields::{CellCentre, Device, Grid, IndexBox, Patch, SpatialField};
+use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField};
 use watershed_operators::{
-    Assign, OperatorResult, Parameter, field, interior_norm_l2, interior_sum, laplacian,
-    prolongate, restrict, update,
+    Assign, AssignOptions, OperatorResult, Parameter, Region, field, interior_norm_l2,
+    interior_sum, laplacian, prolongate, restrict, update,
 };
 
 /// Multigrid settings.
@@ -582,42 +582,33 @@ fn remove_mean(x: &mut SpatialField<CellCentre>) -> SolverResult<()> {
     Ok(())
 }
 
-/// Copies `from` into `to` over `region` (indices of both fields).
-fn copy_over(
-    from: &SpatialField<CellCentre>,
-    to: &mut SpatialField<CellCentre>,
-    region: IndexBox,
-) -> SolverResult<()> {
-    let (fl, tl) = (from.layout().clone(), to.layout().clone());
-    let source = from.values()?;
-    let target = to.values_mut()?;
-    for index in region {
-        target[tl.linear_index(index)] = source[fl.linear_index(index)];
-    }
-    Ok(())
-}
-
+/// Copies the interior of `from` into `to` (a language assignment).
 fn copy_interior(
     from: &SpatialField<CellCentre>,
     to: &mut SpatialField<CellCentre>,
 ) -> SolverResult<()> {
-    let region = to.layout().interior();
-    copy_over(from, to, region)
+    to.assign(field(from))?;
+    Ok(())
 }
 
+/// Copies every point both fields hold (a language assignment over the
+/// intersection of their allocations).
 fn copy_all(
     from: &SpatialField<CellCentre>,
     to: &mut SpatialField<CellCentre>,
 ) -> SolverResult<()> {
-    if from.layout() == to.layout() {
-        to.values_mut()?.copy_from_slice(from.values()?);
-        return Ok(());
-    }
     let region = from
         .layout()
         .allocated()
         .intersect(&to.layout().allocated());
-    copy_over(from, to, region)
+    to.assign_with(
+        field(from),
+        AssignOptions {
+            region: Region::Box(region),
+            ..AssignOptions::default()
+        },
+    )?;
+    Ok(())
 }
 
 /// How many times finer `fine` is than `coarse` along each axis (1 or 2).

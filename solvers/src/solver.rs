@@ -13,9 +13,9 @@
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::first_non_finite;
-use crate::stages::{StageParameters, advance_levels, update_expression};
+use crate::stages::{StageParameters, advance_levels, not_finite_in, update_expression};
 use crate::transport::{Diffusivity, TransportEquation};
-use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphOptions, Tag};
+use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphError, GraphOptions, Tag};
 use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField, XFace, YFace, ZFace};
 use watershed_operators::{Assign, AssignOptions, Region, abs, field, interior_max, interior_min};
 
@@ -387,7 +387,9 @@ impl TransportSolver {
         }
         for (index, stage) in self.integrator.stages().iter().enumerate() {
             self.parameters.set(stage, self.time, dt);
-            self.graph.execute(self.mode)?;
+            if let Err(error) = self.graph.execute(self.mode) {
+                return Err(self.diverged_or(error, dt)?);
+            }
             for equation in &self.equations {
                 advance_levels(
                     &self.graph,
@@ -400,20 +402,30 @@ impl TransportSolver {
         }
         self.time += dt;
         self.steps += 1;
-        for equation in &self.equations {
-            let bad = self.with_solution(equation.name(), first_non_finite)??;
-            if let Some(cell) = bad {
-                let cause = self.diagnose(dt, equation)?;
-                return Err(SolverError::Diverged {
-                    equation: equation.name().to_string(),
-                    cell,
-                    step: self.steps,
-                    time: self.time,
-                    cause,
-                });
-            }
-        }
         Ok(())
+    }
+
+    /// `error` as [`SolverError::Diverged`] when it is a stage update's report
+    /// of a value that is not finite (every update checks what it writes,
+    /// so no separate scan of the solutions is needed); otherwise as is.
+    fn diverged_or(&self, error: GraphError, dt: f64) -> SolverResult<SolverError> {
+        let Some((node, cell)) = not_finite_in(&error) else {
+            return Ok(error.into());
+        };
+        let Some(equation) = self
+            .equations
+            .iter()
+            .find(|e| e.next_tag().name.as_ref() == node)
+        else {
+            return Ok(error.into());
+        };
+        Ok(SolverError::Diverged {
+            equation: equation.name().to_string(),
+            cell,
+            step: self.steps + 1,
+            time: self.time + dt,
+            cause: self.diagnose(dt, equation)?,
+        })
     }
 
     /// Every placeholder the graph reads other than the solutions (velocities,

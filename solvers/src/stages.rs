@@ -11,9 +11,9 @@
 
 use crate::error::SolverResult;
 use crate::integrator::Stage;
-use watershed_exprgraph::{ExpressionGraph, LanguageExpression, Tag};
+use watershed_exprgraph::{ExpressionGraph, GraphError, LanguageExpression, Tag};
 use watershed_fields::Location;
-use watershed_operators::{Expr, Parameter, cond};
+use watershed_operators::{Expr, OperatorError, Parameter, cond};
 
 /// The scalar parameters of a stage, shared by every update node of a solver.
 #[derive(Debug, Clone)]
@@ -51,7 +51,10 @@ impl StageParameters {
 
 /// The node computing `next = a start + b (now + dt rhs)`. Where `a` is 0
 /// (the first stage) `start` is not read, so whatever its storage holds
-/// before it first receives the step's start value cannot leak in.
+/// before it first receives the step's start value cannot leak in. It
+/// checks every value it writes ([`LanguageExpression::checking_finite`]),
+/// which replaces a separate scan of each solution per step; see
+/// [`not_finite_in`].
 pub(crate) fn update_expression<F: Location>(
     now: &Tag,
     next: &Tag,
@@ -66,6 +69,21 @@ pub(crate) fn update_expression<F: Location>(
         let kept = cond(a.clone().not_equals(0.0), a * s.field::<F>(&o)).otherwise(0.0);
         kept + p.b.expr() * (s.field::<F>(&n) + p.dt.expr() * s.field::<F>(&r))
     })
+    .checking_finite()
+}
+
+/// When `error` is a checked node's report of a value that is not finite
+/// ([`OperatorError::NotFinite`]), the node's name and the first such point.
+pub(crate) fn not_finite_in(error: &GraphError) -> Option<(&str, [isize; 3])> {
+    match error {
+        GraphError::Expression { expression, source } => match source.as_ref() {
+            GraphError::Operator(OperatorError::NotFinite { point, .. }) => {
+                Some((expression.as_str(), *point))
+            }
+            inner => not_finite_in(inner),
+        },
+        _ => None,
+    }
 }
 
 /// After stage `index`: the new value moves to `now` without copying.

@@ -183,6 +183,10 @@ fn the_solvers_graphs_have_no_native_node() {
             graph.execution_order()
         );
         assert!(graph.nodes_of_kind(ExpressionKind::Language) == nodes);
+        // The stage updates check what they write: no separate scan of
+        // the solutions per step.
+        let checked = graph.finite_checked_nodes();
+        assert_eq!(checked.len(), nodes / 2, "{name}: {checked:?}");
     }
 }
 
