@@ -335,6 +335,69 @@ impl TransportSolver {
             })?
     }
 
+    /// Sets the interior of `equation`'s solution from `values`, indexed
+    /// `[i, j, k]` with the shape of the grid's cells `(nx, ny, nz)` (any
+    /// memory order, e.g. a NumPy array read from a file), and fills its
+    /// ghost points from the equation's boundary conditions. A wrong shape
+    /// or a value that is not finite is refused before anything is written.
+    ///
+    /// ```
+    /// use ndarray::Array3;
+    /// use watershed_fields::Grid;
+    /// use watershed_solvers::{
+    ///     BoundaryCondition, BoundaryConditions, Diffusivity, TransportEquation,
+    ///     TransportSolverBuilder,
+    /// };
+    /// let patch = Grid::new([4, 3, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+    /// let insulated = BoundaryConditions::all(BoundaryCondition::Neumann(0.0));
+    /// let solver = TransportSolverBuilder::new(&patch)
+    ///     .equation(
+    ///         TransportEquation::new("T")
+    ///             .diffusion(Diffusivity::Constant(0.1))
+    ///             .boundary_conditions(insulated),
+    ///     )
+    ///     .build()?;
+    /// let values = Array3::from_shape_fn((4, 3, 1), |(i, j, _)| (i + 10 * j) as f64);
+    /// solver.set_initial_values("T", values.view())?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_initial_values(
+        &self,
+        equation: &str,
+        values: ndarray::ArrayView3<'_, f64>,
+    ) -> SolverResult<()> {
+        let info = self.equation(equation)?;
+        let (tag, conditions) = (info.solution_tag(), *info.boundary());
+        let cells = self.graph.patch().cells();
+        if values.shape() != cells {
+            return Err(SolverError::Setup {
+                equation: equation.to_string(),
+                reason: format!(
+                    "set_initial_values: the array has shape {:?}, but the solution has {cells:?} interior cells (indexed [i, j, k])",
+                    values.shape()
+                ),
+            });
+        }
+        if let Some(((i, j, k), _)) = values.indexed_iter().find(|(_, v)| !v.is_finite()) {
+            return Err(SolverError::NonFiniteInput {
+                field: tag.to_string(),
+                cell: [i as isize, j as isize, k as isize],
+                detail: format!(
+                    "set_initial_values: the value for {tag} at [{i}, {j}, {k}] is not finite"
+                ),
+            });
+        }
+        self.graph
+            .with_field_mut::<CellCentre, _>(&tag, |field| -> SolverResult<()> {
+                let layout = field.layout().clone();
+                let out = field.values_mut()?;
+                for ((i, j, k), v) in values.indexed_iter() {
+                    out[layout.linear_index([i as isize, j as isize, k as isize])] = *v;
+                }
+                conditions.apply(field)
+            })?
+    }
+
     /// Sets the solution of `equation` (ghosts included) from an expression
     /// of the field language, e.g. of the coordinates.
     pub fn set_initial_condition_expression(

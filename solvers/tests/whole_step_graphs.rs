@@ -265,3 +265,89 @@ fn rotating_a_scratch_field_or_mixed_locations_is_refused() {
         "{error:?}"
     );
 }
+
+/// Initial values from an array indexed `[i, j, k]` in any memory order:
+/// the interior takes them, the ghosts follow the boundary conditions, and a
+/// wrong shape or a value that is not finite is refused before anything is
+/// written.
+#[test]
+fn initial_values_come_from_an_array() {
+    use ndarray::{Array3, ShapeBuilder};
+    use watershed_solvers::SolverError;
+    let patch = Grid::new([5, 3, 2], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .whole_domain(1);
+    let solver = TransportSolverBuilder::new(&patch)
+        .equation(
+            TransportEquation::new("T")
+                .diffusion(Diffusivity::Constant(0.1))
+                .boundary_conditions(BoundaryConditions::all(BoundaryCondition::Dirichlet(1.0))),
+        )
+        .build()
+        .unwrap();
+    let value = |i: usize, j: usize, k: usize| (i + 10 * j + 100 * k) as f64;
+    // Fortran order (x fastest), as Watershed stores fields.
+    let mut values = Array3::<f64>::zeros((5, 3, 2).f());
+    for ((i, j, k), v) in values.indexed_iter_mut() {
+        *v = value(i, j, k);
+    }
+    solver.set_initial_values("T", values.view()).unwrap();
+    solver
+        .with_solution("T", |t| {
+            let layout = t.layout();
+            let data = t.values().unwrap();
+            for [i, j, k] in layout.interior() {
+                assert_eq!(
+                    data[layout.linear_index([i, j, k])],
+                    value(i as usize, j as usize, k as usize)
+                );
+            }
+            // Dirichlet 1: the ghost is 2 - its mirror partner.
+            let ghost = data[layout.linear_index([-1, 1, 0])];
+            assert_eq!(ghost, 2.0 - value(0, 1, 0));
+        })
+        .unwrap();
+    // C order gives the same field.
+    let c_order = Array3::from_shape_fn((5, 3, 2), |(i, j, k)| value(i, j, k));
+    solver.set_initial_values("T", c_order.view()).unwrap();
+    solver
+        .with_solution("T", |t| {
+            let layout = t.layout();
+            assert_eq!(
+                t.values().unwrap()[layout.linear_index([4, 2, 1])],
+                value(4, 2, 1)
+            );
+        })
+        .unwrap();
+    // Refusals leave the field as it was.
+    let wrong = Array3::<f64>::zeros((3, 5, 2));
+    match solver.set_initial_values("T", wrong.view()) {
+        Err(SolverError::Setup { equation, reason }) => {
+            assert_eq!(equation, "T");
+            assert!(
+                reason.contains("[3, 5, 2]") && reason.contains("[5, 3, 2]"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected Setup, got {other:?}"),
+    }
+    let mut bad = c_order.clone();
+    bad[[2, 1, 1]] = f64::NAN;
+    match solver.set_initial_values("T", bad.view()) {
+        Err(SolverError::NonFiniteInput { cell, .. }) => assert_eq!(cell, [2, 1, 1]),
+        other => panic!("expected NonFiniteInput, got {other:?}"),
+    }
+    match solver.set_initial_values("nope", c_order.view()) {
+        Err(SolverError::Setup { equation, .. }) => assert_eq!(equation, "nope"),
+        other => panic!("expected Setup, got {other:?}"),
+    }
+    solver
+        .with_solution("T", |t| {
+            let layout = t.layout();
+            assert_eq!(
+                t.values().unwrap()[layout.linear_index([2, 1, 1])],
+                value(2, 1, 1)
+            );
+        })
+        .unwrap();
+}
