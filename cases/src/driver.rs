@@ -124,6 +124,8 @@ pub struct RunReport {
     pub step: u64,
     /// The five slowest expressions over the whole run (graph / name).
     pub slowest: Vec<ExpressionTiming>,
+    /// What each of the case's graphs is made of.
+    pub graphs: Vec<GraphCensus>,
     /// Time spent in graph nodes over the whole run (all graphs, summed
     /// over threads).
     pub graph_time: Duration,
@@ -135,6 +137,21 @@ pub struct RunReport {
     pub trace_dropped: u64,
     /// The last checkpoint written.
     pub last_checkpoint: Option<PathBuf>,
+}
+
+/// The make-up of one graph: what could run on a GPU and how many kernels
+/// an execution launches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraphCensus {
+    /// The case's name for the graph.
+    pub name: String,
+    /// Nodes after fusion (modifiers included).
+    pub nodes: usize,
+    /// Native (hand-written, CPU-only) nodes among them.
+    pub native: usize,
+    /// Language kernels per execution (a boundary modifier runs one per
+    /// side and ghost layer).
+    pub kernels: usize,
 }
 
 impl RunReport {
@@ -352,7 +369,14 @@ pub fn run<S: Simulation + ?Sized>(
     let mut slowest: Vec<ExpressionTiming> = Vec::new();
     let mut trace = Vec::new();
     let mut trace_dropped = 0;
+    let mut graphs = Vec::new();
     for (name, graph) in sim.graphs() {
+        graphs.push(GraphCensus {
+            name: name.clone(),
+            nodes: graph.node_count(),
+            native: graph.native_node_count(),
+            kernels: graph.kernel_count(),
+        });
         for mut row in graph.timing_table().0 {
             row.name = format!("{name}/{}", row.name);
             slowest.push(row);
@@ -375,6 +399,7 @@ pub fn run<S: Simulation + ?Sized>(
         time: sim.time(),
         step: sim.steps(),
         slowest,
+        graphs,
         graph_time,
         cpu_memory_high_water: process_memory_high_water(),
         trace,
@@ -410,9 +435,16 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
     if wall > 0.0 {
         let _ = writeln!(
             text,
-            "time in graph nodes: {:.3} s ({:.1}% of the wall time; the rest is outside the graphs: pressure solves, copies between stages, checks, output)",
+            "time in graph nodes: {:.3} s ({:.1}% of the wall time; the rest is outside the graphs: pressure solves, output, progress)",
             report.graph_time.as_secs_f64(),
             100.0 * report.graph_time.as_secs_f64() / wall
+        );
+    }
+    for graph in &report.graphs {
+        let _ = writeln!(
+            text,
+            "graph {}: {} nodes after fusion ({} native), {} kernels per execution",
+            graph.name, graph.nodes, graph.native, graph.kernels
         );
     }
     if !report.slowest.is_empty() {

@@ -43,6 +43,13 @@ pub trait Expression: Send + Sync {
     fn as_language(&self) -> Option<&LanguageExpression> {
         None
     }
+    /// The kernels one execution runs when its output has `layout`: 1 for
+    /// a language expression, one per masked assignment for a language
+    /// modifier, 0 for native code (which runs no kernel of the language).
+    fn kernels(&self, layout: &FieldLayout) -> usize {
+        let _ = layout;
+        usize::from(self.kind() == ExpressionKind::Language)
+    }
     /// Computes the outputs from the inputs.
     fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()>;
 }
@@ -441,6 +448,10 @@ impl Expression for LanguageModifier {
 
     fn kind(&self) -> ExpressionKind {
         ExpressionKind::Language
+    }
+
+    fn kernels(&self, layout: &FieldLayout) -> usize {
+        self.assignments(layout).map_or(0, |a| a.len())
     }
 
     fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()> {

@@ -583,6 +583,24 @@ impl ExpressionGraph {
             .count()
     }
 
+    /// The language kernels one execution runs after fusion: one per
+    /// language node, one per masked assignment of each language modifier
+    /// (a boundary condition is one per side and ghost layer).
+    pub fn kernel_count(&self) -> usize {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let location = n
+                    .expression
+                    .computes()
+                    .first()
+                    .map_or(LocationKind::CellCentre, |(_, l)| *l);
+                n.expression
+                    .kernels(&FieldLayout::new(&self.patch, location))
+            })
+            .sum()
+    }
+
     /// The names of the nodes that check every value they write
     /// ([`LanguageExpression::checking_finite`](crate::LanguageExpression::checking_finite)),
     /// in execution order.
