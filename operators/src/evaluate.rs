@@ -896,6 +896,7 @@ fn transfer_row(
                 let at = first + r[0] * field.strides[0] * i as isize;
                 let mut sum = 0.0;
                 for c in &children {
+                    // SAFETY: `at + c` is a child inside `reads`, checked above.
                     sum += unsafe { *field.pointer.offset(at + c) };
                 }
                 *o = weight * sum;
@@ -924,6 +925,8 @@ fn transfer_row(
                             w *= 0.75;
                         }
                     }
+                    // SAFETY: `at` is the parent or its neighbour, inside
+                    // `reads`, checked above.
                     value += w * unsafe { *field.pointer.offset(at) };
                 }
                 *o = value;
