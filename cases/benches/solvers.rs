@@ -12,7 +12,9 @@
 //! Every figure is the median of repeated timings after a warm-up.
 //! Environment: `WATERSHED_SECTIONS` (comma-separated subset of
 //! `exprlib,cavity,multigrid`, default all), `WATERSHED_PDES` (default 30), `WATERSHED_CELLS` (ExprLib
-//! cells per side, default 32 and 64). Run:
+//! cells per side, default 32 and 64), `WATERSHED_VARIANTS` (subset of
+//! `diffusion,independent,coupled`), `WATERSHED_THREADS` (default `1,2`), `WATERSHED_STEPS` (timed ExprLib steps,
+//! default 5 at 64^3 and 15 below). Run:
 //! `cargo bench -p watershed-cases --bench solvers`.
 
 use std::time::Instant;
@@ -106,10 +108,22 @@ fn exprlib(pdes: usize, cells_list: &[usize]) {
         "| variant | cells | threads | graph ms/step | solver ms/step | graph Mpts/s | solver Mpts/s | solver / graph |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let variants = std::env::var("WATERSHED_VARIANTS")
+        .unwrap_or_else(|_| "diffusion,independent,coupled".into());
+    let threads_list: Vec<usize> = std::env::var("WATERSHED_THREADS")
+        .ok()
+        .map(|t| t.split(',').filter_map(|v| v.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 2]);
     for &cells in cells_list {
-        let steps = if cells >= 64 { 5 } else { 15 };
+        let steps = std::env::var("WATERSHED_STEPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if cells >= 64 { 5 } else { 15 });
         for variant in ["diffusion", "independent", "coupled"] {
-            for threads in [1, 2] {
+            if !variants.split(',').any(|v| v == variant) {
+                continue;
+            }
+            for &threads in &threads_list {
                 let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])
                     .expect("grid")
                     .with_periodic([true; 3]);

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex, RwLockReadGuard, RwLockWriteGuard};
 use watershed_fields::{FieldLayout, FieldResult, IndexBox, Location, LocationKind, SpatialField};
 use watershed_operators::ir::Node;
 use watershed_operators::{
-    AssignOptions, BoundField, Expr, Parallelism, Region, assign_node, assign_node_reading_target,
+    AssignOptions, BoundField, Expr, Parallelism, Region, assign_node_reading_target,
+    assign_node_then, row_epilogue_count,
 };
 
 /// The two kinds of expression.
@@ -43,9 +44,16 @@ pub trait Expression: Send + Sync {
     fn as_language(&self) -> Option<&LanguageExpression> {
         None
     }
+    /// The language modifier behind this node, if it is one (fusion folds
+    /// it into its target's producer).
+    fn as_language_modifier(&self) -> Option<&LanguageModifier> {
+        None
+    }
     /// The kernels one execution runs when its output has `layout`: 1 for
-    /// a language expression, one per masked assignment for a language
-    /// modifier, 0 for native code (which runs no kernel of the language).
+    /// a language expression (plus the masked assignments of modifiers
+    /// fused into it that do not run as row epilogues), one per masked
+    /// assignment for a language modifier, 0 for native code (which runs no
+    /// kernel of the language).
     fn kernels(&self, layout: &FieldLayout) -> usize {
         let _ = layout;
         usize::from(self.kind() == ExpressionKind::Language)
@@ -191,6 +199,9 @@ pub struct LanguageExpression {
     root: Arc<Node>,
     inputs: Vec<Tag>,
     check_finite: bool,
+    /// Modifiers of the target fused into this node: run right after the
+    /// assignment, their row-local parts as row epilogues.
+    then: Vec<LanguageModifier>,
 }
 
 impl LanguageExpression {
@@ -223,6 +234,7 @@ impl LanguageExpression {
             root,
             inputs,
             check_finite: false,
+            then: Vec::new(),
         }
     }
 
@@ -275,7 +287,34 @@ impl LanguageExpression {
         }
         let mut fused = Self::from_parts(self.target.clone(), self.location, root, candidates);
         fused.check_finite = self.check_finite;
+        fused.then = self.then.clone();
         fused
+    }
+
+    /// This expression followed by `modifier` (a modifier of its target):
+    /// one node whose assignment runs the modifier's row-local masked
+    /// assignments (ghost layers normal to x) as row epilogues, while the
+    /// rows are in cache, and the others right after
+    /// ([`watershed_operators::assign_node_then`]). Values are those of
+    /// running the modifier as a node of its own.
+    pub fn then_modify(&self, modifier: &LanguageModifier) -> LanguageExpression {
+        let mut fused = self.clone();
+        fused.then.push(modifier.clone());
+        fused
+    }
+
+    /// The modifiers fused into this node ([`Self::then_modify`]), in order.
+    pub fn fused_modifiers(&self) -> &[LanguageModifier] {
+        &self.then
+    }
+
+    /// The masked assignments of the fused modifiers for `layout`, in order.
+    fn fused_assignments(&self, layout: &FieldLayout) -> GraphResult<Vec<MaskedAssignment>> {
+        let mut all = Vec::new();
+        for modifier in &self.then {
+            all.extend(modifier.assignments(layout)?.iter().cloned());
+        }
+        Ok(all)
     }
 }
 
@@ -298,6 +337,15 @@ impl Expression for LanguageExpression {
 
     fn as_language(&self) -> Option<&LanguageExpression> {
         Some(self)
+    }
+
+    fn kernels(&self, layout: &FieldLayout) -> usize {
+        let Ok(then) = self.fused_assignments(layout) else {
+            return 1;
+        };
+        let fused =
+            row_epilogue_count(layout, &layout.interior(), self.target.id(), &then).unwrap_or(0);
+        1 + then.len() - fused
     }
 
     fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()> {
@@ -339,19 +387,22 @@ impl Expression for LanguageExpression {
             parallelism: context.parallelism,
             check_finite: self.check_finite,
         };
+        let then = match self.then.is_empty() {
+            true => Vec::new(),
+            false => self.fused_assignments(target.as_bound().layout())?,
+        };
+        let leaf = self.target.id();
         match target {
-            AnyField::Cell(f) => assign_node(f, &self.root, &bound, options)?,
-            AnyField::XFace(f) => assign_node(f, &self.root, &bound, options)?,
-            AnyField::YFace(f) => assign_node(f, &self.root, &bound, options)?,
-            AnyField::ZFace(f) => assign_node(f, &self.root, &bound, options)?,
+            AnyField::Cell(f) => assign_node_then(f, leaf, &self.root, &bound, options, &then)?,
+            AnyField::XFace(f) => assign_node_then(f, leaf, &self.root, &bound, options, &then)?,
+            AnyField::YFace(f) => assign_node_then(f, leaf, &self.root, &bound, options, &then)?,
+            AnyField::ZFace(f) => assign_node_then(f, leaf, &self.root, &bound, options, &then)?,
         }
         Ok(())
     }
 }
 
-/// One masked assignment of a [`LanguageModifier`]: the box of the target's
-/// indices it writes and the value there.
-pub type MaskedAssignment = (IndexBox, Arc<Node>);
+pub use watershed_operators::MaskedAssignment;
 
 type ModifierBuilder = dyn Fn(&FieldLayout) -> GraphResult<Vec<MaskedAssignment>> + Send + Sync;
 
@@ -383,12 +434,13 @@ type ModifierBuilder = dyn Fn(&FieldLayout) -> GraphResult<Vec<MaskedAssignment>
 /// });
 /// # let _ = wall;
 /// ```
+#[derive(Clone)]
 pub struct LanguageModifier {
     name: String,
     target: Tag,
     location: LocationKind,
-    build: Box<ModifierBuilder>,
-    built: Mutex<Option<(FieldLayout, Arc<Vec<MaskedAssignment>>)>>,
+    build: Arc<ModifierBuilder>,
+    built: Arc<Mutex<Option<(FieldLayout, Arc<Vec<MaskedAssignment>>)>>>,
 }
 
 impl std::fmt::Debug for LanguageModifier {
@@ -414,8 +466,8 @@ impl LanguageModifier {
             name: name.to_string(),
             target,
             location,
-            build: Box::new(build),
-            built: Mutex::new(None),
+            build: Arc::new(build),
+            built: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -448,6 +500,10 @@ impl Expression for LanguageModifier {
 
     fn kind(&self) -> ExpressionKind {
         ExpressionKind::Language
+    }
+
+    fn as_language_modifier(&self) -> Option<&LanguageModifier> {
+        Some(self)
     }
 
     fn kernels(&self, layout: &FieldLayout) -> usize {

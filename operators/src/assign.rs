@@ -4,7 +4,7 @@
 
 use crate::cache::{LoweredKernel, lower_specialised};
 use crate::error::{OperatorError, OperatorResult};
-use crate::evaluate::{self, FieldData, Parallelism, Reduction, TargetData};
+use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Reduction, TargetData};
 use crate::expr::{BoundField, Expr, IntoExpr};
 use crate::ir::Node;
 use crate::kernel::Kernel;
@@ -146,81 +146,55 @@ pub fn assign_node_reading_target<L: Location>(
     fields: &[&dyn BoundField],
     options: AssignOptions,
 ) -> OperatorResult<()> {
+    assign_node_then(target, target_leaf, root, fields, options, &[])
+}
+
+/// One masked assignment: the box of the target's indices it writes and
+/// the value there (an IR tree that may read the target through leaves of
+/// the target's id, outside the box, as boundary conditions do).
+pub type MaskedAssignment = (IndexBox, Arc<Node>);
+
+/// [`assign_node_reading_target`] followed by the masked assignments
+/// `then`, in order, with the same results as separate calls, but fused
+/// where the data allows: each leading masked assignment that reads only
+/// the target, and only points of the same row inside the main region
+/// (ghost points along x from their mirror partners or periodic images),
+/// runs as a *row epilogue*: right after the main kernel writes a group
+/// of rows, while they are in cache, instead of in a later pass that
+/// fetches every row again (one cache line per point for a layer normal to
+/// x). The points of its box outside the main region's rows, and the
+/// assignments after the first that cannot be fused, run afterwards.
+/// [`row_epilogue_count`] says how many fuse.
+///
+/// Every check of the separate calls is made before anything is written:
+/// regions inside the target, ghost layers, self-overlap, aliasing.
+pub fn assign_node_then<L: Location>(
+    target: &mut SpatialField<L, f64>,
+    target_leaf: u64,
+    root: &Arc<Node>,
+    fields: &[&dyn BoundField],
+    options: AssignOptions,
+    then: &[MaskedAssignment],
+) -> OperatorResult<()> {
     let name = target.name().to_string();
-    if let Some(found) = root.location()
-        && found != L::KIND
-    {
-        return Err(OperatorError::LocationMismatch {
-            target: name,
-            expected: L::KIND,
-            found,
-        });
-    }
     let layout = target.layout().clone();
-    let mut lowered = lower_specialised(root, layout.patch(), true)?;
-    let reads_target = lowered.field_ids.contains(&target_leaf);
-    if reads_target {
-        // The result goes to a register and is copied to the target after
-        // each block's reads: no reference ever aliases the target's rows.
-        lowered = lower_specialised(root, layout.patch(), false)?;
+    let main = prepare(&layout, L::KIND, &name, target_leaf, root, fields, options.region)?;
+    let mut masked = Vec::with_capacity(then.len());
+    for (region, node) in then {
+        masked.push(prepare(
+            &layout,
+            L::KIND,
+            &name,
+            target_leaf,
+            node,
+            fields,
+            Region::Box(*region),
+        )?);
     }
-    let kernel = &lowered.kernel;
-    let bound = bind(&lowered, Some(target_leaf), fields, layout.patch(), &name)?;
-    let layouts: Vec<&FieldLayout> = bound
+    let fused = masked
         .iter()
-        .map(|b| match b {
-            Binding::Field(f, _) => f.layout(),
-            Binding::Target => &layout,
-        })
-        .collect();
-    let names: Vec<&str> = bound
-        .iter()
-        .map(|b| match b {
-            Binding::Field(f, _) => f.name(),
-            Binding::Target => name.as_str(),
-        })
-        .collect();
-    let region = match options.region {
-        Region::Interior => layout.interior(),
-        Region::InteriorAndGhosts(width) => layout.interior_with_ghosts(width),
-        Region::LargestComputable => largest_computable(kernel, &layouts, &layout),
-        Region::Box(region) => {
-            let allocated = layout.allocated();
-            if !region.is_empty() && region.intersect(&allocated) != region {
-                return Err(OperatorError::RegionOutsideTarget {
-                    target: name,
-                    region: describe_region(&region, &layout.interior()),
-                    allocated: describe_region(&allocated, &layout.interior()),
-                });
-            }
-            region
-        }
-    };
-    check_ghosts(kernel, &layouts, &names, &region, &name)?;
-    for (k, b) in kernel.fields.iter().zip(&bound) {
-        if !matches!(b, Binding::Target) || region.is_empty() {
-            continue;
-        }
-        let pointwise = k.extent.min == [0; 3] && k.extent.max == [0; 3];
-        let read = IndexBox::new(
-            [0, 1, 2].map(|a| region.lo[a] + k.extent.min[a]),
-            [0, 1, 2].map(|a| region.hi[a] + k.extent.max[a]),
-        );
-        if !pointwise && !read.intersect(&region).is_empty() {
-            let offset = [0, 1, 2].map(|a| {
-                if k.extent.min[a] != 0 {
-                    k.extent.min[a]
-                } else {
-                    k.extent.max[a]
-                }
-            });
-            return Err(OperatorError::SelfOverlap {
-                target: name,
-                offset,
-                region: describe_region(&region, &layout.interior()),
-            });
-        }
-    }
+        .take_while(|m| is_row_epilogue(&main.region, m.lowered.as_ref(), target_leaf, &m.region))
+        .count();
     // Refuse aliasing before borrowing the target mutably: a `&mut` slice
     // over memory that a bound field's `&` slice also covers is undefined
     // behaviour even if nothing is written. (When the CPU copy cannot be
@@ -228,7 +202,7 @@ pub fn assign_node_reading_target<L: Location>(
     let target_id = target.id();
     if let Ok(current) = target.values() {
         let target_range = current.as_ptr_range();
-        for b in &bound {
+        for b in main.bound.iter().chain(masked.iter().flat_map(|m| m.bound.iter())) {
             let Binding::Field(field, data) = b else {
                 continue;
             };
@@ -250,29 +224,44 @@ pub fn assign_node_reading_target<L: Location>(
         origin: layout.linear_index([0; 3]) as isize,
         strides: layout.strides().map(|s| s as isize),
     };
-    let field_data: Vec<FieldData<'_>> = bound
+    let main_data = field_data(&main, &target_data, &layout);
+    let masked_data: Vec<Vec<FieldData<'_>>> = masked
         .iter()
-        .map(|b| match b {
-            Binding::Field(f, data) => FieldData::new(data, f.layout()),
-            // SAFETY: the target's storage outlives the evaluation, and
-            // only raw pointers derived from `values` touch it from here on.
-            Binding::Target => unsafe {
-                FieldData::from_raw(target_data.pointer, target_data.len, &layout)
-            },
+        .map(|m| field_data(m, &target_data, &layout))
+        .collect();
+    let masked_parameters: Vec<Vec<f64>> = masked
+        .iter()
+        .map(|m| m.lowered.parameter_values())
+        .collect();
+    let rows_of_main = |region: &IndexBox| {
+        let mut inside = *region;
+        for axis in 1..3 {
+            inside.lo[axis] = inside.lo[axis].max(main.region.lo[axis]);
+            inside.hi[axis] = inside.hi[axis].min(main.region.hi[axis]);
+        }
+        inside
+    };
+    let epilogues: Vec<Epilogue<'_>> = (0..fused)
+        .map(|i| Epilogue {
+            kernel: &masked[i].lowered.kernel,
+            fields: &masked_data[i],
+            parameters: &masked_parameters[i],
+            region: rows_of_main(&masked[i].region),
         })
         .collect();
     let non_finite = evaluate::assign(
-        kernel,
-        &field_data,
-        &lowered.parameter_values(),
+        &main.lowered.kernel,
+        &main_data,
+        &main.lowered.parameter_values(),
         layout.patch(),
         target_data,
-        region,
+        main.region,
         options.parallelism,
         options.check_finite,
+        &epilogues,
     );
-    match non_finite {
-        Some(point) => Err(OperatorError::NotFinite {
+    if let Some(point) = non_finite {
+        return Err(OperatorError::NotFinite {
             target: name,
             point,
             value: target
@@ -280,9 +269,215 @@ pub fn assign_node_reading_target<L: Location>(
                 .ok()
                 .and_then(|v| v.get(layout.linear_index(point)).copied())
                 .unwrap_or(f64::NAN),
-        }),
-        None => Ok(()),
+        });
     }
+    for (i, m) in masked.iter().enumerate() {
+        let boxes = if i < fused {
+            outside_rows(&m.region, &main.region)
+        } else {
+            vec![m.region]
+        };
+        for region in boxes {
+            evaluate::assign(
+                &m.lowered.kernel,
+                &masked_data[i],
+                &masked_parameters[i],
+                layout.patch(),
+                target_data,
+                region,
+                options.parallelism,
+                false,
+                &[],
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The evaluator's view of `prepared`'s bindings; the target's slots read
+/// through raw pointers into `target`.
+fn field_data<'f>(
+    prepared: &Prepared<'f>,
+    target: &TargetData,
+    layout: &FieldLayout,
+) -> Vec<FieldData<'f>> {
+    prepared
+        .bound
+        .iter()
+        .map(|b| match *b {
+            Binding::Field(f, data) => FieldData::new(data, f.layout()),
+            // SAFETY: the target's storage outlives the evaluation (the
+            // caller holds its `&mut`), and only raw pointers derived from
+            // it touch it while the kernels run.
+            Binding::Target => unsafe { FieldData::from_raw(target.pointer, target.len, layout) },
+        })
+        .collect()
+}
+
+/// How many of the leading masked assignments `then` run as row epilogues
+/// of an assignment to `main_region` of a field with `layout` whose leaves
+/// `target_leaf` are the target (see [`assign_node_then`]): the graph's
+/// census counts the others as kernels of their own.
+pub fn row_epilogue_count(
+    layout: &FieldLayout,
+    main_region: &IndexBox,
+    target_leaf: u64,
+    then: &[MaskedAssignment],
+) -> OperatorResult<usize> {
+    let mut count = 0;
+    for (region, node) in then {
+        let lowered = lower_specialised(node, layout.patch(), false)?;
+        if !is_row_epilogue(main_region, lowered.as_ref(), target_leaf, region) {
+            break;
+        }
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// True when the masked assignment `lowered` over `region` reads only the
+/// target (`target_leaf`), only along x within its own row, and only
+/// points of `main`'s x range: then it may run right after each group of
+/// `main`'s rows with the values of a later, separate pass.
+fn is_row_epilogue(
+    main: &IndexBox,
+    lowered: &LoweredKernel,
+    target_leaf: u64,
+    region: &IndexBox,
+) -> bool {
+    if main.is_empty() || region.is_empty() {
+        return false;
+    }
+    lowered
+        .field_ids
+        .iter()
+        .zip(&lowered.kernel.fields)
+        .all(|(&id, k)| {
+            id == target_leaf
+                && k.transfer.is_none()
+                && k.extent.min[1..] == [0, 0]
+                && k.extent.max[1..] == [0, 0]
+                && region.lo[0] + k.extent.min[0] >= main.lo[0]
+                && region.hi[0] + k.extent.max[0] <= main.hi[0]
+        })
+}
+
+/// The parts of `region` in rows (y, z) outside `main`'s rows, as boxes.
+fn outside_rows(region: &IndexBox, main: &IndexBox) -> Vec<IndexBox> {
+    let mut out = Vec::new();
+    let mut take = |lo: [isize; 3], hi: [isize; 3]| {
+        let b = IndexBox::new(lo, hi).intersect(region);
+        if !b.is_empty() {
+            out.push(b);
+        }
+    };
+    let (r, m) = (region, main);
+    // Planes below and above main's z range, whole.
+    take(r.lo, [r.hi[0], r.hi[1], m.lo[2]]);
+    take([r.lo[0], r.lo[1], m.hi[2]], r.hi);
+    // Within main's z range: rows below and above main's y range.
+    let (z0, z1) = (r.lo[2].max(m.lo[2]), r.hi[2].min(m.hi[2]));
+    take([r.lo[0], r.lo[1], z0], [r.hi[0], m.lo[1], z1]);
+    take([r.lo[0], m.hi[1], z0], [r.hi[0], r.hi[1], z1]);
+    out
+}
+
+/// An assignment checked and ready to run: its kernel, bindings and box.
+struct Prepared<'f> {
+    lowered: Arc<LoweredKernel>,
+    bound: Vec<Binding<'f>>,
+    region: IndexBox,
+}
+
+/// Lowers `root` for a target with `layout`, binds its fields, resolves
+/// `region` and checks ghost layers and reads of the target itself.
+fn prepare<'f>(
+    layout: &FieldLayout,
+    kind: LocationKind,
+    name: &str,
+    target_leaf: u64,
+    root: &Arc<Node>,
+    fields: &[&'f dyn BoundField],
+    region: Region,
+) -> OperatorResult<Prepared<'f>> {
+    if let Some(found) = root.location()
+        && found != kind
+    {
+        return Err(OperatorError::LocationMismatch {
+            target: name.to_string(),
+            expected: kind,
+            found,
+        });
+    }
+    let mut lowered = lower_specialised(root, layout.patch(), true)?;
+    let reads_target = lowered.field_ids.contains(&target_leaf);
+    if reads_target {
+        // The result goes to a register and is copied to the target after
+        // each block's reads: no reference ever aliases the target's rows.
+        lowered = lower_specialised(root, layout.patch(), false)?;
+    }
+    let kernel = &lowered.kernel;
+    let bound = bind(&lowered, Some(target_leaf), fields, layout.patch(), name)?;
+    let layouts: Vec<&FieldLayout> = bound
+        .iter()
+        .map(|b| match b {
+            Binding::Field(f, _) => f.layout(),
+            Binding::Target => layout,
+        })
+        .collect();
+    let names: Vec<&str> = bound
+        .iter()
+        .map(|b| match b {
+            Binding::Field(f, _) => f.name(),
+            Binding::Target => name,
+        })
+        .collect();
+    let region = match region {
+        Region::Interior => layout.interior(),
+        Region::InteriorAndGhosts(width) => layout.interior_with_ghosts(width),
+        Region::LargestComputable => largest_computable(kernel, &layouts, layout),
+        Region::Box(region) => {
+            let allocated = layout.allocated();
+            if !region.is_empty() && region.intersect(&allocated) != region {
+                return Err(OperatorError::RegionOutsideTarget {
+                    target: name.to_string(),
+                    region: describe_region(&region, &layout.interior()),
+                    allocated: describe_region(&allocated, &layout.interior()),
+                });
+            }
+            region
+        }
+    };
+    check_ghosts(kernel, &layouts, &names, &region, name)?;
+    for (k, b) in kernel.fields.iter().zip(&bound) {
+        if !matches!(b, Binding::Target) || region.is_empty() {
+            continue;
+        }
+        let pointwise = k.extent.min == [0; 3] && k.extent.max == [0; 3];
+        let read = IndexBox::new(
+            [0, 1, 2].map(|a| region.lo[a] + k.extent.min[a]),
+            [0, 1, 2].map(|a| region.hi[a] + k.extent.max[a]),
+        );
+        if !pointwise && !read.intersect(&region).is_empty() {
+            let offset = [0, 1, 2].map(|a| {
+                if k.extent.min[a] != 0 {
+                    k.extent.min[a]
+                } else {
+                    k.extent.max[a]
+                }
+            });
+            return Err(OperatorError::SelfOverlap {
+                target: name.to_string(),
+                offset,
+                region: describe_region(&region, &layout.interior()),
+            });
+        }
+    }
+    Ok(Prepared {
+        lowered,
+        bound,
+        region,
+    })
 }
 
 /// The kernel's slots bound to `fields` (or to the target, for

@@ -1290,10 +1290,6 @@ fn chunk_ranges(count: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
         .collect()
 }
 
-/// Evaluates `kernel` into the target over `region`.
-///
-/// A kernel whose result is a register (not [`OUTPUT`]) reads the target:
-/// each block's result is copied to the target after the block's reads.
 /// The earlier of two points in storage order (z, then y, then x).
 fn earlier(a: Option<[isize; 3]>, b: Option<[isize; 3]>) -> Option<[isize; 3]> {
     match (a, b) {
@@ -1307,10 +1303,104 @@ fn earlier(a: Option<[isize; 3]>, b: Option<[isize; 3]>) -> Option<[isize; 3]> {
     }
 }
 
+/// A masked assignment run as a *row epilogue* of another kernel: right
+/// after the main kernel has written a group of rows, this kernel fills its
+/// points of the same rows (ghost points at the ends of the rows, read from
+/// values just written and still in cache). The caller
+/// ([`crate::assign::assign_node_then`]) only builds one when the kernel
+/// reads nothing but points of the same row inside the main region, so the
+/// values are those of running it after the whole main kernel.
+pub(crate) struct Epilogue<'a> {
+    pub kernel: &'a Kernel,
+    pub fields: &'a [FieldData<'a>],
+    pub parameters: &'a [f64],
+    /// The points it writes (the part of its box in the main region's rows).
+    pub region: IndexBox,
+}
+
+/// Runs `block` of `ctx`'s kernel, stores its rows (copying the result
+/// register when the kernel reads the target) and, with `watch_finite`,
+/// returns the first point written that is not finite.
+fn run_and_store(
+    ctx: &Context<'_>,
+    scratch: &mut [f64],
+    target: &TargetData,
+    block: Block,
+    watch_finite: bool,
+) -> Option<[isize; 3]> {
+    ctx.run_block(scratch, Some(target), block);
+    let copy_result = ctx.kernel.result != OUTPUT;
+    let n = (block.x1 - block.x0) as usize;
+    let mut first_bad = None;
+    for r in 0..block.rows {
+        let first = target.origin
+            + block.x0
+            + (block.j0 + r as isize) * target.strides[1]
+            + block.k * target.strides[2];
+        assert!(
+            first >= 0 && first as usize + n <= target.len,
+            "target write outside the target"
+        );
+        if copy_result {
+            let row = ctx.result_row(scratch, r, n);
+            // SAFETY: in bounds (checked above); `row` is in the thread's
+            // scratch, never in the target.
+            unsafe {
+                std::ptr::copy_nonoverlapping(row.as_ptr(), target.pointer.offset(first), n);
+            }
+        }
+        if watch_finite {
+            // SAFETY: in bounds (checked above); these are the rows this
+            // block just wrote, which no other block reads or writes.
+            let written =
+                unsafe { std::slice::from_raw_parts(target.pointer.offset(first) as *const f64, n) };
+            if !written.iter().fold(true, |ok, v| ok & v.is_finite()) {
+                let i = written.iter().position(|v| !v.is_finite()).unwrap_or(0);
+                first_bad = earlier(
+                    first_bad,
+                    Some([block.x0 + i as isize, block.j0 + r as isize, block.k]),
+                );
+            }
+        }
+    }
+    first_bad
+}
+
+/// Runs `ctx`'s kernel over the rows `j0..j0 + rows` of plane `k` within
+/// `region` (split into blocks the context's registers hold).
+fn run_rows(
+    ctx: &Context<'_>,
+    scratch: &mut [f64],
+    target: &TargetData,
+    region: &IndexBox,
+    rows: (isize, isize, isize),
+) {
+    let (j_lo, j_hi, k) = rows;
+    let (j_lo, j_hi) = (j_lo.max(region.lo[1]), j_hi.min(region.hi[1]));
+    if k < region.lo[2] || k >= region.hi[2] || j_lo >= j_hi || region.is_empty() {
+        return;
+    }
+    let mut j0 = j_lo;
+    while j0 < j_hi {
+        let count = ctx.rows.min((j_hi - j0) as usize);
+        let group = RowGroup {
+            j0,
+            rows: count,
+            k,
+            first_row: 0,
+        };
+        for block in blocks_of(&group, region) {
+            run_and_store(ctx, scratch, target, block, false);
+        }
+        j0 += count as isize;
+    }
+}
+
 /// Evaluates `kernel` into `target` over `region`. With `watch_finite`,
 /// each block's rows are scanned right after they are written (while they
 /// are in cache) and the first point (z, y, x order) holding a value that
-/// is not finite is returned; otherwise `None`.
+/// is not finite is returned; otherwise `None`. After each group of rows,
+/// every epilogue runs over its points of those rows, in order.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn assign(
     kernel: &Kernel,
@@ -1321,12 +1411,16 @@ pub(crate) fn assign(
     region: IndexBox,
     parallelism: Parallelism,
     watch_finite: bool,
+    epilogues: &[Epilogue<'_>],
 ) -> Option<[isize; 3]> {
     if region.is_empty() {
         return None;
     }
     let (ctx, groups) = plan(kernel, fields, parameters, patch, &region);
-    let copy_result = kernel.result != OUTPUT;
+    let epilogue_contexts: Vec<Context<'_>> = epilogues
+        .iter()
+        .map(|e| plan(e.kernel, e.fields, e.parameters, patch, &e.region).0)
+        .collect();
     let parallelism = if region.len() < PARALLEL_THRESHOLD {
         Parallelism::Serial
     } else {
@@ -1334,51 +1428,21 @@ pub(crate) fn assign(
     };
     let run_groups = |groups: &[RowGroup]| -> Option<[isize; 3]> {
         let mut scratch = ctx.scratch();
+        let mut epilogue_scratch: Vec<Vec<f64>> =
+            epilogue_contexts.iter().map(|c| c.scratch()).collect();
         let mut first_bad = None;
         for group in groups {
             for block in blocks_of(group, &region) {
-                ctx.run_block(&mut scratch, Some(&target), block);
-                let n = (block.x1 - block.x0) as usize;
-                for r in 0..block.rows {
-                    let first = target.origin
-                        + block.x0
-                        + (block.j0 + r as isize) * target.strides[1]
-                        + block.k * target.strides[2];
-                    assert!(
-                        first >= 0 && first as usize + n <= target.len,
-                        "target write outside the target"
-                    );
-                    if copy_result {
-                        let row = ctx.result_row(&scratch, r, n);
-                        // SAFETY: in bounds (checked above); `row` is in
-                        // the thread's scratch, never in the target.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                row.as_ptr(),
-                                target.pointer.offset(first),
-                                n,
-                            );
-                        }
-                    }
-                    if watch_finite {
-                        // SAFETY: in bounds (checked above); these are the
-                        // rows this block just wrote, which no other block
-                        // reads or writes.
-                        let written = unsafe {
-                            std::slice::from_raw_parts(
-                                target.pointer.offset(first) as *const f64,
-                                n,
-                            )
-                        };
-                        if !written.iter().fold(true, |ok, v| ok & v.is_finite()) {
-                            let i = written.iter().position(|v| !v.is_finite()).unwrap_or(0);
-                            first_bad = earlier(
-                                first_bad,
-                                Some([block.x0 + i as isize, block.j0 + r as isize, block.k]),
-                            );
-                        }
-                    }
-                }
+                let bad = run_and_store(&ctx, &mut scratch, &target, block, watch_finite);
+                first_bad = earlier(first_bad, bad);
+            }
+            let rows = (group.j0, group.j0 + group.rows as isize, group.k);
+            for ((e, c), s) in epilogues
+                .iter()
+                .zip(&epilogue_contexts)
+                .zip(&mut epilogue_scratch)
+            {
+                run_rows(c, s, &target, &e.region, rows);
             }
         }
         first_bad

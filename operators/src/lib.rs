@@ -61,7 +61,8 @@ pub mod pointwise;
 pub mod stencil;
 
 pub use assign::{
-    Assign, AssignOptions, ReduceRegion, Region, assign_node, assign_node_reading_target,
+    Assign, AssignOptions, MaskedAssignment, ReduceRegion, Region, assign_node,
+    assign_node_reading_target, assign_node_then, row_epilogue_count,
     field_max, field_min, interior_max, interior_min, interior_norm_l2, interior_sum, norm_l2,
     reduce, sum, update, update_with,
 };

@@ -1,9 +1,13 @@
 //! Advancing transport equations in time through the expression graph.
 //!
 //! The graph computes each equation's right-hand side from the solution at
-//! the current stage (STATE_N, whose boundary conditions run first as a
-//! language modifier), and an update node per equation computes STATE_NP1 =
-//! `a u(n) + b (u + dt rhs)`; the right-hand side fuses into it. The time,
+//! the current stage (STATE_N), and an update node per equation computes
+//! STATE_NP1 = `a u(n) + b (u + dt rhs)`; the right-hand side fuses into it,
+//! and so do the boundary conditions (a language modifier of STATE_NP1,
+//! whose ghost layers normal to x are written with each row). STATE_NP1
+//! then becomes STATE_N with its ghosts filled; whatever writes STATE_N
+//! from outside (initial conditions, [`TransportSolver::with_solution_mut`])
+//! fills its ghosts from the same conditions afterwards. The time,
 //! `dt` and the stage weights are scalar [`Parameter`](watershed_operators::Parameter)s
 //! the nodes read, so every node is a language node and nothing is rebuilt
 //! or re-lowered between stages. Each stage executes the graph once; the time
@@ -157,6 +161,13 @@ impl TransportSolverBuilder {
                 &rhs,
                 &self.parameters,
             ))?;
+            // The ghosts of each stage's result, filled as it is written
+            // (fusion folds the modifier into the update node); the result
+            // becomes STATE_N without a copy.
+            self.factory.attach_modifier(
+                next.clone(),
+                equation.boundary().modifier::<CellCentre>(&next),
+            )?;
             roots.push(next);
         }
         let graph = ExpressionGraph::build(&self.factory, &roots, &self.patch, &self.options)?;
@@ -240,14 +251,21 @@ impl TransportSolver {
     }
 
     /// Runs `f` on the current solution of `equation`, mutably (e.g. to
-    /// restore it from a checkpoint).
+    /// restore it from a checkpoint); then fills its ghost points from the
+    /// equation's boundary conditions, as the steps do.
     pub fn with_solution_mut<R>(
         &self,
         equation: &str,
         f: impl FnOnce(&mut SpatialField<CellCentre>) -> R,
     ) -> SolverResult<R> {
-        let tag = self.equation(equation)?.solution_tag();
-        Ok(self.graph.with_field_mut::<CellCentre, _>(&tag, f)?)
+        let equation = self.equation(equation)?;
+        let conditions = *equation.boundary();
+        Ok(self
+            .graph
+            .with_field_mut::<CellCentre, _>(&equation.solution_tag(), |field| {
+                let result = f(field);
+                conditions.apply(field).map(|()| result)
+            })??)
     }
 
     /// Sets the velocity placeholders `velocity` (x, y, z faces) of this
@@ -317,13 +335,16 @@ impl TransportSolver {
             })
     }
 
-    /// Sets the solution of `equation` (ghosts included) from `f(x, y, z)`.
+    /// Sets the solution of `equation` from `f(x, y, z)`: every point, then
+    /// the ghost points on sides with a boundary condition from that
+    /// condition (so a non-periodic `f` cannot leave a periodic seam wrong).
     pub fn set_initial_condition(
         &self,
         equation: &str,
         f: impl Fn([f64; 3]) -> f64,
     ) -> SolverResult<()> {
-        let tag = self.equation(equation)?.solution_tag();
+        let equation = self.equation(equation)?;
+        let (tag, conditions) = (equation.solution_tag(), *equation.boundary());
         self.graph
             .with_field_mut::<CellCentre, _>(&tag, |field| -> SolverResult<()> {
                 let layout = field.layout().clone();
@@ -331,7 +352,7 @@ impl TransportSolver {
                 for index in layout.allocated() {
                     values[layout.linear_index(index)] = f(layout.coordinate(index));
                 }
-                Ok(())
+                conditions.apply(field)
             })?
     }
 
@@ -398,14 +419,17 @@ impl TransportSolver {
             })?
     }
 
-    /// Sets the solution of `equation` (ghosts included) from an expression
-    /// of the field language, e.g. of the coordinates.
+    /// Sets the solution of `equation` from an expression of the field
+    /// language, e.g. of the coordinates: every point it can compute, then
+    /// the ghost points on sides with a boundary condition from that
+    /// condition.
     pub fn set_initial_condition_expression(
         &self,
         equation: &str,
         expression: watershed_operators::Expr<'_, CellCentre>,
     ) -> SolverResult<()> {
-        let tag = self.equation(equation)?.solution_tag();
+        let equation = self.equation(equation)?;
+        let (tag, conditions) = (equation.solution_tag(), *equation.boundary());
         self.graph
             .with_field_mut::<CellCentre, _>(&tag, |field| -> SolverResult<()> {
                 let options = AssignOptions {
@@ -413,7 +437,7 @@ impl TransportSolver {
                     ..Default::default()
                 };
                 field.assign_with(expression, options)?;
-                Ok(())
+                conditions.apply(field)
             })?
     }
 

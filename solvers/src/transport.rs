@@ -6,9 +6,9 @@
 //! (`phi_face` central, upwind or flux-limited) and the density `rho`
 //! optional. [`TransportEquation::register`] adds the fine-grained,
 //! Wasatch-style expressions to a factory: one flux per active direction,
-//! the right-hand side (divergences plus sources), and the boundary
-//! conditions as a modifier of the solution variable. Fusion then merges the
-//! fluxes into the right-hand side.
+//! the right-hand side (divergences plus sources); the solver adds the
+//! update and the boundary conditions as a modifier of its result. Fusion
+//! then merges the fluxes into the right-hand side.
 
 use crate::boundary::BoundaryConditions;
 use crate::error::{SolverError, SolverResult};
@@ -182,8 +182,10 @@ impl TransportEquation {
         Tag::none(&format!("{}_flux_{}", self.name, ["x", "y", "z"][axis]))
     }
 
-    /// Registers the solution placeholder with its boundary conditions, the
-    /// fluxes of the active axes of `patch` and the right-hand side.
+    /// Registers the solution placeholder, the fluxes of the active axes of
+    /// `patch` and the right-hand side. The boundary conditions are not
+    /// registered here: the solver attaches them to the stage's result (see
+    /// [`crate::TransportSolverBuilder::build`]).
     pub fn register(&self, factory: &mut Factory, patch: &Patch) -> SolverResult<()> {
         let equation_error = |e: watershed_exprgraph::GraphError| SolverError::Setup {
             equation: self.name.clone(),
@@ -202,12 +204,6 @@ impl TransportEquation {
         let solution = self.solution_tag();
         factory
             .placeholder(solution.clone(), LocationKind::CellCentre)
-            .map_err(equation_error)?;
-        factory
-            .attach_modifier(
-                solution.clone(),
-                self.boundary.modifier::<CellCentre>(&solution),
-            )
             .map_err(equation_error)?;
 
         let active = patch.grid().active_dimensions();

@@ -5,6 +5,14 @@
 //! materialised. Repeated until nothing changes, so Wasatch-style chains
 //! (fluxes -> divergence -> right-hand side) collapse into one node.
 //!
+//! A language modifier (boundary conditions) whose field's producer is a
+//! language node on the same target is folded into that producer
+//! ([`LanguageExpression::then_modify`](crate::expression::LanguageExpression::then_modify)): its ghost layers normal to x are
+//! then filled right after each group of rows is written, while the rows
+//! are in cache, instead of by a later pass that fetches every row again.
+//! A producer carrying modifiers is never inlined into a consumer (its
+//! field must be materialised with its ghosts).
+//!
 //! Results: the fused kernel evaluates the same mathematics, but the
 //! evaluator may group it differently (weights are folded into products, a
 //! stencil of an inlined expression recomputes it at each offset), so values
@@ -28,7 +36,10 @@ pub(crate) fn fuse(
         let (users, _) = link(nodes, fields.len());
         let candidate = nodes.iter().enumerate().find_map(|(p, producer)| {
             let language = producer.expression.as_language()?;
-            if producer.modifier || producer.outputs.len() != 1 {
+            if producer.modifier
+                || producer.outputs.len() != 1
+                || !language.fused_modifiers().is_empty()
+            {
                 return None;
             }
             let slot = producer.outputs[0];
@@ -44,6 +55,10 @@ pub(crate) fn fuse(
             Some((p, consumer, slot, consumer_language.fuse(language)))
         });
         let Some((p, consumer, slot, fused)) = candidate else {
+            if fuse_modifier(nodes, fields.len(), slot_of)? {
+                fusions += 1;
+                continue;
+            }
             break;
         };
         let mut fused_node = node_of(Arc::new(fused), false, slot_of)?;
@@ -58,6 +73,44 @@ pub(crate) fn fuse(
         fusions += 1;
     }
     Ok(fusions)
+}
+
+/// Folds the first language modifier of a field produced by a language
+/// node into that node; false when there is none to fold.
+fn fuse_modifier(
+    nodes: &mut Vec<GraphNode>,
+    field_count: usize,
+    slot_of: &HashMap<Tag, usize>,
+) -> GraphResult<bool> {
+    let (users, producer) = link(nodes, field_count);
+    let candidate = nodes.iter().enumerate().find_map(|(m, node)| {
+        let modifier = node.expression.as_language_modifier()?;
+        if !node.modifier || node.outputs.len() != 1 || !node.inputs.is_empty() {
+            return None;
+        }
+        let slot = node.outputs[0];
+        let p = producer[slot]?;
+        // Only the field's first modifier: later ones run after it.
+        let first = users[slot]
+            .iter()
+            .copied()
+            .find(|&u| nodes[u].modifier && nodes[u].outputs.contains(&slot))?;
+        let target = &nodes[p];
+        if first != m || target.outputs.len() != 1 || target.target != node.target {
+            return None;
+        }
+        let language = target.expression.as_language()?;
+        Some((m, p, language.then_modify(modifier)))
+    });
+    let Some((m, p, fused)) = candidate else {
+        return Ok(false);
+    };
+    let mut fused_node = node_of(Arc::new(fused), false, slot_of)?;
+    fused_node.fused_from = nodes[p].fused_from.clone();
+    fused_node.fused_from.push(nodes[m].name.clone());
+    nodes[p] = fused_node;
+    nodes.remove(m);
+    Ok(true)
 }
 
 /// Drops field `slot` and renumbers the slots above it.
