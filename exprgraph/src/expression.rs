@@ -404,6 +404,9 @@ impl Expression for LanguageExpression {
 
 pub use watershed_operators::MaskedAssignment;
 
+/// The masked assignments a modifier built, with the layout they are for.
+type BuiltAssignments = (FieldLayout, Arc<Vec<MaskedAssignment>>);
+
 type ModifierBuilder = dyn Fn(&FieldLayout) -> GraphResult<Vec<MaskedAssignment>> + Send + Sync;
 
 /// A modifier written in the field language: masked assignments to boxes of
@@ -440,7 +443,7 @@ pub struct LanguageModifier {
     target: Tag,
     location: LocationKind,
     build: Arc<ModifierBuilder>,
-    built: Arc<Mutex<Option<(FieldLayout, Arc<Vec<MaskedAssignment>>)>>>,
+    built: Arc<Mutex<Option<BuiltAssignments>>>,
 }
 
 impl std::fmt::Debug for LanguageModifier {

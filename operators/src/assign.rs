@@ -178,7 +178,15 @@ pub fn assign_node_then<L: Location>(
 ) -> OperatorResult<()> {
     let name = target.name().to_string();
     let layout = target.layout().clone();
-    let main = prepare(&layout, L::KIND, &name, target_leaf, root, fields, options.region)?;
+    let main = prepare(
+        &layout,
+        L::KIND,
+        &name,
+        target_leaf,
+        root,
+        fields,
+        options.region,
+    )?;
     let mut masked = Vec::with_capacity(then.len());
     for (region, node) in then {
         masked.push(prepare(
@@ -202,7 +210,11 @@ pub fn assign_node_then<L: Location>(
     let target_id = target.id();
     if let Ok(current) = target.values() {
         let target_range = current.as_ptr_range();
-        for b in main.bound.iter().chain(masked.iter().flat_map(|m| m.bound.iter())) {
+        for b in main
+            .bound
+            .iter()
+            .chain(masked.iter().flat_map(|m| m.bound.iter()))
+        {
             let Binding::Field(field, data) = b else {
                 continue;
             };

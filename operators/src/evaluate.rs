@@ -1352,8 +1352,9 @@ fn run_and_store(
         if watch_finite {
             // SAFETY: in bounds (checked above); these are the rows this
             // block just wrote, which no other block reads or writes.
-            let written =
-                unsafe { std::slice::from_raw_parts(target.pointer.offset(first) as *const f64, n) };
+            let written = unsafe {
+                std::slice::from_raw_parts(target.pointer.offset(first) as *const f64, n)
+            };
             if !written.iter().fold(true, |ok, v| ok & v.is_finite()) {
                 let i = written.iter().position(|v| !v.is_finite()).unwrap_or(0);
                 first_bad = earlier(

@@ -260,12 +260,11 @@ impl TransportSolver {
     ) -> SolverResult<R> {
         let equation = self.equation(equation)?;
         let conditions = *equation.boundary();
-        Ok(self
-            .graph
+        self.graph
             .with_field_mut::<CellCentre, _>(&equation.solution_tag(), |field| {
                 let result = f(field);
                 conditions.apply(field).map(|()| result)
-            })??)
+            })?
     }
 
     /// Sets the velocity placeholders `velocity` (x, y, z faces) of this

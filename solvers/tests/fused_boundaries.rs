@@ -94,7 +94,10 @@ fn fused_conditions_equal_separate_passes_bit_for_bit() {
     for ghosts in [1, 2] {
         for parallelism in [Parallelism::Serial, Parallelism::Threads(2)] {
             let cases: [(&Grid, BoundaryConditions); 2] = [
-                (&periodic, BoundaryConditions::all(BoundaryCondition::Periodic)),
+                (
+                    &periodic,
+                    BoundaryConditions::all(BoundaryCondition::Periodic),
+                ),
                 (&walls, mixed),
             ];
             for (grid, conditions) in cases {
@@ -125,7 +128,8 @@ fn periodic_ghosts_written_as_epilogues_are_the_images_a_loop_picks() {
     let conditions = BoundaryConditions::all(BoundaryCondition::Periodic);
     let values = run::<CellCentre>(&grid, 2, conditions, Parallelism::Threads(2), true);
     let patch = grid.whole_domain(2);
-    let layout = watershed_fields::FieldLayout::new(&patch, watershed_fields::LocationKind::CellCentre);
+    let layout =
+        watershed_fields::FieldLayout::new(&patch, watershed_fields::LocationKind::CellCentre);
     let n = [37isize, 5, 3];
     for index in layout.allocated() {
         let image = [0, 1, 2].map(|a| index[a].rem_euclid(n[a]));
@@ -143,7 +147,8 @@ fn only_row_local_conditions_become_epilogues() {
         .unwrap()
         .with_periodic([true; 3]);
     let patch = grid.whole_domain(2);
-    let layout = watershed_fields::FieldLayout::new(&patch, watershed_fields::LocationKind::CellCentre);
+    let layout =
+        watershed_fields::FieldLayout::new(&patch, watershed_fields::LocationKind::CellCentre);
     let periodic = BoundaryConditions::all(BoundaryCondition::Periodic)
         .assignments::<CellCentre>(&layout, 9, "u")
         .unwrap();
@@ -153,7 +158,11 @@ fn only_row_local_conditions_become_epilogues() {
         4
     );
     // A box that reads another row (the y layers first) fuses nothing.
-    let y_first: Vec<_> = periodic[4..].iter().chain(&periodic[..4]).cloned().collect();
+    let y_first: Vec<_> = periodic[4..]
+        .iter()
+        .chain(&periodic[..4])
+        .cloned()
+        .collect();
     assert_eq!(
         row_epilogue_count(&layout, &layout.interior(), 9, &y_first).unwrap(),
         0
@@ -161,7 +170,10 @@ fn only_row_local_conditions_become_epilogues() {
     // Nor does anything when the main assignment is not over the rows the
     // ghosts read (an empty main region).
     let empty = IndexBox::new([0; 3], [0; 3]);
-    assert_eq!(row_epilogue_count(&layout, &empty, 9, &periodic).unwrap(), 0);
+    assert_eq!(
+        row_epilogue_count(&layout, &empty, 9, &periodic).unwrap(),
+        0
+    );
 }
 
 #[test]
@@ -175,15 +187,24 @@ fn a_bad_masked_assignment_is_refused_before_anything_is_written() {
     outside.hi[0] += 1;
     let masked = vec![(outside, Expr::<CellCentre>::constant(1.0).node().clone())];
     let root = Expr::<CellCentre>::constant(5.0).node().clone();
-    let error = assign_node_then(&mut target, leaf, &root, &[], options(Parallelism::Serial), &masked)
-        .unwrap_err();
+    let error = assign_node_then(
+        &mut target,
+        leaf,
+        &root,
+        &[],
+        options(Parallelism::Serial),
+        &masked,
+    )
+    .unwrap_err();
     assert!(
         matches!(&error, watershed_operators::OperatorError::RegionOutsideTarget { target, .. } if target == "T"),
         "{error}"
     );
     assert!(target.values().unwrap().iter().all(|&v| v == 3.0));
     // And the conditions' own checks still name the equation.
-    let two_cells = Grid::new([2, 8, 1], [1.0; 3], [0.0; 3]).unwrap().whole_domain(3);
+    let two_cells = Grid::new([2, 8, 1], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .whole_domain(3);
     let mut thin = SpatialField::<CellCentre>::new("thin", &two_cells, Device::Cpu).unwrap();
     let error = BoundaryConditions::all(BoundaryCondition::Neumann(0.0))
         .apply(&mut thin)
