@@ -9,6 +9,8 @@ source scripts/tools.sh
 
 # The HDF5 tests must check our files with h5py, not skip.
 export WATERSHED_REQUIRE_H5PY=1
+# Every generated CUDA kernel must compile to PTX with NVRTC, not skip.
+export WATERSHED_REQUIRE_NVRTC=1
 
 cargo test --workspace "$@"
 

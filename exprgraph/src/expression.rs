@@ -386,6 +386,7 @@ impl Expression for LanguageExpression {
             region,
             parallelism: context.parallelism,
             check_finite: self.check_finite,
+            ..Default::default()
         };
         let then = match self.then.is_empty() {
             true => Vec::new(),
@@ -524,6 +525,7 @@ impl Expression for LanguageModifier {
                 region: Region::Box(*region),
                 parallelism,
                 check_finite: false,
+                ..Default::default()
             };
             match &mut *field {
                 AnyField::Cell(f) => assign_node_reading_target(f, target_id, root, &[], options)?,

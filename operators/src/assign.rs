@@ -3,6 +3,7 @@
 //! ghost layers, choosing the region, and running the fused kernel.
 
 use crate::cache::{LoweredKernel, lower_specialised};
+use crate::codegen::{Backend, NativeKernel, lower_for};
 use crate::error::{OperatorError, OperatorResult};
 use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Reduction, TargetData};
 use crate::expr::{BoundField, Expr, IntoExpr};
@@ -42,6 +43,9 @@ pub struct AssignOptions {
     /// the first point that is not finite. Costs a small fraction of a pass
     /// over the target instead of a separate one.
     pub check_finite: bool,
+    /// The back end that runs the kernel ([`Backend::Default`]: the
+    /// process default, compiled C when a C compiler exists).
+    pub backend: Backend,
 }
 
 /// `target.assign(expr)`: evaluates `expr` into the target in one fused pass.
@@ -186,6 +190,7 @@ pub fn assign_node_then<L: Location>(
         root,
         fields,
         options.region,
+        options.backend,
     )?;
     let mut masked = Vec::with_capacity(then.len());
     for (region, node) in then {
@@ -197,6 +202,7 @@ pub fn assign_node_then<L: Location>(
             node,
             fields,
             Region::Box(*region),
+            options.backend,
         )?);
     }
     let fused = masked
@@ -256,6 +262,7 @@ pub fn assign_node_then<L: Location>(
     let epilogues: Vec<Epilogue<'_>> = (0..fused)
         .map(|i| Epilogue {
             kernel: &masked[i].lowered.kernel,
+            native: masked[i].native.as_deref(),
             fields: &masked_data[i],
             parameters: &masked_parameters[i],
             region: rows_of_main(&masked[i].region),
@@ -263,6 +270,7 @@ pub fn assign_node_then<L: Location>(
         .collect();
     let non_finite = evaluate::assign(
         &main.lowered.kernel,
+        main.native.as_deref(),
         &main_data,
         &main.lowered.parameter_values(),
         layout.patch(),
@@ -292,6 +300,7 @@ pub fn assign_node_then<L: Location>(
         for region in boxes {
             evaluate::assign(
                 &m.lowered.kernel,
+                m.native.as_deref(),
                 &masked_data[i],
                 &masked_parameters[i],
                 layout.patch(),
@@ -397,12 +406,15 @@ fn outside_rows(region: &IndexBox, main: &IndexBox) -> Vec<IndexBox> {
 /// An assignment checked and ready to run: its kernel, bindings and box.
 struct Prepared<'f> {
     lowered: Arc<LoweredKernel>,
+    /// The compiled kernel, when the back end has one.
+    native: Option<Arc<NativeKernel>>,
     bound: Vec<Binding<'f>>,
     region: IndexBox,
 }
 
 /// Lowers `root` for a target with `layout`, binds its fields, resolves
 /// `region` and checks ghost layers and reads of the target itself.
+#[allow(clippy::too_many_arguments)]
 fn prepare<'f>(
     layout: &FieldLayout,
     kind: LocationKind,
@@ -411,6 +423,7 @@ fn prepare<'f>(
     root: &Arc<Node>,
     fields: &[&'f dyn BoundField],
     region: Region,
+    backend: Backend,
 ) -> OperatorResult<Prepared<'f>> {
     if let Some(found) = root.location()
         && found != kind
@@ -421,13 +434,14 @@ fn prepare<'f>(
             found,
         });
     }
-    let mut lowered = lower_specialised(root, layout.patch(), true)?;
-    let reads_target = lowered.field_ids.contains(&target_leaf);
+    let mut runnable = lower_for(root, layout.patch(), true, backend)?;
+    let reads_target = runnable.lowered.field_ids.contains(&target_leaf);
     if reads_target {
         // The result goes to a register and is copied to the target after
         // each block's reads: no reference ever aliases the target's rows.
-        lowered = lower_specialised(root, layout.patch(), false)?;
+        runnable = lower_for(root, layout.patch(), false, backend)?;
     }
+    let (lowered, native) = (runnable.lowered, runnable.native);
     let kernel = &lowered.kernel;
     let bound = bind(&lowered, Some(target_leaf), fields, layout.patch(), name)?;
     let layouts: Vec<&FieldLayout> = bound
@@ -487,6 +501,7 @@ fn prepare<'f>(
     }
     Ok(Prepared {
         lowered,
+        native,
         bound,
         region,
     })
@@ -691,7 +706,8 @@ pub fn reduce<'a, L: Location>(
     };
     let patch = first.layout().patch().clone();
     let layout = FieldLayout::new(&patch, expr.node.location().unwrap_or(L::KIND));
-    let lowered = lower_specialised(&expr.node, &patch, false)?;
+    let runnable = lower_for(&expr.node, &patch, false, Backend::Default)?;
+    let lowered = runnable.lowered;
     let kernel = &lowered.kernel;
     let bound = bind(&lowered, None, expr.fields(), &patch, &what)?;
     let mut layouts = Vec::with_capacity(bound.len());
@@ -711,6 +727,7 @@ pub fn reduce<'a, L: Location>(
     check_ghosts(kernel, &layouts, &names, &region, &what)?;
     Ok(evaluate::reduce(
         kernel,
+        runnable.native.as_deref(),
         &field_data,
         &lowered.parameter_values(),
         &patch,

@@ -156,4 +156,38 @@ pub enum OperatorError {
         /// The region written.
         region: String,
     },
+
+    /// The C compiler (or NVRTC) refused a generated kernel: a bug in the
+    /// code generator. The message carries the source and the compiler's log.
+    #[error(
+        "compiling the generated {} kernel {} failed with `{}`; run with WATERSHED_BACKEND=interpreter to continue, and report this with the source and log below.\n--- source ---\n{}\n--- compiler log ---\n{}",
+        .0.dialect, .0.kernel, .0.command, .0.source_text, .0.log
+    )]
+    Compile(Box<CompileFailure>),
+
+    /// A compiled-kernel cache entry or compiler could not be used for a
+    /// reason outside the generated code (a directory that cannot be
+    /// written, a library that cannot be loaded twice in a row).
+    #[error("compiled kernels: {what}: {reason}")]
+    Backend {
+        /// What was being done.
+        what: String,
+        /// Why it failed and what to do.
+        reason: String,
+    },
+}
+
+/// What a failed compilation of a generated kernel leaves to look at.
+#[derive(Debug, Clone)]
+pub struct CompileFailure {
+    /// "C" or "CUDA C".
+    pub dialect: String,
+    /// The kernel's name (its cache key).
+    pub kernel: String,
+    /// The command run.
+    pub command: String,
+    /// The generated source.
+    pub source_text: String,
+    /// What the compiler printed.
+    pub log: String,
 }

@@ -16,6 +16,7 @@
 //! sound, and who checks what) are in the design note beside it:
 #![doc = include_str!("evaluate.md")]
 
+use crate::codegen::NativeKernel;
 use crate::kernel::{Instruction, Kernel, OUTPUT, Operand, Source};
 use crate::stencil::StencilOp;
 use rayon::prelude::*;
@@ -530,7 +531,7 @@ macro_rules! dispatch_unary {
         use crate::pointwise::UnaryOp as U;
         match $op {
             U::Negate => map1($out, $extent, $a, |x| -x),
-            U::Exp => map1($out, $extent, $a, f64::exp),
+            U::Exp => map1($out, $extent, $a, crate::vmath::exp),
             U::Sqrt => map1($out, $extent, $a, f64::sqrt),
             U::Abs => map1($out, $extent, $a, f64::abs),
             op => map1($out, $extent, $a, move |x| op.apply(x)),
@@ -946,9 +947,29 @@ struct Block {
     k: isize,
 }
 
+/// The arguments of a compiled kernel that do not change between blocks.
+struct NativeArguments<'a> {
+    kernel: &'a NativeKernel,
+    /// Per field slot: its point (0, 0, 0) (may lie outside the allocation
+    /// for fields without ghosts; only used with in-bounds offsets).
+    pointers: Vec<*const f64>,
+    /// Per field slot: y and z strides.
+    strides: Vec<i64>,
+    /// The patch's geometry for coordinates and boundary masks.
+    geometry: Vec<f64>,
+}
+
+// SAFETY: the pointers are only read, under the same rules as
+// `FieldData`'s (see its `Send`/`Sync`).
+unsafe impl Send for NativeArguments<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for NativeArguments<'_> {}
+
 /// Everything a block needs, shared by all threads.
 struct Context<'a> {
     kernel: &'a Kernel,
+    /// The compiled kernel and its fixed arguments; `None`: interpret.
+    native: Option<NativeArguments<'a>>,
     fields: &'a [FieldData<'a>],
     /// Parameter values by slot, read once when the evaluation started.
     parameters: &'a [f64],
@@ -969,8 +990,97 @@ impl Context<'_> {
         vec![0.0; self.kernel.registers.max(1) * self.register_len()]
     }
 
+    /// Runs the compiled kernel over `block`, after checking the block's
+    /// first and last read of every field and its target rows against
+    /// the allocations (as the interpreter's stream asserts do).
+    fn run_native(
+        &self,
+        native: &NativeArguments<'_>,
+        scratch: &mut [f64],
+        target: Option<&TargetData>,
+        block: Block,
+    ) {
+        let Block {
+            x0,
+            x1,
+            j0,
+            rows,
+            k,
+        } = block;
+        let last_row = j0 + rows as isize - 1;
+        for (slot, field) in self.kernel.fields.iter().enumerate() {
+            if field.transfer.is_some() {
+                continue; // checked per row by the binding's footprint check
+            }
+            let f = &self.fields[slot];
+            let (min, max) = (field.extent.min, field.extent.max);
+            let first = f.origin
+                + (x0 + min[0])
+                + (j0 + min[1]) * f.strides[1]
+                + (k + min[2]) * f.strides[2];
+            let last = f.origin
+                + (x1 - 1 + max[0])
+                + (last_row + max[1]) * f.strides[1]
+                + (k + max[2]) * f.strides[2];
+            assert!(
+                first >= 0 && (last as usize) < f.len,
+                "field read outside its data"
+            );
+        }
+        let (t_pointer, tsy, tsz) = match target {
+            Some(t) => {
+                let first = t.origin + x0 + j0 * t.strides[1] + k * t.strides[2];
+                let last = t.origin + (x1 - 1) + last_row * t.strides[1] + k * t.strides[2];
+                assert!(
+                    first >= 0 && (last as usize) < t.len,
+                    "target write outside the target"
+                );
+                (
+                    t.pointer.wrapping_offset(t.origin),
+                    t.strides[1] as i64,
+                    t.strides[2] as i64,
+                )
+            }
+            None => (std::ptr::null_mut(), 0, 0),
+        };
+        assert!(
+            scratch.len() >= self.kernel.registers * self.register_len(),
+            "scratch smaller than the kernel's registers"
+        );
+        // SAFETY: the function was generated from `self.kernel` with the
+        // signature `KernelFn`; every read lies inside its field (checked
+        // above, transfers by the binding), writes go to this block's rows
+        // of the target (checked above) or to `scratch` (checked above),
+        // and the invariants of the design note hold (no loop-carried
+        // dependence through the target).
+        unsafe {
+            (native.kernel.function)(
+                native.pointers.as_ptr(),
+                native.strides.as_ptr(),
+                self.parameters.as_ptr(),
+                native.geometry.as_ptr(),
+                t_pointer,
+                tsy,
+                tsz,
+                scratch.as_mut_ptr(),
+                self.width as i64,
+                self.rows as i64,
+                self.halo as i64,
+                x0 as i64,
+                x1 as i64,
+                j0 as i64,
+                rows as i64,
+                k as i64,
+            );
+        }
+    }
+
     /// Runs every instruction of the kernel over `block`.
     fn run_block(&self, scratch: &mut [f64], target: Option<&TargetData>, block: Block) {
+        if let Some(native) = &self.native {
+            self.run_native(native, scratch, target, block);
+            return;
+        }
         let kernel = self.kernel;
         let base = scratch.as_mut_ptr();
         let (width, register_len) = (self.width as isize, self.register_len() as isize);
@@ -1223,6 +1333,7 @@ struct RowGroup {
 /// The context, and the region's row groups in (k, j) order.
 fn plan<'a>(
     kernel: &'a Kernel,
+    native: Option<&'a NativeKernel>,
     fields: &'a [FieldData<'a>],
     parameters: &'a [f64],
     patch: &Patch,
@@ -1256,8 +1367,21 @@ fn plan<'a>(
             j0 += count as isize;
         }
     }
+    let native = native.map(|native| NativeArguments {
+        kernel: native,
+        pointers: fields
+            .iter()
+            .map(|f| f.pointer.wrapping_offset(f.origin))
+            .collect(),
+        strides: fields
+            .iter()
+            .flat_map(|f| [f.strides[1] as i64, f.strides[2] as i64])
+            .collect(),
+        geometry: crate::codegen::emit::geometry(kernel, patch),
+    });
     let context = Context {
         kernel,
+        native,
         fields,
         parameters,
         layouts,
@@ -1312,6 +1436,7 @@ fn earlier(a: Option<[isize; 3]>, b: Option<[isize; 3]>) -> Option<[isize; 3]> {
 /// values are those of running it after the whole main kernel.
 pub(crate) struct Epilogue<'a> {
     pub kernel: &'a Kernel,
+    pub native: Option<&'a NativeKernel>,
     pub fields: &'a [FieldData<'a>],
     pub parameters: &'a [f64],
     /// The points it writes (the part of its box in the main region's rows).
@@ -1405,6 +1530,7 @@ fn run_rows(
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn assign(
     kernel: &Kernel,
+    native: Option<&NativeKernel>,
     fields: &[FieldData<'_>],
     parameters: &[f64],
     patch: &Patch,
@@ -1417,10 +1543,10 @@ pub(crate) fn assign(
     if region.is_empty() {
         return None;
     }
-    let (ctx, groups) = plan(kernel, fields, parameters, patch, &region);
+    let (ctx, groups) = plan(kernel, native, fields, parameters, patch, &region);
     let epilogue_contexts: Vec<Context<'_>> = epilogues
         .iter()
-        .map(|e| plan(e.kernel, e.fields, e.parameters, patch, &e.region).0)
+        .map(|e| plan(e.kernel, e.native, e.fields, e.parameters, patch, &e.region).0)
         .collect();
     let parallelism = if region.len() < PARALLEL_THRESHOLD {
         Parallelism::Serial
@@ -1461,8 +1587,10 @@ pub(crate) fn assign(
 }
 
 /// Reduces the values of `kernel`'s result over `region`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce(
     kernel: &Kernel,
+    native: Option<&NativeKernel>,
     fields: &[FieldData<'_>],
     parameters: &[f64],
     patch: &Patch,
@@ -1473,7 +1601,7 @@ pub(crate) fn reduce(
     if region.is_empty() {
         return reduction.identity();
     }
-    let (ctx, groups) = plan(kernel, fields, parameters, patch, &region);
+    let (ctx, groups) = plan(kernel, native, fields, parameters, patch, &region);
     let parallelism = if region.len() < PARALLEL_THRESHOLD {
         Parallelism::Serial
     } else {

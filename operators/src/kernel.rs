@@ -426,6 +426,9 @@ pub struct Kernel {
     /// Register holding the result when the kernel does not write the
     /// target directly (reductions).
     pub result: Register,
+    /// The compiled form, once asked for ([`crate::codegen::native_of`]):
+    /// `None` inside when the emitter does not support the kernel.
+    pub native: std::sync::OnceLock<Option<Arc<crate::codegen::NativeKernel>>>,
 }
 
 struct Lowering<'p> {
@@ -966,6 +969,7 @@ impl Kernel {
             parameters,
             location: root.location(),
             result,
+            native: std::sync::OnceLock::new(),
         })
     }
 

@@ -24,7 +24,8 @@
 //! typed expression ([`Expr`], locations checked at compile time)
 //! -> IR tree ([`ir::Node`], `Display`, structural hash)
 //! -> row program ([`kernel::Kernel`], `Display`)
-//! -> CPU evaluation ([`evaluate`]) or, later, CUDA C.
+//! -> generated C, compiled at run time ([`codegen`], the default when a C
+//! compiler exists) or the row interpreter ([`evaluate`]); CUDA C for GPUs.
 //!
 //! ## Crate layout
 //!
@@ -39,7 +40,9 @@
 //! | [`calculus`] | gradient, divergence, interpolants, Laplacian, upwind, limited, shifts, restriction and prolongation between grids; [`FaceVector`] |
 //! | [`kernel`] | lowering of the IR to a fused row program, with read extents |
 //! | [`cache`] | the lowering cache: each structure lowered once per grid spacing |
-//! | [`evaluate`] | the serial / rayon CPU evaluator and reductions |
+//! | [`evaluate`] | the serial / rayon CPU evaluator (row interpreter) and reductions |
+//! | [`codegen`] | C and CUDA C from the lowered kernels; run-time compilation, disk cache, NVRTC |
+//! | [`vmath`] | the vectorisable `exp` shared by the interpreter and generated code |
 //! | [`assign`] | [`Assign`], regions, ghost/aliasing/grid checks, reduction functions |
 //! | [`error`] | [`OperatorError`] |
 //!
@@ -50,6 +53,7 @@
 pub mod assign;
 pub mod cache;
 pub mod calculus;
+pub mod codegen;
 pub mod error;
 pub mod evaluate;
 pub mod expr;
@@ -59,6 +63,7 @@ pub mod mask;
 pub mod parameter;
 pub mod pointwise;
 pub mod stencil;
+pub mod vmath;
 
 pub use assign::{
     Assign, AssignOptions, MaskedAssignment, ReduceRegion, Region, assign_node,
@@ -73,7 +78,8 @@ pub use calculus::{
     interpolate_to_cell, interpolate_to_face, laplacian, limited, prolongate, restrict, shift,
     upwind,
 };
-pub use error::{OperatorError, OperatorResult};
+pub use codegen::Backend;
+pub use error::{CompileFailure, OperatorError, OperatorResult};
 pub use evaluate::{Parallelism, Reduction};
 pub use expr::{
     BoundField, CondChain, Condition, Expr, IntoExpr, abs, cond, coordinate, cos, exp, field, log,

@@ -46,7 +46,7 @@ impl UnaryOp {
     pub fn apply(self, a: f64) -> f64 {
         match self {
             UnaryOp::Negate => -a,
-            UnaryOp::Exp => a.exp(),
+            UnaryOp::Exp => crate::vmath::exp(a),
             UnaryOp::Log => a.ln(),
             UnaryOp::Sqrt => a.sqrt(),
             UnaryOp::Sin => a.sin(),

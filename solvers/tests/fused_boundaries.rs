@@ -17,6 +17,7 @@ fn options(parallelism: Parallelism) -> AssignOptions {
         region: Region::Interior,
         parallelism,
         check_finite: false,
+        ..Default::default()
     }
 }
 

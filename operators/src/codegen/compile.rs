@@ -1,0 +1,425 @@
+//! Compiling generated C with the system compiler, caching the shared
+//! objects on disk, and loading them.
+//!
+//! * Compiler: `$CC`, else `cc`; flags `-O3 -march=native` plus
+//!   `-ffp-contract=off` (no fused multiply-adds: results equal the
+//!   interpreter's bits) and `-fno-math-errno` (lets `sqrt` vectorise; no
+//!   value changes). `WATERSHED_C_PORTABLE=1` drops `-march=native` for
+//!   objects that must run on other machines; `WATERSHED_CFLAGS` adds flags.
+//! * Cache: `$WATERSHED_KERNEL_CACHE`, else `$XDG_CACHE_HOME/watershed/kernels`,
+//!   else `~/.cache/watershed/kernels`. An entry's name is a 128-bit hash
+//!   of the source, the flags, the compiler's version and the CPU's
+//!   features. It is written under a temporary name and renamed into
+//!   place, so a reader sees a whole file or none; an entry that does not
+//!   load (truncated, corrupt, foreign) is a miss: it is rebuilt, never a
+//!   crash.
+//! * Libraries stay loaded for the life of the process (kernels hold their
+//!   function pointers).
+
+use super::emit::{self, Unsupported};
+use crate::error::{CompileFailure, OperatorError, OperatorResult};
+use crate::kernel::Kernel;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The C signature of every generated CPU kernel (see [`emit::c_function`]).
+pub(crate) type KernelFn = unsafe extern "C" fn(
+    f: *const *const f64,
+    fs: *const i64,
+    p: *const f64,
+    g: *const f64,
+    t: *mut f64,
+    tsy: i64,
+    tsz: i64,
+    s: *mut f64,
+    width: i64,
+    rowcap: i64,
+    halo: i64,
+    x0: i64,
+    x1: i64,
+    j0: i64,
+    rows: i64,
+    k: i64,
+);
+
+/// A kernel compiled to machine code.
+pub struct NativeKernel {
+    pub(crate) function: KernelFn,
+    /// The library holding `function` (kept loaded).
+    _library: Arc<libloading::Library>,
+    /// Cache key (also the function's name).
+    key: String,
+}
+
+impl std::fmt::Debug for NativeKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NativeKernel({})", self.key)
+    }
+}
+
+impl NativeKernel {
+    /// The cache key, which is also the C function's name.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// The system C compiler found for this process.
+#[derive(Debug, Clone)]
+pub struct Compiler {
+    /// The program run (`$CC` or `cc`).
+    pub program: String,
+    /// First line of `--version`.
+    pub version: String,
+    /// `gcc`, `clang` or `unknown`, from `--version` (`cc` is often gcc).
+    pub family: &'static str,
+    /// Flags used for every kernel.
+    pub flags: Vec<String>,
+}
+
+/// The C compiler, detected once: `Err` says why there is none.
+pub fn c_compiler() -> Result<&'static Compiler, String> {
+    static FOUND: OnceLock<Result<Compiler, String>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let program = std::env::var("CC")
+                .ok()
+                .filter(|c| !c.trim().is_empty())
+                .unwrap_or_else(|| "cc".to_string());
+            let output = Command::new(&program)
+                .arg("--version")
+                .output()
+                .map_err(|e| format!("the C compiler `{program}` cannot be run ({e})"))?;
+            if !output.status.success() {
+                return Err(format!("`{program} --version` failed"));
+            }
+            let text = String::from_utf8_lossy(&output.stdout);
+            let version = text.lines().next().unwrap_or("").to_string();
+            let family = if text.contains("clang") {
+                "clang"
+            } else if text.contains("Free Software Foundation") || text.contains("gcc") {
+                "gcc"
+            } else {
+                "unknown"
+            };
+            let mut flags: Vec<String> = ["-O3", "-std=c11", "-fPIC", "-shared"]
+                .into_iter()
+                .map(String::from)
+                .collect();
+            if !std::env::var("WATERSHED_C_PORTABLE").is_ok_and(|v| !v.is_empty() && v != "0") {
+                flags.push("-march=native".to_string());
+            }
+            flags.extend(
+                ["-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math"]
+                    .into_iter()
+                    .map(String::from),
+            );
+            if let Ok(extra) = std::env::var("WATERSHED_CFLAGS") {
+                flags.extend(extra.split_whitespace().map(String::from));
+            }
+            Ok(Compiler {
+                program,
+                version,
+                family,
+                flags,
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Counters of the C back end since the process started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CompileStatistics {
+    /// Kernels given a compiled form.
+    pub kernels: u64,
+    /// Compiler runs (the rest came from the disk cache or memory).
+    pub compilations: u64,
+    /// Shared objects loaded from the disk cache.
+    pub disk_hits: u64,
+    /// Cache entries that did not load and were rebuilt.
+    pub rebuilt: u64,
+    /// Kernels the emitter does not support (run on the interpreter).
+    pub interpreted: u64,
+    /// Milliseconds spent in the compiler.
+    pub compile_milliseconds: u64,
+}
+
+static KERNELS: AtomicU64 = AtomicU64::new(0);
+static COMPILATIONS: AtomicU64 = AtomicU64::new(0);
+static DISK_HITS: AtomicU64 = AtomicU64::new(0);
+static REBUILT: AtomicU64 = AtomicU64::new(0);
+static INTERPRETED: AtomicU64 = AtomicU64::new(0);
+static COMPILE_MS: AtomicU64 = AtomicU64::new(0);
+
+/// The C back end's counters.
+pub fn statistics() -> CompileStatistics {
+    CompileStatistics {
+        kernels: KERNELS.load(Ordering::Relaxed),
+        compilations: COMPILATIONS.load(Ordering::Relaxed),
+        disk_hits: DISK_HITS.load(Ordering::Relaxed),
+        rebuilt: REBUILT.load(Ordering::Relaxed),
+        interpreted: INTERPRETED.load(Ordering::Relaxed),
+        compile_milliseconds: COMPILE_MS.load(Ordering::Relaxed),
+    }
+}
+
+/// 128-bit FNV-1a of `parts` (stable across Rust versions and runs,
+/// unlike `std`'s hasher), as 32 hex digits.
+pub(crate) fn stable_hash(parts: &[&str]) -> String {
+    let mut halves = [0xcbf2_9ce4_8422_2325u64, 0x6c62_272e_07bb_0142u64];
+    for (h, salt) in halves.iter_mut().zip([0u8, 0x5a]) {
+        for part in parts {
+            for &b in part.as_bytes().iter().chain(&[0xff]) {
+                *h ^= u64::from(b ^ salt);
+                *h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+    }
+    format!("{:016x}{:016x}", halves[0], halves[1])
+}
+
+/// The CPU's feature flags (Linux: `/proc/cpuinfo`), part of cache keys.
+fn cpu_features() -> &'static str {
+    static FEATURES: OnceLock<String> = OnceLock::new();
+    FEATURES.get_or_init(|| {
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find(|l| l.starts_with("flags"))
+                    .map(String::from)
+            })
+            .unwrap_or_default()
+    })
+}
+
+/// The directory compiled kernels are cached in (created on demand).
+pub fn cache_directory() -> PathBuf {
+    if let Some(dir) = std::env::var_os("WATERSHED_KERNEL_CACHE").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("watershed").join("kernels")
+}
+
+/// Libraries loaded in this process, by cache key.
+fn loaded() -> std::sync::MutexGuard<'static, HashMap<String, Arc<libloading::Library>>> {
+    static LOADED: OnceLock<Mutex<HashMap<String, Arc<libloading::Library>>>> = OnceLock::new();
+    LOADED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// A name no other process or thread uses for a temporary file.
+fn temporary(path: &Path, what: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{what}-{}-{n}", std::process::id()));
+    path.with_file_name(name)
+}
+
+/// Compiles `source` into the shared object `path` (through a temporary
+/// name, then renamed into place).
+fn build(compiler: &Compiler, source: &str, path: &Path, key: &str) -> OperatorResult<()> {
+    let backend_error = |what: &str, e: std::io::Error| OperatorError::Backend {
+        what: what.to_string(),
+        reason: format!(
+            "{e}; set WATERSHED_KERNEL_CACHE to a writable directory or WATERSHED_BACKEND=interpreter"
+        ),
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| backend_error(&format!("creating {}", dir.display()), e))?;
+    }
+    let source_path = path.with_extension("c");
+    let source_temporary = temporary(&source_path, "tmp");
+    std::fs::write(&source_temporary, source)
+        .map_err(|e| backend_error(&format!("writing {}", source_temporary.display()), e))?;
+    let object_temporary = temporary(path, "tmp");
+    let mut command = Command::new(&compiler.program);
+    command
+        .args(&compiler.flags)
+        .arg("-o")
+        .arg(&object_temporary)
+        .args(["-x", "c"])
+        .arg(&source_temporary)
+        .args(["-x", "none", "-lm"]);
+    let described = format!(
+        "{} {} -o {} -x c {} -x none -lm",
+        compiler.program,
+        compiler.flags.join(" "),
+        object_temporary.display(),
+        source_temporary.display()
+    );
+    let started = std::time::Instant::now();
+    let output = command.output();
+    COMPILE_MS.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    COMPILATIONS.fetch_add(1, Ordering::Relaxed);
+    let output = match output {
+        Ok(output) => output,
+        Err(e) => {
+            let _ = std::fs::remove_file(&source_temporary);
+            return Err(backend_error(&format!("running `{}`", compiler.program), e));
+        }
+    };
+    if !output.status.success() {
+        let _ = std::fs::remove_file(&source_temporary);
+        let _ = std::fs::remove_file(&object_temporary);
+        return Err(OperatorError::Compile(Box::new(CompileFailure {
+            dialect: "C".to_string(),
+            kernel: key.to_string(),
+            command: described,
+            source_text: source.to_string(),
+            log: String::from_utf8_lossy(&output.stderr).into_owned(),
+        })));
+    }
+    // Keep the source beside the object for inspection (best effort).
+    let _ = std::fs::rename(&source_temporary, &source_path);
+    std::fs::rename(&object_temporary, path)
+        .map_err(|e| backend_error(&format!("renaming into {}", path.display()), e))
+}
+
+/// Loads the library of cache entry `key` holding `source`, building it
+/// when it is absent or does not load (an entry that loads but lacks the
+/// symbol `key` counts as corrupt).
+pub fn library_for(key: &str, source: &str) -> OperatorResult<Arc<libloading::Library>> {
+    if let Some(found) = loaded().get(key) {
+        return Ok(found.clone());
+    }
+    let compiler = c_compiler().map_err(|why| OperatorError::Backend {
+        what: "compiling a kernel".to_string(),
+        reason: why,
+    })?;
+    let path = cache_directory().join(format!("{key}.so"));
+    let open = |path: &Path| -> Result<libloading::Library, String> {
+        // SAFETY: the library was written by this module from generated
+        // code that has no initialisers; loading it runs none.
+        let library = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+        // SAFETY: only looks the symbol up; nothing is called.
+        let has_symbol = unsafe { library.get::<*const ()>(key.as_bytes()) }.is_ok();
+        if has_symbol {
+            Ok(library)
+        } else {
+            Err(format!("it does not define {key}"))
+        }
+    };
+    let library = if path.exists() {
+        match open(&path) {
+            Ok(library) => {
+                DISK_HITS.fetch_add(1, Ordering::Relaxed);
+                library
+            }
+            Err(_) => {
+                // A corrupt or partial entry: rebuild it.
+                REBUILT.fetch_add(1, Ordering::Relaxed);
+                build(compiler, source, &path, key)?;
+                open(&path).map_err(|e| OperatorError::Backend {
+                    what: format!("loading {}", path.display()),
+                    reason: format!("{e} (rebuilt once already)"),
+                })?
+            }
+        }
+    } else {
+        build(compiler, source, &path, key)?;
+        open(&path).map_err(|e| OperatorError::Backend {
+            what: format!("loading {}", path.display()),
+            reason: e.to_string(),
+        })?
+    };
+    let library = Arc::new(library);
+    Ok(loaded().entry(key.to_string()).or_insert(library).clone())
+}
+
+/// The cache key and full translation unit for `kernel` (`Err`: the
+/// emitter does not support it).
+pub fn translation_unit(kernel: &Kernel) -> Result<(String, String), Unsupported> {
+    let compiler = c_compiler().map_err(Unsupported)?;
+    let body = emit::c_function(kernel, "WS_KERNEL_NAME")?;
+    let prelude = emit::prelude(crate::vmath::Dialect::C);
+    let key = format!(
+        "ws_{}",
+        stable_hash(&[
+            &prelude,
+            &body,
+            &compiler.flags.join(" "),
+            &compiler.version,
+            cpu_features(),
+        ])
+    );
+    let source = format!("{prelude}\n{}", body.replace("WS_KERNEL_NAME", &key));
+    Ok((key, source))
+}
+
+/// Compiles `kernel` (or finds it cached). `Ok(None)` when the emitter does
+/// not support it.
+pub(crate) fn compile_kernel(kernel: &Kernel) -> OperatorResult<Option<Arc<NativeKernel>>> {
+    let (key, source) = match translation_unit(kernel) {
+        Ok(unit) => unit,
+        Err(_) => {
+            INTERPRETED.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+    };
+    let library = library_for(&key, &source)?;
+    // SAFETY: the symbol was generated by `emit::c_function` with exactly
+    // the signature of `KernelFn`.
+    let function: KernelFn = unsafe {
+        *library
+            .get::<KernelFn>(key.as_bytes())
+            .map_err(|e| OperatorError::Backend {
+                what: format!("finding {key} in its library"),
+                reason: e.to_string(),
+            })?
+    };
+    KERNELS.fetch_add(1, Ordering::Relaxed);
+    Ok(Some(Arc::new(NativeKernel {
+        function,
+        _library: library,
+        key,
+    })))
+}
+
+/// What gcc says about vectorising `source` (`-fopt-info-vec-optimized`),
+/// compiled with the kernels' flags into a scratch directory: a test and
+/// a debugging aid (`loop vectorized` lines name the loops).
+pub fn vectorisation_report(source: &str) -> OperatorResult<String> {
+    let compiler = c_compiler().map_err(|why| OperatorError::Backend {
+        what: "vectorisation report".to_string(),
+        reason: why,
+    })?;
+    let dir = std::env::temp_dir().join(format!("watershed-vec-{}", std::process::id()));
+    let io = |e: std::io::Error| OperatorError::Backend {
+        what: "vectorisation report".to_string(),
+        reason: e.to_string(),
+    };
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let source_path = temporary(&dir.join("kernel.c"), "report");
+    std::fs::write(&source_path, source).map_err(io)?;
+    let object = source_path.with_extension("so");
+    let output = Command::new(&compiler.program)
+        .args(&compiler.flags)
+        .arg("-fopt-info-vec-optimized")
+        .arg("-o")
+        .arg(&object)
+        .args(["-x", "c"])
+        .arg(&source_path)
+        .output()
+        .map_err(io)?;
+    let _ = std::fs::remove_file(&source_path);
+    let _ = std::fs::remove_file(&object);
+    Ok(format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    ))
+}

@@ -1,0 +1,841 @@
+//! The C-family emitter: a lowered [`Kernel`] becomes C (for the system
+//! compiler) or CUDA C (for NVRTC). Both dialects share the arithmetic of
+//! every instruction ([`Emitter::value`]), written operation for operation
+//! as the row interpreter computes it, so that a generated kernel compiled
+//! without floating-point contraction gives the interpreter's bits.
+//!
+//! * **C**: one function per kernel runs a block (rows `j0 .. j0 + rows` of
+//!   plane `k`, points `x0 .. x1`): per row, the instructions are grouped
+//!   into loops over x (consecutive instructions over the same range whose
+//!   register reads are all at shift 0 share one loop); a register lives
+//!   in a scalar when only its own loop reads it, else in its row of the
+//!   scratch (the interpreter's layout, so that reductions read the result
+//!   where they always did). Every loop is unit-stride and carries
+//!   `#pragma GCC ivdep`: the evaluator guarantees no loop-carried
+//!   dependence (a target read only at offset 0 or outside the points
+//!   written), which lets gcc vectorise without run-time alias checks.
+//! * **CUDA C**: one `__global__` function per kernel, one thread per
+//!   point, the fastest index on `threadIdx.x`. A register read at a shift
+//!   along x is recomputed at that shift (each needed `(register, shift)`
+//!   pair is one scalar), since threads keep no row buffers.
+//!
+//! Field `slot` arrives as a pointer to its point (0, 0, 0) with its y and
+//! z strides (x is unit-stride); parameters as values; the geometry of
+//! coordinates and boundary masks as a small array of numbers filled per
+//! call ([`geometry`]).
+
+use crate::kernel::{Instruction, Kernel, OUTPUT, Operand, Register, Source};
+use crate::mask::PointSet;
+use crate::pointwise::{BinaryOp, Limiter, UnaryOp};
+use crate::stencil::StencilOp;
+use crate::vmath::{Dialect, literal};
+use smallvec::SmallVec;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+use watershed_fields::{FieldLayout, Patch};
+
+/// Why a kernel cannot be generated (it then runs on the interpreter).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported(pub String);
+
+/// Numbers of the geometry array each instruction reads, in instruction
+/// order: 4 per coordinate (origin, patch offset, stagger, spacing), 5 per
+/// boundary mask (touches the boundary, index, interior extents).
+fn geometry_len(instruction: &Instruction) -> usize {
+    match instruction {
+        Instruction::Coordinate { .. } => 4,
+        Instruction::Mask { set, .. } if matches!(**set, PointSet::Boundary(_)) => 5,
+        _ => 0,
+    }
+}
+
+/// The geometry array of `kernel` on `patch`: what coordinates and boundary
+/// masks need to know about the patch, which a kernel (shared by patches
+/// of one spacing) does not contain.
+pub fn geometry(kernel: &Kernel, patch: &Patch) -> Vec<f64> {
+    let mut values = Vec::new();
+    for instruction in &kernel.instructions {
+        match instruction {
+            Instruction::Coordinate { axis, location, .. } => {
+                let grid = patch.grid();
+                values.extend([
+                    grid.origin()[*axis],
+                    patch.offset()[*axis] as f64,
+                    location.stagger()[*axis],
+                    grid.spacing()[*axis],
+                ]);
+            }
+            Instruction::Mask { set, location, .. } => {
+                if let PointSet::Boundary(side) = **set {
+                    let layout = FieldLayout::new(patch, *location);
+                    let touches = if side.plus {
+                        patch.plus_boundary()[side.axis]
+                    } else {
+                        patch.minus_boundary()[side.axis]
+                    };
+                    let extent = layout.interior_extent();
+                    let at = if side.plus {
+                        extent[side.axis] as f64 - 1.0
+                    } else {
+                        0.0
+                    };
+                    values.extend([
+                        f64::from(u8::from(touches)),
+                        at,
+                        extent[0] as f64,
+                        extent[1] as f64,
+                        extent[2] as f64,
+                    ]);
+                }
+            }
+            _ => {}
+        }
+    }
+    values
+}
+
+/// Registers that are read (transitively) by the result; others are dead.
+fn live_registers(kernel: &Kernel) -> Vec<bool> {
+    let mut live = vec![false; kernel.registers];
+    if kernel.result != OUTPUT && (kernel.result as usize) < live.len() {
+        live[kernel.result as usize] = true;
+    }
+    for instruction in kernel.instructions.iter().rev() {
+        let out = instruction.out();
+        if out != OUTPUT && !live[out as usize] {
+            continue;
+        }
+        for source in instruction.sources() {
+            if let Source::Register { register, .. } = source
+                && register != OUTPUT
+            {
+                live[register as usize] = true;
+            }
+        }
+    }
+    live
+}
+
+fn unsupported(kernel: &Kernel) -> Option<Unsupported> {
+    for instruction in &kernel.instructions {
+        match instruction {
+            Instruction::Mask { set, .. } if matches!(**set, PointSet::Points(_)) => {
+                return Some(Unsupported(
+                    "a mask given as an explicit list of points".to_string(),
+                ));
+            }
+            Instruction::Transfer { op, .. }
+                if !matches!(
+                    op,
+                    StencilOp::Restrict { .. } | StencilOp::Prolongate { .. }
+                ) =>
+            {
+                return Some(Unsupported(format!("the transfer {}", op.name())));
+            }
+            _ => {}
+        }
+    }
+    if kernel.registers > u16::MAX as usize - 1 {
+        return Some(Unsupported("too many registers".to_string()));
+    }
+    None
+}
+
+/// How the current point is named and how sources are read.
+struct Emitter<'k> {
+    kernel: &'k Kernel,
+    dialect: Dialect,
+    /// Offset into the geometry array per instruction index.
+    geometry_at: Vec<usize>,
+}
+
+impl Emitter<'_> {
+    fn lit(&self, v: f64) -> String {
+        literal(v, self.dialect)
+    }
+
+    /// An operand as the interpreter's lanes compute it (`with_lane!`).
+    fn operand(&self, operand: &Operand, read: &dyn Fn(Source) -> String) -> String {
+        match *operand {
+            Operand::Constant(c) => self.lit(c),
+            Operand::One(s, 1.0) => read(s),
+            Operand::One(s, w) => format!("({} * {})", self.lit(w), read(s)),
+            Operand::Two(s0, w0, s1, w1) if w0 == 1.0 && w1 == 1.0 => {
+                format!("({} + {})", read(s0), read(s1))
+            }
+            Operand::Two(s0, w0, s1, w1) if w0 == 1.0 && w1 == -1.0 => {
+                format!("({} - {})", read(s0), read(s1))
+            }
+            Operand::Two(s0, w0, s1, w1) if w0 == w1 => {
+                format!("({} * ({} + {}))", self.lit(w0), read(s0), read(s1))
+            }
+            Operand::Two(s0, w0, s1, w1) if w0 == -w1 => {
+                format!("({} * ({} - {}))", self.lit(w1), read(s1), read(s0))
+            }
+            Operand::Two(s0, w0, s1, w1) => format!(
+                "({} * {} + {} * {})",
+                self.lit(w0),
+                read(s0),
+                self.lit(w1),
+                read(s1)
+            ),
+        }
+    }
+
+    /// An operand as the interpreter's point-wise path computes it
+    /// (`Resolved::at`: selections and limiters).
+    fn operand_at(&self, operand: &Operand, read: &dyn Fn(Source) -> String) -> String {
+        match *operand {
+            Operand::Constant(c) => self.lit(c),
+            Operand::One(s, w) => format!("({} * {})", self.lit(w), read(s)),
+            Operand::Two(s0, w0, s1, w1) => format!(
+                "({} * {} + {} * {})",
+                self.lit(w0),
+                read(s0),
+                self.lit(w1),
+                read(s1)
+            ),
+        }
+    }
+
+    /// The value instruction `index` computes at the current point, given
+    /// how to read a source and where the point is: `x` (an expression for
+    /// the x index, shifted already), `j` and `k` (the row).
+    fn value(
+        &self,
+        index: usize,
+        read: &dyn Fn(Source) -> String,
+        x: &str,
+        transfer_row: &dyn Fn(u16, [isize; 2]) -> String,
+    ) -> String {
+        let instruction = &self.kernel.instructions[index];
+        let lit = |v: f64| self.lit(v);
+        match instruction {
+            Instruction::Linear { form, products, .. } => {
+                let terms = &form.terms;
+                let c = form.constant;
+                let differences = c == 0.0
+                    && terms.len() >= 2
+                    && terms.len().is_multiple_of(2)
+                    && terms.chunks(2).all(|p| p[0].1 == -p[1].1);
+                let base = if !terms.is_empty() || products.is_empty() {
+                    if terms.is_empty() {
+                        Some(lit(c))
+                    } else if differences {
+                        let parts: Vec<String> = terms
+                            .chunks(2)
+                            .map(|p| {
+                                format!("{} * ({} - {})", lit(p[1].1), read(p[1].0), read(p[0].0))
+                            })
+                            .collect();
+                        Some(parts.join(" + "))
+                    } else if terms.len() == 1 && c == 0.0 {
+                        Some(format!("{} * {}", lit(terms[0].1), read(terms[0].0)))
+                    } else {
+                        let mut text = lit(c);
+                        for (s, w) in terms {
+                            let _ = write!(text, " + {} * {}", lit(*w), read(*s));
+                        }
+                        Some(text)
+                    }
+                } else {
+                    None
+                };
+                let mut text = base.unwrap_or_else(|| lit(c));
+                for (w, l, r) in products {
+                    let _ = write!(
+                        text,
+                        " + {} * ({} * {})",
+                        lit(*w),
+                        self.operand(l, read),
+                        self.operand(r, read)
+                    );
+                }
+                text
+            }
+            Instruction::Unary { op, arg, .. } => {
+                let a = self.operand(arg, read);
+                match op {
+                    UnaryOp::Negate => format!("(-{a})"),
+                    UnaryOp::Exp => format!("ws_exp({a})"),
+                    UnaryOp::Log => format!("log({a})"),
+                    UnaryOp::Sqrt => format!("sqrt({a})"),
+                    UnaryOp::Sin => format!("sin({a})"),
+                    UnaryOp::Cos => format!("cos({a})"),
+                    UnaryOp::Tanh => format!("tanh({a})"),
+                    UnaryOp::Abs => format!("fabs({a})"),
+                    UnaryOp::Not => format!("({a} == 0.0 ? 1.0 : 0.0)"),
+                }
+            }
+            Instruction::Binary {
+                op, left, right, ..
+            } => {
+                let (a, b) = (self.operand(left, read), self.operand(right, read));
+                match op {
+                    BinaryOp::Add => format!("({a} + {b})"),
+                    BinaryOp::Subtract => format!("({a} - {b})"),
+                    BinaryOp::Multiply => format!("({a} * {b})"),
+                    BinaryOp::Divide => format!("({a} / {b})"),
+                    BinaryOp::Pow => format!("pow({a}, {b})"),
+                    BinaryOp::Min => format!("ws_min({a}, {b})"),
+                    BinaryOp::Max => format!("ws_max({a}, {b})"),
+                    BinaryOp::Less => format!("({a} < {b} ? 1.0 : 0.0)"),
+                    BinaryOp::LessEqual => format!("({a} <= {b} ? 1.0 : 0.0)"),
+                    BinaryOp::Greater => format!("({a} > {b} ? 1.0 : 0.0)"),
+                    BinaryOp::GreaterEqual => format!("({a} >= {b} ? 1.0 : 0.0)"),
+                    BinaryOp::Equal => format!("({a} == {b} ? 1.0 : 0.0)"),
+                    BinaryOp::NotEqual => format!("({a} != {b} ? 1.0 : 0.0)"),
+                    BinaryOp::And => format!("(({a} != 0.0) & ({b} != 0.0) ? 1.0 : 0.0)"),
+                    BinaryOp::Or => format!("(({a} != 0.0) | ({b} != 0.0) ? 1.0 : 0.0)"),
+                }
+            }
+            Instruction::Select {
+                condition,
+                if_true,
+                if_false,
+                ..
+            } => format!(
+                "ws_select({}, {}, {})",
+                self.operand_at(condition, read),
+                self.operand_at(if_true, read),
+                self.operand_at(if_false, read)
+            ),
+            Instruction::Coordinate {
+                axis, row_offset, ..
+            } => {
+                let g = self.geometry_at[index];
+                let at = match axis {
+                    0 => x.to_string(),
+                    1 => format!("(j + {})", row_offset[0]),
+                    _ => format!("(k + {})", row_offset[1]),
+                };
+                format!(
+                    "(g[{g}] + ((g[{}] + (double)({at})) + g[{}]) * g[{}])",
+                    g + 1,
+                    g + 2,
+                    g + 3
+                )
+            }
+            Instruction::Mask {
+                set, row_offset, ..
+            } => {
+                let point = [
+                    x.to_string(),
+                    format!("(j + {})", row_offset[0]),
+                    format!("(k + {})", row_offset[1]),
+                ];
+                match &**set {
+                    PointSet::Boundary(side) => {
+                        let g = self.geometry_at[index];
+                        let inside = (0..3)
+                            .map(|a| {
+                                format!(
+                                    "(double)({p}) >= 0.0 & (double)({p}) < g[{}]",
+                                    g + 2 + a,
+                                    p = point[a]
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" & ");
+                        format!(
+                            "((g[{g}] != 0.0) & ((double)({}) == g[{}]) & {inside} ? 1.0 : 0.0)",
+                            point[side.axis],
+                            g + 1
+                        )
+                    }
+                    PointSet::Region(region) => {
+                        let inside = (0..3)
+                            .map(|a| {
+                                format!(
+                                    "({p}) >= {}LL & ({p}) < {}LL",
+                                    region.lo[a],
+                                    region.hi[a],
+                                    p = point[a]
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" & ");
+                        format!("({inside} ? 1.0 : 0.0)")
+                    }
+                    PointSet::Points(_) => unreachable!("refused by `unsupported`"),
+                }
+            }
+            Instruction::Parameter { slot, .. } => format!("p{slot}"),
+            Instruction::Transfer {
+                op,
+                slot,
+                row_offset,
+                ..
+            } => {
+                let row = transfer_row(*slot, *row_offset);
+                match op {
+                    StencilOp::Restrict { ratio } => {
+                        let mut sum = "0.0".to_string();
+                        let mut count = 0usize;
+                        for c2 in 0..ratio[2] {
+                            for c1 in 0..ratio[1] {
+                                for c0 in 0..ratio[0] {
+                                    let _ = write!(
+                                        sum,
+                                        " + {row}[{}LL * ({x}) + {c0} + {c1}LL * {row}_sy + {c2}LL * {row}_sz]",
+                                        ratio[0]
+                                    );
+                                    count += 1;
+                                }
+                            }
+                        }
+                        format!("{} * ({sum})", lit(1.0 / count as f64))
+                    }
+                    StencilOp::Prolongate { ratio } => {
+                        let refined: SmallVec<[usize; 3]> =
+                            (0..3).filter(|&a| ratio[a] == 2).collect();
+                        let parent_x = if ratio[0] == 2 {
+                            format!("(({x}) >> 1)")
+                        } else {
+                            format!("({x})")
+                        };
+                        let mut value = "0.0".to_string();
+                        for corner in 0..1usize << refined.len() {
+                            let mut weight = 1.0;
+                            let mut at = parent_x.clone();
+                            for (bit, &axis) in refined.iter().enumerate() {
+                                if corner >> bit & 1 == 1 {
+                                    let step = match axis {
+                                        0 => format!("((({x}) & 1) ? 1LL : -1LL)"),
+                                        1 => format!("{row}_dy"),
+                                        _ => format!("{row}_dz"),
+                                    };
+                                    let _ = write!(at, " + {step}");
+                                    weight *= 0.25;
+                                } else {
+                                    weight *= 0.75;
+                                }
+                            }
+                            let _ = write!(value, " + {} * {row}[{at}]", lit(weight));
+                        }
+                        format!("({value})")
+                    }
+                    _ => unreachable!("refused by `unsupported`"),
+                }
+            }
+            Instruction::Limited {
+                limiter,
+                velocity,
+                cells,
+                ..
+            } => {
+                let name = match limiter {
+                    Limiter::Minmod => "ws_minmod",
+                    Limiter::VanLeer => "ws_vanleer",
+                    Limiter::Superbee => "ws_superbee",
+                };
+                let [m2, m1, p0, p1] = cells.map(|c| self.operand_at(&c, read));
+                format!(
+                    "ws_limited_{name}({}, {m2}, {m1}, {p0}, {p1})",
+                    self.operand_at(velocity, read)
+                )
+            }
+        }
+    }
+}
+
+/// Helpers every generated translation unit starts with: bit casts,
+/// `ws_exp` ([`crate::vmath`]), selections and limiters, in `dialect`.
+pub fn prelude(dialect: Dialect) -> String {
+    let q = match dialect {
+        Dialect::C => "static inline",
+        Dialect::Cuda => "__device__ __forceinline__",
+    };
+    let mut text = String::new();
+    if dialect == Dialect::C {
+        text.push_str("#include <math.h>\n");
+    }
+    text.push_str(&crate::vmath::exp_source(dialect));
+    let _ = write!(
+        text,
+        "{q} double ws_select(double c, double a, double b) {{ return c != 0.0 ? a : b; }}\n\
+{q} double ws_min(double a, double b) {{ return a < b ? a : b; }}\n\
+{q} double ws_max(double a, double b) {{ return a > b ? a : b; }}\n\
+{q} double ws_minmod(double r) {{ return fmax(fmin(r, 1.0), 0.0); }}\n\
+{q} double ws_vanleer(double r) {{ return (r + fabs(r)) / (1.0 + fabs(r)); }}\n\
+{q} double ws_superbee(double r) {{ return fmax(fmax(fmin(2.0 * r, 1.0), fmin(r, 2.0)), 0.0); }}\n"
+    );
+    for name in ["ws_minmod", "ws_vanleer", "ws_superbee"] {
+        let _ = write!(
+            text,
+            "{q} double ws_face_{name}(double uu, double u, double d) {{\n\
+    double jump = d - u;\n\
+    double r = (u - uu) / jump;\n\
+    double value = u + 0.5 * {name}(r) * jump;\n\
+    return jump == 0.0 ? u : value;\n\
+}}\n\
+{q} double ws_limited_{name}(double v, double m2, double m1, double p0, double p1) {{\n\
+    double up = ws_face_{name}(m2, m1, p0);\n\
+    double down = ws_face_{name}(p1, p0, m1);\n\
+    return v >= 0.0 ? up : down;\n\
+}}\n"
+        );
+    }
+    text
+}
+
+fn emitter(kernel: &Kernel, dialect: Dialect) -> Result<Emitter<'_>, Unsupported> {
+    if let Some(reason) = unsupported(kernel) {
+        return Err(reason);
+    }
+    let mut geometry_at = Vec::with_capacity(kernel.instructions.len());
+    let mut at = 0;
+    for instruction in &kernel.instructions {
+        geometry_at.push(at);
+        at += geometry_len(instruction);
+    }
+    Ok(Emitter {
+        kernel,
+        dialect,
+        geometry_at,
+    })
+}
+
+fn offset_name(v: isize) -> String {
+    if v < 0 {
+        format!("m{}", -v)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// The name of field `slot`'s row pointer at row offset (dy, dz).
+fn row_pointer(slot: u16, dy: isize, dz: isize) -> String {
+    format!("F{slot}_{}_{}", offset_name(dy), offset_name(dz))
+}
+
+/// The name of the row base of a transfer's source.
+fn transfer_pointer(slot: u16, row: [isize; 2]) -> String {
+    format!("X{slot}_{}_{}", offset_name(row[0]), offset_name(row[1]))
+}
+
+/// Declarations of the row pointer of every (slot, dy, dz) a kernel reads
+/// and of every transfer row, for the row `j`, `k` (C) or point (CUDA).
+fn row_declarations(kernel: &Kernel, indent: &str) -> String {
+    let mut rows: BTreeSet<(u16, isize, isize)> = BTreeSet::new();
+    let mut transfers: std::collections::BTreeMap<(u16, [isize; 2]), StencilOp> =
+        std::collections::BTreeMap::new();
+    for instruction in &kernel.instructions {
+        for source in instruction.sources() {
+            if let Source::Field { slot, offset } = source {
+                rows.insert((slot, offset[1], offset[2]));
+            }
+        }
+        if let Instruction::Transfer {
+            op,
+            slot,
+            row_offset,
+            ..
+        } = instruction
+        {
+            transfers.insert((*slot, *row_offset), *op);
+        }
+    }
+    let mut text = String::new();
+    for (slot, dy, dz) in rows {
+        let _ = writeln!(
+            text,
+            "{indent}const double *{} = f[{slot}] + (j + {dy}LL) * fs[{}] + (k + {dz}LL) * fs[{}];",
+            row_pointer(slot, dy, dz),
+            2 * slot,
+            2 * slot + 1
+        );
+    }
+    for ((slot, row), op) in transfers {
+        let name = transfer_pointer(slot, row);
+        let (sy, sz) = (format!("fs[{}]", 2 * slot), format!("fs[{}]", 2 * slot + 1));
+        let _ = writeln!(
+            text,
+            "{indent}const long long {name}_sy = {sy}, {name}_sz = {sz};"
+        );
+        match op {
+            StencilOp::Restrict { ratio } => {
+                let _ = writeln!(
+                    text,
+                    "{indent}const double *{name} = f[{slot}] + {}LL * (j + {}LL) * {sy} + {}LL * (k + {}LL) * {sz};",
+                    ratio[1], row[0], ratio[2], row[1]
+                );
+            }
+            StencilOp::Prolongate { ratio } => {
+                let coarse = |r: usize, v: String| {
+                    if r == 2 {
+                        format!("(({v}) >> 1)")
+                    } else {
+                        format!("({v})")
+                    }
+                };
+                let (y, z) = (format!("j + {}LL", row[0]), format!("k + {}LL", row[1]));
+                let _ = writeln!(
+                    text,
+                    "{indent}const double *{name} = f[{slot}] + {} * {sy} + {} * {sz};",
+                    coarse(ratio[1], y.clone()),
+                    coarse(ratio[2], z.clone())
+                );
+                let _ = writeln!(
+                    text,
+                    "{indent}const long long {name}_dy = (({y}) & 1) ? {sy} : -{sy}, {name}_dz = (({z}) & 1) ? {sz} : -{sz};"
+                );
+            }
+            _ => {}
+        }
+    }
+    text
+}
+
+/// The C function computing `kernel` over a block (see the module docs).
+///
+/// Signature: `void NAME(const double *const *f, const long long *fs,
+/// const double *p, const double *g, double *t, long long tsy, long long
+/// tsz, double *s, long long width, long long rowcap, long long halo, long
+/// long x0, long long x1, long long j0, long long rows, long long k)`.
+pub fn c_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
+    let emitter = emitter(kernel, Dialect::C)?;
+    let live = live_registers(kernel);
+    let n = kernel.instructions.len();
+    let range = |out: Register| {
+        if out == OUTPUT {
+            (0, 0)
+        } else {
+            kernel.extensions[out as usize]
+        }
+    };
+    // Loop groups: consecutive live instructions over one range, whose
+    // register reads from the same group are all at shift 0.
+    let mut group_of = vec![usize::MAX; n];
+    let mut groups: Vec<(isize, isize, Vec<usize>)> = Vec::new();
+    for (i, instruction) in kernel.instructions.iter().enumerate() {
+        let out = instruction.out();
+        if out != OUTPUT && !live[out as usize] {
+            continue;
+        }
+        let ext = range(out);
+        let joins = groups.last().is_some_and(|(lo, hi, members)| {
+            (*lo, *hi) == ext
+                && instruction.sources().iter().all(|s| match s {
+                    Source::Register { register, shift } => {
+                        *shift == 0
+                            || !members
+                                .iter()
+                                .any(|&m| kernel.instructions[m].out() == *register)
+                    }
+                    Source::Field { .. } => true,
+                })
+        });
+        if !joins {
+            groups.push((ext.0, ext.1, Vec::new()));
+        }
+        let g = groups.len() - 1;
+        groups[g].2.push(i);
+        group_of[i] = g;
+    }
+    // A register is stored in scratch when read at a shift, from another
+    // group, or as the result.
+    let mut writer: HashMap<Register, usize> = HashMap::new();
+    for (i, instruction) in kernel.instructions.iter().enumerate() {
+        if group_of[i] != usize::MAX && instruction.out() != OUTPUT {
+            writer.insert(instruction.out(), i);
+        }
+    }
+    let mut stored = vec![false; kernel.registers];
+    if kernel.result != OUTPUT && (kernel.result as usize) < stored.len() {
+        stored[kernel.result as usize] = true;
+    }
+    for (i, instruction) in kernel.instructions.iter().enumerate() {
+        if group_of[i] == usize::MAX {
+            continue;
+        }
+        for source in instruction.sources() {
+            if let Source::Register { register, shift } = source
+                && register != OUTPUT
+            {
+                let same_group = writer
+                    .get(&register)
+                    .is_some_and(|&w| group_of[w] == group_of[i]);
+                if shift != 0 || !same_group {
+                    stored[register as usize] = true;
+                }
+            }
+        }
+    }
+
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "void {name}(const double *const *f, const long long *fs, const double *p, const double *g,\n\
+         \x20   double *t, long long tsy, long long tsz, double *s, long long width, long long rowcap,\n\
+         \x20   long long halo, long long x0, long long x1, long long j0, long long rows, long long k)\n{{"
+    );
+    let _ = writeln!(
+        body,
+        "    (void)g; (void)p; (void)fs; (void)s; (void)t; (void)tsy; (void)tsz;"
+    );
+    for slot in 0..kernel.parameters.len() {
+        let _ = writeln!(body, "    const double p{slot} = p[{slot}];");
+    }
+    let _ = writeln!(
+        body,
+        "    const long long rl = width * rowcap;\n    (void)rl; (void)halo;"
+    );
+    let _ = writeln!(
+        body,
+        "    for (long long r = 0; r < rows; ++r) {{\n        const long long j = j0 + r;"
+    );
+    body.push_str(&row_declarations(kernel, "        "));
+    let _ = writeln!(body, "        double *T = t + j * tsy + k * tsz; (void)T;");
+    for (register, _) in stored.iter().enumerate().filter(|(_, s)| **s) {
+        let _ = writeln!(
+            body,
+            "        double *R{register} = s + {register}LL * rl + r * width + halo - x0;"
+        );
+    }
+    for (group, (lo, hi, members)) in groups.iter().enumerate() {
+        let _ = writeln!(
+            body,
+            "#pragma GCC ivdep\n        for (long long x = x0 + {lo}LL; x < x1 + {hi}LL; ++x) {{"
+        );
+        for &i in members {
+            let read = |source: Source| -> String {
+                match source {
+                    Source::Field { slot, offset } => {
+                        format!(
+                            "{}[x + {}LL]",
+                            row_pointer(slot, offset[1], offset[2]),
+                            offset[0]
+                        )
+                    }
+                    Source::Register { register, shift } => {
+                        let in_group = writer.get(&register).is_some_and(|&w| group_of[w] == group);
+                        if in_group && shift == 0 {
+                            format!("r{register}")
+                        } else {
+                            format!("R{register}[x + {shift}LL]")
+                        }
+                    }
+                }
+            };
+            let transfer_row = |slot: u16, row: [isize; 2]| transfer_pointer(slot, row);
+            let value = emitter.value(i, &read, "x", &transfer_row);
+            let out = kernel.instructions[i].out();
+            if out == OUTPUT {
+                let _ = writeln!(body, "            T[x] = {value};");
+            } else {
+                let _ = writeln!(body, "            const double r{out} = {value};");
+                if stored[out as usize] {
+                    let _ = writeln!(body, "            R{out}[x] = r{out};");
+                }
+            }
+        }
+        let _ = writeln!(body, "        }}");
+    }
+    let _ = writeln!(body, "    }}\n}}");
+    Ok(body)
+}
+
+/// The CUDA C kernel computing `kernel` at one point per thread (see the
+/// module docs).
+///
+/// Signature: `extern "C" __global__ void NAME(const double *const *f,
+/// const long long *fs, const double *p, const double *g, double *t, long
+/// long tsy, long long tsz, long long x0, long long x1, long long j0, long
+/// long j1, long long k0, long long k1)`; the result goes to `t` (for a
+/// reduction's kernel, `t` holds the values to reduce).
+pub fn cuda_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
+    let emitter = emitter(kernel, Dialect::Cuda)?;
+    // Which (register, shift) pairs are needed, from the result backwards.
+    let mut needed: Vec<BTreeSet<isize>> = vec![BTreeSet::new(); kernel.registers];
+    let result_index = kernel
+        .instructions
+        .iter()
+        .rposition(|i| i.out() == kernel.result)
+        .ok_or_else(|| Unsupported("the kernel computes no result".to_string()))?;
+    if kernel.result != OUTPUT {
+        needed[kernel.result as usize].insert(0);
+    }
+    let mut writer: HashMap<Register, usize> = HashMap::new();
+    for (i, instruction) in kernel.instructions.iter().enumerate() {
+        writer.insert(instruction.out(), i);
+    }
+    for (i, instruction) in kernel.instructions.iter().enumerate().rev() {
+        let out = instruction.out();
+        let shifts: Vec<isize> = if i == result_index {
+            vec![0]
+        } else if out == OUTPUT {
+            Vec::new()
+        } else {
+            needed[out as usize].iter().copied().collect()
+        };
+        for shift in shifts {
+            for source in instruction.sources() {
+                if let Source::Register {
+                    register,
+                    shift: by,
+                } = source
+                    && register != OUTPUT
+                {
+                    needed[register as usize].insert(shift + by);
+                }
+            }
+        }
+    }
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "extern \"C\" __global__ void {name}(const double *const *f, const long long *fs, const double *p,\n\
+         \x20   const double *g, double *t, long long tsy, long long tsz, long long x0, long long x1,\n\
+         \x20   long long j0, long long j1, long long k0, long long k1)\n{{\n\
+         \x20   const long long x = x0 + (long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20   const long long j = j0 + (long long)blockIdx.y * blockDim.y + threadIdx.y;\n\
+         \x20   const long long k = k0 + (long long)blockIdx.z * blockDim.z + threadIdx.z;\n\
+         \x20   if (x >= x1 || j >= j1 || k >= k1) return;\n\
+         \x20   (void)g; (void)p; (void)fs;"
+    );
+    for slot in 0..kernel.parameters.len() {
+        let _ = writeln!(body, "    const double p{slot} = p[{slot}];");
+    }
+    body.push_str(&row_declarations(kernel, "    "));
+    let ssa = |register: Register, shift: isize| format!("r{register}_{}", offset_name(shift));
+    for (i, instruction) in kernel.instructions.iter().enumerate() {
+        let out = instruction.out();
+        let shifts: Vec<isize> = if i == result_index {
+            vec![0]
+        } else if out == OUTPUT {
+            continue;
+        } else {
+            needed[out as usize].iter().copied().collect()
+        };
+        for shift in shifts {
+            let read = |source: Source| -> String {
+                match source {
+                    Source::Field { slot, offset } => format!(
+                        "{}[x + {}LL]",
+                        row_pointer(slot, offset[1], offset[2]),
+                        offset[0] + shift
+                    ),
+                    Source::Register {
+                        register,
+                        shift: by,
+                    } => ssa(register, shift + by),
+                }
+            };
+            let x = if shift == 0 {
+                "x".to_string()
+            } else {
+                format!("(x + {shift}LL)")
+            };
+            let transfer_row = |slot: u16, row: [isize; 2]| transfer_pointer(slot, row);
+            let value = emitter.value(i, &read, &x, &transfer_row);
+            if i == result_index {
+                let _ = writeln!(body, "    t[x + j * tsy + k * tsz] = {value};");
+            } else {
+                let _ = writeln!(body, "    const double {} = {value};", ssa(out, shift));
+            }
+        }
+    }
+    let _ = writeln!(body, "}}");
+    Ok(body)
+}

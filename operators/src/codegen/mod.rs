@@ -1,0 +1,131 @@
+//! Code generation: lowered kernels become C compiled at run time by the
+//! system compiler (the CPU back end) or CUDA C compiled by NVRTC (the GPU
+//! back end), from one emitter ([`emit`]).
+//!
+//! The row interpreter ([`crate::evaluate`]) stays the reference and the
+//! fallback: without a C compiler every kernel runs on it (after one
+//! notice), and a kernel the emitter does not support yet (a mask given as
+//! an explicit point list) runs on it too, counted in
+//! [`statistics`]. `WATERSHED_BACKEND=interpreter|c` chooses for the
+//! whole process; [`crate::AssignOptions::backend`] for one assignment.
+//!
+//! The C back end compiles the *generic* kernel of an expression
+//! ([`crate::lower_cached`]: parameters are arguments), so a new `dt` or a
+//! stage coefficient never triggers a compilation; the interpreter runs
+//! kernels specialised to the parameters' values, where folding them into
+//! constants pays. Without parameters both run the same kernel and give
+//! the same bits.
+//!
+//! Design note (the emitter's shape, the compile cache, the safety
+//! argument):
+#![doc = include_str!("design.md")]
+
+pub mod compile;
+pub mod emit;
+pub mod nvrtc;
+
+use crate::cache::{LoweredKernel, lower_cached, lower_specialised};
+use crate::error::OperatorResult;
+use crate::ir::Node;
+use crate::kernel::Kernel;
+pub use compile::{CompileStatistics, NativeKernel, c_compiler, statistics};
+use std::sync::{Arc, OnceLock};
+use watershed_fields::Patch;
+
+/// Which back end runs kernels on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Backend {
+    /// The process default: `WATERSHED_BACKEND` if set, else compiled C
+    /// when a C compiler is found, else the interpreter.
+    #[default]
+    Default,
+    /// The row interpreter (reference; specialises kernels to parameter
+    /// values).
+    Interpreter,
+    /// C kernels compiled at run time; kernels the emitter does not support
+    /// run on the interpreter.
+    C,
+}
+
+impl Backend {
+    /// The process default ([`Backend::Default`] resolved once).
+    pub fn process_default() -> Backend {
+        static CHOSEN: OnceLock<Backend> = OnceLock::new();
+        *CHOSEN.get_or_init(|| {
+            match std::env::var("WATERSHED_BACKEND").ok().as_deref() {
+                Some("interpreter") => return Backend::Interpreter,
+                Some("c") | Some("C") => return Backend::C,
+                Some(other) if !other.is_empty() => {
+                    eprintln!(
+                        "watershed: WATERSHED_BACKEND={other} is not a back end (use `interpreter` or `c`); using the default"
+                    );
+                }
+                _ => {}
+            }
+            match c_compiler() {
+                Ok(_) => Backend::C,
+                Err(why) => {
+                    eprintln!(
+                        "watershed: kernels run on the row interpreter: {why}. Install a C compiler (gcc or clang) or set CC for compiled kernels."
+                    );
+                    Backend::Interpreter
+                }
+            }
+        })
+    }
+
+    /// This choice with [`Backend::Default`] resolved.
+    pub fn resolved(self) -> Backend {
+        match self {
+            Backend::Default => Backend::process_default(),
+            chosen => chosen,
+        }
+    }
+}
+
+/// A kernel ready to run: the lowered program bound to a tree, and its
+/// compiled form when the chosen back end has one.
+#[derive(Debug, Clone)]
+pub struct Runnable {
+    /// The lowered kernel (what the interpreter runs, and what the native
+    /// code was generated from).
+    pub lowered: Arc<LoweredKernel>,
+    /// The compiled kernel, or `None` to interpret.
+    pub native: Option<Arc<NativeKernel>>,
+}
+
+/// The compiled form of `kernel`, compiling it on first use (process-wide
+/// memo in the kernel itself, disk cache below it). `Ok(None)`: the
+/// emitter does not support this kernel.
+pub fn native_of(kernel: &Kernel) -> OperatorResult<Option<Arc<NativeKernel>>> {
+    if let Some(done) = kernel.native.get() {
+        return Ok(done.clone());
+    }
+    let compiled = compile::compile_kernel(kernel)?;
+    // Another thread may have compiled it meanwhile; both are equal.
+    Ok(kernel.native.get_or_init(|| compiled).clone())
+}
+
+/// Lowers `root` for `backend`: the generic kernel and its compiled form
+/// for C, the value-specialised kernel for the interpreter (and for kernels
+/// C does not support).
+pub fn lower_for(
+    root: &Arc<Node>,
+    patch: &Patch,
+    into_target: bool,
+    backend: Backend,
+) -> OperatorResult<Runnable> {
+    if backend.resolved() == Backend::C {
+        let generic = lower_cached(root, patch, into_target)?;
+        if let Some(native) = native_of(&generic.kernel)? {
+            return Ok(Runnable {
+                lowered: generic,
+                native: Some(native),
+            });
+        }
+    }
+    Ok(Runnable {
+        lowered: lower_specialised(root, patch, into_target)?,
+        native: None,
+    })
+}

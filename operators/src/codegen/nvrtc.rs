@@ -1,0 +1,98 @@
+//! CUDA C kernels compiled to PTX with NVRTC.
+//!
+//! NVRTC needs neither a GPU nor a driver, so every CUDA kernel the test
+//! suite generates is compiled on machines without one. cudarc loads
+//! `libnvrtc` dynamically and panics when it is absent, so
+//! [`nvrtc_problem`] checks for it first (the test command installs it
+//! from PyPI's `nvidia-cuda-nvrtc` and puts it on `LD_LIBRARY_PATH`).
+//! Kernels are compiled with `--fmad=false`: no contraction, so a GPU
+//! computes the CPU's bits wherever both use the same operations.
+
+use super::emit::{self, Unsupported};
+use crate::error::{CompileFailure, OperatorError, OperatorResult};
+use crate::kernel::Kernel;
+use crate::vmath::Dialect;
+use std::sync::OnceLock;
+
+/// Why NVRTC cannot be used, or `None` when it can.
+pub fn nvrtc_problem() -> Option<&'static str> {
+    static PROBLEM: OnceLock<Option<&'static str>> = OnceLock::new();
+    *PROBLEM.get_or_init(|| {
+        // SAFETY: only tries to dlopen the library; no NVRTC call is made.
+        if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            None
+        } else {
+            Some(
+                "libnvrtc is not on the library path (pip install nvidia-cuda-nvrtc and add its lib directory to LD_LIBRARY_PATH)",
+            )
+        }
+    })
+}
+
+/// A kernel in CUDA C and its PTX.
+#[derive(Debug, Clone)]
+pub struct CudaKernel {
+    /// The `__global__` function's name.
+    pub name: String,
+    /// The whole translation unit given to NVRTC.
+    pub source: String,
+    /// The PTX NVRTC produced.
+    pub ptx: String,
+}
+
+/// The CUDA C translation unit of `kernel` with its function's name.
+pub fn cuda_source(kernel: &Kernel) -> Result<(String, String), Unsupported> {
+    let body = emit::cuda_function(kernel, "WS_KERNEL_NAME")?;
+    let prelude = emit::prelude(Dialect::Cuda);
+    let name = format!(
+        "ws_cuda_{}",
+        super::compile::stable_hash(&[&prelude, &body])
+    );
+    Ok((
+        name.clone(),
+        format!("{prelude}\n{}", body.replace("WS_KERNEL_NAME", &name)),
+    ))
+}
+
+/// Generates `kernel` in CUDA C and compiles it to PTX. `Ok(None)`: the
+/// emitter does not support this kernel; an error: NVRTC is absent or
+/// refused the source (the error shows the source and NVRTC's log).
+pub fn compile_cuda(kernel: &Kernel) -> OperatorResult<Option<CudaKernel>> {
+    if let Some(problem) = nvrtc_problem() {
+        return Err(OperatorError::Backend {
+            what: "compiling a CUDA kernel".to_string(),
+            reason: problem.to_string(),
+        });
+    }
+    let Ok((name, source)) = cuda_source(kernel) else {
+        return Ok(None);
+    };
+    let options = cudarc::nvrtc::CompileOptions {
+        fmad: Some(false),
+        name: Some(format!("{name}.cu")),
+        ..Default::default()
+    };
+    match cudarc::nvrtc::compile_ptx_with_opts(&source, options) {
+        Ok(ptx) => Ok(Some(CudaKernel {
+            name,
+            ptx: ptx.to_src(),
+            source,
+        })),
+        Err(e) => {
+            let (command, log) = match &e {
+                cudarc::nvrtc::CompileError::CompileError { options, log, .. } => (
+                    format!("nvrtc {}", options.join(" ")),
+                    log.to_string_lossy().into_owned(),
+                ),
+                other => ("nvrtc".to_string(), format!("{other:?}")),
+            };
+            Err(OperatorError::Compile(Box::new(CompileFailure {
+                dialect: "CUDA C".to_string(),
+                kernel: name,
+                command,
+                source_text: source,
+                log,
+            })))
+        }
+    }
+}
