@@ -19,7 +19,7 @@ use std::hint::black_box;
 use std::time::Instant;
 use watershed_fields::{CellCentre, Device, FieldLayout, Grid, SpatialField};
 use watershed_operators::{
-    Assign, AssignOptions, Parallelism, Region, div, exp, field, grad, interp,
+    Assign, AssignOptions, Backend, Parallelism, Region, div, exp, field, grad, interp,
 };
 
 fn median_seconds(samples: usize, mut f: impl FnMut()) -> f64 {
@@ -156,7 +156,12 @@ fn main() {
         "threads available: {}",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    for n in [64usize, 128] {
+    let sizes: Vec<usize> = std::env::var("WATERSHED_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![64, 128, 256]);
+    let backends = [("interp", Backend::Interpreter), ("C", Backend::C)];
+    for n in sizes {
         let grid = Grid::new([n, n, n], [1.0; 3], [0.0; 3]).expect("valid grid");
         let patch = grid.whole_domain(1);
         let layout = FieldLayout::new(&patch, watershed_fields::LocationKind::CellCentre);
@@ -201,7 +206,7 @@ fn main() {
             copy_bandwidth / 1e9
         );
         println!(
-            "{:<10} {:>7} {:>12} {:>12} {:>10} {:>11} {:>9} {:>7}",
+            "{:<16} {:>7} {:>12} {:>12} {:>10} {:>11} {:>9} {:>7}",
             "case",
             "threads",
             "fused ms",
@@ -218,23 +223,12 @@ fn main() {
             } else {
                 Parallelism::Threads(threads)
             };
-            let options = AssignOptions {
-                region: Region::Interior,
-                parallelism,
-                ..AssignOptions::default()
-            };
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()
                 .expect("pool");
 
             // --- diffusion ---
-            let fused = pool.install(|| {
-                median_seconds(31, || {
-                    rhs.assign_with(div(interp(&gamma) * grad(&phi)), options)
-                        .expect("assign");
-                })
-            });
             let hand = {
                 let (p, g) = (phi.values().expect("cpu"), gamma.values().expect("cpu"));
                 let out = reference.values_mut().expect("cpu");
@@ -244,28 +238,33 @@ fn main() {
                     })
                 })
             };
-            let worst = max_relative_difference(&rhs, &reference, &layout);
-            report(
-                "diffusion",
-                threads,
-                fused,
-                hand,
-                points,
-                bytes_per_point,
-                copy_bandwidth,
-                worst,
-            );
+            for (name, backend) in backends {
+                let options = AssignOptions {
+                    region: Region::Interior,
+                    parallelism,
+                    backend,
+                    ..AssignOptions::default()
+                };
+                let fused = pool.install(|| {
+                    median_seconds(31, || {
+                        rhs.assign_with(div(interp(&gamma) * grad(&phi)), options)
+                            .expect("assign");
+                    })
+                });
+                let worst = max_relative_difference(&rhs, &reference, &layout);
+                report(
+                    &format!("diffusion {name}"),
+                    threads,
+                    fused,
+                    hand,
+                    points,
+                    bytes_per_point,
+                    copy_bandwidth,
+                    worst,
+                );
+            }
 
             // --- pointwise chain ---
-            let fused = pool.install(|| {
-                median_seconds(31, || {
-                    rhs.assign_with(
-                        &gamma * exp(-field(&phi)) + 0.5 * field(&phi) * &phi - 1.0,
-                        options,
-                    )
-                    .expect("assign");
-                })
-            });
             let hand = {
                 let (p, g) = (phi.values().expect("cpu"), gamma.values().expect("cpu"));
                 let out = reference.values_mut().expect("cpu");
@@ -273,17 +272,34 @@ fn main() {
                     median_seconds(31, || hand_loop(threads, chain_planes, p, g, out, geometry))
                 })
             };
-            let worst = max_relative_difference(&rhs, &reference, &layout);
-            report(
-                "chain",
-                threads,
-                fused,
-                hand,
-                points,
-                bytes_per_point,
-                copy_bandwidth,
-                worst,
-            );
+            for (name, backend) in backends {
+                let options = AssignOptions {
+                    region: Region::Interior,
+                    parallelism,
+                    backend,
+                    ..AssignOptions::default()
+                };
+                let fused = pool.install(|| {
+                    median_seconds(31, || {
+                        rhs.assign_with(
+                            &gamma * exp(-field(&phi)) + 0.5 * field(&phi) * &phi - 1.0,
+                            options,
+                        )
+                        .expect("assign");
+                    })
+                });
+                let worst = max_relative_difference(&rhs, &reference, &layout);
+                report(
+                    &format!("chain {name}"),
+                    threads,
+                    fused,
+                    hand,
+                    points,
+                    bytes_per_point,
+                    copy_bandwidth,
+                    worst,
+                );
+            }
         }
     }
 }
@@ -320,7 +336,7 @@ fn report(
         "{case}: fused and hand loop disagree by {worst:e}"
     );
     println!(
-        "{:<10} {:>7} {:>12.3} {:>12.3} {:>10.3} {:>11.2} {:>8.0}% {:>7.2}",
+        "{:<16} {:>7} {:>12.3} {:>12.3} {:>10.3} {:>11.2} {:>8.0}% {:>7.2}",
         case,
         threads,
         fused * 1e3,

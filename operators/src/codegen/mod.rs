@@ -129,3 +129,38 @@ pub fn lower_for(
         native: None,
     })
 }
+
+/// The generated source of the kernel that assigns `root` into a target on
+/// `patch`, in `dialect`, with its helpers: what the back ends compile (the
+/// analogue of Devito's `print(op)`). The function is named `kernel`.
+///
+/// ```
+/// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+/// use watershed_operators::codegen::generated_source;
+/// use watershed_operators::vmath::Dialect;
+/// use watershed_operators::{exp, field};
+/// let patch = Grid::new([8, 8, 8], [1.0; 3], [0.0; 3])?.whole_domain(1);
+/// let phi = SpatialField::<CellCentre>::new("phi", &patch, Device::Cpu)?;
+/// let expr = exp(field(&phi)) * 2.0;
+/// let c = generated_source(expr.node(), &patch, Dialect::C)?;
+/// assert!(c.contains("void kernel(") && c.contains("ws_exp("));
+/// let cuda = generated_source(expr.node(), &patch, Dialect::Cuda)?;
+/// assert!(cuda.contains("__global__ void kernel("));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn generated_source(
+    root: &Arc<Node>,
+    patch: &Patch,
+    dialect: crate::vmath::Dialect,
+) -> OperatorResult<String> {
+    let lowered = lower_cached(root, patch, true)?;
+    let body = match dialect {
+        crate::vmath::Dialect::C => emit::c_function(&lowered.kernel, "kernel"),
+        crate::vmath::Dialect::Cuda => emit::cuda_function(&lowered.kernel, "kernel"),
+    }
+    .map_err(|why| crate::error::OperatorError::Backend {
+        what: format!("generating code for {root}"),
+        reason: format!("{}: it runs on the row interpreter", why.0),
+    })?;
+    Ok(format!("{}\n{body}", emit::prelude(dialect)))
+}
