@@ -42,7 +42,16 @@ fn exp_is_within_the_stated_ulps_over_its_whole_range() {
 #[test]
 fn exp_handles_the_edges_of_its_range() {
     for x in [
-        0.0, -0.0, 1e-300, -1e-300, 709.78, 709.782712893384, -745.13, -708.4, 1.0, -1.0,
+        0.0,
+        -0.0,
+        1e-300,
+        -1e-300,
+        709.78,
+        709.782712893384,
+        -745.13,
+        -708.4,
+        1.0,
+        -1.0,
     ] {
         assert!(ulp_distance(exp(x), x.exp()) <= MAX_ULP_ERROR, "exp({x:e})");
     }
