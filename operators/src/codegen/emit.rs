@@ -135,9 +135,6 @@ fn unsupported(kernel: &Kernel) -> Option<Unsupported> {
             _ => {}
         }
     }
-    if kernel.registers > u16::MAX as usize - 1 {
-        return Some(Unsupported("too many registers".to_string()));
-    }
     None
 }
 
