@@ -291,6 +291,35 @@ impl LanguageExpression {
         fused
     }
 
+    /// This expression reading field `tag` (whose leaf is `leaf`) wherever
+    /// its tree contains `subtree`: common-subexpression elimination hoists
+    /// `subtree` into a node computing `tag`.
+    pub(crate) fn with_subtree_read_from(
+        &self,
+        subtree: &Node,
+        leaf: &Arc<Node>,
+        tag: &Tag,
+    ) -> LanguageExpression {
+        let root = self.root.replace_subtree(subtree, leaf);
+        let mut candidates = self.inputs.clone();
+        candidates.push(tag.clone());
+        let mut rewritten = Self::from_parts(self.target.clone(), self.location, root, candidates);
+        rewritten.check_finite = self.check_finite;
+        rewritten.then = self.then.clone();
+        rewritten
+    }
+
+    /// `target = root` for a subexpression hoisted out of other nodes;
+    /// `candidates` are the tags its readers read (those it uses are kept).
+    pub(crate) fn hoisted(
+        target: Tag,
+        location: LocationKind,
+        root: Arc<Node>,
+        candidates: Vec<Tag>,
+    ) -> LanguageExpression {
+        Self::from_parts(target, location, root, candidates)
+    }
+
     /// This expression followed by `modifier` (a modifier of its target):
     /// one node whose assignment runs the modifier's row-local masked
     /// assignments (ghost layers normal to x) as row epilogues, while the

@@ -17,7 +17,7 @@ use crate::analyses::{critical_path, lifetimes};
 use crate::error::{GraphError, GraphResult};
 use crate::expression::{Expression, ExpressionKind};
 use crate::factory::Factory;
-use crate::passes::fusion;
+use crate::passes::{cse, fusion};
 use crate::scheduler::Statistics;
 use crate::store::{AnyField, FieldStore, GraphLocation};
 use crate::tag::Tag;
@@ -58,6 +58,10 @@ pub enum GhostPolicy {
 pub struct GraphOptions {
     /// Skip fusion (it is on unless this is set).
     pub no_fusion: bool,
+    /// Disables common-subexpression elimination across expressions
+    /// ([`crate::passes::cse`]): a costly subexpression several language
+    /// nodes compute is otherwise hoisted into a node of its own.
+    pub no_common_subexpressions: bool,
     /// Tags to keep for the life of the graph (e.g. fields to output).
     pub persistent: Vec<Tag>,
     /// Most bytes of scratch fields alive at once; nodes whose outputs do
@@ -242,6 +246,8 @@ pub struct ExpressionGraph {
     pub(crate) pool: MemoryPool,
     pub(crate) statistics: Mutex<Statistics>,
     pub(crate) fusions: usize,
+    /// Subexpressions hoisted by common-subexpression elimination.
+    pub(crate) hoisted: usize,
     pub(crate) regions: RegionPlan,
     /// Per field: a placeholder that was bound, written or filled (reading
     /// one that was not is an error at execute).
@@ -368,6 +374,10 @@ impl ExpressionGraph {
             }
         }
 
+        let mut hoisted = 0;
+        if !options.no_common_subexpressions {
+            hoisted = cse::eliminate(&mut nodes, &mut fields, &mut slot_of, patch)?;
+        }
         let mut fusions = 0;
         if !options.no_fusion {
             fusions = fusion::fuse(&mut nodes, &mut fields, &mut slot_of)?;
@@ -461,6 +471,7 @@ impl ExpressionGraph {
             pool,
             statistics: Mutex::new(Statistics::new(node_count)),
             fusions,
+            hoisted,
             provided: (0..field_count).map(|_| AtomicBool::new(false)).collect(),
             execution: Mutex::new(()),
         })
@@ -479,6 +490,12 @@ impl ExpressionGraph {
     /// How many producers fusion inlined into their consumers.
     pub fn fusions(&self) -> usize {
         self.fusions
+    }
+
+    /// How many shared subexpressions common-subexpression elimination
+    /// hoisted into nodes of their own ([`crate::passes::cse`]).
+    pub fn common_subexpressions(&self) -> usize {
+        self.hoisted
     }
 
     /// The fields of the graph.
@@ -933,7 +950,7 @@ impl ExpressionGraph {
 }
 
 /// Bytes of `field`'s storage on `patch`, refusing sizes that overflow.
-fn checked_field_bytes(patch: &Patch, field: &FieldInfo) -> GraphResult<usize> {
+pub(crate) fn checked_field_bytes(patch: &Patch, field: &FieldInfo) -> GraphResult<usize> {
     FieldLayout::new(patch, field.location)
         .allocated_len()
         .checked_mul(std::mem::size_of::<f64>())

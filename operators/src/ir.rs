@@ -217,6 +217,101 @@ impl Node {
         walk(self, other, &mut HashMap::new(), &mut HashMap::new())
     }
 
+    /// A hash of the tree's value: like [`Self::structural_hash`], but
+    /// field and parameter leaves hash by their ids, so two trees with equal
+    /// hashes (confirmed with `==`) compute the same values at every point.
+    /// Common-subexpression elimination keys on it. `memo` caches the hash
+    /// of each subtree by address (trees share subtrees), so hashing every
+    /// subtree of a tree costs one pass.
+    pub fn value_hash(&self, memo: &mut HashMap<*const Node, u64>) -> u64 {
+        let key = self as *const Node;
+        if let Some(&hash) = memo.get(&key) {
+            return hash;
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::mem::discriminant(self).hash(&mut h);
+        match self {
+            Node::Field { id, location, .. } => (id, location).hash(&mut h),
+            Node::Parameter { cell } => cell.id().hash(&mut h),
+            Node::Constant(value) => value.to_bits().hash(&mut h),
+            Node::Coordinate { axis, location } => (axis, location).hash(&mut h),
+            Node::Mask { set, location } => (set, location).hash(&mut h),
+            Node::Unary { op, .. } => op.hash(&mut h),
+            Node::Binary { op, .. } => op.hash(&mut h),
+            Node::Select { .. } => {}
+            Node::Stencil { op, .. } => op.hash(&mut h),
+        }
+        for child in self.children() {
+            child.value_hash(memo).hash(&mut h);
+        }
+        let hash = h.finish();
+        memo.insert(key, hash);
+        hash
+    }
+
+    /// This tree with every subtree equal to `pattern` (by value, `==`)
+    /// replaced by `replacement`; subtrees that contain no match are shared,
+    /// not rebuilt. Common-subexpression elimination uses it to read a
+    /// hoisted subexpression's field instead of recomputing it.
+    pub fn replace_subtree(self: &Arc<Node>, pattern: &Node, replacement: &Arc<Node>) -> Arc<Node> {
+        if self.as_ref() == pattern {
+            return replacement.clone();
+        }
+        let children = self.children();
+        if children.is_empty() {
+            return self.clone();
+        }
+        let replaced: SmallVec<[Arc<Node>; 3]> = children
+            .iter()
+            .map(|c| c.replace_subtree(pattern, replacement))
+            .collect();
+        if children
+            .iter()
+            .zip(&replaced)
+            .all(|(old, new)| Arc::ptr_eq(old, new))
+        {
+            return self.clone();
+        }
+        Arc::new(self.with_children(replaced.into_iter().collect()))
+    }
+
+    /// This node with its children replaced (in [`Self::children`] order).
+    fn with_children(&self, mut children: SmallVec<[Arc<Node>; 3]>) -> Node {
+        let mut next = || children.remove(0);
+        match self {
+            Node::Field { .. }
+            | Node::Constant(_)
+            | Node::Parameter { .. }
+            | Node::Coordinate { .. }
+            | Node::Mask { .. } => self.clone(),
+            Node::Unary { op, .. } => Node::Unary {
+                op: *op,
+                arg: next(),
+            },
+            Node::Binary { op, .. } => {
+                let left = next();
+                Node::Binary {
+                    op: *op,
+                    left,
+                    right: next(),
+                }
+            }
+            Node::Select { .. } => {
+                let condition = next();
+                let if_true = next();
+                Node::Select {
+                    condition,
+                    if_true,
+                    if_false: next(),
+                }
+            }
+            Node::Stencil { op, args } => Node::Stencil {
+                op: *op,
+                args: (0..args.len()).map(|_| next()).collect(),
+            },
+        }
+    }
+
     /// This tree with every leaf of field `id` replaced by `replacement`
     /// (leaves are shared, inner nodes rebuilt). Graph fusion
     /// uses it to inline a producer's expression into its consumer.

@@ -439,6 +439,12 @@ struct Lowering<'p> {
     transfers: Vec<Option<StencilOp>>,
     parameters: Vec<Arc<ParameterCell>>,
     memo: HashMap<(*const Node, [isize; 2]), LinearForm>,
+    /// Common-subexpression elimination: the value hash of each subtree
+    /// ([`Node::value_hash`]) and, per (hash, row offset), the subtrees
+    /// already lowered. A subtree equal (`==`) to one of them reuses its
+    /// form, so a subexpression written out twice is computed once per point.
+    hashes: HashMap<*const Node, u64>,
+    by_value: HashMap<(u64, [isize; 2]), Vec<(Arc<Node>, LinearForm)>>,
     instructions: Vec<Instruction>,
     registers: u16,
 }
@@ -571,6 +577,16 @@ impl Lowering<'_> {
         let key = (Arc::as_ptr(node), row);
         if let Some(done) = self.memo.get(&key) {
             return Ok(done.clone());
+        }
+        let value_key = (node.value_hash(&mut self.hashes), row);
+        if let Some(equal) = self
+            .by_value
+            .get(&value_key)
+            .and_then(|seen| seen.iter().find(|(tree, _)| tree.as_ref() == node.as_ref()))
+        {
+            let form = equal.1.clone();
+            self.memo.insert(key, form.clone());
+            return Ok(form);
         }
         let form = match node.as_ref() {
             Node::Field { id, name, location } => {
@@ -709,6 +725,10 @@ impl Lowering<'_> {
             Node::Stencil { op, args } => self.lower_stencil(*op, args, row)?,
         };
         self.memo.insert(key, form.clone());
+        self.by_value
+            .entry(value_key)
+            .or_default()
+            .push((node.clone(), form.clone()));
         Ok(form)
     }
 
@@ -824,6 +844,8 @@ impl Kernel {
             transfers: Vec::new(),
             parameters: Vec::new(),
             memo: HashMap::new(),
+            hashes: HashMap::new(),
+            by_value: HashMap::new(),
             instructions: Vec::new(),
             registers: 0,
         };

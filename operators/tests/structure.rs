@@ -197,3 +197,60 @@ fn structural_hash_ignores_the_fields_and_sees_the_structure() {
     assert_ne!(hash(&(field(&phi) + 1.0)), hash(&(field(&phi) + 2.0)));
     assert_eq!(hash(&(field(&phi) + 1.0)), hash(&(field(&psi) + 1.0)));
 }
+
+/// A subexpression written out twice (two separate trees, equal by value)
+/// is lowered once: one `exp` per point, not two, and the values are those
+/// of a hand-written loop.
+#[test]
+fn equal_subtrees_are_computed_once_per_point() {
+    let patch = Grid::new([5, 4, 3], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .whole_domain(1);
+    let mut a = cells("a", &patch);
+    let mut b = cells("b", &patch);
+    let layout = a.layout().clone();
+    for index in layout.allocated() {
+        let [x, y, z] = layout.coordinate(index);
+        let i = layout.linear_index(index);
+        a.values_mut().unwrap()[i] = 0.3 * x - 0.2 * y + 0.1 * z;
+        b.values_mut().unwrap()[i] = 1.0 + x * y - z;
+    }
+    // Built twice: distinct `Arc`s with equal contents.
+    let written_out = || exp(field(&a) * 2.0) + field(&b);
+    let expr = written_out() * field(&a) - written_out() * field(&b);
+    let kernel = Kernel::compile(expr.node(), &patch, true).unwrap();
+    let exps = kernel
+        .instructions
+        .iter()
+        .filter(|i| matches!(i, Instruction::Unary { .. }))
+        .count();
+    assert_eq!(exps, 1, "one exp per point:\n{kernel}");
+
+    // A different argument is a different subexpression.
+    let other = exp(field(&a) * 2.0) * field(&a) - exp(field(&a) * 3.0) * field(&b);
+    let kernel = Kernel::compile(other.node(), &patch, true).unwrap();
+    let exps = kernel
+        .instructions
+        .iter()
+        .filter(|i| matches!(i, Instruction::Unary { .. }))
+        .count();
+    assert_eq!(exps, 2, "exp(2a) and exp(3a) both computed:\n{kernel}");
+
+    let mut out = cells("out", &patch);
+    out.assign(expr).unwrap();
+    let (av, bv, ov) = (
+        a.values().unwrap(),
+        b.values().unwrap(),
+        out.values().unwrap(),
+    );
+    for index in layout.interior() {
+        let i = layout.linear_index(index);
+        let shared = vmath::exp(av[i] * 2.0) + bv[i];
+        let expected = shared * av[i] - shared * bv[i];
+        assert!(
+            (ov[i] - expected).abs() <= 1e-14 * expected.abs().max(1.0),
+            "at {index:?}: {} vs {expected}",
+            ov[i]
+        );
+    }
+}
