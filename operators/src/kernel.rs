@@ -431,6 +431,9 @@ pub struct Kernel {
     pub native: std::sync::OnceLock<Option<Arc<crate::codegen::NativeKernel>>>,
 }
 
+/// A subtree already lowered at some row offset, and its form.
+type LoweredSubtree = (Arc<Node>, LinearForm);
+
 struct Lowering<'p> {
     patch: &'p Patch,
     slots: HashMap<u64, u16>,
@@ -444,7 +447,7 @@ struct Lowering<'p> {
     /// already lowered. A subtree equal (`==`) to one of them reuses its
     /// form, so a subexpression written out twice is computed once per point.
     hashes: HashMap<*const Node, u64>,
-    by_value: HashMap<(u64, [isize; 2]), Vec<(Arc<Node>, LinearForm)>>,
+    by_value: HashMap<(u64, [isize; 2]), Vec<LoweredSubtree>>,
     instructions: Vec<Instruction>,
     registers: u16,
 }
