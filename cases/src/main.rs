@@ -110,6 +110,10 @@ struct RunArgs {
     /// Print the effective configuration and exit.
     #[arg(long)]
     print_config: bool,
+    /// Print the generated source of every kernel of the case's graphs (c or
+    /// cuda) and exit, without running.
+    #[arg(long, value_name = "LANGUAGE", value_parser = ["c", "cuda"])]
+    emit: Option<String>,
     /// Replace the results of an earlier run in the output directory.
     #[arg(long)]
     overwrite: bool,
@@ -282,6 +286,19 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         });
     }
     let mut prepared = (info.prepare)(&options).map_err(usage)?;
+    if let Some(language) = &args.emit {
+        let dialect = match language.as_str() {
+            "cuda" => watershed_operators::vmath::Dialect::Cuda,
+            _ => watershed_operators::vmath::Dialect::C,
+        };
+        for (name, graph) in prepared.simulation.graphs() {
+            let source = graph
+                .generated_source(dialect)
+                .map_err(|e| runtime(CaseError::from(e)))?;
+            writeln!(out, "/* ===== graph `{name}` ===== */\n{source}")?;
+        }
+        return Ok(Outcome::Done);
+    }
     if let Some(path) = &args.restart {
         restore(prepared.simulation.as_mut(), path).map_err(usage)?;
     }

@@ -186,6 +186,53 @@ fn print_config_shows_the_documented_defaults_and_the_overrides() {
     assert!(out.stdout.contains("re = 400.0"), "{}", out.stdout);
 }
 
+#[test]
+fn emit_prints_every_kernel_of_the_case_in_c_and_cuda_without_running() {
+    let dir = temp();
+    let out = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "wasatch-scalability",
+            "--emit",
+            "c",
+            "--set",
+            "pdes=3",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // One heading comment and one function per kernel; the coupled source
+    // written out in each equation is one hoisted kernel.
+    let functions = out.stdout.matches("\nvoid k").count();
+    let headings = out.stdout.matches("\n/* node `").count();
+    assert!(functions >= 4 && functions == headings, "{}", out.stdout);
+    assert!(out.stdout.contains("/* node `cse0`"), "{}", out.stdout);
+    assert_eq!(
+        out.stdout.matches("ws_exp(").count() - 1,
+        3,
+        "three exp calls and one helper: {}",
+        out.stdout
+    );
+    assert!(!dir.path().join("output").exists(), "--emit runs nothing");
+    let out = watershed(&[
+        "run",
+        "wasatch-scalability",
+        "--emit",
+        "cuda",
+        "--set",
+        "pdes=2",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("extern \"C\" __global__ void k0_cse0("),
+        "{}",
+        out.stdout
+    );
+    let out = watershed(&["run", "wasatch-scalability", "--emit", "fortran"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("fortran"), "{}", out.stderr);
+}
+
 /// An XDMF check with h5py and the standard XML parser: well-formed, XDMF
 /// 3, a temporal collection whose times increase, and every HDF reference
 /// naming an existing dataset of the stated shape; topology dimensions are

@@ -338,7 +338,10 @@ impl LanguageExpression {
     }
 
     /// The masked assignments of the fused modifiers for `layout`, in order.
-    fn fused_assignments(&self, layout: &FieldLayout) -> GraphResult<Vec<MaskedAssignment>> {
+    pub(crate) fn fused_assignments(
+        &self,
+        layout: &FieldLayout,
+    ) -> GraphResult<Vec<MaskedAssignment>> {
         let mut all = Vec::new();
         for modifier in &self.then {
             all.extend(modifier.assignments(layout)?.iter().cloned());

@@ -50,6 +50,7 @@ pub mod factory;
 pub mod graph;
 pub mod passes;
 pub mod scheduler;
+pub mod source;
 pub mod store;
 pub mod tag;
 pub mod trace;

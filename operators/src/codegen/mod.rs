@@ -153,14 +153,28 @@ pub fn generated_source(
     patch: &Patch,
     dialect: crate::vmath::Dialect,
 ) -> OperatorResult<String> {
+    let body = kernel_source(root, patch, dialect, "kernel")?;
+    Ok(format!("{}\n{body}", emit::prelude(dialect)))
+}
+
+/// The generated function named `name` that assigns `root` into a target
+/// on `patch`, in `dialect`, without the helpers ([`emit::prelude`]) it
+/// calls: for listing several kernels under one prelude. An expression
+/// the emitter does not support is [`crate::OperatorError::Backend`] (it
+/// runs on the row interpreter).
+pub fn kernel_source(
+    root: &Arc<Node>,
+    patch: &Patch,
+    dialect: crate::vmath::Dialect,
+    name: &str,
+) -> OperatorResult<String> {
     let lowered = lower_cached(root, patch, true)?;
-    let body = match dialect {
-        crate::vmath::Dialect::C => emit::c_function(&lowered.kernel, "kernel"),
-        crate::vmath::Dialect::Cuda => emit::cuda_function(&lowered.kernel, "kernel"),
+    match dialect {
+        crate::vmath::Dialect::C => emit::c_function(&lowered.kernel, name),
+        crate::vmath::Dialect::Cuda => emit::cuda_function(&lowered.kernel, name),
     }
     .map_err(|why| crate::error::OperatorError::Backend {
         what: format!("generating code for {root}"),
         reason: format!("{}: it runs on the row interpreter", why.0),
-    })?;
-    Ok(format!("{}\n{body}", emit::prelude(dialect)))
+    })
 }

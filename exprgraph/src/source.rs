@@ -1,0 +1,134 @@
+//! The generated source of a graph: every kernel its language nodes and
+//! modifiers run, in execution order, in C or CUDA C, under one copy of the
+//! helpers (Devito's `print(op)`; the CLI's `watershed run CASE --emit c`).
+//! What the listing shows is what the back ends compile: the same emitter,
+//! the same lowering (from the kernel cache).
+
+use crate::error::GraphResult;
+use crate::graph::ExpressionGraph;
+use std::fmt::Write;
+use watershed_fields::{FieldLayout, IndexBox};
+use watershed_operators::codegen::{emit, kernel_source};
+use watershed_operators::ir::Node;
+use watershed_operators::vmath::Dialect;
+
+/// Longest expression text quoted in a kernel's heading comment.
+const QUOTED: usize = 160;
+
+impl ExpressionGraph {
+    /// The source of every kernel of this graph, in execution order, in
+    /// `dialect`: a heading comment per kernel (node, fused producers,
+    /// target, region, expression) and the function the back end compiles.
+    /// A kernel the emitter does not support says so and why (it runs on
+    /// the row interpreter); a native node says it has no generated source.
+    ///
+    /// ```
+    /// use watershed_exprgraph::{ExpressionGraph, Factory, GraphOptions, LanguageExpression, Tag};
+    /// use watershed_fields::{CellCentre, Grid, LocationKind};
+    /// use watershed_operators::{exp, vmath::Dialect};
+    /// let (phi, rhs) = (Tag::none("phi"), Tag::none("rhs"));
+    /// let mut factory = Factory::new();
+    /// factory.placeholder(phi.clone(), LocationKind::CellCentre)?;
+    /// let p = phi.clone();
+    /// factory.register(LanguageExpression::new::<CellCentre>(rhs.clone(), move |s| {
+    ///     exp(s.field::<CellCentre>(&p)) * 2.0
+    /// }))?;
+    /// let patch = Grid::new([8, 8, 8], [1.0; 3], [0.0; 3])?.whole_domain(1);
+    /// let graph = ExpressionGraph::build(&factory, &[rhs], &patch, &GraphOptions::default())?;
+    /// let c = graph.generated_source(Dialect::C)?;
+    /// assert!(c.contains("void k0_rhs(") && c.contains("ws_exp("));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn generated_source(&self, dialect: Dialect) -> GraphResult<String> {
+        let language = match dialect {
+            Dialect::C => "C",
+            Dialect::Cuda => "CUDA C",
+        };
+        let mut functions = String::new();
+        let mut count = 0;
+        for &n in &self.order {
+            let node = &self.nodes[n];
+            let mut kernels: Vec<(String, std::sync::Arc<Node>)> = Vec::new();
+            if let Some(expression) = node.expression.as_language() {
+                let target = expression.target();
+                let region = node.region.map_or_else(|| "its interior".into(), describe);
+                let mut heading = format!("node `{}`: {target} over {region}", node.name);
+                if !node.fused_from.is_empty() {
+                    let _ = write!(heading, " (fused from {})", node.fused_from.join(", "));
+                }
+                kernels.push((heading, expression.root().clone()));
+                let layout = FieldLayout::new(&self.patch, self.fields[node.outputs[0]].location);
+                let then = expression.fused_assignments(&layout)?;
+                for (k, (region, root)) in then.iter().enumerate() {
+                    let heading = format!(
+                        "node `{}`, fused modifier assignment {} of {}: {target} over {}",
+                        node.name,
+                        k + 1,
+                        then.len(),
+                        describe(*region)
+                    );
+                    kernels.push((heading, root.clone()));
+                }
+            } else if let Some(modifier) = node.expression.as_language_modifier() {
+                let layout = FieldLayout::new(&self.patch, self.fields[node.outputs[0]].location);
+                let assignments = modifier.assignments(&layout)?;
+                for (k, (region, root)) in assignments.iter().enumerate() {
+                    let heading = format!(
+                        "modifier `{}`, assignment {} of {} over {}",
+                        node.name,
+                        k + 1,
+                        assignments.len(),
+                        describe(*region)
+                    );
+                    kernels.push((heading, root.clone()));
+                }
+            } else {
+                let _ = writeln!(
+                    functions,
+                    "\n/* node `{}`: native Rust code, no generated source */",
+                    node.name
+                );
+                continue;
+            }
+            for (heading, root) in kernels {
+                let name = format!("k{count}_{}", identifier(&node.name));
+                count += 1;
+                let _ = writeln!(functions, "\n/* {heading}\n   = {} */", quoted(&root));
+                match kernel_source(&root, &self.patch, dialect, &name) {
+                    Ok(function) => functions.push_str(&function),
+                    Err(why) => {
+                        let _ = writeln!(functions, "/* not generated: {why} */");
+                    }
+                }
+            }
+        }
+        Ok(format!(
+            "/* Watershed: the {count} kernel(s) of this graph in {language}, in execution order */\n{}{functions}",
+            emit::prelude(dialect)
+        ))
+    }
+}
+
+/// `[lo, hi)` of a box.
+fn describe(region: IndexBox) -> String {
+    format!("[{:?}, {:?})", region.lo, region.hi)
+}
+
+/// A C identifier made of `name`'s letters, digits and underscores.
+fn identifier(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect::<String>()
+        .trim_matches('_')
+        .to_string()
+}
+
+/// The expression's text, shortened to [`QUOTED`] characters, with no
+/// comment terminator in it.
+fn quoted(root: &Node) -> String {
+    let text = root.to_string().replace("*/", "* /");
+    match text.char_indices().nth(QUOTED) {
+        Some((cut, _)) => format!("{} ...", &text[..cut]),
+        None => text,
+    }
+}
