@@ -389,3 +389,43 @@ proptest! {
         same_bits(&patch, Region::Interior, parallelism, make);
     }
 }
+
+/// The disk cache stays under its limit: the least recently written or used
+/// entries (a source and its library count as one) go first, down to three
+/// quarters of the limit; the entry just written and files that are not
+/// cache entries stay.
+#[test]
+fn eviction_removes_the_oldest_entries_down_to_three_quarters_of_the_limit() {
+    use std::time::{Duration, SystemTime};
+    let dir = std::env::temp_dir().join(format!("ws_evict_test_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let start = SystemTime::now() - Duration::from_secs(1000);
+    // Ten entries of 100 + 300 bytes, entry k written at start + k seconds.
+    for k in 0..10 {
+        for (ext, bytes) in [("c", 100), ("so", 300)] {
+            let path = dir.join(format!("ws_{k:02}.{ext}"));
+            std::fs::write(&path, vec![b'x'; bytes]).unwrap();
+            let file = std::fs::File::options().append(true).open(&path).unwrap();
+            file.set_modified(start + Duration::from_secs(k)).unwrap();
+        }
+    }
+    std::fs::write(dir.join("README"), vec![b'x'; 5000]).unwrap();
+    // Under the limit: nothing goes.
+    assert_eq!(codegen::compile::evict(&dir, 4000, "ws_00").unwrap(), 0);
+    // Limit 2000 bytes: down to 1500, i.e. three entries kept (1200 bytes);
+    // ws_00 is the oldest but is the one being kept.
+    assert_eq!(codegen::compile::evict(&dir, 2000, "ws_00").unwrap(), 7);
+    let mut left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "README", "ws_00.c", "ws_00.so", "ws_08.c", "ws_08.so", "ws_09.c", "ws_09.so"
+        ]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -210,6 +210,70 @@ pub fn cache_directory() -> PathBuf {
     base.join("watershed").join("kernels")
 }
 
+/// The most bytes the kernel cache keeps on disk:
+/// `$WATERSHED_KERNEL_CACHE_MB` mebibytes, else 1024.
+pub fn cache_limit_bytes() -> u64 {
+    std::env::var("WATERSHED_KERNEL_CACHE_MB")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(1024)
+        .saturating_mul(1 << 20)
+}
+
+/// Bounds the kernel cache in `directory` to `limit` bytes: when its
+/// entries (`ws_*` sources and libraries, grouped by key) take more, the
+/// least recently written or used ones are deleted until they take at most
+/// three quarters of it. The entry `keep` (just written) is never deleted.
+/// Deleting a library another process has loaded is harmless (the mapping
+/// stays); one it is about to load is rebuilt ([`library_for`] treats an
+/// entry that fails to load as a miss). Returns how many entries went.
+pub fn evict(directory: &Path, limit: u64, keep: &str) -> std::io::Result<usize> {
+    let mut entries: HashMap<String, (u64, std::time::SystemTime, Vec<PathBuf>)> = HashMap::new();
+    let mut total = 0u64;
+    for item in std::fs::read_dir(directory)? {
+        let item = item?;
+        let name = item.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name
+            .strip_suffix(".so")
+            .or_else(|| name.strip_suffix(".c"))
+            .filter(|stem| stem.starts_with("ws_"))
+        else {
+            continue;
+        };
+        let metadata = item.metadata()?;
+        let modified = metadata.modified()?;
+        total = total.saturating_add(metadata.len());
+        let entry = entries
+            .entry(stem.to_string())
+            .or_insert((0, modified, Vec::new()));
+        entry.0 = entry.0.saturating_add(metadata.len());
+        entry.1 = entry.1.max(modified);
+        entry.2.push(item.path());
+    }
+    if total <= limit {
+        return Ok(0);
+    }
+    let mut oldest_first: Vec<_> = entries.into_iter().filter(|(k, _)| k != keep).collect();
+    oldest_first.sort_by(|a, b| a.1.1.cmp(&b.1.1).then_with(|| a.0.cmp(&b.0)));
+    let target = limit / 4 * 3;
+    let mut evicted = 0;
+    for (_, (bytes, _, paths)) in oldest_first {
+        if total <= target {
+            break;
+        }
+        for path in paths {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        total = total.saturating_sub(bytes);
+        evicted += 1;
+    }
+    Ok(evicted)
+}
+
 /// Libraries loaded in this process, by cache key.
 fn loaded() -> std::sync::MutexGuard<'static, HashMap<String, Arc<libloading::Library>>> {
     static LOADED: OnceLock<Mutex<HashMap<String, Arc<libloading::Library>>>> = OnceLock::new();
@@ -317,6 +381,10 @@ pub fn library_for(key: &str, source: &str) -> OperatorResult<Arc<libloading::Li
         match open(&path) {
             Ok(library) => {
                 DISK_HITS.fetch_add(1, Ordering::Relaxed);
+                // Mark it used, so that eviction keeps it over unused ones.
+                if let Ok(file) = std::fs::File::options().append(true).open(&path) {
+                    let _ = file.set_modified(std::time::SystemTime::now());
+                }
                 library
             }
             Err(_) => {
@@ -331,10 +399,15 @@ pub fn library_for(key: &str, source: &str) -> OperatorResult<Arc<libloading::Li
         }
     } else {
         build(compiler, source, &path, key)?;
-        open(&path).map_err(|e| OperatorError::Backend {
+        let library = open(&path).map_err(|e| OperatorError::Backend {
             what: format!("loading {}", path.display()),
             reason: e.to_string(),
-        })?
+        })?;
+        // The cache stays bounded: each new entry may evict the oldest.
+        // Best effort: a directory that cannot be listed or cleaned (another
+        // process evicting at the same time) only leaves the cache larger.
+        let _ = evict(&cache_directory(), cache_limit_bytes(), key);
+        library
     };
     let library = Arc::new(library);
     Ok(loaded().entry(key.to_string()).or_insert(library).clone())
