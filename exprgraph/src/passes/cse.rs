@@ -37,7 +37,7 @@ use crate::graph::{FieldInfo, GraphNode, Target, checked_field_bytes, node_of};
 use crate::tag::Tag;
 use std::collections::HashMap;
 use std::sync::Arc;
-use watershed_fields::Patch;
+use watershed_fields::{LocationKind, Patch};
 use watershed_operators::ir::Node;
 use watershed_operators::stencil::StencilOp;
 use watershed_operators::{BinaryOp, UnaryOp};
@@ -74,7 +74,8 @@ pub fn cost(node: &Node) -> u32 {
 }
 
 /// True when `node` may be computed by a node of its own at its readers'
-/// points: it has a location and no inter-grid operator.
+/// points: it has no inter-grid operator (and, checked by the caller, a
+/// location).
 fn hoistable(node: &Node) -> bool {
     let mut inter_grid = false;
     node.visit(&mut |n| {
@@ -86,7 +87,7 @@ fn hoistable(node: &Node) -> bool {
             inter_grid = true;
         }
     });
-    !inter_grid && node.location().is_some()
+    !inter_grid
 }
 
 /// The subtrees of `root` evaluated at the root's points, parents first.
@@ -105,6 +106,7 @@ fn pointwise_subtrees(root: &Arc<Node>, found: &mut Vec<Arc<Node>>) {
 /// A candidate: the subtree and the nodes that contain it.
 struct Candidate {
     tree: Arc<Node>,
+    location: LocationKind,
     cost: u32,
     target: Target,
     readers: Vec<usize>,
@@ -121,10 +123,7 @@ pub(crate) fn eliminate(
 ) -> GraphResult<usize> {
     let mut hoisted = 0;
     while let Some(best) = best_candidate(nodes) {
-        let location = best
-            .tree
-            .location()
-            .unwrap_or_else(|| unreachable!("hoistable() admits only subtrees with a location"));
+        let location = best.location;
         let tag = fresh_tag(slot_of);
         let info = FieldInfo {
             tag: tag.clone(),
@@ -144,10 +143,10 @@ pub(crate) fn eliminate(
         });
         let mut inputs: Vec<Tag> = Vec::new();
         for &reader in &best.readers {
-            let language = nodes[reader]
-                .expression
-                .as_language()
-                .unwrap_or_else(|| unreachable!("candidates come from language nodes"));
+            // Candidates come from language nodes only.
+            let Some(language) = nodes[reader].expression.as_language() else {
+                continue;
+            };
             for t in language.requires_tags() {
                 if !inputs.contains(t) {
                     inputs.push(t.clone());
@@ -173,10 +172,14 @@ pub(crate) fn eliminate(
 
 /// A tag no field of the graph has yet.
 fn fresh_tag(slot_of: &HashMap<Tag, usize>) -> Tag {
-    (0..)
-        .map(|k| Tag::none(&format!("cse{k}")))
-        .find(|t| !slot_of.contains_key(t))
-        .unwrap_or_else(|| unreachable!("an unbounded range yields a free name"))
+    let mut k = 0usize;
+    loop {
+        let tag = Tag::none(&format!("cse{k}"));
+        if !slot_of.contains_key(&tag) {
+            return tag;
+        }
+        k += 1;
+    }
 }
 
 /// The shared subexpression whose hoisting saves the most work, if any is
@@ -199,6 +202,9 @@ fn best_candidate(nodes: &[GraphNode]) -> Option<Candidate> {
             if c < MINIMUM_COST || !hoistable(&tree) {
                 continue;
             }
+            let Some(location) = tree.location() else {
+                continue;
+            };
             let key = (tree.value_hash(&mut hashes), node.target);
             let bucket = index.entry(key).or_default();
             match bucket
@@ -215,6 +221,7 @@ fn best_candidate(nodes: &[GraphNode]) -> Option<Candidate> {
                     bucket.push(candidates.len());
                     candidates.push(Candidate {
                         tree,
+                        location,
                         cost: c,
                         target: node.target,
                         readers: vec![n],
