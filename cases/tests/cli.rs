@@ -203,7 +203,7 @@ fn emit_prints_every_kernel_of_the_case_in_c_and_cuda_without_running() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     // One heading comment and one function per kernel; the coupled source
     // written out in each equation is one hoisted kernel.
-    let functions = out.stdout.matches("\nvoid k").count();
+    let functions = out.stdout.matches("\nlong long k").count();
     let headings = out.stdout.matches("\n/* node `").count();
     assert!(functions >= 4 && functions == headings, "{}", out.stdout);
     assert!(out.stdout.contains("/* node `cse0`"), "{}", out.stdout);

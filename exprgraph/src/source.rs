@@ -36,7 +36,7 @@ impl ExpressionGraph {
     /// let patch = Grid::new([8, 8, 8], [1.0; 3], [0.0; 3])?.whole_domain(1);
     /// let graph = ExpressionGraph::build(&factory, &[rhs], &patch, &GraphOptions::default())?;
     /// let c = graph.generated_source(Dialect::C)?;
-    /// assert!(c.contains("void k0_rhs(") && c.contains("ws_exp("));
+    /// assert!(c.contains("long long k0_rhs(") && c.contains("ws_exp("));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn generated_source(&self, dialect: Dialect) -> GraphResult<String> {

@@ -999,7 +999,7 @@ impl Context<'_> {
         scratch: &mut [f64],
         target: Option<&TargetData>,
         block: Block,
-    ) {
+    ) -> bool {
         let Block {
             x0,
             x1,
@@ -1054,7 +1054,7 @@ impl Context<'_> {
         // and the invariants of the design note hold (no loop-carried
         // dependence through the target).
         unsafe {
-            (native.kernel.function)(
+            let not_finite = (native.kernel.function)(
                 native.pointers.as_ptr(),
                 native.strides.as_ptr(),
                 self.parameters.as_ptr(),
@@ -1072,14 +1072,17 @@ impl Context<'_> {
                 rows as i64,
                 k as i64,
             );
+            not_finite != 0
         }
     }
 
-    /// Runs every instruction of the kernel over `block`.
-    fn run_block(&self, scratch: &mut [f64], target: Option<&TargetData>, block: Block) {
+    /// Runs every instruction of the kernel over `block`. Returns false
+    /// when the values written to the target are known to be finite (a
+    /// generated kernel checks what it writes to `t`), true when they may
+    /// not be (the interpreter does not check; the caller scans).
+    fn run_block(&self, scratch: &mut [f64], target: Option<&TargetData>, block: Block) -> bool {
         if let Some(native) = &self.native {
-            self.run_native(native, scratch, target, block);
-            return;
+            return self.run_native(native, scratch, target, block);
         }
         let kernel = self.kernel;
         let base = scratch.as_mut_ptr();
@@ -1310,6 +1313,7 @@ impl Context<'_> {
                 }
             }
         }
+        true
     }
 
     /// Row `r` of the result register after a block of `n` points per row.
@@ -1453,8 +1457,11 @@ fn run_and_store(
     block: Block,
     watch_finite: bool,
 ) -> Option<[isize; 3]> {
-    ctx.run_block(scratch, Some(target), block);
+    let may_be_bad = ctx.run_block(scratch, Some(target), block);
     let copy_result = ctx.kernel.result != OUTPUT;
+    // The generated kernel checked the rows it wrote itself; a copied
+    // result row (or the interpreter's output) is scanned here.
+    let watch_finite = watch_finite && (copy_result || may_be_bad);
     let n = (block.x1 - block.x0) as usize;
     let mut first_bad = None;
     for r in 0..block.rows {

@@ -193,7 +193,7 @@ impl Operand {
         }
     }
 
-    fn sources(&self) -> SmallVec<[Source; 2]> {
+    pub(crate) fn sources(&self) -> SmallVec<[Source; 2]> {
         match *self {
             Operand::Constant(_) => SmallVec::new(),
             Operand::One(s, _) => SmallVec::from_iter([s]),

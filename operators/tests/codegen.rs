@@ -429,3 +429,72 @@ fn eviction_removes_the_oldest_entries_down_to_three_quarters_of_the_limit() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A selection whose condition reads only parameters (a stage weight
+/// `a != 0`) is decided once per call: the C function has one loop nest per
+/// outcome, and the nest for `a == 0` does not read the field only the
+/// other branch needs. Values equal the interpreter's bits either way, a
+/// NaN in the skipped field does not leak into the result, and the
+/// generated kernel's own finiteness check reports the first bad point as
+/// the interpreter's scan does.
+#[test]
+fn a_uniform_condition_is_decided_once_per_call() {
+    if !c_available() {
+        eprintln!("skipped: no C compiler");
+        return;
+    }
+    let patch = patch_3d([9, 6, 5], 1);
+    let mut rng = Xorshift::new(17);
+    let mut start = random_cells("start", &patch, &mut rng);
+    let phi = random_cells("phi", &patch, &mut rng);
+    let a = Parameter::new("a", 0.0);
+    let make = || {
+        cond(a.expr::<CellCentre>().not_equals(0.0), a.expr() * &start).otherwise(0.0)
+            + field(&phi) * 0.5
+    };
+    let source = codegen::generated_source(make().node(), &patch, vmath::Dialect::C).unwrap();
+    let body = &source[source.find("long long kernel(").expect("the function")..];
+    assert!(body.contains("switch (c0 << 0)"), "{body}");
+    let (never, taken) = body.split_at(body.find("case 1:").expect("two versions"));
+    let reads = |text: &str| {
+        let mut names: Vec<&str> = text
+            .match_indices("_0_0[x")
+            .map(|(i, _)| &text[i - 2..i])
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.len()
+    };
+    assert_eq!(reads(never), 1, "a == 0 reads phi only:\n{never}");
+    assert_eq!(reads(taken), 2, "a != 0 reads start and phi:\n{taken}");
+
+    for value in [0.0, 1.5] {
+        a.set(value);
+        same_bits(&patch, Region::Interior, Parallelism::Serial, make);
+    }
+    // A NaN in `start`: harmless while a == 0, reported once a != 0.
+    let layout = start.layout().clone();
+    let bad = [3, 2, 1];
+    start.values_mut().unwrap()[layout.linear_index(bad)] = f64::NAN;
+    let make = || {
+        cond(a.expr::<CellCentre>().not_equals(0.0), a.expr() * &start).otherwise(0.0)
+            + field(&phi) * 0.5
+    };
+    for backend in [Backend::Interpreter, Backend::C] {
+        let options = AssignOptions {
+            backend,
+            check_finite: true,
+            ..Default::default()
+        };
+        a.set(0.0);
+        let mut out = sentinel_target::<CellCentre>("out", &patch);
+        out.assign_with(make(), options).unwrap();
+        a.set(2.0);
+        match out.assign_with(make(), options) {
+            Err(OperatorError::NotFinite { target, point, .. }) => {
+                assert_eq!((target.as_str(), point), ("out", bad), "{backend:?}");
+            }
+            other => panic!("{backend:?}: expected NotFinite, got {other:?}"),
+        }
+    }
+}

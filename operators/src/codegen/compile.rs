@@ -43,7 +43,7 @@ pub(crate) type KernelFn = unsafe extern "C" fn(
     j0: i64,
     rows: i64,
     k: i64,
-);
+) -> i64;
 
 /// A kernel compiled to machine code.
 pub struct NativeKernel {

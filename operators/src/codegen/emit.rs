@@ -94,18 +94,19 @@ pub fn geometry(kernel: &Kernel, patch: &Patch) -> Vec<f64> {
     values
 }
 
-/// Registers that are read (transitively) by the result; others are dead.
-fn live_registers(kernel: &Kernel) -> Vec<bool> {
+/// Registers that are read (transitively) by the result, given the
+/// branches `resolved` fixes (see [`sources_resolved`]); others are dead.
+fn live_registers(kernel: &Kernel, resolved: &HashMap<usize, bool>) -> Vec<bool> {
     let mut live = vec![false; kernel.registers];
     if kernel.result != OUTPUT && (kernel.result as usize) < live.len() {
         live[kernel.result as usize] = true;
     }
-    for instruction in kernel.instructions.iter().rev() {
+    for (i, instruction) in kernel.instructions.iter().enumerate().rev() {
         let out = instruction.out();
         if out != OUTPUT && !live[out as usize] {
             continue;
         }
-        for source in instruction.sources() {
+        for source in sources_resolved(kernel, i, resolved) {
             if let Source::Register { register, .. } = source
                 && register != OUTPUT
             {
@@ -584,15 +585,257 @@ fn row_declarations(kernel: &Kernel, indent: &str) -> String {
     text
 }
 
+/// At most this many uniform conditions are specialised per kernel (each
+/// doubles the kernel's loop nests).
+const MAX_SWITCHES: usize = 3;
+
+/// Registers whose value is the same at every point: parameters, and
+/// point-wise instructions that read only such registers and constants.
+fn uniform_registers(kernel: &Kernel) -> Vec<bool> {
+    let mut uniform = vec![false; kernel.registers];
+    for instruction in &kernel.instructions {
+        let out = instruction.out();
+        if out == OUTPUT {
+            continue;
+        }
+        let point_wise = matches!(
+            instruction,
+            Instruction::Linear { .. }
+                | Instruction::Unary { .. }
+                | Instruction::Binary { .. }
+                | Instruction::Select { .. }
+                | Instruction::Parameter { .. }
+        );
+        uniform[out as usize] = point_wise
+            && instruction.sources().iter().all(|s| match s {
+                Source::Register { register, .. } => {
+                    *register != OUTPUT && uniform[*register as usize]
+                }
+                Source::Field { .. } => false,
+            });
+    }
+    uniform
+}
+
+/// Whether every source of `operand` is a uniform register (a constant
+/// has none).
+fn operand_is_uniform(operand: &Operand, uniform: &[bool]) -> bool {
+    operand.sources().iter().all(|s| match s {
+        Source::Register { register, .. } => *register != OUTPUT && uniform[*register as usize],
+        Source::Field { .. } => false,
+    })
+}
+
+/// The selections worth specialising: live, with a uniform condition (so
+/// every point takes the same branch) and at least one branch that reads
+/// something per point (so the other version skips it). Instruction
+/// indices, at most [`MAX_SWITCHES`], first first.
+fn uniform_switches(kernel: &Kernel, uniform: &[bool]) -> Vec<usize> {
+    let live = live_registers(kernel, &HashMap::new());
+    kernel
+        .instructions
+        .iter()
+        .enumerate()
+        .filter(|(_, instruction)| {
+            let out = instruction.out();
+            out == OUTPUT || live[out as usize]
+        })
+        .filter_map(|(i, instruction)| match instruction {
+            Instruction::Select {
+                condition,
+                if_true,
+                if_false,
+                ..
+            } if operand_is_uniform(condition, uniform)
+                && !(operand_is_uniform(if_true, uniform)
+                    && operand_is_uniform(if_false, uniform)) =>
+            {
+                Some(i)
+            }
+            _ => None,
+        })
+        .take(MAX_SWITCHES)
+        .collect()
+}
+
+/// The sources instruction `index` reads, given the branches `resolved`
+/// fixes (a resolved selection reads only its chosen operand).
+fn sources_resolved(
+    kernel: &Kernel,
+    index: usize,
+    resolved: &HashMap<usize, bool>,
+) -> SmallVec<[Source; 8]> {
+    match (&kernel.instructions[index], resolved.get(&index)) {
+        (
+            Instruction::Select {
+                if_true, if_false, ..
+            },
+            Some(&holds),
+        ) => {
+            let chosen = if holds { if_true } else { if_false };
+            chosen.sources().into_iter().collect()
+        }
+        (instruction, _) => instruction.sources(),
+    }
+}
+
+/// The value of instruction `index` given the branches `resolved` fixes.
+fn value_resolved(
+    emitter: &Emitter<'_>,
+    index: usize,
+    resolved: &HashMap<usize, bool>,
+    read: &dyn Fn(Source) -> String,
+    x: &str,
+    transfer_row: &dyn Fn(u16, [isize; 2]) -> String,
+) -> String {
+    match (&emitter.kernel.instructions[index], resolved.get(&index)) {
+        (
+            Instruction::Select {
+                if_true, if_false, ..
+            },
+            Some(&holds),
+        ) => emitter.operand_at(if holds { if_true } else { if_false }, read),
+        _ => emitter.value(index, read, x, transfer_row),
+    }
+}
+
+/// Declarations of the uniform registers the switches' conditions read
+/// (computed once per call) and of one flag per switch, `c0`, `c1`, ...;
+/// returns them with the number of versions (`2^switches`).
+fn switch_prelude(
+    emitter: &Emitter<'_>,
+    switches: &[usize],
+    uniform: &[bool],
+    indent: &str,
+) -> String {
+    let kernel = emitter.kernel;
+    // The uniform registers the conditions need, transitively.
+    let mut needed = vec![false; kernel.registers];
+    let mark = |sources: SmallVec<[Source; 2]>, needed: &mut Vec<bool>| {
+        for s in sources {
+            if let Source::Register { register, .. } = s
+                && register != OUTPUT
+            {
+                needed[register as usize] = true;
+            }
+        }
+    };
+    for &i in switches {
+        if let Instruction::Select { condition, .. } = &kernel.instructions[i] {
+            mark(condition.sources(), &mut needed);
+        }
+    }
+    for instruction in kernel.instructions.iter().rev() {
+        let out = instruction.out();
+        if out != OUTPUT && needed[out as usize] && uniform[out as usize] {
+            for s in instruction.sources() {
+                if let Source::Register { register, .. } = s
+                    && register != OUTPUT
+                {
+                    needed[register as usize] = true;
+                }
+            }
+        }
+    }
+    let read = |source: Source| match source {
+        Source::Register { register, .. } => format!("u{register}"),
+        Source::Field { .. } => "0.0".to_string(), // never: uniform registers read no field
+    };
+    let no_transfer = |_: u16, _: [isize; 2]| String::new();
+    let mut text = String::new();
+    for (i, instruction) in kernel.instructions.iter().enumerate() {
+        let out = instruction.out();
+        if out != OUTPUT && needed[out as usize] {
+            let value = emitter.value(i, &read, "0", &no_transfer);
+            let _ = writeln!(text, "{indent}const double u{out} = {value};");
+        }
+    }
+    for (n, &i) in switches.iter().enumerate() {
+        if let Instruction::Select { condition, .. } = &kernel.instructions[i] {
+            let _ = writeln!(
+                text,
+                "{indent}const int c{n} = {} != 0.0;",
+                emitter.operand_at(condition, &read)
+            );
+        }
+    }
+    text
+}
+
+/// The branches version `case` of `switches` fixes: bit `n` of `case` is
+/// the value of switch `n`'s condition.
+fn resolution(switches: &[usize], case: usize) -> HashMap<usize, bool> {
+    switches
+        .iter()
+        .enumerate()
+        .map(|(n, &i)| (i, case >> n & 1 == 1))
+        .collect()
+}
+
 /// The C function computing `kernel` over a block (see the module docs).
 ///
-/// Signature: `void NAME(const double *const *f, const long long *fs,
+/// Signature: `long long NAME(const double *const *f, const long long *fs,
 /// const double *p, const double *g, double *t, long long tsy, long long
 /// tsz, double *s, long long width, long long rowcap, long long halo, long
-/// long x0, long long x1, long long j0, long long rows, long long k)`.
+/// long x0, long long x1, long long j0, long long rows, long long k)`. It
+/// returns 1 when a value it wrote to `t` is not finite (NaN or infinite),
+/// else 0; a kernel whose result is not written to `t` returns 0.
+///
+/// A selection whose condition is the same at every point (it reads only
+/// parameters, e.g. a stage weight `a != 0`) is decided once per call:
+/// the function holds one loop nest per combination of such conditions
+/// (at most [`MAX_SWITCHES`]), each without the branch it does not take,
+/// so a field only the other branch reads is not streamed.
 pub fn c_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
     let emitter = emitter(kernel, Dialect::C)?;
-    let live = live_registers(kernel);
+    let uniform = uniform_registers(kernel);
+    let switches = uniform_switches(kernel, &uniform);
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "long long {name}(const double *const *f, const long long *fs, const double *p, const double *g,\n\
+         \x20   double *t, long long tsy, long long tsz, double *s, long long width, long long rowcap,\n\
+         \x20   long long halo, long long x0, long long x1, long long j0, long long rows, long long k)\n{{"
+    );
+    let _ = writeln!(
+        body,
+        "    (void)g; (void)p; (void)fs; (void)s; (void)t; (void)tsy; (void)tsz;"
+    );
+    for slot in 0..kernel.parameters.len() {
+        let _ = writeln!(body, "    const double p{slot} = p[{slot}];");
+    }
+    let _ = writeln!(
+        body,
+        "    const long long rl = width * rowcap;\n    (void)rl; (void)halo;\n    long long bad = 0;"
+    );
+    if switches.is_empty() {
+        body.push_str(&c_row_loops(&emitter, &HashMap::new(), "    "));
+    } else {
+        body.push_str(&switch_prelude(&emitter, &switches, &uniform, "    "));
+        let flags: Vec<String> = (0..switches.len())
+            .map(|n| format!("c{n} << {n}"))
+            .collect();
+        let _ = writeln!(body, "    switch ({}) {{", flags.join(" | "));
+        for case in 0..1usize << switches.len() {
+            let _ = writeln!(body, "    case {case}: {{");
+            body.push_str(&c_row_loops(
+                &emitter,
+                &resolution(&switches, case),
+                "        ",
+            ));
+            let _ = writeln!(body, "        break;\n    }}");
+        }
+        let _ = writeln!(body, "    }}");
+    }
+    let _ = writeln!(body, "    return bad != 0;\n}}");
+    Ok(body)
+}
+
+/// The loop nest over the block's rows, with the branches `resolved`
+/// fixes; values written to `T` that are not finite set `bad`.
+fn c_row_loops(emitter: &Emitter<'_>, resolved: &HashMap<usize, bool>, indent: &str) -> String {
+    let kernel = emitter.kernel;
+    let live = live_registers(kernel, resolved);
     let n = kernel.instructions.len();
     let range = |out: Register| {
         if out == OUTPUT {
@@ -613,15 +856,17 @@ pub fn c_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
         let ext = range(out);
         let joins = groups.last().is_some_and(|(lo, hi, members)| {
             (*lo, *hi) == ext
-                && instruction.sources().iter().all(|s| match s {
-                    Source::Register { register, shift } => {
-                        *shift == 0
-                            || !members
-                                .iter()
-                                .any(|&m| kernel.instructions[m].out() == *register)
-                    }
-                    Source::Field { .. } => true,
-                })
+                && sources_resolved(kernel, i, resolved)
+                    .iter()
+                    .all(|s| match s {
+                        Source::Register { register, shift } => {
+                            *shift == 0
+                                || !members
+                                    .iter()
+                                    .any(|&m| kernel.instructions[m].out() == *register)
+                        }
+                        Source::Field { .. } => true,
+                    })
         });
         if !joins {
             groups.push((ext.0, ext.1, Vec::new()));
@@ -642,11 +887,11 @@ pub fn c_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
     if kernel.result != OUTPUT && (kernel.result as usize) < stored.len() {
         stored[kernel.result as usize] = true;
     }
-    for (i, instruction) in kernel.instructions.iter().enumerate() {
+    for i in 0..n {
         if group_of[i] == usize::MAX {
             continue;
         }
-        for source in instruction.sources() {
+        for source in sources_resolved(kernel, i, resolved) {
             if let Source::Register { register, shift } = source
                 && register != OUTPUT
             {
@@ -663,37 +908,21 @@ pub fn c_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
     let mut body = String::new();
     let _ = writeln!(
         body,
-        "void {name}(const double *const *f, const long long *fs, const double *p, const double *g,\n\
-         \x20   double *t, long long tsy, long long tsz, double *s, long long width, long long rowcap,\n\
-         \x20   long long halo, long long x0, long long x1, long long j0, long long rows, long long k)\n{{"
+        "{indent}for (long long r = 0; r < rows; ++r) {{\n{indent}    const long long j = j0 + r;"
     );
-    let _ = writeln!(
-        body,
-        "    (void)g; (void)p; (void)fs; (void)s; (void)t; (void)tsy; (void)tsz;"
-    );
-    for slot in 0..kernel.parameters.len() {
-        let _ = writeln!(body, "    const double p{slot} = p[{slot}];");
-    }
-    let _ = writeln!(
-        body,
-        "    const long long rl = width * rowcap;\n    (void)rl; (void)halo;"
-    );
-    let _ = writeln!(
-        body,
-        "    for (long long r = 0; r < rows; ++r) {{\n        const long long j = j0 + r;"
-    );
-    body.push_str(&row_declarations(kernel, "        "));
-    let _ = writeln!(body, "        double *T = t + j * tsy + k * tsz; (void)T;");
+    let inner = format!("{indent}    ");
+    body.push_str(&row_declarations(kernel, &inner));
+    let _ = writeln!(body, "{inner}double *T = t + j * tsy + k * tsz; (void)T;");
     for (register, _) in stored.iter().enumerate().filter(|(_, s)| **s) {
         let _ = writeln!(
             body,
-            "        double *R{register} = s + {register}LL * rl + r * width + halo - x0;"
+            "{inner}double *R{register} = s + {register}LL * rl + r * width + halo - x0;"
         );
     }
     for (group, (lo, hi, members)) in groups.iter().enumerate() {
         let _ = writeln!(
             body,
-            "#pragma GCC ivdep\n        for (long long x = x0 + {lo}LL; x < x1 + {hi}LL; ++x) {{"
+            "#pragma GCC ivdep\n{inner}for (long long x = x0 + {lo}LL; x < x1 + {hi}LL; ++x) {{"
         );
         for &i in members {
             let read = |source: Source| -> String {
@@ -716,21 +945,26 @@ pub fn c_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
                 }
             };
             let transfer_row = |slot: u16, row: [isize; 2]| transfer_pointer(slot, row);
-            let value = emitter.value(i, &read, "x", &transfer_row);
+            let value = value_resolved(emitter, i, resolved, &read, "x", &transfer_row);
             let out = kernel.instructions[i].out();
             if out == OUTPUT {
-                let _ = writeln!(body, "            T[x] = {value};");
+                // `!(|v| <= max)` holds for NaN and for infinities; an
+                // integer OR keeps the loop vectorisable.
+                let _ = writeln!(
+                    body,
+                    "{inner}    const double v = {value};\n{inner}    T[x] = v;\n{inner}    bad |= !(fabs(v) <= 1.7976931348623157e308);"
+                );
             } else {
-                let _ = writeln!(body, "            const double r{out} = {value};");
+                let _ = writeln!(body, "{inner}    const double r{out} = {value};");
                 if stored[out as usize] {
-                    let _ = writeln!(body, "            R{out}[x] = r{out};");
+                    let _ = writeln!(body, "{inner}    R{out}[x] = r{out};");
                 }
             }
         }
-        let _ = writeln!(body, "        }}");
+        let _ = writeln!(body, "{inner}}}");
     }
-    let _ = writeln!(body, "    }}\n}}");
-    Ok(body)
+    let _ = writeln!(body, "{indent}}}");
+    body
 }
 
 /// The CUDA C kernel computing `kernel` at one point per thread (see the

@@ -143,7 +143,7 @@ pub fn lower_for(
 /// let phi = SpatialField::<CellCentre>::new("phi", &patch, Device::Cpu)?;
 /// let expr = exp(field(&phi)) * 2.0;
 /// let c = generated_source(expr.node(), &patch, Dialect::C)?;
-/// assert!(c.contains("void kernel(") && c.contains("ws_exp("));
+/// assert!(c.contains("long long kernel(") && c.contains("ws_exp("));
 /// let cuda = generated_source(expr.node(), &patch, Dialect::Cuda)?;
 /// assert!(cuda.contains("__global__ void kernel("));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
