@@ -49,6 +49,10 @@ pub trait Expression: Send + Sync {
     fn as_language_modifier(&self) -> Option<&LanguageModifier> {
         None
     }
+    /// The group behind this node, if horizontal fusion formed one.
+    fn as_horizontal_group(&self) -> Option<&crate::passes::horizontal::HorizontalGroup> {
+        None
+    }
     /// The kernels one execution runs when its output has `layout`: 1 for
     /// a language expression (plus the masked assignments of modifiers
     /// fused into it that do not run as row epilogues), one per masked
@@ -61,6 +65,9 @@ pub trait Expression: Send + Sync {
     /// Computes the outputs from the inputs.
     fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()>;
 }
+
+/// Every output of an expression with its field (`None` when unallocated).
+pub(crate) type OutputFields<'a> = Vec<(&'a Tag, Option<&'a mut AnyField>)>;
 
 /// The fields one expression may touch while it runs.
 pub struct EvaluationContext<'g> {
@@ -91,6 +98,29 @@ impl EvaluationContext<'_> {
     /// what their code computes, at least the interior).
     pub fn region(&self) -> Option<IndexBox> {
         self.region
+    }
+
+    /// Every input bound under its tag's id (for IR leaves built from
+    /// tags), and every output with its field (`None` when unallocated).
+    pub(crate) fn split_for_group(
+        &mut self,
+    ) -> GraphResult<(Vec<TagBinding<'_>>, OutputFields<'_>)> {
+        let mut bindings = Vec::with_capacity(self.inputs.len());
+        for (tag, guard) in &self.inputs {
+            let field = guard
+                .as_ref()
+                .ok_or_else(|| self.unavailable(tag, "it has not been allocated"))?;
+            bindings.push(TagBinding {
+                id: tag.id(),
+                field: field.as_bound(),
+            });
+        }
+        let outputs = self
+            .outputs
+            .iter_mut()
+            .map(|(tag, guard)| (*tag, guard.as_mut()))
+            .collect();
+        Ok((bindings, outputs))
     }
 
     /// An input field.
@@ -144,7 +174,7 @@ impl EvaluationContext<'_> {
 }
 
 /// A field bound under its tag's id, so IR leaves built from tags find it.
-struct TagBinding<'a> {
+pub(crate) struct TagBinding<'a> {
     id: u64,
     field: &'a dyn BoundField,
 }
@@ -257,6 +287,11 @@ impl LanguageExpression {
     /// The tag assigned.
     pub fn target(&self) -> &Tag {
         &self.target
+    }
+
+    /// The location of the target.
+    pub fn location(&self) -> LocationKind {
+        self.location
     }
 
     /// The IR of the right-hand side.

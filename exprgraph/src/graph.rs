@@ -17,7 +17,7 @@ use crate::analyses::{critical_path, lifetimes};
 use crate::error::{GraphError, GraphResult};
 use crate::expression::{Expression, ExpressionKind};
 use crate::factory::Factory;
-use crate::passes::{cse, fusion};
+use crate::passes::{cse, fusion, horizontal};
 use crate::scheduler::Statistics;
 use crate::store::{AnyField, FieldStore, GraphLocation};
 use crate::tag::Tag;
@@ -62,6 +62,12 @@ pub struct GraphOptions {
     /// ([`crate::passes::cse`]): a costly subexpression several language
     /// nodes compute is otherwise hoisted into a node of its own.
     pub no_common_subexpressions: bool,
+    /// Enables horizontal fusion ([`crate::passes::horizontal`]):
+    /// independent language nodes over the same box run as one loop nest.
+    /// Off by default: on the 2-core development machine it saved nothing
+    /// measurable on the ExprLib test and serialised the members' ghost
+    /// layers (see `docs/benchmarks.md`). `no_fusion` disables it too.
+    pub horizontal_fusion: bool,
     /// Tags to keep for the life of the graph (e.g. fields to output).
     pub persistent: Vec<Tag>,
     /// Most bytes of scratch fields alive at once; nodes whose outputs do
@@ -248,6 +254,8 @@ pub struct ExpressionGraph {
     pub(crate) fusions: usize,
     /// Subexpressions hoisted by common-subexpression elimination.
     pub(crate) hoisted: usize,
+    /// Groups of nodes fused horizontally.
+    pub(crate) groups: usize,
     pub(crate) regions: RegionPlan,
     /// Per field: a placeholder that was bound, written or filled (reading
     /// one that was not is an error at execute).
@@ -414,6 +422,18 @@ impl ExpressionGraph {
             node.region = *region;
         }
 
+        // Horizontal fusion needs the boxes; the order is planned again
+        // over the grouped nodes.
+        let mut groups = 0;
+        if !options.no_fusion && options.horizontal_fusion {
+            groups = horizontal::group(&mut nodes, &fields)?;
+        }
+        let (users, producer) = link(&nodes, fields.len());
+        let (parents, children) = edges(&nodes, &users, &producer);
+        check_acyclic(&nodes, &parents, &fields)?;
+        let priority = critical_path::priorities(&children, &vec![1.0; nodes.len()]);
+        let order = critical_path::plan_order(&parents, &children, &priority);
+
         let plan = lifetimes::plan(&nodes, &fields, &users, &producer, &order);
         if let Some(budget) = options.memory_budget
             && budget < plan.minimum_budget.max(plan.peak_with_reuse)
@@ -472,6 +492,7 @@ impl ExpressionGraph {
             statistics: Mutex::new(Statistics::new(node_count)),
             fusions,
             hoisted,
+            groups,
             provided: (0..field_count).map(|_| AtomicBool::new(false)).collect(),
             execution: Mutex::new(()),
         })
@@ -496,6 +517,12 @@ impl ExpressionGraph {
     /// hoisted into nodes of their own ([`crate::passes::cse`]).
     pub fn common_subexpressions(&self) -> usize {
         self.hoisted
+    }
+
+    /// How many groups of independent nodes run as one loop nest
+    /// ([`crate::passes::horizontal`]).
+    pub fn horizontal_groups(&self) -> usize {
+        self.groups
     }
 
     /// The fields of the graph.
@@ -622,15 +649,21 @@ impl ExpressionGraph {
     /// ([`LanguageExpression::checking_finite`](crate::LanguageExpression::checking_finite)),
     /// in execution order.
     pub fn finite_checked_nodes(&self) -> Vec<String> {
-        self.nodes
-            .iter()
-            .filter(|n| {
-                n.expression
-                    .as_language()
-                    .is_some_and(|l| l.checks_finite())
-            })
-            .map(|n| n.expression.name())
-            .collect()
+        let mut names = Vec::new();
+        for node in &self.nodes {
+            let expression = &node.expression;
+            match (expression.as_language(), expression.as_horizontal_group()) {
+                (Some(l), _) if l.checks_finite() => names.push(expression.name()),
+                (_, Some(group)) => names.extend(
+                    group
+                        .members()
+                        .filter(|l| l.checks_finite())
+                        .map(|l| l.name()),
+                ),
+                _ => {}
+            }
+        }
+        names
     }
 
     /// Native (hand-written, CPU-only) nodes: what keeps a graph off a GPU.
@@ -1035,7 +1068,7 @@ pub(crate) fn link(
 
 /// Parents and children: each writer of a field follows the previous
 /// writer (producer, then modifiers in order); each reader follows the last.
-fn edges(
+pub(crate) fn edges(
     nodes: &[GraphNode],
     users: &[Vec<usize>],
     producer: &[Option<usize>],

@@ -5,6 +5,7 @@
 //! the same lowering (from the kernel cache).
 
 use crate::error::GraphResult;
+use crate::expression::LanguageExpression;
 use crate::graph::ExpressionGraph;
 use std::fmt::Write;
 use watershed_fields::{FieldLayout, IndexBox};
@@ -49,25 +50,27 @@ impl ExpressionGraph {
         for &n in &self.order {
             let node = &self.nodes[n];
             let mut kernels: Vec<(String, std::sync::Arc<Node>)> = Vec::new();
+            let region = node.region.map_or_else(|| "its interior".into(), describe);
             if let Some(expression) = node.expression.as_language() {
-                let target = expression.target();
-                let region = node.region.map_or_else(|| "its interior".into(), describe);
-                let mut heading = format!("node `{}`: {target} over {region}", node.name);
+                let mut heading = format!(
+                    "node `{}`: {} over {region}",
+                    node.name,
+                    expression.target()
+                );
                 if !node.fused_from.is_empty() {
                     let _ = write!(heading, " (fused from {})", node.fused_from.join(", "));
                 }
-                kernels.push((heading, expression.root().clone()));
-                let layout = FieldLayout::new(&self.patch, self.fields[node.outputs[0]].location);
-                let then = expression.fused_assignments(&layout)?;
-                for (k, (region, root)) in then.iter().enumerate() {
+                self.language_kernels(heading, &node.name, expression, &mut kernels)?;
+            } else if let Some(group) = node.expression.as_horizontal_group() {
+                for (m, expression) in group.members().enumerate() {
                     let heading = format!(
-                        "node `{}`, fused modifier assignment {} of {}: {target} over {}",
+                        "node `{}`, member {} of {} (one loop nest): {} over {region}",
                         node.name,
-                        k + 1,
-                        then.len(),
-                        describe(*region)
+                        m + 1,
+                        group.len(),
+                        expression.target()
                     );
-                    kernels.push((heading, root.clone()));
+                    self.language_kernels(heading, &node.name, expression, &mut kernels)?;
                 }
             } else if let Some(modifier) = node.expression.as_language_modifier() {
                 let layout = FieldLayout::new(&self.patch, self.fields[node.outputs[0]].location);
@@ -106,6 +109,33 @@ impl ExpressionGraph {
             "/* Watershed: the {count} kernel(s) of this graph in {language}, in execution order */\n{}{functions}",
             emit::prelude(dialect)
         ))
+    }
+}
+
+impl ExpressionGraph {
+    /// The kernels of one language expression: its own (under `heading`)
+    /// and those of the modifiers fused into it.
+    fn language_kernels(
+        &self,
+        heading: String,
+        node: &str,
+        expression: &LanguageExpression,
+        kernels: &mut Vec<(String, std::sync::Arc<Node>)>,
+    ) -> GraphResult<()> {
+        let target = expression.target();
+        kernels.push((heading, expression.root().clone()));
+        let layout = FieldLayout::new(&self.patch, expression.location());
+        let then = expression.fused_assignments(&layout)?;
+        for (k, (region, root)) in then.iter().enumerate() {
+            let heading = format!(
+                "node `{node}`, fused modifier assignment {} of {}: {target} over {}",
+                k + 1,
+                then.len(),
+                describe(*region)
+            );
+            kernels.push((heading, root.clone()));
+        }
+        Ok(())
     }
 }
 

@@ -180,6 +180,159 @@ pub fn assign_node_then<L: Location>(
     options: AssignOptions,
     then: &[MaskedAssignment],
 ) -> OperatorResult<()> {
+    let staged = stage(target, target_leaf, root, fields, &options, then)?;
+    let epilogues = staged.epilogues();
+    let non_finite = evaluate::assign(
+        &staged.main.lowered.kernel,
+        staged.main.native.as_deref(),
+        &staged.main_data,
+        &staged.main_parameters,
+        staged.layout.patch(),
+        staged.target_data,
+        staged.main.region,
+        options.parallelism,
+        options.check_finite,
+        &epilogues,
+    );
+    staged.finish(target, non_finite, options.parallelism)
+}
+
+/// One member of [`assign_nodes_then`]: what [`assign_node_then`] takes.
+pub struct NodeAssignment<'t, L: Location> {
+    /// The field written.
+    pub target: &'t mut SpatialField<L, f64>,
+    /// Leaves with this id stand for the target.
+    pub target_leaf: u64,
+    /// The value.
+    pub root: &'t Arc<Node>,
+    /// Region, finiteness check and back end (the parallelism of the first
+    /// member applies to the whole group).
+    pub options: AssignOptions,
+    /// Masked assignments after it (boundary conditions).
+    pub then: &'t [MaskedAssignment],
+}
+
+/// Several independent [`assign_node_then`] calls run as one loop nest
+/// (horizontal fusion): every member computes its rows of a strip of
+/// planes before the next strip starts, so inputs the members share (a
+/// diffusivity every equation reads) are fetched from memory once per
+/// strip rather than once per member. Values are bitwise those of separate
+/// calls. Every check of the separate calls is made before anything is
+/// written, and also that no member reads or aliases another member's
+/// target ([`OperatorError::Aliasing`]). A value that is not finite is
+/// reported for the first member (in order) that watches and met one.
+pub fn assign_nodes_then<L: Location>(
+    members: &mut [NodeAssignment<'_, L>],
+    fields: &[&dyn BoundField],
+) -> OperatorResult<()> {
+    let Some(parallelism) = members.first().map(|m| m.options.parallelism) else {
+        return Ok(());
+    };
+    let mut staged = Vec::with_capacity(members.len());
+    for m in members.iter_mut() {
+        staged.push(stage(
+            m.target,
+            m.target_leaf,
+            m.root,
+            fields,
+            &m.options,
+            m.then,
+        )?);
+    }
+    for (i, writer) in staged.iter().enumerate() {
+        let written = writer.target_data.pointer as usize
+            ..writer.target_data.pointer as usize + 8 * writer.target_data.len;
+        for (j, reader) in staged.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            for b in reader
+                .main
+                .bound
+                .iter()
+                .chain(reader.masked.iter().flat_map(|m| m.bound.iter()))
+            {
+                let Binding::Field(field, data) = b else {
+                    continue;
+                };
+                let range = data.as_ptr_range();
+                let (lo, hi) = (range.start as usize, range.end as usize);
+                if lo < written.end && written.start < hi {
+                    return Err(OperatorError::Aliasing {
+                        target: writer.name.clone(),
+                        field: format!(
+                            "{} (read by the assignment to {} in the same group)",
+                            field.name(),
+                            reader.name
+                        ),
+                    });
+                }
+            }
+            let other = reader.target_data.pointer as usize;
+            if other >= written.start && other < written.end {
+                return Err(OperatorError::Aliasing {
+                    target: writer.name.clone(),
+                    field: format!("{} (another target of the same group)", reader.name),
+                });
+            }
+        }
+    }
+    let epilogues: Vec<Vec<Epilogue<'_>>> = staged.iter().map(|s| s.epilogues()).collect();
+    let assignments: Vec<evaluate::Assignment<'_>> = staged
+        .iter()
+        .zip(&epilogues)
+        .zip(members.iter())
+        .map(|((s, e), m)| evaluate::Assignment {
+            kernel: &s.main.lowered.kernel,
+            native: s.main.native.as_deref(),
+            fields: &s.main_data,
+            parameters: &s.main_parameters,
+            target: s.target_data,
+            region: s.main.region,
+            watch_finite: m.options.check_finite,
+            epilogues: e,
+        })
+        .collect();
+    let patch = match staged.first() {
+        Some(s) => s.layout.patch().clone(),
+        None => return Ok(()),
+    };
+    let non_finite = evaluate::assign_many(&assignments, &patch, parallelism);
+    drop(assignments);
+    drop(epilogues);
+    for ((s, m), bad) in staged.into_iter().zip(members.iter_mut()).zip(non_finite) {
+        s.finish(m.target, bad, parallelism)?;
+    }
+    Ok(())
+}
+
+/// An assignment with its masked assignments, checked, bound and ready to
+/// run (see [`stage`]).
+struct Staged<'f> {
+    name: String,
+    layout: FieldLayout,
+    main: Prepared<'f>,
+    main_data: Vec<FieldData<'f>>,
+    main_parameters: Vec<f64>,
+    masked: Vec<Prepared<'f>>,
+    masked_data: Vec<Vec<FieldData<'f>>>,
+    masked_parameters: Vec<Vec<f64>>,
+    /// How many leading masked assignments run as row epilogues.
+    fused: usize,
+    target_data: TargetData,
+}
+
+/// Prepares `root` and the masked assignments `then` for `target`: every
+/// check of separate calls (regions, ghost layers, self-overlap, aliasing)
+/// before anything is written.
+fn stage<'f, L: Location>(
+    target: &mut SpatialField<L, f64>,
+    target_leaf: u64,
+    root: &Arc<Node>,
+    fields: &[&'f dyn BoundField],
+    options: &AssignOptions,
+    then: &[MaskedAssignment],
+) -> OperatorResult<Staged<'f>> {
     let name = target.name().to_string();
     let layout = target.layout().clone();
     let main = prepare(
@@ -243,76 +396,95 @@ pub fn assign_node_then<L: Location>(
         strides: layout.strides().map(|s| s as isize),
     };
     let main_data = field_data(&main, &target_data, &layout);
-    let masked_data: Vec<Vec<FieldData<'_>>> = masked
+    let masked_data = masked
         .iter()
         .map(|m| field_data(m, &target_data, &layout))
         .collect();
-    let masked_parameters: Vec<Vec<f64>> = masked
+    let masked_parameters = masked
         .iter()
         .map(|m| m.lowered.parameter_values())
         .collect();
-    let rows_of_main = |region: &IndexBox| {
-        let mut inside = *region;
-        for axis in 1..3 {
-            inside.lo[axis] = inside.lo[axis].max(main.region.lo[axis]);
-            inside.hi[axis] = inside.hi[axis].min(main.region.hi[axis]);
-        }
-        inside
-    };
-    let epilogues: Vec<Epilogue<'_>> = (0..fused)
-        .map(|i| Epilogue {
-            kernel: &masked[i].lowered.kernel,
-            native: masked[i].native.as_deref(),
-            fields: &masked_data[i],
-            parameters: &masked_parameters[i],
-            region: rows_of_main(&masked[i].region),
-        })
-        .collect();
-    let non_finite = evaluate::assign(
-        &main.lowered.kernel,
-        main.native.as_deref(),
-        &main_data,
-        &main.lowered.parameter_values(),
-        layout.patch(),
+    Ok(Staged {
+        name,
+        main_parameters: main.lowered.parameter_values(),
+        layout,
+        main,
+        main_data,
+        masked,
+        masked_data,
+        masked_parameters,
+        fused,
         target_data,
-        main.region,
-        options.parallelism,
-        options.check_finite,
-        &epilogues,
-    );
-    if let Some(point) = non_finite {
-        return Err(OperatorError::NotFinite {
-            target: name,
-            point,
-            value: target
-                .values()
-                .ok()
-                .and_then(|v| v.get(layout.linear_index(point)).copied())
-                .unwrap_or(f64::NAN),
-        });
-    }
-    for (i, m) in masked.iter().enumerate() {
-        let boxes = if i < fused {
-            outside_rows(&m.region, &main.region)
-        } else {
-            vec![m.region]
+    })
+}
+
+impl Staged<'_> {
+    /// The row epilogues: the leading masked assignments that fuse, over
+    /// their points in the main region's rows.
+    fn epilogues(&self) -> Vec<Epilogue<'_>> {
+        let main = &self.main.region;
+        let rows_of_main = |region: &IndexBox| {
+            let mut inside = *region;
+            for axis in 1..3 {
+                inside.lo[axis] = inside.lo[axis].max(main.lo[axis]);
+                inside.hi[axis] = inside.hi[axis].min(main.hi[axis]);
+            }
+            inside
         };
-        for region in boxes {
-            evaluate::assign(
-                &m.lowered.kernel,
-                m.native.as_deref(),
-                &masked_data[i],
-                &masked_parameters[i],
-                layout.patch(),
-                target_data,
-                region,
-                options.parallelism,
-                false,
-                &[],
-            );
-        }
+        (0..self.fused)
+            .map(|i| Epilogue {
+                kernel: &self.masked[i].lowered.kernel,
+                native: self.masked[i].native.as_deref(),
+                fields: &self.masked_data[i],
+                parameters: &self.masked_parameters[i],
+                region: rows_of_main(&self.masked[i].region),
+            })
+            .collect()
     }
-    Ok(())
+
+    /// After the main kernel ran: the error for the first value that is
+    /// not finite (`non_finite`), else the masked assignments' points the
+    /// epilogues did not write.
+    fn finish<L: Location>(
+        self,
+        target: &SpatialField<L, f64>,
+        non_finite: Option<[isize; 3]>,
+        parallelism: Parallelism,
+    ) -> OperatorResult<()> {
+        if let Some(point) = non_finite {
+            return Err(OperatorError::NotFinite {
+                target: self.name,
+                point,
+                value: target
+                    .values()
+                    .ok()
+                    .and_then(|v| v.get(self.layout.linear_index(point)).copied())
+                    .unwrap_or(f64::NAN),
+            });
+        }
+        for (i, m) in self.masked.iter().enumerate() {
+            let boxes = if i < self.fused {
+                outside_rows(&m.region, &self.main.region)
+            } else {
+                vec![m.region]
+            };
+            for region in boxes {
+                evaluate::assign(
+                    &m.lowered.kernel,
+                    m.native.as_deref(),
+                    &self.masked_data[i],
+                    &self.masked_parameters[i],
+                    self.layout.patch(),
+                    self.target_data,
+                    region,
+                    parallelism,
+                    false,
+                    &[],
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The evaluator's view of `prepared`'s bindings; the target's slots read

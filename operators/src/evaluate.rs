@@ -1560,24 +1560,29 @@ pub(crate) fn assign(
     } else {
         parallelism
     };
+    let member = Assignment {
+        kernel,
+        native,
+        fields,
+        parameters,
+        target,
+        region,
+        watch_finite,
+        epilogues,
+    };
     let run_groups = |groups: &[RowGroup]| -> Option<[isize; 3]> {
         let mut scratch = ctx.scratch();
         let mut epilogue_scratch: Vec<Vec<f64>> =
             epilogue_contexts.iter().map(|c| c.scratch()).collect();
         let mut first_bad = None;
         for group in groups {
-            for block in blocks_of(group, &region) {
-                let bad = run_and_store(&ctx, &mut scratch, &target, block, watch_finite);
-                first_bad = earlier(first_bad, bad);
-            }
-            let rows = (group.j0, group.j0 + group.rows as isize, group.k);
-            for ((e, c), s) in epilogues
-                .iter()
-                .zip(&epilogue_contexts)
-                .zip(&mut epilogue_scratch)
-            {
-                run_rows(c, s, &target, &e.region, rows);
-            }
+            let bad = run_group(
+                &member,
+                (&ctx, &epilogue_contexts),
+                (&mut scratch, &mut epilogue_scratch),
+                group,
+            );
+            first_bad = earlier(first_bad, bad);
         }
         first_bad
     };
@@ -1589,6 +1594,156 @@ pub(crate) fn assign(
                 .into_par_iter()
                 .map(|range| run_groups(&groups[range]))
                 .reduce(|| None, earlier)
+        }
+    })
+}
+
+/// Runs one group of rows of `member` (its blocks, then its epilogues over
+/// the same rows); returns the first point written that is not finite
+/// when `member.watch_finite`.
+fn run_group(
+    member: &Assignment<'_>,
+    contexts: (&Context<'_>, &[Context<'_>]),
+    scratch: (&mut Vec<f64>, &mut [Vec<f64>]),
+    group: &RowGroup,
+) -> Option<[isize; 3]> {
+    let (ctx, epilogue_contexts) = contexts;
+    let (scratch, epilogue_scratch) = scratch;
+    let mut first_bad = None;
+    for block in blocks_of(group, &member.region) {
+        let bad = run_and_store(ctx, scratch, &member.target, block, member.watch_finite);
+        first_bad = earlier(first_bad, bad);
+    }
+    let rows = (group.j0, group.j0 + group.rows as isize, group.k);
+    for ((e, c), s) in member
+        .epilogues
+        .iter()
+        .zip(epilogue_contexts)
+        .zip(epilogue_scratch.iter_mut())
+    {
+        run_rows(c, s, &member.target, &e.region, rows);
+    }
+    first_bad
+}
+
+/// One assignment of a horizontal group (see [`assign_many`]): what
+/// [`assign`] takes, as a value.
+pub(crate) struct Assignment<'a> {
+    pub kernel: &'a Kernel,
+    pub native: Option<&'a NativeKernel>,
+    pub fields: &'a [FieldData<'a>],
+    pub parameters: &'a [f64],
+    pub target: TargetData,
+    pub region: IndexBox,
+    pub watch_finite: bool,
+    pub epilogues: &'a [Epilogue<'a>],
+}
+
+/// Rows of a plane in one strip of a horizontal group.
+const STRIP_ROWS: isize = 16;
+
+/// Evaluates independent assignments (distinct targets, none reading
+/// another's target) as one loop nest: the union of their regions is cut
+/// into strips of [`STRIP_ROWS`] rows of one plane, and every member
+/// computes its rows of a strip (with its epilogues) before the next strip
+/// starts, so the inputs they share (a diffusivity read by every equation)
+/// come from memory once per strip instead of once per member. Each
+/// member's rows, blocks and arithmetic are those of [`assign`], so the
+/// values are bitwise the same as separate calls. Returns, per member, the
+/// first point written that is not finite (members that watch).
+pub(crate) fn assign_many(
+    members: &[Assignment<'_>],
+    patch: &Patch,
+    parallelism: Parallelism,
+) -> Vec<Option<[isize; 3]>> {
+    let count = members.len();
+    let mut span: Option<IndexBox> = None;
+    for m in members.iter().filter(|m| !m.region.is_empty()) {
+        span = Some(match span {
+            None => m.region,
+            Some(s) => IndexBox::new(
+                [0, 1, 2].map(|a| s.lo[a].min(m.region.lo[a])),
+                [0, 1, 2].map(|a| s.hi[a].max(m.region.hi[a])),
+            ),
+        });
+    }
+    let Some(span) = span else {
+        return vec![None; count];
+    };
+    let contexts: Vec<(Context<'_>, Vec<Context<'_>>)> = members
+        .iter()
+        .map(|m| {
+            let ctx = plan(m.kernel, m.native, m.fields, m.parameters, patch, &m.region).0;
+            let epilogue_contexts = m
+                .epilogues
+                .iter()
+                .map(|e| plan(e.kernel, e.native, e.fields, e.parameters, patch, &e.region).0)
+                .collect();
+            (ctx, epilogue_contexts)
+        })
+        .collect();
+    let mut strips = Vec::new();
+    for k in span.lo[2]..span.hi[2] {
+        let mut j = span.lo[1];
+        while j < span.hi[1] {
+            strips.push((k, j, (j + STRIP_ROWS).min(span.hi[1])));
+            j += STRIP_ROWS;
+        }
+    }
+    let points: usize = members.iter().map(|m| m.region.len()).sum();
+    let parallelism = if points < PARALLEL_THRESHOLD {
+        Parallelism::Serial
+    } else {
+        parallelism
+    };
+    let run_strips = |strips: &[(isize, isize, isize)]| -> Vec<Option<[isize; 3]>> {
+        let mut scratch: Vec<(Vec<f64>, Vec<Vec<f64>>)> = contexts
+            .iter()
+            .map(|(c, e)| (c.scratch(), e.iter().map(|c| c.scratch()).collect()))
+            .collect();
+        let mut first_bad = vec![None; count];
+        for &(k, strip_lo, strip_hi) in strips {
+            for (m, member) in members.iter().enumerate() {
+                let region = &member.region;
+                let (j_lo, j_hi) = (strip_lo.max(region.lo[1]), strip_hi.min(region.hi[1]));
+                if region.is_empty() || k < region.lo[2] || k >= region.hi[2] || j_lo >= j_hi {
+                    continue;
+                }
+                let (ctx, epilogue_contexts) = &contexts[m];
+                let (own, epilogue_scratch) = &mut scratch[m];
+                let mut j0 = j_lo;
+                while j0 < j_hi {
+                    let rows = ctx.rows.min((j_hi - j0) as usize);
+                    let group = RowGroup {
+                        j0,
+                        rows,
+                        k,
+                        first_row: 0,
+                    };
+                    let bad = run_group(
+                        member,
+                        (ctx, epilogue_contexts),
+                        (own, epilogue_scratch),
+                        &group,
+                    );
+                    first_bad[m] = earlier(first_bad[m], bad);
+                    j0 += rows as isize;
+                }
+            }
+        }
+        first_bad
+    };
+    parallelism.run(|threads| {
+        if threads <= 1 || strips.len() < 2 {
+            run_strips(&strips)
+        } else {
+            chunk_ranges(strips.len(), threads)
+                .into_par_iter()
+                .map(|range| run_strips(&strips[range]))
+                .reduce(
+                    || vec![None; count],
+                    |a, b| a.into_iter().zip(b).map(|(p, q)| earlier(p, q)).collect(),
+                )
         }
     })
 }

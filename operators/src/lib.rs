@@ -66,9 +66,10 @@ pub mod stencil;
 pub mod vmath;
 
 pub use assign::{
-    Assign, AssignOptions, MaskedAssignment, ReduceRegion, Region, assign_node,
-    assign_node_reading_target, assign_node_then, field_max, field_min, interior_max, interior_min,
-    interior_norm_l2, interior_sum, norm_l2, reduce, row_epilogue_count, sum, update, update_with,
+    Assign, AssignOptions, MaskedAssignment, NodeAssignment, ReduceRegion, Region, assign_node,
+    assign_node_reading_target, assign_node_then, assign_nodes_then, field_max, field_min,
+    interior_max, interior_min, interior_norm_l2, interior_sum, norm_l2, reduce,
+    row_epilogue_count, sum, update, update_with,
 };
 pub use cache::{
     CacheStatistics, LoweredKernel, cache_statistics, lower_cached, lower_specialised,
