@@ -1586,14 +1586,27 @@ pub(crate) fn assign(
         }
         first_bad
     };
+    run_in_chunks(parallelism, &groups, run_groups, || None, earlier)
+}
+
+/// `run` over all of `items` (serial), or over contiguous chunks of them
+/// on the threads of `parallelism`, the results combined with `merge`
+/// (`identity` is its neutral element).
+fn run_in_chunks<T: Sync, R: Send>(
+    parallelism: Parallelism,
+    items: &[T],
+    run: impl Fn(&[T]) -> R + Sync + Send,
+    identity: impl Fn() -> R + Sync + Send,
+    merge: impl Fn(R, R) -> R + Sync + Send,
+) -> R {
     parallelism.run(|threads| {
-        if threads <= 1 || groups.len() < 2 {
-            run_groups(&groups)
+        if threads <= 1 || items.len() < 2 {
+            run(items)
         } else {
-            chunk_ranges(groups.len(), threads)
+            chunk_ranges(items.len(), threads)
                 .into_par_iter()
-                .map(|range| run_groups(&groups[range]))
-                .reduce(|| None, earlier)
+                .map(|range| run(&items[range]))
+                .reduce(identity, merge)
         }
     })
 }
@@ -1733,19 +1746,13 @@ pub(crate) fn assign_many(
         }
         first_bad
     };
-    parallelism.run(|threads| {
-        if threads <= 1 || strips.len() < 2 {
-            run_strips(&strips)
-        } else {
-            chunk_ranges(strips.len(), threads)
-                .into_par_iter()
-                .map(|range| run_strips(&strips[range]))
-                .reduce(
-                    || vec![None; count],
-                    |a, b| a.into_iter().zip(b).map(|(p, q)| earlier(p, q)).collect(),
-                )
-        }
-    })
+    run_in_chunks(
+        parallelism,
+        &strips,
+        run_strips,
+        || vec![None; count],
+        |a, b| a.into_iter().zip(b).map(|(p, q)| earlier(p, q)).collect(),
+    )
 }
 
 /// Reduces the values of `kernel`'s result over `region`.

@@ -19,11 +19,11 @@
 
 use crate::error::{GraphError, GraphResult};
 use crate::expression::{EvaluationContext, Expression, ExpressionKind, LanguageExpression};
-use crate::graph::{FieldInfo, GraphNode, edges, link};
+use crate::graph::{FieldInfo, GraphNode, Target, edges, link};
 use crate::store::{AnyField, GraphLocation};
 use crate::tag::Tag;
 use std::sync::Arc;
-use watershed_fields::{CellCentre, FieldLayout, LocationKind, XFace, YFace, ZFace};
+use watershed_fields::{CellCentre, FieldLayout, IndexBox, LocationKind, XFace, YFace, ZFace};
 use watershed_operators::{
     AssignOptions, BoundField, NodeAssignment, OperatorError, Region, assign_nodes_then,
 };
@@ -165,17 +165,16 @@ impl HorizontalGroup {
     }
 }
 
-/// Whether node `n` may join a group, with its grouping key.
-fn key(node: &GraphNode, fields: &[FieldInfo]) -> Option<(LocationKind, String)> {
+/// Nodes with equal keys may share a group: location, target, box.
+type GroupKey = (LocationKind, Target, IndexBox);
+
+/// Whether `node` may join a group, with its grouping key.
+fn key(node: &GraphNode, fields: &[FieldInfo]) -> Option<GroupKey> {
     let language = node.expression.as_language()?;
     if node.modifier || node.outputs.len() != 1 || !fields[node.outputs[0]].persistent {
         return None;
     }
-    let region = node.region?;
-    Some((
-        language.location(),
-        format!("{:?} {:?} {:?}", node.target, region.lo, region.hi),
-    ))
+    Some((language.location(), node.target, node.region?))
 }
 
 /// Every node reachable from each node along the graph's dependency
@@ -204,8 +203,7 @@ pub(crate) fn group(nodes: &mut Vec<GraphNode>, fields: &[FieldInfo]) -> GraphRe
     let mut groups = 0;
     loop {
         let reach = reachability(nodes, fields.len());
-        let keys: Vec<Option<(LocationKind, String)>> =
-            nodes.iter().map(|n| key(n, fields)).collect();
+        let keys: Vec<Option<GroupKey>> = nodes.iter().map(|n| key(n, fields)).collect();
         let mut chosen: Vec<usize> = Vec::new();
         for first in 0..nodes.len() {
             if keys[first].is_none() {

@@ -607,23 +607,29 @@ fn uniform_registers(kernel: &Kernel) -> Vec<bool> {
                 | Instruction::Parameter { .. }
         );
         uniform[out as usize] = point_wise
-            && instruction.sources().iter().all(|s| match s {
-                Source::Register { register, .. } => {
-                    *register != OUTPUT && uniform[*register as usize]
-                }
-                Source::Field { .. } => false,
-            });
+            && instruction
+                .sources()
+                .iter()
+                .all(|s| source_is_uniform(s, &uniform));
     }
     uniform
+}
+
+/// Whether `source` is a uniform register.
+fn source_is_uniform(source: &Source, uniform: &[bool]) -> bool {
+    match source {
+        Source::Register { register, .. } => *register != OUTPUT && uniform[*register as usize],
+        Source::Field { .. } => false,
+    }
 }
 
 /// Whether every source of `operand` is a uniform register (a constant
 /// has none).
 fn operand_is_uniform(operand: &Operand, uniform: &[bool]) -> bool {
-    operand.sources().iter().all(|s| match s {
-        Source::Register { register, .. } => *register != OUTPUT && uniform[*register as usize],
-        Source::Field { .. } => false,
-    })
+    operand
+        .sources()
+        .iter()
+        .all(|s| source_is_uniform(s, uniform))
 }
 
 /// The selections worth specialising: live, with a uniform condition (so
