@@ -1,8 +1,9 @@
 //! The one error type of the `exprgraph` crate, grouped by phase: building
-//! the graph, planning memory, executing. Variants name the tags at fault.
+//! the graph, planning memory, placing nodes on devices, executing. Variants
+//! name the tags and nodes at fault.
 
 use crate::tag::Tag;
-use watershed_fields::{FieldError, LocationKind};
+use watershed_fields::{Device, FieldError, LocationKind};
 use watershed_operators::OperatorError;
 
 /// Result alias used throughout the crate.
@@ -134,6 +135,40 @@ pub enum GraphError {
         needed: usize,
         /// The expression that needs it.
         expression: String,
+    },
+
+    // ---- placement ---------------------------------------------------------
+    /// A placement policy put a node on a device that cannot run it.
+    #[error("node {node} cannot run on {device}: {reason}")]
+    NotPlaceable {
+        /// The node.
+        node: String,
+        /// The device the policy chose.
+        device: Device,
+        /// Why not, and what to do.
+        reason: String,
+    },
+
+    /// A parameter of a placement policy or of its cost model is unusable.
+    #[error("placement parameter {parameter} = {value} is unusable: {reason}")]
+    PlacementParameter {
+        /// The parameter's name.
+        parameter: String,
+        /// Its value, as given.
+        value: String,
+        /// What it must be.
+        reason: String,
+    },
+
+    /// A node is placed on a device this machine or build cannot use.
+    #[error("node {node} is placed on {device}, which cannot run it: {reason}")]
+    DeviceUnavailable {
+        /// The first node placed there.
+        node: String,
+        /// The device.
+        device: Device,
+        /// Why, and what to do.
+        reason: String,
     },
 
     // ---- execution ---------------------------------------------------------

@@ -18,6 +18,7 @@ use crate::error::{GraphError, GraphResult};
 use crate::expression::{Expression, ExpressionKind};
 use crate::factory::Factory;
 use crate::passes::{cse, fusion, horizontal};
+use crate::placement::{self, DevicePlan, PlacementPolicy, StreamMode};
 use crate::scheduler::Statistics;
 use crate::store::{AnyField, FieldStore, GraphLocation};
 use crate::tag::Tag;
@@ -35,8 +36,8 @@ use watershed_fields::{
 pub enum Target {
     /// CPU threads.
     Cpu,
-    /// A CUDA stream on GPU `k` (language nodes only; placement comes with
-    /// GPU execution).
+    /// A CUDA stream on GPU `k` (language nodes only; see
+    /// [`crate::placement`]).
     Gpu(usize),
 }
 
@@ -76,6 +77,12 @@ pub struct GraphOptions {
     /// Whether too few ghost layers are an error (the default) or make the
     /// graph widen its patch.
     pub ghosts: GhostPolicy,
+    /// Which device runs each node ([`crate::placement`]; all CPU unless
+    /// set).
+    pub placement: PlacementPolicy,
+    /// How GPU nodes share streams (a stream per node from a pool unless
+    /// set).
+    pub streams: StreamMode,
 }
 
 /// What the graph knows about a field.
@@ -262,6 +269,8 @@ pub struct ExpressionGraph {
     pub(crate) provided: Vec<AtomicBool>,
     /// Serialises executions of this graph.
     pub(crate) execution: Mutex<()>,
+    /// Placement, copies and stream steps ([`crate::placement`]).
+    pub(crate) device_plan: DevicePlan,
 }
 
 thread_local! {
@@ -473,7 +482,7 @@ impl ExpressionGraph {
         }
         let node_count = nodes.len();
         let field_count = fields.len();
-        Ok(ExpressionGraph {
+        let mut graph = ExpressionGraph {
             patch,
             regions,
             fields,
@@ -495,7 +504,13 @@ impl ExpressionGraph {
             groups,
             provided: (0..field_count).map(|_| AtomicBool::new(false)).collect(),
             execution: Mutex::new(()),
-        })
+            device_plan: DevicePlan::unplanned(),
+        };
+        graph.device_plan = placement::all_cpu(&graph);
+        if options.placement != PlacementPolicy::Cpu || options.streams != StreamMode::default() {
+            graph.place(options.placement.clone(), options.streams)?;
+        }
+        Ok(graph)
     }
 
     /// Number of expression nodes (modifiers included).
@@ -866,10 +881,14 @@ impl ExpressionGraph {
 
     /// The execution graph in Graphviz DOT: one node per expression,
     /// labelled with its name and the tags it computes, filled by target
-    /// (CPU light blue, GPU light green), boxes for language expressions,
+    /// (CPU light blue, GPUs green, khaki, pink, lavender), boxes for
+    /// language expressions,
     /// ellipses for native ones, diamonds for modifiers; placeholders are
     /// grey notes; fused nodes have a double border and list the
-    /// expressions inlined into them. A legend cluster explains the shapes.
+    /// expressions inlined into them. Copies between devices
+    /// ([`crate::placement::transfers`]) are dashed red edges from the
+    /// writer (or placeholder) to each reader, labelled with the field, the
+    /// devices and the bytes. A legend cluster explains the shapes.
     /// Render with `dot -Tpng`.
     pub fn to_dot(&self) -> String {
         let mut dot = String::from(
@@ -897,10 +916,7 @@ impl ExpressionGraph {
             } else {
                 "ellipse"
             };
-            let color = match node.target {
-                Target::Cpu => "lightblue",
-                Target::Gpu(_) => "palegreen",
-            };
+            let color = target_colour(node.target);
             if node.fused_from.is_empty() {
                 let _ = writeln!(
                     dot,
@@ -928,13 +944,40 @@ impl ExpressionGraph {
                 let _ = writeln!(dot, "  n{n} -> n{c};");
             }
         }
+        // Copies between devices: dashed red edges from the writer (or
+        // the placeholder) to each reader, labelled with what moves.
+        for transfer in self.device_plan.transfers() {
+            let from = match transfer.after_node {
+                Some(w) => format!("n{w}"),
+                None if self.fields[transfer.slot].placeholder => format!("f{}", transfer.slot),
+                None => "start".to_string(),
+            };
+            if from == "start" && !dot.contains("  start [") {
+                dot.push_str(
+                    "  start [label=\"start of the execution\", shape=plaintext, style=\"\"];\n",
+                );
+            }
+            for &reader in &transfer.before_nodes {
+                let _ = writeln!(
+                    dot,
+                    "  {from} -> n{reader} [style=dashed, color=red, fontcolor=red, label=\"{}\\n{} -> {}, {} B\"];",
+                    escape(&transfer.field.to_string()),
+                    transfer.from,
+                    transfer.to,
+                    transfer.bytes
+                );
+            }
+        }
         dot.push_str(concat!(
             "  subgraph cluster_legend {\n    label=\"legend\"; fontname=\"Helvetica\";\n",
             "    legend_language [label=\"language expression\", shape=box, fillcolor=lightblue];\n",
             "    legend_fused [label=\"fused expressions\\n(fused: the inlined ones)\", shape=box, peripheries=2, fillcolor=lightblue];\n",
             "    legend_native [label=\"native (CPU-only)\", shape=ellipse, fillcolor=lightblue];\n",
             "    legend_modifier [label=\"modifier\", shape=diamond, fillcolor=lightblue];\n",
-            "    legend_gpu [label=\"placed on a GPU\", shape=box, fillcolor=palegreen];\n",
+            "    legend_gpu [label=\"placed on a GPU\\n(GPU 0 green, 1 khaki, 2 pink, 3 lavender)\", shape=box, fillcolor=palegreen];\n",
+            "    legend_copy_from [label=\"writer\", shape=box, fillcolor=palegreen];\n",
+            "    legend_copy_to [label=\"reader on another device\", shape=ellipse, fillcolor=lightblue];\n",
+            "    legend_copy_from -> legend_copy_to [style=dashed, color=red, fontcolor=red, label=\"copy: field,\\nfrom -> to, bytes\"];\n",
             "    legend_placeholder [label=\"placeholder\", shape=note, fillcolor=grey85];\n",
             "  }\n}\n"
         ));
@@ -1064,6 +1107,14 @@ pub(crate) fn link(
         }
     }
     (users, producer)
+}
+
+/// The DOT fill colour of a node on `target`.
+fn target_colour(target: Target) -> &'static str {
+    match target {
+        Target::Cpu => "lightblue",
+        Target::Gpu(k) => ["palegreen", "khaki", "pink", "lavender"][k % 4],
+    }
 }
 
 /// Parents and children: each writer of a field follows the previous

@@ -36,6 +36,7 @@
 //! | [`graph`] | [`ExpressionGraph`]: building from roots, persistence, introspection, DOT |
 //! | [`analyses`] | critical path and plan order; field lifetimes and the memory plan |
 //! | [`passes`] | fusion of language nodes |
+//! | [`placement`] | device per node, copies between devices, the stream protocol as data |
 //! | [`scheduler`] | execution: serial or threaded, memory budget, the node protocol |
 //! | [`trace`] | Chrome-trace timeline and the timing table |
 //! | [`store`] | [`AnyField`] and the per-graph field store |
@@ -49,6 +50,7 @@ pub mod expression;
 pub mod factory;
 pub mod graph;
 pub mod passes;
+pub mod placement;
 pub mod scheduler;
 pub mod source;
 pub mod store;
@@ -62,6 +64,7 @@ pub use expression::{
 };
 pub use factory::Factory;
 pub use graph::{ExpressionGraph, FieldInfo, GhostPolicy, GraphOptions, Target};
+pub use placement::{CostModel, DevicePlan, MeasuredCost, PlacementPolicy, StreamMode, Transfer};
 pub use scheduler::{ExecutionMode, ExecutionReport, TraceEvent};
 pub use store::{AnyField, GraphLocation};
 pub use tag::{Context, Tag};

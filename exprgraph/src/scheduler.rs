@@ -211,6 +211,7 @@ impl ExpressionGraph {
                 });
             }
         }
+        self.check_devices()?;
         let epoch = Instant::now();
         self.pool.reset_counters();
         let priority = self.measured_priorities();
@@ -285,6 +286,33 @@ impl ExpressionGraph {
             )));
         }
         Ok(report)
+    }
+
+    /// Refuses to run nodes placed on a GPU: naming the first such node,
+    /// the device, and why (no usable device here, or no GPU executor in
+    /// this build).
+    fn check_devices(&self) -> GraphResult<()> {
+        let Some(&first) = self
+            .order
+            .iter()
+            .find(|&&n| matches!(self.device_plan.targets[n], crate::graph::Target::Gpu(_)))
+        else {
+            return Ok(());
+        };
+        let crate::graph::Target::Gpu(ordinal) = self.device_plan.targets[first] else {
+            return Ok(());
+        };
+        let reason = match watershed_fields::gpu::gpu_unavailable_reason(ordinal) {
+            Some(reason) => format!(
+                "{reason}; place the graph with PlacementPolicy::Cpu to run it on this machine"
+            ),
+            None => "this build plans GPU placement, copies and streams but does not launch graph nodes on a GPU yet; place the graph with PlacementPolicy::Cpu".to_string(),
+        };
+        Err(GraphError::DeviceUnavailable {
+            node: self.nodes[first].name.clone(),
+            device: watershed_fields::Device::Gpu(ordinal),
+            reason,
+        })
     }
 
     /// Critical-path priorities from measured mean times (unit costs until

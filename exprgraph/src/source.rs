@@ -13,6 +13,9 @@ use watershed_operators::codegen::{emit, kernel_source};
 use watershed_operators::ir::Node;
 use watershed_operators::vmath::Dialect;
 
+/// A kernel's root with the heading comment that says where it comes from.
+pub(crate) type HeadedKernel = (String, std::sync::Arc<Node>);
+
 /// Longest expression text quoted in a kernel's heading comment.
 const QUOTED: usize = 160;
 
@@ -48,51 +51,15 @@ impl ExpressionGraph {
         let mut functions = String::new();
         let mut count = 0;
         for &n in &self.order {
-            let node = &self.nodes[n];
-            let mut kernels: Vec<(String, std::sync::Arc<Node>)> = Vec::new();
-            let region = node.region.map_or_else(|| "its interior".into(), describe);
-            if let Some(expression) = node.expression.as_language() {
-                let mut heading = format!(
-                    "node `{}`: {} over {region}",
-                    node.name,
-                    expression.target()
-                );
-                if !node.fused_from.is_empty() {
-                    let _ = write!(heading, " (fused from {})", node.fused_from.join(", "));
-                }
-                self.language_kernels(heading, &node.name, expression, &mut kernels)?;
-            } else if let Some(group) = node.expression.as_horizontal_group() {
-                for (m, expression) in group.members().enumerate() {
-                    let heading = format!(
-                        "node `{}`, member {} of {} (one loop nest): {} over {region}",
-                        node.name,
-                        m + 1,
-                        group.len(),
-                        expression.target()
-                    );
-                    self.language_kernels(heading, &node.name, expression, &mut kernels)?;
-                }
-            } else if let Some(modifier) = node.expression.as_language_modifier() {
-                let layout = FieldLayout::new(&self.patch, self.fields[node.outputs[0]].location);
-                let assignments = modifier.assignments(&layout)?;
-                for (k, (region, root)) in assignments.iter().enumerate() {
-                    let heading = format!(
-                        "modifier `{}`, assignment {} of {} over {}",
-                        node.name,
-                        k + 1,
-                        assignments.len(),
-                        describe(*region)
-                    );
-                    kernels.push((heading, root.clone()));
-                }
-            } else {
+            let Some(kernels) = self.node_kernels(n)? else {
                 let _ = writeln!(
                     functions,
                     "\n/* node `{}`: native Rust code, no generated source */",
-                    node.name
+                    self.nodes[n].name
                 );
                 continue;
-            }
+            };
+            let node = &self.nodes[n];
             for (heading, root) in kernels {
                 let name = format!("k{count}_{}", identifier(&node.name));
                 count += 1;
@@ -113,6 +80,52 @@ impl ExpressionGraph {
 }
 
 impl ExpressionGraph {
+    /// Every kernel node `n` runs, each under a heading comment, in the
+    /// order it runs them; `None` for a native node (no generated source).
+    pub(crate) fn node_kernels(&self, n: usize) -> GraphResult<Option<Vec<HeadedKernel>>> {
+        let node = &self.nodes[n];
+        let mut kernels: Vec<HeadedKernel> = Vec::new();
+        let region = node.region.map_or_else(|| "its interior".into(), describe);
+        if let Some(expression) = node.expression.as_language() {
+            let mut heading = format!(
+                "node `{}`: {} over {region}",
+                node.name,
+                expression.target()
+            );
+            if !node.fused_from.is_empty() {
+                let _ = write!(heading, " (fused from {})", node.fused_from.join(", "));
+            }
+            self.language_kernels(heading, &node.name, expression, &mut kernels)?;
+        } else if let Some(group) = node.expression.as_horizontal_group() {
+            for (m, expression) in group.members().enumerate() {
+                let heading = format!(
+                    "node `{}`, member {} of {} (one loop nest): {} over {region}",
+                    node.name,
+                    m + 1,
+                    group.len(),
+                    expression.target()
+                );
+                self.language_kernels(heading, &node.name, expression, &mut kernels)?;
+            }
+        } else if let Some(modifier) = node.expression.as_language_modifier() {
+            let layout = FieldLayout::new(&self.patch, self.fields[node.outputs[0]].location);
+            let assignments = modifier.assignments(&layout)?;
+            for (k, (region, root)) in assignments.iter().enumerate() {
+                let heading = format!(
+                    "modifier `{}`, assignment {} of {} over {}",
+                    node.name,
+                    k + 1,
+                    assignments.len(),
+                    describe(*region)
+                );
+                kernels.push((heading, root.clone()));
+            }
+        } else {
+            return Ok(None);
+        }
+        Ok(Some(kernels))
+    }
+
     /// The kernels of one language expression: its own (under `heading`)
     /// and those of the modifiers fused into it.
     fn language_kernels(
@@ -120,7 +133,7 @@ impl ExpressionGraph {
         heading: String,
         node: &str,
         expression: &LanguageExpression,
-        kernels: &mut Vec<(String, std::sync::Arc<Node>)>,
+        kernels: &mut Vec<HeadedKernel>,
     ) -> GraphResult<()> {
         let target = expression.target();
         kernels.push((heading, expression.root().clone()));

@@ -504,6 +504,11 @@ fn parse_dot(dot: &str) -> Dot {
     let (mut edges, mut placeholder_edges) = (BTreeSet::new(), BTreeSet::new());
     for line in dot.lines().map(str::trim) {
         if let Some((from, to)) = line.trim_end_matches(';').split_once(" -> ") {
+            // Attributes (copies between devices, the legend) are dropped.
+            let to = to.split_once(" [").map_or(to, |(to, _)| to);
+            if from.starts_with("legend_") {
+                continue;
+            }
             let pair = (labels[from].clone(), labels[to].clone());
             if from.starts_with('f') {
                 placeholder_edges.insert(pair);
