@@ -114,6 +114,12 @@ struct RunArgs {
     /// cuda) and exit, without running.
     #[arg(long, value_name = "LANGUAGE", value_parser = ["c", "cuda"])]
     emit: Option<String>,
+    /// Print the device plan of every graph of the case under a placement
+    /// (gpu, heterogeneous or cost, on GPU 0; sync for one stream per
+    /// device) and exit, without running: nodes per device, the copies
+    /// per execution, streams and events. Needs no GPU.
+    #[arg(long, value_name = "PLACEMENT", value_parser = ["gpu", "heterogeneous", "cost", "gpu-sync", "heterogeneous-sync"])]
+    plan: Option<String>,
     /// Replace the results of an earlier run in the output directory.
     #[arg(long)]
     overwrite: bool,
@@ -183,7 +189,7 @@ fn check_device(device: &str) -> Result<String, Failure> {
                 "--device {device}: GPU {ordinal} is not available ({reason}); use --device cpu or --device auto"
             )))),
             None => Err(usage(CaseError::Device(format!(
-                "--device {device}: GPU {ordinal} is present, but the cases run their graphs on the CPU in this build (GPU placement of whole cases arrives with heterogeneous execution); use --device cpu or auto"
+                "--device {device}: GPU {ordinal} is present, but this build only plans GPU placement (see --plan) and runs the cases' graphs on the CPU; use --device cpu or auto"
             )))),
         }
     };
@@ -296,6 +302,30 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
                 .generated_source(dialect)
                 .map_err(|e| runtime(CaseError::from(e)))?;
             writeln!(out, "/* ===== graph `{name}` ===== */\n{source}")?;
+        }
+        return Ok(Outcome::Done);
+    }
+    if let Some(placement) = &args.plan {
+        use watershed_exprgraph::{CostModel, PlacementPolicy, StreamMode};
+        let (policy, streams) = match placement.as_str() {
+            "gpu" => (PlacementPolicy::Gpu(0), StreamMode::default()),
+            "gpu-sync" => (PlacementPolicy::Gpu(0), StreamMode::Synchronous),
+            "heterogeneous-sync" => (PlacementPolicy::Heterogeneous(0), StreamMode::Synchronous),
+            "cost" => (
+                PlacementPolicy::CostModel {
+                    device: 0,
+                    model: CostModel::default(),
+                },
+                StreamMode::default(),
+            ),
+            _ => (PlacementPolicy::Heterogeneous(0), StreamMode::default()),
+        };
+        for (name, graph) in prepared.simulation.graphs() {
+            writeln!(out, "graph `{name}`:")?;
+            match graph.device_plan_for(policy.clone(), streams) {
+                Ok(plan) => write!(out, "{}", plan.summary())?,
+                Err(error) => writeln!(out, "  not placeable: {error}")?,
+            }
         }
         return Ok(Outcome::Done);
     }

@@ -233,6 +233,60 @@ fn emit_prints_every_kernel_of_the_case_in_c_and_cuda_without_running() {
     assert!(out.stderr.contains("fortran"), "{}", out.stderr);
 }
 
+#[test]
+fn plan_prints_each_graphs_placement_copies_and_streams_without_running() {
+    let dir = temp();
+    let out = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "exprlib-scalability",
+            "--plan",
+            "gpu",
+            "--set",
+            "pdes=3",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // Every node of the ExprLib graph is a language node: all on the GPU,
+    // and only the host's values (3 solution fields and gamma) go in.
+    assert!(out.stdout.contains("graph `exprlib`:"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("all on GPU 0: 0 node(s) on the CPU"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("4 copy(ies) per execution"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        out.stdout.matches("CPU -> GPU 0 at the start").count(),
+        4,
+        "{}",
+        out.stdout
+    );
+    assert!(!dir.path().join("output").exists(), "--plan runs nothing");
+    let out = watershed(&[
+        "run",
+        "exprlib-scalability",
+        "--plan",
+        "gpu-sync",
+        "--set",
+        "pdes=3",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout.contains("1 stream(s), 0 event(s)"),
+        "{}",
+        out.stdout
+    );
+    let out = watershed(&["run", "exprlib-scalability", "--plan", "fpga"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("fpga"), "{}", out.stderr);
+}
+
 /// An XDMF check with h5py and the standard XML parser: well-formed, XDMF
 /// 3, a temporal collection whose times increase, and every HDF reference
 /// naming an existing dataset of the stated shape; topology dimensions are

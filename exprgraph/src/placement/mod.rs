@@ -107,6 +107,23 @@ pub enum PlacementPolicy {
     },
 }
 
+impl std::fmt::Display for PlacementPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlacementPolicy::Cpu => write!(f, "all on the CPU"),
+            PlacementPolicy::Gpu(k) => write!(f, "all on GPU {k}"),
+            PlacementPolicy::Heterogeneous(k) => {
+                write!(f, "heterogeneous (the thesis' rule, GPU {k})")
+            }
+            PlacementPolicy::CostModel { device, model } => write!(
+                f,
+                "cost model (earliest finish, GPU {device}, {} measured node(s))",
+                model.measured.len()
+            ),
+        }
+    }
+}
+
 impl PlacementPolicy {
     /// The GPU ordinal the policy may use (`None` for [`Self::Cpu`]).
     pub fn gpu(&self) -> Option<usize> {
@@ -229,7 +246,7 @@ impl DevicePlan {
         let gpu = self.gpu_nodes();
         let _ = writeln!(
             text,
-            "placement {:?}: {} node(s) on the CPU, {gpu} on a GPU",
+            "placement {}: {} node(s) on the CPU, {gpu} on a GPU",
             self.policy,
             self.targets.len() - gpu
         );
@@ -286,12 +303,22 @@ impl ExpressionGraph {
     /// [`CostModel`] fed with [`Self::measured_costs`] after some
     /// executions. Nothing is run or allocated.
     pub fn place(&mut self, policy: PlacementPolicy, streams: StreamMode) -> GraphResult<()> {
-        let plan = plan(self, policy, streams)?;
+        let plan = self.device_plan_for(policy, streams)?;
         for (node, target) in self.nodes.iter_mut().zip(&plan.targets) {
             node.target = *target;
         }
         self.device_plan = plan;
         Ok(())
+    }
+
+    /// The plan `policy` and `streams` would give this graph, without
+    /// changing it (what `watershed run CASE --plan POLICY` prints).
+    pub fn device_plan_for(
+        &self,
+        policy: PlacementPolicy,
+        streams: StreamMode,
+    ) -> GraphResult<DevicePlan> {
+        plan(self, policy, streams)
     }
 
     /// Mean measured time of each node on the target it ran on (nodes that
