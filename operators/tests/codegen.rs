@@ -41,15 +41,35 @@ fn check_cuda(root: &Arc<Node>, patch: &Patch) {
     for into_target in [true, false] {
         let kernel = lower_cached(root, patch, into_target).unwrap();
         match codegen::nvrtc::compile_cuda(&kernel.kernel) {
-            Ok(Some(cuda)) => assert!(
-                cuda.ptx.contains(&cuda.name),
-                "the PTX lacks the entry point {}",
-                cuda.name
-            ),
+            Ok(Some(cuda)) => {
+                assert!(
+                    cuda.ptx.contains(&cuda.name),
+                    "the PTX lacks the entry point {}",
+                    cuda.name
+                );
+                // NVRTC's view of the by-value argument struct is the one
+                // the launcher packs.
+                let declared = ptx_parameter_bytes(&cuda.ptx, &format!("{}_param_0", cuda.name));
+                assert_eq!(
+                    declared,
+                    Some(cuda.arguments.struct_bytes()),
+                    "argument struct of {}:\n{}",
+                    cuda.name,
+                    cuda.ptx
+                );
+            }
             Ok(None) => {}
             Err(e) => panic!("{e}"),
         }
     }
+}
+
+/// The size NVRTC gave the PTX parameter `name`
+/// (`.param .align 8 .b8 NAME[BYTES]`).
+fn ptx_parameter_bytes(ptx: &str, name: &str) -> Option<usize> {
+    let start = ptx.find(&format!("{name}["))? + name.len() + 1;
+    let end = start + ptx[start..].find(']')?;
+    ptx[start..end].parse().ok()
 }
 
 /// Assigns `make()` into two targets, once interpreted and once compiled,

@@ -22,7 +22,8 @@
 //! Field `slot` arrives as a pointer to its point (0, 0, 0) with its y and
 //! z strides (x is unit-stride); parameters as values; the geometry of
 //! coordinates and boundary masks as a small array of numbers filled per
-//! call ([`geometry`]).
+//! call ([`geometry`]). C takes arrays of these; CUDA takes them in one
+//! struct passed by value ([`cuda_arguments`]), so a launch copies nothing.
 
 use crate::kernel::{Instruction, Kernel, OUTPUT, Operand, Register, Source};
 use crate::mask::PointSet;
@@ -37,6 +38,15 @@ use watershed_fields::{FieldLayout, Patch};
 /// Why a kernel cannot be generated (it then runs on the interpreter).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unsupported(pub String);
+
+/// The by-value argument struct of `kernel`'s CUDA function.
+pub fn cuda_arguments(kernel: &Kernel) -> super::launch::CudaArguments {
+    super::launch::CudaArguments {
+        fields: kernel.fields.len(),
+        parameters: kernel.parameters.len(),
+        geometry: kernel.instructions.iter().map(geometry_len).sum(),
+    }
+}
 
 /// Numbers of the geometry array each instruction reads, in instruction
 /// order: 4 per coordinate (origin, patch offset, stagger, spacing), 5 per
@@ -976,13 +986,27 @@ fn c_row_loops(emitter: &Emitter<'_>, resolved: &HashMap<usize, bool>, indent: &
 /// The CUDA C kernel computing `kernel` at one point per thread (see the
 /// module docs).
 ///
-/// Signature: `extern "C" __global__ void NAME(const double *const *f,
-/// const long long *fs, const double *p, const double *g, double *t, long
-/// long tsy, long long tsz, long long x0, long long x1, long long j0, long
-/// long j1, long long k0, long long k1)`; the result goes to `t` (for a
-/// reduction's kernel, `t` holds the values to reduce).
+/// Signature: `extern "C" __global__ void NAME(const struct NAME_args a,
+/// double *t, long long tsy, long long tsz, long long x0, long long x1,
+/// long long j0, long long j1, long long k0, long long k1)`, where the
+/// struct, passed by value, holds the fields' pointers and strides, the
+/// parameters and the geometry ([`cuda_arguments`],
+/// [`super::launch::CudaArguments`]); the result goes to `t` (for a
+/// reduction's kernel, `t` holds the values to reduce). A kernel whose
+/// arguments would exceed CUDA's 4096 bytes is unsupported.
 pub fn cuda_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
     let emitter = emitter(kernel, Dialect::Cuda)?;
+    let arguments = cuda_arguments(kernel);
+    if arguments.total_bytes() > super::launch::MAX_ARGUMENT_BYTES {
+        return Err(Unsupported(format!(
+            "its {} bytes of kernel arguments ({} fields, {} parameters, {} geometry numbers) exceed CUDA's {}",
+            arguments.total_bytes(),
+            arguments.fields,
+            arguments.parameters,
+            arguments.geometry,
+            super::launch::MAX_ARGUMENT_BYTES
+        )));
+    }
     // Which (register, shift) pairs are needed, from the result backwards.
     let mut needed: Vec<BTreeSet<isize>> = vec![BTreeSet::new(); kernel.registers];
     let result_index = kernel
@@ -1022,14 +1046,17 @@ pub fn cuda_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported>
     let mut body = String::new();
     let _ = writeln!(
         body,
-        "extern \"C\" __global__ void {name}(const double *const *f, const long long *fs, const double *p,\n\
-         \x20   const double *g, double *t, long long tsy, long long tsz, long long x0, long long x1,\n\
-         \x20   long long j0, long long j1, long long k0, long long k1)\n{{\n\
+        "{}\nextern \"C\" __global__ void {name}(const struct {name}_args a, double *t, long long tsy,\n\
+         \x20   long long tsz, long long x0, long long x1, long long j0, long long j1, long long k0,\n\
+         \x20   long long k1)\n{{\n\
          \x20   const long long x = x0 + (long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
          \x20   const long long j = j0 + (long long)blockIdx.y * blockDim.y + threadIdx.y;\n\
          \x20   const long long k = k0 + (long long)blockIdx.z * blockDim.z + threadIdx.z;\n\
          \x20   if (x >= x1 || j >= j1 || k >= k1) return;\n\
-         \x20   (void)g; (void)p; (void)fs;"
+         \x20   const double *const *f = a.f; const long long *fs = a.fs;\n\
+         \x20   const double *p = a.p; const double *g = a.g;\n\
+         \x20   (void)f; (void)g; (void)p; (void)fs;",
+        arguments.declaration(&format!("{name}_args"))
     );
     for slot in 0..kernel.parameters.len() {
         let _ = writeln!(body, "    const double p{slot} = p[{slot}];");

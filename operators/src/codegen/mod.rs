@@ -22,6 +22,7 @@
 
 pub mod compile;
 pub mod emit;
+pub mod launch;
 pub mod nvrtc;
 
 use crate::cache::{LoweredKernel, lower_cached, lower_specialised};

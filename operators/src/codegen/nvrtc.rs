@@ -38,6 +38,8 @@ pub struct CudaKernel {
     pub source: String,
     /// The PTX NVRTC produced.
     pub ptx: String,
+    /// The layout of its by-value argument struct.
+    pub arguments: super::launch::CudaArguments,
 }
 
 /// The CUDA C translation unit of `kernel` with its function's name.
@@ -77,6 +79,7 @@ pub fn compile_cuda(kernel: &Kernel) -> OperatorResult<Option<CudaKernel>> {
             name,
             ptx: ptx.to_src(),
             source,
+            arguments: emit::cuda_arguments(kernel),
         })),
         Err(e) => {
             let (command, log) = match &e {
