@@ -14,5 +14,9 @@ export WATERSHED_REQUIRE_NVRTC=1
 
 cargo test --workspace "$@"
 
+echo "==> a build without the cuda feature: no cudarc, GPU requests are clear errors"
+cargo test -p watershed-fields --no-default-features --test without_cuda "$@"
+cargo check --workspace --no-default-features --all-targets
+
 echo "==> GPU tests (shown uncaptured so that skips are visible)"
 cargo test -p watershed-fields --test gpu -- --nocapture 2>&1 | grep -E "skipped|test result" || true

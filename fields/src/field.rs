@@ -24,7 +24,7 @@
 use crate::Device;
 use crate::error::{FieldError, FieldResult};
 use crate::external::ExternalBuffer;
-use crate::gpu::{self, GpuStream, ValidationEvent, cuda_error};
+use crate::gpu::{GpuStream, ValidationEvent};
 use crate::grid::Patch;
 use crate::layout::FieldLayout;
 use crate::location::{Location, LocationKind};
@@ -490,59 +490,26 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
                 &owned_stream
             }
         };
-        let device = stream.device();
         for event in [&from.pending, &to.pending].into_iter().flatten() {
             stream.wait(event)?;
         }
-        let cu_stream = stream.cuda_stream().cu_stream();
-        let len = self.layout.allocated_len();
-        stream
-            .cuda_stream()
-            .context()
-            .bind_to_thread()
-            .map_err(|e| cuda_error(device, "binding the context", e))?;
+        let bytes = self.layout.allocated_len() * std::mem::size_of::<T>();
         let action = format!(
             "copying field '{}' from {} to {}",
             self.name, from.device, to.device
         );
-        // SAFETY: both locations hold `len` elements of T; pending copies on
-        // either were waited for above; the host side is pinned or pageable
-        // host memory that outlives the copy (the field waits on the event
-        // before freeing or handing out host memory).
-        let result = unsafe {
-            match (from.device, to.device) {
-                (Device::Cpu, Device::Gpu(_)) => {
-                    let host = std::slice::from_raw_parts(from.memory.address() as *const T, len);
-                    cudarc::driver::result::memcpy_htod_async(
-                        to.memory.address() as u64,
-                        host,
-                        cu_stream,
-                    )
-                }
-                (Device::Gpu(_), Device::Cpu) => {
-                    let host = std::slice::from_raw_parts_mut(to.memory.address() as *mut T, len);
-                    cudarc::driver::result::memcpy_dtoh_async(
-                        host,
-                        from.memory.address() as u64,
-                        cu_stream,
-                    )
-                }
-                (Device::Gpu(a), Device::Gpu(b)) => {
-                    let source_ctx = gpu::context(a)?;
-                    let destination_ctx = gpu::context(b)?;
-                    cudarc::driver::result::memcpy_peer_async(
-                        destination_ctx.cu_ctx(),
-                        to.memory.address() as u64,
-                        source_ctx.cu_ctx(),
-                        from.memory.address() as u64,
-                        len * std::mem::size_of::<T>(),
-                        cu_stream,
-                    )
-                }
-                (Device::Cpu, Device::Cpu) => unreachable!("a field has one CPU location"),
-            }
-        };
-        result.map_err(|e| cuda_error(device, action, e))?;
+        // SAFETY: both locations hold the field's elements of T; pending
+        // copies on either were waited for above; the host side is pinned
+        // or pageable host memory that outlives the copy (the field waits on
+        // the event before freeing or handing out host memory).
+        unsafe {
+            stream.copy(
+                (from.device, from.memory.address()),
+                (to.device, to.memory.address()),
+                bytes,
+                &action,
+            )?;
+        }
         stream.record()
     }
 
@@ -602,31 +569,62 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
                 let pattern = as_bytes(&value);
                 let uniform = pattern.iter().all(|&b| b == pattern[0]);
                 let host = (!uniform).then(|| vec![value; buffer.len]);
-                let cu_stream = stream.cuda_stream().cu_stream();
+                let action = format!("filling field '{}'", self.name);
                 // SAFETY: `buffer` is this field's device memory of `bytes`
-                // bytes; `host` lives until the stream has been synchronised.
+                // bytes; `host` lives until the stream has been synchronised
+                // (it is leaked if that fails, since the copy may still run).
                 let result = unsafe {
                     match &host {
-                        None => cudarc::driver::result::memset_d8_async(
-                            buffer.pointer,
-                            pattern[0],
+                        None => stream.memset(buffer.pointer as usize, pattern[0], bytes, &action),
+                        Some(host) => stream.copy(
+                            (Device::Cpu, host.as_ptr() as usize),
+                            (device, buffer.pointer as usize),
                             bytes,
-                            cu_stream,
-                        ),
-                        Some(host) => cudarc::driver::result::memcpy_htod_async(
-                            buffer.pointer,
-                            host,
-                            cu_stream,
+                            &action,
                         ),
                     }
                 };
                 let synchronized = stream.synchronize();
-                drop(host);
-                result
-                    .map_err(|e| cuda_error(device, format!("filling field '{}'", self.name), e))?;
+                if synchronized.is_err() {
+                    std::mem::forget(host);
+                }
+                result?;
                 synchronized
             }
         }
+    }
+
+    /// A copy of the values (ghosts included) of the valid location on
+    /// `device`, read without changing any location's state: a GPU
+    /// location is copied to the host, and the call waits for it.
+    pub fn values_on(&self, device: Device) -> FieldResult<Vec<T>> {
+        let Device::Gpu(ordinal) = device else {
+            return Ok(self.values()?.to_vec());
+        };
+        let buffer = self.gpu_buffer(device)?;
+        let stream = GpuStream::new(ordinal)?;
+        if let Some(event) = &buffer.ready {
+            stream.wait(event)?;
+        }
+        let mut host = vec![T::ZERO; buffer.len];
+        let action = format!("reading field '{}' from {device}", self.name);
+        // SAFETY: the buffer holds `len` elements on the GPU and `host` as
+        // many on the host; `host` lives until the stream has finished (it
+        // is leaked if waiting fails, since the copy may still run).
+        let copied = unsafe {
+            stream.copy(
+                (device, buffer.pointer as usize),
+                (Device::Cpu, host.as_mut_ptr() as usize),
+                buffer.len * std::mem::size_of::<T>(),
+                &action,
+            )
+        };
+        if let Err(error) = stream.synchronize() {
+            std::mem::forget(host);
+            return Err(error);
+        }
+        copied?;
+        Ok(host)
     }
 
     /// The device memory of the valid location on GPU `device`, for reading.

@@ -17,7 +17,7 @@
 //! | [`field`] | [`SpatialField`]: memory and copies of each location, under those rules |
 //! | [`external`] | [`ExternalBuffer`]: caller-owned storage, never freed by Watershed |
 //! | [`pool`] | [`MemoryPool`]: per-device size-class pools with statistics and leak checks |
-//! | [`gpu`] | run-time CUDA detection, streams and events (never panics without a GPU) |
+//! | [`gpu`] | the narrow device layer: CUDA detection, streams, events, device and pinned memory, copies (cargo feature `cuda`; without it every GPU request is a clear error; never panics without a GPU) |
 //! | [`views`] | ndarray views of CPU data, with and without ghosts |
 //! | [`io`] | HDF5 read and write of fields with their grid attributes |
 //! | [`error`] | [`FieldError`], naming the field, device or file at fault |

@@ -141,57 +141,25 @@ impl BlockSource {
                     pinned: false,
                 })
             }
-            BlockSource::Gpu(ordinal) => {
-                let device = Device::Gpu(*ordinal);
-                let ctx = gpu::context(*ordinal)?;
-                ctx.bind_to_thread()
-                    .map_err(|e| gpu::cuda_error(device, "binding the context", e))?;
-                // SAFETY: the context is current; the pointer is freed in `release`.
-                let address =
-                    unsafe { cudarc::driver::result::malloc_sync(bytes) }.map_err(|e| {
-                        FieldError::Allocation {
-                            device,
-                            bytes,
-                            reason: e.to_string(),
-                        }
-                    })?;
-                // SAFETY: `address` points to `bytes` bytes of device memory.
-                unsafe { cudarc::driver::result::memset_d8_sync(address, 0, bytes) }
-                    .map_err(|e| gpu::cuda_error(device, "zeroing new device memory", e))?;
-                Ok(RawBlock {
-                    address: address as usize,
-                    bytes,
-                    pinned: false,
-                })
-            }
+            BlockSource::Gpu(ordinal) => Ok(RawBlock {
+                address: gpu::device_alloc_zeroed(*ordinal, bytes)?,
+                bytes,
+                pinned: false,
+            }),
         }
     }
 
     /// Gives `block` back to the system.
     fn release(&self, block: RawBlock) {
         match self {
-            BlockSource::Host(_) if block.pinned => {
-                if let Ok(ctx) = gpu::context(0) {
-                    let _ = ctx.bind_to_thread();
-                    // SAFETY: the block came from `malloc_host` and is no longer used.
-                    let _ = unsafe {
-                        cudarc::driver::result::free_host(block.address as *mut std::ffi::c_void)
-                    };
-                }
-            }
+            BlockSource::Host(_) if block.pinned => gpu::pinned_free(block.address),
             BlockSource::Host(_) => {
                 if let Ok(layout) = host_layout(block.bytes) {
                     // SAFETY: allocated by `alloc_zeroed` with this same layout.
                     unsafe { std::alloc::dealloc(block.address as *mut u8, layout) };
                 }
             }
-            BlockSource::Gpu(ordinal) => {
-                if let Ok(ctx) = gpu::context(*ordinal) {
-                    let _ = ctx.bind_to_thread();
-                    // SAFETY: the block came from `malloc_sync` and is no longer used.
-                    let _ = unsafe { cudarc::driver::result::free_sync(block.address as u64) };
-                }
-            }
+            BlockSource::Gpu(ordinal) => gpu::device_free(*ordinal, block.address),
         }
     }
 }
@@ -206,13 +174,7 @@ fn host_layout(bytes: usize) -> FieldResult<std::alloc::Layout> {
 
 /// Page-locked host memory through GPU 0's context, or `None` when that fails.
 fn allocate_pinned(bytes: usize) -> Option<usize> {
-    let ctx = gpu::context(0).ok()?;
-    ctx.bind_to_thread().ok()?;
-    // SAFETY: the context is current; the memory is freed with `free_host`.
-    let pointer = unsafe { cudarc::driver::result::malloc_host(bytes, 0) }.ok()?;
-    // SAFETY: `pointer` is valid for `bytes` bytes.
-    unsafe { std::ptr::write_bytes(pointer as *mut u8, 0, bytes) };
-    Some(pointer as usize)
+    gpu::pinned_alloc_zeroed(bytes)
 }
 
 struct PoolState {
@@ -290,7 +252,7 @@ impl MemoryPool {
     ///
     /// Errors with [`FieldError::NoCudaDevice`] when that GPU cannot be used.
     pub fn gpu(ordinal: usize) -> FieldResult<Self> {
-        gpu::context(ordinal)?;
+        gpu::require_gpu(ordinal)?;
         Ok(MemoryPool::with_source(BlockSource::Gpu(ordinal)))
     }
 

@@ -23,7 +23,6 @@ pub trait FieldScalar:
     + Sync
     + 'static
     + hdf5::H5Type
-    + cudarc::driver::DeviceRepr
 {
     /// The name of the type in files and generated code ("f64", "f32").
     const NAME: &'static str;

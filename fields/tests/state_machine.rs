@@ -160,21 +160,7 @@ fn usable_gpus() -> usize {
 
 /// Reads every value of the location on `device` without changing states.
 fn read_values(field: &SpatialField<CellCentre>, device: Device) -> FieldResult<Vec<f64>> {
-    match device {
-        Device::Cpu => Ok(field.values()?.to_vec()),
-        Device::Gpu(_) => {
-            let buffer = field.gpu_buffer(device)?;
-            if let Some(event) = &buffer.ready {
-                event.synchronize()?;
-            }
-            let mut host = vec![0.0; buffer.len];
-            let ctx = watershed_fields::gpu::context(device.gpu_ordinal().unwrap())?;
-            ctx.bind_to_thread().unwrap();
-            // SAFETY: the buffer holds `len` f64 values on a live context.
-            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut host, buffer.pointer) }.unwrap();
-            Ok(host)
-        }
-    }
+    field.values_on(device)
 }
 
 proptest! {

@@ -9,12 +9,24 @@
 //! computes the CPU's bits wherever both use the same operations.
 
 use super::emit::{self, Unsupported};
-use crate::error::{CompileFailure, OperatorError, OperatorResult};
+#[cfg(feature = "cuda")]
+use crate::error::CompileFailure;
+use crate::error::{OperatorError, OperatorResult};
 use crate::kernel::Kernel;
 use crate::vmath::Dialect;
+#[cfg(feature = "cuda")]
 use std::sync::OnceLock;
 
 /// Why NVRTC cannot be used, or `None` when it can.
+#[cfg(not(feature = "cuda"))]
+pub fn nvrtc_problem() -> Option<&'static str> {
+    Some(
+        "this build of Watershed has no CUDA support (it was built without the `cuda` cargo feature, which is on by default)",
+    )
+}
+
+/// Why NVRTC cannot be used, or `None` when it can.
+#[cfg(feature = "cuda")]
 pub fn nvrtc_problem() -> Option<&'static str> {
     static PROBLEM: OnceLock<Option<&'static str>> = OnceLock::new();
     *PROBLEM.get_or_init(|| {
@@ -69,6 +81,29 @@ pub fn compile_cuda(kernel: &Kernel) -> OperatorResult<Option<CudaKernel>> {
     let Ok((name, source)) = cuda_source(kernel) else {
         return Ok(None);
     };
+    compile_source(kernel, name, source)
+}
+
+/// NVRTC is not part of this build ([`nvrtc_problem`] said so already).
+#[cfg(not(feature = "cuda"))]
+fn compile_source(
+    _kernel: &Kernel,
+    _name: String,
+    _source: String,
+) -> OperatorResult<Option<CudaKernel>> {
+    Err(OperatorError::Backend {
+        what: "compiling a CUDA kernel".to_string(),
+        reason: nvrtc_problem().unwrap_or_default().to_string(),
+    })
+}
+
+/// Compiles `source` (the CUDA C of `kernel`) with NVRTC.
+#[cfg(feature = "cuda")]
+fn compile_source(
+    kernel: &Kernel,
+    name: String,
+    source: String,
+) -> OperatorResult<Option<CudaKernel>> {
     let options = cudarc::nvrtc::CompileOptions {
         fmad: Some(false),
         name: Some(format!("{name}.cu")),

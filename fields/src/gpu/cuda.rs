@@ -1,0 +1,258 @@
+//! The CUDA implementation of the device layer (cargo feature `cuda`): the
+//! only file of Watershed that calls the CUDA driver (through cudarc, with
+//! dynamic loading). cudarc panics when `libcuda` is absent, so nothing
+//! here is reached before [`driver_problem`] said the driver is usable.
+
+use crate::Device;
+use crate::error::{FieldError, FieldResult};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Why no GPU can be used, or `None` when the CUDA driver is usable.
+pub(crate) fn driver_problem() -> Option<&'static str> {
+    static PROBLEM: OnceLock<Option<&'static str>> = OnceLock::new();
+    *PROBLEM.get_or_init(|| {
+        if std::env::var("WATERSHED_DISABLE_CUDA").is_ok_and(|v| !v.is_empty() && v != "0") {
+            return Some("GPUs are disabled by WATERSHED_DISABLE_CUDA");
+        }
+        // SAFETY: only tries to dlopen the driver library; no CUDA call is made.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Some("the CUDA driver library (libcuda) is not installed on this machine");
+        }
+        if cudarc::driver::result::init().is_err() {
+            return Some("the CUDA driver is installed but failed to initialise");
+        }
+        None
+    })
+}
+
+/// Number of CUDA devices (call only when the driver is usable).
+pub(crate) fn device_count() -> usize {
+    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+}
+
+/// The shared (primary) CUDA context of GPU `ordinal`, created on first use.
+fn context(ordinal: usize) -> FieldResult<Arc<CudaContext>> {
+    static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<CudaContext>>>> = OnceLock::new();
+    let device = Device::Gpu(ordinal);
+    if let Some(reason) = super::gpu_unavailable_reason(ordinal) {
+        return Err(FieldError::NoCudaDevice { device, reason });
+    }
+    let mut contexts = CONTEXTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(ctx) = contexts.get(&ordinal) {
+        return Ok(ctx.clone());
+    }
+    let ctx = CudaContext::new(ordinal).map_err(|e| cuda_error(device, "creating a context", e))?;
+    contexts.insert(ordinal, ctx.clone());
+    Ok(ctx)
+}
+
+/// Makes GPU `ordinal`'s context current on this thread (creating it).
+pub(crate) fn bind(ordinal: usize) -> FieldResult<()> {
+    context(ordinal)?
+        .bind_to_thread()
+        .map_err(|e| cuda_error(Device::Gpu(ordinal), "binding the context", e))
+}
+
+/// Wraps a driver error with the device and the action that failed.
+fn cuda_error(
+    device: Device,
+    action: impl Into<String>,
+    error: cudarc::driver::DriverError,
+) -> FieldError {
+    FieldError::Cuda {
+        device,
+        action: action.into(),
+        message: error.to_string(),
+    }
+}
+
+/// A stream of one GPU.
+#[derive(Debug, Clone)]
+pub(crate) struct Stream {
+    stream: Arc<CudaStream>,
+}
+
+/// An event recorded on a stream.
+#[derive(Debug, Clone)]
+pub(crate) struct Event {
+    event: Arc<CudaEvent>,
+}
+
+impl Stream {
+    pub(crate) fn new(ordinal: usize) -> FieldResult<Stream> {
+        let stream = context(ordinal)?
+            .new_stream()
+            .map_err(|e| cuda_error(Device::Gpu(ordinal), "creating a stream", e))?;
+        Ok(Stream { stream })
+    }
+
+    pub(crate) fn synchronize(&self, device: Device) -> FieldResult<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda_error(device, "synchronising a stream", e))
+    }
+
+    pub(crate) fn record(&self, device: Device) -> FieldResult<Event> {
+        let event = self
+            .stream
+            .record_event(None)
+            .map_err(|e| cuda_error(device, "recording an event", e))?;
+        Ok(Event {
+            event: Arc::new(event),
+        })
+    }
+
+    pub(crate) fn wait(&self, event: &Event, device: Device) -> FieldResult<()> {
+        self.stream
+            .wait(&event.event)
+            .map_err(|e| cuda_error(device, "waiting on an event", e))
+    }
+
+    /// Enqueues a copy of `bytes` bytes from `source` on `from` to
+    /// `destination` on `to` (at least one a GPU).
+    ///
+    /// # Safety
+    /// Both ranges must be valid for `bytes` bytes on their devices until
+    /// the copy completes, and must not be written meanwhile.
+    pub(crate) unsafe fn copy(
+        &self,
+        device: Device,
+        (from, source): (Device, usize),
+        (to, destination): (Device, usize),
+        bytes: usize,
+        action: &str,
+    ) -> FieldResult<()> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| cuda_error(device, "binding the context", e))?;
+        let cu_stream = self.stream.cu_stream();
+        // SAFETY: the caller guarantees both ranges; the host side is read
+        // or written as bytes, which every bit pattern allows.
+        let result = unsafe {
+            match (from, to) {
+                (Device::Cpu, Device::Gpu(_)) => {
+                    let host = std::slice::from_raw_parts(source as *const u8, bytes);
+                    cudarc::driver::result::memcpy_htod_async(destination as u64, host, cu_stream)
+                }
+                (Device::Gpu(_), Device::Cpu) => {
+                    let host = std::slice::from_raw_parts_mut(destination as *mut u8, bytes);
+                    cudarc::driver::result::memcpy_dtoh_async(host, source as u64, cu_stream)
+                }
+                (Device::Gpu(a), Device::Gpu(b)) => {
+                    let source_ctx = context(a)?;
+                    let destination_ctx = context(b)?;
+                    cudarc::driver::result::memcpy_peer_async(
+                        destination_ctx.cu_ctx(),
+                        destination as u64,
+                        source_ctx.cu_ctx(),
+                        source as u64,
+                        bytes,
+                        cu_stream,
+                    )
+                }
+                (Device::Cpu, Device::Cpu) => {
+                    return Err(FieldError::Cuda {
+                        device,
+                        action: action.to_string(),
+                        message: "a host-to-host copy is not a device copy".into(),
+                    });
+                }
+            }
+        };
+        result.map_err(|e| cuda_error(device, action, e))
+    }
+
+    /// Enqueues setting `bytes` bytes at device address `destination` to
+    /// `byte`.
+    ///
+    /// # Safety
+    /// The range must be device memory of this stream's GPU, valid for
+    /// `bytes` bytes and not used by other work until this completes.
+    pub(crate) unsafe fn memset(
+        &self,
+        device: Device,
+        destination: usize,
+        byte: u8,
+        bytes: usize,
+        action: &str,
+    ) -> FieldResult<()> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| cuda_error(device, "binding the context", e))?;
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                destination as u64,
+                byte,
+                bytes,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| cuda_error(device, action, e))
+    }
+}
+
+impl Event {
+    pub(crate) fn synchronize(&self, device: Device) -> FieldResult<()> {
+        self.event
+            .synchronize()
+            .map_err(|e| cuda_error(device, "waiting for an event", e))
+    }
+
+    pub(crate) fn is_complete(&self) -> bool {
+        self.event.is_complete()
+    }
+}
+
+/// `bytes` bytes of zeroed device memory on GPU `ordinal`.
+pub(crate) fn device_alloc_zeroed(ordinal: usize, bytes: usize) -> FieldResult<usize> {
+    let device = Device::Gpu(ordinal);
+    bind(ordinal)?;
+    // SAFETY: the context is current; the pointer is freed in `device_free`.
+    let address = unsafe { cudarc::driver::result::malloc_sync(bytes) }.map_err(|e| {
+        FieldError::Allocation {
+            device,
+            bytes,
+            reason: e.to_string(),
+        }
+    })?;
+    // SAFETY: `address` points to `bytes` bytes of device memory.
+    unsafe { cudarc::driver::result::memset_d8_sync(address, 0, bytes) }
+        .map_err(|e| cuda_error(device, "zeroing new device memory", e))?;
+    Ok(address as usize)
+}
+
+/// Frees memory from [`device_alloc_zeroed`] (errors are ignored: this runs
+/// in destructors).
+pub(crate) fn device_free(ordinal: usize, address: usize) {
+    if bind(ordinal).is_ok() {
+        // SAFETY: the block came from `malloc_sync` and is no longer used.
+        let _ = unsafe { cudarc::driver::result::free_sync(address as u64) };
+    }
+}
+
+/// Zeroed page-locked host memory through GPU 0's context, or `None` when
+/// that fails.
+pub(crate) fn pinned_alloc_zeroed(bytes: usize) -> Option<usize> {
+    bind(0).ok()?;
+    // SAFETY: the context is current; the memory is freed with `free_host`.
+    let pointer = unsafe { cudarc::driver::result::malloc_host(bytes, 0) }.ok()?;
+    // SAFETY: `pointer` is valid for `bytes` bytes.
+    unsafe { std::ptr::write_bytes(pointer as *mut u8, 0, bytes) };
+    Some(pointer as usize)
+}
+
+/// Frees memory from [`pinned_alloc_zeroed`].
+pub(crate) fn pinned_free(address: usize) {
+    if bind(0).is_ok() {
+        // SAFETY: the block came from `malloc_host` and is no longer used.
+        let _ = unsafe { cudarc::driver::result::free_host(address as *mut std::ffi::c_void) };
+    }
+}

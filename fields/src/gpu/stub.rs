@@ -1,0 +1,116 @@
+//! The device layer of a build without CUDA (cargo feature `cuda` off):
+//! no GPU exists, every request for one is a [`FieldError::NoCudaDevice`]
+//! saying why, and streams and events cannot be made (their types hold an
+//! uninhabited value, so their methods need no body).
+
+use crate::Device;
+use crate::error::{FieldError, FieldResult};
+
+/// Why no GPU can be used: always, in this build.
+pub(crate) fn driver_problem() -> Option<&'static str> {
+    Some(
+        "this build of Watershed has no CUDA support (it was built without the `cuda` cargo feature, which is on by default)",
+    )
+}
+
+/// No devices.
+pub(crate) fn device_count() -> usize {
+    0
+}
+
+fn no_device(ordinal: usize) -> FieldError {
+    FieldError::NoCudaDevice {
+        device: Device::Gpu(ordinal),
+        reason: driver_problem().unwrap_or_default().to_string(),
+    }
+}
+
+/// Refuses: there is no context to bind.
+pub(crate) fn bind(ordinal: usize) -> FieldResult<()> {
+    Err(no_device(ordinal))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Never {}
+
+/// A stream (none can exist in this build).
+#[derive(Debug, Clone)]
+pub(crate) struct Stream {
+    never: Never,
+}
+
+/// An event (none can exist in this build).
+#[derive(Debug, Clone)]
+pub(crate) struct Event {
+    never: Never,
+}
+
+impl Stream {
+    pub(crate) fn new(ordinal: usize) -> FieldResult<Stream> {
+        Err(no_device(ordinal))
+    }
+
+    pub(crate) fn synchronize(&self, _device: Device) -> FieldResult<()> {
+        match self.never {}
+    }
+
+    pub(crate) fn record(&self, _device: Device) -> FieldResult<Event> {
+        match self.never {}
+    }
+
+    pub(crate) fn wait(&self, _event: &Event, _device: Device) -> FieldResult<()> {
+        match self.never {}
+    }
+
+    /// # Safety
+    /// Never callable: no stream exists in this build.
+    pub(crate) unsafe fn copy(
+        &self,
+        _device: Device,
+        _from: (Device, usize),
+        _to: (Device, usize),
+        _bytes: usize,
+        _action: &str,
+    ) -> FieldResult<()> {
+        match self.never {}
+    }
+
+    /// # Safety
+    /// Never callable: no stream exists in this build.
+    pub(crate) unsafe fn memset(
+        &self,
+        _device: Device,
+        _destination: usize,
+        _byte: u8,
+        _bytes: usize,
+        _action: &str,
+    ) -> FieldResult<()> {
+        match self.never {}
+    }
+}
+
+impl Event {
+    pub(crate) fn synchronize(&self, _device: Device) -> FieldResult<()> {
+        match self.never {}
+    }
+
+    pub(crate) fn is_complete(&self) -> bool {
+        match self.never {}
+    }
+}
+
+/// Refuses: no device memory in this build.
+pub(crate) fn device_alloc_zeroed(ordinal: usize, _bytes: usize) -> FieldResult<usize> {
+    Err(no_device(ordinal))
+}
+
+/// Nothing was ever allocated.
+pub(crate) fn device_free(_ordinal: usize, _address: usize) {}
+
+/// No pinned memory without CUDA.
+pub(crate) fn pinned_alloc_zeroed(_bytes: usize) -> Option<usize> {
+    None
+}
+
+/// Nothing was ever allocated.
+pub(crate) fn pinned_free(_address: usize) {}
