@@ -65,7 +65,7 @@ pub fn load_config<C: CaseConfig>(case: &str, options: &CaseOptions) -> CaseResu
 
 use crate::checkpoint::{load_field, save_field};
 use crate::output::{DumpedField, dump_field};
-use watershed_fields::{XFace, YFace, ZFace};
+use watershed_fields::on_face;
 use watershed_solvers::IncompressibleFlow;
 
 /// Dumps the velocity components (`u`, `v`, `w` on their faces) and the
@@ -73,11 +73,10 @@ use watershed_solvers::IncompressibleFlow;
 pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
     let mut written = Vec::new();
     for &axis in flow.active_axes() {
-        written.push(match axis {
-            0 => flow.with_velocity::<XFace, _>(|u| dump_field(group, "u", u))??,
-            1 => flow.with_velocity::<YFace, _>(|v| dump_field(group, "v", v))??,
-            _ => flow.with_velocity::<ZFace, _>(|w| dump_field(group, "w", w))??,
-        });
+        let name = ["u", "v", "w"][axis];
+        written.push(on_face!(axis, F => {
+            flow.with_velocity::<F, _>(|u| dump_field(group, name, u))??
+        }));
     }
     written.push(dump_field(group, "p", flow.pressure())?);
     Ok(written)
@@ -88,11 +87,7 @@ pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<V
 pub fn save_flow(flow: &IncompressibleFlow, group: &hdf5::Group, prefix: &str) -> CaseResult<()> {
     for &axis in flow.active_axes() {
         let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
-        match axis {
-            0 => flow.with_velocity::<XFace, _>(|u| save_field(group, &name, u))??,
-            1 => flow.with_velocity::<YFace, _>(|v| save_field(group, &name, v))??,
-            _ => flow.with_velocity::<ZFace, _>(|w| save_field(group, &name, w))??,
-        }
+        on_face!(axis, F => flow.with_velocity::<F, _>(|u| save_field(group, &name, u))??);
     }
     save_field(group, &format!("{prefix}psi"), flow.projection_potential())?;
     save_field(group, &format!("{prefix}p"), flow.pressure())
@@ -108,11 +103,7 @@ pub fn load_flow(
 ) -> CaseResult<()> {
     for axis in flow.active_axes().to_vec() {
         let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
-        match axis {
-            0 => flow.with_velocity_mut::<XFace, _>(|u| load_field(group, &name, u))??,
-            1 => flow.with_velocity_mut::<YFace, _>(|v| load_field(group, &name, v))??,
-            _ => flow.with_velocity_mut::<ZFace, _>(|w| load_field(group, &name, w))??,
-        }
+        on_face!(axis, F => flow.with_velocity_mut::<F, _>(|u| load_field(group, &name, u))??);
     }
     load_field(
         group,

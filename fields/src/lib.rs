@@ -10,7 +10,8 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`grid`] | [`Grid`] (the domain), [`Patch`] (a window with ghost layers), [`GhostWidth`] |
-//! | [`location`] | zero-sized markers [`CellCentre`], [`XFace`], [`YFace`], [`ZFace`] and [`LocationKind`] |
+//! | [`location`] | zero-sized markers [`CellCentre`], [`XFace`], [`YFace`], [`ZFace`], [`LocationKind`] and [`on_face!`] |
+//! | [`side`] | [`Side`]: an axis and its minus or plus end |
 //! | [`layout`] | [`FieldLayout`]: sizes per location, [`IndexBox`] loops over interior and ghosts |
 //! | [`device`] | [`Device`]: CPU or GPU *k* |
 //! | [`state`] | [`state::LocationTable`]: the valid / active rules of Table 2.1 of the thesis |
@@ -52,6 +53,7 @@ pub mod layout;
 pub mod location;
 pub mod pool;
 pub mod scalar;
+pub mod side;
 pub mod state;
 pub mod views;
 
@@ -65,3 +67,4 @@ pub use layout::{FieldLayout, IndexBox};
 pub use location::{CellCentre, Location, LocationKind, XFace, YFace, ZFace};
 pub use pool::{HostMemory, MemoryPool, PoolBlock, PoolStatistics};
 pub use scalar::FieldScalar;
+pub use side::Side;

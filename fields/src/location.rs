@@ -55,6 +55,18 @@ impl LocationKind {
         }
     }
 
+    /// The face location normal to `axis` (0, 1, 2); `None` for any other
+    /// axis.
+    pub fn face_normal_to(axis: usize) -> Option<Self> {
+        [
+            LocationKind::XFace,
+            LocationKind::YFace,
+            LocationKind::ZFace,
+        ]
+        .get(axis)
+        .copied()
+    }
+
     /// Offset of point (0, 0, 0) from the lower corner of its cell, in cells:
     /// 0.5 on every axis for centres, 0 on the normal axis for faces.
     pub fn stagger(self) -> [f64; 3] {
@@ -107,4 +119,39 @@ impl Location for YFace {
 }
 impl Location for ZFace {
     const KIND: LocationKind = LocationKind::ZFace;
+}
+
+/// Runs a block with a type alias standing for the face location normal to
+/// an axis: `XFace` for 0, `YFace` for 1, `ZFace` for 2. It replaces the
+/// `match axis { 0 => f::<XFace>(..), 1 => f::<YFace>(..), _ => ... }`
+/// that generic code over faces otherwise repeats. An axis above 2 takes
+/// the z branch, so call it with axes of a grid only.
+///
+/// ```
+/// use watershed_fields::{Location, LocationKind, on_face};
+/// fn kind<L: Location>() -> LocationKind { L::KIND }
+/// let kinds: Vec<LocationKind> = (0..3).map(|axis| on_face!(axis, F => kind::<F>())).collect();
+/// assert_eq!(kinds, [LocationKind::XFace, LocationKind::YFace, LocationKind::ZFace]);
+/// ```
+#[macro_export]
+macro_rules! on_face {
+    ($axis:expr, $face:ident => $body:expr) => {
+        match $axis {
+            0 => {
+                #[allow(dead_code)]
+                type $face = $crate::XFace;
+                $body
+            }
+            1 => {
+                #[allow(dead_code)]
+                type $face = $crate::YFace;
+                $body
+            }
+            _ => {
+                #[allow(dead_code)]
+                type $face = $crate::ZFace;
+                $body
+            }
+        }
+    };
 }

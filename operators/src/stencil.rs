@@ -112,13 +112,10 @@ pub fn stencil_axis(op: StencilOp) -> Option<usize> {
     }
 }
 
-/// The face location normal to `axis`.
+/// The face location normal to `axis` (an axis of a stencil: 0, 1 or 2;
+/// see [`LocationKind::face_normal_to`]).
 pub fn face_of(axis: usize) -> LocationKind {
-    [
-        LocationKind::XFace,
-        LocationKind::YFace,
-        LocationKind::ZFace,
-    ][axis]
+    LocationKind::face_normal_to(axis).unwrap_or(LocationKind::ZFace)
 }
 
 /// Unit offset along `axis`, scaled by `by`.

@@ -19,14 +19,15 @@ use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::{Multigrid, MultigridOptions, SolveReport, first_non_finite};
+use crate::solver::TimeStep;
 use crate::stages::{StageParameters, advance_levels, not_finite_in, update_expression};
+use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
     LanguageExpression, Symbols, Tag,
 };
-use watershed_fields::{
-    CellCentre, Device, LocationKind, Patch, SpatialField, XFace, YFace, ZFace,
-};
+use watershed_fields::on_face;
+use watershed_fields::{CellCentre, Device, Patch, SpatialField, XFace, YFace, ZFace};
 use watershed_operators::{
     Assign, AssignOptions, Expr, FaceLocation, OperatorError, Parameter, abs, derivative,
     divergence, field, gradient, interior_max, interior_norm_l2, interior_sum, interpolate_to_cell,
@@ -165,34 +166,25 @@ impl IncompressibleFlowBuilder {
             tags(Context::Other("STATE_N_START".into())),
         );
         for &axis in &active {
-            let location = [
-                LocationKind::XFace,
-                LocationKind::YFace,
-                LocationKind::ZFace,
-            ][axis];
+            let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
             factory.placeholder(now[axis].clone(), location)?;
             factory.placeholder(start[axis].clone(), location)?;
             let conditions = self.conditions[axis];
-            match axis {
-                0 => attach_conditions::<XFace>(&mut factory, &now[0], conditions)?,
-                1 => attach_conditions::<YFace>(&mut factory, &now[1], conditions)?,
-                _ => attach_conditions::<ZFace>(&mut factory, &now[2], conditions)?,
-            }
+            on_face!(axis, F => attach_conditions::<F>(&mut factory, &now[axis], conditions)?);
             let rhs = Tag::none(&format!("rhs_{}", NAMES[axis]));
             let (nu, force) = (self.viscosity, self.body_force[axis]);
             let velocity = now.clone();
             let dims = active.clone();
-            let expression = match axis {
-                0 => momentum::<XFace>(rhs.clone(), velocity, dims, nu, force),
-                1 => momentum::<YFace>(rhs.clone(), velocity, dims, nu, force),
-                _ => momentum::<ZFace>(rhs.clone(), velocity, dims, nu, force),
-            };
+            let expression =
+                on_face!(axis, F => momentum::<F>(rhs.clone(), velocity, dims, nu, force));
             factory.register(expression)?;
-            let update = match axis {
-                0 => update_expression::<XFace>(&now[0], &next[0], &start[0], &rhs, &parameters),
-                1 => update_expression::<YFace>(&now[1], &next[1], &start[1], &rhs, &parameters),
-                _ => update_expression::<ZFace>(&now[2], &next[2], &start[2], &rhs, &parameters),
-            };
+            let update = on_face!(axis, F => update_expression::<F>(
+                &now[axis],
+                &next[axis],
+                &start[axis],
+                &rhs,
+                &parameters
+            ));
             factory.register(update)?;
         }
         let roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
@@ -252,11 +244,8 @@ fn velocity_at<F: FaceLocation>(
     if b == F::AXIS {
         return s.field(&velocity[b]);
     }
-    let at_cells: Expr<'static, CellCentre> = match b {
-        0 => interpolate_to_cell::<XFace>(s.field(&velocity[0])),
-        1 => interpolate_to_cell::<YFace>(s.field(&velocity[1])),
-        _ => interpolate_to_cell::<ZFace>(s.field(&velocity[2])),
-    };
+    let at_cells: Expr<'static, CellCentre> =
+        on_face!(b, V => interpolate_to_cell::<V>(s.field(&velocity[b])));
     interpolate_to_face::<F>(at_cells)
 }
 
@@ -421,20 +410,10 @@ impl IncompressibleFlow {
         for &axis in &self.active {
             let mean_square = |count: usize, sum: f64| sum / count as f64;
             energy += 0.5
-                * match axis {
-                    0 => self.component::<XFace, _>(0, |u| {
-                        interior_sum(field(u) * field(u))
-                            .map(|s| mean_square(u.layout().interior_len(), s))
-                    })??,
-                    1 => self.component::<YFace, _>(1, |u| {
-                        interior_sum(field(u) * field(u))
-                            .map(|s| mean_square(u.layout().interior_len(), s))
-                    })??,
-                    _ => self.component::<ZFace, _>(2, |u| {
-                        interior_sum(field(u) * field(u))
-                            .map(|s| mean_square(u.layout().interior_len(), s))
-                    })??,
-                };
+                * on_face!(axis, F => self.component::<F, _>(axis, |u| {
+                    interior_sum(field(u) * field(u))
+                        .map(|s| mean_square(u.layout().interior_len(), s))
+                })??);
         }
         Ok(energy)
     }
@@ -517,33 +496,21 @@ impl IncompressibleFlow {
     /// correction, if any.
     fn project(&mut self, stage_factor: f64) -> SolverResult<Option<(usize, [isize; 3])>> {
         for &axis in &self.active {
-            match axis {
-                0 => self.apply_conditions::<XFace>(0)?,
-                1 => self.apply_conditions::<YFace>(1)?,
-                _ => self.apply_conditions::<ZFace>(2)?,
-            }
+            on_face!(axis, F => self.apply_conditions::<F>(axis)?);
         }
         let before = self.compute_divergence()?;
         let report: SolveReport = self
             .poisson
             .solve_preconditioned_cg(&self.divergence, &mut self.psi)?;
         for &axis in &self.active {
-            let bad = match axis {
-                0 => self.correct::<XFace>()?,
-                1 => self.correct::<YFace>()?,
-                _ => self.correct::<ZFace>()?,
-            };
+            let bad = on_face!(axis, F => self.correct::<F>()?);
             if let Some(cell) = bad {
                 return Ok(Some((axis, cell)));
             }
         }
         // The correction covers the interior; refill ghosts and boundary faces.
         for &axis in &self.active {
-            match axis {
-                0 => self.apply_conditions::<XFace>(0)?,
-                1 => self.apply_conditions::<YFace>(1)?,
-                _ => self.apply_conditions::<ZFace>(2)?,
-            }
+            on_face!(axis, F => self.apply_conditions::<F>(axis)?);
         }
         let after = self.compute_divergence()?;
         if stage_factor > 0.0 {
@@ -628,11 +595,7 @@ impl IncompressibleFlow {
     /// not finite.
     fn first_non_finite_velocity(&self) -> SolverResult<Option<(usize, [isize; 3])>> {
         for &axis in &self.active {
-            let bad = match axis {
-                0 => self.component::<XFace, _>(0, first_non_finite)??,
-                1 => self.component::<YFace, _>(1, first_non_finite)??,
-                _ => self.component::<ZFace, _>(2, first_non_finite)??,
-            };
+            let bad = on_face!(axis, F => self.component::<F, _>(axis, first_non_finite)??);
             if let Some(cell) = bad {
                 return Ok(Some((axis, cell)));
             }
@@ -647,69 +610,57 @@ impl IncompressibleFlow {
     /// faces included, the mirrored ghosts not) and the Dirichlet boundary
     /// values, so that an impulsively started lid limits the first step.
     pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
-        for (name, value) in [("cfl", cfl), ("diffusion_number", diffusion_number)] {
-            if !(value.is_finite() && value > 0.0) {
-                return Err(SolverError::TimeStep(format!(
-                    "{name} = {value} must be finite and positive"
-                )));
-            }
-        }
         let grid = self.graph.patch().grid();
-        let h = self
-            .active
-            .iter()
-            .map(|&a| grid.spacing()[a])
-            .fold(f64::INFINITY, f64::min);
+        let mut limit = StabilityLimit::new(smallest_spacing(grid), cfl, diffusion_number)?;
         let mut speed: f64 = 0.0;
         for &axis in &self.active {
-            speed = speed.max(match axis {
-                0 => self.component::<XFace, _>(0, |u| interior_max(abs(field(u))))??,
-                1 => self.component::<YFace, _>(1, |u| interior_max(abs(field(u))))??,
-                _ => self.component::<ZFace, _>(2, |u| interior_max(abs(field(u))))??,
-            });
+            speed = speed.max(on_face!(axis, F => self.component::<F, _>(axis, |u| {
+                interior_max(abs(field(u)))
+            })??));
             for side in watershed_operators::Side::ALL {
                 if let Some(BoundaryCondition::Dirichlet(value)) = self.conditions[axis].get(side) {
                     speed = speed.max(value.abs());
                 }
             }
         }
-        let mut dt = f64::INFINITY;
-        if speed > 0.0 {
-            dt = dt.min(cfl * h / speed);
-        }
-        if self.viscosity > 0.0 {
-            dt = dt.min(diffusion_number * h * h / self.viscosity);
-        }
-        if !dt.is_finite() {
-            return Err(SolverError::TimeStep(
-                "the flow is at rest and inviscid; use a fixed dt".into(),
-            ));
-        }
-        Ok(dt)
+        limit.convection(speed);
+        limit.diffusion(self.viscosity);
+        limit.time_step("the flow is at rest and inviscid; use a fixed dt")
     }
 
     /// Advances to `end_time` with `dt` from [`Self::stable_time_step`];
     /// returns the steps taken.
     pub fn advance(&mut self, end_time: f64, cfl: f64, diffusion_number: f64) -> SolverResult<u64> {
-        crate::solver::check_advance(
-            self.time,
+        stepping::advance(
+            self,
             end_time,
-            crate::solver::TimeStep::Limited {
+            TimeStep::Limited {
                 cfl,
                 diffusion_number,
             },
-        )?;
-        let first = self.steps;
-        let tolerance = 1e-12 * end_time.abs().max(1.0);
-        while self.time < end_time - tolerance {
-            let dt = self.stable_time_step(cfl, diffusion_number)?;
-            self.step(dt.min(end_time - self.time))?;
-        }
-        Ok(self.steps - first)
+        )
     }
 
     /// The walls' condition on the projection potential.
     pub fn pressure_conditions(&self) -> &BoundaryConditions {
         &self.walls
+    }
+}
+
+impl Stepping for IncompressibleFlow {
+    fn time(&self) -> f64 {
+        self.time
+    }
+
+    fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
+        IncompressibleFlow::stable_time_step(self, cfl, diffusion_number)
+    }
+
+    fn step(&mut self, dt: f64) -> SolverResult<()> {
+        IncompressibleFlow::step(self, dt)
     }
 }

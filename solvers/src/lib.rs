@@ -25,6 +25,7 @@ pub mod integrator;
 pub mod multigrid;
 pub mod solver;
 pub mod stages;
+mod stepping;
 pub mod transport;
 
 pub use boundary::{BoundaryCondition, BoundaryConditions};

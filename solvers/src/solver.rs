@@ -18,9 +18,11 @@ use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::first_non_finite;
 use crate::stages::{StageParameters, advance_levels, not_finite_in, update_expression};
+use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
 use crate::transport::{Diffusivity, TransportEquation};
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphError, GraphOptions, Tag};
-use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField, XFace, YFace, ZFace};
+use watershed_fields::on_face;
+use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField};
 use watershed_operators::{Assign, AssignOptions, Region, abs, field, interior_max, interior_min};
 
 /// How `dt` is chosen.
@@ -36,39 +38,6 @@ pub enum TimeStep {
         /// Diffusion number.
         diffusion_number: f64,
     },
-}
-
-/// Refuses an end time or a time-step rule that cannot reach it.
-pub(crate) fn check_advance(time: f64, end_time: f64, step: TimeStep) -> SolverResult<()> {
-    if !end_time.is_finite() {
-        return Err(SolverError::TimeStep(format!(
-            "end_time = {end_time} must be finite"
-        )));
-    }
-    if end_time < time {
-        return Err(SolverError::TimeStep(format!(
-            "end_time = {end_time} is before the current time {time}; time only moves forward"
-        )));
-    }
-    match step {
-        TimeStep::Fixed(dt) if !(dt.is_finite() && dt > 0.0) => Err(SolverError::TimeStep(
-            format!("TimeStep::Fixed({dt}): dt must be finite and positive"),
-        )),
-        TimeStep::Limited {
-            cfl,
-            diffusion_number,
-        } => {
-            for (name, value) in [("cfl", cfl), ("diffusion_number", diffusion_number)] {
-                if !(value.is_finite() && value > 0.0) {
-                    return Err(SolverError::TimeStep(format!(
-                        "TimeStep::Limited: {name} = {value} must be finite and positive"
-                    )));
-                }
-            }
-            Ok(())
-        }
-        TimeStep::Fixed(_) => Ok(()),
-    }
 }
 
 /// Collects equations, extra expressions and options; builds the solver.
@@ -309,14 +278,8 @@ impl TransportSolver {
             })?
         }
         let active = self.graph.patch().grid().active_dimensions();
-        if active[0] {
-            copy::<XFace>(&self.graph, flow, &velocity[0])?;
-        }
-        if active[1] {
-            copy::<YFace>(&self.graph, flow, &velocity[1])?;
-        }
-        if active[2] {
-            copy::<ZFace>(&self.graph, flow, &velocity[2])?;
+        for axis in (0..3).filter(|&a| active[a]) {
+            on_face!(axis, F => copy::<F>(&self.graph, flow, &velocity[axis])?);
         }
         Ok(())
     }
@@ -560,9 +523,9 @@ impl TransportSolver {
             LocationKind::CellCentre => self
                 .graph
                 .with_field::<CellCentre, _>(tag, first_non_finite)??,
-            LocationKind::XFace => self.graph.with_field::<XFace, _>(tag, first_non_finite)??,
-            LocationKind::YFace => self.graph.with_field::<YFace, _>(tag, first_non_finite)??,
-            LocationKind::ZFace => self.graph.with_field::<ZFace, _>(tag, first_non_finite)??,
+            face => on_face!(face.face_axis().unwrap_or(2), F => {
+                self.graph.with_field::<F, _>(tag, first_non_finite)??
+            }),
         })
     }
 
@@ -595,81 +558,54 @@ impl TransportSolver {
     /// The largest stable `dt` for the given Courant and diffusion numbers,
     /// from the interior values of the velocities and diffusivities.
     pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
-        for (name, value) in [("cfl", cfl), ("diffusion_number", diffusion_number)] {
-            if !(value.is_finite() && value > 0.0) {
-                return Err(SolverError::TimeStep(format!(
-                    "{name} = {value} must be finite and positive"
-                )));
-            }
-        }
-        let patch = self.graph.patch();
-        let grid = patch.grid();
-        let h = (0..3)
-            .filter(|&a| grid.active_dimensions()[a])
-            .map(|a| grid.spacing()[a])
-            .fold(f64::INFINITY, f64::min);
-        let mut dt = f64::INFINITY;
+        let grid = self.graph.patch().grid();
+        let mut limit = StabilityLimit::new(smallest_spacing(grid), cfl, diffusion_number)?;
         for equation in &self.equations {
             if let Some(diffusivity) = equation.diffusivity() {
-                let largest = match diffusivity {
+                limit.diffusion(match diffusivity {
                     Diffusivity::Constant(k) => k.abs(),
                     Diffusivity::Field(tag) => self
                         .graph
                         .with_field::<CellCentre, _>(tag, |k| interior_max(abs(field(k))))??,
-                };
-                if largest > 0.0 {
-                    dt = dt.min(diffusion_number * h * h / largest);
-                }
+                });
             }
             if let Some(velocity) = equation.velocity() {
                 let active = grid.active_dimensions();
                 let mut largest: f64 = 0.0;
-                if active[0] {
-                    largest =
-                        largest.max(self.graph.with_field::<XFace, _>(&velocity[0], |u| {
-                            interior_max(abs(field(u)))
-                        })??);
+                for axis in (0..3).filter(|&a| active[a]) {
+                    largest = largest.max(on_face!(axis, F => self.graph.with_field::<F, _>(
+                        &velocity[axis],
+                        |u| interior_max(abs(field(u)))
+                    )??));
                 }
-                if active[1] {
-                    largest =
-                        largest.max(self.graph.with_field::<YFace, _>(&velocity[1], |u| {
-                            interior_max(abs(field(u)))
-                        })??);
-                }
-                if active[2] {
-                    largest =
-                        largest.max(self.graph.with_field::<ZFace, _>(&velocity[2], |u| {
-                            interior_max(abs(field(u)))
-                        })??);
-                }
-                if largest > 0.0 {
-                    dt = dt.min(cfl * h / largest);
-                }
+                limit.convection(largest);
             }
         }
-        if !dt.is_finite() {
-            return Err(SolverError::TimeStep(
-                "no equation limits the time step (no diffusion, no convection); use TimeStep::Fixed".into(),
-            ));
-        }
-        Ok(dt)
+        limit.time_step(
+            "no equation limits the time step (no diffusion, no convection); use TimeStep::Fixed",
+        )
     }
 
     /// Advances to `end_time`; returns the number of steps taken.
     pub fn advance(&mut self, end_time: f64, step: TimeStep) -> SolverResult<u64> {
-        check_advance(self.time, end_time, step)?;
-        let first = self.steps;
-        let tolerance = 1e-12 * end_time.abs().max(1.0);
-        while self.time < end_time - tolerance {
-            let dt = match step {
-                TimeStep::Fixed(dt) => dt,
-                TimeStep::Limited {
-                    cfl,
-                    diffusion_number,
-                } => self.stable_time_step(cfl, diffusion_number)?,
-            };
-            self.step(dt.min(end_time - self.time))?;
-        }
-        Ok(self.steps - first)
+        stepping::advance(self, end_time, step)
+    }
+}
+
+impl Stepping for TransportSolver {
+    fn time(&self) -> f64 {
+        self.time
+    }
+
+    fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
+        TransportSolver::stable_time_step(self, cfl, diffusion_number)
+    }
+
+    fn step(&mut self, dt: f64) -> SolverResult<()> {
+        TransportSolver::step(self, dt)
     }
 }

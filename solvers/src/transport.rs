@@ -14,7 +14,8 @@ use crate::boundary::BoundaryConditions;
 use crate::error::{SolverError, SolverResult};
 use std::sync::Arc;
 use watershed_exprgraph::{Context, Factory, GraphLocation, LanguageExpression, Symbols, Tag};
-use watershed_fields::{CellCentre, LocationKind, Patch, XFace, YFace, ZFace};
+use watershed_fields::on_face;
+use watershed_fields::{CellCentre, LocationKind, Patch};
 use watershed_operators::{
     Expr, FaceLocation, Limiter, divergence, gradient, interpolate_to_face, limited, upwind,
 };
@@ -211,11 +212,7 @@ impl TransportEquation {
         if self.diffusivity.is_some() || self.convection.is_some() {
             for axis in (0..3).filter(|&a| active[a]) {
                 let tag = self.flux_tag(axis);
-                let expression = match axis {
-                    0 => self.flux_expression::<XFace>(tag.clone()),
-                    1 => self.flux_expression::<YFace>(tag.clone()),
-                    _ => self.flux_expression::<ZFace>(tag.clone()),
-                };
+                let expression = on_face!(axis, F => self.flux_expression::<F>(tag.clone()));
                 factory.register(expression).map_err(equation_error)?;
                 fluxes.push((axis, tag));
             }
@@ -226,12 +223,7 @@ impl TransportEquation {
         let rhs = LanguageExpression::new::<CellCentre>(self.rhs_tag(), move |s| {
             let mut total: Expr<'static, CellCentre> = Expr::constant(0.0);
             for (axis, tag) in &fluxes {
-                total = total
-                    - match axis {
-                        0 => divergence::<XFace>(s.field(tag)),
-                        1 => divergence::<YFace>(s.field(tag)),
-                        _ => divergence::<ZFace>(s.field(tag)),
-                    };
+                total = total - on_face!(*axis, F => divergence::<F>(s.field(tag)));
             }
             for source in &sources {
                 total = total
