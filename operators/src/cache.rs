@@ -77,9 +77,39 @@ struct Shared {
 
 type ValuesKey = (usize, GridKey, Vec<u64>);
 
+/// A multiply-rotate hasher (FxHash's scheme) for the identity map: its
+/// keys are pointers and small integers that no one chooses adversarially,
+/// and every assignment looks one up, so SipHash's cost showed in profiles.
+#[derive(Default, Clone, Copy)]
+struct QuickHasher(u64);
+
+impl std::hash::Hasher for QuickHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, value: usize) {
+        self.write_u64(value as u64);
+    }
+}
+
+type QuickHash = std::hash::BuildHasherDefault<QuickHasher>;
+
 #[derive(Default)]
 struct Cache {
-    by_identity: HashMap<(usize, GridKey), (Arc<Node>, Arc<LoweredKernel>)>,
+    by_identity: HashMap<(usize, GridKey), (Arc<Node>, Arc<LoweredKernel>), QuickHash>,
     by_values: HashMap<ValuesKey, (Arc<Node>, Arc<LoweredKernel>)>,
     by_structure: HashMap<(u64, GridKey), Vec<Arc<Shared>>>,
 }

@@ -973,7 +973,11 @@ struct Context<'a> {
     fields: &'a [FieldData<'a>],
     /// Parameter values by slot, read once when the evaluation started.
     parameters: &'a [f64],
-    layouts: HashMap<LocationKind, FieldLayout>,
+    /// The patch, for the layouts coordinates and masks read.
+    patch: &'a Patch,
+    /// The layout of each location on the patch, by [`LocationKind::ALL`]
+    /// order, made on first use (most kernels read none).
+    layouts: [std::sync::OnceLock<FieldLayout>; 4],
     /// Points per register row (largest block width plus halos).
     width: usize,
     /// Rows per register.
@@ -982,6 +986,11 @@ struct Context<'a> {
 }
 
 impl Context<'_> {
+    /// The layout of `kind` on the patch.
+    fn layout(&self, kind: LocationKind) -> &FieldLayout {
+        self.layouts[kind_index(kind)].get_or_init(|| FieldLayout::new(self.patch, kind))
+    }
+
     fn register_len(&self) -> usize {
         self.width * self.rows
     }
@@ -1242,7 +1251,7 @@ impl Context<'_> {
                         row_offset,
                         ..
                     } => {
-                        let layout = &self.layouts[location];
+                        let layout = self.layout(*location);
                         fill_points(out, extent, [start, j0, k], *row_offset, |index| {
                             layout.coordinate(index)[*axis]
                         });
@@ -1253,7 +1262,7 @@ impl Context<'_> {
                         row_offset,
                         ..
                     } => {
-                        let layout = &self.layouts[location];
+                        let layout = self.layout(*location);
                         fill_points(out, extent, [start, j0, k], *row_offset, |index| {
                             f64::from(set.contains(index, layout))
                         });
@@ -1335,12 +1344,22 @@ struct RowGroup {
 }
 
 /// The context, and the region's row groups in (k, j) order.
+/// The position of `kind` in [`LocationKind::ALL`].
+fn kind_index(kind: LocationKind) -> usize {
+    match kind {
+        LocationKind::CellCentre => 0,
+        LocationKind::XFace => 1,
+        LocationKind::YFace => 2,
+        LocationKind::ZFace => 3,
+    }
+}
+
 fn plan<'a>(
     kernel: &'a Kernel,
     native: Option<&'a NativeKernel>,
     fields: &'a [FieldData<'a>],
     parameters: &'a [f64],
-    patch: &Patch,
+    patch: &'a Patch,
     region: &IndexBox,
 ) -> (Context<'a>, Vec<RowGroup>) {
     let [nx, ny, _] = region.extent();
@@ -1351,10 +1370,7 @@ fn plan<'a>(
         (L1_REGISTER_BYTES / (8 * kernel.registers.max(1))).clamp(MIN_BLOCK_POINTS, BLOCK_POINTS);
     let rows = (block_points / tile).clamp(1, ny.max(1));
     let halo = kernel.halo;
-    let layouts = LocationKind::ALL
-        .into_iter()
-        .map(|kind| (kind, FieldLayout::new(patch, kind)))
-        .collect();
+
     let mut groups = Vec::new();
     let mut first_row = 0;
     for k in region.lo[2]..region.hi[2] {
@@ -1388,7 +1404,8 @@ fn plan<'a>(
         native,
         fields,
         parameters,
-        layouts,
+        patch,
+        layouts: Default::default(),
         width: tile + 2 * halo as usize,
         rows,
         halo,

@@ -76,8 +76,10 @@ impl BoundaryConditions {
     /// Fills the ghost points of `field` (CPU, active) on every side with a
     /// condition, and the periodic axes of its grid.
     pub fn apply<L: Location>(&self, field: &mut SpatialField<L>) -> SolverResult<()> {
-        let patch = field.layout().patch().clone();
+        let layout = field.layout().clone();
+        let patch = layout.patch();
         let grid = patch.grid();
+        let mut sides: Vec<(Side, BoundaryCondition)> = Vec::with_capacity(6);
         for side in Side::ALL {
             let periodic_axis = grid.periodic()[side.axis] && grid.active_dimensions()[side.axis];
             let condition = if periodic_axis {
@@ -111,7 +113,16 @@ impl BoundaryConditions {
                     continue;
                 }
             }
-            apply_side(field, side, condition)?;
+            sides.push((side, condition));
+        }
+        if sides.is_empty() {
+            return Ok(());
+        }
+        // The values are taken for writing once per call, not per side.
+        let name = field.name().to_string();
+        let values = field.values_mut()?;
+        for (side, condition) in sides {
+            apply_side::<L>(&layout, values, &name, side, condition)?;
         }
         Ok(())
     }
@@ -274,11 +285,12 @@ impl BoundaryConditions {
 
 /// Applies one condition on one side.
 fn apply_side<L: Location>(
-    field: &mut SpatialField<L>,
+    layout: &FieldLayout,
+    values: &mut [f64],
+    name: &str,
     side: Side,
     condition: BoundaryCondition,
 ) -> SolverResult<()> {
-    let layout = field.layout().clone();
     let axis = side.axis;
     let h = layout.patch().grid().spacing()[axis];
     let n = layout.interior_extent()[axis] as isize;
@@ -295,7 +307,7 @@ fn apply_side<L: Location>(
         BoundaryCondition::Flux { flux, diffusivity } => {
             if diffusivity == 0.0 || !diffusivity.is_finite() {
                 return Err(SolverError::Setup {
-                    equation: field.name().to_string(),
+                    equation: name.to_string(),
                     reason: format!(
                         "a flux condition on side {} needs a finite, non-zero diffusivity",
                         side.name()
@@ -310,7 +322,7 @@ fn apply_side<L: Location>(
     if layers == 0 && !writes_face {
         // Nothing would be written: the condition would be silently dropped.
         return Err(SolverError::Setup {
-            equation: field.name().to_string(),
+            equation: name.to_string(),
             reason: format!(
                 "the {condition:?} condition on side {} cannot be applied: the field has 0 ghost layers there; build its patch with at least 1 ghost layer",
                 side.name()
@@ -319,7 +331,7 @@ fn apply_side<L: Location>(
     }
     if layers > n {
         return Err(SolverError::Setup {
-            equation: field.name().to_string(),
+            equation: name.to_string(),
             reason: format!(
                 "the {condition:?} condition on side {} mirrors {layers} ghost layers, but the patch has only {n} interior points along that axis; use fewer ghost layers or more cells",
                 side.name()
@@ -329,18 +341,20 @@ fn apply_side<L: Location>(
     let mut transverse = layout.allocated();
     transverse.lo[axis] = 0;
     transverse.hi[axis] = 1;
-    let values = field.values_mut()?;
-    let at = |index: [isize; 3], along: isize| {
-        let mut i = index;
-        i[axis] = along;
-        layout.linear_index(i)
-    };
+    // Linear index arithmetic once per row across the side, not per point.
+    let extent = layout.allocated_extent();
+    let stride = [1, extent[0], extent[0] * extent[1]].map(|s| s as isize);
+    let lower = layout.allocated().lo;
+    let step = stride[axis];
     for base in transverse {
+        let row: isize = (0..3).map(|a| (base[a] - lower[a]) * stride[a]).sum();
+        // `base[axis]` is 0, so point `along` of this row is here:
+        let at = |along: isize| (row + along * step) as usize;
         // Position along the axis of the boundary point (faces) or of the
         // first interior point (cells), and the direction into the ghosts.
         let (first, outward) = if side.plus { (n - 1, 1) } else { (0, -1) };
         if on_face && let BoundaryCondition::Dirichlet(v) = condition {
-            values[at(base, first)] = v;
+            values[at(first)] = v;
         }
         for l in 1..=layers {
             let (ghost, partner, distance) = if on_face {
@@ -352,16 +366,16 @@ fn apply_side<L: Location>(
                     (2 * l - 1) as f64 * h,
                 )
             };
-            values[at(base, ghost)] = match condition {
-                BoundaryCondition::Dirichlet(v) => 2.0 * v - values[at(base, partner)],
+            values[at(ghost)] = match condition {
+                BoundaryCondition::Dirichlet(v) => 2.0 * v - values[at(partner)],
                 BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
-                    values[at(base, partner)] + distance * gradient
+                    values[at(partner)] + distance * gradient
                 }
                 BoundaryCondition::Periodic => {
                     // Ghost l beyond the plus end is interior point l - 1,
                     // beyond the minus end it is n - l.
                     let source = if side.plus { l - 1 } else { n - l };
-                    values[at(base, source)]
+                    values[at(source)]
                 }
             };
         }

@@ -23,6 +23,7 @@ pub mod error;
 pub mod incompressible;
 pub mod integrator;
 pub mod multigrid;
+mod prepared;
 pub mod solver;
 pub mod stages;
 mod stepping;

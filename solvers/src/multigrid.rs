@@ -14,10 +14,12 @@
 
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
+use crate::prepared::Trees;
 use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField};
 use watershed_operators::{
-    Assign, AssignOptions, OperatorResult, Parameter, Region, field, interior_norm_l2,
-    interior_sum, laplacian, prolongate, restrict, update,
+    AssignOptions, Expr, OperatorResult, Parameter, Region, assign_node,
+    assign_node_reading_target, field, interior_norm_l2, interior_sum, laplacian, prolongate,
+    restrict,
 };
 
 /// Multigrid settings.
@@ -171,6 +173,10 @@ pub struct Multigrid {
     singular: bool,
     options: MultigridOptions,
     cg: ConjugateGradientVectors,
+    /// Every assignment's tree, built once ([`crate::prepared`]).
+    trees: Trees,
+    /// The mean removed from a singular problem's fields.
+    mean: Parameter,
 }
 
 /// The vectors and scalars of preconditioned CG on the finest grid. The
@@ -299,6 +305,8 @@ impl Multigrid {
                 alpha: Parameter::new("alpha", 0.0),
                 beta: Parameter::new("beta", 0.0),
             },
+            trees: Trees::default(),
+            mean: Parameter::new("mean", 0.0),
         })
     }
 
@@ -336,11 +344,17 @@ impl Multigrid {
     fn smooth(&mut self, level: usize, sweeps: usize, homogeneous: bool) -> SolverResult<()> {
         let conditions = self.conditions(level, homogeneous);
         let weight = self.options.weight;
-        let l = &mut self.levels[level];
+        let Multigrid { levels, trees, .. } = self;
+        let l = &mut levels[level];
         let factor = weight / l.diagonal;
         for _ in 0..sweeps {
             conditions.apply(&mut l.x)?;
-            l.t.assign(field(&l.x) + factor * (field(&l.b) - laplacian(&l.x)))?;
+            let root = trees.get("smooth", [l.t.id(), l.x.id(), l.b.id()], || {
+                (field(&l.x) + factor * (field(&l.b) - laplacian(&l.x)))
+                    .node()
+                    .clone()
+            });
+            assign_node(&mut l.t, &root, &[&l.x, &l.b], AssignOptions::default())?;
             std::mem::swap(&mut l.x, &mut l.t);
         }
         Ok(())
@@ -349,9 +363,13 @@ impl Multigrid {
     /// `r = b - lap(x)` on `level`.
     fn residual(&mut self, level: usize, homogeneous: bool) -> SolverResult<()> {
         let conditions = self.conditions(level, homogeneous);
-        let l = &mut self.levels[level];
+        let Multigrid { levels, trees, .. } = self;
+        let l = &mut levels[level];
         conditions.apply(&mut l.x)?;
-        l.r.assign(field(&l.b) - laplacian(&l.x))?;
+        let root = trees.get("residual", [l.r.id(), l.b.id(), l.x.id()], || {
+            (field(&l.b) - laplacian(&l.x)).node().clone()
+        });
+        assign_node(&mut l.r, &root, &[&l.b, &l.x], AssignOptions::default())?;
         Ok(())
     }
 
@@ -360,26 +378,44 @@ impl Multigrid {
         if level + 1 == self.levels.len() {
             self.smooth(level, self.options.coarsest_sweeps, homogeneous)?;
             if self.singular {
-                remove_mean(&mut self.levels[level].x)?;
+                let Multigrid {
+                    levels,
+                    trees,
+                    mean,
+                    ..
+                } = self;
+                remove_mean(&mut levels[level].x, mean, trees)?;
             }
             return Ok(());
         }
         self.smooth(level, self.options.pre_smoothing, homogeneous)?;
         self.residual(level, homogeneous)?;
         {
-            let (fine, coarse) = self.levels.split_at_mut(level + 1);
+            let Multigrid { levels, trees, .. } = self;
+            let (fine, coarse) = levels.split_at_mut(level + 1);
             let ratio = refinement(&fine[level], &coarse[0]);
-            coarse[0].b.assign(restrict(&fine[level].r, ratio))?;
+            let (r, b) = (&fine[level].r, &mut coarse[0].b);
+            let root = trees.get("restrict", [b.id(), r.id(), 0], || {
+                restrict(r, ratio).node().clone()
+            });
+            assign_node(b, &root, &[r], AssignOptions::default())?;
             coarse[0].x.fill(0.0)?;
         }
         self.v_cycle(level + 1, true)?;
         {
             let homogeneous_conditions = self.homogeneous;
-            let (fine, coarse) = self.levels.split_at_mut(level + 1);
+            let Multigrid { levels, trees, .. } = self;
+            let (fine, coarse) = levels.split_at_mut(level + 1);
             homogeneous_conditions.apply(&mut coarse[0].x)?;
             let ratio = refinement(&fine[level], &coarse[0]);
-            let correction = &coarse[0].x;
-            update(&mut fine[level].x, |x| x + prolongate(correction, ratio))?;
+            let (x, correction) = (&mut fine[level].x, &coarse[0].x);
+            let own = x.id();
+            let root = trees.get("correct", [own, correction.id(), 0], || {
+                (Expr::<CellCentre>::symbol(own, x.name()) + prolongate(correction, ratio))
+                    .node()
+                    .clone()
+            });
+            assign_node_reading_target(x, own, &root, &[correction], AssignOptions::default())?;
         }
         self.smooth(level, self.options.post_smoothing, homogeneous)
     }
@@ -414,21 +450,33 @@ impl Multigrid {
                 ),
             });
         }
-        let finest = &mut self.levels[0];
-        copy_interior(rhs, &mut finest.b)?;
-        copy_interior(guess, &mut finest.x)?;
+        let Multigrid {
+            levels,
+            trees,
+            mean,
+            ..
+        } = self;
+        let finest = &mut levels[0];
+        copy_interior(rhs, &mut finest.b, trees)?;
+        copy_interior(guess, &mut finest.x, trees)?;
         if self.singular {
-            remove_mean(&mut finest.b)?;
+            remove_mean(&mut finest.b, mean, trees)?;
         }
         Ok(interior_norm_l2(&finest.b)?)
     }
 
     fn store(&mut self, solution: &mut SpatialField<CellCentre>) -> SolverResult<()> {
+        let Multigrid {
+            levels,
+            trees,
+            mean,
+            ..
+        } = self;
         if self.singular {
-            remove_mean(&mut self.levels[0].x)?;
+            remove_mean(&mut levels[0].x, mean, trees)?;
         }
-        self.conditions.apply(&mut self.levels[0].x)?;
-        copy_all(&self.levels[0].x, solution)
+        self.conditions.apply(&mut levels[0].x)?;
+        copy_all(&levels[0].x, solution, trees)
     }
 
     /// Solves `lap(x) = rhs` by V-cycles, starting from `solution`'s values
@@ -504,11 +552,11 @@ impl Multigrid {
         let target = self.options.relative_tolerance * rhs_norm.max(f64::MIN_POSITIVE);
         // CG keeps its own x and r; the V-cycles use the levels' fields.
         self.residual(0, false)?;
-        copy_all(&self.levels[0].x, &mut self.cg.x)?;
-        copy_all(&self.levels[0].r, &mut self.cg.r)?;
+        copy_all(&self.levels[0].x, &mut self.cg.x, &mut self.trees)?;
+        copy_all(&self.levels[0].r, &mut self.cg.r, &mut self.trees)?;
         let mut residuals = vec![interior_norm_l2(&self.cg.r)?];
         self.precondition()?;
-        copy_all(&self.cg.z, &mut self.cg.p)?;
+        copy_all(&self.cg.z, &mut self.cg.p, &mut self.trees)?;
         let mut rz = dot(&self.cg.r, &self.cg.z)?;
         let mut iterations = 0;
         while residuals.last().is_some_and(|&r| r > target || r.is_nan()) {
@@ -523,27 +571,51 @@ impl Multigrid {
                     target,
                 });
             }
-            let cg = &mut self.cg;
+            let Multigrid {
+                cg, trees, mean, ..
+            } = self;
             self.homogeneous.apply(&mut cg.p)?;
-            cg.q.assign(laplacian(&cg.p))?;
+            let (p, q) = (&cg.p, &mut cg.q);
+            let root = trees.get("cg q", [q.id(), p.id(), 0], || laplacian(p).node().clone());
+            assign_node(q, &root, &[p], AssignOptions::default())?;
             cg.alpha.set(rz / dot(&cg.p, &cg.q)?);
             let (alpha, p, q) = (&cg.alpha, &cg.p, &cg.q);
-            update(&mut cg.x, |x| x + alpha.expr() * field(p))?;
-            update(&mut cg.r, |r| r - alpha.expr() * field(q))?;
+            let x = &mut cg.x;
+            let own = x.id();
+            let root = trees.get("cg x", [own, p.id(), 0], || {
+                (Expr::<CellCentre>::symbol(own, x.name()) + alpha.expr() * field(p))
+                    .node()
+                    .clone()
+            });
+            assign_node_reading_target(x, own, &root, &[p], AssignOptions::default())?;
+            let r = &mut cg.r;
+            let own = r.id();
+            let root = trees.get("cg r", [own, q.id(), 0], || {
+                (Expr::<CellCentre>::symbol(own, r.name()) - alpha.expr() * field(q))
+                    .node()
+                    .clone()
+            });
+            assign_node_reading_target(r, own, &root, &[q], AssignOptions::default())?;
             if self.singular {
-                remove_mean(&mut cg.r)?;
+                remove_mean(&mut cg.r, mean, trees)?;
             }
             residuals.push(interior_norm_l2(&cg.r)?);
             iterations += 1;
             self.precondition()?;
-            let cg = &mut self.cg;
+            let Multigrid { cg, trees, .. } = self;
             let rz_next = dot(&cg.r, &cg.z)?;
             cg.beta.set(rz_next / rz);
             rz = rz_next;
-            let (beta, z) = (&cg.beta, &cg.z);
-            update(&mut cg.p, |p| field(z) + beta.expr() * p)?;
+            let (beta, z, p) = (&cg.beta, &cg.z, &mut cg.p);
+            let own = p.id();
+            let root = trees.get("cg p", [own, z.id(), 0], || {
+                (field(z) + beta.expr() * Expr::<CellCentre>::symbol(own, p.name()))
+                    .node()
+                    .clone()
+            });
+            assign_node_reading_target(p, own, &root, &[z], AssignOptions::default())?;
         }
-        copy_all(&self.cg.x, &mut self.levels[0].x)?;
+        copy_all(&self.cg.x, &mut self.levels[0].x, &mut self.trees)?;
         self.finish(
             solution,
             "multigrid-preconditioned CG",
@@ -562,11 +634,11 @@ impl Multigrid {
     fn precondition(&mut self) -> SolverResult<()> {
         {
             let finest = &mut self.levels[0];
-            copy_all(&self.cg.r, &mut finest.b)?;
+            copy_all(&self.cg.r, &mut finest.b, &mut self.trees)?;
             finest.x.fill(0.0)?;
         }
         self.v_cycle(0, true)?;
-        copy_all(&self.levels[0].x, &mut self.cg.z)
+        copy_all(&self.levels[0].x, &mut self.cg.z, &mut self.trees)
     }
 }
 
@@ -574,11 +646,22 @@ fn dot(a: &SpatialField<CellCentre>, b: &SpatialField<CellCentre>) -> OperatorRe
     interior_sum(field(a) * field(b))
 }
 
-fn remove_mean(x: &mut SpatialField<CellCentre>) -> SolverResult<()> {
+/// Subtracts `x`'s interior mean from `x` (through the parameter `mean`,
+/// so the kernel is the same for every mean).
+fn remove_mean(
+    x: &mut SpatialField<CellCentre>,
+    mean: &Parameter,
+    trees: &mut Trees,
+) -> SolverResult<()> {
     let n = x.layout().interior_len() as f64;
-    // A parameter, not a constant: the kernel is lowered once for all means.
-    let mean = Parameter::new("mean", interior_sum(field(x))? / n);
-    update(x, |x| x - mean.expr())?;
+    mean.set(interior_sum(field(x))? / n);
+    let own = x.id();
+    let root = trees.get("remove mean", [own, 0, 0], || {
+        (Expr::<CellCentre>::symbol(own, x.name()) - mean.expr())
+            .node()
+            .clone()
+    });
+    assign_node_reading_target(x, own, &root, &[], AssignOptions::default())?;
     Ok(())
 }
 
@@ -586,8 +669,12 @@ fn remove_mean(x: &mut SpatialField<CellCentre>) -> SolverResult<()> {
 fn copy_interior(
     from: &SpatialField<CellCentre>,
     to: &mut SpatialField<CellCentre>,
+    trees: &mut Trees,
 ) -> SolverResult<()> {
-    to.assign(field(from))?;
+    let root = trees.get("copy", [to.id(), from.id(), 0], || {
+        field(from).node().clone()
+    });
+    assign_node(to, &root, &[from], AssignOptions::default())?;
     Ok(())
 }
 
@@ -596,13 +683,19 @@ fn copy_interior(
 fn copy_all(
     from: &SpatialField<CellCentre>,
     to: &mut SpatialField<CellCentre>,
+    trees: &mut Trees,
 ) -> SolverResult<()> {
     let region = from
         .layout()
         .allocated()
         .intersect(&to.layout().allocated());
-    to.assign_with(
-        field(from),
+    let root = trees.get("copy", [to.id(), from.id(), 0], || {
+        field(from).node().clone()
+    });
+    assign_node(
+        to,
+        &root,
+        &[from],
         AssignOptions {
             region: Region::Box(region),
             ..AssignOptions::default()
