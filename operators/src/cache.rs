@@ -107,10 +107,13 @@ impl std::hash::Hasher for QuickHasher {
 
 type QuickHash = std::hash::BuildHasherDefault<QuickHasher>;
 
+/// A tree (kept alive, so its address is not reused) and its kernel.
+type CachedKernel = (Arc<Node>, Arc<LoweredKernel>);
+
 #[derive(Default)]
 struct Cache {
-    by_identity: HashMap<(usize, GridKey), (Arc<Node>, Arc<LoweredKernel>), QuickHash>,
-    by_values: HashMap<ValuesKey, (Arc<Node>, Arc<LoweredKernel>)>,
+    by_identity: HashMap<(usize, GridKey), CachedKernel, QuickHash>,
+    by_values: HashMap<ValuesKey, CachedKernel>,
     by_structure: HashMap<(u64, GridKey), Vec<Arc<Shared>>>,
 }
 
