@@ -606,13 +606,47 @@ fn prepare<'f>(
             found,
         });
     }
-    let mut runnable = lower_for(root, layout.patch(), true, backend)?;
-    let reads_target = runnable.lowered.field_ids.contains(&target_leaf);
-    if reads_target {
-        // The result goes to a register and is copied to the target after
-        // each block's reads: no reference ever aliases the target's rows.
-        runnable = lower_for(root, layout.patch(), false, backend)?;
+    // Written straight into the target unless the kernel reads the target
+    // in rows it also writes: then the result goes to a register and is
+    // copied to the target after each block's reads, so no reference ever
+    // aliases a row being written.
+    let mut into_target = true;
+    loop {
+        let runnable = lower_for(root, layout.patch(), into_target, backend)?;
+        let prepared = resolve(runnable, layout, name, target_leaf, fields, region)?;
+        let reads_own_rows = prepared
+            .lowered
+            .field_ids
+            .iter()
+            .zip(&prepared.lowered.kernel.fields)
+            .any(|(&id, k)| id == target_leaf && reads_rows_of(k, &prepared.region));
+        if into_target && reads_own_rows {
+            into_target = false;
+            continue;
+        }
+        return Ok(prepared);
     }
+}
+
+/// True when `field`, read over `region`, is read in some row (y, z) of
+/// `region`.
+fn reads_rows_of(field: &crate::kernel::KernelField, region: &IndexBox) -> bool {
+    (1..3).all(|a| {
+        region.lo[a] + field.extent.min[a] < region.hi[a]
+            && region.lo[a] < region.hi[a] + field.extent.max[a]
+    })
+}
+
+/// Binds a lowered kernel's fields, resolves `region` and checks ghost
+/// layers and reads of the target itself.
+fn resolve<'f>(
+    runnable: crate::codegen::Runnable,
+    layout: &FieldLayout,
+    name: &str,
+    target_leaf: u64,
+    fields: &[&'f dyn BoundField],
+    region: Region,
+) -> OperatorResult<Prepared<'f>> {
     let (lowered, native) = (runnable.lowered, runnable.native);
     let kernel = &lowered.kernel;
     let bound = bind(&lowered, Some(target_leaf), fields, layout.patch(), name)?;
