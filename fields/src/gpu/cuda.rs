@@ -84,6 +84,14 @@ pub(crate) struct Event {
 }
 
 impl Stream {
+    /// Makes the stream's context current on this thread.
+    fn bind(&self, device: Device) -> FieldResult<()> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| cuda_error(device, "binding the context", e))
+    }
+
     pub(crate) fn new(ordinal: usize) -> FieldResult<Stream> {
         let stream = context(ordinal)?
             .new_stream()
@@ -127,10 +135,7 @@ impl Stream {
         bytes: usize,
         action: &str,
     ) -> FieldResult<()> {
-        self.stream
-            .context()
-            .bind_to_thread()
-            .map_err(|e| cuda_error(device, "binding the context", e))?;
+        self.bind(device)?;
         let cu_stream = self.stream.cu_stream();
         // SAFETY: the caller guarantees both ranges; the host side is read
         // or written as bytes, which every bit pattern allows.
@@ -182,10 +187,7 @@ impl Stream {
         bytes: usize,
         action: &str,
     ) -> FieldResult<()> {
-        self.stream
-            .context()
-            .bind_to_thread()
-            .map_err(|e| cuda_error(device, "binding the context", e))?;
+        self.bind(device)?;
         // SAFETY: guaranteed by the caller.
         unsafe {
             cudarc::driver::result::memset_d8_async(
