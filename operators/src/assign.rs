@@ -610,22 +610,30 @@ fn prepare<'f>(
     // in rows it also writes: then the result goes to a register and is
     // copied to the target after each block's reads, so no reference ever
     // aliases a row being written.
-    let mut into_target = true;
-    loop {
-        let runnable = lower_for(root, layout.patch(), into_target, backend)?;
-        let prepared = resolve(runnable, layout, name, target_leaf, fields, region)?;
-        let reads_own_rows = prepared
-            .lowered
+    let direct = lower_for(root, layout.patch(), true, backend)?;
+    let own_reads = |lowered: &LoweredKernel| -> Vec<crate::kernel::KernelField> {
+        lowered
             .field_ids
             .iter()
-            .zip(&prepared.lowered.kernel.fields)
-            .any(|(&id, k)| id == target_leaf && reads_rows_of(k, &prepared.region));
-        if into_target && reads_own_rows {
-            into_target = false;
-            continue;
+            .zip(&lowered.kernel.fields)
+            .filter(|(id, _)| **id == target_leaf)
+            .map(|(_, k)| k.clone())
+            .collect()
+    };
+    let reads = own_reads(&direct.lowered);
+    // A read at row offset 0 (in-place updates, x ghosts) meets the
+    // written rows in any non-empty region: no need to resolve first.
+    let in_own_row = reads
+        .iter()
+        .any(|k| (1..3).all(|a| k.extent.min[a] <= 0 && 0 <= k.extent.max[a]));
+    if !in_own_row {
+        let prepared = resolve(direct, layout, name, target_leaf, fields, region)?;
+        if !reads.iter().any(|k| reads_rows_of(k, &prepared.region)) {
+            return Ok(prepared);
         }
-        return Ok(prepared);
     }
+    let copied = lower_for(root, layout.patch(), false, backend)?;
+    resolve(copied, layout, name, target_leaf, fields, region)
 }
 
 /// True when `field`, read over `region`, is read in some row (y, z) of
