@@ -521,6 +521,7 @@ macro_rules! dispatch_binary {
             B::Subtract => map2($out, $extent, $a, $b, |x, y| x - y),
             B::Multiply => map2($out, $extent, $a, $b, |x, y| x * y),
             B::Divide => map2($out, $extent, $a, $b, |x, y| x / y),
+            B::Pow => map2($out, $extent, $a, $b, crate::vmath::pow),
             op => map2($out, $extent, $a, $b, move |x, y| op.apply(x, y)),
         }
     }};
@@ -532,6 +533,10 @@ macro_rules! dispatch_unary {
         match $op {
             U::Negate => map1($out, $extent, $a, |x| -x),
             U::Exp => map1($out, $extent, $a, crate::vmath::exp),
+            U::Log => map1($out, $extent, $a, crate::vmath::log),
+            U::Sin => map1($out, $extent, $a, crate::vmath::sin),
+            U::Cos => map1($out, $extent, $a, crate::vmath::cos),
+            U::Tanh => map1($out, $extent, $a, crate::vmath::tanh),
             U::Sqrt => map1($out, $extent, $a, f64::sqrt),
             U::Abs => map1($out, $extent, $a, f64::abs),
             op => map1($out, $extent, $a, move |x| op.apply(x)),

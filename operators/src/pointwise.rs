@@ -47,28 +47,13 @@ impl UnaryOp {
         match self {
             UnaryOp::Negate => -a,
             UnaryOp::Exp => crate::vmath::exp(a),
-            UnaryOp::Log => a.ln(),
+            UnaryOp::Log => crate::vmath::log(a),
             UnaryOp::Sqrt => a.sqrt(),
-            UnaryOp::Sin => a.sin(),
-            UnaryOp::Cos => a.cos(),
-            UnaryOp::Tanh => a.tanh(),
+            UnaryOp::Sin => crate::vmath::sin(a),
+            UnaryOp::Cos => crate::vmath::cos(a),
+            UnaryOp::Tanh => crate::vmath::tanh(a),
             UnaryOp::Abs => a.abs(),
             UnaryOp::Not => f64::from(a == 0.0),
-        }
-    }
-
-    /// The CUDA C spelling, with `a` standing for the argument.
-    pub fn cuda(self) -> &'static str {
-        match self {
-            UnaryOp::Negate => "(-(a))",
-            UnaryOp::Exp => "exp(a)",
-            UnaryOp::Log => "log(a)",
-            UnaryOp::Sqrt => "sqrt(a)",
-            UnaryOp::Sin => "sin(a)",
-            UnaryOp::Cos => "cos(a)",
-            UnaryOp::Tanh => "tanh(a)",
-            UnaryOp::Abs => "fabs(a)",
-            UnaryOp::Not => "((a) == 0.0 ? 1.0 : 0.0)",
         }
     }
 }
@@ -158,7 +143,7 @@ impl BinaryOp {
             BinaryOp::Subtract => a - b,
             BinaryOp::Multiply => a * b,
             BinaryOp::Divide => a / b,
-            BinaryOp::Pow => a.powf(b),
+            BinaryOp::Pow => crate::vmath::pow(a, b),
             BinaryOp::Min => {
                 if a < b {
                     a
@@ -181,27 +166,6 @@ impl BinaryOp {
             BinaryOp::NotEqual => f64::from(a != b),
             BinaryOp::And => f64::from(a != 0.0 && b != 0.0),
             BinaryOp::Or => f64::from(a != 0.0 || b != 0.0),
-        }
-    }
-
-    /// The CUDA C spelling, with `a` and `b` standing for the arguments.
-    pub fn cuda(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "((a) + (b))",
-            BinaryOp::Subtract => "((a) - (b))",
-            BinaryOp::Multiply => "((a) * (b))",
-            BinaryOp::Divide => "((a) / (b))",
-            BinaryOp::Pow => "pow(a, b)",
-            BinaryOp::Min => "((a) < (b) ? (a) : (b))",
-            BinaryOp::Max => "((a) > (b) ? (a) : (b))",
-            BinaryOp::Less => "((a) < (b) ? 1.0 : 0.0)",
-            BinaryOp::LessEqual => "((a) <= (b) ? 1.0 : 0.0)",
-            BinaryOp::Greater => "((a) > (b) ? 1.0 : 0.0)",
-            BinaryOp::GreaterEqual => "((a) >= (b) ? 1.0 : 0.0)",
-            BinaryOp::Equal => "((a) == (b) ? 1.0 : 0.0)",
-            BinaryOp::NotEqual => "((a) != (b) ? 1.0 : 0.0)",
-            BinaryOp::And => "(((a) != 0.0 && (b) != 0.0) ? 1.0 : 0.0)",
-            BinaryOp::Or => "(((a) != 0.0 || (b) != 0.0) ? 1.0 : 0.0)",
         }
     }
 }

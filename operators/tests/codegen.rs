@@ -151,6 +151,64 @@ fn stencils_products_and_functions_match_the_interpreter() {
     }
 }
 
+/// A value for the vector-math test: mostly spread over many binades and
+/// both signs, sometimes a special value (zeros, infinities, NaN,
+/// subnormals, integers, huge numbers, the sin/cos limit).
+fn wide_value(rng: &mut Xorshift) -> f64 {
+    const SPECIAL: [f64; 14] = [
+        0.0,
+        -0.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        5e-324,
+        -2.5e-310,
+        1.0,
+        -1.0,
+        3.0,
+        -2.0,
+        1e300,
+        2.1e8,
+        -2.1e8,
+    ];
+    if rng.int(0, 9) == 0 {
+        return SPECIAL[rng.int(0, SPECIAL.len() - 1)];
+    }
+    let sign = if rng.int(0, 1) == 0 { 1.0 } else { -1.0 };
+    sign * rng.uniform(-30.0, 30.0).exp2() * rng.uniform(1.0, 2.0)
+}
+
+#[test]
+fn vector_math_gives_the_interpreters_bits_over_wide_ranges_and_special_values() {
+    // Every vectorisable function (`vmath`) is written twice, in Rust and
+    // as C/CUDA source: the two must agree to the bit, everywhere.
+    let patch = patch_3d([37, 9, 4], 1);
+    let mut rng = Xorshift::new(21);
+    let a = random_field::<CellCentre>("a", &patch, &mut rng, wide_value);
+    let b = random_field::<CellCentre>("b", &patch, &mut rng, wide_value);
+    let small = random_field::<CellCentre>("small", &patch, &mut rng, |r| r.uniform(-4.0, 4.0));
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || exp(&a));
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || {
+        exp(&small)
+    });
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || log(&a));
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || sin(&a));
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || cos(&a));
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || tanh(&a));
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || {
+        sin(&small) * cos(&small) + tanh(&small)
+    });
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || {
+        pow(&a, &b)
+    });
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || {
+        pow(&a, &small)
+    });
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || {
+        pow(abs(&small), 0.7) + log(abs(&small))
+    });
+}
+
 #[test]
 fn face_operators_limiters_and_upwinding_match_the_interpreter() {
     let patch = patch_3d([11, 6, 4], 2);
@@ -315,7 +373,7 @@ fn a_compiler_error_shows_the_source_and_the_log() {
 }
 
 #[test]
-fn gcc_vectorises_the_diffusion_kernel() {
+fn gcc_vectorises_the_diffusion_kernel_and_every_math_function() {
     let Ok(compiler) = codegen::c_compiler() else {
         return;
     };
@@ -331,7 +389,14 @@ fn gcc_vectorises_the_diffusion_kernel() {
         SpatialField::<CellCentre>::new("phi", &patch, watershed_fields::Device::Cpu).unwrap();
     let gamma =
         SpatialField::<CellCentre>::new("gamma", &patch, watershed_fields::Device::Cpu).unwrap();
-    for expr in [-div(interp(&gamma) * grad(&phi)), exp(&phi) * 0.5 + &gamma] {
+    for expr in [
+        -div(interp(&gamma) * grad(&phi)),
+        exp(&phi) * 0.5 + &gamma,
+        log(&phi),
+        sin(&phi) + cos(&gamma),
+        tanh(&phi),
+        pow(&phi, &gamma),
+    ] {
         let kernel = lower_cached(expr.node(), &patch, true).unwrap();
         let (_, source) = codegen::compile::translation_unit(&kernel.kernel).unwrap();
         let report = codegen::compile::vectorisation_report(&source).unwrap();

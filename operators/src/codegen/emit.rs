@@ -266,11 +266,11 @@ impl Emitter<'_> {
                 match op {
                     UnaryOp::Negate => format!("(-{a})"),
                     UnaryOp::Exp => format!("ws_exp({a})"),
-                    UnaryOp::Log => format!("log({a})"),
+                    UnaryOp::Log => format!("ws_log({a})"),
                     UnaryOp::Sqrt => format!("sqrt({a})"),
-                    UnaryOp::Sin => format!("sin({a})"),
-                    UnaryOp::Cos => format!("cos({a})"),
-                    UnaryOp::Tanh => format!("tanh({a})"),
+                    UnaryOp::Sin => format!("ws_sin({a})"),
+                    UnaryOp::Cos => format!("ws_cos({a})"),
+                    UnaryOp::Tanh => format!("ws_tanh({a})"),
                     UnaryOp::Abs => format!("fabs({a})"),
                     UnaryOp::Not => format!("({a} == 0.0 ? 1.0 : 0.0)"),
                 }
@@ -284,7 +284,7 @@ impl Emitter<'_> {
                     BinaryOp::Subtract => format!("({a} - {b})"),
                     BinaryOp::Multiply => format!("({a} * {b})"),
                     BinaryOp::Divide => format!("({a} / {b})"),
-                    BinaryOp::Pow => format!("pow({a}, {b})"),
+                    BinaryOp::Pow => format!("ws_pow({a}, {b})"),
                     BinaryOp::Min => format!("ws_min({a}, {b})"),
                     BinaryOp::Max => format!("ws_max({a}, {b})"),
                     BinaryOp::Less => format!("({a} < {b} ? 1.0 : 0.0)"),
@@ -448,7 +448,8 @@ impl Emitter<'_> {
 }
 
 /// Helpers every generated translation unit starts with: bit casts,
-/// `ws_exp` ([`crate::vmath`]), selections and limiters, in `dialect`.
+/// the vector math of [`crate::vmath`] (`ws_exp`, `ws_log`, `ws_sin`, `ws_cos`,
+/// `ws_tanh`, `ws_pow`), selections and limiters, in `dialect`.
 pub fn prelude(dialect: Dialect) -> String {
     let q = match dialect {
         Dialect::C => "static inline",
@@ -458,7 +459,7 @@ pub fn prelude(dialect: Dialect) -> String {
     if dialect == Dialect::C {
         text.push_str("#include <math.h>\n");
     }
-    text.push_str(&crate::vmath::exp_source(dialect));
+    text.push_str(&crate::vmath::source(dialect));
     let _ = write!(
         text,
         "{q} double ws_select(double c, double a, double b) {{ return c != 0.0 ? a : b; }}\n\
