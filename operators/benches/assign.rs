@@ -4,7 +4,10 @@
 //! Two computations at 64^3 and 128^3 (one ghost layer), each with 1 and 2
 //! threads:
 //! * diffusion: `rhs = div(interp(gamma) * grad(phi))`, 7-point, field-valued gamma;
-//! * chain: `rhs = gamma * exp(-phi) + 0.5 * phi * phi - 1`.
+//! * chain: `rhs = gamma * exp(-phi) + 0.5 * phi * phi - 1`;
+//! * functions: `rhs = log(gamma) * sin(phi) + pow(gamma, 0.7) + tanh(phi) +
+//!   cos(phi)`, against a hand loop calling the scalar libm functions (the
+//!   vector math of `vmath` against glibc, one call per element).
 //!
 //! The hand loops are what a performance-aware user writes: one pass, row
 //! slices, fluxes computed on the fly. Both sides run on the same thread
@@ -19,7 +22,8 @@ use std::hint::black_box;
 use std::time::Instant;
 use watershed_fields::{CellCentre, Device, FieldLayout, Grid, SpatialField};
 use watershed_operators::{
-    Assign, AssignOptions, Backend, Parallelism, Region, div, exp, field, grad, interp,
+    Assign, AssignOptions, Backend, Parallelism, Region, cos, div, exp, field, grad, interp, log,
+    pow, sin, tanh,
 };
 
 fn median_seconds(samples: usize, mut f: impl FnMut()) -> f64 {
@@ -108,6 +112,30 @@ fn chain_planes(
             let o = &mut out[c - base..c - base + n];
             for ((o, &pv), &gv) in o.iter_mut().zip(&p[c..c + n]).zip(&g[c..c + n]) {
                 *o = gv * (-pv).exp() + 0.5 * pv * pv - 1.0;
+            }
+        }
+    }
+}
+
+/// Hand-written transcendental functions with the scalar libm.
+fn functions_planes(
+    p: &[f64],
+    g: &[f64],
+    out: &mut [f64],
+    base: usize,
+    k0: usize,
+    k1: usize,
+    geo: Geometry,
+) {
+    let Geometry {
+        n, origin, sy, sz, ..
+    } = geo;
+    for k in k0..k1 {
+        for j in 0..n {
+            let c = origin + j * sy + k * sz;
+            let o = &mut out[c - base..c - base + n];
+            for ((o, &pv), &gv) in o.iter_mut().zip(&p[c..c + n]).zip(&g[c..c + n]) {
+                *o = gv.ln() * pv.sin() + gv.powf(0.7) + pv.tanh() + pv.cos();
             }
         }
     }
@@ -291,6 +319,45 @@ fn main() {
                 let worst = max_relative_difference(&rhs, &reference, &layout);
                 report(
                     &format!("chain {name}"),
+                    threads,
+                    fused,
+                    hand,
+                    points,
+                    bytes_per_point,
+                    copy_bandwidth,
+                    worst,
+                );
+            }
+
+            // --- transcendental functions ---
+            let hand = {
+                let (p, g) = (phi.values().expect("cpu"), gamma.values().expect("cpu"));
+                let out = reference.values_mut().expect("cpu");
+                pool.install(|| {
+                    median_seconds(11, || {
+                        hand_loop(threads, functions_planes, p, g, out, geometry)
+                    })
+                })
+            };
+            for (name, backend) in backends {
+                let options = AssignOptions {
+                    region: Region::Interior,
+                    parallelism,
+                    backend,
+                    ..AssignOptions::default()
+                };
+                let fused = pool.install(|| {
+                    median_seconds(11, || {
+                        rhs.assign_with(
+                            log(&gamma) * sin(&phi) + pow(&gamma, 0.7) + tanh(&phi) + cos(&phi),
+                            options,
+                        )
+                        .expect("assign");
+                    })
+                });
+                let worst = max_relative_difference(&rhs, &reference, &layout);
+                report(
+                    &format!("functions {name}"),
                     threads,
                     fused,
                     hand,

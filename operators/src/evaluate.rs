@@ -449,12 +449,12 @@ unsafe fn row2<A: Lane, B: Lane>(o: &mut [f64], a: A, b: B, f: &impl Fn(f64, f64
     }
 }
 
-// Each specialisation is its own small function: inlining all of them into
-// one dispatcher defeats LLVM's inliner and vectoriser.
+/// The rows of a unary loop.
+///
 /// # Safety
 /// Every stream covers `extent`, and `out` overlaps no input.
-#[inline(never)]
-unsafe fn map1_lanes<A: Lane>(out: OutStream, extent: Extent, a: A, f: impl Fn(f64) -> f64) {
+#[inline(always)]
+unsafe fn map1_rows<A: Lane>(out: OutStream, extent: Extent, a: A, f: impl Fn(f64) -> f64) {
     for r in 0..extent.rows {
         // SAFETY: guaranteed by the caller.
         unsafe {
@@ -467,10 +467,12 @@ unsafe fn map1_lanes<A: Lane>(out: OutStream, extent: Extent, a: A, f: impl Fn(f
     }
 }
 
+/// The rows of a binary loop.
+///
 /// # Safety
 /// Every stream covers `extent`, and `out` overlaps no input.
-#[inline(never)]
-unsafe fn map2_lanes<A: Lane, B: Lane>(
+#[inline(always)]
+unsafe fn map2_rows<A: Lane, B: Lane>(
     out: OutStream,
     extent: Extent,
     a: A,
@@ -487,6 +489,30 @@ unsafe fn map2_lanes<A: Lane, B: Lane>(
             row2(o, a.on_row(r), b.on_row(r), &f);
         }
     }
+}
+
+// Each specialisation is its own small function: inlining all of them into
+// one dispatcher defeats LLVM's inliner and vectoriser.
+/// # Safety
+/// Every stream covers `extent`, and `out` overlaps no input.
+#[inline(never)]
+unsafe fn map1_lanes<A: Lane>(out: OutStream, extent: Extent, a: A, f: impl Fn(f64) -> f64) {
+    // SAFETY: forwarded.
+    unsafe { map1_rows(out, extent, a, f) }
+}
+
+/// # Safety
+/// Every stream covers `extent`, and `out` overlaps no input.
+#[inline(never)]
+unsafe fn map2_lanes<A: Lane, B: Lane>(
+    out: OutStream,
+    extent: Extent,
+    a: A,
+    b: B,
+    f: impl Fn(f64, f64) -> f64,
+) {
+    // SAFETY: forwarded.
+    unsafe { map2_rows(out, extent, a, b, f) }
 }
 
 /// # Safety
@@ -513,6 +539,140 @@ unsafe fn map2(
     }))
 }
 
+/// Whether this CPU runs the AVX2 builds of the vector-math loops.
+#[inline(always)]
+fn wide_math() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// A vector-math function of one argument (`vmath`), a type so that its
+/// loops inline it (a function pointer or a closure shared by many lane
+/// combinations stays a call per element).
+trait Math1 {
+    fn apply(x: f64) -> f64;
+}
+
+/// A vector-math function of two arguments (see [`Math1`]).
+trait Math2 {
+    fn apply(x: f64, y: f64) -> f64;
+}
+
+macro_rules! math_functions {
+    ($($name:ident => $f:path),* $(,)?) => {$(
+        struct $name;
+        impl Math1 for $name {
+            #[inline(always)]
+            fn apply(x: f64) -> f64 {
+                $f(x)
+            }
+        }
+    )*};
+}
+
+math_functions! {
+    ExpFn => crate::vmath::exp,
+    LogFn => crate::vmath::log,
+    SinFn => crate::vmath::sin,
+    CosFn => crate::vmath::cos,
+    TanhFn => crate::vmath::tanh,
+}
+
+struct PowFn;
+impl Math2 for PowFn {
+    #[inline(always)]
+    fn apply(x: f64, y: f64) -> f64 {
+        crate::vmath::pow(x, y)
+    }
+}
+
+/// [`map1_rows`] for a vector-math function, baseline build.
+///
+/// # Safety
+/// As [`map1_rows`].
+#[inline(never)]
+unsafe fn math1_lanes<F: Math1, A: Lane>(out: OutStream, extent: Extent, a: A) {
+    // SAFETY: forwarded.
+    unsafe { map1_rows(out, extent, a, |x| F::apply(x)) }
+}
+
+/// [`map1_rows`] for a vector-math function compiled for AVX2: the selections and bit operations of
+/// the vector math need 256-bit integer lanes to vectorise. AVX2 brings no
+/// fused multiply-add, so the bits are those of the baseline build (and of
+/// the generated C).
+///
+/// # Safety
+/// As [`map1_rows`], and the CPU supports AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline(never)]
+unsafe fn math1_lanes_avx2<F: Math1, A: Lane>(out: OutStream, extent: Extent, a: A) {
+    // SAFETY: forwarded.
+    unsafe { map1_rows(out, extent, a, |x| F::apply(x)) }
+}
+
+/// [`map2_rows`] for a vector-math function, baseline build.
+///
+/// # Safety
+/// As [`map2_rows`].
+#[inline(never)]
+unsafe fn math2_lanes<F: Math2, A: Lane, B: Lane>(out: OutStream, extent: Extent, a: A, b: B) {
+    // SAFETY: forwarded.
+    unsafe { map2_rows(out, extent, a, b, |x, y| F::apply(x, y)) }
+}
+
+/// [`map2_rows`] for a vector-math function compiled for AVX2 (see [`math1_lanes_avx2`]).
+///
+/// # Safety
+/// As [`map2_rows`], and the CPU supports AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline(never)]
+unsafe fn math2_lanes_avx2<F: Math2, A: Lane, B: Lane>(out: OutStream, extent: Extent, a: A, b: B) {
+    // SAFETY: forwarded.
+    unsafe { map2_rows(out, extent, a, b, |x, y| F::apply(x, y)) }
+}
+
+/// A unary vector-math loop: the AVX2 build where the CPU has it.
+///
+/// # Safety
+/// Every stream covers `extent`, and `out` overlaps no input.
+#[inline(always)]
+unsafe fn math1<F: Math1>(out: OutStream, extent: Extent, a: Resolved) {
+    #[cfg(target_arch = "x86_64")]
+    if wide_math() {
+        // SAFETY: forwarded; AVX2 was detected.
+        return with_lane!(a, |x| unsafe { math1_lanes_avx2::<F, _>(out, extent, x) });
+    }
+    // SAFETY: forwarded.
+    with_lane!(a, |x| unsafe { math1_lanes::<F, _>(out, extent, x) })
+}
+
+/// A binary vector-math loop (see [`math1`]).
+///
+/// # Safety
+/// Every stream covers `extent`, and `out` overlaps no input.
+#[inline(always)]
+unsafe fn math2<F: Math2>(out: OutStream, extent: Extent, a: Resolved, b: Resolved) {
+    #[cfg(target_arch = "x86_64")]
+    if wide_math() {
+        // SAFETY: forwarded; AVX2 was detected.
+        return with_lane!(a, |x| with_lane!(b, |y| unsafe {
+            math2_lanes_avx2::<F, _, _>(out, extent, x, y)
+        }));
+    }
+    // SAFETY: forwarded.
+    with_lane!(a, |x| with_lane!(b, |y| unsafe {
+        math2_lanes::<F, _, _>(out, extent, x, y)
+    }))
+}
+
 macro_rules! dispatch_binary {
     ($op:expr, $out:expr, $extent:expr, $a:expr, $b:expr) => {{
         use crate::pointwise::BinaryOp as B;
@@ -521,7 +681,7 @@ macro_rules! dispatch_binary {
             B::Subtract => map2($out, $extent, $a, $b, |x, y| x - y),
             B::Multiply => map2($out, $extent, $a, $b, |x, y| x * y),
             B::Divide => map2($out, $extent, $a, $b, |x, y| x / y),
-            B::Pow => map2($out, $extent, $a, $b, crate::vmath::pow),
+            B::Pow => math2::<PowFn>($out, $extent, $a, $b),
             op => map2($out, $extent, $a, $b, move |x, y| op.apply(x, y)),
         }
     }};
@@ -532,11 +692,11 @@ macro_rules! dispatch_unary {
         use crate::pointwise::UnaryOp as U;
         match $op {
             U::Negate => map1($out, $extent, $a, |x| -x),
-            U::Exp => map1($out, $extent, $a, crate::vmath::exp),
-            U::Log => map1($out, $extent, $a, crate::vmath::log),
-            U::Sin => map1($out, $extent, $a, crate::vmath::sin),
-            U::Cos => map1($out, $extent, $a, crate::vmath::cos),
-            U::Tanh => map1($out, $extent, $a, crate::vmath::tanh),
+            U::Exp => math1::<ExpFn>($out, $extent, $a),
+            U::Log => math1::<LogFn>($out, $extent, $a),
+            U::Sin => math1::<SinFn>($out, $extent, $a),
+            U::Cos => math1::<CosFn>($out, $extent, $a),
+            U::Tanh => math1::<TanhFn>($out, $extent, $a),
             U::Sqrt => map1($out, $extent, $a, f64::sqrt),
             U::Abs => map1($out, $extent, $a, f64::abs),
             op => map1($out, $extent, $a, move |x| op.apply(x)),
