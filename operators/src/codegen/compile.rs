@@ -355,11 +355,38 @@ fn build(compiler: &Compiler, source: &str, path: &Path, key: &str) -> OperatorR
 
 /// Loads the library of cache entry `key` holding `source`, building it
 /// when it is absent or does not load (an entry that loads but lacks the
-/// symbol `key` counts as corrupt).
+/// symbol `key` counts as corrupt). A source the compiler refused is
+/// refused again from memory, with the same source and log, without a
+/// second compiler run.
 pub fn library_for(key: &str, source: &str) -> OperatorResult<Arc<libloading::Library>> {
     if let Some(found) = loaded().get(key) {
         return Ok(found.clone());
     }
+    if let Some(failure) = rejected().get(key) {
+        return Err(OperatorError::Compile(Box::new(failure.clone())));
+    }
+    let result = load_or_build(key, source);
+    if let Err(OperatorError::Compile(failure)) = &result {
+        // The compiler's verdict on this source and these flags does not
+        // change within a process: remember it instead of re-running the
+        // compiler on every assignment. (I/O failures are not remembered:
+        // the directory may become writable.)
+        rejected().insert(key.to_string(), (**failure).clone());
+    }
+    result
+}
+
+/// Sources the compiler refused in this process, by cache key.
+fn rejected() -> std::sync::MutexGuard<'static, HashMap<String, CompileFailure>> {
+    static REJECTED: OnceLock<Mutex<HashMap<String, CompileFailure>>> = OnceLock::new();
+    REJECTED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// [`library_for`] without the memo of refusals.
+fn load_or_build(key: &str, source: &str) -> OperatorResult<Arc<libloading::Library>> {
     let compiler = c_compiler().map_err(|why| OperatorError::Backend {
         what: "compiling a kernel".to_string(),
         reason: why,
