@@ -123,7 +123,8 @@ pub enum OperatorError {
     /// An assignment asked to check its result ([`crate::AssignOptions::check_finite`])
     /// wrote a value that is not finite.
     #[error(
-        "'{target}' is not finite at point {point:?} ({value}) after it was computed; an input is not finite, the time step is unstable, or a function was evaluated outside its domain (log or sqrt of a negative number, pow of a negative base with a non-integer exponent, sin or cos of |x| > 2.1e8)"
+        "'{target}' is not finite at point {point:?} ({value}) after it was computed; an input is not finite, the time step is unstable, or a function was evaluated outside its domain (log or sqrt of a negative number, pow of a negative base with a non-integer exponent, sin or cos of |x| > {limit:e})",
+        limit = crate::vmath::SIN_COS_MAX_ARGUMENT
     )]
     NotFinite {
         /// The assignment's target.

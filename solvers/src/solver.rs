@@ -549,8 +549,9 @@ impl TransportSolver {
                 "every input was finite, and dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"
             ),
             _ => format!(
-                "every input was finite and dt = {dt:e} is within the stability limit, so an expression of the right-hand side {} produced it (a source or a coefficient evaluated outside its domain, e.g. log or sqrt of a negative value, sin or cos of |x| > 2.1e8, or a division by zero)",
-                equation.rhs_tag()
+                "every input was finite and dt = {dt:e} is within the stability limit, so an expression of the right-hand side {} produced it (a source or a coefficient evaluated outside its domain, e.g. log or sqrt of a negative value, sin or cos of |x| > {:e}, or a division by zero)",
+                equation.rhs_tag(),
+                watershed_operators::vmath::SIN_COS_MAX_ARGUMENT
             ),
         })
     }
