@@ -15,6 +15,12 @@
 //! runs as the evaluator cuts its rows). Reported: median time, points per second,
 //! useful bytes per second (phi, gamma read, rhs written: 24 B per point)
 //! next to the copy bandwidth measured in the same run, and the ratio.
+//! Two copy figures: `copy_from_slice` of a whole field on one thread
+//! (glibc's `memcpy`, which streams large copies past the cache with
+//! non-temporal stores), and a STREAM-style copy with the kernels' thread
+//! count and row partition (row-sized copies, which write-allocate like
+//! the kernels and like STREAM's `c[i] = a[i]` built by gcc): "%copy bw"
+//! is against the latter, the like-for-like yardstick.
 //! Run: `cargo bench -p watershed-operators --bench assign`.
 
 use rayon::prelude::*;
@@ -141,6 +147,27 @@ fn functions_planes(
     }
 }
 
+/// STREAM-style copy of `p` into `out`, row by row (16 B per point).
+fn copy_planes(
+    p: &[f64],
+    _g: &[f64],
+    out: &mut [f64],
+    base: usize,
+    k0: usize,
+    k1: usize,
+    geo: Geometry,
+) {
+    let Geometry {
+        n, origin, sy, sz, ..
+    } = geo;
+    for k in k0..k1 {
+        for j in 0..n {
+            let c = origin + j * sy + k * sz;
+            out[c - base..c - base + n].copy_from_slice(&p[c..c + n]);
+        }
+    }
+}
+
 type PlaneLoop = fn(&[f64], &[f64], &mut [f64], usize, usize, usize, Geometry);
 
 /// Runs a hand loop on `threads` threads: the z planes are cut into
@@ -228,10 +255,9 @@ fn main() {
                 black_box(&dst);
             }) / src.len() as f64
         };
-        let copy_bandwidth = 16.0 / copy;
         println!(
-            "\n== {n}^3 (one ghost layer)   copy bandwidth: {:.1} GB/s (read + write)",
-            copy_bandwidth / 1e9
+            "\n== {n}^3 (one ghost layer)   memcpy of a field, 1 thread: {:.1} GB/s (read + write)",
+            16.0 / copy / 1e9
         );
         println!(
             "{:<16} {:>7} {:>12} {:>12} {:>10} {:>11} {:>9} {:>7}",
@@ -255,6 +281,20 @@ fn main() {
                 .num_threads(threads)
                 .build()
                 .expect("pool");
+
+            // STREAM-style copy with this thread count (read + write).
+            let copy_bandwidth = {
+                let (p, g) = (phi.values().expect("cpu"), gamma.values().expect("cpu"));
+                let out = reference.values_mut().expect("cpu");
+                let seconds = pool.install(|| {
+                    median_seconds(31, || hand_loop(threads, copy_planes, p, g, out, geometry))
+                });
+                16.0 * points / seconds
+            };
+            println!(
+                "   STREAM-style copy, {threads} thread(s): {:.1} GB/s (read + write)",
+                copy_bandwidth / 1e9
+            );
 
             // --- diffusion ---
             let hand = {
