@@ -659,6 +659,18 @@ impl Lowering<'_> {
                     (BinaryOp::Multiply, Some(x), None) => b.scaled(x),
                     (BinaryOp::Multiply, None, Some(y)) => a.scaled(y),
                     (BinaryOp::Divide, None, Some(y)) => a.scaled(1.0 / y),
+                    (BinaryOp::Pow, None, Some(2.0)) => {
+                        // x^2 as one product: correctly rounded (the vector
+                        // `pow` is within 2 ulp), and the same for every x,
+                        // zeros, infinities and NaN included.
+                        let base = self.operand(a);
+                        self.emit(|out| Instruction::Binary {
+                            op: BinaryOp::Multiply,
+                            out,
+                            left: base,
+                            right: base,
+                        })
+                    }
                     (BinaryOp::Multiply | BinaryOp::Divide, None, None)
                         if a.constant == 0.0
                             && b.constant == 0.0

@@ -207,6 +207,43 @@ fn vector_math_gives_the_interpreters_bits_over_wide_ranges_and_special_values()
     same_bits(&patch, Region::Interior, Parallelism::Serial, || {
         pow(abs(&small), 0.7) + log(abs(&small))
     });
+    same_bits(&patch, Region::Interior, Parallelism::Serial, || {
+        pow(&a, 2.0)
+    });
+}
+
+#[test]
+fn a_square_is_one_correctly_rounded_product() {
+    // pow(x, 2) lowers to x * x on every back end: exact to the bit
+    // against the correctly rounded square, zeros, infinities and NaN
+    // included.
+    let patch = patch_3d([23, 4, 3], 1);
+    let mut rng = Xorshift::new(23);
+    let a = random_field::<CellCentre>("a", &patch, &mut rng, wide_value);
+    let layout = a.layout().clone();
+    for backend in [Backend::Interpreter, Backend::C] {
+        let mut target = sentinel_target::<CellCentre>("target", &patch);
+        target
+            .assign_with(
+                pow(&a, 2.0),
+                AssignOptions {
+                    backend,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let (t, av) = (target.values().unwrap(), a.values().unwrap());
+        for i in layout.interior().iter() {
+            let at = layout.linear_index(i);
+            let x = av[at];
+            assert!(
+                t[at].to_bits() == (x * x).to_bits() || (t[at].is_nan() && x.is_nan()),
+                "{backend:?}: pow({x:e}, 2) = {:e}, x * x = {:e}",
+                t[at],
+                x * x
+            );
+        }
+    }
 }
 
 #[test]
