@@ -99,6 +99,29 @@ fn diffusion_planes(
     }
 }
 
+/// Calls `row(out_row, c)` for every interior row of planes `k0..k1`,
+/// where `c` is the row's first linear index in the fields and `out_row`
+/// the matching slice of `out` (which starts at linear index `base`).
+#[inline(always)]
+fn for_each_row(
+    out: &mut [f64],
+    base: usize,
+    k0: usize,
+    k1: usize,
+    geo: Geometry,
+    mut row: impl FnMut(&mut [f64], usize),
+) {
+    let Geometry {
+        n, origin, sy, sz, ..
+    } = geo;
+    for k in k0..k1 {
+        for j in 0..n {
+            let c = origin + j * sy + k * sz;
+            row(&mut out[c - base..c - base + n], c);
+        }
+    }
+}
+
 /// Hand-written pointwise chain over planes `k0..k1`.
 fn chain_planes(
     p: &[f64],
@@ -109,18 +132,12 @@ fn chain_planes(
     k1: usize,
     geo: Geometry,
 ) {
-    let Geometry {
-        n, origin, sy, sz, ..
-    } = geo;
-    for k in k0..k1 {
-        for j in 0..n {
-            let c = origin + j * sy + k * sz;
-            let o = &mut out[c - base..c - base + n];
-            for ((o, &pv), &gv) in o.iter_mut().zip(&p[c..c + n]).zip(&g[c..c + n]) {
-                *o = gv * (-pv).exp() + 0.5 * pv * pv - 1.0;
-            }
+    let n = geo.n;
+    for_each_row(out, base, k0, k1, geo, |o, c| {
+        for ((o, &pv), &gv) in o.iter_mut().zip(&p[c..c + n]).zip(&g[c..c + n]) {
+            *o = gv * (-pv).exp() + 0.5 * pv * pv - 1.0;
         }
-    }
+    });
 }
 
 /// Hand-written transcendental functions with the scalar libm.
@@ -133,18 +150,12 @@ fn functions_planes(
     k1: usize,
     geo: Geometry,
 ) {
-    let Geometry {
-        n, origin, sy, sz, ..
-    } = geo;
-    for k in k0..k1 {
-        for j in 0..n {
-            let c = origin + j * sy + k * sz;
-            let o = &mut out[c - base..c - base + n];
-            for ((o, &pv), &gv) in o.iter_mut().zip(&p[c..c + n]).zip(&g[c..c + n]) {
-                *o = gv.ln() * pv.sin() + gv.powf(0.7) + pv.tanh() + pv.cos();
-            }
+    let n = geo.n;
+    for_each_row(out, base, k0, k1, geo, |o, c| {
+        for ((o, &pv), &gv) in o.iter_mut().zip(&p[c..c + n]).zip(&g[c..c + n]) {
+            *o = gv.ln() * pv.sin() + gv.powf(0.7) + pv.tanh() + pv.cos();
         }
-    }
+    });
 }
 
 /// STREAM-style copy of `p` into `out`, row by row (16 B per point).
@@ -157,15 +168,10 @@ fn copy_planes(
     k1: usize,
     geo: Geometry,
 ) {
-    let Geometry {
-        n, origin, sy, sz, ..
-    } = geo;
-    for k in k0..k1 {
-        for j in 0..n {
-            let c = origin + j * sy + k * sz;
-            out[c - base..c - base + n].copy_from_slice(&p[c..c + n]);
-        }
-    }
+    let n = geo.n;
+    for_each_row(out, base, k0, k1, geo, |o, c| {
+        o.copy_from_slice(&p[c..c + n])
+    });
 }
 
 type PlaneLoop = fn(&[f64], &[f64], &mut [f64], usize, usize, usize, Geometry);

@@ -256,6 +256,14 @@ fn two_sum(a: f64, b: f64) -> (f64, f64) {
     (s, e)
 }
 
+/// `a + b` as `(sum, error)`, exactly, where `|a| >= |b|` (Dekker's
+/// Fast2Sum): renormalises a double-double.
+#[inline(always)]
+fn fast_two_sum(a: f64, b: f64) -> (f64, f64) {
+    let s = a + b;
+    (s, b - (s - a))
+}
+
 /// `a * b` as `(product, error)`, exactly, without a fused multiply-add
 /// (Dekker's product with Veltkamp's splitting; `|a|, |b| < 2^995`).
 #[inline(always)]
@@ -285,8 +293,7 @@ fn reduce_half_pi(x: f64) -> (f64, f64, u64) {
     let (h, e1) = two_sum(a, -(n * PIO2[1]));
     let (h, e2) = two_sum(h, -(n * PIO2[2]));
     let lo = e1 + e2 - n * PIO2[3] - n * PIO2[4];
-    let r_hi = h + lo;
-    let r_lo = lo - (r_hi - h);
+    let (r_hi, r_lo) = fast_two_sum(h, lo);
     (r_hi, r_lo, quadrant)
 }
 
@@ -488,8 +495,7 @@ fn log_double_double(a: f64) -> (f64, f64) {
     let (s1, e1) = two_sum(k * LN2_HI, 2.0 * u_hi);
     let (hi, e2) = two_sum(s1, third);
     let lo = (e1 + e2) + (k * LN2_LO + (2.0 * u_lo + (third_lo + rest)));
-    let sum = hi + lo;
-    (sum, lo - (sum - hi))
+    fast_two_sum(hi, lo)
 }
 
 /// `x^y`, vectorisable, within [`POW_MAX_ULP_ERROR`] of the correctly
@@ -529,8 +535,7 @@ pub fn pow(x: f64, y: f64) -> f64 {
     // Beyond |t| = 1000 the result over- or underflows whatever the low
     // part; and the splitting of a huge y (above 2^995) overflows, which
     // must not turn `pow(±1, huge)` into NaN: then the low part is dropped.
-    let t = th + tl;
-    let t_lo = tl - (t - th);
+    let (t, t_lo) = fast_two_sum(th, tl);
     let (t, t_lo) = if th.abs() < 1000.0 && tl.abs() < 1.0 {
         (t, t_lo)
     } else {

@@ -135,6 +135,12 @@ pub fn source(dialect: Dialect) -> String {
     out.lo = (a - (out.hi - bb)) + (b - bb);\n\
     return out;\n\
 }}\n\
+{q} ws_pair ws_fast_two_sum(double a, double b) {{\n\
+    ws_pair out;\n\
+    out.hi = a + b;\n\
+    out.lo = b - (out.hi - a);\n\
+    return out;\n\
+}}\n\
 {q} ws_pair ws_two_product(double a, double b) {{\n\
     ws_pair out;\n\
     out.hi = a * b;\n\
@@ -162,8 +168,9 @@ pub fn source(dialect: Dialect) -> String {
     ws_pair h1 = ws_two_sum(a, -(n * {p1}));\n\
     ws_pair h2 = ws_two_sum(h1.hi, -(n * {p2}));\n\
     double lo = h1.lo + h2.lo - n * {p3} - n * {p4};\n\
-    out.hi = h2.hi + lo;\n\
-    out.lo = lo - (out.hi - h2.hi);\n\
+    ws_pair r = ws_fast_two_sum(h2.hi, lo);\n\
+    out.hi = r.hi;\n\
+    out.lo = r.lo;\n\
     return out;\n\
 }}\n\
 {q} ws_pair ws_sin_cos_reduced(double r_hi, double r_lo) {{\n\
@@ -248,10 +255,7 @@ pub fn source(dialect: Dialect) -> String {
     ws_pair s1 = ws_two_sum(k * {ln2_hi}, 2.0 * u_hi);\n\
     ws_pair h = ws_two_sum(s1.hi, third.hi);\n\
     double lo = (s1.lo + h.lo) + (k * {ln2_lo} + (2.0 * u_lo + (third_lo + rest)));\n\
-    ws_pair out;\n\
-    out.hi = h.hi + lo;\n\
-    out.lo = lo - (out.hi - h.hi);\n\
-    return out;\n\
+    return ws_fast_two_sum(h.hi, lo);\n\
 }}\n\
 {q} double ws_pow(double x, double y) {{\n\
     double ax = fabs(x);\n\
@@ -261,11 +265,10 @@ pub fn source(dialect: Dialect) -> String {
     double lo = ax == 0.0 ? 0.0 : (ax == {inf} ? 0.0 : (ax != ax ? 0.0 : l.lo));\n\
     ws_pair t0 = ws_two_product(y, hi);\n\
     double tl = t0.lo + y * lo;\n\
-    double t_sum = t0.hi + tl;\n\
-    double t_sum_lo = tl - (t_sum - t0.hi);\n\
-    double t = fabs(tl) < 1.0 ? t_sum : t0.hi;\n\
+    ws_pair t_sum = ws_fast_two_sum(t0.hi, tl);\n\
+    double t = fabs(tl) < 1.0 ? t_sum.hi : t0.hi;\n\
     t = fabs(t0.hi) < 1000.0 ? t : t0.hi;\n\
-    double t_lo = fabs(tl) < 1.0 ? t_sum_lo : 0.0;\n\
+    double t_lo = fabs(tl) < 1.0 ? t_sum.lo : 0.0;\n\
     t_lo = fabs(t0.hi) < 1000.0 ? t_lo : 0.0;\n\
     double e = ws_exp(t);\n\
     double magnitude = e == {inf} ? e : e + e * t_lo;\n\
