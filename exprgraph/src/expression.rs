@@ -14,7 +14,9 @@ use crate::error::{GraphError, GraphResult};
 use crate::store::{AnyField, GraphLocation};
 use crate::tag::Tag;
 use std::sync::{Arc, Mutex, RwLockReadGuard, RwLockWriteGuard};
-use watershed_fields::{FieldLayout, FieldResult, IndexBox, Location, LocationKind, SpatialField};
+use watershed_fields::{
+    Device, FieldLayout, FieldResult, GpuBuffer, IndexBox, Location, LocationKind, SpatialField,
+};
 use watershed_operators::ir::Node;
 use watershed_operators::{
     AssignOptions, BoundField, Expr, Parallelism, Region, assign_node_reading_target,
@@ -191,6 +193,9 @@ impl BoundField for TagBinding<'_> {
     }
     fn cpu_values(&self) -> FieldResult<&[f64]> {
         self.field.cpu_values()
+    }
+    fn gpu_buffer(&self, device: Device) -> FieldResult<GpuBuffer> {
+        self.field.gpu_buffer(device)
     }
 }
 

@@ -645,31 +645,30 @@ fn reads_rows_of(field: &crate::kernel::KernelField, region: &IndexBox) -> bool 
     })
 }
 
-/// Binds a lowered kernel's fields, resolves `region` and checks ghost
-/// layers and reads of the target itself.
-fn resolve<'f>(
-    runnable: crate::codegen::Runnable,
+/// The box `region` stands for on a target with `layout`, checked: inside
+/// the target's allocation, within every slot's ghost layers, and never
+/// reading the target (slot `None`) at a non-zero offset inside the box.
+/// Shared by the CPU evaluator and the GPU launches, so both refuse the
+/// same assignments with the same errors.
+pub(crate) fn checked_region(
+    kernel: &Kernel,
+    slots: &[Option<&dyn BoundField>],
     layout: &FieldLayout,
     name: &str,
-    target_leaf: u64,
-    fields: &[&'f dyn BoundField],
     region: Region,
-) -> OperatorResult<Prepared<'f>> {
-    let (lowered, native) = (runnable.lowered, runnable.native);
-    let kernel = &lowered.kernel;
-    let bound = bind(&lowered, Some(target_leaf), fields, layout.patch(), name)?;
-    let layouts: Vec<&FieldLayout> = bound
+) -> OperatorResult<IndexBox> {
+    let layouts: Vec<&FieldLayout> = slots
         .iter()
         .map(|b| match b {
-            Binding::Field(f, _) => f.layout(),
-            Binding::Target => layout,
+            Some(f) => f.layout(),
+            None => layout,
         })
         .collect();
-    let names: Vec<&str> = bound
+    let names: Vec<&str> = slots
         .iter()
         .map(|b| match b {
-            Binding::Field(f, _) => f.name(),
-            Binding::Target => name,
+            Some(f) => f.name(),
+            None => name,
         })
         .collect();
     let region = match region {
@@ -689,8 +688,8 @@ fn resolve<'f>(
         }
     };
     check_ghosts(kernel, &layouts, &names, &region, name)?;
-    for (k, b) in kernel.fields.iter().zip(&bound) {
-        if !matches!(b, Binding::Target) || region.is_empty() {
+    for (k, b) in kernel.fields.iter().zip(slots) {
+        if b.is_some() || region.is_empty() {
             continue;
         }
         let pointwise = k.extent.min == [0; 3] && k.extent.max == [0; 3];
@@ -713,6 +712,29 @@ fn resolve<'f>(
             });
         }
     }
+    Ok(region)
+}
+
+/// Binds a lowered kernel's fields, resolves `region` and checks ghost
+/// layers and reads of the target itself.
+fn resolve<'f>(
+    runnable: crate::codegen::Runnable,
+    layout: &FieldLayout,
+    name: &str,
+    target_leaf: u64,
+    fields: &[&'f dyn BoundField],
+    region: Region,
+) -> OperatorResult<Prepared<'f>> {
+    let (lowered, native) = (runnable.lowered, runnable.native);
+    let slots = bind_slots(&lowered, Some(target_leaf), fields, layout.patch(), name)?;
+    let region = checked_region(&lowered.kernel, &slots, layout, name, region)?;
+    let bound = slots
+        .into_iter()
+        .map(|slot| match slot {
+            Some(field) => Ok(Binding::Field(field, field.cpu_values()?)),
+            None => Ok(Binding::Target),
+        })
+        .collect::<OperatorResult<Vec<_>>>()?;
     Ok(Prepared {
         lowered,
         native,
@@ -721,22 +743,23 @@ fn resolve<'f>(
     })
 }
 
-/// The kernel's slots bound to `fields` (or to the target, for
-/// `target_leaf`), checked to share `patch`'s cells.
-fn bind<'f>(
+/// The field each of the kernel's slots reads (`None`: the target, for
+/// `target_leaf`), checked to share `patch`'s cells (or, for inter-grid
+/// operators, to be its coarsening or refinement).
+pub(crate) fn bind_slots<'f>(
     lowered: &LoweredKernel,
     target_leaf: Option<u64>,
     fields: &[&'f dyn BoundField],
     patch: &Patch,
     target: &str,
-) -> OperatorResult<Vec<Binding<'f>>> {
+) -> OperatorResult<Vec<Option<&'f dyn BoundField>>> {
     lowered
         .field_ids
         .iter()
         .zip(&lowered.kernel.fields)
         .map(|(&id, k)| {
             if Some(id) == target_leaf {
-                return Ok(Binding::Target);
+                return Ok(None);
             }
             let field = *fields.iter().find(|f| f.id() == id).ok_or_else(|| {
                 OperatorError::UnboundField {
@@ -747,7 +770,7 @@ fn bind<'f>(
             let theirs = field.layout().patch();
             if let Some(op) = k.transfer {
                 check_transfer(op, field.name(), theirs, patch)?;
-                return Ok(Binding::Field(field, field.cpu_values()?));
+                return Ok(Some(field));
             }
             if theirs.grid() != patch.grid() || theirs.offset() != patch.offset() || theirs.cells() != patch.cells() {
                 return Err(OperatorError::GridMismatch {
@@ -764,7 +787,7 @@ fn bind<'f>(
                     ),
                 });
             }
-            Ok(Binding::Field(field, field.cpu_values()?))
+            Ok(Some(field))
         })
         .collect()
 }
@@ -923,16 +946,14 @@ pub fn reduce<'a, L: Location>(
     let runnable = lower_for(&expr.node, &patch, false, Backend::Default)?;
     let lowered = runnable.lowered;
     let kernel = &lowered.kernel;
-    let bound = bind(&lowered, None, expr.fields(), &patch, &what)?;
+    let bound = bind_slots(&lowered, None, expr.fields(), &patch, &what)?;
     let mut layouts = Vec::with_capacity(bound.len());
     let mut names = Vec::with_capacity(bound.len());
     let mut field_data: Vec<FieldData<'_>> = Vec::with_capacity(bound.len());
-    for b in &bound {
-        if let Binding::Field(f, data) = b {
-            layouts.push(f.layout());
-            names.push(f.name());
-            field_data.push(FieldData::new(data, f.layout()));
-        }
+    for f in bound.iter().flatten() {
+        layouts.push(f.layout());
+        names.push(f.name());
+        field_data.push(FieldData::new(f.cpu_values()?, f.layout()));
     }
     let region = match region {
         ReduceRegion::Interior => layout.interior(),

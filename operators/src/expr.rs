@@ -13,7 +13,7 @@ use crate::pointwise::{BinaryOp, UnaryOp};
 use std::marker::PhantomData;
 use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
 use std::sync::Arc;
-use watershed_fields::{FieldLayout, FieldResult, Location, SpatialField};
+use watershed_fields::{Device, FieldLayout, FieldResult, GpuBuffer, Location, SpatialField};
 
 /// A field an expression reads, seen without its location type.
 pub trait BoundField: Sync {
@@ -25,6 +25,9 @@ pub trait BoundField: Sync {
     fn layout(&self) -> &FieldLayout;
     /// Its CPU values (errors when the CPU location is not valid).
     fn cpu_values(&self) -> FieldResult<&[f64]>;
+    /// Its memory on GPU `device`, for reading (errors when that location
+    /// is not valid).
+    fn gpu_buffer(&self, device: Device) -> FieldResult<GpuBuffer>;
 }
 
 impl<L: Location> BoundField for SpatialField<L, f64> {
@@ -39,6 +42,9 @@ impl<L: Location> BoundField for SpatialField<L, f64> {
     }
     fn cpu_values(&self) -> FieldResult<&[f64]> {
         self.values()
+    }
+    fn gpu_buffer(&self, device: Device) -> FieldResult<GpuBuffer> {
+        SpatialField::gpu_buffer(self, device)
     }
 }
 

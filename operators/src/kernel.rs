@@ -429,6 +429,8 @@ pub struct Kernel {
     /// The compiled form, once asked for ([`crate::codegen::native_of`]):
     /// `None` inside when the emitter does not support the kernel.
     pub native: std::sync::OnceLock<Option<Arc<crate::codegen::NativeKernel>>>,
+    /// The CUDA form, once compiled ([`crate::gpu::cuda_of`]).
+    pub cuda: std::sync::OnceLock<Arc<crate::codegen::nvrtc::CudaKernel>>,
 }
 
 /// A subtree already lowered at some row offset, and its form.
@@ -1007,6 +1009,7 @@ impl Kernel {
             location: root.location(),
             result,
             native: std::sync::OnceLock::new(),
+            cuda: std::sync::OnceLock::new(),
         })
     }
 

@@ -57,6 +57,7 @@ pub mod codegen;
 pub mod error;
 pub mod evaluate;
 pub mod expr;
+pub mod gpu;
 pub mod ir;
 pub mod kernel;
 pub mod mask;

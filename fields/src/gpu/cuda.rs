@@ -5,7 +5,7 @@
 
 use crate::Device;
 use crate::error::{FieldError, FieldResult};
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -195,6 +195,81 @@ impl Stream {
                 byte,
                 bytes,
                 self.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| cuda_error(device, action, e))
+    }
+}
+
+/// A kernel function of a module loaded from PTX (the module stays loaded
+/// while the function lives).
+#[derive(Debug, Clone)]
+pub(crate) struct Function {
+    function: Arc<CudaFunction>,
+}
+
+/// Loads `ptx` into GPU `ordinal`'s context and looks up `name` in it.
+pub(crate) fn load_function(ordinal: usize, ptx: &str, name: &str) -> FieldResult<Function> {
+    let device = Device::Gpu(ordinal);
+    let ctx = context(ordinal)?;
+    let module = ctx
+        .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+        .map_err(|e| {
+            cuda_error(
+                device,
+                format!("loading the PTX module of kernel {name}"),
+                e,
+            )
+        })?;
+    if name.contains('\0') {
+        return Err(FieldError::Cuda {
+            device,
+            action: format!("looking up kernel {name:?}"),
+            message: "a kernel name cannot contain a NUL byte".into(),
+        });
+    }
+    let function = module
+        .load_function(name)
+        .map_err(|e| cuda_error(device, format!("looking up kernel {name} in its module"), e))?;
+    Ok(Function {
+        function: Arc::new(function),
+    })
+}
+
+impl Stream {
+    /// Enqueues `function` over `grid` blocks of `block` threads with
+    /// `arguments` (one byte block per kernel parameter, by value).
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's parameters in number, size and
+    /// meaning, and every device address among them must stay valid (and be
+    /// used by nothing conflicting) until the kernel completes.
+    pub(crate) unsafe fn launch(
+        &self,
+        device: Device,
+        function: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        arguments: &[&[u8]],
+        action: &str,
+    ) -> FieldResult<()> {
+        self.bind(device)?;
+        // cuLaunchKernel reads each parameter's bytes through these
+        // pointers before it returns; it never writes them.
+        let mut parameters: Vec<*mut std::ffi::c_void> = arguments
+            .iter()
+            .map(|a| a.as_ptr() as *mut std::ffi::c_void)
+            .collect();
+        // SAFETY: guaranteed by the caller; the parameter blocks outlive
+        // the call, which copies them.
+        unsafe {
+            cudarc::driver::result::launch_kernel(
+                function.function.cu_function(),
+                (grid[0], grid[1], grid[2]),
+                (block[0], block[1], block[2]),
+                0,
+                self.stream.cu_stream(),
+                &mut parameters,
             )
         }
         .map_err(|e| cuda_error(device, action, e))

@@ -156,6 +156,86 @@ impl GpuStream {
     }
 }
 
+impl GpuStream {
+    /// Enqueues `function` over `grid` blocks of `block` threads each, with
+    /// `arguments`: one byte block per kernel parameter, passed by value
+    /// (a struct's bytes, a device address as 8 bytes, a 64-bit integer).
+    /// Returns at once.
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's parameters in number, size and
+    /// meaning (the generator that wrote the kernel packs them), and every
+    /// device address among them must be memory of this stream's GPU,
+    /// valid for what the kernel reads and writes, and not written by
+    /// other work until the kernel completes.
+    pub unsafe fn launch(
+        &self,
+        function: &GpuFunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        arguments: &[&[u8]],
+        action: &str,
+    ) -> FieldResult<()> {
+        if function.device != self.device {
+            return Err(FieldError::Cuda {
+                device: self.device,
+                action: action.to_string(),
+                message: format!(
+                    "kernel {} was loaded on {}, not on this stream's device",
+                    function.name, function.device
+                ),
+            });
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.stream.launch(
+                self.device,
+                &function.function,
+                grid,
+                block,
+                arguments,
+                action,
+            )
+        }
+    }
+}
+
+/// A kernel loaded on one GPU from PTX, ready to launch.
+#[derive(Debug, Clone)]
+pub struct GpuFunction {
+    device: Device,
+    name: String,
+    function: backend::Function,
+}
+
+impl GpuFunction {
+    /// Loads the PTX module `ptx` on GPU `ordinal` and looks up the kernel
+    /// `name` in it (the driver compiles the PTX for the GPU it finds).
+    pub fn load(ordinal: usize, ptx: &str, name: &str) -> FieldResult<Self> {
+        if let Some(reason) = gpu_unavailable_reason(ordinal) {
+            return Err(FieldError::NoCudaDevice {
+                device: Device::Gpu(ordinal),
+                reason,
+            });
+        }
+        Ok(GpuFunction {
+            device: Device::Gpu(ordinal),
+            name: name.to_string(),
+            function: backend::load_function(ordinal, ptx, name)?,
+        })
+    }
+
+    /// The GPU it is loaded on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// Marks the completion of an asynchronous copy (or any stream work): a
 /// consumer on another stream calls [`GpuStream::wait`] with it, a host thread
 /// calls [`ValidationEvent::synchronize`].

@@ -89,6 +89,33 @@ impl Stream {
     }
 }
 
+/// A kernel function (none can exist in this build).
+#[derive(Debug, Clone)]
+pub(crate) struct Function {
+    never: Never,
+}
+
+/// Refuses: no module can be loaded in this build.
+pub(crate) fn load_function(ordinal: usize, _ptx: &str, _name: &str) -> FieldResult<Function> {
+    Err(no_device(ordinal))
+}
+
+impl Stream {
+    /// # Safety
+    /// Never callable: no stream exists in this build.
+    pub(crate) unsafe fn launch(
+        &self,
+        _device: Device,
+        function: &Function,
+        _grid: [u32; 3],
+        _block: [u32; 3],
+        _arguments: &[&[u8]],
+        _action: &str,
+    ) -> FieldResult<()> {
+        match function.never {}
+    }
+}
+
 impl Event {
     pub(crate) fn synchronize(&self, _device: Device) -> FieldResult<()> {
         match self.never {}

@@ -1,0 +1,312 @@
+//! Assignments on a GPU: the launches of generated CUDA kernels that compute
+//! what [`crate::assign_node_then`] computes on the CPU, and enqueueing them
+//! on a stream.
+//!
+//! [`gpu_launches`] checks an assignment exactly as the CPU path does (the
+//! same binding of slots to fields, the same region, ghost-layer and
+//! self-overlap checks, with the same errors), then describes each launch
+//! as data ([`GpuLaunch`]): the kernel's PTX, the box, the grid that covers
+//! it, and the by-value argument block holding every field's device
+//! address and strides, the parameters' values and the patch's geometry.
+//! [`GpuLaunch::enqueue`] loads the kernel on the stream's GPU (once per
+//! GPU and kernel) and launches it; it returns before the GPU finishes.
+//!
+//! Differences from the CPU path, by design:
+//! * Modifiers (boundary conditions) run as launches of their own after
+//!   the main kernel on the same stream, which orders them as the CPU's
+//!   row epilogues are ordered (each reads the main kernel's values).
+//! * One thread computes one point and reads the target only at offset 0
+//!   or outside the box it writes (the checks guarantee it), so there is
+//!   no race between threads and no copy through scratch rows.
+//! * Generated CUDA kernels do not check that what they write is finite;
+//!   the graph keeps finiteness-checked nodes on the CPU for that reason.
+
+use crate::assign::{MaskedAssignment, Region, bind_slots, checked_region};
+use crate::cache::lower_cached;
+use crate::codegen::emit;
+use crate::codegen::launch::LaunchShape;
+use crate::codegen::nvrtc::{CudaKernel, compile_cuda};
+use crate::error::{OperatorError, OperatorResult};
+use crate::expr::BoundField;
+use crate::ir::Node;
+use crate::kernel::Kernel;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use watershed_fields::{
+    Device, FieldLayout, GpuFunction, GpuStream, IndexBox, LocationKind, ValidationEvent,
+};
+
+/// The field an assignment writes, on a GPU.
+#[derive(Debug, Clone, Copy)]
+pub struct GpuTarget<'a> {
+    /// The field's name (for errors).
+    pub name: &'a str,
+    /// Its layout.
+    pub layout: &'a FieldLayout,
+    /// Its location kind.
+    pub kind: LocationKind,
+    /// The GPU holding it.
+    pub device: Device,
+    /// The device address of its first allocated element (ghosts included).
+    pub pointer: u64,
+    /// Its number of allocated elements.
+    pub len: usize,
+}
+
+/// One launch of a generated CUDA kernel, as data.
+#[derive(Debug, Clone)]
+pub struct GpuLaunch {
+    /// The kernel: its name, CUDA C source, PTX and argument layout.
+    pub kernel: Arc<CudaKernel>,
+    /// The box of the target's indices it writes.
+    pub region: IndexBox,
+    /// Blocks and threads covering `region`.
+    pub shape: LaunchShape,
+    /// The by-value argument struct ([`crate::codegen::launch::CudaArguments`]).
+    pub arguments: Vec<u8>,
+    /// The target's point (0, 0, 0) as a device address, and its y and z
+    /// strides in elements.
+    pub target: (u64, i64, i64),
+    /// Copies into the fields it reads that may still run: the stream
+    /// waits on them before the kernel.
+    pub waits: Vec<ValidationEvent>,
+}
+
+impl GpuLaunch {
+    /// The kernel's parameters after the struct, as the signature orders
+    /// them: `t`, `tsy`, `tsz`, `x0`, `x1`, `j0`, `j1`, `k0`, `k1`, each 8
+    /// bytes in the platform's byte order.
+    pub fn trailing(&self) -> [[u8; 8]; 9] {
+        let (t, tsy, tsz) = self.target;
+        let r = &self.region;
+        [
+            t.to_ne_bytes(),
+            tsy.to_ne_bytes(),
+            tsz.to_ne_bytes(),
+            (r.lo[0] as i64).to_ne_bytes(),
+            (r.hi[0] as i64).to_ne_bytes(),
+            (r.lo[1] as i64).to_ne_bytes(),
+            (r.hi[1] as i64).to_ne_bytes(),
+            (r.lo[2] as i64).to_ne_bytes(),
+            (r.hi[2] as i64).to_ne_bytes(),
+        ]
+    }
+
+    /// Enqueues the launch on `stream` (after waiting, on the stream, for
+    /// the copies in [`Self::waits`]). Returns before the GPU finishes.
+    ///
+    /// # Safety
+    /// Every device address in the launch (fields and target) must still
+    /// be the memory [`gpu_launches`] was given, on the stream's GPU, and
+    /// nothing may free it or write what the kernel reads or writes until
+    /// the kernel completes (an event recorded on `stream` after it).
+    pub unsafe fn enqueue(&self, stream: &GpuStream) -> OperatorResult<()> {
+        let device = stream.device();
+        let Device::Gpu(ordinal) = device else {
+            return Err(OperatorError::Backend {
+                what: format!("launching CUDA kernel {}", self.kernel.name),
+                reason: "the stream is not on a GPU".into(),
+            });
+        };
+        let function = loaded_function(ordinal, &self.kernel)?;
+        for event in &self.waits {
+            stream.wait(event)?;
+        }
+        let trailing = self.trailing();
+        let mut blocks: Vec<&[u8]> = Vec::with_capacity(10);
+        blocks.push(&self.arguments);
+        blocks.extend(trailing.iter().map(|b| b.as_slice()));
+        let action = format!(
+            "launching CUDA kernel {} over {:?}..{:?}",
+            self.kernel.name, self.region.lo, self.region.hi
+        );
+        // SAFETY: the blocks are the kernel's parameters in its signature's
+        // order and sizes (the struct packed for its argument layout, then
+        // nine 8-byte numbers); the addresses are valid as the caller
+        // guarantees, and `gpu_launches` checked every read and write of
+        // the box against the buffers' lengths.
+        unsafe {
+            stream.launch(
+                &function,
+                self.shape.grid,
+                self.shape.block,
+                &blocks,
+                &action,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The kernel `kernel` loaded on GPU `ordinal`, loading it on first use.
+fn loaded_function(ordinal: usize, kernel: &CudaKernel) -> OperatorResult<GpuFunction> {
+    type Loaded = Mutex<HashMap<(usize, String), GpuFunction>>;
+    static LOADED: OnceLock<Loaded> = OnceLock::new();
+    let key = (ordinal, kernel.name.clone());
+    let loaded = LOADED.get_or_init(Default::default);
+    if let Some(found) = loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(found.clone());
+    }
+    let function = GpuFunction::load(ordinal, &kernel.ptx, &kernel.name)?;
+    loaded
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, function.clone());
+    Ok(function)
+}
+
+/// The CUDA form of `kernel`, compiled with NVRTC on first use (kept in
+/// the kernel, like its C form). An error when the emitter does not
+/// support it or NVRTC refuses it.
+pub fn cuda_of(kernel: &Kernel) -> OperatorResult<Arc<CudaKernel>> {
+    if let Some(done) = kernel.cuda.get() {
+        return Ok(done.clone());
+    }
+    let compiled = match compile_cuda(kernel)? {
+        Some(compiled) => Arc::new(compiled),
+        None => {
+            let why = emit::cuda_function(kernel, "kernel")
+                .err()
+                .map_or_else(|| "unsupported".to_string(), |u| u.0);
+            return Err(OperatorError::Backend {
+                what: "generating a CUDA kernel".into(),
+                reason: format!("{why}; place the node on the CPU"),
+            });
+        }
+    };
+    Ok(kernel.cuda.get_or_init(|| compiled).clone())
+}
+
+/// The launches that assign `root` into `target` over `region`, then each
+/// masked assignment of `then` over its box, in order. Leaves with id
+/// `target_leaf` read the target. Every field of `fields` the kernels read
+/// must be valid on the target's GPU. Nothing is enqueued.
+///
+/// Refuses, with the CPU path's errors, a field on another patch, missing
+/// ghost layers, a region outside the target and a read of the target at
+/// a non-zero offset inside the box written.
+pub fn gpu_launches(
+    target: GpuTarget<'_>,
+    target_leaf: u64,
+    root: &Arc<Node>,
+    fields: &[&dyn BoundField],
+    region: Region,
+    then: &[MaskedAssignment],
+) -> OperatorResult<Vec<GpuLaunch>> {
+    let mut launches = Vec::with_capacity(1 + then.len());
+    let main = std::iter::once((region, root));
+    let modifiers = then.iter().map(|(b, node)| (Region::Box(*b), node));
+    for (region, node) in main.chain(modifiers) {
+        if let Some(launch) = one_launch(target, target_leaf, node, fields, region)? {
+            launches.push(launch);
+        }
+    }
+    Ok(launches)
+}
+
+/// The launch of one assignment (`None`: its box is empty).
+fn one_launch(
+    target: GpuTarget<'_>,
+    target_leaf: u64,
+    root: &Arc<Node>,
+    fields: &[&dyn BoundField],
+    region: Region,
+) -> OperatorResult<Option<GpuLaunch>> {
+    if let Some(found) = root.location()
+        && found != target.kind
+    {
+        return Err(OperatorError::LocationMismatch {
+            target: target.name.to_string(),
+            expected: target.kind,
+            found,
+        });
+    }
+    let patch = target.layout.patch();
+    let lowered = lower_cached(root, patch, true)?;
+    let kernel = &lowered.kernel;
+    let slots = bind_slots(&lowered, Some(target_leaf), fields, patch, target.name)?;
+    let region = checked_region(kernel, &slots, target.layout, target.name, region)?;
+    if region.is_empty() {
+        return Ok(None);
+    }
+    let cuda = cuda_of(kernel)?;
+    let shape = LaunchShape::covering(region)?;
+    let mut addresses = Vec::with_capacity(slots.len());
+    let mut strides = Vec::with_capacity(slots.len());
+    let mut waits = Vec::new();
+    for (k, slot) in kernel.fields.iter().zip(&slots) {
+        let (name, layout, pointer, len) = match slot {
+            None => (target.name, target.layout, target.pointer, target.len),
+            Some(field) => {
+                let buffer = field.gpu_buffer(target.device)?;
+                if let Some(event) = buffer.ready {
+                    waits.push(event);
+                }
+                (field.name(), field.layout(), buffer.pointer, buffer.len)
+            }
+        };
+        let mut reads = IndexBox::new(
+            [0, 1, 2].map(|a| region.lo[a] + k.extent.min[a]),
+            [0, 1, 2].map(|a| region.hi[a] + k.extent.max[a]),
+        );
+        if let Some(mapped) = k.transfer.and_then(|op| op.transfer_reads(&reads)) {
+            reads = mapped;
+        }
+        check_inside(layout, len, &reads, name, target.name)?;
+        addresses.push(point_zero(pointer, layout));
+        let s = layout.strides();
+        strides.push((s[1] as i64, s[2] as i64));
+    }
+    check_inside(target.layout, target.len, &region, target.name, target.name)?;
+    let arguments = cuda.arguments.pack(
+        &addresses,
+        &strides,
+        &lowered.parameter_values(),
+        &emit::geometry(kernel, patch),
+    )?;
+    let s = target.layout.strides();
+    Ok(Some(GpuLaunch {
+        target: (
+            point_zero(target.pointer, target.layout),
+            s[1] as i64,
+            s[2] as i64,
+        ),
+        kernel: cuda,
+        region,
+        shape,
+        arguments,
+        waits,
+    }))
+}
+
+/// The device address of index (0, 0, 0) of a field whose allocation starts
+/// at `pointer` (the ghost layers come first).
+fn point_zero(pointer: u64, layout: &FieldLayout) -> u64 {
+    let origin = layout.linear_index([0; 3]) as u64;
+    pointer.wrapping_add(origin.wrapping_mul(8))
+}
+
+/// Refuses a box whose first or last point lies outside a buffer of `len`
+/// elements with `layout` (a last line of defence: the region checks
+/// above already keep every read within the ghost layers).
+fn check_inside(
+    layout: &FieldLayout,
+    len: usize,
+    points: &IndexBox,
+    field: &str,
+    target: &str,
+) -> OperatorResult<()> {
+    let inside = points.intersect(&layout.allocated()) == *points;
+    // Inside the allocation, the last point's linear index is the largest.
+    let fits = inside && layout.linear_index([0, 1, 2].map(|a| points.hi[a] - 1)) < len;
+    if fits {
+        return Ok(());
+    }
+    Err(OperatorError::Backend {
+        what: format!("launching the assignment to {target} on a GPU"),
+        reason: format!(
+            "it would touch points {:?}..{:?} of {field}, outside its {} allocated elements",
+            points.lo, points.hi, len
+        ),
+    })
+}

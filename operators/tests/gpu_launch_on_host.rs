@@ -1,0 +1,368 @@
+//! The GPU launches of assignments (`watershed_operators::gpu`), run without
+//! a GPU: each launch's CUDA C is compiled for the host by the system C++
+//! compiler under a small shim that plays `cuLaunchKernel` (it reads each
+//! parameter through the pointer array the driver would get, then runs
+//! every thread of every block), over host memory standing in for device
+//! memory. What this checks is everything of a GPU launch except the
+//! driver: which fields the slots get, the device addresses of their
+//! points (0, 0, 0), the argument struct's packing, the trailing
+//! arguments, the grid covering the box, the boxes of the modifiers, and
+//! the CUDA kernels' arithmetic, against the CPU path to the bit.
+
+mod common;
+
+use common::{Xorshift, random_field, sentinel_target};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use watershed_fields::{
+    CellCentre, Device, FieldLayout, FieldResult, GpuBuffer, Grid, IndexBox, Location, Patch,
+    SpatialField, XFace,
+};
+use watershed_operators::codegen::{self, Backend};
+use watershed_operators::gpu::{GpuLaunch, GpuTarget, gpu_launches};
+use watershed_operators::ir::Node;
+use watershed_operators::*;
+
+/// A field whose "GPU location" is a host copy of its values.
+struct HostAsGpu<'a> {
+    field: &'a dyn BoundField,
+    copy: Vec<f64>,
+}
+
+impl BoundField for HostAsGpu<'_> {
+    fn id(&self) -> u64 {
+        self.field.id()
+    }
+    fn name(&self) -> &str {
+        self.field.name()
+    }
+    fn layout(&self) -> &FieldLayout {
+        self.field.layout()
+    }
+    fn cpu_values(&self) -> FieldResult<&[f64]> {
+        self.field.cpu_values()
+    }
+    fn gpu_buffer(&self, device: Device) -> FieldResult<GpuBuffer> {
+        Ok(GpuBuffer {
+            device,
+            pointer: self.copy.as_ptr() as u64,
+            len: self.copy.len(),
+            ready: None,
+        })
+    }
+}
+
+/// Why this test cannot run here, if it cannot.
+fn missing_tools() -> Option<String> {
+    if let Some(problem) = codegen::nvrtc::nvrtc_problem() {
+        assert!(
+            std::env::var("WATERSHED_REQUIRE_NVRTC").map_or(true, |v| v != "1"),
+            "NVRTC is required here but absent: {problem}"
+        );
+        return Some(problem.to_string());
+    }
+    if codegen::c_compiler().is_err() {
+        return Some("no C compiler for the reference".into());
+    }
+    match Command::new("g++").arg("--version").output() {
+        Ok(out) if out.status.success() => None,
+        _ => Some("no g++ to compile CUDA C for the host".into()),
+    }
+}
+
+/// Compiles `launch`'s CUDA C for the host and runs it as
+/// `cuLaunchKernel` would, over host memory.
+fn run_on_host(launch: &GpuLaunch, directory: &std::path::Path) {
+    let name = &launch.kernel.name;
+    let shim = format!(
+        "#include <math.h>\n#include <string.h>\n\
+         struct ws_uint3 {{ unsigned x, y, z; }};\n\
+         static ws_uint3 threadIdx, blockIdx, blockDim;\n\
+         #define __global__\n#define __device__\n#define __forceinline__ inline\n\
+         static inline long long __double_as_longlong(double v) {{ long long u; memcpy(&u, &v, 8); return u; }}\n\
+         static inline double __longlong_as_double(long long u) {{ double v; memcpy(&v, &u, 8); return v; }}\n\
+         {source}\n\
+         extern \"C\" void ws_host_launch(void **params, const unsigned *grid, const unsigned *block) {{\n\
+         \x20   struct {name}_args a; memcpy(&a, params[0], sizeof a);\n\
+         \x20   double *t; memcpy(&t, params[1], 8);\n\
+         \x20   long long n[8]; for (int i = 0; i < 8; ++i) memcpy(&n[i], params[2 + i], 8);\n\
+         \x20   blockDim.x = block[0]; blockDim.y = block[1]; blockDim.z = block[2];\n\
+         \x20   for (unsigned bz = 0; bz < grid[2]; ++bz) for (unsigned by = 0; by < grid[1]; ++by)\n\
+         \x20   for (unsigned bx = 0; bx < grid[0]; ++bx) for (unsigned tz = 0; tz < block[2]; ++tz)\n\
+         \x20   for (unsigned ty = 0; ty < block[1]; ++ty) for (unsigned tx = 0; tx < block[0]; ++tx) {{\n\
+         \x20       blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;\n\
+         \x20       threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;\n\
+         \x20       {name}(a, t, n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]);\n\
+         \x20   }}\n}}\n",
+        source = launch.kernel.source
+    );
+    let source = directory.join(format!("{name}.cpp"));
+    let library = directory.join(format!("{name}.so"));
+    std::fs::write(&source, shim).unwrap();
+    let out = Command::new("g++")
+        .args(["-O1", "-ffp-contract=off", "-shared", "-fPIC", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "g++ refused the CUDA C of {name}:\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        launch.kernel.source
+    );
+    let trailing = launch.trailing();
+    let mut params: Vec<*mut std::ffi::c_void> = vec![launch.arguments.as_ptr() as *mut _];
+    params.extend(trailing.iter().map(|b| b.as_ptr() as *mut std::ffi::c_void));
+    type HostLaunch = unsafe extern "C" fn(*mut *mut std::ffi::c_void, *const u32, *const u32);
+    // SAFETY: the library was just built from the shim above, whose
+    // `ws_host_launch` has this signature; the parameters point to the
+    // launch's blocks and the buffers the launch was built over, which
+    // outlive the call.
+    unsafe {
+        let lib = libloading::Library::new(&library).unwrap();
+        let f: libloading::Symbol<HostLaunch> = lib.get(b"ws_host_launch").unwrap();
+        f(
+            params.as_mut_ptr(),
+            launch.shape.grid.as_ptr(),
+            launch.shape.block.as_ptr(),
+        );
+    }
+}
+
+fn scratch_directory(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "watershed-gpu-on-host-{test}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Assigns `root` (then `then`) into a copy of `start` on the CPU (compiled
+/// C, the generic kernel the CUDA one is generated from) and through the
+/// GPU launches run on the host; asserts every point equal to the bit and
+/// returns the number of launches.
+#[allow(clippy::too_many_arguments)]
+fn same_as_cpu<L: Location>(
+    test: &str,
+    start: &SpatialField<L>,
+    root: &Arc<Node>,
+    fields: &[&dyn BoundField],
+    region: Region,
+    then: &[MaskedAssignment],
+) -> usize {
+    let leaf = start.id();
+    let mut cpu = SpatialField::<L>::new("target", start.layout().patch(), Device::Cpu).unwrap();
+    cpu.values_mut()
+        .unwrap()
+        .copy_from_slice(start.values().unwrap());
+    let options = AssignOptions {
+        region,
+        backend: Backend::C,
+        ..Default::default()
+    };
+    assign_node_then(&mut cpu, leaf, root, fields, options, then).unwrap();
+
+    let hosted: Vec<HostAsGpu> = fields
+        .iter()
+        .map(|&field| HostAsGpu {
+            field,
+            copy: field.cpu_values().unwrap().to_vec(),
+        })
+        .collect();
+    let bound: Vec<&dyn BoundField> = hosted.iter().map(|h| h as &dyn BoundField).collect();
+    let mut device = start.values().unwrap().to_vec();
+    let target = GpuTarget {
+        name: "target",
+        layout: start.layout(),
+        kind: L::KIND,
+        device: Device::Gpu(0),
+        pointer: device.as_mut_ptr() as u64,
+        len: device.len(),
+    };
+    let launches = gpu_launches(target, leaf, root, &bound, region, then).unwrap();
+    let directory = scratch_directory(test);
+    for launch in &launches {
+        assert!(launch.waits.is_empty());
+        run_on_host(launch, &directory);
+    }
+    let _ = std::fs::remove_dir_all(&directory);
+    let layout = start.layout();
+    let want = cpu.values().unwrap();
+    for index in layout.allocated() {
+        let at = layout.linear_index(index);
+        assert!(
+            want[at].to_bits() == device[at].to_bits(),
+            "{test}: point {index:?}: CPU {:e}, GPU launch {:e}",
+            want[at],
+            device[at]
+        );
+    }
+    launches.len()
+}
+
+fn patch_3d(cells: [usize; 3], ghosts: usize) -> Patch {
+    Grid::new(cells, [1.0, 0.8, 1.3], [0.1, -0.2, 0.3])
+        .unwrap()
+        .whole_domain(ghosts)
+}
+
+#[test]
+fn stencils_functions_and_parameters_launch_as_the_cpu_computes() {
+    if let Some(why) = missing_tools() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    // Odd sizes: the grid's last blocks are partly outside the box.
+    let patch = patch_3d([37, 7, 5], 2);
+    let mut rng = Xorshift::new(31);
+    let phi = random_field::<CellCentre>("phi", &patch, &mut rng, |r| r.uniform(-2.0, 2.0));
+    let gamma = random_field::<CellCentre>("gamma", &patch, &mut rng, |r| r.uniform(0.1, 1.0));
+    let start = sentinel_target::<CellCentre>("target", &patch);
+    let dt = Parameter::new("dt", 0.375);
+
+    let diffusion = -div(interp(&gamma) * grad(&phi)) + exp(&phi) * dt.expr();
+    let fields = diffusion.fields();
+    let n = same_as_cpu(
+        "diffusion",
+        &start,
+        diffusion.node(),
+        &fields,
+        Region::Interior,
+        &[],
+    );
+    assert_eq!(n, 1);
+
+    // Math functions, conditions and coordinates (the geometry array).
+    let wild = cond(field(&phi).gt(0.5), coordinate::<CellCentre>(0) * 2.0)
+        .cond(field(&phi).le(-0.5), coordinate::<CellCentre>(2) + &phi)
+        .otherwise(log(&gamma) * sin(&phi) + pow(&gamma, &phi) - tanh(&phi));
+    let fields = wild.fields();
+    same_as_cpu(
+        "functions",
+        &start,
+        wild.node(),
+        &fields,
+        Region::InteriorAndGhosts(1),
+        &[],
+    );
+
+    // A face target with its own strides.
+    let face_start = sentinel_target::<XFace>("flux", &patch);
+    let flux = interp(&gamma) * grad(&phi);
+    let flux_x = flux.x.clone().expect("a 3-D patch has x faces");
+    let fields = flux_x.fields();
+    same_as_cpu(
+        "face",
+        &face_start,
+        flux_x.node(),
+        &fields,
+        Region::Interior,
+        &[],
+    );
+}
+
+#[test]
+fn in_place_updates_and_boundary_modifiers_launch_as_the_cpu_computes() {
+    if let Some(why) = missing_tools() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let patch = patch_3d([33, 6, 4], 1);
+    let mut rng = Xorshift::new(32);
+    let phi = random_field::<CellCentre>("phi", &patch, &mut rng, |r| r.uniform(-2.0, 2.0));
+    let u = random_field::<CellCentre>("u", &patch, &mut rng, |r| r.uniform(-1.0, 1.0));
+    let id = u.id();
+    let me = || Expr::<CellCentre>::symbol(id, "u");
+    // u = u + 0.1 lap(phi), then a zero-gradient wall on -x (ghosts read
+    // the first interior column) and a Dirichlet value on +y.
+    let update = me() + laplacian(&phi) * 0.1;
+    let fields = update.fields();
+    let layout = u.layout().clone();
+    let mut minus_x = layout.allocated();
+    minus_x.lo[0] = -1;
+    minus_x.hi[0] = 0;
+    let mut plus_y = layout.allocated();
+    plus_y.lo[1] = layout.interior().hi[1];
+    plus_y.hi[1] = plus_y.lo[1] + 1;
+    let then: Vec<MaskedAssignment> = vec![
+        (minus_x, shift(me(), [1, 0, 0]).node().clone()),
+        (plus_y, (coordinate::<CellCentre>(0) * 0.5).node().clone()),
+    ];
+    let n = same_as_cpu(
+        "in-place",
+        &u,
+        update.node(),
+        &fields,
+        Region::Interior,
+        &then,
+    );
+    assert_eq!(n, 3, "one launch for the update, one per modifier");
+}
+
+#[test]
+fn launches_are_refused_with_the_cpu_paths_errors() {
+    if let Some(why) = missing_tools() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let patch = patch_3d([9, 6, 4], 1);
+    let thin = patch_3d([9, 6, 4], 0);
+    let mut rng = Xorshift::new(33);
+    let phi = random_field::<CellCentre>("phi", &thin, &mut rng, |r| r.uniform(-2.0, 2.0));
+    let start = sentinel_target::<CellCentre>("target", &patch);
+    let hosted = HostAsGpu {
+        field: &phi,
+        copy: phi.values().unwrap().to_vec(),
+    };
+    let mut device = start.values().unwrap().to_vec();
+    let target = GpuTarget {
+        name: "target",
+        layout: start.layout(),
+        kind: CellCentre::KIND,
+        device: Device::Gpu(0),
+        pointer: device.as_mut_ptr() as u64,
+        len: device.len(),
+    };
+    // phi has no ghost layer; a Laplacian over the interior needs one.
+    let lap = laplacian(&phi);
+    let error = gpu_launches(
+        target,
+        start.id(),
+        lap.node(),
+        &[&hosted],
+        Region::Interior,
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, OperatorError::MissingGhosts { ref field, .. } if field == "phi"),
+        "{error:?}"
+    );
+    // A stencil of the target over the points it writes.
+    let me = Expr::<CellCentre>::symbol(start.id(), "target");
+    let smear = shift(me, [1, 0, 0]);
+    let error =
+        gpu_launches(target, start.id(), smear.node(), &[], Region::Interior, &[]).unwrap_err();
+    assert!(
+        matches!(error, OperatorError::SelfOverlap { ref target, .. } if target == "target"),
+        "{error:?}"
+    );
+    // A box outside the target.
+    let outside = IndexBox::new([0, 0, 0], [20, 1, 1]);
+    let error = gpu_launches(
+        target,
+        start.id(),
+        field(&phi).node(),
+        &[&hosted],
+        Region::Box(outside),
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, OperatorError::RegionOutsideTarget { .. }),
+        "{error:?}"
+    );
+}
