@@ -229,7 +229,7 @@ fn stencils_functions_and_parameters_launch_as_the_cpu_computes() {
         "diffusion",
         &start,
         diffusion.node(),
-        &fields,
+        fields,
         Region::Interior,
         &[],
     );
@@ -244,7 +244,7 @@ fn stencils_functions_and_parameters_launch_as_the_cpu_computes() {
         "functions",
         &start,
         wild.node(),
-        &fields,
+        fields,
         Region::InteriorAndGhosts(1),
         &[],
     );
@@ -258,7 +258,7 @@ fn stencils_functions_and_parameters_launch_as_the_cpu_computes() {
         "face",
         &face_start,
         flux_x.node(),
-        &fields,
+        fields,
         Region::Interior,
         &[],
     );
@@ -295,7 +295,7 @@ fn in_place_updates_and_boundary_modifiers_launch_as_the_cpu_computes() {
         "in-place",
         &u,
         update.node(),
-        &fields,
+        fields,
         Region::Interior,
         &then,
     );
