@@ -547,6 +547,11 @@ impl LanguageModifier {
         }
     }
 
+    /// The field it modifies.
+    pub fn target(&self) -> &Tag {
+        &self.target
+    }
+
     /// The masked assignments for `layout` (built on first use).
     pub fn assignments(&self, layout: &FieldLayout) -> GraphResult<Arc<Vec<MaskedAssignment>>> {
         let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());

@@ -271,6 +271,8 @@ pub struct ExpressionGraph {
     pub(crate) execution: Mutex<()>,
     /// Placement, copies and stream steps ([`crate::placement`]).
     pub(crate) device_plan: DevicePlan,
+    /// The plan's GPU streams, reused across executions.
+    pub(crate) gpu_streams: crate::devices::StreamPool,
 }
 
 thread_local! {
@@ -505,6 +507,7 @@ impl ExpressionGraph {
             provided: (0..field_count).map(|_| AtomicBool::new(false)).collect(),
             execution: Mutex::new(()),
             device_plan: DevicePlan::unplanned(),
+            gpu_streams: Default::default(),
         };
         graph.device_plan = placement::all_cpu(&graph);
         if options.placement != PlacementPolicy::Cpu || options.streams != StreamMode::default() {
@@ -590,6 +593,11 @@ impl ExpressionGraph {
         f: impl FnOnce(&watershed_fields::SpatialField<L>) -> R,
     ) -> GraphResult<R> {
         let slot = self.slot(tag, "read")?;
+        // With GPU nodes, fields change location during an execution and
+        // kernels may still use them: wait for a running execution, and
+        // make the CPU copy current (a copy from the GPU, read-only).
+        let _execution = self.waits_for_execution();
+        self.current_on_cpu(slot, false)?;
         let _access = FieldAccess::enter(self);
         let guard = self.store.slots[slot]
             .read()
@@ -615,6 +623,8 @@ impl ExpressionGraph {
         f: impl FnOnce(&mut watershed_fields::SpatialField<L>) -> R,
     ) -> GraphResult<R> {
         let slot = self.slot(tag, "written")?;
+        let _execution = self.waits_for_execution();
+        self.current_on_cpu(slot, true)?;
         let _access = FieldAccess::enter(self);
         let mut guard = self.store.slots[slot]
             .write()
@@ -632,6 +642,38 @@ impl ExpressionGraph {
         })?;
         self.provided[slot].store(true, Ordering::Release);
         Ok(f(typed))
+    }
+
+    /// The execution lock when the plan has GPU nodes (whose kernels run
+    /// after their node returns), else nothing.
+    fn waits_for_execution(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        (self.device_plan.gpu_nodes() > 0)
+            .then(|| self.execution.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Makes the CPU copy of the field in `slot` current (and, for
+    /// `writing`, the active one), copying from a GPU when needed.
+    fn current_on_cpu(&self, slot: usize, writing: bool) -> GraphResult<()> {
+        let cpu = watershed_fields::Device::Cpu;
+        let ready = self.store.slots[slot]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_none_or(|f| f.active_device() == cpu || (!writing && f.is_valid_on(cpu)));
+        if ready {
+            return Ok(());
+        }
+        let mut guard = self.store.slots[slot]
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(field) = guard.as_mut() {
+            if writing {
+                field.make_active_on(cpu, None)?;
+            } else {
+                field.validate_on(cpu)?;
+            }
+        }
+        Ok(())
     }
 
     /// Nodes of `kind` (after fusion; modifiers included).

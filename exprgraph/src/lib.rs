@@ -45,6 +45,7 @@
 #![warn(missing_docs)]
 
 pub mod analyses;
+mod devices;
 pub mod error;
 pub mod expression;
 pub mod factory;

@@ -211,7 +211,10 @@ impl ExpressionGraph {
                 });
             }
         }
-        self.check_devices()?;
+        let on_devices = self.device_plan.gpu_nodes() > 0;
+        if on_devices {
+            self.check_devices()?;
+        }
         let epoch = Instant::now();
         self.pool.reset_counters();
         let priority = self.measured_priorities();
@@ -244,6 +247,13 @@ impl ExpressionGraph {
             epoch,
         };
         match mode {
+            ExecutionMode::Serial if on_devices => {
+                self.run_on_devices(&shared, Parallelism::Serial)
+            }
+            ExecutionMode::Threaded(_) if on_devices => {
+                let pool = thread_pool(threads)?;
+                pool.install(|| self.run_on_devices(&shared, Parallelism::Rayon));
+            }
             ExecutionMode::Serial => self.run_serial(&shared, &priority),
             ExecutionMode::Threaded(_) => {
                 let pool = thread_pool(threads)?;
@@ -288,31 +298,64 @@ impl ExpressionGraph {
         Ok(report)
     }
 
-    /// Refuses to run nodes placed on a GPU: naming the first such node,
-    /// the device, and why (no usable device here, or no GPU executor in
-    /// this build).
+    /// Refuses to run a plan with nodes on a GPU this machine cannot use,
+    /// naming the first such node, the device, and why.
     fn check_devices(&self) -> GraphResult<()> {
-        let Some(&first) = self
-            .order
-            .iter()
-            .find(|&&n| matches!(self.device_plan.targets[n], crate::graph::Target::Gpu(_)))
-        else {
-            return Ok(());
+        for &n in &self.order {
+            let crate::graph::Target::Gpu(ordinal) = self.device_plan.targets[n] else {
+                continue;
+            };
+            if let Some(reason) = watershed_fields::gpu::gpu_unavailable_reason(ordinal) {
+                return Err(GraphError::DeviceUnavailable {
+                    node: self.nodes[n].name.clone(),
+                    device: watershed_fields::Device::Gpu(ordinal),
+                    reason: format!(
+                        "{reason}; place the graph with PlacementPolicy::Cpu to run it on this machine"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a plan with GPU nodes: the host walks the nodes in plan order
+    /// and carries out the stream protocol (see `devices.rs`). CPU nodes
+    /// run with `parallelism`; GPU nodes only enqueue their kernels.
+    fn run_on_devices(&self, shared: &Shared<'_>, parallelism: Parallelism) {
+        let plan = self.device_plan.streams();
+        let mut events = vec![None; plan.events];
+        let mut run = || -> GraphResult<()> {
+            self.run_steps(&plan.prologue, &mut events)?;
+            for &node in &self.order {
+                let steps = &plan.nodes[node];
+                self.run_steps(&steps.before, &mut events)?;
+                {
+                    let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                    state.live_bytes += self.output_bytes(node);
+                    state.peak_bytes = state.peak_bytes.max(state.live_bytes);
+                }
+                let stream = steps.stream.map(|id| self.gpu_stream(id)).transpose()?;
+                self.launch_on(node, parallelism, shared, 0, stream.as_ref())?;
+                shared
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .finished += 1;
+                self.run_steps(&steps.after, &mut events)?;
+            }
+            self.run_steps(&plan.epilogue, &mut events)
         };
-        let crate::graph::Target::Gpu(ordinal) = self.device_plan.targets[first] else {
-            return Ok(());
-        };
-        let reason = match watershed_fields::gpu::gpu_unavailable_reason(ordinal) {
-            Some(reason) => format!(
-                "{reason}; place the graph with PlacementPolicy::Cpu to run it on this machine"
-            ),
-            None => "this build plans GPU placement, copies and streams but does not launch graph nodes on a GPU yet; place the graph with PlacementPolicy::Cpu".to_string(),
-        };
-        Err(GraphError::DeviceUnavailable {
-            node: self.nodes[first].name.clone(),
-            device: watershed_fields::Device::Gpu(ordinal),
-            reason,
-        })
+        let outcome = run();
+        if outcome.is_err() {
+            self.drain_streams();
+        }
+        // Every stream has finished (the epilogue synchronised them, or
+        // `drain_streams` did): scratch memory can go back to the pools.
+        self.release_all_scratch();
+        if let Err(error) = outcome {
+            let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.error.get_or_insert(error);
+        }
     }
 
     /// Critical-path priorities from measured mean times (unit costs until
@@ -381,11 +424,44 @@ impl ExpressionGraph {
         shared: &Shared<'_>,
         thread: usize,
     ) -> GraphResult<()> {
+        self.launch_on(node, parallelism, shared, thread, None)
+    }
+
+    /// [`Self::launch`] for a plan with GPU nodes: with `gpu`, the node's
+    /// stream, its scratch outputs are allocated on that GPU and its
+    /// kernels enqueued there; without, it runs on the CPU. Either way its
+    /// fields are first made current on its device.
+    fn launch_on(
+        &self,
+        node: usize,
+        parallelism: Parallelism,
+        shared: &Shared<'_>,
+        thread: usize,
+        gpu: Option<&watershed_fields::GpuStream>,
+    ) -> GraphResult<()> {
         let start = shared.epoch.elapsed();
         let graph_node = &self.nodes[node];
+        if self.device_plan.gpu_nodes() > 0 {
+            let device = gpu.map_or(watershed_fields::Device::Cpu, |s| s.device());
+            self.place_fields(node, device, gpu)?;
+        }
         for &slot in &graph_node.outputs {
             let info = &self.fields[slot];
-            if !info.persistent && self.producer[slot] == Some(node) {
+            if let Some(stream) = gpu
+                && !info.persistent
+                && self.producer[slot] == Some(node)
+            {
+                let mut field = AnyField::new_on_gpu(
+                    info.location,
+                    &info.tag.name,
+                    &self.patch,
+                    Lifetime::Scratch,
+                    stream.device(),
+                )?;
+                // Zeroed, as on the CPU below.
+                field.zero_on(stream)?;
+                self.store.put(slot, Some(field));
+            } else if !info.persistent && self.producer[slot] == Some(node) {
                 // Zero-filled: a consumer's stencil may read ghost points
                 // this expression cannot compute.
                 let field = AnyField::new(
@@ -430,13 +506,16 @@ impl ExpressionGraph {
             parallelism,
             region: graph_node.region,
         };
-        let outcome = graph_node
-            .expression
-            .evaluate(&mut context)
-            .map_err(|source| GraphError::Expression {
-                expression: graph_node.name.clone(),
-                source: Box::new(source),
-            });
+        let evaluated = match gpu {
+            None => graph_node.expression.evaluate(&mut context),
+            Some(stream) => {
+                crate::devices::evaluate_on_gpu(&*graph_node.expression, &mut context, stream)
+            }
+        };
+        let outcome = evaluated.map_err(|source| GraphError::Expression {
+            expression: graph_node.name.clone(),
+            source: Box::new(source),
+        });
         drop(context);
         let end = shared.epoch.elapsed();
         let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());

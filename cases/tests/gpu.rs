@@ -1,0 +1,266 @@
+//! Graphs executed on a GPU against the same graphs on the CPU. Each test
+//! needs a CUDA device: without one it prints "skipped: ... no CUDA device"
+//! and returns (the placement, copies and stream plans these executions
+//! follow are tested without a GPU in `exprgraph/tests/placement.rs`, and
+//! the launches' arguments and kernels in
+//! `operators/tests/gpu_launch_on_host.rs`).
+
+use watershed_cases::cases::scalability::{
+    exprlib_factory, gamma, gamma_value, initial_phi, phi, phi_next,
+};
+use watershed_cases::common::fill_graph_field;
+use watershed_exprgraph::{
+    ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, NativeExpression,
+    PlacementPolicy, StreamMode, Tag, Target,
+};
+use watershed_fields::gpu::gpu_for_tests;
+use watershed_fields::{CellCentre, Device, Grid, LocationKind, MemoryPool, Patch};
+use watershed_operators::laplacian;
+
+fn patch(n: usize) -> Patch {
+    Grid::new([n, n, n], [1.0 / n as f64; 3], [0.0; 3])
+        .unwrap()
+        .whole_domain(1)
+}
+
+fn exprlib(
+    patch: &Patch,
+    pdes: usize,
+    variant: &str,
+    placement: PlacementPolicy,
+    streams: StreamMode,
+) -> ExpressionGraph {
+    let options = GraphOptions {
+        persistent: (0..pdes).map(phi_next).collect(),
+        placement,
+        streams,
+        ..Default::default()
+    };
+    let roots: Vec<Tag> = (0..pdes).map(phi_next).collect();
+    let factory = exprlib_factory(pdes, variant, 1e-4).unwrap();
+    let graph = ExpressionGraph::build(&factory, &roots, patch, &options).unwrap();
+    fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value).unwrap();
+    for i in 0..pdes {
+        fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i)).unwrap();
+    }
+    graph
+}
+
+fn values(graph: &ExpressionGraph, tag: &Tag) -> Vec<f64> {
+    graph
+        .with_field::<CellCentre, _>(tag, |f| f.values().unwrap().to_vec())
+        .unwrap()
+}
+
+/// Largest relative difference (to the largest magnitude of `want`) and
+/// the number of points that differ at all.
+fn difference(got: &[f64], want: &[f64]) -> (f64, usize) {
+    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-300);
+    let mut worst = 0.0f64;
+    let mut differing = 0;
+    for (g, w) in got.iter().zip(want) {
+        if g.to_bits() != w.to_bits() {
+            differing += 1;
+            worst = worst.max((g - w).abs() / scale);
+        }
+    }
+    (worst, differing)
+}
+
+#[test]
+fn exprlib_graphs_on_the_gpu_match_the_cpu() {
+    let Some(gpu) = gpu_for_tests("exprlib_graphs_on_the_gpu_match_the_cpu") else {
+        return;
+    };
+    let patch = patch(24);
+    let pdes = 4;
+    for variant in ["diffusion", "independent", "coupled"] {
+        let cpu = exprlib(
+            &patch,
+            pdes,
+            variant,
+            PlacementPolicy::Cpu,
+            StreamMode::default(),
+        );
+        cpu.execute(ExecutionMode::Serial).unwrap();
+        for streams in [StreamMode::default(), StreamMode::Synchronous] {
+            let on_gpu = exprlib(&patch, pdes, variant, PlacementPolicy::Gpu(gpu), streams);
+            assert_eq!(on_gpu.device_plan().gpu_nodes(), on_gpu.node_count());
+            on_gpu.execute(ExecutionMode::Threaded(2)).unwrap();
+            for i in 0..pdes {
+                // The GPU wrote the result: its location is the active one.
+                let states = on_gpu
+                    .with_field::<CellCentre, _>(&phi_next(i), |f| f.location_states())
+                    .unwrap();
+                let gpu_state = states.iter().find(|s| s.device == Device::Gpu(gpu));
+                assert!(
+                    gpu_state.is_some_and(|s| s.active),
+                    "{variant}: phi_next{i} states {states:?}"
+                );
+                let (worst, differing) =
+                    difference(&values(&on_gpu, &phi_next(i)), &values(&cpu, &phi_next(i)));
+                eprintln!(
+                    "{variant} {streams:?} phi_next{i}: {differing} points differ, max relative {worst:e}"
+                );
+                assert!(
+                    worst <= 1e-12,
+                    "{variant}: phi_next{i} differs by {worst:e}"
+                );
+            }
+        }
+    }
+}
+
+/// A graph whose fields cross between the CPU and the GPU both ways: a
+/// native node (CPU only) between language nodes.
+fn crossing(placement: PlacementPolicy) -> ExpressionGraph {
+    let (u, lap, squared, sum, native, last) = (
+        Tag::none("u"),
+        Tag::none("lap"),
+        Tag::none("squared"),
+        Tag::none("sum"),
+        Tag::none("native"),
+        Tag::none("last"),
+    );
+    let mut factory = Factory::new();
+    factory
+        .placeholder(u.clone(), LocationKind::CellCentre)
+        .unwrap();
+    let r = u.clone();
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            lap.clone(),
+            move |s| laplacian(s.field::<CellCentre>(&r)),
+        ))
+        .unwrap();
+    let (r, out) = (u.clone(), squared.clone());
+    factory
+        .register(NativeExpression::new(
+            "squared",
+            vec![(squared.clone(), LocationKind::CellCentre)],
+            vec![u.clone()],
+            move |context| {
+                let input = context.input::<CellCentre>(&r)?.values()?.to_vec();
+                let output = context.output::<CellCentre>(&out)?.values_mut()?;
+                for (o, v) in output.iter_mut().zip(input) {
+                    *o = v * v;
+                }
+                Ok(())
+            },
+        ))
+        .unwrap();
+    let (a, b) = (lap.clone(), squared.clone());
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            sum.clone(),
+            move |s| s.field::<CellCentre>(&a) + s.field::<CellCentre>(&b) * 0.5,
+        ))
+        .unwrap();
+    let (r, out) = (sum.clone(), native.clone());
+    factory
+        .register(NativeExpression::new(
+            "native",
+            vec![(native.clone(), LocationKind::CellCentre)],
+            vec![sum.clone()],
+            move |context| {
+                let input = context.input::<CellCentre>(&r)?.values()?.to_vec();
+                let output = context.output::<CellCentre>(&out)?.values_mut()?;
+                for (o, v) in output.iter_mut().zip(input) {
+                    *o = 3.0 * v - 1.0;
+                }
+                Ok(())
+            },
+        ))
+        .unwrap();
+    let (a, b) = (native.clone(), lap.clone());
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            last.clone(),
+            move |s| s.field::<CellCentre>(&a) - s.field::<CellCentre>(&b),
+        ))
+        .unwrap();
+    let options = GraphOptions {
+        no_fusion: true,
+        persistent: vec![last.clone(), lap.clone()],
+        placement,
+        ..Default::default()
+    };
+    let graph = ExpressionGraph::build(&factory, &[last], &patch(12), &options).unwrap();
+    fill_graph_field::<CellCentre>(&graph, &u, |[x, y, z]| (x * 6.0).sin() + y * z).unwrap();
+    graph
+}
+
+#[test]
+fn fields_crossing_devices_both_ways_match_the_cpu() {
+    let Some(gpu) = gpu_for_tests("fields_crossing_devices_both_ways_match_the_cpu") else {
+        return;
+    };
+    let cpu = crossing(PlacementPolicy::Cpu);
+    let mixed = crossing(PlacementPolicy::CostModel {
+        device: gpu,
+        model: Default::default(),
+    });
+    let forced = crossing(PlacementPolicy::Heterogeneous(gpu));
+    assert_eq!(forced.target_of("squared"), Some(Target::Cpu));
+    assert_eq!(forced.target_of("lap"), Some(Target::Gpu(gpu)));
+    assert!(
+        forced.device_plan().transfers().len() >= 2,
+        "{}",
+        forced.device_plan().summary()
+    );
+    for execution in 0..3 {
+        cpu.execute(ExecutionMode::Serial).unwrap();
+        forced.execute(ExecutionMode::Threaded(2)).unwrap();
+        mixed.execute(ExecutionMode::Serial).unwrap();
+        for tag in [Tag::none("last"), Tag::none("lap")] {
+            let want = values(&cpu, &tag);
+            for graph in [&forced, &mixed] {
+                let (worst, differing) = difference(&values(graph, &tag), &want);
+                assert!(
+                    worst <= 1e-12,
+                    "execution {execution}: {tag} differs by {worst:e} at {differing} points"
+                );
+            }
+        }
+    }
+    // The host reads the GPU's result through a copy that stays valid;
+    // the GPU location remains the active one.
+    let states = forced
+        .with_field::<CellCentre, _>(&Tag::none("lap"), |f| f.location_states())
+        .unwrap();
+    assert!(states.iter().all(|s| s.valid), "{states:?}");
+    assert!(
+        states
+            .iter()
+            .any(|s| s.device == Device::Gpu(gpu) && s.active),
+        "{states:?}"
+    );
+}
+
+#[test]
+fn a_thousand_executions_leak_no_gpu_memory() {
+    let Some(gpu) = gpu_for_tests("a_thousand_executions_leak_no_gpu_memory") else {
+        return;
+    };
+    let patch = patch(16);
+    let graph = exprlib(
+        &patch,
+        2,
+        "independent",
+        PlacementPolicy::Gpu(gpu),
+        StreamMode::default(),
+    );
+    graph.execute(ExecutionMode::Serial).unwrap();
+    let pool = MemoryPool::global(Device::Gpu(gpu)).unwrap();
+    let after_first = pool.statistics();
+    for _ in 0..1000 {
+        graph.execute(ExecutionMode::Serial).unwrap();
+    }
+    let after = pool.statistics();
+    assert_eq!(after.blocks_active, after_first.blocks_active, "{after:?}");
+    assert_eq!(after.bytes_total, after_first.bytes_total, "{after:?}");
+    assert_eq!(
+        after.misses, after_first.misses,
+        "every scratch field came from the pool"
+    );
+}

@@ -1,0 +1,265 @@
+//! Executing a graph whose plan puts nodes on GPUs: the host walks the
+//! nodes in plan order and carries out the stream protocol of
+//! [`crate::placement::StreamPlan`] step by step (copies, event records,
+//! stream waits, host waits), launching each GPU node's kernels on its
+//! stream and running each CPU node on the CPU. `placement/design.md`
+//! states the protocol's invariants; this file adds what the plan leaves to
+//! the executor:
+//!
+//! * **Location states.** Before a GPU node, each field it reads is made
+//!   valid on its GPU (the plan's copies normally did it; a field whose
+//!   location was invalidated outside the plan, e.g. by the host writing
+//!   it, is copied here on the node's stream), and each persistent field it
+//!   writes becomes active there (copied first when the GPU location is
+//!   stale, so points the node does not write keep their values). A CPU
+//!   node does the same on the CPU, synchronously. Copies enqueued by the
+//!   plan record their events in the fields, so host access waits for them.
+//! * **Scratch fields** of GPU nodes come from the GPU's pool and are
+//!   zeroed on the node's stream. No scratch field goes back to a pool
+//!   before the execution's last step has synchronised every stream, so a
+//!   kernel still running never reads memory handed to someone else.
+//! * **Errors.** After an error every stream used is synchronised before
+//!   the scratch fields are released.
+//!
+//! The host thread does not block between GPU nodes: only where the plan
+//! says so (a CPU node consuming GPU data) and at the end.
+
+use crate::error::{GraphError, GraphResult};
+use crate::expression::{EvaluationContext, Expression, LanguageExpression};
+use crate::graph::ExpressionGraph;
+use crate::placement::{Step, StreamId};
+use crate::store::AnyField;
+use std::collections::HashMap;
+use std::sync::Arc;
+use watershed_fields::{Device, GpuStream, ValidationEvent};
+use watershed_operators::gpu::{GpuTarget, gpu_launches};
+use watershed_operators::ir::Node;
+use watershed_operators::{BoundField, MaskedAssignment, Region};
+
+/// The streams of a graph's plan, created on first use and reused across
+/// executions.
+pub(crate) type StreamPool = std::sync::Mutex<HashMap<StreamId, GpuStream>>;
+
+impl ExpressionGraph {
+    /// The stream `id` of this graph's pool (created on first use).
+    pub(crate) fn gpu_stream(&self, id: StreamId) -> GraphResult<GpuStream> {
+        let mut streams = self.gpu_streams.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(stream) = streams.get(&id) {
+            return Ok(stream.clone());
+        }
+        let stream = GpuStream::new(id.device)?;
+        streams.insert(id, stream.clone());
+        Ok(stream)
+    }
+
+    /// Carries out `steps` of the stream protocol.
+    pub(crate) fn run_steps(
+        &self,
+        steps: &[Step],
+        events: &mut [Option<ValidationEvent>],
+    ) -> GraphResult<()> {
+        let recorded = |events: &[Option<ValidationEvent>], event: usize| {
+            events
+                .get(event)
+                .and_then(Option::as_ref)
+                .cloned()
+                .ok_or_else(|| {
+                    GraphError::Native(format!(
+                        "the stream plan waits on event {event} before recording it (a bug in the plan; please report it)"
+                    ))
+                })
+        };
+        for step in steps {
+            match *step {
+                Step::Copy { transfer, stream } => {
+                    let copy = &self.device_plan.transfers()[transfer];
+                    let stream = self.gpu_stream(stream)?;
+                    let mut guard = self.store.slots[copy.slot]
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner());
+                    // A slot still empty has nothing to copy; its reader
+                    // then finds it unallocated and says so.
+                    if let Some(field) = guard.as_mut() {
+                        field.validate_on_async(copy.to, &stream)?;
+                    }
+                }
+                Step::Record { event, stream } => {
+                    let recorded_event = self.gpu_stream(stream)?.record()?;
+                    if let Some(slot) = events.get_mut(event) {
+                        *slot = Some(recorded_event);
+                    }
+                }
+                Step::Wait { stream, event } => {
+                    let event = recorded(events, event)?;
+                    self.gpu_stream(stream)?.wait(&event)?;
+                }
+                Step::HostWait { event } => recorded(events, event)?.synchronize()?,
+                Step::Synchronize { stream } => self.gpu_stream(stream)?.synchronize()?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for every stream of the plan (after an error, so that no
+    /// kernel still runs when scratch memory is released). Errors are
+    /// ignored: the first error is already being reported.
+    pub(crate) fn drain_streams(&self) {
+        for id in self.device_plan.streams().streams_used() {
+            if let Ok(stream) = self.gpu_stream(id) {
+                let _ = stream.synchronize();
+            }
+        }
+    }
+
+    /// Prepares `node`'s fields for running on `device` (`stream`: the
+    /// GPU node's stream; `None` for a CPU node): the fields it reads valid
+    /// there, the persistent fields it writes active there.
+    pub(crate) fn place_fields(
+        &self,
+        node: usize,
+        device: Device,
+        stream: Option<&GpuStream>,
+    ) -> GraphResult<()> {
+        let graph_node = &self.nodes[node];
+        for &slot in &graph_node.inputs {
+            let valid = self.store.slots[slot]
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .is_none_or(|f| f.is_valid_on(device));
+            if valid {
+                continue;
+            }
+            let mut guard = self.store.slots[slot]
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(field) = guard.as_mut() {
+                match stream {
+                    Some(stream) => {
+                        field.validate_on_async(device, stream)?;
+                    }
+                    None => field.validate_on(device)?,
+                }
+            }
+        }
+        for &slot in &graph_node.outputs {
+            let scratch_of_this_node =
+                !self.fields[slot].persistent && self.producer[slot] == Some(node);
+            if scratch_of_this_node {
+                continue;
+            }
+            let mut guard = self.store.slots[slot]
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(field) = guard.as_mut() {
+                field.make_active_on(device, stream)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One assignment of a GPU node: the target's leaf id, the value, the
+/// region, the modifiers after it, and the target.
+type Assignment<'f> = (
+    u64,
+    Arc<Node>,
+    Region,
+    Vec<MaskedAssignment>,
+    &'f mut AnyField,
+);
+
+/// Runs `expression` (a language node: an expression with its fused
+/// modifiers, a horizontal group, or a language modifier) on the GPU of
+/// `stream`: enqueues its kernels and returns before they finish.
+pub(crate) fn evaluate_on_gpu(
+    expression: &dyn Expression,
+    context: &mut EvaluationContext<'_>,
+    stream: &GpuStream,
+) -> GraphResult<()> {
+    let device = stream.device();
+    let region = match context.region {
+        Some(region) => Region::Box(region),
+        None => Region::Interior,
+    };
+    let node_name = context.expression.to_string();
+    let (bindings, outputs) = context.split_for_group()?;
+    let bound: Vec<&dyn BoundField> = bindings.iter().map(|b| b as &dyn BoundField).collect();
+    let mut work: Vec<Assignment<'_>> = Vec::new();
+    let mut outputs = outputs;
+    let mut take_output = |tag: &crate::Tag| -> GraphResult<&mut AnyField> {
+        let position = outputs
+            .iter()
+            .position(|(t, f)| *t == tag && f.is_some())
+            .ok_or_else(|| GraphError::FieldUnavailable {
+                tag: tag.clone(),
+                expression: node_name.clone(),
+                reason: "it is not an allocated output of the node".into(),
+            })?;
+        let (_, field) = outputs.swap_remove(position);
+        field.ok_or_else(|| GraphError::Native("an output vanished".into()))
+    };
+    let members: Vec<&LanguageExpression> = if let Some(language) = expression.as_language() {
+        vec![language]
+    } else if let Some(group) = expression.as_horizontal_group() {
+        group.members().collect()
+    } else if let Some(modifier) = expression.as_language_modifier() {
+        let field = take_output(modifier.target())?;
+        let assignments = modifier.assignments(field.as_bound().layout())?;
+        if let Some(((first_box, first), rest)) = assignments.split_first() {
+            work.push((
+                modifier.target().id(),
+                first.clone(),
+                Region::Box(*first_box),
+                rest.to_vec(),
+                field,
+            ));
+        }
+        Vec::new()
+    } else {
+        return Err(GraphError::NotPlaceable {
+            node: node_name,
+            device,
+            reason: "it is not written in the expression language; place it on the CPU".into(),
+        });
+    };
+    for language in members {
+        let field = take_output(language.target())?;
+        let then = language.fused_assignments(field.as_bound().layout())?;
+        work.push((
+            language.target().id(),
+            language.root().clone(),
+            region,
+            then,
+            field,
+        ));
+    }
+    for (leaf, root, region, then, field) in work {
+        let kind = field.kind();
+        let buffer = field.gpu_buffer_mut(device)?;
+        if let Some(event) = &buffer.ready {
+            stream.wait(event)?;
+        }
+        let bound_target = field.as_bound();
+        let target = GpuTarget {
+            name: bound_target.name(),
+            layout: bound_target.layout(),
+            kind,
+            device,
+            pointer: buffer.pointer,
+            len: buffer.len,
+        };
+        let launches = gpu_launches(target, leaf, &root, &bound, region, &then)?;
+        for launch in &launches {
+            // SAFETY: the target and every field read live in the graph's
+            // store until the execution has synchronised every stream
+            // (scratch fields are released only after that; persistent
+            // fields are not freed while the execution lock is held), their
+            // locations on this GPU are the memory the launch was built
+            // over, and the plan orders every other access to them after
+            // this kernel through the stream or an event.
+            unsafe { launch.enqueue(stream)? };
+        }
+    }
+    Ok(())
+}
