@@ -181,24 +181,43 @@ fn default_threads() -> Result<usize, Failure> {
     }
 }
 
-/// Checks `--device`; returns a note for the summary.
-fn check_device(device: &str) -> Result<String, Failure> {
-    let gpu = |ordinal: usize| -> Result<String, Failure> {
+/// Checks `--device` for `case`; returns a note for the summary and the
+/// placement its graphs are built with. Only cases whose graphs can run on
+/// a GPU take a GPU (the ExprLib test); the solvers' graphs check their
+/// values for finiteness, which generated CUDA kernels do not do yet.
+fn check_device(
+    device: &str,
+    case: &str,
+) -> Result<(String, watershed_exprgraph::PlacementPolicy), Failure> {
+    use watershed_exprgraph::PlacementPolicy;
+    let runs_on_gpu = case == watershed_cases::cases::scalability::EXPRLIB;
+    let gpu = |ordinal: usize| -> Result<(String, PlacementPolicy), Failure> {
         match watershed_fields::gpu::gpu_unavailable_reason(ordinal) {
             Some(reason) => Err(usage(CaseError::Device(format!(
                 "--device {device}: GPU {ordinal} is not available ({reason}); use --device cpu or --device auto"
             )))),
-            None => Err(usage(CaseError::Device(format!(
-                "--device {device}: GPU {ordinal} is present, but this build only plans GPU placement (see --plan) and runs the cases' graphs on the CPU; use --device cpu or auto"
+            None if !runs_on_gpu => Err(usage(CaseError::Device(format!(
+                "--device {device}: the {case} case runs on the CPU in this build (its solvers' nodes check that values are finite, which the generated CUDA kernels do not do yet; see --plan); use --device cpu or auto"
             )))),
+            None => Ok((
+                format!("GPU {ordinal} (nodes that can run there; see --plan heterogeneous)"),
+                PlacementPolicy::Heterogeneous(ordinal),
+            )),
         }
     };
     match device {
-        "cpu" => Ok("CPU".into()),
-        "auto" => Ok(match watershed_fields::gpu::gpu_unavailable_reason(0) {
-            Some(reason) => format!("CPU (auto: no GPU, {reason})"),
-            None => "CPU (auto: the cases run on the CPU in this build)".into(),
-        }),
+        "cpu" => Ok(("CPU".into(), PlacementPolicy::Cpu)),
+        "auto" => match watershed_fields::gpu::gpu_unavailable_reason(0) {
+            Some(reason) => Ok((
+                format!("CPU (auto: no GPU, {reason})"),
+                PlacementPolicy::Cpu,
+            )),
+            None if runs_on_gpu => gpu(0),
+            None => Ok((
+                format!("CPU (auto: the {case} case runs on the CPU in this build)"),
+                PlacementPolicy::Cpu,
+            )),
+        },
         "gpu" => gpu(0),
         other => match other.strip_prefix("gpu:").map(str::parse::<usize>) {
             Some(Ok(k)) => gpu(k),
@@ -224,7 +243,7 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         Some(n) => n,
         None => default_threads()?,
     };
-    let device = check_device(&args.device)?;
+    let (device, placement) = check_device(&args.device, info.name)?;
     if args.convergence && info.name != watershed_cases::cases::heat::NAME {
         return Err(usage(CaseError::Usage(format!(
             "--convergence is an option of the heat case, not of {}",
@@ -236,6 +255,7 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         sets: args.sets.clone(),
         checkpoint_config: None,
         threads,
+        placement,
     };
     let mut restart_header = None;
     if let Some(path) = &args.restart {

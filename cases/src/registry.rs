@@ -17,6 +17,9 @@ pub struct CaseOptions {
     pub checkpoint_config: Option<String>,
     /// Threads for graph execution (1: serial).
     pub threads: usize,
+    /// Where graph nodes run, for cases whose graphs can run on a GPU (the
+    /// ExprLib test); the others run on the CPU.
+    pub placement: watershed_exprgraph::PlacementPolicy,
 }
 
 /// A case ready to run.

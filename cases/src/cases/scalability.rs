@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::{
-    Context, ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, Tag,
+    Context, ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression,
+    PlacementPolicy, Tag,
 };
 use watershed_fields::{CellCentre, Grid, LocationKind, Patch, XFace, YFace, ZFace};
 use watershed_operators::{Expr, divergence, exp, gradient, interpolate_to_face};
@@ -255,10 +256,23 @@ pub fn exprlib_graph(
     dt: f64,
     fusion: bool,
 ) -> CaseResult<ExpressionGraph> {
+    exprlib_graph_placed(patch, pdes, variant, dt, fusion, PlacementPolicy::Cpu)
+}
+
+/// [`exprlib_graph`] with its nodes placed by `placement`.
+pub fn exprlib_graph_placed(
+    patch: &Patch,
+    pdes: usize,
+    variant: &str,
+    dt: f64,
+    fusion: bool,
+    placement: PlacementPolicy,
+) -> CaseResult<ExpressionGraph> {
     let roots: Vec<Tag> = (0..pdes).map(phi_next).collect();
     let options = GraphOptions {
         no_fusion: !fusion,
         persistent: (0..pdes).map(phi_next).collect(),
+        placement,
         ..Default::default()
     };
     let graph = ExpressionGraph::build(
@@ -367,7 +381,14 @@ fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
     let loaded = crate::common::load_config::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, options)?;
     let c = loaded.config.clone();
     let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
-    let graph = exprlib_graph(&grid.whole_domain(1), c.pdes, &c.variant, c.dt, c.fusion)?;
+    let graph = exprlib_graph_placed(
+        &grid.whole_domain(1),
+        c.pdes,
+        &c.variant,
+        c.dt,
+        c.fusion,
+        options.placement.clone(),
+    )?;
     Ok(Prepared {
         config_text: crate::config::to_text(EXPRLIB, &loaded)?,
         stop: Stop::Steps(c.steps),
