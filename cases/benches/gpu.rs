@@ -1,0 +1,207 @@
+//! GPU benchmarks of the thesis' comparisons (issue 12), for a machine with
+//! a CUDA device; without one it prints why and exits successfully.
+//!
+//! `cargo bench -p watershed-cases --bench gpu` (or build it with
+//! `--no-run` and run the binary where the GPU is). Sections:
+//! * **speed-up**: the ExprLib graph (three variants, 30 PDEs unless
+//!   `WATERSHED_PDES`) on one CPU thread and all on GPU 0, 16^3 to 128^3
+//!   (`WATERSHED_SIZES=16,32`), time per execution, the ratio;
+//! * **streams**: asynchronous (a stream per node) vs synchronous (one
+//!   stream), 20 PDEs at 16^3 and 128^3;
+//! * **bandwidth**: the fused diffusion kernel's bytes per second against
+//!   a device-to-device copy of the same bytes, same run.
+//!
+//! Every GPU result is first compared with the CPU's (largest relative
+//! difference printed) so that a fast wrong answer is never reported.
+
+use std::time::Instant;
+use watershed_cases::cases::scalability::{
+    exprlib_graph_placed, gamma, gamma_value, initial_phi, phi, phi_next,
+};
+use watershed_cases::common::fill_graph_field;
+use watershed_exprgraph::{ExecutionMode, ExpressionGraph, PlacementPolicy, StreamMode, Tag};
+use watershed_fields::gpu::{GpuStream, gpu_unavailable_reason};
+use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+
+fn sizes() -> Vec<usize> {
+    std::env::var("WATERSHED_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|v| v.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![16, 32, 64, 128])
+}
+
+fn pdes() -> usize {
+    std::env::var("WATERSHED_PDES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30)
+}
+
+/// The ExprLib graph on an n^3 periodic patch, placed by `placement`.
+fn graph(n: usize, pdes: usize, variant: &str, placement: PlacementPolicy) -> ExpressionGraph {
+    let grid = Grid::new([n; 3], [1.0; 3], [0.0; 3])
+        .map(|g| g.with_periodic([true; 3]))
+        .expect("grid");
+    let graph = exprlib_graph_placed(&grid.whole_domain(1), pdes, variant, 1e-6, true, placement)
+        .expect("graph");
+    fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value).expect("gamma");
+    for i in 0..pdes {
+        fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i)).expect("phi");
+    }
+    graph
+}
+
+/// Median seconds per execution over `runs` after two warm-up runs.
+fn seconds_per_execution(graph: &ExpressionGraph, mode: ExecutionMode, runs: usize) -> f64 {
+    for _ in 0..2 {
+        graph.execute(mode).expect("execute");
+    }
+    let mut times: Vec<f64> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            graph.execute(mode).expect("execute");
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn results(graph: &ExpressionGraph, tags: &[Tag]) -> Vec<Vec<f64>> {
+    tags.iter()
+        .map(|t| {
+            graph
+                .with_field::<CellCentre, _>(t, |f| f.values().expect("values").to_vec())
+                .expect("field")
+        })
+        .collect()
+}
+
+fn largest_relative_difference(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
+    let scale = b
+        .iter()
+        .flatten()
+        .fold(0.0f64, |m, v| m.max(v.abs()))
+        .max(1e-300);
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| {
+            if x.is_finite() {
+                (x - y).abs() / scale
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+fn speed_up(gpu: usize) {
+    println!("\n## speed-up: ExprLib graph, 1 CPU thread vs all on GPU {gpu} (ms per execution)\n");
+    println!("| variant | cells | PDEs | CPU 1 thread | GPU | speed-up | max rel. diff |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let pdes = pdes();
+    let tags: Vec<Tag> = (0..pdes).map(phi_next).collect();
+    for variant in ["diffusion", "independent", "coupled"] {
+        for n in sizes() {
+            let cpu = graph(n, pdes, variant, PlacementPolicy::Cpu);
+            let on_gpu = graph(n, pdes, variant, PlacementPolicy::Gpu(gpu));
+            let runs = if n >= 128 { 5 } else { 11 };
+            let t_cpu = seconds_per_execution(&cpu, ExecutionMode::Serial, runs);
+            let t_gpu = seconds_per_execution(&on_gpu, ExecutionMode::Serial, runs * 4);
+            let difference =
+                largest_relative_difference(&results(&on_gpu, &tags), &results(&cpu, &tags));
+            println!(
+                "| {variant} | {n}^3 | {pdes} | {:.3} | {:.3} | {:.1}x | {difference:.1e} |",
+                t_cpu * 1e3,
+                t_gpu * 1e3,
+                t_cpu / t_gpu
+            );
+        }
+    }
+}
+
+fn streams(gpu: usize) {
+    println!("\n## streams: asynchronous vs synchronous, 20 PDEs, diffusion (ms per execution)\n");
+    println!("| cells | asynchronous | synchronous | ratio |");
+    println!("| --- | --- | --- | --- |");
+    for n in [16, 128] {
+        let time = |streams: StreamMode| {
+            let mut g = graph(n, 20, "diffusion", PlacementPolicy::Cpu);
+            g.place(PlacementPolicy::Gpu(gpu), streams)
+                .expect("placement");
+            seconds_per_execution(&g, ExecutionMode::Serial, 21)
+        };
+        let a = time(StreamMode::default());
+        let s = time(StreamMode::Synchronous);
+        println!(
+            "| {n}^3 | {:.3} | {:.3} | {:.2}x |",
+            a * 1e3,
+            s * 1e3,
+            s / a
+        );
+    }
+}
+
+fn bandwidth(gpu: usize) {
+    println!("\n## bandwidth: fused diffusion kernel vs device-to-device copy, 256^3 cells\n");
+    let n = 256;
+    let g = graph(n, 1, "diffusion", PlacementPolicy::Gpu(gpu));
+    let t = seconds_per_execution(&g, ExecutionMode::Serial, 21);
+    // The fused node reads phi and gamma and writes phi_next: three
+    // streams of the allocated field (ghosts included).
+    let grid = Grid::new([n; 3], [1.0; 3], [0.0; 3]).expect("grid");
+    let patch = grid.whole_domain(1);
+    let mut a = SpatialField::<CellCentre>::new("a", &patch, Device::Gpu(gpu)).expect("a");
+    let mut b = SpatialField::<CellCentre>::new("b", &patch, Device::Gpu(gpu)).expect("b");
+    let bytes = a.layout().allocated_len() * 8;
+    let kernel_bandwidth = 3.0 * bytes as f64 / t;
+    let stream = GpuStream::new(gpu).expect("stream");
+    let source = a.gpu_buffer_mut(Device::Gpu(gpu)).expect("buffer").pointer as usize;
+    let destination = b.gpu_buffer_mut(Device::Gpu(gpu)).expect("buffer").pointer as usize;
+    let mut times = Vec::new();
+    for _ in 0..23 {
+        let start = Instant::now();
+        // SAFETY: both buffers are `bytes` long on this GPU and used by
+        // nothing else until the stream is synchronised below.
+        unsafe {
+            stream
+                .copy(
+                    (Device::Gpu(gpu), source),
+                    (Device::Gpu(gpu), destination),
+                    bytes,
+                    "timing a device-to-device copy",
+                )
+                .expect("copy");
+        }
+        stream.synchronize().expect("synchronize");
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let copy_bandwidth = 2.0 * bytes as f64 / times[times.len() / 2];
+    println!(
+        "fused diffusion: {:.1} GB/s (3 streams of {bytes} bytes in {:.3} ms, execution included); copy: {:.1} GB/s; ratio {:.2}",
+        kernel_bandwidth / 1e9,
+        t * 1e3,
+        copy_bandwidth / 1e9,
+        kernel_bandwidth / copy_bandwidth
+    );
+}
+
+fn main() {
+    if let Some(reason) = gpu_unavailable_reason(0) {
+        println!("skipped: the GPU benchmarks need a CUDA device ({reason})");
+        return;
+    }
+    let sections = std::env::var("WATERSHED_SECTIONS").unwrap_or_default();
+    let wants = |s: &str| sections.is_empty() || sections.split(',').any(|x| x == s);
+    if wants("speedup") {
+        speed_up(0);
+    }
+    if wants("streams") {
+        streams(0);
+    }
+    if wants("bandwidth") {
+        bandwidth(0);
+    }
+}
