@@ -83,6 +83,12 @@ pub struct GraphOptions {
     /// How GPU nodes share streams (a stream per node from a pool unless
     /// set).
     pub streams: StreamMode,
+    /// Host memory of the graph's fields: `None` chooses page-locked
+    /// (pinned) memory when `placement` puts nodes on a GPU, so copies run
+    /// asynchronously at full speed, and pageable memory otherwise. Pinning
+    /// that fails falls back to pageable memory, counted in the pool's
+    /// statistics ([`ExpressionGraph::pool`]). Set it to compare the two.
+    pub host_memory: Option<HostMemory>,
 }
 
 /// What the graph knows about a field.
@@ -466,7 +472,11 @@ impl ExpressionGraph {
             });
         }
 
-        let pool = MemoryPool::host(HostMemory::Pageable);
+        let host_memory = options.host_memory.unwrap_or(match options.placement {
+            PlacementPolicy::Cpu => HostMemory::Pageable,
+            _ => HostMemory::Pinned,
+        });
+        let pool = MemoryPool::host(host_memory);
         let store = FieldStore::with_slots(fields.len());
         for (slot, field) in fields.iter().enumerate() {
             if field.persistent {

@@ -457,6 +457,7 @@ impl ExpressionGraph {
                     &self.patch,
                     Lifetime::Scratch,
                     stream.device(),
+                    &self.pool,
                 )?;
                 // Zeroed, as on the CPU below.
                 field.zero_on(stream)?;

@@ -166,33 +166,38 @@ impl AnyField {
         self.as_bound().layout().allocated_len() * std::mem::size_of::<f64>()
     }
     /// A new field of `kind` on GPU `device`, from that GPU's pool, not
-    /// initialised (zero it on a stream with [`Self::zero_on`]).
+    /// initialised (zero it on a stream with [`Self::zero_on`]); a CPU
+    /// copy, if one is made, comes from `host_pool`.
     pub fn new_on_gpu(
         kind: LocationKind,
         name: &str,
         patch: &Patch,
         lifetime: Lifetime,
         device: Device,
+        host_pool: &MemoryPool,
     ) -> FieldResult<AnyField> {
         fn build<L: GraphLocation>(
             name: &str,
             patch: &Patch,
             lifetime: Lifetime,
             device: Device,
+            host_pool: &MemoryPool,
         ) -> FieldResult<AnyField> {
             Ok(L::wrap(
                 SpatialField::<L>::builder(name, patch)
                     .device(device)
                     .lifetime(lifetime)
+                    .cpu_pool(host_pool.clone())
                     .init(FieldInit::Unspecified)
                     .build()?,
             ))
         }
+        let pool = host_pool;
         match kind {
-            LocationKind::CellCentre => build::<CellCentre>(name, patch, lifetime, device),
-            LocationKind::XFace => build::<XFace>(name, patch, lifetime, device),
-            LocationKind::YFace => build::<YFace>(name, patch, lifetime, device),
-            LocationKind::ZFace => build::<ZFace>(name, patch, lifetime, device),
+            LocationKind::CellCentre => build::<CellCentre>(name, patch, lifetime, device, pool),
+            LocationKind::XFace => build::<XFace>(name, patch, lifetime, device, pool),
+            LocationKind::YFace => build::<YFace>(name, patch, lifetime, device, pool),
+            LocationKind::ZFace => build::<ZFace>(name, patch, lifetime, device, pool),
         }
     }
 

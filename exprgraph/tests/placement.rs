@@ -850,3 +850,30 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn graphs_placed_on_a_gpu_ask_for_pinned_host_memory() {
+    let nodes = [node("a", &["p0"], false), node("b", &["a", "p1"], false)];
+    let cpu = build(&nodes, PlacementPolicy::Cpu, StreamMode::default()).unwrap();
+    assert_eq!(cpu.pool().statistics().pinned_fallbacks, 0);
+    let gpu = build(&nodes, PlacementPolicy::Gpu(0), StreamMode::default()).unwrap();
+    let statistics = gpu.pool().statistics();
+    if watershed_fields::gpu::gpu_count() == 0 {
+        // No GPU to pin through: every host block of the placeholders
+        // fell back to pageable memory, and the pool says so.
+        assert!(statistics.pinned_fallbacks >= 2, "{statistics:?}");
+    } else {
+        assert_eq!(statistics.pinned_fallbacks, 0, "{statistics:?}");
+    }
+    // Asking for pageable memory explicitly never tries to pin.
+    let options = GraphOptions {
+        no_fusion: true,
+        no_common_subexpressions: true,
+        placement: PlacementPolicy::Gpu(0),
+        host_memory: Some(watershed_fields::HostMemory::Pageable),
+        ..Default::default()
+    };
+    let pageable =
+        ExpressionGraph::build(&factory(&nodes), &roots(&nodes), &patch(), &options).unwrap();
+    assert_eq!(pageable.pool().statistics().pinned_fallbacks, 0);
+}
