@@ -111,6 +111,29 @@ fn exprlib_graphs_on_the_gpu_match_the_cpu() {
     }
 }
 
+/// A native (CPU-only) node named `name` writing `f` of `input` into `output`.
+fn pointwise_native(
+    name: &str,
+    input: &Tag,
+    output: &Tag,
+    f: impl Fn(f64) -> f64 + Send + Sync + 'static,
+) -> NativeExpression {
+    let (r, out) = (input.clone(), output.clone());
+    NativeExpression::new(
+        name,
+        vec![(output.clone(), LocationKind::CellCentre)],
+        vec![input.clone()],
+        move |context| {
+            let values = context.input::<CellCentre>(&r)?.values()?.to_vec();
+            let written = context.output::<CellCentre>(&out)?.values_mut()?;
+            for (o, v) in written.iter_mut().zip(values) {
+                *o = f(v);
+            }
+            Ok(())
+        },
+    )
+}
+
 /// A graph whose fields cross between the CPU and the GPU both ways: a
 /// native node (CPU only) between language nodes.
 fn crossing(placement: PlacementPolicy) -> ExpressionGraph {
@@ -133,21 +156,8 @@ fn crossing(placement: PlacementPolicy) -> ExpressionGraph {
             move |s| laplacian(s.field::<CellCentre>(&r)),
         ))
         .unwrap();
-    let (r, out) = (u.clone(), squared.clone());
     factory
-        .register(NativeExpression::new(
-            "squared",
-            vec![(squared.clone(), LocationKind::CellCentre)],
-            vec![u.clone()],
-            move |context| {
-                let input = context.input::<CellCentre>(&r)?.values()?.to_vec();
-                let output = context.output::<CellCentre>(&out)?.values_mut()?;
-                for (o, v) in output.iter_mut().zip(input) {
-                    *o = v * v;
-                }
-                Ok(())
-            },
-        ))
+        .register(pointwise_native("squared", &u, &squared, |v| v * v))
         .unwrap();
     let (a, b) = (lap.clone(), squared.clone());
     factory
@@ -156,21 +166,8 @@ fn crossing(placement: PlacementPolicy) -> ExpressionGraph {
             move |s| s.field::<CellCentre>(&a) + s.field::<CellCentre>(&b) * 0.5,
         ))
         .unwrap();
-    let (r, out) = (sum.clone(), native.clone());
     factory
-        .register(NativeExpression::new(
-            "native",
-            vec![(native.clone(), LocationKind::CellCentre)],
-            vec![sum.clone()],
-            move |context| {
-                let input = context.input::<CellCentre>(&r)?.values()?.to_vec();
-                let output = context.output::<CellCentre>(&out)?.values_mut()?;
-                for (o, v) in output.iter_mut().zip(input) {
-                    *o = 3.0 * v - 1.0;
-                }
-                Ok(())
-            },
-        ))
+        .register(pointwise_native("native", &sum, &native, |v| 3.0 * v - 1.0))
         .unwrap();
     let (a, b) = (native.clone(), lap.clone());
     factory

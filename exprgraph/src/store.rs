@@ -9,8 +9,8 @@
 
 use std::sync::RwLock;
 use watershed_fields::{
-    CellCentre, Device, FieldInit, FieldResult, GpuBuffer, GpuStream, Lifetime, Location,
-    LocationKind, MemoryPool, Patch, SpatialField, ValidationEvent, XFace, YFace, ZFace,
+    CellCentre, Device, FieldError, FieldInit, FieldResult, GpuBuffer, GpuStream, Lifetime,
+    Location, LocationKind, MemoryPool, Patch, SpatialField, ValidationEvent, XFace, YFace, ZFace,
 };
 use watershed_operators::BoundField;
 
@@ -265,7 +265,17 @@ impl AnyField {
         if let Some(event) = &buffer.ready {
             stream.wait(event)?;
         }
-        let bytes = buffer.len * std::mem::size_of::<f64>();
+        let bytes = buffer
+            .len
+            .checked_mul(std::mem::size_of::<f64>())
+            .ok_or_else(|| FieldError::Allocation {
+                device,
+                bytes: usize::MAX,
+                reason: format!(
+                    "{} elements of 8 bytes overflow the address space",
+                    buffer.len
+                ),
+            })?;
         // SAFETY: the buffer is this field's device memory of `bytes`
         // bytes on the stream's GPU; its last copy was waited for above,
         // and the field (hence the memory) outlives the execution, which

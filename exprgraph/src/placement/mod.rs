@@ -156,6 +156,8 @@ pub struct DevicePlan {
     policy: PlacementPolicy,
     node_names: Vec<String>,
     pub(crate) targets: Vec<Target>,
+    /// Nodes in `targets` placed on a GPU (asked per node at execution).
+    gpu_node_count: usize,
     /// Why each node cannot run on a GPU (`None`: it can). Empty under
     /// [`PlacementPolicy::Cpu`], which does not ask.
     cpu_only: Vec<Option<String>>,
@@ -171,6 +173,7 @@ impl DevicePlan {
             policy: PlacementPolicy::Cpu,
             node_names: Vec::new(),
             targets: Vec::new(),
+            gpu_node_count: 0,
             cpu_only: Vec::new(),
             transfers: Vec::new(),
             streams: StreamPlan {
@@ -199,10 +202,7 @@ impl DevicePlan {
 
     /// Nodes placed on a GPU.
     pub fn gpu_nodes(&self) -> usize {
-        self.targets
-            .iter()
-            .filter(|t| matches!(t, Target::Gpu(_)))
-            .count()
+        self.gpu_node_count
     }
 
     /// True when some nodes run on the CPU and others on a GPU.
@@ -389,6 +389,7 @@ pub(crate) fn all_cpu(graph: &ExpressionGraph) -> DevicePlan {
         policy: PlacementPolicy::Cpu,
         node_names: graph.nodes.iter().map(|n| n.name.clone()).collect(),
         targets,
+        gpu_node_count: 0,
         cpu_only: Vec::new(),
         transfers,
         streams,
@@ -438,6 +439,10 @@ pub(crate) fn plan(
     Ok(DevicePlan {
         policy,
         node_names: graph.nodes.iter().map(|n| n.name.clone()).collect(),
+        gpu_node_count: targets
+            .iter()
+            .filter(|t| matches!(t, Target::Gpu(_)))
+            .count(),
         targets,
         cpu_only,
         transfers,
