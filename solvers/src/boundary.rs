@@ -15,11 +15,19 @@
 //! * **Periodic**: ghosts copy the interior values on the opposite side. It
 //!   needs a grid periodic along that axis and a patch spanning it; the
 //!   grid's periodic axes are filled whether or not a condition says so.
+//!
+//! The conditions are written in the field language
+//! ([`BoundaryConditions::assignments`]): as graph modifiers
+//! ([`BoundaryConditions::modifier`]), prepared once for fields of one
+//! layout ([`BoundaryFill`]), or applied to a field in one call
+//! ([`BoundaryConditions::apply`]). Only the multigrid solver and the
+//! projection, which run outside a graph, still use a native loop with the
+//! same values (`apply_native`; why is said there).
 
 use crate::error::{SolverError, SolverResult};
 use watershed_exprgraph::{GraphError, LanguageModifier, MaskedAssignment, Tag};
 use watershed_fields::{FieldLayout, IndexBox, Location, SpatialField};
-use watershed_operators::{Expr, Side, shift};
+use watershed_operators::{AssignOptions, Expr, Region, Side, assign_node_reading_target, shift};
 
 /// A condition on one side of the domain.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,8 +82,29 @@ impl BoundaryConditions {
     }
 
     /// Fills the ghost points of `field` (CPU, active) on every side with a
-    /// condition, and the periodic axes of its grid.
+    /// condition, and the periodic axes of its grid, by running the
+    /// conditions' masked language assignments ([`Self::assignments`]).
+    /// A loop that applies the same conditions to the same fields many
+    /// times should prepare them once with [`BoundaryFill::new`].
     pub fn apply<L: Location>(&self, field: &mut SpatialField<L>) -> SolverResult<()> {
+        BoundaryFill::new(self, field.layout(), field.name())?.apply(field)
+    }
+}
+
+impl BoundaryConditions {
+    /// [`Self::apply`] by hand-written loops over CPU memory, for the work
+    /// that still runs outside a graph: the multigrid solver and the
+    /// projection's velocity fills. The V-cycle's levels go down to 2 x 2
+    /// cells, where the per-call cost of a language assignment dominates:
+    /// filling its ghosts in the language (prepared [`BoundaryFill`]s,
+    /// fused with the smoother as row epilogues) made a 128^2 V-cycle 1.9x
+    /// slower (0.33 to 0.62-0.72 ms, `docs/benchmarks.md`), so it stays
+    /// native until that cost falls. Same values as the language, bit for
+    /// bit (unit test below).
+    pub(crate) fn apply_native<L: Location>(
+        &self,
+        field: &mut SpatialField<L>,
+    ) -> SolverResult<()> {
         let layout = field.layout().clone();
         let patch = layout.patch();
         let grid = patch.grid();
@@ -123,6 +152,92 @@ impl BoundaryConditions {
         let values = field.values_mut()?;
         for (side, condition) in sides {
             apply_side::<L>(&layout, values, &name, side, condition)?;
+        }
+        Ok(())
+    }
+}
+
+/// The leaf id that stands for the filled field in a [`BoundaryFill`]'s
+/// assignments. Fields' own ids are small counters and tags' ids are
+/// hashes; a fill binds no field but its target, so this id only has to
+/// differ from the fields an in-place update fused with a fill reads.
+const FILLED_FIELD_LEAF: u64 = u64::MAX - 0xB0;
+
+/// Boundary conditions prepared for the fields of one layout: their masked
+/// assignments are built once, so that applying them again finds the
+/// lowered kernels by identity. Loops that fill the same fields many times
+/// (multigrid smoothing, the pressure projection) keep one.
+///
+/// ```
+/// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+/// use watershed_solvers::boundary::BoundaryFill;
+/// use watershed_solvers::{BoundaryCondition, BoundaryConditions};
+/// let patch = Grid::new([4, 1, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+/// let mut phi = SpatialField::<CellCentre>::new("phi", &patch, Device::Cpu)?;
+/// phi.values_mut()?.copy_from_slice(&[9.0, 1.0, 2.0, 3.0, 4.0, 9.0]);
+/// let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.5));
+/// let fill = BoundaryFill::new(&walls, phi.layout(), "phi")?;
+/// fill.apply(&mut phi)?;
+/// // Ghosts mirror their partners about the wall value: 2 * 0.5 - partner.
+/// assert_eq!(phi.values()?, &[0.0, 1.0, 2.0, 3.0, 4.0, -3.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct BoundaryFill<L: Location> {
+    layout: FieldLayout,
+    assignments: std::sync::Arc<[MaskedAssignment]>,
+    location: std::marker::PhantomData<L>,
+}
+
+impl<L: Location> BoundaryFill<L> {
+    /// The assignments of `conditions` for fields with `layout` (errors as
+    /// [`BoundaryConditions::assignments`], naming `name`).
+    pub fn new(
+        conditions: &BoundaryConditions,
+        layout: &FieldLayout,
+        name: &str,
+    ) -> SolverResult<Self> {
+        let assignments = conditions.assignments::<L>(layout, FILLED_FIELD_LEAF, name)?;
+        Ok(BoundaryFill {
+            layout: layout.clone(),
+            assignments: assignments.into(),
+            location: std::marker::PhantomData,
+        })
+    }
+
+    /// The id of the leaves that read the filled field. An in-place update
+    /// fused with the fill ([`watershed_operators::assign_node_then`]) names
+    /// its target with this id too.
+    pub fn leaf(&self) -> u64 {
+        FILLED_FIELD_LEAF
+    }
+
+    /// The masked assignments, in the order they run.
+    pub fn assignments(&self) -> &[MaskedAssignment] {
+        &self.assignments
+    }
+
+    /// Fills the ghost points (and Dirichlet boundary faces) of `field`,
+    /// which must have the layout the fill was prepared for.
+    pub fn apply(&self, field: &mut SpatialField<L>) -> SolverResult<()> {
+        if field.layout() != &self.layout {
+            return Err(SolverError::Setup {
+                equation: field.name().to_string(),
+                reason: format!(
+                    "boundary conditions prepared for a layout of {:?} cells with ghosts {:?} were applied to a field of {:?} cells with ghosts {:?}; prepare them for this field's layout",
+                    self.layout.interior_extent(),
+                    self.layout.ghosts(),
+                    field.layout().interior_extent(),
+                    field.layout().ghosts()
+                ),
+            });
+        }
+        for (region, root) in self.assignments.iter() {
+            let options = AssignOptions {
+                region: Region::Box(*region),
+                ..AssignOptions::default()
+            };
+            assign_node_reading_target(field, FILLED_FIELD_LEAF, root, &[], options)?;
         }
         Ok(())
     }
@@ -381,4 +496,61 @@ fn apply_side<L: Location>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use watershed_fields::{CellCentre, Device, GhostWidth, Grid, Patch, XFace, YFace};
+
+    fn filled<L: Location>(patch: &Patch) -> SpatialField<L> {
+        let mut field = SpatialField::<L>::new("phi", patch, Device::Cpu).unwrap();
+        for (i, v) in field.values_mut().unwrap().iter_mut().enumerate() {
+            *v = ((i * 7919) % 1000) as f64 / 250.0 - 2.0;
+        }
+        field
+    }
+
+    fn same<L: Location>(patch: &Patch, conditions: BoundaryConditions) {
+        let (mut native, mut language) = (filled::<L>(patch), filled::<L>(patch));
+        conditions.apply_native(&mut native).unwrap();
+        conditions.apply(&mut language).unwrap();
+        let (a, b) = (native.values().unwrap(), language.values().unwrap());
+        assert!(
+            a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{conditions:?} on {}",
+            L::KIND
+        );
+    }
+
+    #[test]
+    fn the_multigrid_native_fill_equals_the_language_bit_for_bit() {
+        let walls = BoundaryConditions::new()
+            .with(Side::MINUS_X, BoundaryCondition::Dirichlet(0.3))
+            .with(Side::PLUS_X, BoundaryCondition::Neumann(-1.5))
+            .with(
+                Side::MINUS_Y,
+                BoundaryCondition::Flux {
+                    flux: 0.2,
+                    diffusivity: 0.4,
+                },
+            )
+            .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(-2.0));
+        for ghosts in [1, 2] {
+            let grid = Grid::new([5, 4, 1], [0.5, 0.25, 1.0], [0.0; 3]).unwrap();
+            let patch = Patch::new(&grid, [0; 3], [5, 4, 1], GhostWidth::uniform(ghosts)).unwrap();
+            same::<CellCentre>(&patch, walls);
+            same::<XFace>(&patch, walls);
+            same::<YFace>(&patch, walls);
+            let periodic = Grid::new([4, 6, 1], [1.0; 3], [0.0; 3])
+                .unwrap()
+                .with_periodic([true, false, false]);
+            let patch =
+                Patch::new(&periodic, [0; 3], [4, 6, 1], GhostWidth::uniform(ghosts)).unwrap();
+            same::<CellCentre>(
+                &patch,
+                walls.with(Side::MINUS_X, BoundaryCondition::Periodic),
+            );
+        }
+    }
 }

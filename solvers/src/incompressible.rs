@@ -421,7 +421,7 @@ impl IncompressibleFlow {
     fn apply_conditions<F: GraphLocation>(&self, axis: usize) -> SolverResult<()> {
         let conditions = self.conditions[axis];
         self.graph
-            .with_field_mut::<F, _>(&self.now[axis], |u| conditions.apply(u))?
+            .with_field_mut::<F, _>(&self.now[axis], |u| conditions.apply_native(u))?
     }
 
     /// `div(u)` into the divergence field; returns its interior L2 norm.

@@ -348,7 +348,7 @@ impl Multigrid {
         let l = &mut levels[level];
         let factor = weight / l.diagonal;
         for _ in 0..sweeps {
-            conditions.apply(&mut l.x)?;
+            conditions.apply_native(&mut l.x)?;
             let root = trees.get("smooth", [l.t.id(), l.x.id(), l.b.id()], || {
                 (field(&l.x) + factor * (field(&l.b) - laplacian(&l.x)))
                     .node()
@@ -365,7 +365,7 @@ impl Multigrid {
         let conditions = self.conditions(level, homogeneous);
         let Multigrid { levels, trees, .. } = self;
         let l = &mut levels[level];
-        conditions.apply(&mut l.x)?;
+        conditions.apply_native(&mut l.x)?;
         let root = trees.get("residual", [l.r.id(), l.b.id(), l.x.id()], || {
             (field(&l.b) - laplacian(&l.x)).node().clone()
         });
@@ -406,7 +406,7 @@ impl Multigrid {
             let homogeneous_conditions = self.homogeneous;
             let Multigrid { levels, trees, .. } = self;
             let (fine, coarse) = levels.split_at_mut(level + 1);
-            homogeneous_conditions.apply(&mut coarse[0].x)?;
+            homogeneous_conditions.apply_native(&mut coarse[0].x)?;
             let ratio = refinement(&fine[level], &coarse[0]);
             let (x, correction) = (&mut fine[level].x, &coarse[0].x);
             let own = x.id();
@@ -475,7 +475,7 @@ impl Multigrid {
         if self.singular {
             remove_mean(&mut levels[0].x, mean, trees)?;
         }
-        self.conditions.apply(&mut levels[0].x)?;
+        self.conditions.apply_native(&mut levels[0].x)?;
         copy_all(&levels[0].x, solution, trees)
     }
 
@@ -574,7 +574,7 @@ impl Multigrid {
             let Multigrid {
                 cg, trees, mean, ..
             } = self;
-            self.homogeneous.apply(&mut cg.p)?;
+            self.homogeneous.apply_native(&mut cg.p)?;
             let (p, q) = (&cg.p, &mut cg.q);
             let root = trees.get("cg q", [q.id(), p.id(), 0], || laplacian(p).node().clone());
             assign_node(q, &root, &[p], AssignOptions::default())?;
