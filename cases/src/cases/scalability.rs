@@ -20,7 +20,9 @@ use watershed_exprgraph::{
 };
 use watershed_fields::{CellCentre, Grid, LocationKind, Patch, XFace, YFace, ZFace};
 use watershed_operators::{Expr, divergence, exp, gradient, interpolate_to_face};
-use watershed_solvers::{Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder};
+use watershed_solvers::{
+    BoundaryConditions, Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder,
+};
 
 /// Name of the ExprLib case.
 pub const EXPRLIB: &str = "exprlib-scalability";
@@ -268,6 +270,38 @@ pub fn exprlib_graph_placed(
     fusion: bool,
     placement: PlacementPolicy,
 ) -> CaseResult<ExpressionGraph> {
+    let factory = exprlib_factory(pdes, variant, dt)?;
+    exprlib_graph_from(factory, patch, pdes, fusion, placement)
+}
+
+/// [`exprlib_graph_placed`] for stepping in time: each phi_next also gets
+/// its periodic ghosts (a language modifier fused into its update), so
+/// that [`ExpressionGraph::rotate_fields`] can make it the next phi by a
+/// pointer swap, with no copy and, on a GPU, no trip through the host.
+pub fn exprlib_stepping_graph(
+    patch: &Patch,
+    pdes: usize,
+    variant: &str,
+    dt: f64,
+    fusion: bool,
+    placement: PlacementPolicy,
+) -> CaseResult<ExpressionGraph> {
+    let mut factory = exprlib_factory(pdes, variant, dt)?;
+    for i in 0..pdes {
+        // No condition on any side: the grid's periodic axes are filled.
+        let ghosts = BoundaryConditions::new().modifier::<CellCentre>(&phi_next(i));
+        factory.attach_modifier(phi_next(i), ghosts)?;
+    }
+    exprlib_graph_from(factory, patch, pdes, fusion, placement)
+}
+
+fn exprlib_graph_from(
+    factory: Factory,
+    patch: &Patch,
+    pdes: usize,
+    fusion: bool,
+    placement: PlacementPolicy,
+) -> CaseResult<ExpressionGraph> {
     let roots: Vec<Tag> = (0..pdes).map(phi_next).collect();
     let options = GraphOptions {
         no_fusion: !fusion,
@@ -275,12 +309,7 @@ pub fn exprlib_graph_placed(
         placement,
         ..Default::default()
     };
-    let graph = ExpressionGraph::build(
-        &exprlib_factory(pdes, variant, dt)?,
-        &roots,
-        patch,
-        &options,
-    )?;
+    let graph = ExpressionGraph::build(&factory, &roots, patch, &options)?;
     fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value)?;
     for i in 0..pdes {
         fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i))?;
@@ -381,7 +410,7 @@ fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
     let loaded = crate::common::load_config::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, options)?;
     let c = loaded.config.clone();
     let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
-    let graph = exprlib_graph_placed(
+    let graph = exprlib_stepping_graph(
         &grid.whole_domain(1),
         c.pdes,
         &c.variant,
@@ -403,25 +432,11 @@ fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
 }
 
 impl ExprLib {
-    /// Copies the interior of each phi_next into phi and refills the
-    /// periodic ghosts.
+    /// Makes each phi_next (periodic ghosts filled by its modifier) the
+    /// next phi: a pointer swap wherever the fields live.
     fn advance_state(&self) -> CaseResult<()> {
-        let n = self.config.cells as isize;
         for i in 0..self.config.pdes {
-            let next = self
-                .graph
-                .with_field::<CellCentre, _>(&phi_next(i), interior)??;
-            self.graph
-                .with_field_mut::<CellCentre, _>(&phi(i), |field| -> CaseResult<()> {
-                    let layout = field.layout().clone();
-                    let values = field.values_mut()?;
-                    for index in layout.allocated() {
-                        let [a, b, c] = index.map(|v| v.rem_euclid(n) as usize);
-                        values[layout.linear_index(index)] =
-                            next[a + self.config.cells * (b + self.config.cells * c)];
-                    }
-                    Ok(())
-                })??;
+            self.graph.rotate_fields(&[phi(i), phi_next(i)])?;
         }
         Ok(())
     }
