@@ -19,8 +19,8 @@ use watershed_fields::{
 };
 use watershed_operators::ir::Node;
 use watershed_operators::{
-    AssignOptions, BoundField, Expr, Parallelism, Region, assign_node_reading_target,
-    assign_node_then, row_epilogue_count,
+    AssignOptions, BoundField, Expr, Parallelism, PreparedAssignment, Region,
+    assign_node_reading_target, assign_node_then, row_epilogue_count,
 };
 
 /// The two kinds of expression.
@@ -237,6 +237,73 @@ pub struct LanguageExpression {
     /// Modifiers of the target fused into this node: run right after the
     /// assignment, their row-local parts as row epilogues.
     then: Vec<LanguageModifier>,
+    /// The assignment as last run, checked and lowered
+    /// ([`PreparedAssignment`]): a graph runs the same node every
+    /// execution, so each run after the first only binds its fields.
+    prepared: PreparedCache,
+}
+
+/// The prepared assignment of a [`LanguageExpression`], with the options
+/// and target layout it was prepared for (the fused modifiers' masked
+/// assignments depend on the layout). A clone starts empty: it may get
+/// other modifiers.
+#[derive(Default)]
+struct PreparedCache(Mutex<Option<PreparedRun>>);
+
+struct PreparedRun {
+    options: AssignOptions,
+    layout: FieldLayout,
+    assignment: PreparedAssignment,
+}
+
+impl Clone for PreparedCache {
+    fn clone(&self) -> Self {
+        PreparedCache::default()
+    }
+}
+
+impl std::fmt::Debug for PreparedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PreparedCache")
+    }
+}
+
+impl LanguageExpression {
+    /// Runs the node's assignment into `target` through its prepared form,
+    /// preparing it first when the options or the target's layout differ
+    /// from the last run.
+    fn run_prepared<L: Location>(
+        &self,
+        cache: &mut Option<PreparedRun>,
+        target: &mut SpatialField<L>,
+        bound: &[&dyn BoundField],
+        options: AssignOptions,
+    ) -> GraphResult<()> {
+        let layout = target.layout();
+        let reusable = cache
+            .as_ref()
+            .is_some_and(|run| run.options == options && &run.layout == layout);
+        if !reusable {
+            let then = self.fused_assignments(layout)?;
+            let assignment = PreparedAssignment::new(
+                target,
+                self.target.id(),
+                &self.root,
+                bound,
+                options,
+                &then,
+            )?;
+            *cache = Some(PreparedRun {
+                options,
+                layout: layout.clone(),
+                assignment,
+            });
+        }
+        if let Some(run) = cache.as_mut() {
+            run.assignment.run(target, bound)?;
+        }
+        Ok(())
+    }
 }
 
 impl LanguageExpression {
@@ -270,6 +337,7 @@ impl LanguageExpression {
             inputs,
             check_finite: false,
             then: Vec::new(),
+            prepared: PreparedCache::default(),
         }
     }
 
@@ -460,18 +528,31 @@ impl Expression for LanguageExpression {
             check_finite: self.check_finite,
             ..Default::default()
         };
-        let then = match self.then.is_empty() {
-            true => Vec::new(),
-            false => self.fused_assignments(target.as_bound().layout())?,
+        // The same node may run in two graphs at once: the second waits
+        // for nothing and runs unprepared.
+        let Ok(mut cache) = self.prepared.0.try_lock() else {
+            let then = self.fused_assignments(target.as_bound().layout())?;
+            let leaf = self.target.id();
+            match target {
+                AnyField::Cell(f) => assign_node_then(f, leaf, &self.root, &bound, options, &then)?,
+                AnyField::XFace(f) => {
+                    assign_node_then(f, leaf, &self.root, &bound, options, &then)?
+                }
+                AnyField::YFace(f) => {
+                    assign_node_then(f, leaf, &self.root, &bound, options, &then)?
+                }
+                AnyField::ZFace(f) => {
+                    assign_node_then(f, leaf, &self.root, &bound, options, &then)?
+                }
+            }
+            return Ok(());
         };
-        let leaf = self.target.id();
         match target {
-            AnyField::Cell(f) => assign_node_then(f, leaf, &self.root, &bound, options, &then)?,
-            AnyField::XFace(f) => assign_node_then(f, leaf, &self.root, &bound, options, &then)?,
-            AnyField::YFace(f) => assign_node_then(f, leaf, &self.root, &bound, options, &then)?,
-            AnyField::ZFace(f) => assign_node_then(f, leaf, &self.root, &bound, options, &then)?,
+            AnyField::Cell(f) => self.run_prepared(&mut cache, f, &bound, options),
+            AnyField::XFace(f) => self.run_prepared(&mut cache, f, &bound, options),
+            AnyField::YFace(f) => self.run_prepared(&mut cache, f, &bound, options),
+            AnyField::ZFace(f) => self.run_prepared(&mut cache, f, &bound, options),
         }
-        Ok(())
     }
 }
 

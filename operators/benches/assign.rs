@@ -21,15 +21,20 @@
 //! count and row partition (row-sized copies, which write-allocate like
 //! the kernels and like STREAM's `c[i] = a[i]` built by gcc): "%copy bw"
 //! is against the latter, the like-for-like yardstick.
-//! Run: `cargo bench -p watershed-operators --bench assign`.
+//!
+//! Then the per-call cost of small assignments (a multigrid smoother
+//! `t = x + w (b - lap x)` on 8^2 to 128^2 cells, one thread): an
+//! unprepared `assign_node` call against a `PreparedAssignment` run.
+//! Run: `cargo bench -p watershed-operators --bench assign`
+//! (`WATERSHED_SIZES=` with no size runs only the small table).
 
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::Instant;
 use watershed_fields::{CellCentre, Device, FieldLayout, Grid, SpatialField};
 use watershed_operators::{
-    Assign, AssignOptions, Backend, Parallelism, Region, cos, div, exp, field, grad, interp, log,
-    pow, sin, tanh,
+    Assign, AssignOptions, Backend, Parallelism, PreparedAssignment, Region, assign_node, cos, div,
+    exp, field, grad, interp, laplacian, log, pow, sin, tanh,
 };
 
 fn median_seconds(samples: usize, mut f: impl FnMut()) -> f64 {
@@ -413,6 +418,61 @@ fn main() {
                     worst,
                 );
             }
+        }
+    }
+    small_assignments();
+}
+
+/// Microseconds per call of a smoother sweep on `n`^2 cells, unprepared
+/// and prepared, with `backend`.
+fn small_assignment(n: usize, backend: Backend) -> (f64, f64) {
+    let grid = Grid::new([n, n, 1], [1.0 / n as f64; 3], [0.0; 3]).expect("valid grid");
+    let patch = grid.whole_domain(1);
+    let make = |name: &str| SpatialField::<CellCentre>::new(name, &patch, Device::Cpu);
+    let (mut x, mut b, mut t) = (
+        make("x").expect("x"),
+        make("b").expect("b"),
+        make("t").expect("t"),
+    );
+    x.fill(1.0).expect("fill");
+    b.fill(0.5).expect("fill");
+    let root = (field(&x) + 0.2 * (field(&b) - laplacian(&x)))
+        .node()
+        .clone();
+    let options = AssignOptions {
+        parallelism: Parallelism::Serial,
+        backend,
+        ..AssignOptions::default()
+    };
+    let calls = 2000;
+    let unprepared = median_seconds(11, || {
+        for _ in 0..calls {
+            assign_node(&mut t, &root, &[&x, &b], options).expect("assign");
+        }
+    });
+    let mut step =
+        PreparedAssignment::new(&t, t.id(), &root, &[&x, &b], options, &[]).expect("prepare");
+    let prepared = median_seconds(11, || {
+        for _ in 0..calls {
+            step.run(&mut t, &[&x, &b]).expect("run");
+        }
+    });
+    let per_call = |s: f64| s / calls as f64 * 1e6;
+    (per_call(unprepared), per_call(prepared))
+}
+
+fn small_assignments() {
+    println!();
+    println!("## Small assignments: microseconds per call (smoother sweep, one thread)");
+    println!("| cells | back end | assign_node | PreparedAssignment::run | ratio |");
+    println!("| --- | --- | --- | --- | --- |");
+    for n in [8, 16, 64, 128] {
+        for (name, backend) in [("interp", Backend::Interpreter), ("C", Backend::C)] {
+            let (unprepared, prepared) = small_assignment(n, backend);
+            println!(
+                "| {n}^2 | {name} | {unprepared:.2} | {prepared:.2} | {:.2} |",
+                unprepared / prepared
+            );
         }
     }
 }

@@ -3,12 +3,13 @@
 //! ghost layers, choosing the region, and running the fused kernel.
 
 use crate::cache::{LoweredKernel, lower_specialised};
-use crate::codegen::{Backend, NativeKernel, lower_for};
+use crate::codegen::{Backend, lower_for};
 use crate::error::{OperatorError, OperatorResult};
-use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Reduction, TargetData};
+use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Reduction};
 use crate::expr::{BoundField, Expr, IntoExpr};
 use crate::ir::Node;
 use crate::kernel::Kernel;
+use crate::prepared::PreparedAssignment;
 use crate::stencil::StencilOp;
 use std::sync::Arc;
 use watershed_fields::{FieldLayout, IndexBox, Location, LocationKind, Patch, SpatialField};
@@ -131,7 +132,7 @@ pub fn update_with<'a, L: Location>(
 }
 
 /// What a kernel slot is bound to.
-enum Binding<'f> {
+pub(crate) enum Binding<'f> {
     /// A field given by the caller, with its CPU data.
     Field(&'f dyn BoundField, &'f [f64]),
     /// The target itself (read where the assignment does not write).
@@ -180,21 +181,7 @@ pub fn assign_node_then<L: Location>(
     options: AssignOptions,
     then: &[MaskedAssignment],
 ) -> OperatorResult<()> {
-    let staged = stage(target, target_leaf, root, fields, &options, then)?;
-    let epilogues = staged.epilogues();
-    let non_finite = evaluate::assign(
-        &staged.main.lowered.kernel,
-        staged.main.native.as_deref(),
-        &staged.main_data,
-        &staged.main_parameters,
-        staged.layout.patch(),
-        staged.target_data,
-        staged.main.region,
-        options.parallelism,
-        options.check_finite,
-        &epilogues,
-    );
-    staged.finish(target, non_finite, options.parallelism)
+    PreparedAssignment::new(target, target_leaf, root, fields, options, then)?.run(target, fields)
 }
 
 /// One member of [`assign_nodes_then`]: what [`assign_node_then`] takes.
@@ -228,17 +215,22 @@ pub fn assign_nodes_then<L: Location>(
     let Some(parallelism) = members.first().map(|m| m.options.parallelism) else {
         return Ok(());
     };
-    let mut staged = Vec::with_capacity(members.len());
-    for m in members.iter_mut() {
-        staged.push(stage(
+    let mut prepared = Vec::with_capacity(members.len());
+    for m in members.iter() {
+        prepared.push(PreparedAssignment::new(
             m.target,
             m.target_leaf,
             m.root,
             fields,
-            &m.options,
+            m.options,
             m.then,
         )?);
     }
+    let mut staged = Vec::with_capacity(members.len());
+    for (p, m) in prepared.iter_mut().zip(members.iter_mut()) {
+        staged.push(p.stage(m.target, fields)?);
+    }
+    let names: Vec<&str> = members.iter().map(|m| m.target.name()).collect();
     for (i, writer) in staged.iter().enumerate() {
         let written = writer.target_data.pointer as usize
             ..writer.target_data.pointer as usize + 8 * writer.target_data.len;
@@ -247,10 +239,9 @@ pub fn assign_nodes_then<L: Location>(
                 continue;
             }
             for b in reader
-                .main
-                .bound
+                .main_bound
                 .iter()
-                .chain(reader.masked.iter().flat_map(|m| m.bound.iter()))
+                .chain(reader.masked_bound.iter().flatten())
             {
                 let Binding::Field(field, data) = b else {
                     continue;
@@ -259,11 +250,11 @@ pub fn assign_nodes_then<L: Location>(
                 let (lo, hi) = (range.start as usize, range.end as usize);
                 if lo < written.end && written.start < hi {
                     return Err(OperatorError::Aliasing {
-                        target: writer.name.clone(),
+                        target: names[i].to_string(),
                         field: format!(
                             "{} (read by the assignment to {} in the same group)",
                             field.name(),
-                            reader.name
+                            names[j]
                         ),
                     });
                 }
@@ -271,240 +262,41 @@ pub fn assign_nodes_then<L: Location>(
             let other = reader.target_data.pointer as usize;
             if other >= written.start && other < written.end {
                 return Err(OperatorError::Aliasing {
-                    target: writer.name.clone(),
-                    field: format!("{} (another target of the same group)", reader.name),
+                    target: names[i].to_string(),
+                    field: format!("{} (another target of the same group)", names[j]),
                 });
             }
         }
     }
-    let epilogues: Vec<Vec<Epilogue<'_>>> = staged.iter().map(|s| s.epilogues()).collect();
+    let epilogues: Vec<crate::prepared::Masked<Epilogue<'_>>> =
+        staged.iter().map(|s| s.epilogues()).collect();
     let assignments: Vec<evaluate::Assignment<'_>> = staged
         .iter()
         .zip(&epilogues)
         .zip(members.iter())
         .map(|((s, e), m)| evaluate::Assignment {
-            kernel: &s.main.lowered.kernel,
-            native: s.main.native.as_deref(),
+            kernel: &s.prepared.main.lowered.kernel,
+            native: s.prepared.main.native.as_deref(),
             fields: &s.main_data,
             parameters: &s.main_parameters,
             target: s.target_data,
-            region: s.main.region,
+            region: s.prepared.main.region,
             watch_finite: m.options.check_finite,
             epilogues: e,
         })
         .collect();
     let patch = match staged.first() {
-        Some(s) => s.layout.patch().clone(),
+        Some(s) => s.prepared.layout().patch().clone(),
         None => return Ok(()),
     };
     let non_finite = evaluate::assign_many(&assignments, &patch, parallelism);
     drop(assignments);
     drop(epilogues);
+    drop(names);
     for ((s, m), bad) in staged.into_iter().zip(members.iter_mut()).zip(non_finite) {
         s.finish(m.target, bad, parallelism)?;
     }
     Ok(())
-}
-
-/// An assignment with its masked assignments, checked, bound and ready to
-/// run (see [`stage`]).
-struct Staged<'f> {
-    name: String,
-    layout: FieldLayout,
-    main: Prepared<'f>,
-    main_data: Vec<FieldData<'f>>,
-    main_parameters: Vec<f64>,
-    masked: Vec<Prepared<'f>>,
-    masked_data: Vec<Vec<FieldData<'f>>>,
-    masked_parameters: Vec<Vec<f64>>,
-    /// How many leading masked assignments run as row epilogues.
-    fused: usize,
-    target_data: TargetData,
-}
-
-/// Prepares `root` and the masked assignments `then` for `target`: every
-/// check of separate calls (regions, ghost layers, self-overlap, aliasing)
-/// before anything is written.
-fn stage<'f, L: Location>(
-    target: &mut SpatialField<L, f64>,
-    target_leaf: u64,
-    root: &Arc<Node>,
-    fields: &[&'f dyn BoundField],
-    options: &AssignOptions,
-    then: &[MaskedAssignment],
-) -> OperatorResult<Staged<'f>> {
-    let name = target.name().to_string();
-    let layout = target.layout().clone();
-    let main = prepare(
-        &layout,
-        L::KIND,
-        &name,
-        target_leaf,
-        root,
-        fields,
-        options.region,
-        options.backend,
-    )?;
-    let mut masked = Vec::with_capacity(then.len());
-    for (region, node) in then {
-        masked.push(prepare(
-            &layout,
-            L::KIND,
-            &name,
-            target_leaf,
-            node,
-            fields,
-            Region::Box(*region),
-            options.backend,
-        )?);
-    }
-    let fused = masked
-        .iter()
-        .take_while(|m| is_row_epilogue(&main.region, m.lowered.as_ref(), target_leaf, &m.region))
-        .count();
-    // Refuse aliasing before borrowing the target mutably: a `&mut` slice
-    // over memory that a bound field's `&` slice also covers is undefined
-    // behaviour even if nothing is written. (When the CPU copy cannot be
-    // read, `values_mut` below reports why.)
-    let target_id = target.id();
-    if let Ok(current) = target.values() {
-        let target_range = current.as_ptr_range();
-        for b in main
-            .bound
-            .iter()
-            .chain(masked.iter().flat_map(|m| m.bound.iter()))
-        {
-            let Binding::Field(field, data) = b else {
-                continue;
-            };
-            let range = data.as_ptr_range();
-            if field.id() == target_id
-                || (range.start < target_range.end && target_range.start < range.end)
-            {
-                return Err(OperatorError::Aliasing {
-                    target: name,
-                    field: field.name().to_string(),
-                });
-            }
-        }
-    }
-    let values = target.values_mut()?;
-    let target_data = TargetData {
-        pointer: values.as_mut_ptr(),
-        len: values.len(),
-        origin: layout.linear_index([0; 3]) as isize,
-        strides: layout.strides().map(|s| s as isize),
-    };
-    let main_data = field_data(&main, &target_data, &layout);
-    let masked_data = masked
-        .iter()
-        .map(|m| field_data(m, &target_data, &layout))
-        .collect();
-    let masked_parameters = masked
-        .iter()
-        .map(|m| m.lowered.parameter_values())
-        .collect();
-    Ok(Staged {
-        name,
-        main_parameters: main.lowered.parameter_values(),
-        layout,
-        main,
-        main_data,
-        masked,
-        masked_data,
-        masked_parameters,
-        fused,
-        target_data,
-    })
-}
-
-impl Staged<'_> {
-    /// The row epilogues: the leading masked assignments that fuse, over
-    /// their points in the main region's rows.
-    fn epilogues(&self) -> Vec<Epilogue<'_>> {
-        let main = &self.main.region;
-        let rows_of_main = |region: &IndexBox| {
-            let mut inside = *region;
-            for axis in 1..3 {
-                inside.lo[axis] = inside.lo[axis].max(main.lo[axis]);
-                inside.hi[axis] = inside.hi[axis].min(main.hi[axis]);
-            }
-            inside
-        };
-        (0..self.fused)
-            .map(|i| Epilogue {
-                kernel: &self.masked[i].lowered.kernel,
-                native: self.masked[i].native.as_deref(),
-                fields: &self.masked_data[i],
-                parameters: &self.masked_parameters[i],
-                region: rows_of_main(&self.masked[i].region),
-            })
-            .collect()
-    }
-
-    /// After the main kernel ran: the error for the first value that is
-    /// not finite (`non_finite`), else the masked assignments' points the
-    /// epilogues did not write.
-    fn finish<L: Location>(
-        self,
-        target: &SpatialField<L, f64>,
-        non_finite: Option<[isize; 3]>,
-        parallelism: Parallelism,
-    ) -> OperatorResult<()> {
-        if let Some(point) = non_finite {
-            return Err(OperatorError::NotFinite {
-                target: self.name,
-                point,
-                value: target
-                    .values()
-                    .ok()
-                    .and_then(|v| v.get(self.layout.linear_index(point)).copied())
-                    .unwrap_or(f64::NAN),
-            });
-        }
-        for (i, m) in self.masked.iter().enumerate() {
-            let boxes = if i < self.fused {
-                outside_rows(&m.region, &self.main.region)
-            } else {
-                vec![m.region]
-            };
-            for region in boxes {
-                evaluate::assign(
-                    &m.lowered.kernel,
-                    m.native.as_deref(),
-                    &self.masked_data[i],
-                    &self.masked_parameters[i],
-                    self.layout.patch(),
-                    self.target_data,
-                    region,
-                    parallelism,
-                    false,
-                    &[],
-                );
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The evaluator's view of `prepared`'s bindings; the target's slots read
-/// through raw pointers into `target`.
-fn field_data<'f>(
-    prepared: &Prepared<'f>,
-    target: &TargetData,
-    layout: &FieldLayout,
-) -> Vec<FieldData<'f>> {
-    prepared
-        .bound
-        .iter()
-        .map(|b| match *b {
-            Binding::Field(f, data) => FieldData::new(data, f.layout()),
-            // SAFETY: the target's storage outlives the evaluation (the
-            // caller holds its `&mut`), and only raw pointers derived from
-            // it touch it while the kernels run.
-            Binding::Target => unsafe { FieldData::from_raw(target.pointer, target.len, layout) },
-        })
-        .collect()
 }
 
 /// How many of the leading masked assignments `then` run as row epilogues
@@ -532,7 +324,7 @@ pub fn row_epilogue_count(
 /// target (`target_leaf`), only along x within its own row, and only
 /// points of `main`'s x range: then it may run right after each group of
 /// `main`'s rows with the values of a later, separate pass.
-fn is_row_epilogue(
+pub(crate) fn is_row_epilogue(
     main: &IndexBox,
     lowered: &LoweredKernel,
     target_leaf: u64,
@@ -556,8 +348,11 @@ fn is_row_epilogue(
 }
 
 /// The parts of `region` in rows (y, z) outside `main`'s rows, as boxes.
-fn outside_rows(region: &IndexBox, main: &IndexBox) -> Vec<IndexBox> {
-    let mut out = Vec::new();
+pub(crate) fn outside_rows(
+    region: &IndexBox,
+    main: &IndexBox,
+) -> smallvec::SmallVec<[IndexBox; 4]> {
+    let mut out = smallvec::SmallVec::new();
     let mut take = |lo: [isize; 3], hi: [isize; 3]| {
         let b = IndexBox::new(lo, hi).intersect(region);
         if !b.is_empty() {
@@ -573,76 +368,6 @@ fn outside_rows(region: &IndexBox, main: &IndexBox) -> Vec<IndexBox> {
     take([r.lo[0], r.lo[1], z0], [r.hi[0], m.lo[1], z1]);
     take([r.lo[0], m.hi[1], z0], [r.hi[0], r.hi[1], z1]);
     out
-}
-
-/// An assignment checked and ready to run: its kernel, bindings and box.
-struct Prepared<'f> {
-    lowered: Arc<LoweredKernel>,
-    /// The compiled kernel, when the back end has one.
-    native: Option<Arc<NativeKernel>>,
-    bound: Vec<Binding<'f>>,
-    region: IndexBox,
-}
-
-/// Lowers `root` for a target with `layout`, binds its fields, resolves
-/// `region` and checks ghost layers and reads of the target itself.
-#[allow(clippy::too_many_arguments)]
-fn prepare<'f>(
-    layout: &FieldLayout,
-    kind: LocationKind,
-    name: &str,
-    target_leaf: u64,
-    root: &Arc<Node>,
-    fields: &[&'f dyn BoundField],
-    region: Region,
-    backend: Backend,
-) -> OperatorResult<Prepared<'f>> {
-    if let Some(found) = root.location()
-        && found != kind
-    {
-        return Err(OperatorError::LocationMismatch {
-            target: name.to_string(),
-            expected: kind,
-            found,
-        });
-    }
-    // Written straight into the target unless the kernel reads the target
-    // in rows it also writes: then the result goes to a register and is
-    // copied to the target after each block's reads, so no reference ever
-    // aliases a row being written.
-    let direct = lower_for(root, layout.patch(), true, backend)?;
-    let own_reads = |lowered: &LoweredKernel| -> Vec<crate::kernel::KernelField> {
-        lowered
-            .field_ids
-            .iter()
-            .zip(&lowered.kernel.fields)
-            .filter(|(id, _)| **id == target_leaf)
-            .map(|(_, k)| k.clone())
-            .collect()
-    };
-    let reads = own_reads(&direct.lowered);
-    // A read at row offset 0 (in-place updates, x ghosts) meets the
-    // written rows in any non-empty region: no need to resolve first.
-    let in_own_row = reads
-        .iter()
-        .any(|k| (1..3).all(|a| k.extent.min[a] <= 0 && 0 <= k.extent.max[a]));
-    if !in_own_row {
-        let prepared = resolve(direct, layout, name, target_leaf, fields, region)?;
-        if !reads.iter().any(|k| reads_rows_of(k, &prepared.region)) {
-            return Ok(prepared);
-        }
-    }
-    let copied = lower_for(root, layout.patch(), false, backend)?;
-    resolve(copied, layout, name, target_leaf, fields, region)
-}
-
-/// True when `field`, read over `region`, is read in some row (y, z) of
-/// `region`.
-fn reads_rows_of(field: &crate::kernel::KernelField, region: &IndexBox) -> bool {
-    (1..3).all(|a| {
-        region.lo[a] + field.extent.min[a] < region.hi[a]
-            && region.lo[a] < region.hi[a] + field.extent.max[a]
-    })
 }
 
 /// The box `region` stands for on a target with `layout`, checked: inside
@@ -713,34 +438,6 @@ pub(crate) fn checked_region(
         }
     }
     Ok(region)
-}
-
-/// Binds a lowered kernel's fields, resolves `region` and checks ghost
-/// layers and reads of the target itself.
-fn resolve<'f>(
-    runnable: crate::codegen::Runnable,
-    layout: &FieldLayout,
-    name: &str,
-    target_leaf: u64,
-    fields: &[&'f dyn BoundField],
-    region: Region,
-) -> OperatorResult<Prepared<'f>> {
-    let (lowered, native) = (runnable.lowered, runnable.native);
-    let slots = bind_slots(&lowered, Some(target_leaf), fields, layout.patch(), name)?;
-    let region = checked_region(&lowered.kernel, &slots, layout, name, region)?;
-    let bound = slots
-        .into_iter()
-        .map(|slot| match slot {
-            Some(field) => Ok(Binding::Field(field, field.cpu_values()?)),
-            None => Ok(Binding::Target),
-        })
-        .collect::<OperatorResult<Vec<_>>>()?;
-    Ok(Prepared {
-        lowered,
-        native,
-        bound,
-        region,
-    })
 }
 
 /// The field each of the kernel's slots reads (`None`: the target, for

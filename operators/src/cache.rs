@@ -172,18 +172,38 @@ pub fn lower_specialised(
     patch: &Patch,
     into_target: bool,
 ) -> OperatorResult<Arc<LoweredKernel>> {
+    Ok(lower_specialised_folding(root, patch, into_target)?.0)
+}
+
+/// Parameters folded into a specialised kernel, with the bits of the
+/// values it was specialised for: the kernel is right only while every
+/// parameter still holds its value.
+pub(crate) type Folded = Vec<(Arc<ParameterCell>, u64)>;
+
+/// [`lower_specialised`], and the parameters it folded with their values.
+pub(crate) fn lower_specialised_folding(
+    root: &Arc<Node>,
+    patch: &Patch,
+    into_target: bool,
+) -> OperatorResult<(Arc<LoweredKernel>, Folded)> {
     let generic = lower_cached(root, patch, into_target)?;
     if generic.parameters.is_empty() {
-        return Ok(generic);
+        return Ok((generic, Vec::new()));
     }
     let values = generic.parameter_values();
+    let folded: Folded = generic
+        .parameters
+        .iter()
+        .zip(&values)
+        .map(|(p, v)| (p.clone(), v.to_bits()))
+        .collect();
     let key: ValuesKey = (
         Arc::as_ptr(root) as usize,
         GridKey::of(patch, into_target),
         values.iter().map(|v| v.to_bits()).collect(),
     );
     if let Some((_, found)) = cache().by_values.get(&key) {
-        return Ok(found.clone());
+        return Ok((found.clone(), folded));
     }
     let snapshot: Vec<(u64, f64)> = generic
         .parameters
@@ -191,13 +211,13 @@ pub fn lower_specialised(
         .zip(&values)
         .map(|(p, v)| (p.id(), *v))
         .collect();
-    let folded = root.with_parameter_values(&|cell| {
+    let folded_tree = root.with_parameter_values(&|cell| {
         snapshot
             .iter()
             .find(|(id, _)| *id == cell.id())
             .map_or(f64::NAN, |(_, v)| *v)
     });
-    let specialised = lower_cached(&folded, patch, into_target)?;
+    let specialised = lower_cached(&folded_tree, patch, into_target)?;
     let mut cache = cache();
     if cache.by_values.len() >= CAPACITY {
         cache.by_values.clear();
@@ -205,7 +225,7 @@ pub fn lower_specialised(
     cache
         .by_values
         .insert(key, (root.clone(), specialised.clone()));
-    Ok(specialised)
+    Ok((specialised, folded))
 }
 
 /// The kernel of `root` on `patch` (see [`Kernel::compile`]), lowered at most

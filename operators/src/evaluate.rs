@@ -1117,9 +1117,9 @@ struct NativeArguments<'a> {
     kernel: &'a NativeKernel,
     /// Per field slot: its point (0, 0, 0) (may lie outside the allocation
     /// for fields without ghosts; only used with in-bounds offsets).
-    pointers: Vec<*const f64>,
+    pointers: SmallVec<[*const f64; 8]>,
     /// Per field slot: y and z strides.
-    strides: Vec<i64>,
+    strides: SmallVec<[i64; 16]>,
     /// The patch's geometry for coordinates and boundary masks.
     geometry: Vec<f64>,
 }
@@ -1129,6 +1129,60 @@ struct NativeArguments<'a> {
 unsafe impl Send for NativeArguments<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for NativeArguments<'_> {}
+
+/// Zeroed registers for one evaluation, from a per-thread pool and given
+/// back when dropped: a small evaluation (a boundary layer, a coarse
+/// multigrid level) runs many times, and allocating, zeroing a fresh
+/// allocation and freeing its registers cost more than its arithmetic.
+struct Scratch(Vec<f64>);
+
+/// Buffers a thread keeps for [`Scratch`].
+const SCRATCH_POOL_BUFFERS: usize = 16;
+
+thread_local! {
+    static SCRATCH_POOL: std::cell::RefCell<Vec<Vec<f64>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Scratch {
+    /// `len` zeros.
+    fn zeroed(len: usize) -> Scratch {
+        let reused = SCRATCH_POOL
+            .try_with(|pool| pool.try_borrow_mut().ok().and_then(|mut p| p.pop()))
+            .ok()
+            .flatten();
+        let mut values = reused.unwrap_or_default();
+        values.clear();
+        values.resize(len, 0.0);
+        Scratch(values)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let values = std::mem::take(&mut self.0);
+        let _ = SCRATCH_POOL.try_with(|pool| {
+            if let Ok(mut pool) = pool.try_borrow_mut()
+                && pool.len() < SCRATCH_POOL_BUFFERS
+            {
+                pool.push(values);
+            }
+        });
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = [f64];
+    fn deref(&self) -> &[f64] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Scratch {
+    fn deref_mut(&mut self) -> &mut [f64] {
+        &mut self.0
+    }
+}
 
 /// Everything a block needs, shared by all threads.
 struct Context<'a> {
@@ -1160,8 +1214,8 @@ impl Context<'_> {
         self.width * self.rows
     }
 
-    fn scratch(&self) -> Vec<f64> {
-        vec![0.0; self.kernel.registers.max(1) * self.register_len()]
+    fn scratch(&self) -> Scratch {
+        Scratch::zeroed(self.kernel.registers.max(1) * self.register_len())
     }
 
     /// Runs the compiled kernel over `block`, after checking the block's
@@ -1526,7 +1580,7 @@ fn plan<'a>(
     parameters: &'a [f64],
     patch: &'a Patch,
     region: &IndexBox,
-) -> (Context<'a>, Vec<RowGroup>) {
+) -> (Context<'a>, SmallVec<[RowGroup; 8]>) {
     let [nx, ny, _] = region.extent();
     let tile = nx.clamp(1, TILE);
     // Bigger blocks share each instruction call's overhead among more
@@ -1536,7 +1590,7 @@ fn plan<'a>(
     let rows = (block_points / tile).clamp(1, ny.max(1));
     let halo = kernel.halo;
 
-    let mut groups = Vec::new();
+    let mut groups = SmallVec::new();
     let mut first_row = 0;
     for k in region.lo[2]..region.hi[2] {
         let mut j0 = region.lo[1];
@@ -1754,7 +1808,7 @@ pub(crate) fn assign(
     };
     let run_groups = |groups: &[RowGroup]| -> Option<[isize; 3]> {
         let mut scratch = ctx.scratch();
-        let mut epilogue_scratch: Vec<Vec<f64>> =
+        let mut epilogue_scratch: SmallVec<[Scratch; 4]> =
             epilogue_contexts.iter().map(|c| c.scratch()).collect();
         let mut first_bad = None;
         for group in groups {
@@ -1799,7 +1853,7 @@ fn run_in_chunks<T: Sync, R: Send>(
 fn run_group(
     member: &Assignment<'_>,
     contexts: (&Context<'_>, &[Context<'_>]),
-    scratch: (&mut Vec<f64>, &mut [Vec<f64>]),
+    scratch: (&mut [f64], &mut [Scratch]),
     group: &RowGroup,
 ) -> Option<[isize; 3]> {
     let (ctx, epilogue_contexts) = contexts;
@@ -1892,7 +1946,7 @@ pub(crate) fn assign_many(
         parallelism
     };
     let run_strips = |strips: &[(isize, isize, isize)]| -> Vec<Option<[isize; 3]>> {
-        let mut scratch: Vec<(Vec<f64>, Vec<Vec<f64>>)> = contexts
+        let mut scratch: Vec<(Scratch, SmallVec<[Scratch; 4]>)> = contexts
             .iter()
             .map(|(c, e)| (c.scratch(), e.iter().map(|c| c.scratch()).collect()))
             .collect();

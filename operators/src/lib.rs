@@ -44,6 +44,7 @@
 //! | [`codegen`] | C and CUDA C from the lowered kernels; run-time compilation, disk cache, NVRTC |
 //! | [`vmath`] | the vectorisable `exp` shared by the interpreter and generated code |
 //! | [`assign`] | [`Assign`], regions, ghost/aliasing/grid checks, reduction functions |
+//! | [`prepared`] | [`PreparedAssignment`]: an assignment's checks and kernels found once, run many times |
 //! | [`error`] | [`OperatorError`] |
 //!
 //! Expressions are `f64`.
@@ -63,6 +64,7 @@ pub mod kernel;
 pub mod mask;
 pub mod parameter;
 pub mod pointwise;
+pub mod prepared;
 pub mod stencil;
 pub mod vmath;
 
@@ -90,4 +92,5 @@ pub use expr::{
 pub use mask::{Mask, PointSet, Side};
 pub use parameter::Parameter;
 pub use pointwise::{BinaryOp, Limiter, UnaryOp};
+pub use prepared::PreparedAssignment;
 pub use watershed_fields as fields;

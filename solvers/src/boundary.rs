@@ -27,7 +27,7 @@
 use crate::error::{SolverError, SolverResult};
 use watershed_exprgraph::{GraphError, LanguageModifier, MaskedAssignment, Tag};
 use watershed_fields::{FieldLayout, IndexBox, Location, SpatialField};
-use watershed_operators::{AssignOptions, Expr, Region, Side, assign_node_reading_target, shift};
+use watershed_operators::{AssignOptions, Expr, PreparedAssignment, Region, Side, shift};
 
 /// A condition on one side of the domain.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -95,12 +95,12 @@ impl BoundaryConditions {
     /// [`Self::apply`] by hand-written loops over CPU memory, for the work
     /// that still runs outside a graph: the multigrid solver and the
     /// projection's velocity fills. The V-cycle's levels go down to 2 x 2
-    /// cells, where the per-call cost of a language assignment dominates:
-    /// filling its ghosts in the language (prepared [`BoundaryFill`]s,
-    /// fused with the smoother as row epilogues) made a 128^2 V-cycle 1.9x
-    /// slower (0.33 to 0.62-0.72 ms, `docs/benchmarks.md`), so it stays
-    /// native until that cost falls. Same values as the language, bit for
-    /// bit (unit test below).
+    /// cells, where each kernel call's fixed cost dominates: a 2D fill in
+    /// the language is six kernel calls of about 0.45 us each even when
+    /// prepared ([`watershed_operators::PreparedAssignment`]), against
+    /// about 0.75 us for this loop, which made a 64^2 cavity step 1.7x
+    /// slower (`docs/benchmarks.md`), so it stays native until that cost
+    /// falls. Same values as the language, bit for bit (unit test below).
     pub(crate) fn apply_native<L: Location>(
         &self,
         field: &mut SpatialField<L>,
@@ -176,7 +176,7 @@ const FILLED_FIELD_LEAF: u64 = u64::MAX - 0xB0;
 /// let mut phi = SpatialField::<CellCentre>::new("phi", &patch, Device::Cpu)?;
 /// phi.values_mut()?.copy_from_slice(&[9.0, 1.0, 2.0, 3.0, 4.0, 9.0]);
 /// let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.5));
-/// let fill = BoundaryFill::new(&walls, phi.layout(), "phi")?;
+/// let mut fill = BoundaryFill::new(&walls, phi.layout(), "phi")?;
 /// fill.apply(&mut phi)?;
 /// // Ghosts mirror their partners about the wall value: 2 * 0.5 - partner.
 /// assert_eq!(phi.values()?, &[0.0, 1.0, 2.0, 3.0, 4.0, -3.0]);
@@ -186,6 +186,9 @@ const FILLED_FIELD_LEAF: u64 = u64::MAX - 0xB0;
 pub struct BoundaryFill<L: Location> {
     layout: FieldLayout,
     assignments: std::sync::Arc<[MaskedAssignment]>,
+    /// The assignments checked and lowered, once the first field is given:
+    /// the first as the main assignment, the others after it.
+    prepared: Option<PreparedAssignment>,
     location: std::marker::PhantomData<L>,
 }
 
@@ -201,6 +204,7 @@ impl<L: Location> BoundaryFill<L> {
         Ok(BoundaryFill {
             layout: layout.clone(),
             assignments: assignments.into(),
+            prepared: None,
             location: std::marker::PhantomData,
         })
     }
@@ -219,7 +223,7 @@ impl<L: Location> BoundaryFill<L> {
 
     /// Fills the ghost points (and Dirichlet boundary faces) of `field`,
     /// which must have the layout the fill was prepared for.
-    pub fn apply(&self, field: &mut SpatialField<L>) -> SolverResult<()> {
+    pub fn apply(&mut self, field: &mut SpatialField<L>) -> SolverResult<()> {
         if field.layout() != &self.layout {
             return Err(SolverError::Setup {
                 equation: field.name().to_string(),
@@ -232,13 +236,27 @@ impl<L: Location> BoundaryFill<L> {
                 ),
             });
         }
-        for (region, root) in self.assignments.iter() {
-            let options = AssignOptions {
-                region: Region::Box(*region),
-                ..AssignOptions::default()
-            };
-            assign_node_reading_target(field, FILLED_FIELD_LEAF, root, &[], options)?;
-        }
+        let prepared = match &mut self.prepared {
+            Some(prepared) => prepared,
+            None => {
+                let Some(((first, root), rest)) = self.assignments.split_first() else {
+                    return Ok(());
+                };
+                let options = AssignOptions {
+                    region: Region::Box(*first),
+                    ..AssignOptions::default()
+                };
+                self.prepared.insert(PreparedAssignment::new(
+                    field,
+                    FILLED_FIELD_LEAF,
+                    root,
+                    &[],
+                    options,
+                    rest,
+                )?)
+            }
+        };
+        prepared.run(field, &[])?;
         Ok(())
     }
 }

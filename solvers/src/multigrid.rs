@@ -12,14 +12,13 @@
 //! the problem is singular: the right-hand side is made mean-free and so is
 //! the solution.
 
-use crate::boundary::{BoundaryCondition, BoundaryConditions};
+use crate::boundary::{BoundaryCondition, BoundaryConditions, BoundaryFill};
 use crate::error::{SolverError, SolverResult};
-use crate::prepared::Trees;
+use crate::prepared::{Assignments, Recipe};
 use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField};
 use watershed_operators::{
-    AssignOptions, Expr, OperatorResult, Parameter, Region, assign_node,
-    assign_node_reading_target, field, interior_norm_l2, interior_sum, laplacian, prolongate,
-    restrict,
+    AssignOptions, Expr, OperatorResult, Parameter, Region, field, interior_norm_l2, interior_sum,
+    laplacian, prolongate, restrict,
 };
 
 /// Multigrid settings.
@@ -173,8 +172,10 @@ pub struct Multigrid {
     singular: bool,
     options: MultigridOptions,
     cg: ConjugateGradientVectors,
-    /// Every assignment's tree, built once ([`crate::prepared`]).
-    trees: Trees,
+    /// Every assignment, prepared once ([`crate::prepared`]).
+    assignments: Assignments,
+    /// The conditions, prepared for the finest level's fields.
+    finest_fill: BoundaryFill<CellCentre>,
     /// The mean removed from a singular problem's fields.
     mean: Parameter,
 }
@@ -290,6 +291,7 @@ impl Multigrid {
             levels.push(Level::new(&current.whole_domain(1))?);
         }
         let make = |name: &str| SpatialField::<CellCentre>::new(name, &one_ghost, Device::Cpu);
+        let finest_fill = BoundaryFill::new(&conditions, levels[0].x.layout(), "mg_x")?;
         Ok(Multigrid {
             levels,
             homogeneous: homogeneous(&conditions),
@@ -305,7 +307,8 @@ impl Multigrid {
                 alpha: Parameter::new("alpha", 0.0),
                 beta: Parameter::new("beta", 0.0),
             },
-            trees: Trees::default(),
+            assignments: Assignments::default(),
+            finest_fill,
             mean: Parameter::new("mean", 0.0),
         })
     }
@@ -340,82 +343,121 @@ impl Multigrid {
         }
     }
 
-    /// `t = x + w/D (b - lap x)`, then swap `x` and `t`.
+    /// Which fill writers of `level`'s `x` use (see [`Self::v_cycle`]).
+    fn fill_purpose(level: usize, homogeneous: bool, what: [&'static str; 2]) -> &'static str {
+        if level == 0 && !homogeneous {
+            what[0]
+        } else {
+            what[1]
+        }
+    }
+
+    /// `t = x + w/D (b - lap x)` with `t`'s ghosts filled, then swap `x`
+    /// and `t`.
     fn smooth(&mut self, level: usize, sweeps: usize, homogeneous: bool) -> SolverResult<()> {
         let conditions = self.conditions(level, homogeneous);
+        let purpose = Self::fill_purpose(level, homogeneous, ["smooth", "smooth, homogeneous"]);
         let weight = self.options.weight;
-        let Multigrid { levels, trees, .. } = self;
+        let Multigrid {
+            levels,
+            assignments,
+            ..
+        } = self;
         let l = &mut levels[level];
         let factor = weight / l.diagonal;
         for _ in 0..sweeps {
-            conditions.apply_native(&mut l.x)?;
-            let root = trees.get("smooth", [l.t.id(), l.x.id(), l.b.id()], || {
-                (field(&l.x) + factor * (field(&l.b) - laplacian(&l.x)))
-                    .node()
-                    .clone()
-            });
-            assign_node(&mut l.t, &root, &[&l.x, &l.b], AssignOptions::default())?;
+            let (t, x, b) = (&mut l.t, &l.x, &l.b);
+            assignments.run(purpose, [t.id(), x.id(), b.id()], t, &[x, b], |t| {
+                let value = field(x) + factor * (field(b) - laplacian(x));
+                Recipe::new(value.node().clone(), t.id()).filled(conditions)
+            })?;
             std::mem::swap(&mut l.x, &mut l.t);
         }
         Ok(())
     }
 
-    /// `r = b - lap(x)` on `level`.
-    fn residual(&mut self, level: usize, homogeneous: bool) -> SolverResult<()> {
-        let conditions = self.conditions(level, homogeneous);
-        let Multigrid { levels, trees, .. } = self;
+    /// `r = b - lap(x)` on `level` (whose `x` has its ghosts filled).
+    fn residual(&mut self, level: usize) -> SolverResult<()> {
+        let Multigrid {
+            levels,
+            assignments,
+            ..
+        } = self;
         let l = &mut levels[level];
-        conditions.apply_native(&mut l.x)?;
-        let root = trees.get("residual", [l.r.id(), l.b.id(), l.x.id()], || {
-            (field(&l.b) - laplacian(&l.x)).node().clone()
-        });
-        assign_node(&mut l.r, &root, &[&l.b, &l.x], AssignOptions::default())?;
-        Ok(())
+        let (r, b, x) = (&mut l.r, &l.b, &l.x);
+        assignments.run("residual", [r.id(), b.id(), x.id()], r, &[b, x], |r| {
+            Recipe::new((field(b) - laplacian(x)).node().clone(), r.id())
+        })
     }
 
     /// One V-cycle on `level` for `lap(x) = b` with the level's current `x`.
+    ///
+    /// Every assignment that writes a level's `x` fills its ghosts in the
+    /// same call (as row epilogues where they fuse), with the level's
+    /// conditions (homogeneous except on the finest level of a solve), so
+    /// whatever reads `x` finds its ghosts filled. Zero fields need no
+    /// fill: a homogeneous condition's ghosts of zero are zero.
     fn v_cycle(&mut self, level: usize, homogeneous: bool) -> SolverResult<()> {
         if level + 1 == self.levels.len() {
             self.smooth(level, self.options.coarsest_sweeps, homogeneous)?;
             if self.singular {
+                let conditions = self.conditions(level, homogeneous);
                 let Multigrid {
                     levels,
-                    trees,
+                    assignments,
                     mean,
                     ..
                 } = self;
-                remove_mean(&mut levels[level].x, mean, trees)?;
+                let purpose = Self::fill_purpose(
+                    level,
+                    homogeneous,
+                    ["remove mean, filled", "remove mean, homogeneous"],
+                );
+                remove_mean(
+                    &mut levels[level].x,
+                    mean,
+                    assignments,
+                    purpose,
+                    Some(conditions),
+                )?;
             }
             return Ok(());
         }
         self.smooth(level, self.options.pre_smoothing, homogeneous)?;
-        self.residual(level, homogeneous)?;
+        self.residual(level)?;
         {
-            let Multigrid { levels, trees, .. } = self;
+            let Multigrid {
+                levels,
+                assignments,
+                ..
+            } = self;
             let (fine, coarse) = levels.split_at_mut(level + 1);
             let ratio = refinement(&fine[level], &coarse[0]);
             let (r, b) = (&fine[level].r, &mut coarse[0].b);
-            let root = trees.get("restrict", [b.id(), r.id(), 0], || {
-                restrict(r, ratio).node().clone()
-            });
-            assign_node(b, &root, &[r], AssignOptions::default())?;
+            assignments.run("restrict", [b.id(), r.id(), 0], b, &[r], |b| {
+                Recipe::new(restrict(r, ratio).node().clone(), b.id())
+            })?;
             coarse[0].x.fill(0.0)?;
         }
         self.v_cycle(level + 1, true)?;
         {
-            let homogeneous_conditions = self.homogeneous;
-            let Multigrid { levels, trees, .. } = self;
+            let conditions = self.conditions(level, homogeneous);
+            let purpose =
+                Self::fill_purpose(level, homogeneous, ["correct", "correct, homogeneous"]);
+            let Multigrid {
+                levels,
+                assignments,
+                ..
+            } = self;
             let (fine, coarse) = levels.split_at_mut(level + 1);
-            homogeneous_conditions.apply_native(&mut coarse[0].x)?;
             let ratio = refinement(&fine[level], &coarse[0]);
             let (x, correction) = (&mut fine[level].x, &coarse[0].x);
             let own = x.id();
-            let root = trees.get("correct", [own, correction.id(), 0], || {
-                (Expr::<CellCentre>::symbol(own, x.name()) + prolongate(correction, ratio))
-                    .node()
-                    .clone()
-            });
-            assign_node_reading_target(x, own, &root, &[correction], AssignOptions::default())?;
+            assignments.run(purpose, [own, correction.id(), 0], x, &[correction], |x| {
+                let value =
+                    Expr::<CellCentre>::symbol(own, x.name()) + prolongate(correction, ratio);
+                Recipe::new(value.node().clone(), own).filled(conditions)
+            })?;
         }
         self.smooth(level, self.options.post_smoothing, homogeneous)
     }
@@ -450,17 +492,18 @@ impl Multigrid {
                 ),
             });
         }
+        let conditions = self.conditions;
         let Multigrid {
             levels,
-            trees,
+            assignments,
             mean,
             ..
         } = self;
         let finest = &mut levels[0];
-        copy_interior(rhs, &mut finest.b, trees)?;
-        copy_interior(guess, &mut finest.x, trees)?;
+        copy_interior(rhs, &mut finest.b, assignments, None)?;
+        copy_interior(guess, &mut finest.x, assignments, Some(conditions))?;
         if self.singular {
-            remove_mean(&mut finest.b, mean, trees)?;
+            remove_mean(&mut finest.b, mean, assignments, "remove mean", None)?;
         }
         Ok(interior_norm_l2(&finest.b)?)
     }
@@ -468,15 +511,16 @@ impl Multigrid {
     fn store(&mut self, solution: &mut SpatialField<CellCentre>) -> SolverResult<()> {
         let Multigrid {
             levels,
-            trees,
+            assignments,
             mean,
+            finest_fill,
             ..
         } = self;
         if self.singular {
-            remove_mean(&mut levels[0].x, mean, trees)?;
+            remove_mean(&mut levels[0].x, mean, assignments, "remove mean", None)?;
         }
-        self.conditions.apply_native(&mut levels[0].x)?;
-        copy_all(&levels[0].x, solution, trees)
+        finest_fill.apply(&mut levels[0].x)?;
+        copy_all(&levels[0].x, solution, assignments)
     }
 
     /// Solves `lap(x) = rhs` by V-cycles, starting from `solution`'s values
@@ -489,7 +533,7 @@ impl Multigrid {
         let rhs_norm = self.load(rhs, solution)?;
         let target = self.options.relative_tolerance * rhs_norm.max(f64::MIN_POSITIVE);
         let mut residuals = Vec::new();
-        self.residual(0, false)?;
+        self.residual(0)?;
         residuals.push(interior_norm_l2(&self.levels[0].r)?);
         let mut iterations = 0;
         while residuals.last().is_some_and(|&r| r > target || r.is_nan()) {
@@ -505,7 +549,7 @@ impl Multigrid {
                 });
             }
             self.v_cycle(0, false)?;
-            self.residual(0, false)?;
+            self.residual(0)?;
             residuals.push(interior_norm_l2(&self.levels[0].r)?);
             iterations += 1;
         }
@@ -551,12 +595,12 @@ impl Multigrid {
         let rhs_norm = self.load(rhs, solution)?;
         let target = self.options.relative_tolerance * rhs_norm.max(f64::MIN_POSITIVE);
         // CG keeps its own x and r; the V-cycles use the levels' fields.
-        self.residual(0, false)?;
-        copy_all(&self.levels[0].x, &mut self.cg.x, &mut self.trees)?;
-        copy_all(&self.levels[0].r, &mut self.cg.r, &mut self.trees)?;
+        self.residual(0)?;
+        copy_all(&self.levels[0].x, &mut self.cg.x, &mut self.assignments)?;
+        copy_all(&self.levels[0].r, &mut self.cg.r, &mut self.assignments)?;
         let mut residuals = vec![interior_norm_l2(&self.cg.r)?];
         self.precondition()?;
-        copy_all(&self.cg.z, &mut self.cg.p, &mut self.trees)?;
+        copy_all(&self.cg.z, &mut self.cg.p, &mut self.assignments)?;
         let mut rz = dot(&self.cg.r, &self.cg.z)?;
         let mut iterations = 0;
         while residuals.last().is_some_and(|&r| r > target || r.is_nan()) {
@@ -572,50 +616,52 @@ impl Multigrid {
                 });
             }
             let Multigrid {
-                cg, trees, mean, ..
+                cg,
+                assignments,
+                mean,
+                ..
             } = self;
-            self.homogeneous.apply_native(&mut cg.p)?;
+            // p's ghosts hold the homogeneous conditions: filled where p is
+            // written below, and copied from z (a V-cycle's x) at the start.
             let (p, q) = (&cg.p, &mut cg.q);
-            let root = trees.get("cg q", [q.id(), p.id(), 0], || laplacian(p).node().clone());
-            assign_node(q, &root, &[p], AssignOptions::default())?;
+            assignments.run("cg q", [q.id(), p.id(), 0], q, &[p], |q| {
+                Recipe::new(laplacian(p).node().clone(), q.id())
+            })?;
             cg.alpha.set(rz / dot(&cg.p, &cg.q)?);
             let (alpha, p, q) = (&cg.alpha, &cg.p, &cg.q);
             let x = &mut cg.x;
             let own = x.id();
-            let root = trees.get("cg x", [own, p.id(), 0], || {
-                (Expr::<CellCentre>::symbol(own, x.name()) + alpha.expr() * field(p))
-                    .node()
-                    .clone()
-            });
-            assign_node_reading_target(x, own, &root, &[p], AssignOptions::default())?;
+            assignments.run("cg x", [own, p.id(), 0], x, &[p], |x| {
+                let value = Expr::<CellCentre>::symbol(own, x.name()) + alpha.expr() * field(p);
+                Recipe::new(value.node().clone(), own)
+            })?;
             let r = &mut cg.r;
             let own = r.id();
-            let root = trees.get("cg r", [own, q.id(), 0], || {
-                (Expr::<CellCentre>::symbol(own, r.name()) - alpha.expr() * field(q))
-                    .node()
-                    .clone()
-            });
-            assign_node_reading_target(r, own, &root, &[q], AssignOptions::default())?;
+            assignments.run("cg r", [own, q.id(), 0], r, &[q], |r| {
+                let value = Expr::<CellCentre>::symbol(own, r.name()) - alpha.expr() * field(q);
+                Recipe::new(value.node().clone(), own)
+            })?;
             if self.singular {
-                remove_mean(&mut cg.r, mean, trees)?;
+                remove_mean(&mut cg.r, mean, assignments, "remove mean", None)?;
             }
             residuals.push(interior_norm_l2(&cg.r)?);
             iterations += 1;
             self.precondition()?;
-            let Multigrid { cg, trees, .. } = self;
+            let homogeneous = self.homogeneous;
+            let Multigrid {
+                cg, assignments, ..
+            } = self;
             let rz_next = dot(&cg.r, &cg.z)?;
             cg.beta.set(rz_next / rz);
             rz = rz_next;
             let (beta, z, p) = (&cg.beta, &cg.z, &mut cg.p);
             let own = p.id();
-            let root = trees.get("cg p", [own, z.id(), 0], || {
-                (field(z) + beta.expr() * Expr::<CellCentre>::symbol(own, p.name()))
-                    .node()
-                    .clone()
-            });
-            assign_node_reading_target(p, own, &root, &[z], AssignOptions::default())?;
+            assignments.run("cg p", [own, z.id(), 0], p, &[z], |p| {
+                let value = field(z) + beta.expr() * Expr::<CellCentre>::symbol(own, p.name());
+                Recipe::new(value.node().clone(), own).filled(homogeneous)
+            })?;
         }
-        copy_all(&self.cg.x, &mut self.levels[0].x, &mut self.trees)?;
+        copy_all(&self.cg.x, &mut self.levels[0].x, &mut self.assignments)?;
         self.finish(
             solution,
             "multigrid-preconditioned CG",
@@ -634,11 +680,11 @@ impl Multigrid {
     fn precondition(&mut self) -> SolverResult<()> {
         {
             let finest = &mut self.levels[0];
-            copy_all(&self.cg.r, &mut finest.b, &mut self.trees)?;
+            copy_all(&self.cg.r, &mut finest.b, &mut self.assignments)?;
             finest.x.fill(0.0)?;
         }
         self.v_cycle(0, true)?;
-        copy_all(&self.levels[0].x, &mut self.cg.z, &mut self.trees)
+        copy_all(&self.levels[0].x, &mut self.cg.z, &mut self.assignments)
     }
 }
 
@@ -647,35 +693,44 @@ fn dot(a: &SpatialField<CellCentre>, b: &SpatialField<CellCentre>) -> OperatorRe
 }
 
 /// Subtracts `x`'s interior mean from `x` (through the parameter `mean`,
-/// so the kernel is the same for every mean).
+/// so the kernel is the same for every mean), then fills `x`'s ghosts with
+/// `fill` if given (`purpose` names the variant).
 fn remove_mean(
     x: &mut SpatialField<CellCentre>,
     mean: &Parameter,
-    trees: &mut Trees,
+    assignments: &mut Assignments,
+    purpose: &'static str,
+    fill: Option<BoundaryConditions>,
 ) -> SolverResult<()> {
     let n = x.layout().interior_len() as f64;
     mean.set(interior_sum(field(x))? / n);
     let own = x.id();
-    let root = trees.get("remove mean", [own, 0, 0], || {
-        (Expr::<CellCentre>::symbol(own, x.name()) - mean.expr())
-            .node()
-            .clone()
-    });
-    assign_node_reading_target(x, own, &root, &[], AssignOptions::default())?;
-    Ok(())
+    assignments.run(purpose, [own, 0, 0], x, &[], |x| {
+        let value = Expr::<CellCentre>::symbol(own, x.name()) - mean.expr();
+        Recipe {
+            fill,
+            ..Recipe::new(value.node().clone(), own)
+        }
+    })
 }
 
-/// Copies the interior of `from` into `to` (a language assignment).
+/// Copies the interior of `from` into `to` (a language assignment), then
+/// fills `to`'s ghosts with `fill` if given.
 fn copy_interior(
     from: &SpatialField<CellCentre>,
     to: &mut SpatialField<CellCentre>,
-    trees: &mut Trees,
+    assignments: &mut Assignments,
+    fill: Option<BoundaryConditions>,
 ) -> SolverResult<()> {
-    let root = trees.get("copy", [to.id(), from.id(), 0], || {
-        field(from).node().clone()
-    });
-    assign_node(to, &root, &[from], AssignOptions::default())?;
-    Ok(())
+    let purpose = if fill.is_some() {
+        "copy interior, filled"
+    } else {
+        "copy interior"
+    };
+    assignments.run(purpose, [to.id(), from.id(), 0], to, &[from], |to| Recipe {
+        fill,
+        ..Recipe::new(field(from).node().clone(), to.id())
+    })
 }
 
 /// Copies every point both fields hold (a language assignment over the
@@ -683,25 +738,18 @@ fn copy_interior(
 fn copy_all(
     from: &SpatialField<CellCentre>,
     to: &mut SpatialField<CellCentre>,
-    trees: &mut Trees,
+    assignments: &mut Assignments,
 ) -> SolverResult<()> {
     let region = from
         .layout()
         .allocated()
         .intersect(&to.layout().allocated());
-    let root = trees.get("copy", [to.id(), from.id(), 0], || {
-        field(from).node().clone()
-    });
-    assign_node(
-        to,
-        &root,
-        &[from],
-        AssignOptions {
+    assignments.run("copy all", [to.id(), from.id(), 0], to, &[from], |to| {
+        Recipe::new(field(from).node().clone(), to.id()).with_options(AssignOptions {
             region: Region::Box(region),
             ..AssignOptions::default()
-        },
-    )?;
-    Ok(())
+        })
+    })
 }
 
 /// How many times finer `fine` is than `coarse` along each axis (1 or 2).

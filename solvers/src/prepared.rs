@@ -1,77 +1,178 @@
-//! Assignment trees built once and reused. The lowering cache finds the
-//! kernel of a tree it has seen by the tree's identity (a pointer), but a
-//! tree rebuilt on every call is hashed and compared node by node first,
-//! and building it allocates: on the multigrid's small levels that cost
-//! more than the arithmetic. Solvers keep their trees here, keyed by what
-//! they compute and the ids of the fields involved, and run them with
-//! `assign_node`.
+//! Solver assignments prepared once and reused. Every assignment finds its
+//! kernel, binds its fields and checks grids, ghosts and regions before it
+//! runs; on the multigrid's small levels that cost more than the
+//! arithmetic. Solvers keep each assignment here as a
+//! [`PreparedAssignment`], keyed by what it computes and the ids of the
+//! fields involved, so a repeated call only binds data pointers and runs
+//! (the prepared assignment itself prepares again if a field's layout or a
+//! folded parameter changed).
 
+use crate::boundary::BoundaryConditions;
+use crate::error::SolverResult;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
+use watershed_fields::{Location, SpatialField};
 use watershed_operators::ir::Node;
+use watershed_operators::{AssignOptions, BoundField, PreparedAssignment};
 
-/// Trees kept before the memo is cleared (a caller that passes new fields
-/// on every call must not make it grow without bound).
+/// Assignments kept before the memo is cleared (a caller that passes new
+/// fields on every call must not make it grow without bound).
 const CAPACITY: usize = 256;
 
-/// Trees by use and field ids.
-#[derive(Debug, Default)]
-pub(crate) struct Trees {
-    built: HashMap<(&'static str, [u64; 3]), Arc<Node>>,
+/// What an assignment computes, given the first time it is asked for.
+pub(crate) struct Recipe {
+    /// The value.
+    pub root: Arc<Node>,
+    /// Leaves with this id read the target (in-place updates); a tree that
+    /// does not read its target may use any id no field has.
+    pub target_leaf: u64,
+    /// Region and back end.
+    pub options: AssignOptions,
+    /// Boundary conditions filled into the target's ghosts right after it
+    /// is written, or `None`.
+    pub fill: Option<BoundaryConditions>,
 }
 
-impl Trees {
-    /// The tree for `purpose` over the fields `ids` (the target first,
-    /// then what it reads; unused places 0), built by `build` the first
-    /// time. The tree must depend on nothing else that can change between
-    /// calls, except parameters' values.
-    pub(crate) fn get(
+impl Recipe {
+    /// `root` over the target's interior, reading the target through
+    /// leaves of id `target_leaf`, with no fill.
+    pub(crate) fn new(root: Arc<Node>, target_leaf: u64) -> Self {
+        Recipe {
+            root,
+            target_leaf,
+            options: AssignOptions::default(),
+            fill: None,
+        }
+    }
+
+    /// The same, then filling the target's ghosts with `conditions`.
+    pub(crate) fn filled(mut self, conditions: BoundaryConditions) -> Self {
+        self.fill = Some(conditions);
+        self
+    }
+
+    /// The same, with `options`.
+    pub(crate) fn with_options(mut self, options: AssignOptions) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+/// A prepared assignment and the conditions filled after it.
+#[derive(Debug)]
+struct Kept {
+    prepared: PreparedAssignment,
+    fill: Option<BoundaryConditions>,
+}
+
+/// Prepared assignments by use and field ids.
+#[derive(Debug, Default)]
+pub(crate) struct Assignments {
+    built: HashMap<(&'static str, [u64; 3]), Kept>,
+}
+
+impl Assignments {
+    /// Runs the assignment for `purpose` over the fields `ids` (the target
+    /// first, then what it reads; unused places 0) into `target`, reading
+    /// `fields`, then fills the target's ghosts if the recipe says so;
+    /// `recipe` builds it the first time. The recipe must depend on
+    /// nothing else that can change between calls, except parameters'
+    /// values.
+    ///
+    /// The fill is `BoundaryConditions::apply_native`: as masked language
+    /// assignments after the kernel (prepared, the x sides fused as row
+    /// epilogues) a 64^2 cavity step took 3.8-3.9 ms instead of 1.9-2.3,
+    /// because a fill of a V-cycle level is six more kernel calls of about
+    /// 0.45 us each (4300 instead of 700 calls per step;
+    /// `docs/benchmarks.md`).
+    pub(crate) fn run<L: Location>(
         &mut self,
         purpose: &'static str,
         ids: [u64; 3],
-        build: impl FnOnce() -> Arc<Node>,
-    ) -> Arc<Node> {
-        if self.built.len() >= CAPACITY && !self.built.contains_key(&(purpose, ids)) {
+        target: &mut SpatialField<L>,
+        fields: &[&dyn BoundField],
+        recipe: impl FnOnce(&SpatialField<L>) -> Recipe,
+    ) -> SolverResult<()> {
+        let key = (purpose, ids);
+        if self.built.len() >= CAPACITY && !self.built.contains_key(&key) {
             self.built.clear();
         }
-        self.built
-            .entry((purpose, ids))
-            .or_insert_with(build)
-            .clone()
+        let kept = match self.built.entry(key) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => {
+                let recipe = recipe(target);
+                let prepared = PreparedAssignment::new(
+                    target,
+                    recipe.target_leaf,
+                    &recipe.root,
+                    fields,
+                    recipe.options,
+                    &[],
+                )?;
+                entry.insert(Kept {
+                    prepared,
+                    fill: recipe.fill,
+                })
+            }
+        };
+        kept.prepared.run(target, fields)?;
+        if let Some(conditions) = &kept.fill {
+            conditions.apply_native(target)?;
+        }
+        Ok(())
+    }
+
+    /// How many assignments are kept.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.built.len()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+    use crate::boundary::BoundaryCondition;
+    use watershed_fields::{CellCentre, Device, Grid};
     use watershed_operators::field;
 
     #[test]
-    fn a_tree_is_built_once_per_purpose_and_fields() {
+    fn an_assignment_is_prepared_once_per_purpose_and_fields_and_fills_its_target() {
         let patch = Grid::new([4, 4, 1], [1.0; 3], [0.0; 3])
             .unwrap()
             .whole_domain(1);
-        let a = SpatialField::<CellCentre>::new("a", &patch, Device::Cpu).unwrap();
-        let b = SpatialField::<CellCentre>::new("b", &patch, Device::Cpu).unwrap();
-        let mut trees = Trees::default();
+        let mut a = SpatialField::<CellCentre>::new("a", &patch, Device::Cpu).unwrap();
+        let mut b = SpatialField::<CellCentre>::new("b", &patch, Device::Cpu).unwrap();
+        let mut s = SpatialField::<CellCentre>::new("s", &patch, Device::Cpu).unwrap();
+        s.fill(3.0).unwrap();
+        let mut assignments = Assignments::default();
         let mut builds = 0;
-        let mut get = |trees: &mut Trees, purpose, x: &SpatialField<CellCentre>| {
-            trees.get(purpose, [x.id(), 0, 0], || {
-                builds += 1;
-                (2.0 * field(x)).node().clone()
-            })
-        };
-        let first = get(&mut trees, "double", &a);
-        let again = get(&mut trees, "double", &a);
-        assert!(Arc::ptr_eq(&first, &again));
-        let other = get(&mut trees, "double", &b);
-        assert!(!Arc::ptr_eq(&first, &other));
-        get(&mut trees, "twice", &a);
-        assert_eq!(builds, 3);
-        for k in 0..(2 * CAPACITY as u64) {
-            trees.get("many", [k, 0, 0], || first.clone());
+        let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(1.0));
+        for _ in 0..3 {
+            for target in [&mut a, &mut b] {
+                let ids = [target.id(), s.id(), 0];
+                assignments
+                    .run("double", ids, target, &[&s], |t| {
+                        builds += 1;
+                        Recipe::new((2.0 * field(&s)).node().clone(), t.id()).filled(walls)
+                    })
+                    .unwrap();
+            }
         }
-        assert!(trees.built.len() <= CAPACITY);
+        assert_eq!(builds, 2);
+        assert_eq!(assignments.len(), 2);
+        // Interior 2 * 3 = 6; a Dirichlet ghost mirrors it about 1: 2 - 6.
+        let layout = a.layout().clone();
+        let values = a.values().unwrap();
+        assert_eq!(values[layout.linear_index([1, 1, 0])], 6.0);
+        assert_eq!(values[layout.linear_index([-1, 1, 0])], -4.0);
+        assert_eq!(values[layout.linear_index([1, 4, 0])], -4.0);
+        for k in 0..(2 * CAPACITY as u64) {
+            let _ = assignments.run("many", [k, 0, 0], &mut b, &[&s], |t| {
+                Recipe::new(field(&s).node().clone(), t.id())
+            });
+        }
+        assert!(assignments.len() <= CAPACITY);
     }
 }

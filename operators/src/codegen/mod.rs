@@ -25,7 +25,7 @@ pub mod emit;
 pub mod launch;
 pub mod nvrtc;
 
-use crate::cache::{LoweredKernel, lower_cached, lower_specialised};
+use crate::cache::{LoweredKernel, lower_cached};
 use crate::error::OperatorResult;
 use crate::ir::Node;
 use crate::kernel::Kernel;
@@ -93,6 +93,11 @@ pub struct Runnable {
     pub lowered: Arc<LoweredKernel>,
     /// The compiled kernel, or `None` to interpret.
     pub native: Option<Arc<NativeKernel>>,
+    /// Parameters whose values were folded into `lowered` as constants,
+    /// with the value bits (empty for compiled kernels, which read
+    /// parameters as arguments): the kernel is right only while each
+    /// parameter keeps that value.
+    pub(crate) folded: crate::cache::Folded,
 }
 
 /// The compiled form of `kernel`, compiling it on first use (process-wide
@@ -122,12 +127,15 @@ pub fn lower_for(
             return Ok(Runnable {
                 lowered: generic,
                 native: Some(native),
+                folded: Vec::new(),
             });
         }
     }
+    let (lowered, folded) = crate::cache::lower_specialised_folding(root, patch, into_target)?;
     Ok(Runnable {
-        lowered: lower_specialised(root, patch, into_target)?,
+        lowered,
         native: None,
+        folded,
     })
 }
 

@@ -1,0 +1,569 @@
+//! Assignments checked once and run many times.
+//!
+//! Every assignment does the same work before its kernel runs: find the
+//! lowered (and compiled) kernel of its tree, bind each kernel slot to a
+//! field, check grids, ghost layers, the region and reads of the target,
+//! and decide which boundary modifiers fuse as row epilogues. On the small
+//! levels of a multigrid V-cycle, or for the four sides of a boundary
+//! fill, that costs more than the arithmetic. A [`PreparedAssignment`]
+//! does it once and keeps what it found; each run then only checks that
+//! nothing it relied on changed, binds the data pointers and runs.
+//!
+//! # What a run re-checks, and why that is enough
+//!
+//! Every check of [`crate::assign_node_then`] depends only on the tree,
+//! the target's layout and location, the layouts of the fields each slot
+//! reads, the region asked for and, for the interpreter, the parameter
+//! values folded into the kernel. A run compares exactly these (the target
+//! layout, each slot's field by id and layout, each folded value); the
+//! first difference re-prepares the whole assignment with the fields
+//! given, with the errors of an unprepared call. What can change from run
+//! to run without any re-check is only data: the values, and whether the
+//! CPU copy is valid (asked on every run, as before). So a prepared run
+//! refuses exactly what an unprepared call refuses and computes bitwise
+//! the same values, which `tests/prepared.rs` checks.
+
+use crate::AssignOptions;
+use crate::assign::{
+    Binding, MaskedAssignment, Region, bind_slots, checked_region, is_row_epilogue, outside_rows,
+};
+use crate::cache::{Folded, LoweredKernel};
+use crate::codegen::{Backend, NativeKernel, lower_for};
+use crate::error::{OperatorError, OperatorResult};
+use crate::evaluate::{self, Epilogue, FieldData, Parallelism, TargetData};
+use crate::expr::BoundField;
+use crate::ir::Node;
+use crate::kernel::KernelField;
+use smallvec::SmallVec;
+use std::sync::Arc;
+use watershed_fields::{FieldLayout, IndexBox, Location, LocationKind, SpatialField};
+
+/// Per kernel slot: what it is bound to (inline for up to 4 slots, so
+/// that binding a small kernel allocates nothing).
+pub(crate) type Bound<'f> = SmallVec<[Binding<'f>; 4]>;
+
+/// Per kernel slot: the evaluator's view of its data.
+pub(crate) type Data<'f> = SmallVec<[FieldData<'f>; 4]>;
+
+/// Per masked assignment (a fill has up to 6 sides).
+pub(crate) type Masked<T> = SmallVec<[T; 6]>;
+
+/// What the checks need to know of the target.
+#[derive(Clone, Copy)]
+struct TargetShape<'a> {
+    layout: &'a FieldLayout,
+    kind: LocationKind,
+    /// For messages.
+    name: &'a str,
+    /// Leaves with this id read the target.
+    leaf: u64,
+}
+
+/// The field a kernel slot read when it was checked.
+#[derive(Debug, Clone)]
+struct SlotKey {
+    id: u64,
+    layout: FieldLayout,
+}
+
+/// One kernel of an assignment, checked for a target layout and the
+/// layouts of the fields it reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Checked {
+    pub(crate) lowered: Arc<LoweredKernel>,
+    /// The compiled kernel, when the back end has one.
+    pub(crate) native: Option<Arc<NativeKernel>>,
+    /// Parameter values folded into `lowered` (interpreter kernels).
+    folded: Folded,
+    /// Per kernel slot: the field it read (`None`: the target).
+    slots: Vec<Option<SlotKey>>,
+    /// The points written.
+    pub(crate) region: IndexBox,
+}
+
+impl Checked {
+    /// Lowers `root` for a target with `layout`, binds its fields, resolves
+    /// `region` and checks ghost layers and reads of the target itself.
+    fn new(
+        target: &TargetShape<'_>,
+        root: &Arc<Node>,
+        fields: &[&dyn BoundField],
+        region: Region,
+        backend: Backend,
+    ) -> OperatorResult<Checked> {
+        let TargetShape {
+            layout,
+            kind,
+            name,
+            leaf: target_leaf,
+        } = *target;
+        if let Some(found) = root.location()
+            && found != kind
+        {
+            return Err(OperatorError::LocationMismatch {
+                target: name.to_string(),
+                expected: kind,
+                found,
+            });
+        }
+        // Written straight into the target unless the kernel reads the
+        // target in rows it also writes: then the result goes to a register
+        // and is copied to the target after each block's reads, so no
+        // reference ever aliases a row being written.
+        let direct = lower_for(root, layout.patch(), true, backend)?;
+        let reads: Vec<KernelField> = direct
+            .lowered
+            .field_ids
+            .iter()
+            .zip(&direct.lowered.kernel.fields)
+            .filter(|(id, _)| **id == target_leaf)
+            .map(|(_, k)| k.clone())
+            .collect();
+        // A read at row offset 0 (in-place updates, x ghosts) meets the
+        // written rows in any non-empty region: no need to resolve first.
+        let in_own_row = reads
+            .iter()
+            .any(|k| (1..3).all(|a| k.extent.min[a] <= 0 && 0 <= k.extent.max[a]));
+        if !in_own_row {
+            let checked = Self::resolve(direct, layout, name, target_leaf, fields, region)?;
+            if !reads.iter().any(|k| reads_rows_of(k, &checked.region)) {
+                return Ok(checked);
+            }
+        }
+        let copied = lower_for(root, layout.patch(), false, backend)?;
+        Self::resolve(copied, layout, name, target_leaf, fields, region)
+    }
+
+    /// Binds a lowered kernel's slots and checks its region.
+    fn resolve(
+        runnable: crate::codegen::Runnable,
+        layout: &FieldLayout,
+        name: &str,
+        target_leaf: u64,
+        fields: &[&dyn BoundField],
+        region: Region,
+    ) -> OperatorResult<Checked> {
+        let slots = bind_slots(
+            &runnable.lowered,
+            Some(target_leaf),
+            fields,
+            layout.patch(),
+            name,
+        )?;
+        let region = checked_region(&runnable.lowered.kernel, &slots, layout, name, region)?;
+        Ok(Checked {
+            lowered: runnable.lowered,
+            native: runnable.native,
+            folded: runnable.folded,
+            slots: slots
+                .into_iter()
+                .map(|slot| {
+                    slot.map(|field| SlotKey {
+                        id: field.id(),
+                        layout: field.layout().clone(),
+                    })
+                })
+                .collect(),
+            region,
+        })
+    }
+
+    /// The data of each slot, from `fields`; `Ok(None)` when a slot's
+    /// field is missing or has another layout, or a folded parameter has
+    /// another value (the kernel must be checked again). Errors when a
+    /// field's CPU copy cannot be read.
+    fn bind<'f>(&self, fields: &[&'f dyn BoundField]) -> OperatorResult<Option<Bound<'f>>> {
+        if self
+            .folded
+            .iter()
+            .any(|(parameter, bits)| parameter.value().to_bits() != *bits)
+        {
+            return Ok(None);
+        }
+        let mut bound = Bound::with_capacity(self.slots.len());
+        for slot in &self.slots {
+            let Some(key) = slot else {
+                bound.push(Binding::Target);
+                continue;
+            };
+            let Some(field) = fields.iter().find(|f| f.id() == key.id) else {
+                return Ok(None);
+            };
+            if field.layout() != &key.layout {
+                return Ok(None);
+            }
+            bound.push(Binding::Field(*field, field.cpu_values()?));
+        }
+        Ok(Some(bound))
+    }
+}
+
+/// True when `field`, read over `region`, is read in some row (y, z) of
+/// `region`.
+fn reads_rows_of(field: &KernelField, region: &IndexBox) -> bool {
+    (1..3).all(|a| {
+        region.lo[a] + field.extent.min[a] < region.hi[a]
+            && region.lo[a] < region.hi[a] + field.extent.max[a]
+    })
+}
+
+/// An assignment (with its masked assignments) whose kernels, bindings,
+/// regions and checks are found once: [`crate::assign_node_then`] for a
+/// loop that runs the same assignment many times. Each
+/// [`run`](Self::run) re-checks only what can make the preparation stale
+/// (the target's layout, each field's id and layout, parameter values
+/// folded into interpreter kernels) and prepares again when something
+/// changed, so it refuses and computes exactly what an unprepared call
+/// would.
+///
+/// ```
+/// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+/// use watershed_operators::{AssignOptions, PreparedAssignment, field, interior_max, laplacian};
+/// let patch = Grid::new([16, 16, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+/// let mut x = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu)?;
+/// let mut t = SpatialField::<CellCentre>::new("t", &patch, Device::Cpu)?;
+/// x.fill(1.0)?;
+/// let smooth = (field(&x) + 0.25 * laplacian(&x)).node().clone();
+/// let mut step = PreparedAssignment::new(&t, t.id(), &smooth, &[&x], AssignOptions::default(), &[])?;
+/// for _ in 0..10 {
+///     step.run(&mut t, &[&x])?;
+/// }
+/// // A constant field (ghosts included) has a zero Laplacian.
+/// assert_eq!(interior_max(field(&t))?, 1.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct PreparedAssignment {
+    kind: LocationKind,
+    layout: FieldLayout,
+    target_leaf: u64,
+    root: Arc<Node>,
+    then: Vec<MaskedAssignment>,
+    options: AssignOptions,
+    pub(crate) main: Checked,
+    masked: Vec<Checked>,
+    /// How many leading masked assignments run as row epilogues.
+    fused: usize,
+}
+
+impl PreparedAssignment {
+    /// Prepares `root` (whose leaves with id `target_leaf` read the target)
+    /// and the masked assignments `then` for fields like `target` and
+    /// `fields`: every check of [`crate::assign_node_then`] with their
+    /// errors, nothing written.
+    pub fn new<L: Location>(
+        target: &SpatialField<L, f64>,
+        target_leaf: u64,
+        root: &Arc<Node>,
+        fields: &[&dyn BoundField],
+        options: AssignOptions,
+        then: &[MaskedAssignment],
+    ) -> OperatorResult<Self> {
+        let layout = target.layout().clone();
+        let shape = TargetShape {
+            layout: &layout,
+            kind: L::KIND,
+            name: target.name(),
+            leaf: target_leaf,
+        };
+        let (main, masked, fused) = check_all(&shape, root, fields, &options, then)?;
+        Ok(PreparedAssignment {
+            kind: L::KIND,
+            layout,
+            target_leaf,
+            root: root.clone(),
+            then: then.to_vec(),
+            options,
+            main,
+            masked,
+            fused,
+        })
+    }
+
+    /// The tree assigned.
+    pub fn root(&self) -> &Arc<Node> {
+        &self.root
+    }
+
+    /// How many of the masked assignments run as row epilogues of the
+    /// main kernel (the others run after it, as kernels of their own).
+    pub fn row_epilogues(&self) -> usize {
+        self.fused
+    }
+
+    /// Runs the assignment into `target`, reading `fields` (bound by id as
+    /// in [`crate::assign_node`]). Errors as [`crate::assign_node_then`],
+    /// leaving the target unchanged unless the error is
+    /// [`OperatorError::NotFinite`].
+    pub fn run<L: Location>(
+        &mut self,
+        target: &mut SpatialField<L, f64>,
+        fields: &[&dyn BoundField],
+    ) -> OperatorResult<()> {
+        let parallelism = self.options.parallelism;
+        let check_finite = self.options.check_finite;
+        let staged = self.stage(target, fields)?;
+        let epilogues = staged.epilogues();
+        let main = &staged.prepared.main;
+        let non_finite = evaluate::assign(
+            &main.lowered.kernel,
+            main.native.as_deref(),
+            &staged.main_data,
+            &staged.main_parameters,
+            staged.prepared.layout.patch(),
+            staged.target_data,
+            main.region,
+            parallelism,
+            check_finite,
+            &epilogues,
+        );
+        drop(epilogues);
+        staged.finish(target, non_finite, parallelism)
+    }
+
+    /// The target layout the assignment was prepared for.
+    pub(crate) fn layout(&self) -> &FieldLayout {
+        &self.layout
+    }
+
+    /// Checks again, for `target` and `fields`, everything [`Self::new`]
+    /// checked.
+    fn refresh<L: Location>(
+        &mut self,
+        target: &SpatialField<L, f64>,
+        fields: &[&dyn BoundField],
+    ) -> OperatorResult<()> {
+        let fresh = PreparedAssignment::new(
+            target,
+            self.target_leaf,
+            &self.root,
+            fields,
+            self.options,
+            &self.then,
+        )?;
+        *self = fresh;
+        Ok(())
+    }
+
+    /// Every slot's data, or `Ok(None)` when a kernel must be checked again.
+    #[allow(clippy::type_complexity)]
+    fn bind_all<'f>(
+        &self,
+        fields: &[&'f dyn BoundField],
+    ) -> OperatorResult<Option<(Bound<'f>, Masked<Bound<'f>>)>> {
+        let Some(main) = self.main.bind(fields)? else {
+            return Ok(None);
+        };
+        let mut masked = Masked::with_capacity(self.masked.len());
+        for m in &self.masked {
+            let Some(bound) = m.bind(fields)? else {
+                return Ok(None);
+            };
+            masked.push(bound);
+        }
+        Ok(Some((main, masked)))
+    }
+
+    /// Binds the assignment to `target` and `fields` (preparing it again
+    /// first if something it relied on changed) and refuses aliasing.
+    pub(crate) fn stage<'a, L: Location>(
+        &'a mut self,
+        target: &mut SpatialField<L, f64>,
+        fields: &[&'a dyn BoundField],
+    ) -> OperatorResult<Staged<'a>> {
+        let same_target = L::KIND == self.kind && target.layout() == &self.layout;
+        let mut bound = if same_target {
+            self.bind_all(fields)?
+        } else {
+            None
+        };
+        if bound.is_none() {
+            self.refresh(target, fields)?;
+            bound = self.bind_all(fields)?;
+        }
+        let Some((main_bound, masked_bound)) = bound else {
+            // Only a field whose layout or a parameter whose value changes
+            // while this call runs can get here.
+            return Err(OperatorError::Backend {
+                what: format!("the assignment to '{}'", target.name()),
+                reason: "a field's layout or a parameter's value changed while the assignment was being bound; bind fields and set parameters before running it".into(),
+            });
+        };
+        let this: &'a PreparedAssignment = self;
+        // Refuse aliasing before borrowing the target mutably: a `&mut`
+        // slice over memory that a bound field's `&` slice also covers is
+        // undefined behaviour even if nothing is written. (When the CPU
+        // copy cannot be read, `values_mut` below reports why.)
+        let target_id = target.id();
+        if let Ok(current) = target.values() {
+            let target_range = current.as_ptr_range();
+            for b in main_bound.iter().chain(masked_bound.iter().flatten()) {
+                let Binding::Field(field, data) = b else {
+                    continue;
+                };
+                let range = data.as_ptr_range();
+                if field.id() == target_id
+                    || (range.start < target_range.end && target_range.start < range.end)
+                {
+                    return Err(OperatorError::Aliasing {
+                        target: target.name().to_string(),
+                        field: field.name().to_string(),
+                    });
+                }
+            }
+        }
+        let values = target.values_mut()?;
+        let target_data = TargetData {
+            pointer: values.as_mut_ptr(),
+            len: values.len(),
+            origin: this.layout.linear_index([0; 3]) as isize,
+            strides: this.layout.strides().map(|s| s as isize),
+        };
+        let main_data = field_data(&main_bound, &target_data, &this.layout);
+        let masked_data = masked_bound
+            .iter()
+            .map(|b| field_data(b, &target_data, &this.layout))
+            .collect();
+        Ok(Staged {
+            prepared: this,
+            main_parameters: this.main.lowered.parameter_values(),
+            masked_parameters: this
+                .masked
+                .iter()
+                .map(|m| m.lowered.parameter_values())
+                .collect(),
+            main_bound,
+            masked_bound,
+            main_data,
+            masked_data,
+            target_data,
+        })
+    }
+}
+
+/// The checked kernels of `root` and `then` for a target with `layout`,
+/// and how many masked assignments fuse as row epilogues.
+fn check_all(
+    target: &TargetShape<'_>,
+    root: &Arc<Node>,
+    fields: &[&dyn BoundField],
+    options: &AssignOptions,
+    then: &[MaskedAssignment],
+) -> OperatorResult<(Checked, Vec<Checked>, usize)> {
+    let main = Checked::new(target, root, fields, options.region, options.backend)?;
+    let mut masked = Vec::with_capacity(then.len());
+    for (region, node) in then {
+        masked.push(Checked::new(
+            target,
+            node,
+            fields,
+            Region::Box(*region),
+            options.backend,
+        )?);
+    }
+    let fused = masked
+        .iter()
+        .take_while(|m| is_row_epilogue(&main.region, &m.lowered, target.leaf, &m.region))
+        .count();
+    Ok((main, masked, fused))
+}
+
+/// The evaluator's view of `bound`; the target's slots read through raw
+/// pointers into `target`.
+fn field_data<'f>(bound: &[Binding<'f>], target: &TargetData, layout: &FieldLayout) -> Data<'f> {
+    bound
+        .iter()
+        .map(|b| match *b {
+            Binding::Field(f, data) => FieldData::new(data, f.layout()),
+            // SAFETY: the target's storage outlives the evaluation (the
+            // caller holds its `&mut`), and only raw pointers derived from
+            // it touch it while the kernels run.
+            Binding::Target => unsafe { FieldData::from_raw(target.pointer, target.len, layout) },
+        })
+        .collect()
+}
+
+/// A prepared assignment bound to its target and fields, ready to run.
+pub(crate) struct Staged<'a> {
+    pub(crate) prepared: &'a PreparedAssignment,
+    pub(crate) main_bound: Bound<'a>,
+    pub(crate) masked_bound: Masked<Bound<'a>>,
+    pub(crate) main_data: Data<'a>,
+    pub(crate) main_parameters: Vec<f64>,
+    masked_data: Masked<Data<'a>>,
+    masked_parameters: Masked<Vec<f64>>,
+    pub(crate) target_data: TargetData,
+}
+
+impl Staged<'_> {
+    /// The row epilogues: the leading masked assignments that fuse, over
+    /// their points in the main region's rows.
+    pub(crate) fn epilogues(&self) -> Masked<Epilogue<'_>> {
+        let main = &self.prepared.main.region;
+        let rows_of_main = |region: &IndexBox| {
+            let mut inside = *region;
+            for axis in 1..3 {
+                inside.lo[axis] = inside.lo[axis].max(main.lo[axis]);
+                inside.hi[axis] = inside.hi[axis].min(main.hi[axis]);
+            }
+            inside
+        };
+        let masked = &self.prepared.masked;
+        (0..self.prepared.fused)
+            .map(|i| Epilogue {
+                kernel: &masked[i].lowered.kernel,
+                native: masked[i].native.as_deref(),
+                fields: &self.masked_data[i],
+                parameters: &self.masked_parameters[i],
+                region: rows_of_main(&masked[i].region),
+            })
+            .collect()
+    }
+
+    /// After the main kernel ran: the error for the first value that is
+    /// not finite (`non_finite`), else the masked assignments' points the
+    /// epilogues did not write.
+    pub(crate) fn finish<L: Location>(
+        self,
+        target: &SpatialField<L, f64>,
+        non_finite: Option<[isize; 3]>,
+        parallelism: Parallelism,
+    ) -> OperatorResult<()> {
+        let prepared = self.prepared;
+        if let Some(point) = non_finite {
+            return Err(OperatorError::NotFinite {
+                target: target.name().to_string(),
+                point,
+                value: target
+                    .values()
+                    .ok()
+                    .and_then(|v| v.get(prepared.layout.linear_index(point)).copied())
+                    .unwrap_or(f64::NAN),
+            });
+        }
+        for (i, m) in prepared.masked.iter().enumerate() {
+            let run = |region: IndexBox| {
+                evaluate::assign(
+                    &m.lowered.kernel,
+                    m.native.as_deref(),
+                    &self.masked_data[i],
+                    &self.masked_parameters[i],
+                    prepared.layout.patch(),
+                    self.target_data,
+                    region,
+                    parallelism,
+                    false,
+                    &[],
+                );
+            };
+            if i < prepared.fused {
+                outside_rows(&m.region, &prepared.main.region)
+                    .into_iter()
+                    .for_each(run);
+            } else {
+                run(m.region);
+            }
+        }
+        Ok(())
+    }
+}
