@@ -280,17 +280,6 @@ impl PreparedAssignment {
         })
     }
 
-    /// The tree assigned.
-    pub fn root(&self) -> &Arc<Node> {
-        &self.root
-    }
-
-    /// How many of the masked assignments run as row epilogues of the
-    /// main kernel (the others run after it, as kernels of their own).
-    pub fn row_epilogues(&self) -> usize {
-        self.fused
-    }
-
     /// Runs the assignment into `target`, reading `fields` (bound by id as
     /// in [`crate::assign_node`]). Errors as [`crate::assign_node_then`],
     /// leaving the target unchanged unless the error is
