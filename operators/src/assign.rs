@@ -634,16 +634,20 @@ pub fn reduce<'a, L: Location>(
     parallelism: Parallelism,
 ) -> OperatorResult<f64> {
     let expr: Expr<'a, L> = expr.into_expr();
-    let what = format!("{reduction:?} reduction of {}", expr.node);
+    // Named in errors only: printing the tree costs more than a small
+    // reduction, so the checks run unnamed and, when one fails, again
+    // with the name.
+    let what = || format!("{reduction:?} reduction of {}", expr.node);
     let Some(first) = expr.fields().first() else {
-        return Err(OperatorError::NoGrid { what });
+        return Err(OperatorError::NoGrid { what: what() });
     };
     let patch = first.layout().patch().clone();
     let layout = FieldLayout::new(&patch, expr.node.location().unwrap_or(L::KIND));
     let runnable = lower_for(&expr.node, &patch, false, Backend::Default)?;
     let lowered = runnable.lowered;
     let kernel = &lowered.kernel;
-    let bound = bind_slots(&lowered, None, expr.fields(), &patch, &what)?;
+    let bound = bind_slots(&lowered, None, expr.fields(), &patch, "")
+        .or_else(|_| bind_slots(&lowered, None, expr.fields(), &patch, &what()))?;
     let mut layouts = Vec::with_capacity(bound.len());
     let mut names = Vec::with_capacity(bound.len());
     let mut field_data: Vec<FieldData<'_>> = Vec::with_capacity(bound.len());
@@ -656,7 +660,8 @@ pub fn reduce<'a, L: Location>(
         ReduceRegion::Interior => layout.interior(),
         ReduceRegion::Computable => largest_computable(kernel, &layouts, &layout),
     };
-    check_ghosts(kernel, &layouts, &names, &region, &what)?;
+    check_ghosts(kernel, &layouts, &names, &region, "")
+        .or_else(|_| check_ghosts(kernel, &layouts, &names, &region, &what()))?;
     Ok(evaluate::reduce(
         kernel,
         runnable.native.as_deref(),

@@ -28,6 +28,10 @@ use watershed_fields::Patch;
 /// Entries kept per level before the level is cleared.
 const CAPACITY: usize = 4096;
 
+/// A kernel's parameter values by slot (inline up to 8: reading them
+/// allocates nothing on the hot path of a small assignment).
+pub type ParameterValues = smallvec::SmallVec<[f64; 8]>;
+
 /// A kernel ready for one tree: the shared lowered program and, by slot,
 /// that tree's fields and parameters.
 #[derive(Debug)]
@@ -42,7 +46,7 @@ pub struct LoweredKernel {
 
 impl LoweredKernel {
     /// The parameters' current values, by slot (read once per evaluation).
-    pub fn parameter_values(&self) -> Vec<f64> {
+    pub fn parameter_values(&self) -> ParameterValues {
         self.parameters.iter().map(|p| p.value()).collect()
     }
 }

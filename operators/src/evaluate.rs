@@ -1118,10 +1118,8 @@ struct NativeArguments<'a> {
     /// Per field slot: its point (0, 0, 0) (may lie outside the allocation
     /// for fields without ghosts; only used with in-bounds offsets).
     pointers: SmallVec<[*const f64; 8]>,
-    /// Per field slot: y and z strides.
-    strides: SmallVec<[i64; 16]>,
-    /// The patch's geometry for coordinates and boundary masks.
-    geometry: Vec<f64>,
+    /// Per field slot: y and z strides, and the geometry (from the plan).
+    plan: &'a Plan,
 }
 
 // SAFETY: the pointers are only read, under the same rules as
@@ -1130,10 +1128,15 @@ unsafe impl Send for NativeArguments<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for NativeArguments<'_> {}
 
-/// Zeroed registers for one evaluation, from a per-thread pool and given
-/// back when dropped: a small evaluation (a boundary layer, a coarse
-/// multigrid level) runs many times, and allocating, zeroing a fresh
-/// allocation and freeing its registers cost more than its arithmetic.
+/// Registers for one evaluation, from a per-thread pool and given back
+/// when dropped: a small evaluation (a boundary layer, a coarse multigrid
+/// level) runs many times, and allocating and freeing its registers cost
+/// more than its arithmetic. Every register point an instruction reads was
+/// written before in the same block (invariant 5 of `evaluate.md`), so a
+/// reused buffer is not cleared (clearing the registers of a 64^2 sweep,
+/// tens of KiB, cost as much as the sweep's arithmetic); in builds with
+/// debug assertions (the test suite) it is filled with NaN instead, so
+/// that a read before a write shows as a non-finite result.
 struct Scratch(Vec<f64>);
 
 /// Buffers a thread keeps for [`Scratch`].
@@ -1145,15 +1148,21 @@ thread_local! {
 }
 
 impl Scratch {
-    /// `len` zeros.
-    fn zeroed(len: usize) -> Scratch {
+    /// `len` registers points (initialised memory; see the type's doc for
+    /// their values).
+    fn take(len: usize) -> Scratch {
         let reused = SCRATCH_POOL
             .try_with(|pool| pool.try_borrow_mut().ok().and_then(|mut p| p.pop()))
             .ok()
             .flatten();
         let mut values = reused.unwrap_or_default();
-        values.clear();
-        values.resize(len, 0.0);
+        if cfg!(debug_assertions) {
+            values.clear();
+            values.resize(len, f64::NAN);
+        } else {
+            // Keeps old values below the old length, zeros beyond it.
+            values.resize(len, 0.0);
+        }
         Scratch(values)
     }
 }
@@ -1196,7 +1205,7 @@ struct Context<'a> {
     patch: &'a Patch,
     /// The layout of each location on the patch, by [`LocationKind::ALL`]
     /// order, made on first use (most kernels read none).
-    layouts: [std::sync::OnceLock<FieldLayout>; 4],
+    layouts: [std::sync::OnceLock<Box<FieldLayout>>; 4],
     /// Points per register row (largest block width plus halos).
     width: usize,
     /// Rows per register.
@@ -1204,10 +1213,83 @@ struct Context<'a> {
     halo: isize,
 }
 
+/// What evaluating a kernel over a region fixes before its first block:
+/// the row groups, the register shape and, for a compiled kernel, the
+/// slots' strides and the patch geometry it is called with. It depends on
+/// the kernel, the region and the layouts of the fields (not on their
+/// data), so a prepared assignment makes it once and reuses it while those
+/// stay the same ([`crate::prepared`]); other calls make it per call.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// The region's row groups in (k, j) order.
+    groups: SmallVec<[RowGroup; 8]>,
+    width: usize,
+    rows: usize,
+    halo: isize,
+    /// Per field slot: y and z strides (compiled kernels).
+    strides: SmallVec<[i64; 16]>,
+    /// Coordinates and boundary masks (compiled kernels).
+    geometry: Vec<f64>,
+}
+
+impl Plan {
+    /// The plan of `kernel` over `region` with fields like `fields`.
+    pub(crate) fn new(
+        kernel: &Kernel,
+        native: bool,
+        fields: &[FieldData<'_>],
+        patch: &Patch,
+        region: &IndexBox,
+    ) -> Plan {
+        let [nx, ny, _] = region.extent();
+        let tile = nx.clamp(1, TILE);
+        // Bigger blocks share each instruction call's overhead among more
+        // points; registers must still fit in L1 (about 64 KiB of them).
+        let block_points = (L1_REGISTER_BYTES / (8 * kernel.registers.max(1)))
+            .clamp(MIN_BLOCK_POINTS, BLOCK_POINTS);
+        let rows = (block_points / tile).clamp(1, ny.max(1));
+        let mut groups = SmallVec::new();
+        let mut first_row = 0;
+        for k in region.lo[2]..region.hi[2] {
+            let mut j0 = region.lo[1];
+            while j0 < region.hi[1] {
+                let count = rows.min((region.hi[1] - j0) as usize);
+                groups.push(RowGroup {
+                    j0,
+                    rows: count,
+                    k,
+                    first_row,
+                });
+                first_row += count;
+                j0 += count as isize;
+            }
+        }
+        let (strides, geometry) = if native {
+            (
+                fields
+                    .iter()
+                    .flat_map(|f| [f.strides[1] as i64, f.strides[2] as i64])
+                    .collect(),
+                crate::codegen::emit::geometry(kernel, patch),
+            )
+        } else {
+            (SmallVec::new(), Vec::new())
+        };
+        Plan {
+            groups,
+            width: tile + 2 * kernel.halo as usize,
+            rows,
+            halo: kernel.halo,
+            strides,
+            geometry,
+        }
+    }
+}
+
 impl Context<'_> {
     /// The layout of `kind` on the patch.
     fn layout(&self, kind: LocationKind) -> &FieldLayout {
-        self.layouts[kind_index(kind)].get_or_init(|| FieldLayout::new(self.patch, kind))
+        self.layouts[kind_index(kind)].get_or_init(|| Box::new(FieldLayout::new(self.patch, kind)))
     }
 
     fn register_len(&self) -> usize {
@@ -1215,7 +1297,7 @@ impl Context<'_> {
     }
 
     fn scratch(&self) -> Scratch {
-        Scratch::zeroed(self.kernel.registers.max(1) * self.register_len())
+        Scratch::take(self.kernel.registers.max(1) * self.register_len())
     }
 
     /// Runs the compiled kernel over `block`, after checking the block's
@@ -1284,9 +1366,9 @@ impl Context<'_> {
         unsafe {
             let not_finite = (native.kernel.function)(
                 native.pointers.as_ptr(),
-                native.strides.as_ptr(),
+                native.plan.strides.as_ptr(),
                 self.parameters.as_ptr(),
-                native.geometry.as_ptr(),
+                native.plan.geometry.as_ptr(),
                 t_pointer,
                 tsy,
                 tsz,
@@ -1573,63 +1655,34 @@ fn kind_index(kind: LocationKind) -> usize {
     }
 }
 
-fn plan<'a>(
+/// The context of `kernel` under `plan`.
+fn context<'a>(
     kernel: &'a Kernel,
     native: Option<&'a NativeKernel>,
     fields: &'a [FieldData<'a>],
     parameters: &'a [f64],
     patch: &'a Patch,
-    region: &IndexBox,
-) -> (Context<'a>, SmallVec<[RowGroup; 8]>) {
-    let [nx, ny, _] = region.extent();
-    let tile = nx.clamp(1, TILE);
-    // Bigger blocks share each instruction call's overhead among more
-    // points; registers must still fit in L1 (about 64 KiB of them).
-    let block_points =
-        (L1_REGISTER_BYTES / (8 * kernel.registers.max(1))).clamp(MIN_BLOCK_POINTS, BLOCK_POINTS);
-    let rows = (block_points / tile).clamp(1, ny.max(1));
-    let halo = kernel.halo;
-
-    let mut groups = SmallVec::new();
-    let mut first_row = 0;
-    for k in region.lo[2]..region.hi[2] {
-        let mut j0 = region.lo[1];
-        while j0 < region.hi[1] {
-            let count = rows.min((region.hi[1] - j0) as usize);
-            groups.push(RowGroup {
-                j0,
-                rows: count,
-                k,
-                first_row,
-            });
-            first_row += count;
-            j0 += count as isize;
-        }
-    }
+    plan: &'a Plan,
+) -> Context<'a> {
     let native = native.map(|native| NativeArguments {
         kernel: native,
         pointers: fields
             .iter()
             .map(|f| f.pointer.wrapping_offset(f.origin))
             .collect(),
-        strides: fields
-            .iter()
-            .flat_map(|f| [f.strides[1] as i64, f.strides[2] as i64])
-            .collect(),
-        geometry: crate::codegen::emit::geometry(kernel, patch),
+        plan,
     });
-    let context = Context {
+    Context {
         kernel,
         native,
         fields,
         parameters,
         patch,
         layouts: Default::default(),
-        width: tile + 2 * halo as usize,
-        rows,
-        halo,
-    };
-    (context, groups)
+        width: plan.width,
+        rows: plan.rows,
+        halo: plan.halo,
+    }
 }
 
 fn blocks_of<'r>(group: &RowGroup, region: &'r IndexBox) -> impl Iterator<Item = Block> + 'r {
@@ -1681,6 +1734,8 @@ pub(crate) struct Epilogue<'a> {
     pub parameters: &'a [f64],
     /// The points it writes (the part of its box in the main region's rows).
     pub region: IndexBox,
+    /// Its plan over `region`.
+    pub plan: &'a Plan,
 }
 
 /// Runs `block` of `ctx`'s kernel, stores its rows (copying the result
@@ -1779,6 +1834,7 @@ pub(crate) fn assign(
     patch: &Patch,
     target: TargetData,
     region: IndexBox,
+    plan: &Plan,
     parallelism: Parallelism,
     watch_finite: bool,
     epilogues: &[Epilogue<'_>],
@@ -1786,10 +1842,11 @@ pub(crate) fn assign(
     if region.is_empty() {
         return None;
     }
-    let (ctx, groups) = plan(kernel, native, fields, parameters, patch, &region);
-    let epilogue_contexts: Vec<Context<'_>> = epilogues
+    let ctx = context(kernel, native, fields, parameters, patch, plan);
+    let groups = &plan.groups;
+    let epilogue_contexts: SmallVec<[Context<'_>; 2]> = epilogues
         .iter()
-        .map(|e| plan(e.kernel, e.native, e.fields, e.parameters, patch, &e.region).0)
+        .map(|e| context(e.kernel, e.native, e.fields, e.parameters, patch, e.plan))
         .collect();
     let parallelism = if region.len() < PARALLEL_THRESHOLD {
         Parallelism::Serial
@@ -1822,7 +1879,7 @@ pub(crate) fn assign(
         }
         first_bad
     };
-    run_in_chunks(parallelism, &groups, run_groups, || None, earlier)
+    run_in_chunks(parallelism, groups, run_groups, || None, earlier)
 }
 
 /// `run` over all of `items` (serial), or over contiguous chunks of them
@@ -1919,14 +1976,19 @@ pub(crate) fn assign_many(
     let Some(span) = span else {
         return vec![None; count];
     };
+    let plans: Vec<Plan> = members
+        .iter()
+        .map(|m| Plan::new(m.kernel, m.native.is_some(), m.fields, patch, &m.region))
+        .collect();
     let contexts: Vec<(Context<'_>, Vec<Context<'_>>)> = members
         .iter()
-        .map(|m| {
-            let ctx = plan(m.kernel, m.native, m.fields, m.parameters, patch, &m.region).0;
+        .zip(&plans)
+        .map(|(m, plan)| {
+            let ctx = context(m.kernel, m.native, m.fields, m.parameters, patch, plan);
             let epilogue_contexts = m
                 .epilogues
                 .iter()
-                .map(|e| plan(e.kernel, e.native, e.fields, e.parameters, patch, &e.region).0)
+                .map(|e| context(e.kernel, e.native, e.fields, e.parameters, patch, e.plan))
                 .collect();
             (ctx, epilogue_contexts)
         })
@@ -2006,7 +2068,9 @@ pub(crate) fn reduce(
     if region.is_empty() {
         return reduction.identity();
     }
-    let (ctx, groups) = plan(kernel, native, fields, parameters, patch, &region);
+    let plan = Plan::new(kernel, native.is_some(), fields, patch, &region);
+    let ctx = context(kernel, native, fields, parameters, patch, &plan);
+    let groups = &plan.groups;
     let parallelism = if region.len() < PARALLEL_THRESHOLD {
         Parallelism::Serial
     } else {
@@ -2033,7 +2097,7 @@ pub(crate) fn reduce(
     };
     parallelism.run(|threads| {
         if threads <= 1 || groups.len() < 2 {
-            run_groups(&groups, &mut partials);
+            run_groups(groups, &mut partials);
         } else {
             // Split the partials at the row boundaries of the group chunks.
             let ranges = chunk_ranges(groups.len(), threads);

@@ -27,10 +27,10 @@ use crate::AssignOptions;
 use crate::assign::{
     Binding, MaskedAssignment, Region, bind_slots, checked_region, is_row_epilogue, outside_rows,
 };
-use crate::cache::{Folded, LoweredKernel};
+use crate::cache::{Folded, LoweredKernel, ParameterValues};
 use crate::codegen::{Backend, NativeKernel, lower_for};
 use crate::error::{OperatorError, OperatorResult};
-use crate::evaluate::{self, Epilogue, FieldData, Parallelism, TargetData};
+use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Plan, TargetData};
 use crate::expr::BoundField;
 use crate::ir::Node;
 use crate::kernel::KernelField;
@@ -45,8 +45,11 @@ pub(crate) type Bound<'f> = SmallVec<[Binding<'f>; 4]>;
 /// Per kernel slot: the evaluator's view of its data.
 pub(crate) type Data<'f> = SmallVec<[FieldData<'f>; 4]>;
 
-/// Per masked assignment (a fill has up to 6 sides).
-pub(crate) type Masked<T> = SmallVec<[T; 6]>;
+/// Per masked assignment. A `Vec`, not inline storage: `Staged` is moved
+/// by value, and six inline slots of bindings and data made every call
+/// copy kilobytes even with no masked assignment (an empty `Vec` does not
+/// allocate).
+pub(crate) type Masked<T> = Vec<T>;
 
 /// What the checks need to know of the target.
 #[derive(Clone, Copy)]
@@ -244,6 +247,8 @@ pub struct PreparedAssignment {
     masked: Vec<Checked>,
     /// How many leading masked assignments run as row epilogues.
     fused: usize,
+    /// The evaluator's plans, made by the first run (`None` until then).
+    plans: Option<Plans>,
 }
 
 impl PreparedAssignment {
@@ -277,6 +282,7 @@ impl PreparedAssignment {
             main,
             masked,
             fused,
+            plans: None,
         })
     }
 
@@ -302,6 +308,7 @@ impl PreparedAssignment {
             staged.prepared.layout.patch(),
             staged.target_data,
             main.region,
+            staged.main_plan(),
             parallelism,
             check_finite,
             &epilogues,
@@ -343,7 +350,7 @@ impl PreparedAssignment {
         let Some(main) = self.main.bind(fields)? else {
             return Ok(None);
         };
-        let mut masked = Masked::with_capacity(self.masked.len());
+        let mut masked = Vec::with_capacity(self.masked.len());
         for m in &self.masked {
             let Some(bound) = m.bind(fields)? else {
                 return Ok(None);
@@ -378,7 +385,6 @@ impl PreparedAssignment {
                 reason: "a field's layout or a parameter's value changed while the assignment was being bound; bind fields and set parameters before running it".into(),
             });
         };
-        let this: &'a PreparedAssignment = self;
         // Refuse aliasing before borrowing the target mutably: a `&mut`
         // slice over memory that a bound field's `&` slice also covers is
         // undefined behaviour even if nothing is written. (When the CPU
@@ -405,14 +411,18 @@ impl PreparedAssignment {
         let target_data = TargetData {
             pointer: values.as_mut_ptr(),
             len: values.len(),
-            origin: this.layout.linear_index([0; 3]) as isize,
-            strides: this.layout.strides().map(|s| s as isize),
+            origin: self.layout.linear_index([0; 3]) as isize,
+            strides: self.layout.strides().map(|s| s as isize),
         };
-        let main_data = field_data(&main_bound, &target_data, &this.layout);
-        let masked_data = masked_bound
+        let main_data = field_data(&main_bound, &target_data, &self.layout);
+        let masked_data: Masked<Data<'a>> = masked_bound
             .iter()
-            .map(|b| field_data(b, &target_data, &this.layout))
+            .map(|b| field_data(b, &target_data, &self.layout))
             .collect();
+        if self.plans.is_none() {
+            self.plans = Some(self.make_plans(&main_data, &masked_data));
+        }
+        let this: &'a PreparedAssignment = self;
         Ok(Staged {
             prepared: this,
             main_parameters: this.main.lowered.parameter_values(),
@@ -428,6 +438,66 @@ impl PreparedAssignment {
             target_data,
         })
     }
+
+    /// The evaluator's plans for the kernels' regions, made with the first
+    /// data bound after preparing (they depend only on what a run checks
+    /// again: the layouts of the target and the fields).
+    fn make_plans(&self, main_data: &[FieldData<'_>], masked_data: &[Data<'_>]) -> Plans {
+        let patch = self.layout.patch();
+        let main = &self.main;
+        let plan = |checked: &Checked, data: &[FieldData<'_>], region: &IndexBox| {
+            Plan::new(
+                &checked.lowered.kernel,
+                checked.native.is_some(),
+                data,
+                patch,
+                region,
+            )
+        };
+        let mut epilogues = Vec::with_capacity(self.fused);
+        let mut rest = Vec::with_capacity(self.masked.len());
+        for (i, (m, data)) in self.masked.iter().zip(masked_data).enumerate() {
+            let regions: SmallVec<[IndexBox; 2]> = if i < self.fused {
+                epilogues.push(plan(m, data, &rows_of(&m.region, &main.region)));
+                outside_rows(&m.region, &main.region).into_iter().collect()
+            } else {
+                smallvec::smallvec![m.region]
+            };
+            rest.push(
+                regions
+                    .into_iter()
+                    .map(|region| (region, plan(m, data, &region)))
+                    .collect(),
+            );
+        }
+        Plans {
+            main: plan(main, main_data, &main.region),
+            epilogues,
+            rest,
+        }
+    }
+}
+
+/// The part of `region` in the rows (y, z) of `main`: where a row epilogue
+/// writes.
+fn rows_of(region: &IndexBox, main: &IndexBox) -> IndexBox {
+    let mut inside = *region;
+    for axis in 1..3 {
+        inside.lo[axis] = inside.lo[axis].max(main.lo[axis]);
+        inside.hi[axis] = inside.hi[axis].min(main.hi[axis]);
+    }
+    inside
+}
+
+/// The evaluator's plans of a prepared assignment.
+#[derive(Debug, Clone)]
+struct Plans {
+    main: Plan,
+    /// Per fused masked assignment: its plan as a row epilogue.
+    epilogues: Vec<Plan>,
+    /// Per masked assignment: the regions it runs over after the main
+    /// kernel (outside the epilogues' rows, or its whole box), with plans.
+    rest: Vec<Vec<(IndexBox, Plan)>>,
 }
 
 /// The checked kernels of `root` and `then` for a target with `layout`,
@@ -478,9 +548,9 @@ pub(crate) struct Staged<'a> {
     pub(crate) main_bound: Bound<'a>,
     pub(crate) masked_bound: Masked<Bound<'a>>,
     pub(crate) main_data: Data<'a>,
-    pub(crate) main_parameters: Vec<f64>,
+    pub(crate) main_parameters: ParameterValues,
     masked_data: Masked<Data<'a>>,
-    masked_parameters: Masked<Vec<f64>>,
+    masked_parameters: Masked<ParameterValues>,
     pub(crate) target_data: TargetData,
 }
 
@@ -488,25 +558,31 @@ impl Staged<'_> {
     /// The row epilogues: the leading masked assignments that fuse, over
     /// their points in the main region's rows.
     pub(crate) fn epilogues(&self) -> Masked<Epilogue<'_>> {
-        let main = &self.prepared.main.region;
-        let rows_of_main = |region: &IndexBox| {
-            let mut inside = *region;
-            for axis in 1..3 {
-                inside.lo[axis] = inside.lo[axis].max(main.lo[axis]);
-                inside.hi[axis] = inside.hi[axis].min(main.hi[axis]);
-            }
-            inside
-        };
         let masked = &self.prepared.masked;
+        let plans = self.plans();
         (0..self.prepared.fused)
             .map(|i| Epilogue {
                 kernel: &masked[i].lowered.kernel,
                 native: masked[i].native.as_deref(),
                 fields: &self.masked_data[i],
                 parameters: &self.masked_parameters[i],
-                region: rows_of_main(&masked[i].region),
+                region: rows_of(&masked[i].region, &self.prepared.main.region),
+                plan: &plans.epilogues[i],
             })
             .collect()
+    }
+
+    /// The plans (made by [`PreparedAssignment::stage`]).
+    fn plans(&self) -> &Plans {
+        match &self.prepared.plans {
+            Some(plans) => plans,
+            None => unreachable!("PreparedAssignment::stage makes the plans before staging"),
+        }
+    }
+
+    /// The main kernel's plan.
+    pub(crate) fn main_plan(&self) -> &Plan {
+        &self.plans().main
     }
 
     /// After the main kernel ran: the error for the first value that is
@@ -530,8 +606,9 @@ impl Staged<'_> {
                     .unwrap_or(f64::NAN),
             });
         }
+        let plans = self.plans();
         for (i, m) in prepared.masked.iter().enumerate() {
-            let run = |region: IndexBox| {
+            for (region, plan) in &plans.rest[i] {
                 evaluate::assign(
                     &m.lowered.kernel,
                     m.native.as_deref(),
@@ -539,18 +616,12 @@ impl Staged<'_> {
                     &self.masked_parameters[i],
                     prepared.layout.patch(),
                     self.target_data,
-                    region,
+                    *region,
+                    plan,
                     parallelism,
                     false,
                     &[],
                 );
-            };
-            if i < prepared.fused {
-                outside_rows(&m.region, &prepared.main.region)
-                    .into_iter()
-                    .for_each(run);
-            } else {
-                run(m.region);
             }
         }
         Ok(())

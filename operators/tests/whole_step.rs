@@ -55,7 +55,7 @@ fn a_parameter_is_read_at_evaluation_without_rebuilding_anything() {
     // the parameter's slot, not its value.
     let again = lower_cached(expression.node(), &patch, true).unwrap();
     assert!(std::sync::Arc::ptr_eq(&first.kernel, &again.kernel));
-    assert_eq!(again.parameter_values(), vec![1e-3]);
+    assert_eq!(again.parameter_values().as_slice(), &[1e-3]);
     // The evaluator's kernel, specialised to a value, is kept per value.
     let one = lower_specialised(expression.node(), &patch, true).unwrap();
     let two = lower_specialised(expression.node(), &patch, true).unwrap();

@@ -25,6 +25,7 @@
 //! same values (`apply_native`; why is said there).
 
 use crate::error::{SolverError, SolverResult};
+use smallvec::SmallVec;
 use watershed_exprgraph::{GraphError, LanguageModifier, MaskedAssignment, Tag};
 use watershed_fields::{FieldLayout, IndexBox, Location, SpatialField};
 use watershed_operators::{AssignOptions, Expr, PreparedAssignment, Region, Side, shift};
@@ -105,10 +106,12 @@ impl BoundaryConditions {
         &self,
         field: &mut SpatialField<L>,
     ) -> SolverResult<()> {
-        let layout = field.layout().clone();
+        let layout = field.layout();
         let patch = layout.patch();
         let grid = patch.grid();
-        let mut sides: Vec<(Side, BoundaryCondition)> = Vec::with_capacity(6);
+        // Every side is checked (errors name the field) before the values
+        // are taken for writing, once per call.
+        let mut fills: SmallVec<[SideFill; 6]> = SmallVec::new();
         for side in Side::ALL {
             let periodic_axis = grid.periodic()[side.axis] && grid.active_dimensions()[side.axis];
             let condition = if periodic_axis {
@@ -142,16 +145,14 @@ impl BoundaryConditions {
                     continue;
                 }
             }
-            sides.push((side, condition));
+            fills.push(SideFill::new::<L>(layout, field.name(), side, condition)?);
         }
-        if sides.is_empty() {
+        if fills.is_empty() {
             return Ok(());
         }
-        // The values are taken for writing once per call, not per side.
-        let name = field.name().to_string();
         let values = field.values_mut()?;
-        for (side, condition) in sides {
-            apply_side::<L>(&layout, values, &name, side, condition)?;
+        for fill in &fills {
+            fill.apply(values);
         }
         Ok(())
     }
@@ -416,104 +417,154 @@ impl BoundaryConditions {
     }
 }
 
-/// Applies one condition on one side.
-fn apply_side<L: Location>(
-    layout: &FieldLayout,
-    values: &mut [f64],
-    name: &str,
-    side: Side,
+/// One side's fill by [`BoundaryConditions::apply_native`], checked: the
+/// rows across the side (every allocated point of the other two axes) and
+/// what each ghost layer takes from which interior point.
+#[derive(Debug, Clone, Copy)]
+struct SideFill {
     condition: BoundaryCondition,
-) -> SolverResult<()> {
-    let axis = side.axis;
-    let h = layout.patch().grid().spacing()[axis];
-    let n = layout.interior_extent()[axis] as isize;
-    let layers = if side.plus {
-        layout.ghosts().plus[axis]
-    } else {
-        layout.ghosts().minus[axis]
-    } as isize;
-    // A face field normal to the side has a point on the boundary itself
-    // (unless the axis is periodic, where faces 0 and n coincide).
-    let on_face = L::KIND.face_axis() == Some(axis) && condition != BoundaryCondition::Periodic;
-    let gradient = match condition {
-        BoundaryCondition::Neumann(q) => q,
-        BoundaryCondition::Flux { flux, diffusivity } => {
-            if diffusivity == 0.0 || !diffusivity.is_finite() {
-                return Err(SolverError::Setup {
-                    equation: name.to_string(),
-                    reason: format!(
-                        "a flux condition on side {} needs a finite, non-zero diffusivity",
-                        side.name()
-                    ),
-                });
+    plus: bool,
+    /// Interior points along the axis.
+    n: isize,
+    layers: isize,
+    /// A face field normal to the side has a point on the boundary itself.
+    on_face: bool,
+    /// Neumann and flux conditions: the normal derivative imposed.
+    gradient: f64,
+    h: f64,
+    /// Stride along the axis.
+    step: isize,
+    /// Ghost layers below the interior along the axis.
+    lower_ghosts: isize,
+    /// The two other axes' allocated extents and strides.
+    outer: [(isize, isize); 2],
+}
+
+impl SideFill {
+    fn new<L: Location>(
+        layout: &FieldLayout,
+        name: &str,
+        side: Side,
+        condition: BoundaryCondition,
+    ) -> SolverResult<SideFill> {
+        let axis = side.axis;
+        let h = layout.patch().grid().spacing()[axis];
+        let n = layout.interior_extent()[axis] as isize;
+        let layers = if side.plus {
+            layout.ghosts().plus[axis]
+        } else {
+            layout.ghosts().minus[axis]
+        } as isize;
+        let on_face = L::KIND.face_axis() == Some(axis) && condition != BoundaryCondition::Periodic;
+        let gradient = match condition {
+            BoundaryCondition::Neumann(q) => q,
+            BoundaryCondition::Flux { flux, diffusivity } => {
+                if diffusivity == 0.0 || !diffusivity.is_finite() {
+                    return Err(SolverError::Setup {
+                        equation: name.to_string(),
+                        reason: format!(
+                            "a flux condition on side {} needs a finite, non-zero diffusivity",
+                            side.name()
+                        ),
+                    });
+                }
+                -flux / diffusivity
             }
-            -flux / diffusivity
+            _ => 0.0,
+        };
+        let writes_face = on_face && matches!(condition, BoundaryCondition::Dirichlet(_));
+        if layers == 0 && !writes_face {
+            // Nothing would be written: the condition would be silently dropped.
+            return Err(SolverError::Setup {
+                equation: name.to_string(),
+                reason: format!(
+                    "the {condition:?} condition on side {} cannot be applied: the field has 0 ghost layers there; build its patch with at least 1 ghost layer",
+                    side.name()
+                ),
+            });
         }
-        _ => 0.0,
-    };
-    let writes_face = on_face && matches!(condition, BoundaryCondition::Dirichlet(_));
-    if layers == 0 && !writes_face {
-        // Nothing would be written: the condition would be silently dropped.
-        return Err(SolverError::Setup {
-            equation: name.to_string(),
-            reason: format!(
-                "the {condition:?} condition on side {} cannot be applied: the field has 0 ghost layers there; build its patch with at least 1 ghost layer",
-                side.name()
-            ),
-        });
+        if layers > n {
+            return Err(SolverError::Setup {
+                equation: name.to_string(),
+                reason: format!(
+                    "the {condition:?} condition on side {} mirrors {layers} ghost layers, but the patch has only {n} interior points along that axis; use fewer ghost layers or more cells",
+                    side.name()
+                ),
+            });
+        }
+        let extent = layout.allocated_extent().map(|e| e as isize);
+        let stride = [1, extent[0], extent[0] * extent[1]];
+        let others = match axis {
+            0 => [1, 2],
+            1 => [0, 2],
+            _ => [0, 1],
+        };
+        Ok(SideFill {
+            condition,
+            plus: side.plus,
+            n,
+            layers,
+            on_face,
+            gradient,
+            h,
+            step: stride[axis],
+            lower_ghosts: layout.ghosts().minus[axis] as isize,
+            outer: others.map(|a| (extent[a], stride[a])),
+        })
     }
-    if layers > n {
-        return Err(SolverError::Setup {
-            equation: name.to_string(),
-            reason: format!(
-                "the {condition:?} condition on side {} mirrors {layers} ghost layers, but the patch has only {n} interior points along that axis; use fewer ghost layers or more cells",
-                side.name()
-            ),
-        });
+
+    /// Index of point `along` (interior numbering, negative in the lower
+    /// ghosts) of the row starting at `row`.
+    fn at(&self, row: isize, along: isize, lower_ghosts: isize) -> usize {
+        (row + (along + lower_ghosts) * self.step) as usize
     }
-    let mut transverse = layout.allocated();
-    transverse.lo[axis] = 0;
-    transverse.hi[axis] = 1;
-    // Linear index arithmetic once per row across the side, not per point.
-    let extent = layout.allocated_extent();
-    let stride = [1, extent[0], extent[0] * extent[1]].map(|s| s as isize);
-    let lower = layout.allocated().lo;
-    let step = stride[axis];
-    for base in transverse {
-        let row: isize = (0..3).map(|a| (base[a] - lower[a]) * stride[a]).sum();
-        // `base[axis]` is 0, so point `along` of this row is here:
-        let at = |along: isize| (row + along * step) as usize;
+
+    /// Fills the side in `values` (the field's whole allocation).
+    fn apply(&self, values: &mut [f64]) {
+        let lower_ghosts = self.lower_ghosts;
         // Position along the axis of the boundary point (faces) or of the
         // first interior point (cells), and the direction into the ghosts.
-        let (first, outward) = if side.plus { (n - 1, 1) } else { (0, -1) };
-        if on_face && let BoundaryCondition::Dirichlet(v) = condition {
-            values[at(first)] = v;
-        }
-        for l in 1..=layers {
-            let (ghost, partner, distance) = if on_face {
-                (first + outward * l, first - outward * l, (2 * l) as f64 * h)
-            } else {
-                (
-                    first + outward * l,
-                    first - outward * (l - 1),
-                    (2 * l - 1) as f64 * h,
-                )
-            };
-            values[at(ghost)] = match condition {
-                BoundaryCondition::Dirichlet(v) => 2.0 * v - values[at(partner)],
-                BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
-                    values[at(partner)] + distance * gradient
+        let (first, outward) = if self.plus { (self.n - 1, 1) } else { (0, -1) };
+        let [(count_a, stride_a), (count_b, stride_b)] = self.outer;
+        for b in 0..count_b {
+            for a in 0..count_a {
+                let row = a * stride_a + b * stride_b;
+                let at = |along: isize| self.at(row, along, lower_ghosts);
+                if self.on_face
+                    && let BoundaryCondition::Dirichlet(v) = self.condition
+                {
+                    values[at(first)] = v;
                 }
-                BoundaryCondition::Periodic => {
-                    // Ghost l beyond the plus end is interior point l - 1,
-                    // beyond the minus end it is n - l.
-                    let source = if side.plus { l - 1 } else { n - l };
-                    values[at(source)]
+                for l in 1..=self.layers {
+                    let (ghost, partner, distance) = if self.on_face {
+                        (
+                            first + outward * l,
+                            first - outward * l,
+                            (2 * l) as f64 * self.h,
+                        )
+                    } else {
+                        (
+                            first + outward * l,
+                            first - outward * (l - 1),
+                            (2 * l - 1) as f64 * self.h,
+                        )
+                    };
+                    values[at(ghost)] = match self.condition {
+                        BoundaryCondition::Dirichlet(v) => 2.0 * v - values[at(partner)],
+                        BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
+                            values[at(partner)] + distance * self.gradient
+                        }
+                        BoundaryCondition::Periodic => {
+                            // Ghost l beyond the plus end is interior point
+                            // l - 1, beyond the minus end it is n - l.
+                            let source = if self.plus { l - 1 } else { self.n - l };
+                            values[at(source)]
+                        }
+                    };
                 }
-            };
+            }
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
