@@ -3,14 +3,15 @@
 //! ghost layers, choosing the region, and running the fused kernel.
 
 use crate::cache::{LoweredKernel, lower_specialised};
-use crate::codegen::{Backend, lower_for};
+use crate::codegen::{Backend, Runnable, lower_for};
 use crate::error::{OperatorError, OperatorResult};
-use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Reduction};
+use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Plan, Reduction};
 use crate::expr::{BoundField, Expr, IntoExpr};
 use crate::ir::Node;
 use crate::kernel::Kernel;
 use crate::prepared::PreparedAssignment;
 use crate::stencil::StencilOp;
+use smallvec::SmallVec;
 use std::sync::Arc;
 use watershed_fields::{FieldLayout, IndexBox, Location, LocationKind, Patch, SpatialField};
 
@@ -626,7 +627,9 @@ pub enum ReduceRegion {
 }
 
 /// Reduces `expr` over `region`, with `parallelism`. The result is the same
-/// bit for bit whatever the thread count.
+/// bit for bit whatever the thread count. A loop that reduces the same
+/// expression many times should prepare it once
+/// ([`crate::PreparedReduction`]).
 pub fn reduce<'a, L: Location>(
     expr: impl IntoExpr<'a, L>,
     reduction: Reduction,
@@ -634,44 +637,124 @@ pub fn reduce<'a, L: Location>(
     parallelism: Parallelism,
 ) -> OperatorResult<f64> {
     let expr: Expr<'a, L> = expr.into_expr();
-    // Named in errors only: printing the tree costs more than a small
-    // reduction, so the checks run unnamed and, when one fails, again
-    // with the name.
-    let what = || format!("{reduction:?} reduction of {}", expr.node);
-    let Some(first) = expr.fields().first() else {
-        return Err(OperatorError::NoGrid { what: what() });
-    };
-    let patch = first.layout().patch().clone();
-    let layout = FieldLayout::new(&patch, expr.node.location().unwrap_or(L::KIND));
-    let runnable = lower_for(&expr.node, &patch, false, Backend::Default)?;
-    let lowered = runnable.lowered;
-    let kernel = &lowered.kernel;
-    let bound = bind_slots(&lowered, None, expr.fields(), &patch, "")
-        .or_else(|_| bind_slots(&lowered, None, expr.fields(), &patch, &what()))?;
-    let mut layouts = Vec::with_capacity(bound.len());
-    let mut names = Vec::with_capacity(bound.len());
-    let mut field_data: Vec<FieldData<'_>> = Vec::with_capacity(bound.len());
-    for f in bound.iter().flatten() {
-        layouts.push(f.layout());
-        names.push(f.name());
-        field_data.push(FieldData::new(f.cpu_values()?, f.layout()));
+    let checked = CheckedReduction::new(&expr.node, L::KIND, expr.fields(), reduction, region)?;
+    let data = checked.data(expr.fields())?;
+    let plan = checked.plan(&data);
+    Ok(checked.run(&data, &plan, parallelism))
+}
+
+/// A reduction of a tree checked for fields with given ids and layouts:
+/// its kernel, the region and each slot's field.
+#[derive(Debug, Clone)]
+pub(crate) struct CheckedReduction {
+    pub(crate) runnable: Runnable,
+    /// Per kernel slot: the id and layout of the field it reads.
+    pub(crate) slots: Vec<(u64, FieldLayout)>,
+    pub(crate) region: IndexBox,
+    pub(crate) reduction: Reduction,
+    patch: Patch,
+}
+
+impl CheckedReduction {
+    /// Lowers `node` (a `kind` expression), binds its slots to `fields`
+    /// and checks `region` against their ghost layers.
+    pub(crate) fn new(
+        node: &Arc<Node>,
+        kind: LocationKind,
+        fields: &[&dyn BoundField],
+        reduction: Reduction,
+        region: ReduceRegion,
+    ) -> OperatorResult<Self> {
+        // Named in errors only: printing the tree costs more than a small
+        // reduction, so the checks run unnamed and, when one fails, again
+        // with the name.
+        let what = || format!("{reduction:?} reduction of {node}");
+        let Some(first) = fields.first() else {
+            return Err(OperatorError::NoGrid { what: what() });
+        };
+        let patch = first.layout().patch().clone();
+        let layout = FieldLayout::new(&patch, node.location().unwrap_or(kind));
+        let runnable = lower_for(node, &patch, false, Backend::Default)?;
+        let lowered = &runnable.lowered;
+        let kernel = &lowered.kernel;
+        let bound = bind_slots(lowered, None, fields, &patch, "")
+            .or_else(|_| bind_slots(lowered, None, fields, &patch, &what()))?;
+        let bound: Vec<&dyn BoundField> = bound.into_iter().flatten().collect();
+        let layouts: Vec<&FieldLayout> = bound.iter().map(|f| f.layout()).collect();
+        let names: Vec<&str> = bound.iter().map(|f| f.name()).collect();
+        let region = match region {
+            ReduceRegion::Interior => layout.interior(),
+            ReduceRegion::Computable => largest_computable(kernel, &layouts, &layout),
+        };
+        check_ghosts(kernel, &layouts, &names, &region, "")
+            .or_else(|_| check_ghosts(kernel, &layouts, &names, &region, &what()))?;
+        let slots = bound.iter().map(|f| (f.id(), f.layout().clone())).collect();
+        Ok(CheckedReduction {
+            runnable,
+            slots,
+            region,
+            reduction,
+            patch,
+        })
     }
-    let region = match region {
-        ReduceRegion::Interior => layout.interior(),
-        ReduceRegion::Computable => largest_computable(kernel, &layouts, &layout),
-    };
-    check_ghosts(kernel, &layouts, &names, &region, "")
-        .or_else(|_| check_ghosts(kernel, &layouts, &names, &region, &what()))?;
-    Ok(evaluate::reduce(
-        kernel,
-        runnable.native.as_deref(),
-        &field_data,
-        &lowered.parameter_values(),
-        &patch,
-        region,
-        reduction,
-        parallelism,
-    ))
+
+    /// True when `fields` still fit: every slot's field is there with the
+    /// same layout, and every folded parameter has its folded value.
+    pub(crate) fn fits(&self, fields: &[&dyn BoundField]) -> bool {
+        self.runnable
+            .folded
+            .iter()
+            .all(|(parameter, bits)| parameter.value().to_bits() == *bits)
+            && self
+                .slots
+                .iter()
+                .all(|(id, layout)| fields.iter().any(|f| f.id() == *id && f.layout() == layout))
+    }
+
+    /// Each slot's data, from `fields` (which must fit).
+    pub(crate) fn data<'f>(
+        &self,
+        fields: &[&'f dyn BoundField],
+    ) -> OperatorResult<SmallVec<[FieldData<'f>; 4]>> {
+        let mut data = SmallVec::with_capacity(self.slots.len());
+        for (id, _) in &self.slots {
+            let Some(field) = fields.iter().find(|f| f.id() == *id) else {
+                return Err(OperatorError::UnboundField {
+                    id: *id,
+                    name: format!("slot of the {:?} reduction", self.reduction),
+                });
+            };
+            data.push(FieldData::new(field.cpu_values()?, field.layout()));
+        }
+        Ok(data)
+    }
+
+    /// The evaluator's plan for fields like `data`.
+    pub(crate) fn plan(&self, data: &[FieldData<'_>]) -> Plan {
+        Plan::new(
+            &self.runnable.lowered.kernel,
+            self.runnable.native.is_some(),
+            data,
+            &self.patch,
+            &self.region,
+        )
+    }
+
+    /// Runs the reduction over `data` with `plan`.
+    pub(crate) fn run(&self, data: &[FieldData<'_>], plan: &Plan, parallelism: Parallelism) -> f64 {
+        let lowered = &self.runnable.lowered;
+        evaluate::reduce(
+            &lowered.kernel,
+            self.runnable.native.as_deref(),
+            data,
+            &lowered.parameter_values(),
+            &self.patch,
+            self.region,
+            plan,
+            self.reduction,
+            parallelism,
+        )
+    }
 }
 
 macro_rules! reduction_functions {

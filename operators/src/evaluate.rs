@@ -2062,14 +2062,14 @@ pub(crate) fn reduce(
     parameters: &[f64],
     patch: &Patch,
     region: IndexBox,
+    plan: &Plan,
     reduction: Reduction,
     parallelism: Parallelism,
 ) -> f64 {
     if region.is_empty() {
         return reduction.identity();
     }
-    let plan = Plan::new(kernel, native.is_some(), fields, patch, &region);
-    let ctx = context(kernel, native, fields, parameters, patch, &plan);
+    let ctx = context(kernel, native, fields, parameters, patch, plan);
     let groups = &plan.groups;
     let parallelism = if region.len() < PARALLEL_THRESHOLD {
         Parallelism::Serial

@@ -65,6 +65,7 @@ pub mod mask;
 pub mod parameter;
 pub mod pointwise;
 pub mod prepared;
+pub mod prepared_reduction;
 pub mod stencil;
 pub mod vmath;
 
@@ -93,4 +94,5 @@ pub use mask::{Mask, PointSet, Side};
 pub use parameter::Parameter;
 pub use pointwise::{BinaryOp, Limiter, UnaryOp};
 pub use prepared::PreparedAssignment;
+pub use prepared_reduction::PreparedReduction;
 pub use watershed_fields as fields;

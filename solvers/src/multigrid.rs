@@ -17,8 +17,8 @@ use crate::error::{SolverError, SolverResult};
 use crate::prepared::{Assignments, Recipe};
 use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField};
 use watershed_operators::{
-    AssignOptions, Expr, OperatorResult, Parameter, Region, field, interior_norm_l2, interior_sum,
-    laplacian, prolongate, restrict,
+    AssignOptions, Expr, Parallelism, Parameter, PreparedReduction, ReduceRegion, Reduction,
+    Region, field, laplacian, prolongate, restrict,
 };
 
 /// Multigrid settings.
@@ -505,7 +505,7 @@ impl Multigrid {
         if self.singular {
             remove_mean(&mut finest.b, mean, assignments, "remove mean", None)?;
         }
-        Ok(interior_norm_l2(&finest.b)?)
+        norm(assignments, &finest.b)
     }
 
     fn store(&mut self, solution: &mut SpatialField<CellCentre>) -> SolverResult<()> {
@@ -534,7 +534,7 @@ impl Multigrid {
         let target = self.options.relative_tolerance * rhs_norm.max(f64::MIN_POSITIVE);
         let mut residuals = Vec::new();
         self.residual(0)?;
-        residuals.push(interior_norm_l2(&self.levels[0].r)?);
+        residuals.push(norm(&mut self.assignments, &self.levels[0].r)?);
         let mut iterations = 0;
         while residuals.last().is_some_and(|&r| r > target || r.is_nan()) {
             if residuals.last().is_some_and(|r| !r.is_finite()) {
@@ -550,7 +550,7 @@ impl Multigrid {
             }
             self.v_cycle(0, false)?;
             self.residual(0)?;
-            residuals.push(interior_norm_l2(&self.levels[0].r)?);
+            residuals.push(norm(&mut self.assignments, &self.levels[0].r)?);
             iterations += 1;
         }
         self.finish(solution, "multigrid", &residuals, iterations, target)?;
@@ -598,10 +598,10 @@ impl Multigrid {
         self.residual(0)?;
         copy_all(&self.levels[0].x, &mut self.cg.x, &mut self.assignments)?;
         copy_all(&self.levels[0].r, &mut self.cg.r, &mut self.assignments)?;
-        let mut residuals = vec![interior_norm_l2(&self.cg.r)?];
+        let mut residuals = vec![norm(&mut self.assignments, &self.cg.r)?];
         self.precondition()?;
         copy_all(&self.cg.z, &mut self.cg.p, &mut self.assignments)?;
-        let mut rz = dot(&self.cg.r, &self.cg.z)?;
+        let mut rz = dot(&mut self.assignments, &self.cg.r, &self.cg.z)?;
         let mut iterations = 0;
         while residuals.last().is_some_and(|&r| r > target || r.is_nan()) {
             if residuals.last().is_some_and(|r| !r.is_finite()) {
@@ -627,7 +627,7 @@ impl Multigrid {
             assignments.run("cg q", [q.id(), p.id(), 0], q, &[p], |q| {
                 Recipe::new(laplacian(p).node().clone(), q.id())
             })?;
-            cg.alpha.set(rz / dot(&cg.p, &cg.q)?);
+            cg.alpha.set(rz / dot(assignments, &cg.p, &cg.q)?);
             let (alpha, p, q) = (&cg.alpha, &cg.p, &cg.q);
             let x = &mut cg.x;
             let own = x.id();
@@ -644,14 +644,14 @@ impl Multigrid {
             if self.singular {
                 remove_mean(&mut cg.r, mean, assignments, "remove mean", None)?;
             }
-            residuals.push(interior_norm_l2(&cg.r)?);
+            residuals.push(norm(assignments, &cg.r)?);
             iterations += 1;
             self.precondition()?;
             let homogeneous = self.homogeneous;
             let Multigrid {
                 cg, assignments, ..
             } = self;
-            let rz_next = dot(&cg.r, &cg.z)?;
+            let rz_next = dot(assignments, &cg.r, &cg.z)?;
             cg.beta.set(rz_next / rz);
             rz = rz_next;
             let (beta, z, p) = (&cg.beta, &cg.z, &mut cg.p);
@@ -688,8 +688,33 @@ impl Multigrid {
     }
 }
 
-fn dot(a: &SpatialField<CellCentre>, b: &SpatialField<CellCentre>) -> OperatorResult<f64> {
-    interior_sum(field(a) * field(b))
+/// The interior dot product of `a` and `b` (prepared once per pair).
+fn dot(
+    assignments: &mut Assignments,
+    a: &SpatialField<CellCentre>,
+    b: &SpatialField<CellCentre>,
+) -> SolverResult<f64> {
+    assignments.reduce("dot", [a.id(), b.id()], &[a, b], || {
+        PreparedReduction::new(
+            field(a) * field(b),
+            Reduction::Sum,
+            ReduceRegion::Interior,
+            Parallelism::Rayon,
+        )
+    })
+}
+
+/// The interior L2 norm of `a` (prepared once per field).
+fn norm(assignments: &mut Assignments, a: &SpatialField<CellCentre>) -> SolverResult<f64> {
+    let squares = assignments.reduce("norm", [a.id(), 0], &[a], || {
+        PreparedReduction::new(
+            a,
+            Reduction::SumOfSquares,
+            ReduceRegion::Interior,
+            Parallelism::Rayon,
+        )
+    })?;
+    Ok(squares.sqrt())
 }
 
 /// Subtracts `x`'s interior mean from `x` (through the parameter `mean`,
@@ -703,7 +728,15 @@ fn remove_mean(
     fill: Option<BoundaryConditions>,
 ) -> SolverResult<()> {
     let n = x.layout().interior_len() as f64;
-    mean.set(interior_sum(field(x))? / n);
+    let sum = assignments.reduce("sum", [x.id(), 0], &[&*x], || {
+        PreparedReduction::new(
+            &*x,
+            Reduction::Sum,
+            ReduceRegion::Interior,
+            Parallelism::Rayon,
+        )
+    })?;
+    mean.set(sum / n);
     let own = x.id();
     assignments.run(purpose, [own, 0, 0], x, &[], |x| {
         let value = Expr::<CellCentre>::symbol(own, x.name()) - mean.expr();

@@ -14,7 +14,9 @@ use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use watershed_fields::{Location, SpatialField};
 use watershed_operators::ir::Node;
-use watershed_operators::{AssignOptions, BoundField, PreparedAssignment};
+use watershed_operators::{
+    AssignOptions, BoundField, OperatorResult, PreparedAssignment, PreparedReduction,
+};
 
 /// Assignments kept before the memo is cleared (a caller that passes new
 /// fields on every call must not make it grow without bound).
@@ -66,10 +68,11 @@ struct Kept {
     fill: Option<BoundaryConditions>,
 }
 
-/// Prepared assignments by use and field ids.
+/// Prepared assignments and reductions by use and field ids.
 #[derive(Debug, Default)]
 pub(crate) struct Assignments {
     built: HashMap<(&'static str, [u64; 3]), Kept>,
+    reductions: HashMap<(&'static str, [u64; 2]), PreparedReduction>,
 }
 
 impl Assignments {
@@ -121,6 +124,27 @@ impl Assignments {
             conditions.apply_native(target)?;
         }
         Ok(())
+    }
+
+    /// Runs the reduction for `purpose` over the fields `ids` (unused
+    /// places 0) reading `fields`; `prepare` builds it the first time (from
+    /// nothing else that can change between calls).
+    pub(crate) fn reduce(
+        &mut self,
+        purpose: &'static str,
+        ids: [u64; 2],
+        fields: &[&dyn BoundField],
+        prepare: impl FnOnce() -> OperatorResult<PreparedReduction>,
+    ) -> SolverResult<f64> {
+        let key = (purpose, ids);
+        if self.reductions.len() >= CAPACITY && !self.reductions.contains_key(&key) {
+            self.reductions.clear();
+        }
+        let prepared = match self.reductions.entry(key) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(prepare()?),
+        };
+        Ok(prepared.run(fields)?)
     }
 
     /// How many assignments are kept.

@@ -1,0 +1,176 @@
+//! `PreparedReduction`: repeated runs give the sums and extrema of
+//! hand-written loops over new data each run, a field of another layout
+//! (under the same id) is checked again, and a missing or too narrow field
+//! gives the errors of a fresh `reduce`.
+
+use watershed_fields::{
+    CellCentre, Device, FieldLayout, FieldResult, GhostWidth, Grid, Patch, SpatialField,
+};
+use watershed_operators::fields::GpuBuffer;
+use watershed_operators::{
+    BoundField, OperatorError, Parallelism, PreparedReduction, ReduceRegion, Reduction, field,
+    laplacian,
+};
+
+fn patch(ghosts: usize) -> Patch {
+    let grid = Grid::new([9, 7, 1], [1.0, 0.7, 1.0], [0.0; 3]).unwrap();
+    Patch::new(&grid, [0; 3], [9, 7, 1], GhostWidth::uniform(ghosts)).unwrap()
+}
+
+fn fill(f: &mut SpatialField<CellCentre>, seed: f64) {
+    for (i, v) in f.values_mut().unwrap().iter_mut().enumerate() {
+        *v = (seed + 0.37 * i as f64).sin();
+    }
+}
+
+/// Per interior row (x fastest), the values `value(i, j)`, accumulated
+/// along the row from `identity` with `combine`, then the rows combined
+/// in order with `combine`: the order `Reduction` documents.
+fn by_rows(
+    layout: &FieldLayout,
+    identity: f64,
+    combine: impl Fn(f64, f64) -> f64,
+    value: impl Fn(isize, isize) -> f64,
+) -> f64 {
+    let [nx, ny, _] = layout.interior_extent();
+    let mut total = identity;
+    for j in 0..ny as isize {
+        let mut row = identity;
+        for i in 0..nx as isize {
+            row = combine(row, value(i, j));
+        }
+        total = combine(total, row);
+    }
+    total
+}
+
+#[test]
+fn repeated_runs_match_hand_written_loops_over_new_data() {
+    let p = patch(1);
+    let mut a = SpatialField::<CellCentre>::new("a", &p, Device::Cpu).unwrap();
+    let mut b = SpatialField::<CellCentre>::new("b", &p, Device::Cpu).unwrap();
+    let mut dot = PreparedReduction::new(
+        field(&a) * field(&b),
+        Reduction::Sum,
+        ReduceRegion::Interior,
+        Parallelism::Serial,
+    )
+    .unwrap();
+    let mut largest = PreparedReduction::new(
+        laplacian(&a),
+        Reduction::Max,
+        ReduceRegion::Interior,
+        Parallelism::Serial,
+    )
+    .unwrap();
+    let layout = a.layout().clone();
+    let (dx, dy) = (1.0 / 9.0, 0.7 / 7.0);
+    for run in 0..4 {
+        fill(&mut a, 0.1 * run as f64);
+        fill(&mut b, 1.0 + 0.3 * run as f64);
+        let (va, vb) = (a.values().unwrap(), b.values().unwrap());
+        let at = |v: &[f64], i: isize, j: isize| v[layout.linear_index([i, j, 0])];
+        let expected_dot = by_rows(
+            &layout,
+            0.0,
+            |s, v| s + v,
+            |i, j| at(va, i, j) * at(vb, i, j),
+        );
+        assert_eq!(
+            dot.run(&[&a, &b]).unwrap().to_bits(),
+            expected_dot.to_bits()
+        );
+        let lap = |i: isize, j: isize| {
+            (at(va, i + 1, j) - 2.0 * at(va, i, j) + at(va, i - 1, j)) / (dx * dx)
+                + (at(va, i, j + 1) - 2.0 * at(va, i, j) + at(va, i, j - 1)) / (dy * dy)
+        };
+        let expected_max = by_rows(&layout, f64::NEG_INFINITY, f64::max, lap);
+        let got = largest.run(&[&a]).unwrap();
+        assert!(
+            (got - expected_max).abs() <= 1e-12 * expected_max.abs(),
+            "run {run}: {got} against {expected_max}"
+        );
+    }
+}
+
+/// A field that answers with another field's id: a field of another layout
+/// standing for the same tree leaf, as a graph binds one tag to fields of
+/// different patches.
+struct Alias<'a> {
+    id: u64,
+    field: &'a SpatialField<CellCentre>,
+}
+
+impl BoundField for Alias<'_> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn name(&self) -> &str {
+        self.field.name()
+    }
+    fn layout(&self) -> &FieldLayout {
+        self.field.layout()
+    }
+    fn cpu_values(&self) -> FieldResult<&[f64]> {
+        self.field.values()
+    }
+    fn gpu_buffer(&self, device: Device) -> FieldResult<GpuBuffer> {
+        BoundField::gpu_buffer(self.field, device)
+    }
+}
+
+#[test]
+fn a_field_of_another_layout_is_checked_again_and_missing_fields_are_named() {
+    let (one, two) = (patch(1), patch(2));
+    let mut a = SpatialField::<CellCentre>::new("a", &one, Device::Cpu).unwrap();
+    a.fill(2.0).unwrap();
+    let mut total = PreparedReduction::new(
+        field(&a),
+        Reduction::Sum,
+        ReduceRegion::Computable,
+        Parallelism::Serial,
+    )
+    .unwrap();
+    // Computable for a plain field: ghosts included, 11 x 9 points.
+    assert_eq!(total.run(&[&a]).unwrap(), 2.0 * 99.0);
+    // The same id on a patch with two ghost layers: 13 x 11 points.
+    let mut wide = SpatialField::<CellCentre>::new("wide", &two, Device::Cpu).unwrap();
+    wide.fill(1.0).unwrap();
+    let alias = Alias {
+        id: a.id(),
+        field: &wide,
+    };
+    assert_eq!(total.run(&[&alias]).unwrap(), 143.0);
+    assert_eq!(total.run(&[&a]).unwrap(), 2.0 * 99.0);
+
+    // Another field under another id: the leaf is not bound.
+    let stranger = SpatialField::<CellCentre>::new("stranger", &one, Device::Cpu).unwrap();
+    match total.run(&[&stranger]) {
+        Err(OperatorError::UnboundField { name, .. }) => assert_eq!(name, "a"),
+        other => panic!("expected UnboundField for a, got {other:?}"),
+    }
+
+    // A Laplacian over the interior needs one ghost layer; a field without
+    // ghosts under a's id is refused, naming it.
+    let grid = Grid::new([9, 7, 1], [1.0, 0.7, 1.0], [0.0; 3]).unwrap();
+    let bare_patch = Patch::new(&grid, [0; 3], [9, 7, 1], GhostWidth::uniform(0)).unwrap();
+    let bare = SpatialField::<CellCentre>::new("bare", &bare_patch, Device::Cpu).unwrap();
+    let mut lap = PreparedReduction::new(
+        laplacian(&a),
+        Reduction::Max,
+        ReduceRegion::Interior,
+        Parallelism::Serial,
+    )
+    .unwrap();
+    let alias = Alias {
+        id: a.id(),
+        field: &bare,
+    };
+    match lap.run(&[&alias]) {
+        Err(OperatorError::MissingGhosts { field, needed, .. }) => {
+            assert_eq!(field, "bare");
+            assert_eq!(needed, 1);
+        }
+        other => panic!("expected MissingGhosts for bare, got {other:?}"),
+    }
+}
