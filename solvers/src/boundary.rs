@@ -513,54 +513,66 @@ impl SideFill {
         })
     }
 
-    /// Index of point `along` (interior numbering, negative in the lower
-    /// ghosts) of the row starting at `row`.
-    fn at(&self, row: isize, along: isize, lower_ghosts: isize) -> usize {
-        (row + (along + lower_ghosts) * self.step) as usize
-    }
-
-    /// Fills the side in `values` (the field's whole allocation).
+    /// Fills the side in `values` (the field's whole allocation), a ghost
+    /// layer at a time over every row across the side. No point written
+    /// here is read here (partners and periodic sources are interior
+    /// points, and a face's boundary point is never a partner), so the
+    /// order of the writes does not matter.
     fn apply(&self, values: &mut [f64]) {
         let lower_ghosts = self.lower_ghosts;
         // Position along the axis of the boundary point (faces) or of the
         // first interior point (cells), and the direction into the ghosts.
         let (first, outward) = if self.plus { (self.n - 1, 1) } else { (0, -1) };
         let [(count_a, stride_a), (count_b, stride_b)] = self.outer;
-        for b in 0..count_b {
-            for a in 0..count_a {
-                let row = a * stride_a + b * stride_b;
-                let at = |along: isize| self.at(row, along, lower_ghosts);
-                if self.on_face
-                    && let BoundaryCondition::Dirichlet(v) = self.condition
-                {
-                    values[at(first)] = v;
+        let rows = move || {
+            (0..count_b).flat_map(move |b| (0..count_a).map(move |a| a * stride_a + b * stride_b))
+        };
+        let offset = |along: isize| (along + lower_ghosts) * self.step;
+        if self.on_face
+            && let BoundaryCondition::Dirichlet(v) = self.condition
+        {
+            let face = offset(first);
+            for row in rows() {
+                values[(row + face) as usize] = v;
+            }
+        }
+        for l in 1..=self.layers {
+            let (ghost, partner, distance) = if self.on_face {
+                (
+                    first + outward * l,
+                    first - outward * l,
+                    (2 * l) as f64 * self.h,
+                )
+            } else {
+                (
+                    first + outward * l,
+                    first - outward * (l - 1),
+                    (2 * l - 1) as f64 * self.h,
+                )
+            };
+            let ghost = offset(ghost);
+            match self.condition {
+                BoundaryCondition::Dirichlet(v) => {
+                    let twice = 2.0 * v;
+                    let partner = offset(partner);
+                    for row in rows() {
+                        values[(row + ghost) as usize] = twice - values[(row + partner) as usize];
+                    }
                 }
-                for l in 1..=self.layers {
-                    let (ghost, partner, distance) = if self.on_face {
-                        (
-                            first + outward * l,
-                            first - outward * l,
-                            (2 * l) as f64 * self.h,
-                        )
-                    } else {
-                        (
-                            first + outward * l,
-                            first - outward * (l - 1),
-                            (2 * l - 1) as f64 * self.h,
-                        )
-                    };
-                    values[at(ghost)] = match self.condition {
-                        BoundaryCondition::Dirichlet(v) => 2.0 * v - values[at(partner)],
-                        BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
-                            values[at(partner)] + distance * self.gradient
-                        }
-                        BoundaryCondition::Periodic => {
-                            // Ghost l beyond the plus end is interior point
-                            // l - 1, beyond the minus end it is n - l.
-                            let source = if self.plus { l - 1 } else { self.n - l };
-                            values[at(source)]
-                        }
-                    };
+                BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
+                    let rise = distance * self.gradient;
+                    let partner = offset(partner);
+                    for row in rows() {
+                        values[(row + ghost) as usize] = values[(row + partner) as usize] + rise;
+                    }
+                }
+                BoundaryCondition::Periodic => {
+                    // Ghost l beyond the plus end is interior point l - 1,
+                    // beyond the minus end it is n - l.
+                    let source = offset(if self.plus { l - 1 } else { self.n - l });
+                    for row in rows() {
+                        values[(row + ghost) as usize] = values[(row + source) as usize];
+                    }
                 }
             }
         }
