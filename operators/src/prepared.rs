@@ -122,6 +122,18 @@ impl Checked {
             .filter(|(id, _)| **id == target_leaf)
             .map(|(_, k)| k.clone())
             .collect();
+        // A compiled kernel that reads the target only at each point it
+        // writes (an in-place pointwise update) writes the target directly:
+        // its pointers are raw, and within a row every read of a point
+        // comes before its write (design note, aliasing point 2). The
+        // interpreter forms slices, so it keeps the copy.
+        let own_points_only = !reads.is_empty()
+            && reads
+                .iter()
+                .all(|k| k.transfer.is_none() && k.extent.min == [0; 3] && k.extent.max == [0; 3]);
+        if own_points_only && direct.native.is_some() {
+            return Self::resolve(direct, layout, name, target_leaf, fields, region);
+        }
         // A read at row offset 0 (in-place updates, x ghosts) meets the
         // written rows in any non-empty region: no need to resolve first.
         let in_own_row = reads

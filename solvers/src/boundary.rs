@@ -106,24 +106,43 @@ impl BoundaryConditions {
         &self,
         field: &mut SpatialField<L>,
     ) -> SolverResult<()> {
-        let layout = field.layout();
+        NativeFill::new::<L>(*self, field.layout(), field.name())?.apply(field)
+    }
+}
+
+/// [`BoundaryConditions::apply_native`] checked once for a layout: the
+/// sides to fill and what each takes from where. Solver loops that fill
+/// the same fields many times keep one ([`crate::prepared`]).
+#[derive(Debug, Clone)]
+pub(crate) struct NativeFill {
+    conditions: BoundaryConditions,
+    layout: FieldLayout,
+    sides: SmallVec<[SideFill; 6]>,
+}
+
+impl NativeFill {
+    /// The fill of `conditions` for `L` fields with `layout` (`name` is
+    /// the field named in errors).
+    pub(crate) fn new<L: Location>(
+        conditions: BoundaryConditions,
+        layout: &FieldLayout,
+        name: &str,
+    ) -> SolverResult<Self> {
         let patch = layout.patch();
         let grid = patch.grid();
-        // Every side is checked (errors name the field) before the values
-        // are taken for writing, once per call.
-        let mut fills: SmallVec<[SideFill; 6]> = SmallVec::new();
+        let mut sides: SmallVec<[SideFill; 6]> = SmallVec::new();
         for side in Side::ALL {
             let periodic_axis = grid.periodic()[side.axis] && grid.active_dimensions()[side.axis];
             let condition = if periodic_axis {
                 Some(BoundaryCondition::Periodic)
             } else {
-                self.get(side)
+                conditions.get(side)
             };
             let Some(condition) = condition else { continue };
             if condition == BoundaryCondition::Periodic {
                 if !periodic_axis {
                     return Err(SolverError::Setup {
-                        equation: field.name().to_string(),
+                        equation: name.to_string(),
                         reason: format!(
                             "a periodic condition on side {} needs a grid periodic along that axis (Grid::with_periodic)",
                             side.name()
@@ -145,14 +164,28 @@ impl BoundaryConditions {
                     continue;
                 }
             }
-            fills.push(SideFill::new::<L>(layout, field.name(), side, condition)?);
+            sides.push(SideFill::new::<L>(layout, name, side, condition)?);
         }
-        if fills.is_empty() {
+        Ok(NativeFill {
+            conditions,
+            layout: layout.clone(),
+            sides,
+        })
+    }
+
+    /// Fills `field`'s ghosts (checking the conditions again first if its
+    /// layout is not the one checked).
+    pub(crate) fn apply<L: Location>(&mut self, field: &mut SpatialField<L>) -> SolverResult<()> {
+        if field.layout() != &self.layout {
+            *self = NativeFill::new::<L>(self.conditions, field.layout(), field.name())?;
+        }
+        if self.sides.is_empty() {
             return Ok(());
         }
+        // The values are taken for writing once per call, not per side.
         let values = field.values_mut()?;
-        for fill in &fills {
-            fill.apply(values);
+        for side in &self.sides {
+            side.apply(values);
         }
         Ok(())
     }

@@ -7,7 +7,7 @@
 //! (the prepared assignment itself prepares again if a field's layout or a
 //! folded parameter changed).
 
-use crate::boundary::BoundaryConditions;
+use crate::boundary::{BoundaryConditions, NativeFill};
 use crate::error::SolverResult;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -66,7 +66,7 @@ impl Recipe {
 #[derive(Debug)]
 struct Kept {
     prepared: PreparedAssignment,
-    fill: Option<BoundaryConditions>,
+    fill: Option<NativeFill>,
 }
 
 /// Prepared assignments and reductions by use and field ids.
@@ -154,15 +154,20 @@ impl Assignments {
                     recipe.options,
                     &[],
                 )?;
-                entry.insert(Kept {
-                    prepared,
-                    fill: recipe.fill,
-                })
+                let fill = match recipe.fill {
+                    Some(conditions) => Some(NativeFill::new::<L>(
+                        conditions,
+                        target.layout(),
+                        target.name(),
+                    )?),
+                    None => None,
+                };
+                entry.insert(Kept { prepared, fill })
             }
         };
         kept.prepared.run(target, fields)?;
-        if let Some(conditions) = &kept.fill {
-            conditions.apply_native(target)?;
+        if let Some(fill) = &mut kept.fill {
+            fill.apply(target)?;
         }
         Ok(())
     }
