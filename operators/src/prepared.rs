@@ -122,16 +122,15 @@ impl Checked {
             .filter(|(id, _)| **id == target_leaf)
             .map(|(_, k)| k.clone())
             .collect();
-        // A compiled kernel that reads the target only at each point it
-        // writes (an in-place pointwise update) writes the target directly:
-        // its pointers are raw, and within a row every read of a point
-        // comes before its write (design note, aliasing point 2). The
-        // interpreter forms slices, so it keeps the copy.
-        let own_points_only = !reads.is_empty()
-            && reads
-                .iter()
-                .all(|k| k.transfer.is_none() && k.extent.min == [0; 3] && k.extent.max == [0; 3]);
-        if own_points_only && direct.native.is_some() {
+        // A compiled kernel writes the target directly once its region is
+        // checked: the check refuses any read of the target at a non-zero
+        // offset inside the points written, so each read is either the
+        // point's own value (read before its write, in the same row pass)
+        // or a point the kernel never writes; its raw pointers form no
+        // slice over a row being written (design note, aliasing points 2
+        // and 3). The interpreter forms slices, so a read in a row it
+        // writes goes through the register-then-copy path below.
+        if direct.native.is_some() && !reads.is_empty() {
             return Self::resolve(direct, layout, name, target_leaf, fields, region);
         }
         // A read at row offset 0 (in-place updates, x ghosts) meets the
