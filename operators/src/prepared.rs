@@ -182,33 +182,38 @@ impl Checked {
         })
     }
 
-    /// The data of each slot, from `fields`; `Ok(None)` when a slot's
-    /// field is missing or has another layout, or a folded parameter has
-    /// another value (the kernel must be checked again). Errors when a
-    /// field's CPU copy cannot be read.
-    fn bind<'f>(&self, fields: &[&'f dyn BoundField]) -> OperatorResult<Option<Bound<'f>>> {
+    /// The data of each slot, from `fields`, into `bound` (written in
+    /// place: a returned vector of bindings was moved several times per
+    /// run); `Ok(false)` when a slot's field is missing or has another
+    /// layout, or a folded parameter has another value (the kernel must be
+    /// checked again). Errors when a field's CPU copy cannot be read.
+    fn bind<'f>(
+        &self,
+        fields: &[&'f dyn BoundField],
+        bound: &mut Bound<'f>,
+    ) -> OperatorResult<bool> {
         if self
             .folded
             .iter()
             .any(|(parameter, bits)| parameter.value().to_bits() != *bits)
         {
-            return Ok(None);
+            return Ok(false);
         }
-        let mut bound = Bound::with_capacity(self.slots.len());
+        bound.clear();
         for slot in &self.slots {
             let Some(key) = slot else {
                 bound.push(Binding::Target);
                 continue;
             };
             let Some(field) = fields.iter().find(|f| f.id() == key.id) else {
-                return Ok(None);
+                return Ok(false);
             };
             if field.layout() != &key.layout {
-                return Ok(None);
+                return Ok(false);
             }
             bound.push(Binding::Field(*field, field.cpu_values()?));
         }
-        Ok(Some(bound))
+        Ok(true)
     }
 }
 
@@ -352,23 +357,24 @@ impl PreparedAssignment {
         Ok(())
     }
 
-    /// Every slot's data, or `Ok(None)` when a kernel must be checked again.
-    #[allow(clippy::type_complexity)]
+    /// Every slot's data into `main` and `masked`, or `Ok(false)` when a
+    /// kernel must be checked again.
     fn bind_all<'f>(
         &self,
         fields: &[&'f dyn BoundField],
-    ) -> OperatorResult<Option<(Bound<'f>, Masked<Bound<'f>>)>> {
-        let Some(main) = self.main.bind(fields)? else {
-            return Ok(None);
-        };
-        let mut masked = Vec::with_capacity(self.masked.len());
-        for m in &self.masked {
-            let Some(bound) = m.bind(fields)? else {
-                return Ok(None);
-            };
-            masked.push(bound);
+        main: &mut Bound<'f>,
+        masked: &mut Masked<Bound<'f>>,
+    ) -> OperatorResult<bool> {
+        if !self.main.bind(fields, main)? {
+            return Ok(false);
         }
-        Ok(Some((main, masked)))
+        masked.resize_with(self.masked.len(), Bound::new);
+        for (m, bound) in self.masked.iter().zip(masked.iter_mut()) {
+            if !m.bind(fields, bound)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Binds the assignment to `target` and `fields` (preparing it again
@@ -379,23 +385,20 @@ impl PreparedAssignment {
         fields: &[&'a dyn BoundField],
     ) -> OperatorResult<Staged<'a>> {
         let same_target = L::KIND == self.kind && target.layout() == &self.layout;
-        let mut bound = if same_target {
-            self.bind_all(fields)?
-        } else {
-            None
-        };
-        if bound.is_none() {
+        let mut main_bound = Bound::new();
+        let mut masked_bound = Masked::new();
+        let fits = same_target && self.bind_all(fields, &mut main_bound, &mut masked_bound)?;
+        if !fits {
             self.refresh(target, fields)?;
-            bound = self.bind_all(fields)?;
+            if !self.bind_all(fields, &mut main_bound, &mut masked_bound)? {
+                // Only a field whose layout or a parameter whose value
+                // changes while this call runs can get here.
+                return Err(OperatorError::Backend {
+                    what: format!("the assignment to '{}'", target.name()),
+                    reason: "a field's layout or a parameter's value changed while the assignment was being bound; bind fields and set parameters before running it".into(),
+                });
+            }
         }
-        let Some((main_bound, masked_bound)) = bound else {
-            // Only a field whose layout or a parameter whose value changes
-            // while this call runs can get here.
-            return Err(OperatorError::Backend {
-                what: format!("the assignment to '{}'", target.name()),
-                reason: "a field's layout or a parameter's value changed while the assignment was being bound; bind fields and set parameters before running it".into(),
-            });
-        };
         // Refuse aliasing before borrowing the target mutably: a `&mut`
         // slice over memory that a bound field's `&` slice also covers is
         // undefined behaviour even if nothing is written. (When the CPU

@@ -23,9 +23,8 @@ fn fill(f: &mut SpatialField<CellCentre>, seed: f64) {
     }
 }
 
-/// Per interior row (x fastest), the values `value(i, j)`, accumulated
-/// along the row from `identity` with `combine`, then the rows combined
-/// in order with `combine`: the order `Reduction` documents.
+/// The values `value(i, j)` over the interior, combined in storage order
+/// from `identity` with `combine`.
 fn by_rows(
     layout: &FieldLayout,
     identity: f64,
@@ -35,11 +34,9 @@ fn by_rows(
     let [nx, ny, _] = layout.interior_extent();
     let mut total = identity;
     for j in 0..ny as isize {
-        let mut row = identity;
         for i in 0..nx as isize {
-            row = combine(row, value(i, j));
+            total = combine(total, value(i, j));
         }
-        total = combine(total, row);
     }
     total
 }
@@ -65,20 +62,20 @@ fn repeated_runs_match_hand_written_loops_over_new_data() {
     .unwrap();
     let layout = a.layout().clone();
     let (dx, dy) = (1.0 / 9.0, 0.7 / 7.0);
+    let at = |v: &[f64], i: isize, j: isize| v[layout.linear_index([i, j, 0])];
     for run in 0..4 {
         fill(&mut a, 0.1 * run as f64);
         fill(&mut b, 1.0 + 0.3 * run as f64);
         let (va, vb) = (a.values().unwrap(), b.values().unwrap());
-        let at = |v: &[f64], i: isize, j: isize| v[layout.linear_index([i, j, 0])];
-        let expected_dot = by_rows(
-            &layout,
-            0.0,
-            |s, v| s + v,
-            |i, j| at(va, i, j) * at(vb, i, j),
-        );
-        assert_eq!(
-            dot.run(&[&a, &b]).unwrap().to_bits(),
-            expected_dot.to_bits()
+        // The evaluator adds in its own order (interleaved accumulators),
+        // so a sum of rounded products agrees to rounding.
+        let product = |i, j| at(va, i, j) * at(vb, i, j);
+        let expected_dot = by_rows(&layout, 0.0, |s, v| s + v, product);
+        let scale = by_rows(&layout, 0.0, |s, v| s + v.abs(), product);
+        let got = dot.run(&[&a, &b]).unwrap();
+        assert!(
+            (got - expected_dot).abs() <= 1e-14 * scale,
+            "run {run}: {got} against {expected_dot}"
         );
         let lap = |i: isize, j: isize| {
             (at(va, i + 1, j) - 2.0 * at(va, i, j) + at(va, i - 1, j)) / (dx * dx)
@@ -91,6 +88,21 @@ fn repeated_runs_match_hand_written_loops_over_new_data() {
             "run {run}: {got} against {expected_max}"
         );
     }
+    // Products of small integers add up exactly in any order: the sum is
+    // the hand loop's to the bit.
+    for (f, seed) in [(&mut a, 3), (&mut b, 8)] {
+        for (k, v) in f.values_mut().unwrap().iter_mut().enumerate() {
+            *v = ((k * 7 + seed) % 11) as f64 - 5.0;
+        }
+    }
+    let (va, vb) = (a.values().unwrap(), b.values().unwrap());
+    let exact = by_rows(
+        &layout,
+        0.0,
+        |s, v| s + v,
+        |i, j| at(va, i, j) * at(vb, i, j),
+    );
+    assert_eq!(dot.run(&[&a, &b]).unwrap().to_bits(), exact.to_bits());
 }
 
 /// A field that answers with another field's id: a field of another layout

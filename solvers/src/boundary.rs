@@ -22,7 +22,7 @@
 //! layout ([`BoundaryFill`]), or applied to a field in one call
 //! ([`BoundaryConditions::apply`]). Only the multigrid solver and the
 //! projection, which run outside a graph, still use a native loop with the
-//! same values (`apply_native`; why is said there).
+//! same values (`NativeFill`; why is said there).
 
 use crate::error::{SolverError, SolverResult};
 use smallvec::SmallVec;
@@ -92,27 +92,17 @@ impl BoundaryConditions {
     }
 }
 
-impl BoundaryConditions {
-    /// [`Self::apply`] by hand-written loops over CPU memory, for the work
-    /// that still runs outside a graph: the multigrid solver and the
-    /// projection's velocity fills. The V-cycle's levels go down to 2 x 2
-    /// cells, where each kernel call's fixed cost dominates: a 2D fill in
-    /// the language is six kernel calls of about 0.45 us each even when
-    /// prepared ([`watershed_operators::PreparedAssignment`]), against
-    /// about 0.75 us for this loop, which made a 64^2 cavity step 1.7x
-    /// slower (`docs/benchmarks.md`), so it stays native until that cost
-    /// falls. Same values as the language, bit for bit (unit test below).
-    pub(crate) fn apply_native<L: Location>(
-        &self,
-        field: &mut SpatialField<L>,
-    ) -> SolverResult<()> {
-        NativeFill::new::<L>(*self, field.layout(), field.name())?.apply(field)
-    }
-}
-
-/// [`BoundaryConditions::apply_native`] checked once for a layout: the
-/// sides to fill and what each takes from where. Solver loops that fill
-/// the same fields many times keep one ([`crate::prepared`]).
+/// [`BoundaryConditions::apply`] by hand-written loops over CPU memory,
+/// checked once for a layout (the sides to fill and what each takes from
+/// where), for the work that still runs outside a graph: the multigrid
+/// solver and the projection's velocity fills, which keep one per field
+/// ([`crate::prepared`]). The V-cycle's levels go down to 2 x 2 cells,
+/// where each kernel call's fixed cost dominates: with the conditions as
+/// masked language assignments fused after each V-cycle assignment (the x
+/// sides as row epilogues, prepared), a 64^2 cavity step was still 1.7x
+/// slower in the last measurement (`docs/benchmarks.md`), so the fill
+/// stays native until that cost falls. Same values as the language, bit
+/// for bit (unit test below).
 #[derive(Debug, Clone)]
 pub(crate) struct NativeFill {
     conditions: BoundaryConditions,
@@ -450,7 +440,7 @@ impl BoundaryConditions {
     }
 }
 
-/// One side's fill by [`BoundaryConditions::apply_native`], checked: the
+/// One side's fill by a [`NativeFill`], checked: the
 /// rows across the side (every allocated point of the other two axes) and
 /// what each ghost layer takes from which interior point.
 #[derive(Debug, Clone, Copy)]
@@ -627,7 +617,10 @@ mod tests {
 
     fn same<L: Location>(patch: &Patch, conditions: BoundaryConditions) {
         let (mut native, mut language) = (filled::<L>(patch), filled::<L>(patch));
-        conditions.apply_native(&mut native).unwrap();
+        NativeFill::new::<L>(conditions, native.layout(), native.name())
+            .unwrap()
+            .apply(&mut native)
+            .unwrap();
         conditions.apply(&mut language).unwrap();
         let (a, b) = (native.values().unwrap(), language.values().unwrap());
         assert!(

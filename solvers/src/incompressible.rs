@@ -19,9 +19,11 @@ use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::{Multigrid, MultigridOptions, SolveReport, first_non_finite};
+use crate::prepared::{Assignments, Recipe};
 use crate::solver::TimeStep;
 use crate::stages::{StageParameters, advance_levels, not_finite_in, update_expression};
 use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
+use std::sync::Mutex;
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
     LanguageExpression, Symbols, Tag,
@@ -29,12 +31,20 @@ use watershed_exprgraph::{
 use watershed_fields::on_face;
 use watershed_fields::{CellCentre, Device, Patch, SpatialField, XFace, YFace, ZFace};
 use watershed_operators::{
-    Assign, AssignOptions, Expr, FaceLocation, OperatorError, Parameter, abs, derivative,
-    divergence, field, gradient, interior_max, interior_norm_l2, interior_sum, interpolate_to_cell,
-    interpolate_to_face, laplacian, update_with,
+    Assign, AssignOptions, Expr, FaceLocation, OperatorError, Parallelism, Parameter,
+    PreparedReduction, ReduceRegion, Reduction, abs, derivative, divergence, field, gradient,
+    interior_sum, interpolate_to_cell, interpolate_to_face, laplacian,
 };
 
 const NAMES: [&str; 3] = ["u", "v", "w"];
+
+/// The memo behind `&mut` (no locking needed; a panic that poisoned the
+/// mutex left only prepared assignments, which re-check what they use).
+fn lock(prepared: &mut Mutex<Assignments>) -> &mut Assignments {
+    prepared
+        .get_mut()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// How the last projection went.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -222,6 +232,7 @@ impl IncompressibleFlowBuilder {
             time: 0.0,
             steps: 0,
             last: ProjectionReport::default(),
+            prepared: Mutex::new(Assignments::default()),
         })
     }
 }
@@ -288,6 +299,10 @@ pub struct IncompressibleFlow {
     time: f64,
     steps: u64,
     last: ProjectionReport,
+    /// The projection's assignments, reductions and fills and the time
+    /// step's speed reductions, prepared once ([`crate::prepared`]); a
+    /// mutex because the time-step query takes `&self`.
+    prepared: Mutex<Assignments>,
 }
 
 impl std::fmt::Debug for IncompressibleFlow {
@@ -418,10 +433,28 @@ impl IncompressibleFlow {
         Ok(energy)
     }
 
-    fn apply_conditions<F: GraphLocation>(&self, axis: usize) -> SolverResult<()> {
+    fn apply_conditions<F: GraphLocation>(&mut self, axis: usize) -> SolverResult<()> {
         let conditions = self.conditions[axis];
-        self.graph
-            .with_field_mut::<F, _>(&self.now[axis], |u| conditions.apply_native(u))?
+        let prepared = lock(&mut self.prepared);
+        self.graph.with_field_mut::<F, _>(&self.now[axis], |u| {
+            prepared.fill("velocity conditions", u, conditions)
+        })?
+    }
+
+    /// The interior maximum of `|u|` (prepared once per field).
+    fn max_abs<F: GraphLocation>(&self, u: &SpatialField<F>) -> SolverResult<f64> {
+        let mut prepared = self
+            .prepared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        prepared.reduce("max |u|", [u.id(), 0], &[u], || {
+            PreparedReduction::new(
+                abs(field(u)),
+                Reduction::Max,
+                ReduceRegion::Interior,
+                Parallelism::Rayon,
+            )
+        })
     }
 
     /// `div(u)` into the divergence field; returns its interior L2 norm.
@@ -429,44 +462,68 @@ impl IncompressibleFlow {
         let target = &mut self.divergence;
         let graph = &self.graph;
         let now = &self.now;
+        let prepared = lock(&mut self.prepared);
+        // Keyed by the velocity fields (the target is always the same
+        // field); a prepared assignment checks every field's id again, so
+        // a key shared by another w only prepares again.
         if self.active.len() == 2 {
             graph.with_field::<XFace, _>(&now[0], |u| {
                 graph.with_field::<YFace, _>(&now[1], |v| {
-                    target.assign(divergence::<XFace>(u) + divergence::<YFace>(v))
+                    let ids = [u.id(), v.id(), 0];
+                    prepared.run("divergence", ids, target, &[u, v], |t| {
+                        let value = divergence::<XFace>(u) + divergence::<YFace>(v);
+                        Recipe::new(value.node().clone(), t.id())
+                    })
                 })
             })???;
         } else {
             graph.with_field::<XFace, _>(&now[0], |u| {
                 graph.with_field::<YFace, _>(&now[1], |v| {
                     graph.with_field::<ZFace, _>(&now[2], |w| {
-                        target.assign(
-                            divergence::<XFace>(u)
+                        let ids = [u.id(), v.id(), w.id()];
+                        prepared.run("divergence", ids, target, &[u, v, w], |t| {
+                            let value = divergence::<XFace>(u)
                                 + divergence::<YFace>(v)
-                                + divergence::<ZFace>(w),
-                        )
+                                + divergence::<ZFace>(w);
+                            Recipe::new(value.node().clone(), t.id())
+                        })
                     })
                 })
             })????;
         }
-        Ok(interior_norm_l2(&self.divergence)?)
+        let div = &self.divergence;
+        let squares = prepared.reduce("divergence norm", [div.id(), 0], &[div], || {
+            PreparedReduction::new(
+                div,
+                Reduction::SumOfSquares,
+                ReduceRegion::Interior,
+                Parallelism::Rayon,
+            )
+        })?;
+        Ok(squares.sqrt())
     }
 
     /// `u -= grad(psi)` on the interior, in place, checking every value
     /// written (the corrected velocity is the stage's result, so this
     /// replaces a separate finiteness scan).
-    fn correct<F: GraphLocation + FaceLocation>(&self) -> SolverResult<Option<[isize; 3]>> {
+    fn correct<F: GraphLocation + FaceLocation>(&mut self) -> SolverResult<Option<[isize; 3]>> {
         let psi = &self.psi;
         let options = AssignOptions {
             check_finite: true,
             ..AssignOptions::default()
         };
+        let prepared = lock(&mut self.prepared);
         let result = self.graph.with_field_mut::<F, _>(&self.now[F::AXIS], |u| {
-            update_with(u, options, |u| u - gradient::<F>(psi))
+            let own = u.id();
+            prepared.run("correct", [own, psi.id(), 0], u, &[psi], |u| {
+                let value = Expr::<F>::symbol(own, u.name()) - gradient::<F>(psi);
+                Recipe::new(value.node().clone(), own).with_options(options)
+            })
         })?;
         match result {
             Ok(()) => Ok(None),
-            Err(OperatorError::NotFinite { point, .. }) => Ok(Some(point)),
-            Err(other) => Err(other.into()),
+            Err(SolverError::Operator(OperatorError::NotFinite { point, .. })) => Ok(Some(point)),
+            Err(other) => Err(other),
         }
     }
 
@@ -495,21 +552,21 @@ impl IncompressibleFlow {
     /// the first component and point that are not finite after the
     /// correction, if any.
     fn project(&mut self, stage_factor: f64) -> SolverResult<Option<(usize, [isize; 3])>> {
-        for &axis in &self.active {
+        for axis in self.active.clone() {
             on_face!(axis, F => self.apply_conditions::<F>(axis)?);
         }
         let before = self.compute_divergence()?;
         let report: SolveReport = self
             .poisson
             .solve_preconditioned_cg(&self.divergence, &mut self.psi)?;
-        for &axis in &self.active {
+        for axis in self.active.clone() {
             let bad = on_face!(axis, F => self.correct::<F>()?);
             if let Some(cell) = bad {
                 return Ok(Some((axis, cell)));
             }
         }
         // The correction covers the interior; refill ghosts and boundary faces.
-        for &axis in &self.active {
+        for axis in self.active.clone() {
             on_face!(axis, F => self.apply_conditions::<F>(axis)?);
         }
         let after = self.compute_divergence()?;
@@ -615,7 +672,7 @@ impl IncompressibleFlow {
         let mut speed: f64 = 0.0;
         for &axis in &self.active {
             speed = speed.max(on_face!(axis, F => self.component::<F, _>(axis, |u| {
-                interior_max(abs(field(u)))
+                self.max_abs(u)
             })??));
             for side in watershed_operators::Side::ALL {
                 if let Some(BoundaryCondition::Dirichlet(value)) = self.conditions[axis].get(side) {

@@ -74,6 +74,7 @@ struct Kept {
 pub(crate) struct Assignments {
     built: HashMap<(&'static str, [u64; 3]), Kept, BuildHasherDefault<KeyHasher>>,
     reductions: HashMap<(&'static str, [u64; 2]), PreparedReduction, BuildHasherDefault<KeyHasher>>,
+    fills: HashMap<(&'static str, [u64; 3]), NativeFill, BuildHasherDefault<KeyHasher>>,
 }
 
 /// A multiply-rotate hash (as rustc's Fx hash) for the memo's short keys:
@@ -124,12 +125,11 @@ impl Assignments {
     /// nothing else that can change between calls, except parameters'
     /// values.
     ///
-    /// The fill is `BoundaryConditions::apply_native`: as masked language
-    /// assignments after the kernel (prepared, the x sides fused as row
-    /// epilogues) a 64^2 cavity step took 3.8-3.9 ms instead of 1.9-2.3,
-    /// because a fill of a V-cycle level is six more kernel calls of about
-    /// 0.45 us each (4300 instead of 700 calls per step;
-    /// `docs/benchmarks.md`).
+    /// The fill is a [`NativeFill`]: as masked language assignments after
+    /// the kernel (prepared, the x sides fused as row epilogues) a 64^2
+    /// cavity step still took 1.7x as long (`docs/benchmarks.md`), because
+    /// a fill of a V-cycle level is several more kernel calls, each with a
+    /// fixed cost larger than a small level's arithmetic.
     pub(crate) fn run<L: Location>(
         &mut self,
         purpose: &'static str,
@@ -191,6 +191,29 @@ impl Assignments {
             Entry::Vacant(entry) => entry.insert(prepare()?),
         };
         Ok(prepared.run(fields)?)
+    }
+
+    /// Fills `target`'s ghosts with `conditions` (checked once per purpose
+    /// and field, again when the field's layout changes).
+    pub(crate) fn fill<L: Location>(
+        &mut self,
+        purpose: &'static str,
+        target: &mut SpatialField<L>,
+        conditions: BoundaryConditions,
+    ) -> SolverResult<()> {
+        let key = (purpose, [target.id(), 0, 0]);
+        if self.fills.len() >= CAPACITY && !self.fills.contains_key(&key) {
+            self.fills.clear();
+        }
+        let fill = match self.fills.entry(key) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(NativeFill::new::<L>(
+                conditions,
+                target.layout(),
+                target.name(),
+            )?),
+        };
+        fill.apply(target)
     }
 
     /// How many assignments are kept.
