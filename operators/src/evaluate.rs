@@ -207,24 +207,24 @@ impl Reduction {
     /// count.
     #[inline]
     fn of_row(self, values: &[f64]) -> f64 {
-        let mut lanes = [self.identity(); REDUCTION_LANES];
-        let mut chunks = values.chunks_exact(REDUCTION_LANES);
-        for chunk in &mut chunks {
-            for (lane, &v) in lanes.iter_mut().zip(chunk) {
-                *lane = self.combine(*lane, v);
-            }
+        // One loop per kind, so that each compiles to vector code without
+        // a dispatch per value.
+        match self {
+            Reduction::Sum => in_lanes(values, 0.0, |a, v| a + v, |a, b| a + b),
+            Reduction::SumOfSquares => in_lanes(values, 0.0, |a, v| a + v * v, |a, b| a + b),
+            Reduction::Min => in_lanes(
+                values,
+                f64::INFINITY,
+                |a, v| Reduction::Min.combine(a, v),
+                |a, b| Reduction::Min.combine(a, b),
+            ),
+            Reduction::Max => in_lanes(
+                values,
+                f64::NEG_INFINITY,
+                |a, v| Reduction::Max.combine(a, v),
+                |a, b| Reduction::Max.combine(a, b),
+            ),
         }
-        for (lane, &v) in lanes.iter_mut().zip(chunks.remainder()) {
-            *lane = self.combine(*lane, v);
-        }
-        let mut width = REDUCTION_LANES;
-        while width > 1 {
-            width /= 2;
-            for l in 0..width {
-                lanes[l] = self.merge(lanes[2 * l], lanes[2 * l + 1]);
-            }
-        }
-        lanes[0]
     }
 
     /// Combines two partial results.
@@ -234,6 +234,35 @@ impl Reduction {
             _ => self.combine(a, b),
         }
     }
+}
+
+/// `values` reduced in [`REDUCTION_LANES`] interleaved accumulators (lane
+/// `l` takes positions `l`, `l + 8`, ...), merged pairwise.
+#[inline(always)]
+fn in_lanes(
+    values: &[f64],
+    identity: f64,
+    combine: impl Fn(f64, f64) -> f64,
+    merge: impl Fn(f64, f64) -> f64,
+) -> f64 {
+    let mut lanes = [identity; REDUCTION_LANES];
+    let mut chunks = values.chunks_exact(REDUCTION_LANES);
+    for chunk in &mut chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = combine(*lane, v);
+        }
+    }
+    for (lane, &v) in lanes.iter_mut().zip(chunks.remainder()) {
+        *lane = combine(*lane, v);
+    }
+    let mut width = REDUCTION_LANES;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            lanes[l] = merge(lanes[2 * l], lanes[2 * l + 1]);
+        }
+    }
+    lanes[0]
 }
 
 /// The values of one source over a block: its first row's first point and
