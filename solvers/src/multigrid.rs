@@ -182,13 +182,14 @@ pub struct Multigrid {
 
 /// The vectors and scalars of preconditioned CG on the finest grid. The
 /// scalars are [`Parameter`]s, so each vector update is one kernel lowered
-/// once and run in place for every iteration.
+/// once and run in place for every iteration. The preconditioned residual
+/// `z` is the finest level's `x` after the V-cycle (read before the next
+/// V-cycle starts from zero), not a copy of it.
 struct ConjugateGradientVectors {
     x: SpatialField<CellCentre>,
     r: SpatialField<CellCentre>,
     p: SpatialField<CellCentre>,
     q: SpatialField<CellCentre>,
-    z: SpatialField<CellCentre>,
     alpha: Parameter,
     beta: Parameter,
 }
@@ -303,7 +304,6 @@ impl Multigrid {
                 r: make("cg_r")?,
                 p: make("cg_p")?,
                 q: make("cg_q")?,
-                z: make("cg_z")?,
                 alpha: Parameter::new("alpha", 0.0),
                 beta: Parameter::new("beta", 0.0),
             },
@@ -600,8 +600,8 @@ impl Multigrid {
         copy_all(&self.levels[0].r, &mut self.cg.r, &mut self.assignments)?;
         let mut residuals = vec![norm(&mut self.assignments, &self.cg.r)?];
         self.precondition()?;
-        copy_all(&self.cg.z, &mut self.cg.p, &mut self.assignments)?;
-        let mut rz = dot(&mut self.assignments, &self.cg.r, &self.cg.z)?;
+        copy_all(&self.levels[0].x, &mut self.cg.p, &mut self.assignments)?;
+        let mut rz = dot(&mut self.assignments, &self.cg.r, &self.levels[0].x)?;
         let mut iterations = 0;
         while residuals.last().is_some_and(|&r| r > target || r.is_nan()) {
             if residuals.last().is_some_and(|r| !r.is_finite()) {
@@ -649,12 +649,16 @@ impl Multigrid {
             self.precondition()?;
             let homogeneous = self.homogeneous;
             let Multigrid {
-                cg, assignments, ..
+                cg,
+                assignments,
+                levels,
+                ..
             } = self;
-            let rz_next = dot(assignments, &cg.r, &cg.z)?;
+            let z = &levels[0].x;
+            let rz_next = dot(assignments, &cg.r, z)?;
             cg.beta.set(rz_next / rz);
             rz = rz_next;
-            let (beta, z, p) = (&cg.beta, &cg.z, &mut cg.p);
+            let (beta, p) = (&cg.beta, &mut cg.p);
             let own = p.id();
             assignments.run("cg p", [own, z.id(), 0], p, &[z], |p| {
                 let value = field(z) + beta.expr() * Expr::<CellCentre>::symbol(own, p.name());
@@ -676,15 +680,19 @@ impl Multigrid {
         })
     }
 
-    /// `z = M r`: one V-cycle from zero on the residual equation.
+    /// `z = M r`: one V-cycle from zero on the residual equation, leaving
+    /// `z` in the finest level's `x`. The V-cycle reads the finest `b` and
+    /// never writes it, so CG's `r` is lent as that `b` for the cycle (a
+    /// swap, undone after it) instead of copied.
     fn precondition(&mut self) -> SolverResult<()> {
-        {
-            let finest = &mut self.levels[0];
-            copy_all(&self.cg.r, &mut finest.b, &mut self.assignments)?;
-            finest.x.fill(0.0)?;
-        }
-        self.v_cycle(0, true)?;
-        copy_all(&self.levels[0].x, &mut self.cg.z, &mut self.assignments)
+        std::mem::swap(&mut self.cg.r, &mut self.levels[0].b);
+        let outcome = self.levels[0]
+            .x
+            .fill(0.0)
+            .map_err(SolverError::from)
+            .and_then(|()| self.v_cycle(0, true));
+        std::mem::swap(&mut self.cg.r, &mut self.levels[0].b);
+        outcome
     }
 }
 
