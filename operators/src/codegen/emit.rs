@@ -937,10 +937,8 @@ fn c_row_loops(emitter: &Emitter<'_>, resolved: &HashMap<usize, bool>, indent: &
         );
     }
     for (group, (lo, hi, members)) in groups.iter().enumerate() {
-        let _ = writeln!(
-            body,
-            "#pragma GCC ivdep\n{inner}for (long long x = x0 + {lo}LL; x < x1 + {hi}LL; ++x) {{"
-        );
+        // The statements of one point `x`, for whichever loop runs them.
+        let mut statements = String::new();
         for &i in members {
             let read = |source: Source| -> String {
                 match source {
@@ -968,20 +966,69 @@ fn c_row_loops(emitter: &Emitter<'_>, resolved: &HashMap<usize, bool>, indent: &
                 // `!(|v| <= max)` holds for NaN and for infinities; an
                 // integer OR keeps the loop vectorisable.
                 let _ = writeln!(
-                    body,
+                    statements,
                     "{inner}    const double v = {value};\n{inner}    T[x] = v;\n{inner}    bad |= !(fabs(v) <= 1.7976931348623157e308);"
                 );
             } else {
-                let _ = writeln!(body, "{inner}    const double r{out} = {value};");
+                let _ = writeln!(statements, "{inner}    const double r{out} = {value};");
                 if stored[out as usize] {
-                    let _ = writeln!(body, "{inner}    R{out}[x] = r{out};");
+                    let _ = writeln!(statements, "{inner}    R{out}[x] = r{out};");
                 }
             }
         }
-        let _ = writeln!(body, "{inner}}}");
+        if members
+            .iter()
+            .any(|&i| prolongates_along_x(&kernel.instructions[i]))
+        {
+            body.push_str(&parity_split_loop(&inner, *lo, *hi, &statements));
+        } else {
+            let _ = writeln!(
+                body,
+                "#pragma GCC ivdep\n{inner}for (long long x = x0 + {lo}LL; x < x1 + {hi}LL; ++x) {{\n{statements}{inner}}}"
+            );
+        }
     }
     let _ = writeln!(body, "{indent}}}");
     body
+}
+
+/// True for a prolongation that refines x: its parent index `x >> 1` and
+/// neighbour side `x & 1` vary point by point, which keeps a plain x loop
+/// from vectorising (a gather per point).
+fn prolongates_along_x(instruction: &Instruction) -> bool {
+    matches!(
+        instruction,
+        Instruction::Transfer {
+            op: StencilOp::Prolongate { ratio },
+            ..
+        } if ratio[0] == 2
+    )
+}
+
+/// The x loop of `statements` (which read the point index as `x`) over
+/// `x0 + lo .. x1 + hi`, as a loop over pairs of points `2i, 2i + 1`, each
+/// with its own constant `x`: the compiler then folds `x >> 1` to `i` and
+/// `x & 1` to 0 or 1, so the pair's reads of the coarse field are
+/// contiguous in `i` and the loop vectorises. A leading odd point and a
+/// trailing single point run alone. Every point runs the same statements
+/// as in a plain loop, so the values are the same bits.
+fn parity_split_loop(inner: &str, lo: isize, hi: isize, statements: &str) -> String {
+    format!(
+        "{inner}{{\n\
+         {inner}    long long x = x0 + {lo}LL;\n\
+         {inner}    const long long x_end = x1 + {hi}LL;\n\
+         {inner}    if (x < x_end && (x & 1)) {{\n{statements}{inner}        ++x;\n{inner}    }}\n\
+         {inner}    const long long pairs = x < x_end ? (x_end - x) / 2 : 0;\n\
+         {inner}    const long long i0 = x >> 1;\n\
+         #pragma GCC ivdep\n\
+         {inner}    for (long long i = i0; i < i0 + pairs; ++i) {{\n\
+         {inner}        {{ const long long x = 2LL * i;\n{statements}{inner}        }}\n\
+         {inner}        {{ const long long x = 2LL * i + 1LL;\n{statements}{inner}        }}\n\
+         {inner}    }}\n\
+         {inner}    x += 2 * pairs;\n\
+         {inner}    if (x < x_end) {{\n{statements}{inner}    }}\n\
+         {inner}}}\n"
+    )
 }
 
 /// The CUDA C kernel computing `kernel` at one point per thread (see the
