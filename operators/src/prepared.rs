@@ -437,8 +437,16 @@ impl PreparedAssignment {
             self.plans = Some(self.make_plans(&main_data, &masked_data));
         }
         let this: &'a PreparedAssignment = self;
+        let Some(plans) = this.plans.as_ref() else {
+            return Err(OperatorError::Backend {
+                what: format!("the assignment to '{}'", target.name()),
+                reason: "its evaluator plans were not made (an internal error); please report it"
+                    .into(),
+            });
+        };
         Ok(Staged {
             prepared: this,
+            plans,
             main_parameters: this.main.lowered.parameter_values(),
             masked_parameters: this
                 .masked
@@ -559,6 +567,8 @@ fn field_data<'f>(bound: &[Binding<'f>], target: &TargetData, layout: &FieldLayo
 /// A prepared assignment bound to its target and fields, ready to run.
 pub(crate) struct Staged<'a> {
     pub(crate) prepared: &'a PreparedAssignment,
+    /// The evaluator's plans of `prepared`.
+    plans: &'a Plans,
     pub(crate) main_bound: Bound<'a>,
     pub(crate) masked_bound: Masked<Bound<'a>>,
     pub(crate) main_data: Data<'a>,
@@ -588,10 +598,7 @@ impl Staged<'_> {
 
     /// The plans (made by [`PreparedAssignment::stage`]).
     fn plans(&self) -> &Plans {
-        match &self.prepared.plans {
-            Some(plans) => plans,
-            None => unreachable!("PreparedAssignment::stage makes the plans before staging"),
-        }
+        self.plans
     }
 
     /// The main kernel's plan.
