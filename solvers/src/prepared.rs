@@ -5,7 +5,9 @@
 //! [`PreparedAssignment`], keyed by what it computes and the ids of the
 //! fields involved, so a repeated call only binds data pointers and runs
 //! (the prepared assignment itself prepares again if a field's layout or a
-//! folded parameter changed).
+//! folded parameter changed). Reductions (dot products, norms, means,
+//! maxima) are kept the same way as [`PreparedReduction`]s, and boundary
+//! fills outside an assignment as [`NativeFill`]s.
 
 use crate::boundary::{BoundaryConditions, NativeFill};
 use crate::error::SolverResult;
