@@ -270,4 +270,39 @@ mod tests {
         }
         assert!(assignments.len() <= CAPACITY);
     }
+
+    #[test]
+    fn a_reduction_and_a_fill_are_prepared_once_and_follow_new_data() {
+        let patch = Grid::new([3, 2, 1], [1.0; 3], [0.0; 3])
+            .unwrap()
+            .whole_domain(1);
+        let mut a = SpatialField::<CellCentre>::new("a", &patch, Device::Cpu).unwrap();
+        let mut assignments = Assignments::default();
+        let mut builds = 0;
+        for round in 1..=3 {
+            a.fill(round as f64).unwrap();
+            let squares = assignments
+                .reduce("squares", [a.id(), 0], &[&a], || {
+                    builds += 1;
+                    PreparedReduction::new(
+                        &a,
+                        watershed_operators::Reduction::SumOfSquares,
+                        watershed_operators::ReduceRegion::Interior,
+                        watershed_operators::Parallelism::Serial,
+                    )
+                })
+                .unwrap();
+            // Six interior cells of `round`.
+            assert_eq!(squares, 6.0 * (round * round) as f64);
+            let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.5));
+            assignments.fill("walls", &mut a, walls).unwrap();
+            // A Dirichlet ghost mirrors its partner about 0.5.
+            let layout = a.layout().clone();
+            let values = a.values().unwrap();
+            assert_eq!(values[layout.linear_index([-1, 0, 0])], 1.0 - round as f64);
+            assert_eq!(values[layout.linear_index([1, 2, 0])], 1.0 - round as f64);
+        }
+        assert_eq!(builds, 1);
+        assert_eq!(assignments.fills.len(), 1);
+    }
 }
