@@ -17,13 +17,18 @@
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::first_non_finite;
+use crate::prepared::Assignments;
 use crate::stages::{StageParameters, advance_levels, not_finite_in, update_expression};
 use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
 use crate::transport::{Diffusivity, TransportEquation};
+use std::sync::Mutex;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphError, GraphOptions, Tag};
 use watershed_fields::on_face;
 use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField};
-use watershed_operators::{Assign, AssignOptions, Region, abs, field, interior_max, interior_min};
+use watershed_operators::{
+    Assign, AssignOptions, Parallelism, PreparedReduction, ReduceRegion, Reduction, Region, abs,
+    field, interior_min,
+};
 
 /// How `dt` is chosen.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -153,8 +158,24 @@ impl TransportSolverBuilder {
             mode: self.mode,
             time: 0.0,
             steps: 0,
+            maxima: Mutex::new(Assignments::default()),
         })
     }
+}
+
+/// `max |f|` over `f`'s interior (prepared once per field in `maxima`).
+fn max_abs<L: watershed_fields::Location>(
+    maxima: &mut Assignments,
+    f: &SpatialField<L>,
+) -> SolverResult<f64> {
+    maxima.reduce("max |f|", [f.id(), 0], &[f], || {
+        PreparedReduction::new(
+            abs(field(f)),
+            Reduction::Max,
+            ReduceRegion::Interior,
+            Parallelism::Rayon,
+        )
+    })
 }
 
 /// Transport equations advancing in time.
@@ -166,6 +187,9 @@ pub struct TransportSolver {
     mode: ExecutionMode,
     time: f64,
     steps: u64,
+    /// The time step's `max |k|` and `max |u|` reductions, prepared once
+    /// per field (a mutex because the query takes `&self`).
+    maxima: Mutex<Assignments>,
 }
 
 impl std::fmt::Debug for TransportSolver {
@@ -561,23 +585,22 @@ impl TransportSolver {
     pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
         let grid = self.graph.patch().grid();
         let mut limit = StabilityLimit::new(smallest_spacing(grid), cfl, diffusion_number)?;
+        // Equations often share a diffusivity or a velocity: each field's
+        // maximum is computed once per call.
+        let mut known: Vec<(Tag, f64)> = Vec::new();
         for equation in &self.equations {
             if let Some(diffusivity) = equation.diffusivity() {
                 limit.diffusion(match diffusivity {
                     Diffusivity::Constant(k) => k.abs(),
-                    Diffusivity::Field(tag) => self
-                        .graph
-                        .with_field::<CellCentre, _>(tag, |k| interior_max(abs(field(k))))??,
+                    Diffusivity::Field(tag) => self.largest_magnitude(tag, 3, &mut known)?,
                 });
             }
             if let Some(velocity) = equation.velocity() {
                 let active = grid.active_dimensions();
                 let mut largest: f64 = 0.0;
                 for axis in (0..3).filter(|&a| active[a]) {
-                    largest = largest.max(on_face!(axis, F => self.graph.with_field::<F, _>(
-                        &velocity[axis],
-                        |u| interior_max(abs(field(u)))
-                    )??));
+                    largest =
+                        largest.max(self.largest_magnitude(&velocity[axis], axis, &mut known)?);
                 }
                 limit.convection(largest);
             }
@@ -585,6 +608,31 @@ impl TransportSolver {
         limit.time_step(
             "no equation limits the time step (no diffusion, no convection); use TimeStep::Fixed",
         )
+    }
+
+    /// `max |f|` over the interior of the field `tag` (cells for `axis` 3,
+    /// else faces normal to `axis`), remembered in `known` for this call.
+    fn largest_magnitude(
+        &self,
+        tag: &Tag,
+        axis: usize,
+        known: &mut Vec<(Tag, f64)>,
+    ) -> SolverResult<f64> {
+        if let Some((_, value)) = known.iter().find(|(t, _)| t == tag) {
+            return Ok(*value);
+        }
+        let mut maxima = self
+            .maxima
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let value = if axis == 3 {
+            self.graph
+                .with_field::<CellCentre, _>(tag, |k| max_abs(&mut maxima, k))??
+        } else {
+            on_face!(axis, F => self.graph.with_field::<F, _>(tag, |u| max_abs(&mut maxima, u))??)
+        };
+        known.push((tag.clone(), value));
+        Ok(value)
     }
 
     /// Advances to `end_time`; returns the number of steps taken.

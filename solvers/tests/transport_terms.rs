@@ -207,3 +207,75 @@ fn initial_conditions_from_an_expression_equal_those_from_a_closure() {
             .contains("no such equation")
     );
 }
+
+#[test]
+fn the_stable_time_step_reads_the_largest_diffusivity_and_speed_of_shared_fields() {
+    // A 2D grid (h = 1/16), two equations sharing one diffusivity field and
+    // one velocity; the largest magnitudes sit in single interior points.
+    let patch = Grid::new([16, 16, 1], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .whole_domain(1);
+    let k = Tag::none("k");
+    let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
+    let mut builder = TransportSolverBuilder::new(&patch);
+    for name in ["A", "B"] {
+        builder = builder.equation(
+            TransportEquation::new(name)
+                .diffusion(Diffusivity::Field(k.clone()))
+                .convection(velocity.clone(), ConvectiveScheme::Upwind)
+                .boundary_conditions(dirichlet()),
+        );
+    }
+    let factory = builder.factory_mut();
+    factory
+        .placeholder(k.clone(), LocationKind::CellCentre)
+        .unwrap();
+    factory
+        .placeholder(velocity[0].clone(), LocationKind::XFace)
+        .unwrap();
+    factory
+        .placeholder(velocity[1].clone(), LocationKind::YFace)
+        .unwrap();
+    factory
+        .placeholder(velocity[2].clone(), LocationKind::ZFace)
+        .unwrap();
+    let solver = builder.build().unwrap();
+    let set = |speed_u: f64, speed_v: f64, largest_k: f64| {
+        let graph = solver.graph();
+        graph
+            .with_field_mut::<CellCentre, _>(&k, |f| -> Result<(), watershed_fields::FieldError> {
+                f.fill(0.1)?;
+                let at = f.layout().linear_index([5, 7, 0]);
+                f.values_mut()?[at] = largest_k;
+                Ok(())
+            })
+            .unwrap()
+            .unwrap();
+        graph
+            .with_field_mut::<watershed_fields::XFace, _>(&velocity[0], |f| {
+                f.fill(0.0)?;
+                let at = f.layout().linear_index([3, 2, 0]);
+                f.values_mut()?[at] = speed_u;
+                Ok::<(), watershed_fields::FieldError>(())
+            })
+            .unwrap()
+            .unwrap();
+        graph
+            .with_field_mut::<watershed_fields::YFace, _>(&velocity[1], |f| {
+                f.fill(speed_v)?;
+                Ok::<(), watershed_fields::FieldError>(())
+            })
+            .unwrap()
+            .unwrap();
+    };
+    let h = 1.0 / 16.0;
+    // Diffusion limits: 0.25 h^2 / 2 = 4.9e-4 against 0.5 h / 1 = 0.031.
+    set(-1.0, 0.5, -2.0);
+    let dt = solver.stable_time_step(0.5, 0.25).unwrap();
+    assert!((dt - 0.25 * h * h / 2.0).abs() <= 1e-15, "{dt}");
+    // New values on the next call (the prepared maxima read the data
+    // again): a speed of 40 limits, 0.5 h / 40 = 7.8e-4 < 0.25 h^2 / 0.1.
+    set(0.2, -40.0, 0.1);
+    let dt = solver.stable_time_step(0.5, 0.25).unwrap();
+    assert!((dt - 0.5 * h / 40.0).abs() <= 1e-15, "{dt}");
+}
