@@ -497,29 +497,36 @@ pub fn vectorisation_report(source: &str) -> OperatorResult<String> {
         what: "vectorisation report".to_string(),
         reason: why,
     })?;
-    let dir = std::env::temp_dir().join(format!("watershed-vec-{}", std::process::id()));
+    // One directory per call (removed at the end), so that concurrent
+    // reports never remove each other's files.
+    static REPORTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = REPORTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("watershed-vec-{}-{call}", std::process::id()));
     let io = |e: std::io::Error| OperatorError::Backend {
         what: "vectorisation report".to_string(),
         reason: e.to_string(),
     };
-    std::fs::create_dir_all(&dir).map_err(io)?;
-    let source_path = temporary(&dir.join("kernel.c"), "report");
-    std::fs::write(&source_path, source).map_err(io)?;
-    let object = source_path.with_extension("so");
-    let output = Command::new(&compiler.program)
-        .args(&compiler.flags)
-        .arg("-fopt-info-vec-optimized")
-        .arg("-o")
-        .arg(&object)
-        .args(["-x", "c"])
-        .arg(&source_path)
-        .output()
-        .map_err(io)?;
-    let _ = std::fs::remove_file(&source_path);
-    let _ = std::fs::remove_file(&object);
-    Ok(format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    ))
+    let report = || -> OperatorResult<String> {
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let source_path = temporary(&dir.join("kernel.c"), "report");
+        std::fs::write(&source_path, source).map_err(io)?;
+        let object = source_path.with_extension("so");
+        let output = Command::new(&compiler.program)
+            .args(&compiler.flags)
+            .arg("-fopt-info-vec-optimized")
+            .arg("-o")
+            .arg(&object)
+            .args(["-x", "c"])
+            .arg(&source_path)
+            .output()
+            .map_err(io)?;
+        Ok(format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    };
+    let outcome = report();
+    let _ = std::fs::remove_dir_all(&dir);
+    outcome
 }
