@@ -1419,12 +1419,22 @@ impl Context<'_> {
             scratch.len() >= self.kernel.registers * self.register_len(),
             "scratch smaller than the kernel's registers"
         );
+        // The plan may come from a preparation: its arrays must still fit
+        // this call's slots (one pointer, two strides each).
+        assert!(
+            native.pointers.len() == self.fields.len()
+                && native.plan.strides.len() == 2 * self.fields.len(),
+            "kernel arguments do not match the bound fields"
+        );
         // SAFETY: the function was generated from `self.kernel` with the
-        // signature `KernelFn`; every read lies inside its field (checked
-        // above, transfers by the binding), writes go to this block's rows
-        // of the target (checked above) or to `scratch` (checked above),
-        // and the invariants of the design note hold (no loop-carried
-        // dependence through the target).
+        // signature `KernelFn`; it reads one pointer and two strides per
+        // slot (lengths checked above) and the geometry its kernel needs
+        // (made from the same kernel and patch); every read lies inside
+        // its field (checked above, transfers by the binding), writes go
+        // to this block's rows of the target (checked above) or to
+        // `scratch` (checked above), and the invariants of the design note
+        // hold (no loop-carried dependence through the target: it is read
+        // only at a point's own offset or where the kernel does not write).
         unsafe {
             let not_finite = (native.kernel.function)(
                 native.pointers.as_ptr(),

@@ -118,44 +118,10 @@ impl NativeFill {
         layout: &FieldLayout,
         name: &str,
     ) -> SolverResult<Self> {
-        let patch = layout.patch();
-        let grid = patch.grid();
-        let mut sides: SmallVec<[SideFill; 6]> = SmallVec::new();
-        for side in Side::ALL {
-            let periodic_axis = grid.periodic()[side.axis] && grid.active_dimensions()[side.axis];
-            let condition = if periodic_axis {
-                Some(BoundaryCondition::Periodic)
-            } else {
-                conditions.get(side)
-            };
-            let Some(condition) = condition else { continue };
-            if condition == BoundaryCondition::Periodic {
-                if !periodic_axis {
-                    return Err(SolverError::Setup {
-                        equation: name.to_string(),
-                        reason: format!(
-                            "a periodic condition on side {} needs a grid periodic along that axis (Grid::with_periodic)",
-                            side.name()
-                        ),
-                    });
-                }
-                if patch.offset()[side.axis] != 0
-                    || patch.cells()[side.axis] != grid.cells()[side.axis]
-                {
-                    continue; // neighbours across the periodic seam are other patches
-                }
-            } else {
-                let on_boundary = if side.plus {
-                    patch.plus_boundary()[side.axis]
-                } else {
-                    patch.minus_boundary()[side.axis]
-                };
-                if !on_boundary {
-                    continue;
-                }
-            }
-            sides.push(SideFill::new::<L>(layout, name, side, condition)?);
-        }
+        let sides = checked_sides::<L>(&conditions, layout, name)?
+            .into_iter()
+            .map(|side| SideFill::new(layout, side))
+            .collect();
         Ok(NativeFill {
             conditions,
             layout: layout.clone(),
@@ -318,81 +284,23 @@ impl BoundaryConditions {
         target: u64,
         name: &str,
     ) -> SolverResult<Vec<MaskedAssignment>> {
-        let patch = layout.patch();
-        let grid = patch.grid();
         let field: Expr<'static, L> = Expr::symbol(target, name);
         let mut out = Vec::new();
-        for side in Side::ALL {
+        for checked in checked_sides::<L>(self, layout, name)? {
+            let CheckedSide {
+                side,
+                condition,
+                h,
+                n,
+                layers,
+                on_face,
+                gradient,
+            } = checked;
             let axis = side.axis;
-            let periodic_axis = grid.periodic()[axis] && grid.active_dimensions()[axis];
-            let condition = if periodic_axis {
-                Some(BoundaryCondition::Periodic)
-            } else {
-                self.get(side)
-            };
-            let Some(condition) = condition else { continue };
-            let setup = |reason: String| SolverError::Setup {
-                equation: name.to_string(),
-                reason,
-            };
-            if condition == BoundaryCondition::Periodic {
-                if !periodic_axis {
-                    return Err(setup(format!(
-                        "a periodic condition on side {} needs a grid periodic along that axis (Grid::with_periodic)",
-                        side.name()
-                    )));
-                }
-                if patch.offset()[axis] != 0 || patch.cells()[axis] != grid.cells()[axis] {
-                    continue; // the images across the seam live on other patches
-                }
-            } else {
-                let on_boundary = if side.plus {
-                    patch.plus_boundary()[axis]
-                } else {
-                    patch.minus_boundary()[axis]
-                };
-                if !on_boundary {
-                    continue;
-                }
-            }
-            let h = grid.spacing()[axis];
-            let n = layout.interior_extent()[axis] as isize;
-            let layers = if side.plus {
-                layout.ghosts().plus[axis]
-            } else {
-                layout.ghosts().minus[axis]
-            } as isize;
-            let on_face =
-                L::KIND.face_axis() == Some(axis) && condition != BoundaryCondition::Periodic;
-            let gradient = match condition {
-                BoundaryCondition::Neumann(q) => q,
-                BoundaryCondition::Flux { flux, diffusivity } => {
-                    if diffusivity == 0.0 || !diffusivity.is_finite() {
-                        return Err(setup(format!(
-                            "a flux condition on side {} needs a finite, non-zero diffusivity",
-                            side.name()
-                        )));
-                    }
-                    -flux / diffusivity
-                }
-                _ => 0.0,
-            };
             let face_value = match condition {
                 BoundaryCondition::Dirichlet(v) if on_face => Some(v),
                 _ => None,
             };
-            if layers == 0 && face_value.is_none() {
-                return Err(setup(format!(
-                    "the {condition:?} condition on side {} cannot be applied: the field has 0 ghost layers there; build its patch with at least 1 ghost layer",
-                    side.name()
-                )));
-            }
-            if layers > n {
-                return Err(setup(format!(
-                    "the {condition:?} condition on side {} mirrors {layers} ghost layers, but the patch has only {n} interior points along that axis; use fewer ghost layers or more cells",
-                    side.name()
-                )));
-            }
             // The layer at index `at` along the axis, across the whole
             // allocated extent of the other axes.
             let slab = |at: isize| {
@@ -440,38 +348,71 @@ impl BoundaryConditions {
     }
 }
 
-/// One side's fill by a [`NativeFill`], checked: the
-/// rows across the side (every allocated point of the other two axes) and
-/// what each ghost layer takes from which interior point.
+/// A side to fill, checked once for the language and the native fill: its
+/// condition, the spacing `h` and interior points `n` along its axis, the
+/// ghost layers to write, whether the field has a point on the boundary
+/// itself (a face field normal to the side), and the normal derivative a
+/// Neumann or flux condition imposes.
 #[derive(Debug, Clone, Copy)]
-struct SideFill {
+struct CheckedSide {
+    side: Side,
     condition: BoundaryCondition,
-    plus: bool,
-    /// Interior points along the axis.
+    h: f64,
     n: isize,
     layers: isize,
-    /// A face field normal to the side has a point on the boundary itself.
     on_face: bool,
-    /// Neumann and flux conditions: the normal derivative imposed.
     gradient: f64,
-    h: f64,
-    /// Stride along the axis.
-    step: isize,
-    /// Ghost layers below the interior along the axis.
-    lower_ghosts: isize,
-    /// The two other axes' allocated extents and strides.
-    outer: [(isize, isize); 2],
 }
 
-impl SideFill {
-    fn new<L: Location>(
-        layout: &FieldLayout,
-        name: &str,
-        side: Side,
-        condition: BoundaryCondition,
-    ) -> SolverResult<SideFill> {
+/// The sides `conditions` fill on `L` fields with `layout`, in the order
+/// -x, +x, -y, +y, -z, +z: each side with a condition on the domain's
+/// boundary, and each periodic axis of the grid when the patch spans it.
+/// Errors (naming the field `name`) for a periodic condition on a
+/// non-periodic axis, a flux condition without a finite non-zero
+/// diffusivity, and ghost layers that are missing or outnumber the
+/// interior points they mirror.
+fn checked_sides<L: Location>(
+    conditions: &BoundaryConditions,
+    layout: &FieldLayout,
+    name: &str,
+) -> SolverResult<SmallVec<[CheckedSide; 6]>> {
+    let patch = layout.patch();
+    let grid = patch.grid();
+    let setup = |reason: String| SolverError::Setup {
+        equation: name.to_string(),
+        reason,
+    };
+    let mut sides = SmallVec::new();
+    for side in Side::ALL {
         let axis = side.axis;
-        let h = layout.patch().grid().spacing()[axis];
+        let periodic_axis = grid.periodic()[axis] && grid.active_dimensions()[axis];
+        let condition = if periodic_axis {
+            Some(BoundaryCondition::Periodic)
+        } else {
+            conditions.get(side)
+        };
+        let Some(condition) = condition else { continue };
+        if condition == BoundaryCondition::Periodic {
+            if !periodic_axis {
+                return Err(setup(format!(
+                    "a periodic condition on side {} needs a grid periodic along that axis (Grid::with_periodic)",
+                    side.name()
+                )));
+            }
+            if patch.offset()[axis] != 0 || patch.cells()[axis] != grid.cells()[axis] {
+                continue; // the images across the seam live on other patches
+            }
+        } else {
+            let on_boundary = if side.plus {
+                patch.plus_boundary()[axis]
+            } else {
+                patch.minus_boundary()[axis]
+            };
+            if !on_boundary {
+                continue;
+            }
+        }
+        let h = grid.spacing()[axis];
         let n = layout.interior_extent()[axis] as isize;
         let layers = if side.plus {
             layout.ghosts().plus[axis]
@@ -483,13 +424,10 @@ impl SideFill {
             BoundaryCondition::Neumann(q) => q,
             BoundaryCondition::Flux { flux, diffusivity } => {
                 if diffusivity == 0.0 || !diffusivity.is_finite() {
-                    return Err(SolverError::Setup {
-                        equation: name.to_string(),
-                        reason: format!(
-                            "a flux condition on side {} needs a finite, non-zero diffusivity",
-                            side.name()
-                        ),
-                    });
+                    return Err(setup(format!(
+                        "a flux condition on side {} needs a finite, non-zero diffusivity",
+                        side.name()
+                    )));
                 }
                 -flux / diffusivity
             }
@@ -498,23 +436,46 @@ impl SideFill {
         let writes_face = on_face && matches!(condition, BoundaryCondition::Dirichlet(_));
         if layers == 0 && !writes_face {
             // Nothing would be written: the condition would be silently dropped.
-            return Err(SolverError::Setup {
-                equation: name.to_string(),
-                reason: format!(
-                    "the {condition:?} condition on side {} cannot be applied: the field has 0 ghost layers there; build its patch with at least 1 ghost layer",
-                    side.name()
-                ),
-            });
+            return Err(setup(format!(
+                "the {condition:?} condition on side {} cannot be applied: the field has 0 ghost layers there; build its patch with at least 1 ghost layer",
+                side.name()
+            )));
         }
         if layers > n {
-            return Err(SolverError::Setup {
-                equation: name.to_string(),
-                reason: format!(
-                    "the {condition:?} condition on side {} mirrors {layers} ghost layers, but the patch has only {n} interior points along that axis; use fewer ghost layers or more cells",
-                    side.name()
-                ),
-            });
+            return Err(setup(format!(
+                "the {condition:?} condition on side {} mirrors {layers} ghost layers, but the patch has only {n} interior points along that axis; use fewer ghost layers or more cells",
+                side.name()
+            )));
         }
+        sides.push(CheckedSide {
+            side,
+            condition,
+            h,
+            n,
+            layers,
+            on_face,
+            gradient,
+        });
+    }
+    Ok(sides)
+}
+
+/// One side's fill by a [`NativeFill`]: the checked side, and the rows
+/// across it (every allocated point of the other two axes).
+#[derive(Debug, Clone, Copy)]
+struct SideFill {
+    checked: CheckedSide,
+    /// Stride along the axis.
+    step: isize,
+    /// Ghost layers below the interior along the axis.
+    lower_ghosts: isize,
+    /// The two other axes' allocated extents and strides.
+    outer: [(isize, isize); 2],
+}
+
+impl SideFill {
+    fn new(layout: &FieldLayout, checked: CheckedSide) -> SideFill {
+        let axis = checked.side.axis;
         let extent = layout.allocated_extent().map(|e| e as isize);
         let stride = [1, extent[0], extent[0] * extent[1]];
         let others = match axis {
@@ -522,18 +483,12 @@ impl SideFill {
             1 => [0, 2],
             _ => [0, 1],
         };
-        Ok(SideFill {
-            condition,
-            plus: side.plus,
-            n,
-            layers,
-            on_face,
-            gradient,
-            h,
+        SideFill {
+            checked,
             step: stride[axis],
             lower_ghosts: layout.ghosts().minus[axis] as isize,
             outer: others.map(|a| (extent[a], stride[a])),
-        })
+        }
     }
 
     /// Fills the side in `values` (the field's whole allocation), a ghost
@@ -543,38 +498,41 @@ impl SideFill {
     /// order of the writes does not matter.
     fn apply(&self, values: &mut [f64]) {
         let lower_ghosts = self.lower_ghosts;
+        let CheckedSide {
+            side,
+            condition,
+            h,
+            n,
+            layers,
+            on_face,
+            gradient,
+        } = self.checked;
         // Position along the axis of the boundary point (faces) or of the
         // first interior point (cells), and the direction into the ghosts.
-        let (first, outward) = if self.plus { (self.n - 1, 1) } else { (0, -1) };
+        let (first, outward) = if side.plus { (n - 1, 1) } else { (0, -1) };
         let [(count_a, stride_a), (count_b, stride_b)] = self.outer;
         let rows = move || {
             (0..count_b).flat_map(move |b| (0..count_a).map(move |a| a * stride_a + b * stride_b))
         };
         let offset = |along: isize| (along + lower_ghosts) * self.step;
-        if self.on_face
-            && let BoundaryCondition::Dirichlet(v) = self.condition
-        {
+        if on_face && let BoundaryCondition::Dirichlet(v) = condition {
             let face = offset(first);
             for row in rows() {
                 values[(row + face) as usize] = v;
             }
         }
-        for l in 1..=self.layers {
-            let (ghost, partner, distance) = if self.on_face {
-                (
-                    first + outward * l,
-                    first - outward * l,
-                    (2 * l) as f64 * self.h,
-                )
+        for l in 1..=layers {
+            let (ghost, partner, distance) = if on_face {
+                (first + outward * l, first - outward * l, (2 * l) as f64 * h)
             } else {
                 (
                     first + outward * l,
                     first - outward * (l - 1),
-                    (2 * l - 1) as f64 * self.h,
+                    (2 * l - 1) as f64 * h,
                 )
             };
             let ghost = offset(ghost);
-            match self.condition {
+            match condition {
                 BoundaryCondition::Dirichlet(v) => {
                     let twice = 2.0 * v;
                     let partner = offset(partner);
@@ -583,7 +541,7 @@ impl SideFill {
                     }
                 }
                 BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
-                    let rise = distance * self.gradient;
+                    let rise = distance * gradient;
                     let partner = offset(partner);
                     for row in rows() {
                         values[(row + ghost) as usize] = values[(row + partner) as usize] + rise;
@@ -592,7 +550,7 @@ impl SideFill {
                 BoundaryCondition::Periodic => {
                     // Ghost l beyond the plus end is interior point l - 1,
                     // beyond the minus end it is n - l.
-                    let source = offset(if self.plus { l - 1 } else { self.n - l });
+                    let source = offset(if side.plus { l - 1 } else { n - l });
                     for row in rows() {
                         values[(row + ghost) as usize] = values[(row + source) as usize];
                     }

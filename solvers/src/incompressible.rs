@@ -23,6 +23,7 @@ use crate::prepared::{Assignments, Recipe};
 use crate::solver::TimeStep;
 use crate::stages::{StageParameters, advance_levels, not_finite_in, update_expression};
 use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
+use smallvec::SmallVec;
 use std::sync::Mutex;
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
@@ -552,21 +553,24 @@ impl IncompressibleFlow {
     /// the first component and point that are not finite after the
     /// correction, if any.
     fn project(&mut self, stage_factor: f64) -> SolverResult<Option<(usize, [isize; 3])>> {
-        for axis in self.active.clone() {
+        // The active axes, copied (no allocation) so that the loops may
+        // borrow `self` mutably.
+        let axes: SmallVec<[usize; 3]> = self.active.iter().copied().collect();
+        for &axis in &axes {
             on_face!(axis, F => self.apply_conditions::<F>(axis)?);
         }
         let before = self.compute_divergence()?;
         let report: SolveReport = self
             .poisson
             .solve_preconditioned_cg(&self.divergence, &mut self.psi)?;
-        for axis in self.active.clone() {
+        for &axis in &axes {
             let bad = on_face!(axis, F => self.correct::<F>()?);
             if let Some(cell) = bad {
                 return Ok(Some((axis, cell)));
             }
         }
         // The correction covers the interior; refill ghosts and boundary faces.
-        for axis in self.active.clone() {
+        for &axis in &axes {
             on_face!(axis, F => self.apply_conditions::<F>(axis)?);
         }
         let after = self.compute_divergence()?;
