@@ -35,6 +35,19 @@ pub enum GraphError {
         second: String,
     },
 
+    /// Two reductions write the same parameter.
+    #[error(
+        "parameter {parameter} is written by both reduction {first} and reduction {second}; give each reduction its own parameter"
+    )]
+    DuplicateParameterWriter {
+        /// The parameter's name.
+        parameter: String,
+        /// The reduction registered first.
+        first: String,
+        /// The reduction registered second.
+        second: String,
+    },
+
     /// The dependencies form a cycle.
     #[error("the expressions form a cycle: {}", cycle.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" -> "))]
     Cycle {
@@ -179,6 +192,21 @@ pub enum GraphError {
         expression: String,
         /// What went wrong.
         source: Box<GraphError>,
+    },
+
+    /// A reduction checking its result
+    /// ([`LanguageReduction::checking_finite`](crate::LanguageReduction::checking_finite))
+    /// found it not finite.
+    #[error(
+        "reduction {reduction} into parameter {parameter} gave {value}: a value it reduced is not finite; check the fields it reads (a diverged solution, a field never set)"
+    )]
+    ReductionNotFinite {
+        /// The reduction's name.
+        reduction: String,
+        /// The parameter it writes.
+        parameter: String,
+        /// What it found.
+        value: f64,
     },
 
     /// An error of the expression language.

@@ -30,6 +30,9 @@ pub enum ExpressionKind {
     Language,
     /// Hand-written Rust over CPU fields.
     Native,
+    /// A reduction written in the language, whose scalar result goes to a
+    /// parameter ([`crate::LanguageReduction`]); runs on the CPU.
+    Reduction,
 }
 
 /// A node of the graph.
@@ -50,6 +53,22 @@ pub trait Expression: Send + Sync {
     /// it into its target's producer).
     fn as_language_modifier(&self) -> Option<&LanguageModifier> {
         None
+    }
+    /// The reduction behind this node, if it is one.
+    fn as_language_reduction(&self) -> Option<&crate::reduction::LanguageReduction> {
+        None
+    }
+    /// The ids of the parameters it reads when its output has `layout`
+    /// (its expression's leaves and its boundary values'): it runs after
+    /// the graph's reduction writing any of them. Code the graph cannot see
+    /// into declares none.
+    fn parameters_read(&self, layout: &FieldLayout) -> GraphResult<Vec<u64>> {
+        let _ = layout;
+        Ok(Vec::new())
+    }
+    /// The ids of the parameters it writes (a reduction's result).
+    fn parameters_written(&self) -> Vec<u64> {
+        Vec::new()
     }
     /// The group behind this node, if horizontal fusion formed one.
     fn as_horizontal_group(&self) -> Option<&crate::passes::horizontal::HorizontalGroup> {
@@ -125,6 +144,22 @@ impl EvaluationContext<'_> {
         Ok((bindings, outputs))
     }
 
+    /// Every input bound under its tag's id (for IR leaves built from
+    /// tags).
+    pub(crate) fn input_bindings(&self) -> GraphResult<Vec<TagBinding<'_>>> {
+        let mut bindings = Vec::with_capacity(self.inputs.len());
+        for (tag, guard) in &self.inputs {
+            let field = guard
+                .as_ref()
+                .ok_or_else(|| self.unavailable(tag, "it has not been allocated"))?;
+            bindings.push(TagBinding {
+                id: tag.id(),
+                field: field.as_bound(),
+            });
+        }
+        Ok(bindings)
+    }
+
     /// An input field.
     pub fn input_any(&self, tag: &Tag) -> GraphResult<&AnyField> {
         let (_, guard) = self.inputs.iter().find(|(t, _)| *t == tag).ok_or_else(|| {
@@ -175,6 +210,11 @@ impl EvaluationContext<'_> {
     }
 }
 
+/// The ids of the parameters `root` reads.
+pub(crate) fn parameter_ids(root: &Node) -> Vec<u64> {
+    root.parameters().iter().map(|p| p.id()).collect()
+}
+
 /// A field bound under its tag's id, so IR leaves built from tags find it.
 pub(crate) struct TagBinding<'a> {
     id: u64,
@@ -206,6 +246,11 @@ pub struct Symbols {
 }
 
 impl Symbols {
+    /// The tags handed out, in first-use order.
+    pub(crate) fn into_used(self) -> Vec<Tag> {
+        self.used
+    }
+
     /// The field named `tag`, of location `L`, as an expression leaf.
     pub fn field<L: Location>(&mut self, tag: &Tag) -> Expr<'static, L> {
         if !self.used.contains(tag) {
@@ -479,6 +524,16 @@ impl Expression for LanguageExpression {
         Some(self)
     }
 
+    fn parameters_read(&self, layout: &FieldLayout) -> GraphResult<Vec<u64>> {
+        let mut ids = parameter_ids(&self.root);
+        for (_, root) in self.fused_assignments(layout)? {
+            ids.extend(parameter_ids(&root));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
     fn kernels(&self, layout: &FieldLayout) -> usize {
         let Ok(then) = self.fused_assignments(layout) else {
             return 1;
@@ -670,6 +725,16 @@ impl Expression for LanguageModifier {
 
     fn kernels(&self, layout: &FieldLayout) -> usize {
         self.assignments(layout).map_or(0, |a| a.len())
+    }
+
+    fn parameters_read(&self, layout: &FieldLayout) -> GraphResult<Vec<u64>> {
+        let mut ids: Vec<u64> = Vec::new();
+        for (_, root) in self.assignments(layout)?.iter() {
+            ids.extend(parameter_ids(root));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
     }
 
     fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()> {

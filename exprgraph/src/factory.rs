@@ -5,10 +5,12 @@
 //! for a tag at registration, naming both. Placeholders declare fields that
 //! come from outside (state variables, fields an outer framework owns), and
 //! modifiers attach to a tag to run right after its producer (boundary
-//! conditions are the first use).
+//! conditions are the first use). Reductions register under the tag naming
+//! their scalar result ([`Factory::register_reduction`]).
 
 use crate::error::{GraphError, GraphResult};
 use crate::expression::Expression;
+use crate::reduction::LanguageReduction;
 use crate::tag::Tag;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,6 +47,10 @@ pub struct Factory {
     pub(crate) producer_of: HashMap<Tag, usize>,
     pub(crate) placeholders: HashMap<Tag, LocationKind>,
     pub(crate) modifiers: HashMap<Tag, Vec<Registration>>,
+    /// Reductions by the tag naming their result.
+    pub(crate) reductions: HashMap<Tag, Registration>,
+    /// The result tag of the reduction writing each parameter (by id).
+    pub(crate) reduction_writing: HashMap<u64, Tag>,
 }
 
 impl Factory {
@@ -83,6 +89,13 @@ impl Factory {
                     second: name,
                 });
             }
+            if let Some(reduction) = self.reductions.get(tag) {
+                return Err(GraphError::DuplicateProducer {
+                    tag: tag.clone(),
+                    first: reduction.name.clone(),
+                    second: name,
+                });
+            }
         }
         let index = self.registrations.len();
         for (tag, _) in &computes {
@@ -95,12 +108,66 @@ impl Factory {
         Ok(())
     }
 
+    /// Registers a reduction under the tag naming its result: a graph
+    /// runs it when that tag is one of its roots or when one of its nodes
+    /// reads the reduction's parameter (see [`crate::reduction`]). The tag
+    /// must name nothing else, and no other reduction may write the same
+    /// parameter.
+    pub fn register_reduction(&mut self, reduction: LanguageReduction) -> GraphResult<()> {
+        let tag = reduction.result().clone();
+        let name = reduction.name();
+        if reduction.requires_tags().is_empty() {
+            return Err(GraphError::Usage(format!(
+                "reduction {name} reads no field of the graph, so it has no grid to reduce over; build its expression from fields named with `Symbols::field`"
+            )));
+        }
+        let first = if let Some(&existing) = self.producer_of.get(&tag) {
+            Some(self.registrations[existing].name.clone())
+        } else if self.placeholders.contains_key(&tag) {
+            Some("a placeholder".to_string())
+        } else {
+            self.reductions.get(&tag).map(|r| r.name.clone())
+        };
+        if let Some(first) = first {
+            return Err(GraphError::DuplicateProducer {
+                tag,
+                first,
+                second: name,
+            });
+        }
+        let parameter = reduction.parameter();
+        if let Some(other) = self.reduction_writing.get(&parameter.id()) {
+            return Err(GraphError::DuplicateParameterWriter {
+                parameter: parameter.name().to_string(),
+                first: self.reductions[other].name.clone(),
+                second: name,
+            });
+        }
+        self.reduction_writing.insert(parameter.id(), tag.clone());
+        let shared: Arc<dyn Expression> = Arc::new(reduction);
+        self.reductions.insert(
+            tag,
+            Registration {
+                name,
+                builder: Arc::new(move || shared.clone()),
+            },
+        );
+        Ok(())
+    }
+
     /// Declares `tag` a field provided from outside the graph.
     pub fn placeholder(&mut self, tag: Tag, location: LocationKind) -> GraphResult<()> {
         if let Some(&existing) = self.producer_of.get(&tag) {
             return Err(GraphError::DuplicateProducer {
                 tag,
                 first: self.registrations[existing].name.clone(),
+                second: "a placeholder".into(),
+            });
+        }
+        if let Some(reduction) = self.reductions.get(&tag) {
+            return Err(GraphError::DuplicateProducer {
+                tag,
+                first: reduction.name.clone(),
                 second: "a placeholder".into(),
             });
         }

@@ -119,6 +119,11 @@ pub(crate) struct GraphNode {
     pub region: Option<IndexBox>,
     /// Names of the expressions fusion inlined into this node.
     pub fused_from: Vec<String>,
+    /// Ids of the parameters it reads: it follows the reductions writing
+    /// them.
+    pub parameters_read: Vec<u64>,
+    /// Ids of the parameters it writes (a reduction's result).
+    pub parameters_written: Vec<u64>,
 }
 
 /// Bookkeeping of the DFS that collects nodes and fields.
@@ -189,6 +194,20 @@ impl Collector<'_> {
             self.finished.insert(tag.clone(), true);
             return Ok(());
         }
+        if let Some(registration) = self.factory.reductions.get(tag) {
+            self.finished.insert(tag.clone(), false);
+            self.stack.push(tag.clone());
+            let expression = (registration.builder)();
+            let name = expression.name();
+            self.nodes.push((expression.clone(), false));
+            for required in expression.requires() {
+                self.visit(&required, &name)?;
+            }
+            self.visit_parameter_writers(expression.as_ref(), None)?;
+            self.stack.pop();
+            self.finished.insert(tag.clone(), true);
+            return Ok(());
+        }
         let Some(&registration) = self.factory.producer_of.get(tag) else {
             return Err(GraphError::MissingProducer {
                 tag: tag.clone(),
@@ -216,6 +235,7 @@ impl Collector<'_> {
         for required in expression.requires() {
             self.visit(&required, &name)?;
         }
+        self.visit_parameter_writers(expression.as_ref(), None)?;
         self.visit_modifiers(tag)?;
         self.stack.pop();
         self.finished.insert(tag.clone(), true);
@@ -239,6 +259,30 @@ impl Collector<'_> {
                 if required != *tag {
                     self.visit(&required, &name)?;
                 }
+            }
+            self.visit_parameter_writers(modifier.as_ref(), Some(tag))?;
+        }
+        Ok(())
+    }
+
+    /// Visits the reductions writing the parameters `expression` reads (a
+    /// modifier reads them in the assignments it builds for `modified`'s
+    /// layout), so that they join the graph.
+    fn visit_parameter_writers(
+        &mut self,
+        expression: &dyn Expression,
+        modified: Option<&Tag>,
+    ) -> GraphResult<()> {
+        let location = match modified {
+            Some(tag) => self.slot_of.get(tag).map(|&s| self.fields[s].location),
+            None => expression.computes().first().map(|(_, l)| *l),
+        };
+        let layout = FieldLayout::new(self.patch, location.unwrap_or(LocationKind::CellCentre));
+        let name = expression.name();
+        for id in expression.parameters_read(&layout)? {
+            if let Some(writer) = self.factory.reduction_writing.get(&id) {
+                let writer = writer.clone();
+                self.visit(&writer, &name)?;
             }
         }
         Ok(())
@@ -369,11 +413,14 @@ impl ExpressionGraph {
 
         let mut nodes: Vec<GraphNode> = collected
             .into_iter()
-            .map(|(expression, modifier)| node_of(expression, modifier, &slot_of))
+            .map(|(expression, modifier)| node_of(expression, modifier, &slot_of, &fields, patch))
             .collect::<GraphResult<_>>()?;
 
         // Persistence.
         for tag in roots.iter().chain(&options.persistent) {
+            if factory.reductions.contains_key(tag) {
+                continue; // a scalar result, not a field
+            }
             match slot_of.get(tag) {
                 Some(&slot) => fields[slot].persistent = true,
                 None => {
@@ -405,7 +452,7 @@ impl ExpressionGraph {
         }
         let mut fusions = 0;
         if !options.no_fusion {
-            fusions = fusion::fuse(&mut nodes, &mut fields, &mut slot_of)?;
+            fusions = fusion::fuse(&mut nodes, &mut fields, &mut slot_of, patch)?;
         }
 
         let (users, producer) = link(&nodes, fields.len());
@@ -935,7 +982,8 @@ impl ExpressionGraph {
     /// labelled with its name and the tags it computes, filled by target
     /// (CPU light blue, GPUs green, khaki, pink, lavender), boxes for
     /// language expressions,
-    /// ellipses for native ones, diamonds for modifiers; placeholders are
+    /// ellipses for native ones, diamonds for modifiers, hexagons for
+    /// reductions (an edge to each node reading their parameter); placeholders are
     /// grey notes; fused nodes have a double border and list the
     /// expressions inlined into them. Copies between devices
     /// ([`crate::placement::transfers`]) are dashed red edges from the
@@ -956,17 +1004,23 @@ impl ExpressionGraph {
             }
         }
         for (n, node) in self.nodes.iter().enumerate() {
-            let tags: Vec<String> = node
+            let mut tags: Vec<String> = node
                 .outputs
                 .iter()
                 .map(|&s| self.fields[s].tag.to_string())
                 .collect();
-            let shape = if node.modifier {
-                "diamond"
-            } else if node.expression.kind() == ExpressionKind::Language {
-                "box"
-            } else {
-                "ellipse"
+            if let Some(reduction) = node.expression.as_language_reduction() {
+                tags.push(format!(
+                    "{:?} into parameter {}",
+                    reduction.reduction(),
+                    reduction.parameter().name()
+                ));
+            }
+            let shape = match node.expression.kind() {
+                _ if node.modifier => "diamond",
+                ExpressionKind::Language => "box",
+                ExpressionKind::Reduction => "hexagon",
+                ExpressionKind::Native => "ellipse",
             };
             let color = target_colour(node.target);
             if node.fused_from.is_empty() {
@@ -1026,6 +1080,7 @@ impl ExpressionGraph {
             "    legend_fused [label=\"fused expressions\\n(fused: the inlined ones)\", shape=box, peripheries=2, fillcolor=lightblue];\n",
             "    legend_native [label=\"native (CPU-only)\", shape=ellipse, fillcolor=lightblue];\n",
             "    legend_modifier [label=\"modifier\", shape=diamond, fillcolor=lightblue];\n",
+            "    legend_reduction [label=\"reduction into a parameter\", shape=hexagon, fillcolor=lightblue];\n",
             "    legend_gpu [label=\"placed on a GPU\\n(GPU 0 green, 1 khaki, 2 pink, 3 lavender)\", shape=box, fillcolor=palegreen];\n",
             "    legend_copy_from [label=\"writer\", shape=box, fillcolor=palegreen];\n",
             "    legend_copy_to [label=\"reader on another device\", shape=ellipse, fillcolor=lightblue];\n",
@@ -1103,6 +1158,8 @@ pub(crate) fn node_of(
     expression: Arc<dyn Expression>,
     modifier: bool,
     slot_of: &HashMap<Tag, usize>,
+    fields: &[FieldInfo],
+    patch: &Patch,
 ) -> GraphResult<GraphNode> {
     let name = expression.name();
     let slot = |tag: &Tag| {
@@ -1126,6 +1183,11 @@ pub(crate) fn node_of(
             inputs.push(s);
         }
     }
+    let location = outputs
+        .first()
+        .map_or(LocationKind::CellCentre, |&s| fields[s].location);
+    let parameters_read = expression.parameters_read(&FieldLayout::new(patch, location))?;
+    let parameters_written = expression.parameters_written();
     Ok(GraphNode {
         name,
         modifier,
@@ -1134,6 +1196,8 @@ pub(crate) fn node_of(
         target: Target::Cpu,
         region: None,
         fused_from: Vec::new(),
+        parameters_read,
+        parameters_written,
         expression,
     })
 }
@@ -1170,7 +1234,8 @@ fn target_colour(target: Target) -> &'static str {
 }
 
 /// Parents and children: each writer of a field follows the previous
-/// writer (producer, then modifiers in order); each reader follows the last.
+/// writer (producer, then modifiers in order); each reader follows the last;
+/// each reader of a parameter follows the reduction writing it.
 pub(crate) fn edges(
     nodes: &[GraphNode],
     users: &[Vec<usize>],
@@ -1192,6 +1257,15 @@ pub(crate) fn edges(
             for &reader in slot_users {
                 if !writers.contains(&reader) {
                     parents[reader].push(last);
+                }
+            }
+        }
+    }
+    for (writer, node) in nodes.iter().enumerate() {
+        for id in &node.parameters_written {
+            for (reader, other) in nodes.iter().enumerate() {
+                if reader != writer && other.parameters_read.contains(id) {
+                    parents[reader].push(writer);
                 }
             }
         }
@@ -1232,10 +1306,14 @@ fn check_acyclic(
     let mut cycle: Vec<Tag> = cycle_nodes
         .iter()
         .filter_map(|i| {
-            nodes[graph[*i]]
-                .outputs
-                .first()
-                .map(|&s| fields[s].tag.clone())
+            let node = &nodes[graph[*i]];
+            match node.outputs.first() {
+                Some(&s) => Some(fields[s].tag.clone()),
+                None => node
+                    .expression
+                    .as_language_reduction()
+                    .map(|r| r.result().clone()),
+            }
         })
         .collect();
     if let Some(first) = cycle.first().cloned() {

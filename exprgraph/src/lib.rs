@@ -32,7 +32,8 @@
 //! | --- | --- |
 //! | [`tag`] | [`Tag`] and [`Context`] (STATE_N, STATE_NP1, STATE_NONE, ...) |
 //! | [`expression`] | the [`Expression`] trait, [`LanguageExpression`], [`NativeExpression`] |
-//! | [`factory`] | [`Factory`]: builders by tag, placeholders, modifiers |
+//! | [`factory`] | [`Factory`]: builders by tag, placeholders, modifiers, reductions |
+//! | [`reduction`] | [`LanguageReduction`]: a reduction node writing a parameter that later nodes read |
 //! | [`graph`] | [`ExpressionGraph`]: building from roots, persistence, introspection, DOT |
 //! | [`analyses`] | critical path and plan order; field lifetimes and the memory plan |
 //! | [`passes`] | fusion of language nodes |
@@ -52,6 +53,7 @@ pub mod factory;
 pub mod graph;
 pub mod passes;
 pub mod placement;
+pub mod reduction;
 pub mod scheduler;
 pub mod source;
 pub mod store;
@@ -66,6 +68,7 @@ pub use expression::{
 pub use factory::Factory;
 pub use graph::{ExpressionGraph, FieldInfo, GhostPolicy, GraphOptions, Target};
 pub use placement::{CostModel, DevicePlan, MeasuredCost, PlacementPolicy, StreamMode, Transfer};
+pub use reduction::LanguageReduction;
 pub use scheduler::{ExecutionMode, ExecutionReport, TraceEvent};
 pub use store::{AnyField, GraphLocation};
 pub use tag::{Context, Tag};

@@ -110,6 +110,11 @@ impl Parameter {
         self.cell.name()
     }
 
+    /// The unique id that IR leaves of this parameter carry.
+    pub fn id(&self) -> u64 {
+        self.cell.id()
+    }
+
     /// The parameter as an expression of any location (it has the same
     /// value at every point).
     pub fn expr<'a, L: Location>(&self) -> Expr<'a, L> {

@@ -76,10 +76,43 @@ impl PreparedReduction {
         })
     }
 
+    /// Prepares `reduction` of the IR tree `root` (an expression at `kind`)
+    /// over `region` for `fields`, bound by id as in [`crate::assign_node`]:
+    /// what a graph node holds, whose leaves are tags rather than fields.
+    /// Errors as [`crate::reduce`].
+    pub fn of_node(
+        root: &Arc<Node>,
+        kind: LocationKind,
+        fields: &[&dyn BoundField],
+        reduction: Reduction,
+        region: ReduceRegion,
+        parallelism: Parallelism,
+    ) -> OperatorResult<Self> {
+        let checked = CheckedReduction::new(root, kind, fields, reduction, region)?;
+        Ok(PreparedReduction {
+            root: root.clone(),
+            kind,
+            region,
+            parallelism,
+            checked,
+            plan: None,
+        })
+    }
+
     /// Reduces over `fields` (bound by id as in [`crate::assign_node`]):
     /// the fields the expression was built from, or others with the same
     /// ids. Errors as [`crate::reduce`].
     pub fn run(&mut self, fields: &[&dyn BoundField]) -> OperatorResult<f64> {
+        self.run_with(fields, self.parallelism)
+    }
+
+    /// [`Self::run`] with other `parallelism` (a graph's scheduler hands
+    /// each node its pool); the result is the same bit for bit.
+    pub fn run_with(
+        &mut self,
+        fields: &[&dyn BoundField],
+        parallelism: Parallelism,
+    ) -> OperatorResult<f64> {
         if !self.checked.fits(fields) {
             self.checked = CheckedReduction::new(
                 &self.root,
@@ -92,6 +125,6 @@ impl PreparedReduction {
         }
         let data = self.checked.data(fields)?;
         let plan = self.plan.get_or_insert_with(|| self.checked.plan(&data));
-        Ok(self.checked.run(&data, plan, self.parallelism))
+        Ok(self.checked.run(&data, plan, parallelism))
     }
 }

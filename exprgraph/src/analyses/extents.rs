@@ -14,6 +14,9 @@
 //! * A field with modifiers (boundary conditions) is computed by its
 //!   producer over its interior only: its ghost points belong to the
 //!   modifiers, which run right after the producer.
+//! * A reduction ([`crate::LanguageReduction`]) reduces over the interior
+//!   of its location: its inputs are demanded over that interior grown by
+//!   its read extents.
 //! * A native expression is Rust code the analysis cannot see into: it is
 //!   assumed to read its inputs on their interior.
 //! * Placeholders hold whatever the caller or their modifiers put there.
@@ -145,19 +148,24 @@ pub(crate) fn analyse(
     }
     for &n in order.iter().rev() {
         let node = &nodes[n];
-        let Some(language) = node.expression.as_language() else {
-            continue; // native: inputs read on their interior (the floor)
-        };
-        let Some(&output) = node.outputs.first() else {
-            continue;
-        };
-        let region = if node.modifier || modified[output] {
-            interior(output)
+        let (region, kernel) = if let Some(reduction) = node.expression.as_language_reduction() {
+            let region = FieldLayout::new(patch, reduction.location()).interior();
+            (region, Kernel::compile(reduction.root(), patch, false)?)
         } else {
-            plan.field_demands[output]
+            let Some(language) = node.expression.as_language() else {
+                continue; // native: inputs read on their interior (the floor)
+            };
+            let Some(&output) = node.outputs.first() else {
+                continue;
+            };
+            let region = if node.modifier || modified[output] {
+                interior(output)
+            } else {
+                plan.field_demands[output]
+            };
+            (region, Kernel::compile(language.root(), patch, true)?)
         };
         plan.node_regions[n] = Some(region);
-        let kernel = Kernel::compile(language.root(), patch, true)?;
         for read in &kernel.fields {
             let Some(&slot) = node
                 .inputs

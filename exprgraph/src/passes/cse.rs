@@ -153,13 +153,13 @@ pub(crate) fn eliminate(
                 }
             }
             let rewritten = language.with_subtree_read_from(&best.tree, &leaf, &tag);
-            let mut node = node_of(Arc::new(rewritten), false, slot_of)?;
+            let mut node = node_of(Arc::new(rewritten), false, slot_of, fields, patch)?;
             node.target = nodes[reader].target;
             node.fused_from = std::mem::take(&mut nodes[reader].fused_from);
             nodes[reader] = node;
         }
         let producer = LanguageExpression::hoisted(tag, location, best.tree.clone(), inputs);
-        let mut node = node_of(Arc::new(producer), false, slot_of)?;
+        let mut node = node_of(Arc::new(producer), false, slot_of, fields, patch)?;
         node.target = best.target;
         // Before its first reader, so that plans listing nodes in order read
         // naturally.

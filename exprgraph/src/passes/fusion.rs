@@ -1,8 +1,8 @@
 //! Fusion: a language node whose field is scratch, has no modifiers and is
-//! read by exactly one node, itself a language node on the same target, is
-//! inlined into that consumer: the consumer's IR gets the producer's IR in
-//! place of the field's leaves, so the intermediate field is never
-//! materialised. Repeated until nothing changes, so Wasatch-style chains
+//! read by exactly one node, itself a language node or a reduction
+//! ([`crate::LanguageReduction`]) on the same target, is inlined into that
+//! consumer: the consumer's IR gets the producer's IR in place of the
+//! field's leaves, so the intermediate field is never materialised. Repeated until nothing changes, so Wasatch-style chains
 //! (fluxes -> divergence -> right-hand side) collapse into one node.
 //!
 //! A language modifier (boundary conditions) whose field's producer is a
@@ -20,16 +20,19 @@
 //! bound the difference by 1e-14 relative to the field's magnitude.
 
 use crate::error::GraphResult;
+use crate::expression::Expression;
 use crate::graph::{FieldInfo, GraphNode, link, node_of};
 use crate::tag::Tag;
 use std::collections::HashMap;
 use std::sync::Arc;
+use watershed_fields::Patch;
 
 /// Fuses `nodes` in place; returns how many producers were inlined.
 pub(crate) fn fuse(
     nodes: &mut Vec<GraphNode>,
     fields: &mut Vec<FieldInfo>,
     slot_of: &mut HashMap<Tag, usize>,
+    patch: &Patch,
 ) -> GraphResult<usize> {
     let mut fusions = 0;
     loop {
@@ -51,17 +54,20 @@ pub(crate) fn fuse(
             if consumer == p || target.modifier || target.target != producer.target {
                 return None;
             }
-            let consumer_language = target.expression.as_language()?;
-            Some((p, consumer, slot, consumer_language.fuse(language)))
+            let fused: Arc<dyn Expression> = match target.expression.as_language_reduction() {
+                Some(reduction) => Arc::new(reduction.fuse(language)),
+                None => Arc::new(target.expression.as_language()?.fuse(language)),
+            };
+            Some((p, consumer, slot, fused))
         });
         let Some((p, consumer, slot, fused)) = candidate else {
-            if fuse_modifier(nodes, fields.len(), slot_of)? {
+            if fuse_modifier(nodes, fields, slot_of, patch)? {
                 fusions += 1;
                 continue;
             }
             break;
         };
-        let mut fused_node = node_of(Arc::new(fused), false, slot_of)?;
+        let mut fused_node = node_of(fused, false, slot_of, fields, patch)?;
         fused_node.fused_from = nodes[consumer].fused_from.clone();
         fused_node.fused_from.push(nodes[p].name.clone());
         fused_node
@@ -79,10 +85,11 @@ pub(crate) fn fuse(
 /// node into that node; false when there is none to fold.
 fn fuse_modifier(
     nodes: &mut Vec<GraphNode>,
-    field_count: usize,
+    fields: &[FieldInfo],
     slot_of: &HashMap<Tag, usize>,
+    patch: &Patch,
 ) -> GraphResult<bool> {
-    let (users, producer) = link(nodes, field_count);
+    let (users, producer) = link(nodes, fields.len());
     let candidate = nodes.iter().enumerate().find_map(|(m, node)| {
         let modifier = node.expression.as_language_modifier()?;
         if !node.modifier || node.outputs.len() != 1 || !node.inputs.is_empty() {
@@ -105,7 +112,7 @@ fn fuse_modifier(
     let Some((m, p, fused)) = candidate else {
         return Ok(false);
     };
-    let mut fused_node = node_of(Arc::new(fused), false, slot_of)?;
+    let mut fused_node = node_of(Arc::new(fused), false, slot_of, fields, patch)?;
     fused_node.fused_from = nodes[p].fused_from.clone();
     fused_node.fused_from.push(nodes[m].name.clone());
     nodes[p] = fused_node;

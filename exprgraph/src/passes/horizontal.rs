@@ -87,6 +87,16 @@ impl Expression for HorizontalGroup {
         Some(self)
     }
 
+    fn parameters_read(&self, layout: &FieldLayout) -> GraphResult<Vec<u64>> {
+        let mut ids = Vec::new();
+        for member in &self.members {
+            ids.extend(member.parameters_read(layout)?);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
     fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()> {
         match self.location {
             LocationKind::CellCentre => self.run::<CellCentre>(context),
@@ -244,10 +254,17 @@ pub(crate) fn group(nodes: &mut Vec<GraphNode>, fields: &[FieldInfo]) -> GraphRe
             target: first.target,
             region: first.region,
             fused_from: Vec::new(),
+            parameters_read: Vec::new(),
+            parameters_written: Vec::new(),
         };
         for &n in &chosen {
             let member = &nodes[n];
             node.outputs.extend(member.outputs.iter().copied());
+            for &id in &member.parameters_read {
+                if !node.parameters_read.contains(&id) {
+                    node.parameters_read.push(id);
+                }
+            }
             for &s in &member.inputs {
                 if !node.inputs.contains(&s) {
                     node.inputs.push(s);

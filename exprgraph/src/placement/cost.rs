@@ -198,7 +198,11 @@ pub(crate) fn earliest_finish(
             .expression
             .kernels(&watershed_fields::FieldLayout::new(
                 &graph.patch,
-                graph.fields[node.outputs.first().copied().unwrap_or(0)].location,
+                node.outputs
+                    .first()
+                    .map_or(watershed_fields::LocationKind::CellCentre, |&s| {
+                        graph.fields[s].location
+                    }),
             ))
             .max(1);
         let cpu = measured

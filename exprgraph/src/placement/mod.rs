@@ -347,10 +347,18 @@ impl ExpressionGraph {
     /// Whether node `n` can run on a GPU (see [`Self::gpu_capability`]).
     pub(crate) fn node_capability(&self, n: usize) -> GraphResult<Result<(), String>> {
         let node = &self.nodes[n];
-        if node.expression.kind() == ExpressionKind::Native {
-            return Ok(Err(
-                "it is native Rust code, which runs on the CPU only; write it in the expression language to run it on a GPU".into(),
-            ));
+        match node.expression.kind() {
+            ExpressionKind::Native => {
+                return Ok(Err(
+                    "it is native Rust code, which runs on the CPU only; write it in the expression language to run it on a GPU".into(),
+                ));
+            }
+            ExpressionKind::Reduction => {
+                return Ok(Err(
+                    "it is a reduction, which the CUDA back end does not generate yet; it runs on the CPU, after copies of the fields it reads".into(),
+                ));
+            }
+            ExpressionKind::Language => {}
         }
         let checks_finite = node
             .expression

@@ -1,0 +1,299 @@
+//! Reductions as graph nodes: a sum, minimum, maximum or sum of squares of
+//! a language expression over the interior, written into a [`Parameter`]
+//! that later nodes of the same execution read as an IR leaf (a CFL limit,
+//! a normalisation, a norm the driver tests for convergence).
+//!
+//! A reduction is registered with [`Factory::register_reduction`] under the
+//! tag that names its result. It joins a graph when that tag is a root or
+//! when a node of the graph reads its parameter; every node reading the
+//! parameter (in its expression, its fused modifiers or its boundary
+//! values) runs after it. A parameter has at most one reduction writing it,
+//! and a value that depends on itself (a node the reduction reads that
+//! reads the reduction's parameter) is refused as a cycle.
+//!
+//! The reduction is checked and planned once ([`PreparedReduction`]); each
+//! execution binds its fields and runs it with the node's thread pool. The
+//! result is the same bit for bit whatever the thread count.
+//!
+//! [`Factory::register_reduction`]: crate::Factory::register_reduction
+
+use crate::error::{GraphError, GraphResult};
+use crate::expression::{
+    EvaluationContext, Expression, ExpressionKind, LanguageExpression, Symbols, parameter_ids,
+};
+use crate::tag::Tag;
+use std::sync::{Arc, Mutex};
+use watershed_fields::{FieldLayout, Location, LocationKind};
+use watershed_operators::ir::Node;
+use watershed_operators::{
+    BoundField, Expr, Parameter, PreparedReduction, ReduceRegion, Reduction,
+};
+
+/// `parameter = reduction of expression over the interior`, as a node of a
+/// graph.
+///
+/// ```
+/// use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, LanguageReduction, Tag};
+/// use watershed_fields::{CellCentre, Grid, LocationKind};
+/// use watershed_operators::{Parameter, Reduction, abs};
+/// let (u, scaled, largest) = (Tag::none("u"), Tag::none("u scaled"), Tag::none("max |u|"));
+/// let max_u = Parameter::new("max |u|", 0.0);
+/// let mut factory = Factory::new();
+/// factory.placeholder(u.clone(), LocationKind::CellCentre)?;
+/// let t = u.clone();
+/// factory.register_reduction(LanguageReduction::new::<CellCentre>(
+///     largest.clone(), &max_u, Reduction::Max, move |s| abs(s.field(&t)),
+/// ))?;
+/// // A node reading the parameter runs after the reduction, in the same execution.
+/// let (t, m) = (u.clone(), max_u.clone());
+/// factory.register(LanguageExpression::new::<CellCentre>(scaled.clone(), move |s| {
+///     s.field::<CellCentre>(&t) / m.expr()
+/// }))?;
+/// let patch = Grid::new([4, 4, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+/// let graph = ExpressionGraph::build(&factory, &[scaled.clone()], &patch, &GraphOptions::default())?;
+/// graph.with_field_mut::<CellCentre, _>(&u, |f| f.fill(-4.0))??;
+/// graph.execute(ExecutionMode::Serial)?;
+/// assert_eq!(max_u.get(), 4.0);
+/// let first = graph.with_field::<CellCentre, _>(&scaled, |f| f.values().map(|v| v[f.layout().linear_index([0, 0, 0])]))??;
+/// assert_eq!(first, -1.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct LanguageReduction {
+    result: Tag,
+    parameter: Parameter,
+    reduction: Reduction,
+    location: LocationKind,
+    root: Arc<Node>,
+    inputs: Vec<Tag>,
+    finish: Option<fn(f64) -> f64>,
+    check_finite: bool,
+    prepared: PreparedCache,
+}
+
+/// The reduction as last run; a clone starts empty.
+#[derive(Default)]
+struct PreparedCache(Mutex<Option<PreparedReduction>>);
+
+impl Clone for PreparedCache {
+    fn clone(&self) -> Self {
+        PreparedCache::default()
+    }
+}
+
+impl std::fmt::Debug for PreparedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PreparedCache")
+    }
+}
+
+impl LanguageReduction {
+    /// The node named by `result` that writes `reduction` of `build(symbols)`
+    /// over the interior of `L` into `parameter` (for
+    /// [`Reduction::SumOfSquares`], the sum of squares: see
+    /// [`Self::finishing_with`]).
+    pub fn new<L: Location>(
+        result: Tag,
+        parameter: &Parameter,
+        reduction: Reduction,
+        build: impl FnOnce(&mut Symbols) -> Expr<'static, L>,
+    ) -> Self {
+        let mut symbols = Symbols::default();
+        let expr = build(&mut symbols);
+        let root = expr.node().clone();
+        Self::from_parts(
+            result,
+            parameter.clone(),
+            reduction,
+            L::KIND,
+            root,
+            symbols.into_used(),
+        )
+    }
+
+    fn from_parts(
+        result: Tag,
+        parameter: Parameter,
+        reduction: Reduction,
+        location: LocationKind,
+        root: Arc<Node>,
+        candidates: Vec<Tag>,
+    ) -> Self {
+        let ids: Vec<u64> = root.fields().iter().map(|(id, _, _)| *id).collect();
+        let inputs = candidates
+            .into_iter()
+            .filter(|t| ids.contains(&t.id()))
+            .collect();
+        LanguageReduction {
+            result,
+            parameter,
+            reduction,
+            location,
+            root,
+            inputs,
+            finish: None,
+            check_finite: false,
+            prepared: PreparedCache::default(),
+        }
+    }
+
+    /// This reduction writing `finish(raw)` instead of the raw result
+    /// (`f64::sqrt` turns a sum of squares into the L2 norm).
+    pub fn finishing_with(mut self, finish: fn(f64) -> f64) -> Self {
+        self.finish = Some(finish);
+        self
+    }
+
+    /// This reduction failing the execution with
+    /// [`GraphError::ReductionNotFinite`] when its result is not finite, so
+    /// a NaN never reaches the nodes that read it (every sum, minimum and
+    /// maximum of values with a NaN is NaN).
+    pub fn checking_finite(mut self) -> Self {
+        self.check_finite = true;
+        self
+    }
+
+    /// The tag naming the result (a root of a graph, never a field).
+    pub fn result(&self) -> &Tag {
+        &self.result
+    }
+
+    /// The parameter it writes.
+    pub fn parameter(&self) -> &Parameter {
+        &self.parameter
+    }
+
+    /// What it computes.
+    pub fn reduction(&self) -> Reduction {
+        self.reduction
+    }
+
+    /// The location whose interior it reduces over.
+    pub fn location(&self) -> LocationKind {
+        self.location
+    }
+
+    /// The IR of the reduced expression.
+    pub fn root(&self) -> &Arc<Node> {
+        &self.root
+    }
+
+    /// The tags read.
+    pub fn requires_tags(&self) -> &[Tag] {
+        &self.inputs
+    }
+
+    /// This reduction with `producer` inlined for its target's leaves
+    /// (fusion: the producer's field is never materialised).
+    pub(crate) fn fuse(&self, producer: &LanguageExpression) -> LanguageReduction {
+        let root = self
+            .root
+            .substitute(producer.target().id(), producer.root());
+        let mut candidates: Vec<Tag> = self
+            .inputs
+            .iter()
+            .filter(|t| *t != producer.target())
+            .cloned()
+            .collect();
+        for tag in producer.requires_tags() {
+            if !candidates.contains(tag) {
+                candidates.push(tag.clone());
+            }
+        }
+        let mut fused = Self::from_parts(
+            self.result.clone(),
+            self.parameter.clone(),
+            self.reduction,
+            self.location,
+            root,
+            candidates,
+        );
+        fused.finish = self.finish;
+        fused.check_finite = self.check_finite;
+        fused
+    }
+
+    /// Runs the prepared reduction (preparing it when `cache` is empty or
+    /// the fields' layouts changed) and finishes the value.
+    fn run(
+        &self,
+        cache: &mut Option<PreparedReduction>,
+        bound: &[&dyn BoundField],
+        context: &EvaluationContext<'_>,
+    ) -> GraphResult<f64> {
+        let parallelism = context.parallelism();
+        let prepared = match cache {
+            Some(prepared) => prepared,
+            None => cache.insert(PreparedReduction::of_node(
+                &self.root,
+                self.location,
+                bound,
+                self.reduction,
+                ReduceRegion::Interior,
+                parallelism,
+            )?),
+        };
+        let raw = prepared.run_with(bound, parallelism)?;
+        Ok(self.finish.map_or(raw, |finish| finish(raw)))
+    }
+}
+
+impl Expression for LanguageReduction {
+    fn name(&self) -> String {
+        self.result.name.to_string()
+    }
+
+    fn computes(&self) -> Vec<(Tag, LocationKind)> {
+        Vec::new()
+    }
+
+    fn requires(&self) -> Vec<Tag> {
+        self.inputs.clone()
+    }
+
+    fn kind(&self) -> ExpressionKind {
+        ExpressionKind::Reduction
+    }
+
+    fn as_language_reduction(&self) -> Option<&LanguageReduction> {
+        Some(self)
+    }
+
+    fn kernels(&self, _layout: &FieldLayout) -> usize {
+        1
+    }
+
+    fn parameters_read(&self, _layout: &FieldLayout) -> GraphResult<Vec<u64>> {
+        Ok(parameter_ids(&self.root))
+    }
+
+    fn parameters_written(&self) -> Vec<u64> {
+        vec![self.parameter.id()]
+    }
+
+    fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()> {
+        let bindings = context.input_bindings()?;
+        let bound: Vec<&dyn BoundField> = bindings.iter().map(|b| b as &dyn BoundField).collect();
+        // The same node may run in two graphs at once: the second runs
+        // unprepared.
+        let value = match self.prepared.0.try_lock() {
+            Ok(mut cache) => match self.run(&mut cache, &bound, context) {
+                Ok(value) => value,
+                Err(error) => {
+                    *cache = None;
+                    return Err(error);
+                }
+            },
+            Err(_) => self.run(&mut None, &bound, context)?,
+        };
+        if self.check_finite && !value.is_finite() {
+            return Err(GraphError::ReductionNotFinite {
+                reduction: self.name(),
+                parameter: self.parameter.name().to_string(),
+                value,
+            });
+        }
+        self.parameter.set(value);
+        Ok(())
+    }
+}
