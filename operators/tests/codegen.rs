@@ -398,6 +398,17 @@ fn restriction_and_prolongation_match_the_interpreter() {
     same_bits(&fine, Region::Interior, Parallelism::Serial, || {
         prolongate(&c, [2, 2, 2]) + &f
     });
+    // A box from an odd x with a lone last point: the split loop's leading
+    // point, its pairs (indices written in the pair index) and its
+    // trailing point.
+    let odd = IndexBox::new([1, 0, 0], [6, 6, 4]);
+    same_bits(&fine, Region::Box(odd), Parallelism::Serial, || {
+        prolongate(&c, [2, 2, 2]) + &f
+    });
+    // Read at an x offset, the prolongation keeps its generic indices.
+    same_bits(&fine, Region::Box(odd), Parallelism::Serial, || {
+        watershed_operators::shift(prolongate(&c, [2, 2, 2]), [1, 0, 0]) + &f
+    });
 }
 
 #[test]
