@@ -32,6 +32,15 @@ pub struct MultigridOptions {
     pub coarsest_sweeps: usize,
     /// Jacobi weight (0.8 in 2D and 6/7 in 3D damp high frequencies best).
     pub weight: f64,
+    /// Jacobi weight on the coarsest level, which is solved rather than
+    /// smoothed: every mode must shrink, not only the high ones. The
+    /// coarsest level of a power-of-two grid has 2 cells per axis, where
+    /// the eigenvalues of `D^-1 A` lie in [0, 2]: with Neumann sides they
+    /// are 0 (the mean, removed separately), 1 and 2, and 2/3 (the
+    /// minimax weight for [1, 2]) shrinks each of them 3x per sweep, where
+    /// 0.8 shrinks the highest only 1.67x (so 30 sweeps at 2/3 reduce the
+    /// error more than 60 at 0.8).
+    pub coarsest_weight: f64,
     /// Stop when the residual norm falls below this fraction of the
     /// right-hand side's.
     pub relative_tolerance: f64,
@@ -52,6 +61,15 @@ impl MultigridOptions {
             return bad(format!(
                 "MultigridOptions::weight = {} is outside (0, 1]: weighted Jacobi diverges or does nothing; use 0.8 (2D) or 6/7 (3D)",
                 self.weight
+            ));
+        }
+        if !(self.coarsest_weight.is_finite()
+            && self.coarsest_weight > 0.0
+            && self.coarsest_weight <= 1.0)
+        {
+            return bad(format!(
+                "MultigridOptions::coarsest_weight = {} is outside (0, 1]: Jacobi on the coarsest level diverges or does nothing; use 2/3",
+                self.coarsest_weight
             ));
         }
         if self.pre_smoothing + self.post_smoothing == 0 {
@@ -107,8 +125,9 @@ impl Default for MultigridOptions {
         MultigridOptions {
             pre_smoothing: 3,
             post_smoothing: 3,
-            coarsest_sweeps: 60,
+            coarsest_sweeps: 30,
             weight: 0.8,
+            coarsest_weight: 2.0 / 3.0,
             relative_tolerance: 1e-10,
             max_iterations: 100,
         }
@@ -357,7 +376,11 @@ impl Multigrid {
     fn smooth(&mut self, level: usize, sweeps: usize, homogeneous: bool) -> SolverResult<()> {
         let conditions = self.conditions(level, homogeneous);
         let purpose = Self::fill_purpose(level, homogeneous, ["smooth", "smooth, homogeneous"]);
-        let weight = self.options.weight;
+        let weight = if level + 1 == self.levels.len() {
+            self.options.coarsest_weight
+        } else {
+            self.options.weight
+        };
         let Multigrid {
             levels,
             assignments,

@@ -374,6 +374,20 @@ fn multigrid_inputs_are_checked() {
         ),
         (
             MultigridOptions {
+                coarsest_weight: f64::INFINITY,
+                ..Default::default()
+            },
+            "coarsest_weight",
+        ),
+        (
+            MultigridOptions {
+                coarsest_weight: -0.5,
+                ..Default::default()
+            },
+            "coarsest_weight",
+        ),
+        (
+            MultigridOptions {
                 relative_tolerance: f64::NAN,
                 ..Default::default()
             },
