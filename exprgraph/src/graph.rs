@@ -279,7 +279,11 @@ impl Collector<'_> {
         };
         let layout = FieldLayout::new(self.patch, location.unwrap_or(LocationKind::CellCentre));
         let name = expression.name();
-        for id in expression.parameters_read(&layout)? {
+        // Best effort: a modifier's builder may refuse the patch before
+        // `GhostPolicy::Grow` widens it; `refresh_parameter_reads` checks
+        // every node again on the final patch.
+        let read = expression.parameters_read(&layout).unwrap_or_default();
+        for id in read {
             if let Some(writer) = self.factory.reduction_writing.get(&id) {
                 let writer = writer.clone();
                 self.visit(&writer, &name)?;
@@ -485,6 +489,7 @@ impl ExpressionGraph {
         for (node, region) in nodes.iter_mut().zip(&regions.node_regions) {
             node.region = *region;
         }
+        refresh_parameter_reads(&mut nodes, &fields, &patch, factory)?;
 
         // Horizontal fusion needs the boxes; the order is planned again
         // over the grouped nodes.
@@ -1186,7 +1191,10 @@ pub(crate) fn node_of(
     let location = outputs
         .first()
         .map_or(LocationKind::CellCentre, |&s| fields[s].location);
-    let parameters_read = expression.parameters_read(&FieldLayout::new(patch, location))?;
+    // Best effort before the patch is final (see `refresh_parameter_reads`).
+    let parameters_read = expression
+        .parameters_read(&FieldLayout::new(patch, location))
+        .unwrap_or_default();
     let parameters_written = expression.parameters_written();
     Ok(GraphNode {
         name,
@@ -1200,6 +1208,46 @@ pub(crate) fn node_of(
         parameters_written,
         expression,
     })
+}
+
+/// Reads again the parameters each node reads, on the final `patch` (a
+/// modifier's builder sees the layout it will run with), and refuses a
+/// node that reads the parameter of a registered reduction the graph does
+/// not hold (it could only have been missed on the unfinished patch).
+fn refresh_parameter_reads(
+    nodes: &mut [GraphNode],
+    fields: &[FieldInfo],
+    patch: &Patch,
+    factory: &Factory,
+) -> GraphResult<()> {
+    let written: Vec<u64> = nodes
+        .iter()
+        .flat_map(|n| n.parameters_written.iter().copied())
+        .collect();
+    for node in nodes.iter_mut() {
+        let location = node
+            .outputs
+            .first()
+            .map_or(LocationKind::CellCentre, |&s| fields[s].location);
+        node.parameters_read = node
+            .expression
+            .parameters_read(&FieldLayout::new(patch, location))?;
+        for id in &node.parameters_read {
+            if let Some(writer) = factory.reduction_writing.get(id)
+                && !written.contains(id)
+            {
+                let name = factory
+                    .reductions
+                    .get(writer)
+                    .map_or_else(|| writer.to_string(), |r| r.name.clone());
+                return Err(GraphError::Usage(format!(
+                    "{} reads the parameter that reduction {name} writes, but the graph does not hold that reduction; add its tag {writer} to the roots",
+                    node.name
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// For each field: the nodes that use it after it is produced (readers and

@@ -566,3 +566,97 @@ fn a_checked_reduction_refuses_a_nan_in_the_interior_only() {
     graph.execute(ExecutionMode::Serial).unwrap();
     assert!(unchecked.get().is_nan());
 }
+
+#[test]
+fn a_boundary_value_built_only_on_the_grown_patch_still_follows_its_reduction() {
+    // The modifier's builder refuses a layout without ghost layers (as a
+    // boundary condition does), so its reads are known only once
+    // `GhostPolicy::Grow` has widened the patch.
+    let (u, v, w, m) = (
+        Tag::none("u"),
+        Tag::none("v"),
+        Tag::none("w"),
+        Tag::none("max u"),
+    );
+    let largest = Parameter::new("largest", 0.0);
+    let mut factory = Factory::new();
+    factory
+        .placeholder(u.clone(), LocationKind::CellCentre)
+        .unwrap();
+    let t = u.clone();
+    factory
+        .register_reduction(LanguageReduction::new::<CellCentre>(
+            m.clone(),
+            &largest,
+            Reduction::Max,
+            move |s| s.field(&t),
+        ))
+        .unwrap();
+    let t = u.clone();
+    factory
+        .register(LanguageExpression::new::<CellCentre>(v.clone(), move |s| {
+            s.field::<CellCentre>(&t) * 1.0
+        }))
+        .unwrap();
+    let l = largest.clone();
+    factory
+        .attach_modifier(
+            v.clone(),
+            LanguageModifier::new(
+                "ghost -x of v",
+                v.clone(),
+                LocationKind::CellCentre,
+                move |layout| {
+                    if layout.ghosts().minus[0] == 0 {
+                        return Err(GraphError::Usage("no ghost layer to fill".into()));
+                    }
+                    let mut ghost = layout.allocated();
+                    ghost.hi[0] = 0;
+                    Ok(vec![(ghost, l.expr::<CellCentre>().node().clone())])
+                },
+            ),
+        )
+        .unwrap();
+    let t = v.clone();
+    factory
+        .register(LanguageExpression::new::<CellCentre>(w.clone(), move |s| {
+            laplacian(s.field::<CellCentre>(&t))
+        }))
+        .unwrap();
+    let options = GraphOptions {
+        ghosts: watershed_exprgraph::GhostPolicy::Grow,
+        persistent: vec![v.clone()],
+        ..Default::default()
+    };
+    let bare = patch(0);
+    // Not a root and not found before the patch grew: an error naming it.
+    match ExpressionGraph::build(&factory, std::slice::from_ref(&w), &bare, &options) {
+        Err(GraphError::Usage(message)) => {
+            assert!(message.contains("reduction max u"), "{message}");
+            assert!(message.contains("to the roots"), "{message}");
+        }
+        other => panic!("expected Usage, got {other:?}"),
+    }
+    // As a root it runs first, and the ghosts hold its result.
+    let graph = ExpressionGraph::build(&factory, &[w.clone(), m.clone()], &bare, &options).unwrap();
+    let order = graph.execution_order();
+    let at = |name: &str| order.iter().position(|n| n == name).unwrap();
+    let reader = order
+        .iter()
+        .position(|n| n == "ghost -x of v" || n == "v")
+        .unwrap();
+    assert!(at("max u") < reader, "{order:?}");
+    set_field(&graph, &u, 0.0);
+    graph.execute(ExecutionMode::Serial).unwrap();
+    let expected = interior(graph.patch())
+        .iter()
+        .map(|&[i, j, k]| value(i, j, k))
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert_eq!(largest.get(), expected);
+    graph
+        .with_field::<CellCentre, _>(&v, |f| {
+            let got = f.values().unwrap()[f.layout().linear_index([-1, 2, 1])];
+            assert_eq!(got, expected);
+        })
+        .unwrap();
+}
