@@ -61,7 +61,9 @@ pub trait Expression: Send + Sync {
     /// The ids of the parameters it reads when its output has `layout`
     /// (its expression's leaves and its boundary values'): it runs after
     /// the graph's reduction writing any of them. Code the graph cannot see
-    /// into declares none.
+    /// into declares none: a [`NativeExpression`] that reads a reduction's
+    /// parameter through a captured `Parameter` is not ordered after the
+    /// reduction (implement [`Expression`] and declare the read instead).
     fn parameters_read(&self, layout: &FieldLayout) -> GraphResult<Vec<u64>> {
         let _ = layout;
         Ok(Vec::new())
