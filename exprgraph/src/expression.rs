@@ -19,7 +19,7 @@ use watershed_fields::{
 };
 use watershed_operators::ir::Node;
 use watershed_operators::{
-    AssignOptions, BoundField, Expr, Parallelism, PreparedAssignment, Region,
+    AssignOptions, BoundField, Expr, Parallelism, Parameter, PreparedAssignment, Region,
     assign_node_reading_target, assign_node_then, row_epilogue_count,
 };
 
@@ -61,9 +61,9 @@ pub trait Expression: Send + Sync {
     /// The ids of the parameters it reads when its output has `layout`
     /// (its expression's leaves and its boundary values'): it runs after
     /// the graph's reduction writing any of them. Code the graph cannot see
-    /// into declares none: a [`NativeExpression`] that reads a reduction's
-    /// parameter through a captured `Parameter` is not ordered after the
-    /// reduction (implement [`Expression`] and declare the read instead).
+    /// into declares none, unless it says so: a [`NativeExpression`] that
+    /// reads a reduction's parameter declares it with
+    /// [`NativeExpression::reading`].
     fn parameters_read(&self, layout: &FieldLayout) -> GraphResult<Vec<u64>> {
         let _ = layout;
         Ok(Vec::new())
@@ -790,6 +790,7 @@ pub struct NativeExpression {
     name: String,
     computes: Vec<(Tag, LocationKind)>,
     requires: Vec<Tag>,
+    parameters: Vec<u64>,
     function: Box<NativeFunction>,
 }
 
@@ -815,8 +816,17 @@ impl NativeExpression {
             name: name.to_string(),
             computes,
             requires,
+            parameters: Vec::new(),
             function: Box::new(function),
         }
+    }
+
+    /// Declares the parameters its code reads, so that it runs after the
+    /// graph's reductions writing them ([`crate::LanguageReduction`]).
+    pub fn reading(mut self, parameters: &[&Parameter]) -> Self {
+        self.parameters
+            .extend(parameters.iter().map(|parameter| parameter.id()));
+        self
     }
 }
 
@@ -832,6 +842,9 @@ impl Expression for NativeExpression {
     }
     fn kind(&self) -> ExpressionKind {
         ExpressionKind::Native
+    }
+    fn parameters_read(&self, _layout: &FieldLayout) -> GraphResult<Vec<u64>> {
+        Ok(self.parameters.clone())
     }
     fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()> {
         (self.function)(context)

@@ -6,7 +6,7 @@
 
 use watershed_exprgraph::{
     ExecutionMode, ExpressionGraph, ExpressionKind, Factory, GraphError, GraphOptions,
-    LanguageExpression, LanguageModifier, LanguageReduction, Tag,
+    LanguageExpression, LanguageModifier, LanguageReduction, NativeExpression, Tag,
 };
 use watershed_fields::{CellCentre, Grid, LocationKind, Patch};
 use watershed_operators::{Expr, Parameter, Reduction, abs, laplacian};
@@ -659,4 +659,63 @@ fn a_boundary_value_built_only_on_the_grown_patch_still_follows_its_reduction() 
             assert_eq!(got, expected);
         })
         .unwrap();
+}
+
+#[test]
+fn a_native_node_that_declares_the_parameter_runs_after_the_reduction() {
+    let (u, seen, m) = (Tag::none("u"), Tag::none("seen"), Tag::none("min u"));
+    let smallest = Parameter::new("smallest", 0.0);
+    let mut factory = Factory::new();
+    factory
+        .placeholder(u.clone(), LocationKind::CellCentre)
+        .unwrap();
+    let t = u.clone();
+    factory
+        .register_reduction(LanguageReduction::new::<CellCentre>(
+            m.clone(),
+            &smallest,
+            Reduction::Min,
+            move |s| s.field(&t),
+        ))
+        .unwrap();
+    let (out, p) = (seen.clone(), smallest.clone());
+    factory
+        .register(
+            NativeExpression::new(
+                "copy the minimum",
+                vec![(seen.clone(), LocationKind::CellCentre)],
+                Vec::new(),
+                move |context| {
+                    let value = p.get();
+                    context.output::<CellCentre>(&out)?.fill(value)?;
+                    Ok(())
+                },
+            )
+            .reading(&[&smallest]),
+        )
+        .unwrap();
+    // The native node names only `seen` as root; its declared read pulls
+    // the reduction in and orders it first.
+    let patch = patch(1);
+    let graph = ExpressionGraph::build(
+        &factory,
+        std::slice::from_ref(&seen),
+        &patch,
+        &GraphOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(graph.execution_order(), vec!["min u", "copy the minimum"]);
+    set_field(&graph, &u, -1e6);
+    let expected = interior(&patch)
+        .iter()
+        .map(|&[i, j, k]| value(i, j, k))
+        .fold(f64::INFINITY, f64::min);
+    for mode in MODES {
+        smallest.set(0.0);
+        graph.execute(mode).unwrap();
+        let got = graph
+            .with_field::<CellCentre, _>(&seen, |f| f.values().unwrap()[0])
+            .unwrap();
+        assert_eq!(got, expected, "{mode:?}");
+    }
 }
