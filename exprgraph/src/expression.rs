@@ -128,16 +128,7 @@ impl EvaluationContext<'_> {
     pub(crate) fn split_for_group(
         &mut self,
     ) -> GraphResult<(Vec<TagBinding<'_>>, OutputFields<'_>)> {
-        let mut bindings = Vec::with_capacity(self.inputs.len());
-        for (tag, guard) in &self.inputs {
-            let field = guard
-                .as_ref()
-                .ok_or_else(|| self.unavailable(tag, "it has not been allocated"))?;
-            bindings.push(TagBinding {
-                id: tag.id(),
-                field: field.as_bound(),
-            });
-        }
+        let bindings = bind_inputs(self.expression, &self.inputs)?;
         let outputs = self
             .outputs
             .iter_mut()
@@ -149,17 +140,7 @@ impl EvaluationContext<'_> {
     /// Every input bound under its tag's id (for IR leaves built from
     /// tags).
     pub(crate) fn input_bindings(&self) -> GraphResult<Vec<TagBinding<'_>>> {
-        let mut bindings = Vec::with_capacity(self.inputs.len());
-        for (tag, guard) in &self.inputs {
-            let field = guard
-                .as_ref()
-                .ok_or_else(|| self.unavailable(tag, "it has not been allocated"))?;
-            bindings.push(TagBinding {
-                id: tag.id(),
-                field: field.as_bound(),
-            });
-        }
-        Ok(bindings)
+        bind_inputs(self.expression, &self.inputs)
     }
 
     /// An input field.
@@ -215,6 +196,52 @@ impl EvaluationContext<'_> {
 /// The ids of the parameters `root` reads.
 pub(crate) fn parameter_ids(root: &Node) -> Vec<u64> {
     root.parameters().iter().map(|p| p.id()).collect()
+}
+
+/// Every input of `expression` bound under its tag's id (for IR leaves
+/// built from tags); an unallocated one is an error naming it.
+fn bind_inputs<'a>(
+    expression: &str,
+    inputs: &'a [(&Tag, RwLockReadGuard<'_, Option<AnyField>>)],
+) -> GraphResult<Vec<TagBinding<'a>>> {
+    let mut bindings = Vec::with_capacity(inputs.len());
+    for (tag, guard) in inputs {
+        let field = guard.as_ref().ok_or_else(|| GraphError::FieldUnavailable {
+            tag: (*tag).clone(),
+            expression: expression.to_string(),
+            reason: "it has not been allocated".to_string(),
+        })?;
+        bindings.push(TagBinding {
+            id: tag.id(),
+            field: field.as_bound(),
+        });
+    }
+    Ok(bindings)
+}
+
+/// The `candidates` that `root` reads (tags of its field leaves), in order.
+pub(crate) fn used_inputs(root: &Node, candidates: Vec<Tag>) -> Vec<Tag> {
+    let ids: Vec<u64> = root.fields().iter().map(|(id, _, _)| *id).collect();
+    candidates
+        .into_iter()
+        .filter(|t| ids.contains(&t.id()))
+        .collect()
+}
+
+/// The tags a node reading `inputs` may read once `producer` is inlined
+/// into it: its own except the producer's target, then the producer's.
+pub(crate) fn inputs_after_inlining(inputs: &[Tag], producer: &LanguageExpression) -> Vec<Tag> {
+    let mut candidates: Vec<Tag> = inputs
+        .iter()
+        .filter(|t| **t != producer.target)
+        .cloned()
+        .collect();
+    for tag in &producer.inputs {
+        if !candidates.contains(tag) {
+            candidates.push(tag.clone());
+        }
+    }
+    candidates
 }
 
 /// A field bound under its tag's id, so IR leaves built from tags find it.
@@ -372,11 +399,7 @@ impl LanguageExpression {
         root: Arc<Node>,
         candidates: Vec<Tag>,
     ) -> Self {
-        let ids: Vec<u64> = root.fields().iter().map(|(id, _, _)| *id).collect();
-        let inputs = candidates
-            .into_iter()
-            .filter(|t| ids.contains(&t.id()))
-            .collect();
+        let inputs = used_inputs(&root, candidates);
         LanguageExpression {
             target,
             location,
@@ -429,17 +452,7 @@ impl LanguageExpression {
     /// producer's field.
     pub fn fuse(&self, producer: &LanguageExpression) -> LanguageExpression {
         let root = self.root.substitute(producer.target.id(), &producer.root);
-        let mut candidates: Vec<Tag> = self
-            .inputs
-            .iter()
-            .filter(|t| **t != producer.target)
-            .cloned()
-            .collect();
-        for tag in &producer.inputs {
-            if !candidates.contains(tag) {
-                candidates.push(tag.clone());
-            }
-        }
+        let candidates = inputs_after_inlining(&self.inputs, producer);
         let mut fused = Self::from_parts(self.target.clone(), self.location, root, candidates);
         fused.check_finite = self.check_finite;
         fused.then = self.then.clone();
@@ -552,16 +565,7 @@ impl Expression for LanguageExpression {
             expression: expression.to_string(),
             reason: reason.to_string(),
         };
-        let mut bindings = Vec::with_capacity(context.inputs.len());
-        for (tag, guard) in &context.inputs {
-            let field = guard
-                .as_ref()
-                .ok_or_else(|| unavailable(tag, "it has not been allocated"))?;
-            bindings.push(TagBinding {
-                id: tag.id(),
-                field: field.as_bound(),
-            });
-        }
+        let bindings = bind_inputs(expression, &context.inputs)?;
         let bound: Vec<&dyn BoundField> = bindings.iter().map(|b| b as &dyn BoundField).collect();
         let (_, guard) = context
             .outputs

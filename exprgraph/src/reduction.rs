@@ -19,7 +19,8 @@
 
 use crate::error::{GraphError, GraphResult};
 use crate::expression::{
-    EvaluationContext, Expression, ExpressionKind, LanguageExpression, Symbols, parameter_ids,
+    EvaluationContext, Expression, ExpressionKind, LanguageExpression, Symbols,
+    inputs_after_inlining, parameter_ids, used_inputs,
 };
 use crate::tag::Tag;
 use std::sync::{Arc, Mutex};
@@ -119,11 +120,7 @@ impl LanguageReduction {
         root: Arc<Node>,
         candidates: Vec<Tag>,
     ) -> Self {
-        let ids: Vec<u64> = root.fields().iter().map(|(id, _, _)| *id).collect();
-        let inputs = candidates
-            .into_iter()
-            .filter(|t| ids.contains(&t.id()))
-            .collect();
+        let inputs = used_inputs(&root, candidates);
         LanguageReduction {
             result,
             parameter,
@@ -189,17 +186,7 @@ impl LanguageReduction {
         let root = self
             .root
             .substitute(producer.target().id(), producer.root());
-        let mut candidates: Vec<Tag> = self
-            .inputs
-            .iter()
-            .filter(|t| *t != producer.target())
-            .cloned()
-            .collect();
-        for tag in producer.requires_tags() {
-            if !candidates.contains(tag) {
-                candidates.push(tag.clone());
-            }
-        }
+        let candidates = inputs_after_inlining(&self.inputs, producer);
         let mut fused = Self::from_parts(
             self.result.clone(),
             self.parameter.clone(),
