@@ -314,29 +314,37 @@ pub struct LanguageExpression {
     /// The assignment as last run, checked and lowered
     /// ([`PreparedAssignment`]): a graph runs the same node every
     /// execution, so each run after the first only binds its fields.
-    prepared: PreparedCache,
+    prepared: PreparedCache<PreparedRun>,
+}
+
+/// The prepared assignments of a language node as last run (`T`: a
+/// [`PreparedRun`] or a [`ModifierRun`]). A clone starts empty: a cloned
+/// expression may get other modifiers, and a node running in two graphs
+/// at once must not wait for the other's lock.
+struct PreparedCache<T>(Mutex<Option<T>>);
+
+impl<T> Default for PreparedCache<T> {
+    fn default() -> Self {
+        PreparedCache(Mutex::new(None))
+    }
 }
 
 /// The prepared assignment of a [`LanguageExpression`], with the options
 /// and target layout it was prepared for (the fused modifiers' masked
-/// assignments depend on the layout). A clone starts empty: it may get
-/// other modifiers.
-#[derive(Default)]
-struct PreparedCache(Mutex<Option<PreparedRun>>);
-
+/// assignments depend on the layout).
 struct PreparedRun {
     options: AssignOptions,
     layout: FieldLayout,
     assignment: PreparedAssignment,
 }
 
-impl Clone for PreparedCache {
+impl<T> Clone for PreparedCache<T> {
     fn clone(&self) -> Self {
         PreparedCache::default()
     }
 }
 
-impl std::fmt::Debug for PreparedCache {
+impl<T> std::fmt::Debug for PreparedCache<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("PreparedCache")
     }
@@ -659,6 +667,18 @@ pub struct LanguageModifier {
     location: LocationKind,
     build: Arc<ModifierBuilder>,
     built: Arc<Mutex<Option<BuiltAssignments>>>,
+    /// Its masked assignments as last run on their own (not fused into
+    /// the target's producer), checked and lowered once.
+    prepared: PreparedCache<ModifierRun>,
+}
+
+/// The prepared masked assignments of a [`LanguageModifier`] run as a
+/// node of its own, with the options and target layout they were prepared
+/// for.
+struct ModifierRun {
+    parallelism: Parallelism,
+    layout: FieldLayout,
+    assignments: Vec<PreparedAssignment>,
 }
 
 impl std::fmt::Debug for LanguageModifier {
@@ -686,6 +706,7 @@ impl LanguageModifier {
             location,
             build: Arc::new(build),
             built: Arc::new(Mutex::new(None)),
+            prepared: PreparedCache::default(),
         }
     }
 
@@ -748,19 +769,69 @@ impl Expression for LanguageModifier {
         let target_id = self.target.id();
         let field = context.output_any(&self.target)?;
         let layout = field.as_bound().layout().clone();
-        let assignments = self.assignments(&layout)?;
-        for (region, root) in assignments.iter() {
-            let options = AssignOptions {
-                region: Region::Box(*region),
+        let options = |region: &IndexBox| AssignOptions {
+            region: Region::Box(*region),
+            parallelism,
+            check_finite: false,
+            ..Default::default()
+        };
+        // The same node may run in two graphs at once: the second waits
+        // for nothing and runs unprepared.
+        let Ok(mut cache) = self.prepared.0.try_lock() else {
+            for (region, root) in self.assignments(&layout)?.iter() {
+                let options = options(region);
+                match &mut *field {
+                    AnyField::Cell(f) => {
+                        assign_node_reading_target(f, target_id, root, &[], options)?
+                    }
+                    AnyField::XFace(f) => {
+                        assign_node_reading_target(f, target_id, root, &[], options)?
+                    }
+                    AnyField::YFace(f) => {
+                        assign_node_reading_target(f, target_id, root, &[], options)?
+                    }
+                    AnyField::ZFace(f) => {
+                        assign_node_reading_target(f, target_id, root, &[], options)?
+                    }
+                }
+            }
+            return Ok(());
+        };
+        let reusable = cache
+            .as_ref()
+            .is_some_and(|run| run.parallelism == parallelism && run.layout == layout);
+        if !reusable {
+            let mut assignments = Vec::new();
+            for (region, root) in self.assignments(&layout)?.iter() {
+                let options = options(region);
+                let prepared = match &*field {
+                    AnyField::Cell(f) => {
+                        PreparedAssignment::new(f, target_id, root, &[], options, &[])
+                    }
+                    AnyField::XFace(f) => {
+                        PreparedAssignment::new(f, target_id, root, &[], options, &[])
+                    }
+                    AnyField::YFace(f) => {
+                        PreparedAssignment::new(f, target_id, root, &[], options, &[])
+                    }
+                    AnyField::ZFace(f) => {
+                        PreparedAssignment::new(f, target_id, root, &[], options, &[])
+                    }
+                }?;
+                assignments.push(prepared);
+            }
+            *cache = Some(ModifierRun {
                 parallelism,
-                check_finite: false,
-                ..Default::default()
-            };
+                layout,
+                assignments,
+            });
+        }
+        for prepared in cache.iter_mut().flat_map(|run| run.assignments.iter_mut()) {
             match &mut *field {
-                AnyField::Cell(f) => assign_node_reading_target(f, target_id, root, &[], options)?,
-                AnyField::XFace(f) => assign_node_reading_target(f, target_id, root, &[], options)?,
-                AnyField::YFace(f) => assign_node_reading_target(f, target_id, root, &[], options)?,
-                AnyField::ZFace(f) => assign_node_reading_target(f, target_id, root, &[], options)?,
+                AnyField::Cell(f) => prepared.run(f, &[])?,
+                AnyField::XFace(f) => prepared.run(f, &[])?,
+                AnyField::YFace(f) => prepared.run(f, &[])?,
+                AnyField::ZFace(f) => prepared.run(f, &[])?,
             }
         }
         Ok(())

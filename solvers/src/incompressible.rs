@@ -32,9 +32,9 @@ use watershed_exprgraph::{
 use watershed_fields::on_face;
 use watershed_fields::{CellCentre, Device, Patch, SpatialField, XFace, YFace, ZFace};
 use watershed_operators::{
-    Assign, AssignOptions, Expr, FaceLocation, OperatorError, Parallelism, Parameter,
-    PreparedReduction, ReduceRegion, Reduction, abs, derivative, divergence, field, gradient,
-    interior_sum, interpolate_to_cell, interpolate_to_face, laplacian,
+    AssignOptions, Expr, FaceLocation, OperatorError, Parallelism, Parameter, PreparedReduction,
+    ReduceRegion, Reduction, abs, derivative, divergence, field, gradient, interior_sum,
+    interpolate_to_cell, interpolate_to_face, laplacian,
 };
 
 const NAMES: [&str; 3] = ["u", "v", "w"];
@@ -580,8 +580,19 @@ impl IncompressibleFlow {
                 region: watershed_operators::Region::LargestComputable,
                 ..Default::default()
             };
-            self.pressure
-                .assign_with(self.pressure_scale.expr() * field(&self.psi), options)?;
+            // Prepared once: the scale is a parameter read at each run.
+            let (psi, scale) = (&self.psi, &self.pressure_scale);
+            let prepared = lock(&mut self.prepared);
+            prepared.run(
+                "pressure",
+                [psi.id(), 0, 0],
+                &mut self.pressure,
+                &[psi],
+                |p| {
+                    let value = scale.expr::<CellCentre>() * field(psi);
+                    Recipe::new(value.node().clone(), p.id()).with_options(options)
+                },
+            )?;
         }
         let first = report.residuals.first().copied().unwrap_or(0.0);
         let last = report.residuals.last().copied().unwrap_or(0.0);
