@@ -1164,7 +1164,9 @@ fn transfer_row(
     }
 }
 
-/// A block: x in `x0..x1`, rows `j0..j0 + rows` of plane `k`.
+/// A block: x in `x0..x1`, rows `j0..j0 + rows` of the planes
+/// `k..k + planes` (more than one plane only for compiled kernels that
+/// write the target directly, see [`Plan::new`]).
 #[derive(Debug, Clone, Copy)]
 struct Block {
     x0: isize,
@@ -1172,6 +1174,18 @@ struct Block {
     j0: isize,
     rows: usize,
     k: isize,
+    planes: usize,
+}
+
+impl Block {
+    /// The block of plane `k + q` alone.
+    fn plane(self, q: usize) -> Block {
+        Block {
+            k: self.k + q as isize,
+            planes: 1,
+            ..self
+        }
+    }
 }
 
 /// The arguments of a compiled kernel that do not change between blocks.
@@ -1310,9 +1324,21 @@ impl Plan {
         let block_points = (L1_REGISTER_BYTES / (8 * kernel.registers.max(1)))
             .clamp(MIN_BLOCK_POINTS, BLOCK_POINTS);
         let rows = (block_points / tile).clamp(1, ny.max(1));
+        // A compiled kernel that writes the target directly (nothing of
+        // its rows is read back from the scratch after the call) runs the
+        // same rows of several planes in one call when a plane has fewer
+        // rows than a block holds: a ghost layer normal to y is one row
+        // per plane, and one call per plane cost more than its points.
+        let planes_per_group = if native && kernel.result == OUTPUT && rows >= ny {
+            (block_points / (tile * ny.max(1))).max(1)
+        } else {
+            1
+        };
         let mut groups = SmallVec::new();
         let mut first_row = 0;
-        for k in region.lo[2]..region.hi[2] {
+        let mut k = region.lo[2];
+        while k < region.hi[2] {
+            let planes = planes_per_group.min((region.hi[2] - k) as usize);
             let mut j0 = region.lo[1];
             while j0 < region.hi[1] {
                 let count = rows.min((region.hi[1] - j0) as usize);
@@ -1320,11 +1346,13 @@ impl Plan {
                     j0,
                     rows: count,
                     k,
+                    planes,
                     first_row,
                 });
-                first_row += count;
+                first_row += count * planes;
                 j0 += count as isize;
             }
+            k += planes as isize;
         }
         let (strides, geometry) = if native {
             (
@@ -1378,8 +1406,16 @@ impl Context<'_> {
             j0,
             rows,
             k,
+            planes,
         } = block;
         let last_row = j0 + rows as isize - 1;
+        let last_plane = k + planes as isize - 1;
+        // One plane per call when the result is read back from the scratch
+        // rows (each plane would overwrite the last).
+        assert!(
+            planes == 1 || self.kernel.result == OUTPUT,
+            "a kernel whose result goes to the scratch runs one plane per call"
+        );
         for (slot, field) in self.kernel.fields.iter().enumerate() {
             if field.transfer.is_some() {
                 continue; // checked per row by the binding's footprint check
@@ -1393,7 +1429,7 @@ impl Context<'_> {
             let last = f.origin
                 + (x1 - 1 + max[0])
                 + (last_row + max[1]) * f.strides[1]
-                + (k + max[2]) * f.strides[2];
+                + (last_plane + max[2]) * f.strides[2];
             assert!(
                 first >= 0 && (last as usize) < f.len,
                 "field read outside its data"
@@ -1402,7 +1438,8 @@ impl Context<'_> {
         let (t_pointer, tsy, tsz) = match target {
             Some(t) => {
                 let first = t.origin + x0 + j0 * t.strides[1] + k * t.strides[2];
-                let last = t.origin + (x1 - 1) + last_row * t.strides[1] + k * t.strides[2];
+                let last =
+                    t.origin + (x1 - 1) + last_row * t.strides[1] + last_plane * t.strides[2];
                 assert!(
                     first >= 0 && (last as usize) < t.len,
                     "target write outside the target"
@@ -1453,6 +1490,7 @@ impl Context<'_> {
                 j0 as i64,
                 rows as i64,
                 k as i64,
+                planes as i64,
             );
             not_finite != 0
         }
@@ -1466,6 +1504,13 @@ impl Context<'_> {
         if let Some(native) = &self.native {
             return self.run_native(native, scratch, target, block);
         }
+        if block.planes > 1 {
+            let mut may_be_bad = false;
+            for q in 0..block.planes {
+                may_be_bad |= self.run_block(scratch, target, block.plane(q));
+            }
+            return may_be_bad;
+        }
         let kernel = self.kernel;
         let base = scratch.as_mut_ptr();
         let (width, register_len) = (self.width as isize, self.register_len() as isize);
@@ -1475,6 +1520,7 @@ impl Context<'_> {
             j0,
             rows,
             k,
+            planes: _,
         } = block;
         let last_row = rows as isize - 1;
         for instruction in &kernel.instructions {
@@ -1706,12 +1752,16 @@ impl Context<'_> {
     }
 }
 
-/// A run of rows of one plane, processed as blocks along x.
+/// A run of rows of one plane, or the same rows of consecutive planes,
+/// processed as blocks along x.
 #[derive(Debug, Clone, Copy)]
 struct RowGroup {
     j0: isize,
     rows: usize,
     k: isize,
+    /// Planes `k..k + planes`; more than one only when the rows are all of
+    /// the region's rows in a plane (see [`Plan::new`]).
+    planes: usize,
     /// Index of the group's first row in the region's row numbering.
     first_row: usize,
 }
@@ -1767,6 +1817,7 @@ fn blocks_of<'r>(group: &RowGroup, region: &'r IndexBox) -> impl Iterator<Item =
             j0: group.j0,
             rows: group.rows,
             k: group.k,
+            planes: group.planes,
         })
 }
 
@@ -1828,6 +1879,27 @@ fn run_and_store(
     if !copy_result && !watch_finite {
         return None; // the kernel wrote its rows itself (bounds checked there)
     }
+    if block.planes > 1 {
+        // Only kernels writing the target directly get several planes
+        // (`Plan::new`): scan each plane's rows for the first bad point.
+        return (0..block.planes)
+            .map(|q| scan_rows(ctx, scratch, target, block.plane(q), false, watch_finite))
+            .fold(None, earlier);
+    }
+    scan_rows(ctx, scratch, target, block, copy_result, watch_finite)
+}
+
+/// For the rows of one plane of `block`, just computed: copies the result
+/// register into the target (`copy_result`) and, with `watch_finite`,
+/// returns the first point written that is not finite.
+fn scan_rows(
+    ctx: &Context<'_>,
+    scratch: &[f64],
+    target: &TargetData,
+    block: Block,
+    copy_result: bool,
+    watch_finite: bool,
+) -> Option<[isize; 3]> {
     let n = (block.x1 - block.x0) as usize;
     let mut first_bad = None;
     for r in 0..block.rows {
@@ -1886,6 +1958,7 @@ fn run_rows(
             j0,
             rows: count,
             k,
+            planes: 1,
             first_row: 0,
         };
         for block in blocks_of(&group, region) {
@@ -1995,14 +2068,16 @@ fn run_group(
         let bad = run_and_store(ctx, scratch, &member.target, block, member.watch_finite);
         first_bad = earlier(first_bad, bad);
     }
-    let rows = (group.j0, group.j0 + group.rows as isize, group.k);
-    for ((e, c), s) in member
-        .epilogues
-        .iter()
-        .zip(epilogue_contexts)
-        .zip(epilogue_scratch.iter_mut())
-    {
-        run_rows(c, s, &member.target, &e.region, rows);
+    for k in group.k..group.k + group.planes as isize {
+        let rows = (group.j0, group.j0 + group.rows as isize, k);
+        for ((e, c), s) in member
+            .epilogues
+            .iter()
+            .zip(epilogue_contexts)
+            .zip(epilogue_scratch.iter_mut())
+        {
+            run_rows(c, s, &member.target, &e.region, rows);
+        }
     }
     first_bad
 }
@@ -2104,6 +2179,7 @@ pub(crate) fn assign_many(
                         j0,
                         rows,
                         k,
+                        planes: 1,
                         first_row: 0,
                     };
                     let bad = run_group(

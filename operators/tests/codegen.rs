@@ -679,3 +679,68 @@ fn a_uniform_condition_is_decided_once_per_call() {
         }
     }
 }
+
+/// A box one row thick in every plane (a ghost layer normal to y) runs the
+/// planes of many calls' worth in one call of a compiled kernel: every
+/// point equals a hand-written loop for both back ends and thread counts,
+/// nothing outside the box is written, and the first value that is not
+/// finite is reported at its own plane, not at the first plane of the call.
+#[test]
+fn a_layer_one_row_thick_runs_many_planes_per_call() {
+    if !c_available() {
+        return;
+    }
+    let patch = patch_3d([9, 6, 40], 1);
+    let mut rng = Xorshift::new(21);
+    let mut phi = random_cells("phi", &patch, &mut rng);
+    let layout = phi.layout().clone();
+    // The ghost row j = -1 reads the interior row j = 5 (a periodic image).
+    let region = IndexBox::new([-1, -1, 0], [10, 0, 40]);
+    let value = |phi: &SpatialField<CellCentre>, [i, j, k]: [isize; 3]| {
+        2.0 * phi.values().unwrap()[layout.linear_index([i, j + 6, k])] - 1.0
+    };
+    for planted in [None, Some([3isize, 5, 27])] {
+        if let Some(point) = planted {
+            phi.values_mut().unwrap()[layout.linear_index(point)] = f64::NAN;
+        }
+        for backend in [Backend::Interpreter, Backend::C] {
+            for parallelism in [Parallelism::Serial, Parallelism::Threads(2)] {
+                let mut target =
+                    SpatialField::<CellCentre>::new("t", &patch, watershed_fields::Device::Cpu)
+                        .unwrap();
+                target.fill(7.0).unwrap();
+                let result = target.assign_with(
+                    2.0 * watershed_operators::shift(&phi, [0, 6, 0]) - 1.0,
+                    AssignOptions {
+                        region: Region::Box(region),
+                        backend,
+                        parallelism,
+                        check_finite: true,
+                        ..Default::default()
+                    },
+                );
+                let what = format!("{backend:?}, {parallelism:?}, NaN at {planted:?}");
+                match (planted, result) {
+                    (None, Ok(())) => {}
+                    (Some(_), Err(OperatorError::NotFinite { target, point, .. })) => {
+                        assert_eq!((target.as_str(), point), ("t", [3, -1, 27]), "{what}");
+                    }
+                    (_, other) => panic!("{what}: {other:?}"),
+                }
+                let values = target.values().unwrap();
+                for index in layout.allocated() {
+                    let got = values[layout.linear_index(index)];
+                    let expected = if region.contains(index) {
+                        value(&phi, index)
+                    } else {
+                        7.0
+                    };
+                    assert!(
+                        got.to_bits() == expected.to_bits(),
+                        "{what}: {index:?} holds {got}, expected {expected}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -42,7 +42,8 @@ pub(crate) type KernelFn = unsafe extern "C" fn(
     x1: i64,
     j0: i64,
     rows: i64,
-    k: i64,
+    k0: i64,
+    planes: i64,
 ) -> i64;
 
 /// A kernel compiled to machine code.

@@ -5,7 +5,7 @@
 //! without floating-point contraction gives the interpreter's bits.
 //!
 //! * **C**: one function per kernel runs a block (rows `j0 .. j0 + rows` of
-//!   plane `k`, points `x0 .. x1`): per row, the instructions are grouped
+//!   the planes `k0 .. k0 + planes`, points `x0 .. x1`): per row, the instructions are grouped
 //!   into loops over x (consecutive instructions over the same range whose
 //!   register reads are all at shift 0 share one loop); a register lives
 //!   in a scalar when only its own loop reads it, else in its row of the
@@ -794,9 +794,13 @@ fn resolution(switches: &[usize], case: usize) -> HashMap<usize, bool> {
 /// Signature: `long long NAME(const double *const *f, const long long *fs,
 /// const double *p, const double *g, double *t, long long tsy, long long
 /// tsz, double *s, long long width, long long rowcap, long long halo, long
-/// long x0, long long x1, long long j0, long long rows, long long k)`. It
-/// returns 1 when a value it wrote to `t` is not finite (NaN or infinite),
-/// else 0; a kernel whose result is not written to `t` returns 0.
+/// long x0, long long x1, long long j0, long long rows, long long k0, long
+/// long planes)`: the rows `j0 .. j0 + rows` of each plane `k0 .. k0 +
+/// planes`. A kernel whose result goes to the scratch rows (read by the
+/// caller after the call) is called with one plane: each plane reuses the
+/// rows. It returns 1 when a value it wrote to `t` is not finite (NaN or
+/// infinite), else 0; a kernel whose result is not written to `t` returns
+/// 0.
 ///
 /// A selection whose condition is the same at every point (it reads only
 /// parameters, e.g. a stage weight `a != 0`) is decided once per call:
@@ -812,7 +816,8 @@ pub fn c_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
         body,
         "long long {name}(const double *const *f, const long long *fs, const double *p, const double *g,\n\
          \x20   double *t, long long tsy, long long tsz, double *s, long long width, long long rowcap,\n\
-         \x20   long long halo, long long x0, long long x1, long long j0, long long rows, long long k)\n{{"
+         \x20   long long halo, long long x0, long long x1, long long j0, long long rows, long long k0,\n\
+         \x20   long long planes)\n{{"
     );
     let _ = writeln!(
         body,
@@ -925,7 +930,7 @@ fn c_row_loops(emitter: &Emitter<'_>, resolved: &HashMap<usize, bool>, indent: &
     let mut body = String::new();
     let _ = writeln!(
         body,
-        "{indent}for (long long r = 0; r < rows; ++r) {{\n{indent}    const long long j = j0 + r;"
+        "{indent}for (long long k = k0; k < k0 + planes; ++k)\n{indent}for (long long r = 0; r < rows; ++r) {{\n{indent}    const long long j = j0 + r;"
     );
     let inner = format!("{indent}    ");
     body.push_str(&row_declarations(kernel, &inner));
