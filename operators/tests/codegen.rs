@@ -716,7 +716,6 @@ fn a_layer_one_row_thick_runs_many_planes_per_call() {
                         backend,
                         parallelism,
                         check_finite: true,
-                        ..Default::default()
                     },
                 );
                 let what = format!("{backend:?}, {parallelism:?}, NaN at {planted:?}");
