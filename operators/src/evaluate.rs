@@ -1937,34 +1937,43 @@ fn scan_rows(
     first_bad
 }
 
-/// Runs `ctx`'s kernel over the rows `j0..j0 + rows` of plane `k` within
-/// `region` (split into blocks the context's registers hold).
+/// Runs `ctx`'s kernel over the rows `j_lo..j_hi` of the planes
+/// `k_lo..k_hi` within `region` (split into blocks the context's
+/// registers hold; a compiled kernel that writes the target directly takes
+/// all the planes in each call).
 fn run_rows(
     ctx: &Context<'_>,
     scratch: &mut [f64],
     target: &TargetData,
     region: &IndexBox,
-    rows: (isize, isize, isize),
+    rows: (isize, isize, isize, isize),
 ) {
-    let (j_lo, j_hi, k) = rows;
+    let (j_lo, j_hi, k_lo, k_hi) = rows;
     let (j_lo, j_hi) = (j_lo.max(region.lo[1]), j_hi.min(region.hi[1]));
-    if k < region.lo[2] || k >= region.hi[2] || j_lo >= j_hi || region.is_empty() {
+    let (k_lo, k_hi) = (k_lo.max(region.lo[2]), k_hi.min(region.hi[2]));
+    if k_lo >= k_hi || j_lo >= j_hi || region.is_empty() {
         return;
     }
-    let mut j0 = j_lo;
-    while j0 < j_hi {
-        let count = ctx.rows.min((j_hi - j0) as usize);
-        let group = RowGroup {
-            j0,
-            rows: count,
-            k,
-            planes: 1,
-            first_row: 0,
-        };
-        for block in blocks_of(&group, region) {
-            run_and_store(ctx, scratch, target, block, false);
+    let direct = ctx.native.is_some() && ctx.kernel.result == OUTPUT;
+    let planes_per_call = if direct { (k_hi - k_lo) as usize } else { 1 };
+    let mut k = k_lo;
+    while k < k_hi {
+        let mut j0 = j_lo;
+        while j0 < j_hi {
+            let count = ctx.rows.min((j_hi - j0) as usize);
+            let group = RowGroup {
+                j0,
+                rows: count,
+                k,
+                planes: planes_per_call,
+                first_row: 0,
+            };
+            for block in blocks_of(&group, region) {
+                run_and_store(ctx, scratch, target, block, false);
+            }
+            j0 += count as isize;
         }
-        j0 += count as isize;
+        k += planes_per_call as isize;
     }
 }
 
@@ -2068,16 +2077,19 @@ fn run_group(
         let bad = run_and_store(ctx, scratch, &member.target, block, member.watch_finite);
         first_bad = earlier(first_bad, bad);
     }
-    for k in group.k..group.k + group.planes as isize {
-        let rows = (group.j0, group.j0 + group.rows as isize, k);
-        for ((e, c), s) in member
-            .epilogues
-            .iter()
-            .zip(epilogue_contexts)
-            .zip(epilogue_scratch.iter_mut())
-        {
-            run_rows(c, s, &member.target, &e.region, rows);
-        }
+    let rows = (
+        group.j0,
+        group.j0 + group.rows as isize,
+        group.k,
+        group.k + group.planes as isize,
+    );
+    for ((e, c), s) in member
+        .epilogues
+        .iter()
+        .zip(epilogue_contexts)
+        .zip(epilogue_scratch.iter_mut())
+    {
+        run_rows(c, s, &member.target, &e.region, rows);
     }
     first_bad
 }
