@@ -20,7 +20,7 @@ use watershed_fields::{
 use watershed_operators::ir::Node;
 use watershed_operators::{
     AssignOptions, BoundField, Expr, Parallelism, Parameter, PreparedAssignment, Region,
-    assign_node_reading_target, assign_node_then, row_epilogue_count,
+    assign_node_then, row_epilogue_count,
 };
 
 /// The two kinds of expression.
@@ -776,26 +776,12 @@ impl Expression for LanguageModifier {
             ..Default::default()
         };
         // The same node may run in two graphs at once: the second waits
-        // for nothing and runs unprepared.
-        let Ok(mut cache) = self.prepared.0.try_lock() else {
-            for (region, root) in self.assignments(&layout)?.iter() {
-                let options = options(region);
-                match &mut *field {
-                    AnyField::Cell(f) => {
-                        assign_node_reading_target(f, target_id, root, &[], options)?
-                    }
-                    AnyField::XFace(f) => {
-                        assign_node_reading_target(f, target_id, root, &[], options)?
-                    }
-                    AnyField::YFace(f) => {
-                        assign_node_reading_target(f, target_id, root, &[], options)?
-                    }
-                    AnyField::ZFace(f) => {
-                        assign_node_reading_target(f, target_id, root, &[], options)?
-                    }
-                }
-            }
-            return Ok(());
+        // for nothing and prepares a copy of its own for this run.
+        let mut guard = self.prepared.0.try_lock().ok();
+        let mut own = None;
+        let cache: &mut Option<ModifierRun> = match guard.as_deref_mut() {
+            Some(kept) => kept,
+            None => &mut own,
         };
         let reusable = cache
             .as_ref()

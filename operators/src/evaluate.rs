@@ -1329,7 +1329,7 @@ impl Plan {
         // same rows of several planes in one call when a plane has fewer
         // rows than a block holds: a ghost layer normal to y is one row
         // per plane, and one call per plane cost more than its points.
-        let planes_per_group = if native && kernel.result == OUTPUT && rows >= ny {
+        let planes_per_group = if runs_many_planes(kernel, native) && rows >= ny {
             (block_points / (tile * ny.max(1))).max(1)
         } else {
             1
@@ -1752,6 +1752,13 @@ impl Context<'_> {
     }
 }
 
+/// Whether `kernel` may run several planes in one call: compiled, and
+/// writing the target directly (a result in the scratch rows is read back
+/// after each call, and each plane would overwrite the last).
+fn runs_many_planes(kernel: &Kernel, native: bool) -> bool {
+    native && kernel.result == OUTPUT
+}
+
 /// A run of rows of one plane, or the same rows of consecutive planes,
 /// processed as blocks along x.
 #[derive(Debug, Clone, Copy)]
@@ -1954,8 +1961,11 @@ fn run_rows(
     if k_lo >= k_hi || j_lo >= j_hi || region.is_empty() {
         return;
     }
-    let direct = ctx.native.is_some() && ctx.kernel.result == OUTPUT;
-    let planes_per_call = if direct { (k_hi - k_lo) as usize } else { 1 };
+    let planes_per_call = if runs_many_planes(ctx.kernel, ctx.native.is_some()) {
+        (k_hi - k_lo) as usize
+    } else {
+        1
+    };
     let mut k = k_lo;
     while k < k_hi {
         let mut j0 = j_lo;
