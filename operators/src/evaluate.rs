@@ -1204,7 +1204,7 @@ unsafe impl Send for NativeArguments<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for NativeArguments<'_> {}
 
-/// Registers for one evaluation, from a per-thread pool and given back
+/// Registers for one evaluation, from a process-wide pool and given back
 /// when dropped: a small evaluation (a boundary layer, a coarse multigrid
 /// level) runs many times, and allocating and freeing its registers cost
 /// more than its arithmetic. Every register point an instruction reads was
@@ -1213,25 +1213,59 @@ unsafe impl Sync for NativeArguments<'_> {}
 /// tens of KiB, cost as much as the sweep's arithmetic); in builds with
 /// debug assertions (the test suite) it is filled with NaN instead, so
 /// that a read before a write shows as a non-finite result.
+///
+/// The pool is shared by all threads and every buffer in it is as large
+/// as the largest request so far, so that once each kernel of a time step
+/// has run and as many buffers as threads have been in use at once, no
+/// later step allocates registers, whichever thread the scheduler puts a
+/// node on. (Per-thread pools, handing out whichever buffer came back
+/// last, grew a buffer now and then for as long as work stealing moved
+/// large kernels onto a thread that had not run one before.)
 struct Scratch(Vec<f64>);
 
-/// Buffers a thread keeps for [`Scratch`].
-const SCRATCH_POOL_BUFFERS: usize = 16;
+/// Buffers the pool keeps; more given back at once are freed.
+const SCRATCH_POOL_BUFFERS: usize = 64;
 
-thread_local! {
-    static SCRATCH_POOL: std::cell::RefCell<Vec<Vec<f64>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+/// Free register buffers and the largest request so far.
+struct ScratchPool {
+    buffers: Vec<Vec<f64>>,
+    largest: usize,
+}
+
+static SCRATCH_POOL: std::sync::Mutex<ScratchPool> = std::sync::Mutex::new(ScratchPool {
+    buffers: Vec::new(),
+    largest: 0,
+});
+
+/// The pool, also after a panic elsewhere while it was locked: its buffers
+/// are plain memory whose values nobody relies on.
+fn scratch_pool() -> std::sync::MutexGuard<'static, ScratchPool> {
+    SCRATCH_POOL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Scratch {
     /// `len` registers points (initialised memory; see the type's doc for
     /// their values).
     fn take(len: usize) -> Scratch {
-        let reused = SCRATCH_POOL
-            .try_with(|pool| pool.try_borrow_mut().ok().and_then(|mut p| p.pop()))
-            .ok()
-            .flatten();
+        let (reused, largest) = {
+            let mut pool = scratch_pool();
+            pool.largest = pool.largest.max(len);
+            // All buffers are normally of the largest size; the smallest
+            // that fits keeps the others for larger requests.
+            let fitting = pool
+                .buffers
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.capacity() >= len)
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, _)| i);
+            let index = fitting.or_else(|| pool.buffers.len().checked_sub(1));
+            (index.map(|i| pool.buffers.swap_remove(i)), pool.largest)
+        };
         let mut values = reused.unwrap_or_default();
+        values.reserve_exact(largest.saturating_sub(values.len()));
         if cfg!(debug_assertions) {
             values.clear();
             values.resize(len, f64::NAN);
@@ -1245,14 +1279,15 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let values = std::mem::take(&mut self.0);
-        let _ = SCRATCH_POOL.try_with(|pool| {
-            if let Ok(mut pool) = pool.try_borrow_mut()
-                && pool.len() < SCRATCH_POOL_BUFFERS
-            {
-                pool.push(values);
-            }
-        });
+        let mut values = std::mem::take(&mut self.0);
+        let largest = scratch_pool().largest;
+        // A buffer out while a larger request came is grown now, in the
+        // step that made that request, not in a later one that takes it.
+        values.reserve_exact(largest.saturating_sub(values.len()));
+        let mut pool = scratch_pool();
+        if pool.buffers.len() < SCRATCH_POOL_BUFFERS {
+            pool.buffers.push(values);
+        }
     }
 }
 

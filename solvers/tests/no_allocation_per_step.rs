@@ -5,6 +5,12 @@
 //! heap allocation; small bookkeeping (a few vectors of node ids per
 //! graph execution) is allowed and reported.
 //!
+//! With two threads the scheduler puts nodes on whichever thread is free,
+//! so on a loaded machine a large kernel may run on a thread that has
+//! not run it before: the evaluator's register buffers must come from a
+//! pool that does not grow then (with per-thread pools this test failed
+//! now and then under load).
+//!
 //! One test in its own binary, so no other test allocates while it counts.
 
 use std::alloc::{GlobalAlloc, Layout, System};
