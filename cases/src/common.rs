@@ -78,7 +78,7 @@ pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<V
             flow.with_velocity::<F, _>(|u| dump_field(group, name, u))??
         }));
     }
-    written.push(dump_field(group, "p", flow.pressure())?);
+    written.push(flow.with_pressure(|p| dump_field(group, "p", p))??);
     Ok(written)
 }
 
@@ -89,8 +89,9 @@ pub fn save_flow(flow: &IncompressibleFlow, group: &hdf5::Group, prefix: &str) -
         let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
         on_face!(axis, F => flow.with_velocity::<F, _>(|u| save_field(group, &name, u))??);
     }
-    save_field(group, &format!("{prefix}psi"), flow.projection_potential())?;
-    save_field(group, &format!("{prefix}p"), flow.pressure())
+    let (psi, p) = (format!("{prefix}psi"), format!("{prefix}p"));
+    flow.with_projection_potential(|field| save_field(group, &psi, field))??;
+    flow.with_pressure(|field| save_field(group, &p, field))?
 }
 
 /// Restores what [`save_flow`] saved and sets the clock.
@@ -105,12 +106,9 @@ pub fn load_flow(
         let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
         on_face!(axis, F => flow.with_velocity_mut::<F, _>(|u| load_field(group, &name, u))??);
     }
-    load_field(
-        group,
-        &format!("{prefix}psi"),
-        flow.projection_potential_mut(),
-    )?;
-    load_field(group, &format!("{prefix}p"), flow.pressure_mut())?;
+    let (psi, p) = (format!("{prefix}psi"), format!("{prefix}p"));
+    flow.with_projection_potential_mut(|field| load_field(group, &psi, field))??;
+    flow.with_pressure_mut(|field| load_field(group, &p, field))??;
     flow.set_clock(time, step)?;
     Ok(())
 }

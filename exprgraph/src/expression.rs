@@ -1,11 +1,14 @@
 //! Expressions: the nodes of a graph. Each computes one or more fields and
 //! requires others.
 //!
-//! Two kinds:
+//! Kinds ([`ExpressionKind`]):
 //! * [`LanguageExpression`]: an assignment written in the field-expression
 //!   language over fields named by tags. It can run on any device and can be
 //!   fused with its consumer (its IR is inlined there).
 //! * [`NativeExpression`]: arbitrary Rust code over CPU fields. CPU only.
+//! * reductions ([`crate::LanguageReduction`]) and iterative solves (a
+//!   loop over language kernels, such as a pressure projection's Poisson
+//!   solve), both CPU only today.
 //!
 //! During evaluation an expression sees exactly the fields it declared,
 //! through an [`EvaluationContext`]: inputs read-only, outputs writable.
@@ -23,7 +26,7 @@ use watershed_operators::{
     assign_node_then, row_epilogue_count,
 };
 
-/// The two kinds of expression.
+/// The kinds of expression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ExpressionKind {
     /// Written in the field-expression language: any device, fusable.
@@ -33,6 +36,12 @@ pub enum ExpressionKind {
     /// A reduction written in the language, whose scalar result goes to a
     /// parameter ([`crate::LanguageReduction`]); runs on the CPU.
     Reduction,
+    /// An iterative solve: a loop, controlled by Rust code that tests a
+    /// convergence criterion, over prepared language kernels and
+    /// reductions (e.g. the multigrid-preconditioned CG of a pressure
+    /// projection). Not fusable; runs on the CPU (the loop control and
+    /// the multigrid's ghost fills are Rust).
+    IterativeSolve,
 }
 
 /// A node of the graph.
@@ -161,6 +170,55 @@ impl EvaluationContext<'_> {
             actual: field.kind(),
             requested: L::KIND,
         })
+    }
+
+    /// An input field of location `I` and an output field of location `O`
+    /// at once (an expression reading one field while it writes another,
+    /// such as a solve reading its right-hand side and writing its
+    /// solution).
+    pub fn input_and_output<I: GraphLocation, O: GraphLocation>(
+        &mut self,
+        input: &Tag,
+        output: &Tag,
+    ) -> GraphResult<(&SpatialField<I>, &mut SpatialField<O>)> {
+        let expression = self.expression;
+        let unavailable = |tag: &Tag, reason: &str| GraphError::FieldUnavailable {
+            tag: tag.clone(),
+            expression: expression.to_string(),
+            reason: reason.to_string(),
+        };
+        let (_, read) = self
+            .inputs
+            .iter()
+            .find(|(t, _)| *t == input)
+            .ok_or_else(|| {
+                unavailable(input, "it is not among the fields the expression requires")
+            })?;
+        let read = read
+            .as_ref()
+            .ok_or_else(|| unavailable(input, "it has not been allocated"))?;
+        let read = I::get(read).ok_or_else(|| GraphError::WrongLocation {
+            tag: input.clone(),
+            actual: read.kind(),
+            requested: I::KIND,
+        })?;
+        let (_, written) = self
+            .outputs
+            .iter_mut()
+            .find(|(t, _)| *t == output)
+            .ok_or_else(|| {
+                unavailable(output, "it is not among the fields the expression computes")
+            })?;
+        let written = written
+            .as_mut()
+            .ok_or_else(|| unavailable(output, "it has not been allocated"))?;
+        let actual = written.kind();
+        let written = O::get_mut(written).ok_or_else(|| GraphError::WrongLocation {
+            tag: output.clone(),
+            actual,
+            requested: O::KIND,
+        })?;
+        Ok((read, written))
     }
 
     /// An output field.

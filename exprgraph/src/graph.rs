@@ -1026,6 +1026,7 @@ impl ExpressionGraph {
                 ExpressionKind::Language => "box",
                 ExpressionKind::Reduction => "hexagon",
                 ExpressionKind::Native => "ellipse",
+                ExpressionKind::IterativeSolve => "octagon",
             };
             let color = target_colour(node.target);
             if node.fused_from.is_empty() {

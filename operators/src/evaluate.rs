@@ -1221,21 +1221,56 @@ unsafe impl Sync for NativeArguments<'_> {}
 /// node on. (Per-thread pools, handing out whichever buffer came back
 /// last, grew a buffer now and then for as long as work stealing moved
 /// large kernels onto a thread that had not run one before.)
-struct Scratch(Vec<f64>);
+struct Scratch {
+    /// Always `largest` points long (the pool's largest request when it
+    /// was taken), so that reuse never zero-fills a tail again.
+    values: Vec<f64>,
+    /// The points handed out: `values[..len]`.
+    len: usize,
+}
 
 /// Buffers the pool keeps; more given back at once are freed.
-const SCRATCH_POOL_BUFFERS: usize = 64;
+const SCRATCH_POOL_BUFFERS: usize = 256;
 
-/// Free register buffers and the largest request so far.
+/// Free register buffers, the largest request so far, and how many
+/// buffers exist (free or taken).
 struct ScratchPool {
     buffers: Vec<Vec<f64>>,
     largest: usize,
+    existing: usize,
 }
 
 static SCRATCH_POOL: std::sync::Mutex<ScratchPool> = std::sync::Mutex::new(ScratchPool {
     buffers: Vec::new(),
     largest: 0,
+    existing: 0,
 });
+
+/// Makes sure enough buffers exist for every thread of the current pool
+/// to hold `per_thread` at once: called by a parallel loop before each
+/// chunk takes its registers. A thread holds one chunk's registers at a
+/// time (a chunk runs its blocks without waiting on other work), so the
+/// buffers in use never outnumber the threads times the most one chunk
+/// takes, and no step after the first allocates registers, however the
+/// scheduler interleaves nodes (taking one buffer at a time, a new
+/// buffer was made whenever an interleaving held more at once than any
+/// before it).
+fn reserve_scratch(per_thread: usize) {
+    let wanted = per_thread
+        .saturating_mul(rayon::current_num_threads())
+        .min(SCRATCH_POOL_BUFFERS);
+    let (missing, largest) = {
+        let mut pool = scratch_pool();
+        if pool.existing >= wanted {
+            return;
+        }
+        let missing = wanted - pool.existing;
+        pool.existing = wanted;
+        (missing, pool.largest)
+    };
+    let fresh: Vec<Vec<f64>> = (0..missing).map(|_| vec![0.0; largest]).collect();
+    scratch_pool().buffers.extend(fresh);
+}
 
 /// The pool, also after a panic elsewhere while it was locked: its buffers
 /// are plain memory whose values nobody relies on.
@@ -1258,35 +1293,42 @@ impl Scratch {
                 .buffers
                 .iter()
                 .enumerate()
-                .filter(|(_, b)| b.capacity() >= len)
-                .min_by_key(|(_, b)| b.capacity())
+                .filter(|(_, b)| b.len() >= len)
+                .min_by_key(|(_, b)| b.len())
                 .map(|(i, _)| i);
             let index = fitting.or_else(|| pool.buffers.len().checked_sub(1));
+            if index.is_none() {
+                pool.existing += 1;
+            }
             (index.map(|i| pool.buffers.swap_remove(i)), pool.largest)
         };
         let mut values = reused.unwrap_or_default();
-        values.reserve_exact(largest.saturating_sub(values.len()));
-        if cfg!(debug_assertions) {
-            values.clear();
-            values.resize(len, f64::NAN);
-        } else {
-            // Keeps old values below the old length, zeros beyond it.
-            values.resize(len, 0.0);
+        if values.len() < largest {
+            values.reserve_exact(largest - values.len());
+            values.resize(largest, 0.0);
         }
-        Scratch(values)
+        if cfg!(debug_assertions) {
+            values[..len].fill(f64::NAN);
+        }
+        Scratch { values, len }
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let mut values = std::mem::take(&mut self.0);
+        let mut values = std::mem::take(&mut self.values);
         let largest = scratch_pool().largest;
         // A buffer out while a larger request came is grown now, in the
         // step that made that request, not in a later one that takes it.
-        values.reserve_exact(largest.saturating_sub(values.len()));
+        if values.len() < largest {
+            values.reserve_exact(largest - values.len());
+            values.resize(largest, 0.0);
+        }
         let mut pool = scratch_pool();
         if pool.buffers.len() < SCRATCH_POOL_BUFFERS {
             pool.buffers.push(values);
+        } else {
+            pool.existing = pool.existing.saturating_sub(1);
         }
     }
 }
@@ -1294,13 +1336,13 @@ impl Drop for Scratch {
 impl std::ops::Deref for Scratch {
     type Target = [f64];
     fn deref(&self) -> &[f64] {
-        &self.0
+        &self.values[..self.len]
     }
 }
 
 impl std::ops::DerefMut for Scratch {
     fn deref_mut(&mut self) -> &mut [f64] {
-        &mut self.0
+        &mut self.values[..self.len]
     }
 }
 
@@ -2066,6 +2108,7 @@ pub(crate) fn assign(
         epilogues,
     };
     let run_groups = |groups: &[RowGroup]| -> Option<[isize; 3]> {
+        reserve_scratch(1 + epilogue_contexts.len());
         let mut scratch = ctx.scratch();
         let mut epilogue_scratch: SmallVec<[Scratch; 4]> =
             epilogue_contexts.iter().map(|c| c.scratch()).collect();
@@ -2215,6 +2258,7 @@ pub(crate) fn assign_many(
         parallelism
     };
     let run_strips = |strips: &[(isize, isize, isize)]| -> Vec<Option<[isize; 3]>> {
+        reserve_scratch(contexts.iter().map(|(_, e)| 1 + e.len()).sum());
         let mut scratch: Vec<(Scratch, SmallVec<[Scratch; 4]>)> = contexts
             .iter()
             .map(|(c, e)| (c.scratch(), e.iter().map(|c| c.scratch()).collect()))
@@ -2288,6 +2332,7 @@ pub(crate) fn reduce(
     let mut partials = vec![reduction.identity(); rows];
     // Per-row partials, accumulated along x in block order.
     let run_groups = |groups: &[RowGroup], out: &mut [f64]| {
+        reserve_scratch(1);
         let mut scratch = ctx.scratch();
         let offset = groups.first().map_or(0, |g| g.first_row);
         for group in groups {

@@ -20,8 +20,8 @@
 //! ([`BoundaryConditions::assignments`]): as graph modifiers
 //! ([`BoundaryConditions::modifier`]), prepared once for fields of one
 //! layout ([`BoundaryFill`]), or applied to a field in one call
-//! ([`BoundaryConditions::apply`]). Only the multigrid solver and the
-//! projection, which run outside a graph, still use a native loop with the
+//! ([`BoundaryConditions::apply`]). Only the multigrid solver (the loop
+//! inside the projection's solve node) still uses a native loop with the
 //! same values (`NativeFill`; why is said there).
 
 use crate::error::{SolverError, SolverResult};

@@ -9,43 +9,39 @@
 //!
 //! (advective form with centred derivatives; `v_u` is `v` averaged to the x
 //! faces through the cell centres), followed by the same Shu-Osher update
-//! nodes as the transport solver. After each stage the velocity is
-//! projected: `lap(psi) = div(u*)` by multigrid-preconditioned CG, then
-//! `u = u* - grad(psi)`, which leaves `div(u)` equal to the Poisson
-//! residual. `psi` has zero normal derivative on walls, so the normal
-//! velocity on walls is untouched; the pressure is `psi / (b dt)`.
+//! nodes as the transport solver, which write the provisional velocity
+//! `u*`. The same graph then projects it: `lap(psi) = div(u*)` by
+//! multigrid-preconditioned CG (a solve node, `projection.rs`), then
+//! `u = u* - grad(psi)` into STATE_NP1, which leaves `div(u)` equal to the
+//! Poisson residual. `psi` has zero normal derivative on walls, so the
+//! normal velocity on walls is untouched; the pressure is `psi / (b dt)`.
+//! The norms of `div(u*)` and `div(u)` are graph reductions. One stage is
+//! one execution of the graph; the first step starts with an execution of
+//! zero length (`u* = u`), which projects the initial velocity.
 
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
-use crate::integrator::TimeIntegrator;
-use crate::multigrid::{Multigrid, MultigridOptions, SolveReport, first_non_finite};
-use crate::prepared::{Assignments, Recipe};
+use crate::integrator::{Stage, TimeIntegrator};
+use crate::multigrid::{Multigrid, MultigridOptions, first_non_finite};
+use crate::prepared::Assignments;
+use crate::projection::{PoissonSolve, PoissonState, lock_state};
 use crate::solver::TimeStep;
 use crate::stages::{StageParameters, advance_levels, not_finite_in, update_expression};
 use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
-use smallvec::SmallVec;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
-    LanguageExpression, Symbols, Tag,
+    LanguageExpression, LanguageReduction, Symbols, Tag,
 };
 use watershed_fields::on_face;
-use watershed_fields::{CellCentre, Device, Patch, SpatialField, XFace, YFace, ZFace};
+use watershed_fields::{CellCentre, Patch, SpatialField};
 use watershed_operators::{
-    AssignOptions, Expr, FaceLocation, OperatorError, Parallelism, Parameter, PreparedReduction,
-    ReduceRegion, Reduction, abs, derivative, divergence, field, gradient, interior_sum,
-    interpolate_to_cell, interpolate_to_face, laplacian,
+    Expr, FaceLocation, Parallelism, Parameter, PreparedReduction, ReduceRegion, Reduction, abs,
+    derivative, divergence, field, gradient, interior_sum, interpolate_to_cell,
+    interpolate_to_face, laplacian,
 };
 
 const NAMES: [&str; 3] = ["u", "v", "w"];
-
-/// The memo behind `&mut` (no locking needed; a panic that poisoned the
-/// mutex left only prepared assignments, which re-check what they use).
-fn lock(prepared: &mut Mutex<Assignments>) -> &mut Assignments {
-    prepared
-        .get_mut()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// How the last projection went.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -191,51 +187,124 @@ impl IncompressibleFlowBuilder {
             factory.register(expression)?;
             let update = on_face!(axis, F => update_expression::<F>(
                 &now[axis],
-                &next[axis],
+                &provisional_tags()[axis],
                 &start[axis],
                 &rhs,
                 &parameters
             ));
             factory.register(update)?;
         }
-        let roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
-        let graph =
-            ExpressionGraph::build(&factory, &roots, &self.patch, &GraphOptions::default())?;
+        // The projection, in the same graph: the stage's update writes the
+        // provisional velocity u*, whose walls take the velocity
+        // conditions; div(u*) -> psi -> u = u* - grad(psi), walls again.
+        let (divergence_tag, psi_tag, pressure_tag) =
+            (Tag::none("div(u*)"), Tag::none("psi"), Tag::none("p"));
+        let divergence_before = Parameter::new("|div(u*)|^2", 0.0);
+        let divergence_after = Parameter::new("|div(u)|^2", 0.0);
+        let pressure_scale = Parameter::new("1/(b dt)", 0.0);
+        let provisional_tags = provisional_tags();
         for &axis in &active {
-            // Receives the step's start value after the first stage, which
-            // does not read it (see `crate::stages`).
-            graph.fill_placeholder(&start[axis])?;
+            let conditions = self.conditions[axis];
+            let (provisional, corrected) = (&provisional_tags[axis], &next[axis]);
+            on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions)?);
+            let (from, psi) = (provisional.clone(), psi_tag.clone());
+            factory.register(on_face!(axis, F => {
+                LanguageExpression::new::<F>(corrected.clone(), move |s| {
+                    s.field::<F>(&from) - gradient::<F>(s.field::<CellCentre>(&psi))
+                })
+                .checking_finite()
+            }))?;
+            on_face!(axis, F => attach_conditions::<F>(&mut factory, corrected, conditions)?);
         }
-
+        let divergence_of = |velocity: [Tag; 3], dims: Vec<usize>| {
+            move |s: &mut Symbols| -> Expr<'static, CellCentre> {
+                let mut sum: Expr<'static, CellCentre> = Expr::constant(0.0);
+                for &axis in &dims {
+                    sum = sum + on_face!(axis, F => divergence::<F>(s.field::<F>(&velocity[axis])));
+                }
+                sum
+            }
+        };
+        factory.register(LanguageExpression::new::<CellCentre>(
+            divergence_tag.clone(),
+            divergence_of(provisional_tags.clone(), active.clone()),
+        ))?;
+        let div = divergence_tag.clone();
+        factory.register_reduction(LanguageReduction::new::<CellCentre>(
+            Tag::none("|div(u*)|"),
+            &divergence_before,
+            Reduction::SumOfSquares,
+            move |s| s.field(&div),
+        ))?;
         let mut walls = BoundaryConditions::new();
         for side in watershed_operators::Side::ALL {
             walls = walls.with(side, BoundaryCondition::Neumann(0.0));
         }
-        let poisson = Multigrid::new(&self.patch, walls, self.poisson)?;
-        let cell = |name: &str| SpatialField::<CellCentre>::new(name, &self.patch, Device::Cpu);
+        let multigrid = Multigrid::new(&self.patch, walls, self.poisson)?;
+        let divergence_kept = divergence_tag.clone();
+        let (solve, poisson) = PoissonSolve::new(divergence_tag, psi_tag.clone(), multigrid);
+        factory.register(solve)?;
+        let (psi, scale) = (psi_tag.clone(), pressure_scale.clone());
+        factory.register(LanguageExpression::new::<CellCentre>(
+            pressure_tag.clone(),
+            move |s| scale.expr::<CellCentre>() * s.field::<CellCentre>(&psi),
+        ))?;
+        let after = Tag::none("|div(u)|");
+        factory.register_reduction(LanguageReduction::new::<CellCentre>(
+            after.clone(),
+            &divergence_after,
+            Reduction::SumOfSquares,
+            divergence_of(next.clone(), active.clone()),
+        ))?;
+
+        let mut roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
+        roots.extend([pressure_tag.clone(), Tag::none("|div(u*)|"), after]);
+        // `div(u*)` is kept rather than taken from the pool per execution:
+        // the solve's prepared copy of it into the finest multigrid level
+        // binds it by field id, and a scratch field is a new field (a new
+        // id) in every execution. The provisional velocities are scratch.
+        let options = GraphOptions {
+            persistent: vec![psi_tag.clone(), pressure_tag.clone(), divergence_kept],
+            ..GraphOptions::default()
+        };
+        let graph = ExpressionGraph::build(&factory, &roots, &self.patch, &options)?;
+        for &axis in &active {
+            // Receives the step's start value after the first stage, which
+            // does not read it (see `crate::stages`).
+            graph.fill_placeholder(&start[axis])?;
+            // A flow starts at rest unless its velocity is set.
+            graph.fill_placeholder(&now[axis])?;
+        }
         Ok(IncompressibleFlow {
             graph,
             parameters,
-            pressure_scale: Parameter::new("1/(b dt)", 0.0),
+            pressure_scale,
+            divergence_before,
+            divergence_after,
             active,
             now,
             next,
             start,
+            provisional: provisional_tags,
+            psi: psi_tag,
+            pressure: pressure_tag,
             conditions: self.conditions,
             walls,
             viscosity: self.viscosity,
             integrator: self.integrator,
             mode: self.mode,
             poisson,
-            psi: cell("psi")?,
-            divergence: cell("div")?,
-            pressure: cell("p")?,
             time: 0.0,
             steps: 0,
             last: ProjectionReport::default(),
             prepared: Mutex::new(Assignments::default()),
         })
     }
+}
+
+/// The provisional velocity `u*` of a stage, before its projection.
+fn provisional_tags() -> [Tag; 3] {
+    NAMES.map(|n| Tag::none(&format!("{n}*")))
 }
 
 fn attach_conditions<F: GraphLocation>(
@@ -280,29 +349,34 @@ fn momentum<F: FaceLocation + GraphLocation>(
 
 /// An incompressible flow advancing in time.
 pub struct IncompressibleFlow {
+    /// Every stage: momentum, update, projection, pressure.
     graph: ExpressionGraph,
     parameters: StageParameters,
-    /// `1 / (b dt)` of the last stage: the pressure is `psi` times it.
+    /// `1 / (b dt)` of the stage: the pressure is `psi` times it.
     pressure_scale: Parameter,
+    /// `|div(u*)|^2` and `|div(u)|^2` of the last stage (graph reductions).
+    divergence_before: Parameter,
+    divergence_after: Parameter,
     active: Vec<usize>,
     now: [Tag; 3],
     next: [Tag; 3],
     start: [Tag; 3],
+    provisional: [Tag; 3],
+    psi: Tag,
+    pressure: Tag,
     conditions: [BoundaryConditions; 3],
     walls: BoundaryConditions,
     viscosity: f64,
     integrator: TimeIntegrator,
     mode: ExecutionMode,
-    poisson: Multigrid,
-    psi: SpatialField<CellCentre>,
-    divergence: SpatialField<CellCentre>,
-    pressure: SpatialField<CellCentre>,
+    /// The Poisson solve node's multigrid, reports and failures.
+    poisson: Arc<Mutex<PoissonState>>,
     time: f64,
     steps: u64,
     last: ProjectionReport,
-    /// The projection's assignments, reductions and fills and the time
-    /// step's speed reductions, prepared once ([`crate::prepared`]); a
-    /// mutex because the time-step query takes `&self`.
+    /// The time step's speed reductions and the kinetic energy, prepared
+    /// once ([`crate::prepared`]); a mutex because those queries take
+    /// `&self`.
     prepared: Mutex<Assignments>,
 }
 
@@ -352,20 +426,43 @@ impl IncompressibleFlow {
         &self.active
     }
 
-    /// The projection potential `psi` of the last stage (the pressure solve's
-    /// starting guess for the next one, so part of the state a restart needs).
-    pub fn projection_potential(&self) -> &SpatialField<CellCentre> {
-        &self.psi
+    /// Runs `f` on the projection potential `psi` of the last stage (the
+    /// pressure solve's starting guess for the next one, so part of the
+    /// state a restart needs).
+    pub fn with_projection_potential<R>(
+        &self,
+        f: impl FnOnce(&SpatialField<CellCentre>) -> R,
+    ) -> SolverResult<R> {
+        Ok(self.graph.with_field::<CellCentre, _>(&self.psi, f)?)
     }
 
-    /// The projection potential, mutably (to restore it from a checkpoint).
-    pub fn projection_potential_mut(&mut self) -> &mut SpatialField<CellCentre> {
-        &mut self.psi
+    /// Runs `f` on the projection potential, mutably (to restore it from a
+    /// checkpoint).
+    pub fn with_projection_potential_mut<R>(
+        &self,
+        f: impl FnOnce(&mut SpatialField<CellCentre>) -> R,
+    ) -> SolverResult<R> {
+        Ok(self.graph.with_field_mut::<CellCentre, _>(&self.psi, f)?)
     }
 
-    /// The pressure, mutably (to restore it from a checkpoint).
-    pub fn pressure_mut(&mut self) -> &mut SpatialField<CellCentre> {
-        &mut self.pressure
+    /// Runs `f` on the pressure of the last stage (zero on the interior
+    /// after the projection of the initial velocity, which has no time
+    /// step to scale `psi` by).
+    pub fn with_pressure<R>(
+        &self,
+        f: impl FnOnce(&SpatialField<CellCentre>) -> R,
+    ) -> SolverResult<R> {
+        Ok(self.graph.with_field::<CellCentre, _>(&self.pressure, f)?)
+    }
+
+    /// Runs `f` on the pressure, mutably (to restore it from a checkpoint).
+    pub fn with_pressure_mut<R>(
+        &self,
+        f: impl FnOnce(&mut SpatialField<CellCentre>) -> R,
+    ) -> SolverResult<R> {
+        Ok(self
+            .graph
+            .with_field_mut::<CellCentre, _>(&self.pressure, f)?)
     }
 
     /// Runs `f` on velocity component `F`, mutably (e.g. to restore it from
@@ -380,11 +477,6 @@ impl IncompressibleFlow {
     /// The last projection's solve and divergences.
     pub fn last_projection(&self) -> &ProjectionReport {
         &self.last
-    }
-
-    /// The pressure of the last stage.
-    pub fn pressure(&self) -> &SpatialField<CellCentre> {
-        &self.pressure
     }
 
     fn component<F: GraphLocation, R>(
@@ -434,14 +526,6 @@ impl IncompressibleFlow {
         Ok(energy)
     }
 
-    fn apply_conditions<F: GraphLocation>(&mut self, axis: usize) -> SolverResult<()> {
-        let conditions = self.conditions[axis];
-        let prepared = lock(&mut self.prepared);
-        self.graph.with_field_mut::<F, _>(&self.now[axis], |u| {
-            prepared.fill("velocity conditions", u, conditions)
-        })?
-    }
-
     /// The interior maximum of `|u|` (prepared once per field).
     fn max_abs<F: GraphLocation>(&self, u: &SpatialField<F>) -> SolverResult<f64> {
         let mut prepared = self
@@ -456,76 +540,6 @@ impl IncompressibleFlow {
                 Parallelism::Rayon,
             )
         })
-    }
-
-    /// `div(u)` into the divergence field; returns its interior L2 norm.
-    fn compute_divergence(&mut self) -> SolverResult<f64> {
-        let target = &mut self.divergence;
-        let graph = &self.graph;
-        let now = &self.now;
-        let prepared = lock(&mut self.prepared);
-        // Keyed by the velocity fields (the target is always the same
-        // field); a prepared assignment checks every field's id again, so
-        // a key shared by another w only prepares again.
-        if self.active.len() == 2 {
-            graph.with_field::<XFace, _>(&now[0], |u| {
-                graph.with_field::<YFace, _>(&now[1], |v| {
-                    let ids = [u.id(), v.id(), 0];
-                    prepared.run("divergence", ids, target, &[u, v], |t| {
-                        let value = divergence::<XFace>(u) + divergence::<YFace>(v);
-                        Recipe::new(value.node().clone(), t.id())
-                    })
-                })
-            })???;
-        } else {
-            graph.with_field::<XFace, _>(&now[0], |u| {
-                graph.with_field::<YFace, _>(&now[1], |v| {
-                    graph.with_field::<ZFace, _>(&now[2], |w| {
-                        let ids = [u.id(), v.id(), w.id()];
-                        prepared.run("divergence", ids, target, &[u, v, w], |t| {
-                            let value = divergence::<XFace>(u)
-                                + divergence::<YFace>(v)
-                                + divergence::<ZFace>(w);
-                            Recipe::new(value.node().clone(), t.id())
-                        })
-                    })
-                })
-            })????;
-        }
-        let div = &self.divergence;
-        let squares = prepared.reduce("divergence norm", [div.id(), 0], &[div], || {
-            PreparedReduction::new(
-                div,
-                Reduction::SumOfSquares,
-                ReduceRegion::Interior,
-                Parallelism::Rayon,
-            )
-        })?;
-        Ok(squares.sqrt())
-    }
-
-    /// `u -= grad(psi)` on the interior, in place, checking every value
-    /// written (the corrected velocity is the stage's result, so this
-    /// replaces a separate finiteness scan).
-    fn correct<F: GraphLocation + FaceLocation>(&mut self) -> SolverResult<Option<[isize; 3]>> {
-        let psi = &self.psi;
-        let options = AssignOptions {
-            check_finite: true,
-            ..AssignOptions::default()
-        };
-        let prepared = lock(&mut self.prepared);
-        let result = self.graph.with_field_mut::<F, _>(&self.now[F::AXIS], |u| {
-            let own = u.id();
-            prepared.run("correct", [own, psi.id(), 0], u, &[psi], |u| {
-                let value = Expr::<F>::symbol(own, u.name()) - gradient::<F>(psi);
-                Recipe::new(value.node().clone(), own).with_options(options)
-            })
-        })?;
-        match result {
-            Ok(()) => Ok(None),
-            Err(SolverError::Operator(OperatorError::NotFinite { point, .. })) => Ok(Some(point)),
-            Err(other) => Err(other),
-        }
     }
 
     /// The error for velocity component `axis` no longer finite at `cell`
@@ -549,60 +563,49 @@ impl IncompressibleFlow {
         }
     }
 
-    /// Projects the current velocity onto divergence-free fields; returns
-    /// the first component and point that are not finite after the
-    /// correction, if any.
-    fn project(&mut self, stage_factor: f64) -> SolverResult<Option<(usize, [isize; 3])>> {
-        // The active axes, copied (no allocation) so that the loops may
-        // borrow `self` mutably.
-        let axes: SmallVec<[usize; 3]> = self.active.iter().copied().collect();
-        for &axis in &axes {
-            on_face!(axis, F => self.apply_conditions::<F>(axis)?);
+    /// Runs the graph once (`stage`: which stage of the step, `None` for
+    /// the projection of the initial velocity, whose update copies it) and
+    /// moves the projected velocity to STATE_N.
+    fn run_stage(&mut self, stage: Option<usize>, dt: f64) -> SolverResult<()> {
+        if let Err(error) = self.graph.execute(self.mode) {
+            if let Some(failure) = lock_state(&self.poisson).take_failure() {
+                return Err(failure);
+            }
+            // The stage updates and the corrections check what they write.
+            if let Some((node, cell)) = not_finite_in(&error)
+                && let Some(axis) = (0..3).find(|&a| {
+                    node == self.next[a].name.as_ref() || node == self.provisional[a].name.as_ref()
+                })
+            {
+                return Err(self.diverged(axis, cell, dt));
+            }
+            return Err(error.into());
         }
-        let before = self.compute_divergence()?;
-        let report: SolveReport = self
-            .poisson
-            .solve_preconditioned_cg(&self.divergence, &mut self.psi)?;
-        for &axis in &axes {
-            let bad = on_face!(axis, F => self.correct::<F>()?);
-            if let Some(cell) = bad {
-                return Ok(Some((axis, cell)));
+        for &axis in &self.active {
+            match stage {
+                Some(index) => advance_levels(
+                    &self.graph,
+                    index,
+                    &self.start[axis],
+                    &self.now[axis],
+                    &self.next[axis],
+                )?,
+                None => self
+                    .graph
+                    .rotate_fields(&[self.now[axis].clone(), self.next[axis].clone()])?,
             }
         }
-        // The correction covers the interior; refill ghosts and boundary faces.
-        for &axis in &axes {
-            on_face!(axis, F => self.apply_conditions::<F>(axis)?);
-        }
-        let after = self.compute_divergence()?;
-        if stage_factor > 0.0 {
-            self.pressure_scale.set(1.0 / stage_factor);
-            let options = watershed_operators::AssignOptions {
-                region: watershed_operators::Region::LargestComputable,
-                ..Default::default()
-            };
-            // Prepared once: the scale is a parameter read at each run.
-            let (psi, scale) = (&self.psi, &self.pressure_scale);
-            let prepared = lock(&mut self.prepared);
-            prepared.run(
-                "pressure",
-                [psi.id(), 0, 0],
-                &mut self.pressure,
-                &[psi],
-                |p| {
-                    let value = scale.expr::<CellCentre>() * field(psi);
-                    Recipe::new(value.node().clone(), p.id()).with_options(options)
-                },
-            )?;
-        }
+        let state = lock_state(&self.poisson);
+        let report = state.report();
         let first = report.residuals.first().copied().unwrap_or(0.0);
         let last = report.residuals.last().copied().unwrap_or(0.0);
         self.last = ProjectionReport {
             iterations: report.iterations,
-            divergence_before: before,
-            divergence_after: after,
+            divergence_before: self.divergence_before.get().sqrt(),
+            divergence_after: self.divergence_after.get().sqrt(),
             residual_reduction: if first > 0.0 { last / first } else { 0.0 },
         };
-        Ok(None)
+        Ok(())
     }
 
     /// Advances one step of `dt`, projecting after every stage.
@@ -629,34 +632,23 @@ impl IncompressibleFlow {
                     ),
                 });
             }
-            // Start from a divergence-free field.
-            if let Some((axis, cell)) = self.project(0.0)? {
-                return Err(self.diverged(axis, cell, dt));
-            }
+            // Start from a divergence-free field: a stage of zero length
+            // (u* = u) and its projection; no pressure without a time step.
+            let copy = Stage {
+                a: 0.0,
+                b: 1.0,
+                c: 0.0,
+            };
+            self.parameters.set(&copy, self.time, 0.0);
+            self.pressure_scale.set(0.0);
+            self.run_stage(None, dt)?;
         }
         for (index, stage) in self.integrator.stages().iter().enumerate() {
             self.parameters.set(stage, self.time, dt);
-            if let Err(error) = self.graph.execute(self.mode) {
-                // The stage updates check what they write.
-                if let Some((node, cell)) = not_finite_in(&error)
-                    && let Some(axis) = (0..3).find(|&a| node == self.next[a].name.as_ref())
-                {
-                    return Err(self.diverged(axis, cell, dt));
-                }
-                return Err(error.into());
-            }
-            for &axis in &self.active {
-                advance_levels(
-                    &self.graph,
-                    index,
-                    &self.start[axis],
-                    &self.now[axis],
-                    &self.next[axis],
-                )?;
-            }
-            if let Some((axis, cell)) = self.project(stage.b * dt)? {
-                return Err(self.diverged(axis, cell, dt));
-            }
+            let factor = stage.b * dt;
+            self.pressure_scale
+                .set(if factor > 0.0 { 1.0 / factor } else { 0.0 });
+            self.run_stage(Some(index), dt)?;
         }
         self.time += dt;
         self.steps += 1;

@@ -13,6 +13,7 @@
 //! | [`multigrid`] | [`Multigrid`]: geometric multigrid for `lap(x) = b`, as a solver and as a CG preconditioner |
 //! | [`transport`] | [`TransportEquation`]: diffusion, convection (central, upwind, limited), sources, density |
 //! | [`solver`] | [`TransportSolver`]: the graph, the stages, fixed or stability-limited `dt` |
+//! | `projection` | the projection's Poisson solve as a graph node (`ExpressionKind::IterativeSolve`) |
 //! | [`stages`] | [`StageParameters`], the language update node, the rotation of time levels |
 //! | [`error`] | [`SolverError`] |
 
@@ -24,6 +25,7 @@ pub mod incompressible;
 pub mod integrator;
 pub mod multigrid;
 mod prepared;
+mod projection;
 pub mod solver;
 pub mod stages;
 mod stepping;

@@ -6,8 +6,7 @@
 //! fields involved, so a repeated call only binds data pointers and runs
 //! (the prepared assignment itself prepares again if a field's layout or a
 //! folded parameter changed). Reductions (dot products, norms, means,
-//! maxima) are kept the same way as [`PreparedReduction`]s, and boundary
-//! fills outside an assignment as [`NativeFill`]s.
+//! maxima) are kept the same way as [`PreparedReduction`]s.
 
 use crate::boundary::{BoundaryConditions, NativeFill};
 use crate::error::SolverResult;
@@ -76,7 +75,6 @@ struct Kept {
 pub(crate) struct Assignments {
     built: HashMap<(&'static str, [u64; 3]), Kept, BuildHasherDefault<KeyHasher>>,
     reductions: HashMap<(&'static str, [u64; 2]), PreparedReduction, BuildHasherDefault<KeyHasher>>,
-    fills: HashMap<(&'static str, [u64; 3]), NativeFill, BuildHasherDefault<KeyHasher>>,
 }
 
 /// A multiply-rotate hash (as rustc's Fx hash) for the memo's short keys:
@@ -195,29 +193,6 @@ impl Assignments {
         Ok(prepared.run(fields)?)
     }
 
-    /// Fills `target`'s ghosts with `conditions` (checked once per purpose
-    /// and field, again when the field's layout changes).
-    pub(crate) fn fill<L: Location>(
-        &mut self,
-        purpose: &'static str,
-        target: &mut SpatialField<L>,
-        conditions: BoundaryConditions,
-    ) -> SolverResult<()> {
-        let key = (purpose, [target.id(), 0, 0]);
-        if self.fills.len() >= CAPACITY && !self.fills.contains_key(&key) {
-            self.fills.clear();
-        }
-        let fill = match self.fills.entry(key) {
-            Entry::Occupied(entry) => entry.into_mut(),
-            Entry::Vacant(entry) => entry.insert(NativeFill::new::<L>(
-                conditions,
-                target.layout(),
-                target.name(),
-            )?),
-        };
-        fill.apply(target)
-    }
-
     /// How many assignments are kept.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -272,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reduction_and_a_fill_are_prepared_once_and_follow_new_data() {
+    fn a_reduction_is_prepared_once_and_follows_new_data() {
         let patch = Grid::new([3, 2, 1], [1.0; 3], [0.0; 3])
             .unwrap()
             .whole_domain(1);
@@ -294,15 +269,7 @@ mod tests {
                 .unwrap();
             // Six interior cells of `round`.
             assert_eq!(squares, 6.0 * (round * round) as f64);
-            let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.5));
-            assignments.fill("walls", &mut a, walls).unwrap();
-            // A Dirichlet ghost mirrors its partner about 0.5.
-            let layout = a.layout().clone();
-            let values = a.values().unwrap();
-            assert_eq!(values[layout.linear_index([-1, 0, 0])], 1.0 - round as f64);
-            assert_eq!(values[layout.linear_index([1, 2, 0])], 1.0 - round as f64);
         }
         assert_eq!(builds, 1);
-        assert_eq!(assignments.fills.len(), 1);
     }
 }

@@ -231,29 +231,41 @@ fn the_solvers_graphs_have_no_native_node() {
         .build()
         .unwrap();
     // Transport: the boundary modifier of STATE_NP1 is fused into the
-    // update; the flow's velocity conditions stay on STATE_N (the
-    // projection writes the velocity outside the graph).
-    for (name, graph, nodes, updates) in [
-        ("transport", solver.graph(), 1, 1),
-        ("momentum", flow.graph(), 4, 2),
+    // update. The flow: the velocity conditions on STATE_N (2 modifiers),
+    // the updates to u* and v* (their conditions fused), div(u*), its norm,
+    // the Poisson solve, the pressure, the corrections u and v (their
+    // conditions fused) and the norm of div(u): the whole projection is in
+    // the graph, and only the solve is not a language node.
+    for (name, graph, nodes, updates, solves) in [
+        ("transport", solver.graph(), 1, 1, 0),
+        ("momentum", flow.graph(), 11, 4, 1),
     ] {
+        let order = graph.execution_order();
+        assert_eq!(graph.native_node_count(), 0, "{name}: {order:?}");
+        assert_eq!(graph.node_count(), nodes, "{name}: {order:?}");
         assert_eq!(
-            graph.native_node_count(),
-            0,
-            "{name}: {:?}",
-            graph.execution_order()
+            graph.nodes_of_kind(ExpressionKind::IterativeSolve),
+            solves,
+            "{name}: {order:?}"
         );
+        let reductions = graph.nodes_of_kind(ExpressionKind::Reduction);
         assert_eq!(
-            graph.node_count(),
+            graph.nodes_of_kind(ExpressionKind::Language) + reductions + solves,
             nodes,
-            "{name}: {:?}",
-            graph.execution_order()
+            "{name}: {order:?}"
         );
-        assert!(graph.nodes_of_kind(ExpressionKind::Language) == nodes);
-        // The stage updates check what they write: no separate scan of
-        // the solutions per step.
+        // The stage updates (and the flow's corrections) check what they
+        // write: no separate scan of the solutions per step.
         let checked = graph.finite_checked_nodes();
         assert_eq!(checked.len(), updates, "{name}: {checked:?}");
+    }
+    // The solve runs after div(u*) and before the corrections and the
+    // pressure that read psi.
+    let order = flow.graph().execution_order();
+    let at = |name: &str| order.iter().position(|n| n.starts_with(name)).unwrap();
+    assert!(at("div(u*)") < at("psi"));
+    for reader in ["u", "v", "p"] {
+        assert!(at("psi") < order.iter().position(|n| n == reader).unwrap());
     }
 }
 

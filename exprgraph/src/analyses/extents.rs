@@ -158,11 +158,14 @@ pub(crate) fn analyse(
             let Some(&output) = node.outputs.first() else {
                 continue;
             };
-            let region = if node.modifier || modified[output] {
-                interior(output)
-            } else {
-                plan.field_demands[output]
-            };
+            // A modifier (a node of its own, or fused into this one) fills
+            // the ghosts and boundary points readers read beyond the interior.
+            let region =
+                if node.modifier || modified[output] || !language.fused_modifiers().is_empty() {
+                    interior(output)
+                } else {
+                    plan.field_demands[output]
+                };
             (region, Kernel::compile(language.root(), patch, true)?)
         };
         plan.node_regions[n] = Some(region);

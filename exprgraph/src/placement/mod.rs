@@ -358,6 +358,11 @@ impl ExpressionGraph {
                     "it is a reduction, which the CUDA back end does not generate yet; it runs on the CPU, after copies of the fields it reads".into(),
                 ));
             }
+            ExpressionKind::IterativeSolve => {
+                return Ok(Err(
+                    "it is an iterative solve whose loop control and multigrid ghost fills are Rust code; it runs on the CPU".into(),
+                ));
+            }
             ExpressionKind::Language => {}
         }
         let checks_finite = node
