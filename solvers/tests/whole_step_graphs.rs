@@ -430,3 +430,78 @@ fn initial_values_come_from_an_array() {
         })
         .unwrap();
 }
+
+/// The projection inside the graph: after a step of the lid-driven cavity
+/// the velocity is divergence-free to the solve's tolerance (measured here
+/// with a hand-written loop over the faces, not the graph's reduction),
+/// and a solve that cannot converge fails the step with the solver's own
+/// error, not a graph summary.
+#[test]
+fn the_projection_in_the_graph_leaves_no_divergence_and_reports_a_failed_solve() {
+    let grid = Grid::new([16, 16, 1], [1.0; 3], [0.0; 3]).unwrap();
+    let patch = grid.whole_domain(1);
+    let lid = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0))
+        .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0));
+    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let build = |options: watershed_solvers::MultigridOptions| {
+        IncompressibleFlowBuilder::new(&patch, 0.01)
+            .velocity_conditions(0, lid)
+            .velocity_conditions(1, walls)
+            .poisson_options(options)
+            .build()
+            .unwrap()
+    };
+    let mut flow = build(Default::default());
+    for _ in 0..3 {
+        let dt = flow.stable_time_step(0.5, 0.25).unwrap();
+        flow.step(dt).unwrap();
+    }
+    let h = 1.0 / 16.0;
+    let mut largest: f64 = 0.0;
+    flow.with_velocity::<XFace, _>(|u| {
+        flow.with_velocity::<YFace, _>(|v| {
+            let (lu, lv) = (u.layout(), v.layout());
+            let (u, v) = (u.values().unwrap(), v.values().unwrap());
+            for j in 0..16 {
+                for i in 0..16 {
+                    let du = u[lu.linear_index([i + 1, j, 0])] - u[lu.linear_index([i, j, 0])];
+                    let dv = v[lv.linear_index([i, j + 1, 0])] - v[lv.linear_index([i, j, 0])];
+                    largest = largest.max(((du + dv) / h).abs());
+                }
+            }
+        })
+        .unwrap()
+    })
+    .unwrap();
+    let report = flow.last_projection().clone();
+    assert!(largest < 1e-6, "max |div(u)| = {largest}");
+    assert!(report.iterations > 0, "{report:?}");
+    assert!(report.divergence_after < 1e-8 * report.divergence_before.max(1e-300) + 1e-9);
+    // The pressure is psi / (b dt): non-zero once the lid moves.
+    let pressure_range = flow
+        .with_pressure(|p| {
+            let values = p.values().unwrap();
+            let layout = p.layout();
+            let interior: Vec<f64> = (0..16)
+                .flat_map(|j| (0..16).map(move |i| [i, j, 0]))
+                .map(|index| values[layout.linear_index(index)])
+                .collect();
+            let max = interior.iter().cloned().fold(f64::MIN, f64::max);
+            let min = interior.iter().cloned().fold(f64::MAX, f64::min);
+            max - min
+        })
+        .unwrap();
+    assert!(pressure_range > 0.0);
+
+    let mut failing = build(watershed_solvers::MultigridOptions {
+        max_iterations: 1,
+        relative_tolerance: 1e-14,
+        ..Default::default()
+    });
+    let dt = failing.stable_time_step(0.5, 0.25).unwrap();
+    let error = failing.step(dt).unwrap_err();
+    assert!(
+        matches!(&error, watershed_solvers::SolverError::NotConverged { solver, iterations: 1, .. } if solver.contains("CG")),
+        "{error}"
+    );
+}
