@@ -111,14 +111,6 @@ pub struct EvaluationContext<'g> {
 }
 
 impl EvaluationContext<'_> {
-    fn unavailable(&self, tag: &Tag, reason: &str) -> GraphError {
-        GraphError::FieldUnavailable {
-            tag: tag.clone(),
-            expression: self.expression.to_string(),
-            reason: reason.to_string(),
-        }
-    }
-
     /// How data-parallel loops inside the expression should use threads
     /// (the scheduler's pool: nested parallelism without oversubscription).
     pub fn parallelism(&self) -> Parallelism {
@@ -154,22 +146,12 @@ impl EvaluationContext<'_> {
 
     /// An input field.
     pub fn input_any(&self, tag: &Tag) -> GraphResult<&AnyField> {
-        let (_, guard) = self.inputs.iter().find(|(t, _)| *t == tag).ok_or_else(|| {
-            self.unavailable(tag, "it is not among the fields the expression requires")
-        })?;
-        guard
-            .as_ref()
-            .ok_or_else(|| self.unavailable(tag, "it has not been allocated"))
+        find_input(self.expression, &self.inputs, tag)
     }
 
     /// An input field of location `L`.
     pub fn input<L: GraphLocation>(&self, tag: &Tag) -> GraphResult<&SpatialField<L>> {
-        let field = self.input_any(tag)?;
-        L::get(field).ok_or_else(|| GraphError::WrongLocation {
-            tag: tag.clone(),
-            actual: field.kind(),
-            requested: L::KIND,
-        })
+        at_location(tag, self.input_any(tag)?)
     }
 
     /// An input field of location `I` and an output field of location `O`
@@ -181,74 +163,90 @@ impl EvaluationContext<'_> {
         input: &Tag,
         output: &Tag,
     ) -> GraphResult<(&SpatialField<I>, &mut SpatialField<O>)> {
-        let expression = self.expression;
-        let unavailable = |tag: &Tag, reason: &str| GraphError::FieldUnavailable {
-            tag: tag.clone(),
-            expression: expression.to_string(),
-            reason: reason.to_string(),
-        };
-        let (_, read) = self
-            .inputs
-            .iter()
-            .find(|(t, _)| *t == input)
-            .ok_or_else(|| {
-                unavailable(input, "it is not among the fields the expression requires")
-            })?;
-        let read = read
-            .as_ref()
-            .ok_or_else(|| unavailable(input, "it has not been allocated"))?;
-        let read = I::get(read).ok_or_else(|| GraphError::WrongLocation {
-            tag: input.clone(),
-            actual: read.kind(),
-            requested: I::KIND,
-        })?;
-        let (_, written) = self
-            .outputs
-            .iter_mut()
-            .find(|(t, _)| *t == output)
-            .ok_or_else(|| {
-                unavailable(output, "it is not among the fields the expression computes")
-            })?;
-        let written = written
-            .as_mut()
-            .ok_or_else(|| unavailable(output, "it has not been allocated"))?;
-        let actual = written.kind();
-        let written = O::get_mut(written).ok_or_else(|| GraphError::WrongLocation {
-            tag: output.clone(),
-            actual,
-            requested: O::KIND,
-        })?;
-        Ok((read, written))
+        let read = at_location(input, find_input(self.expression, &self.inputs, input)?)?;
+        let written = find_output(self.expression, &mut self.outputs, output)?;
+        Ok((read, at_location_mut(output, written)?))
     }
 
     /// An output field.
     pub fn output_any(&mut self, tag: &Tag) -> GraphResult<&mut AnyField> {
-        let expression = self.expression;
-        let unavailable = |reason: &str| GraphError::FieldUnavailable {
-            tag: tag.clone(),
-            expression: expression.to_string(),
-            reason: reason.to_string(),
-        };
-        let (_, guard) = self
-            .outputs
-            .iter_mut()
-            .find(|(t, _)| *t == tag)
-            .ok_or_else(|| unavailable("it is not among the fields the expression computes"))?;
-        guard
-            .as_mut()
-            .ok_or_else(|| unavailable("it has not been allocated"))
+        find_output(self.expression, &mut self.outputs, tag)
     }
 
     /// An output field of location `L`.
     pub fn output<L: GraphLocation>(&mut self, tag: &Tag) -> GraphResult<&mut SpatialField<L>> {
-        let field = self.output_any(tag)?;
-        let actual = field.kind();
-        L::get_mut(field).ok_or_else(|| GraphError::WrongLocation {
-            tag: tag.clone(),
-            actual,
-            requested: L::KIND,
-        })
+        at_location_mut(tag, self.output_any(tag)?)
     }
+}
+
+/// The error for `tag` not being available to `expression`.
+fn unavailable(expression: &str, tag: &Tag, reason: &str) -> GraphError {
+    GraphError::FieldUnavailable {
+        tag: tag.clone(),
+        expression: expression.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// The input `tag` among `inputs` of `expression`.
+fn find_input<'a>(
+    expression: &str,
+    inputs: &'a [(&Tag, RwLockReadGuard<'_, Option<AnyField>>)],
+    tag: &Tag,
+) -> GraphResult<&'a AnyField> {
+    let (_, guard) = inputs.iter().find(|(t, _)| *t == tag).ok_or_else(|| {
+        unavailable(
+            expression,
+            tag,
+            "it is not among the fields the expression requires",
+        )
+    })?;
+    guard
+        .as_ref()
+        .ok_or_else(|| unavailable(expression, tag, "it has not been allocated"))
+}
+
+/// The output `tag` among `outputs` of `expression`.
+fn find_output<'a>(
+    expression: &str,
+    outputs: &'a mut [(&Tag, RwLockWriteGuard<'_, Option<AnyField>>)],
+    tag: &Tag,
+) -> GraphResult<&'a mut AnyField> {
+    let (_, guard) = outputs.iter_mut().find(|(t, _)| *t == tag).ok_or_else(|| {
+        unavailable(
+            expression,
+            tag,
+            "it is not among the fields the expression computes",
+        )
+    })?;
+    guard
+        .as_mut()
+        .ok_or_else(|| unavailable(expression, tag, "it has not been allocated"))
+}
+
+/// `field` (named by `tag`) as a field of location `L`.
+fn at_location<'a, L: GraphLocation>(
+    tag: &Tag,
+    field: &'a AnyField,
+) -> GraphResult<&'a SpatialField<L>> {
+    L::get(field).ok_or_else(|| GraphError::WrongLocation {
+        tag: tag.clone(),
+        actual: field.kind(),
+        requested: L::KIND,
+    })
+}
+
+/// `field` (named by `tag`) as a field of location `L`, mutably.
+fn at_location_mut<'a, L: GraphLocation>(
+    tag: &Tag,
+    field: &'a mut AnyField,
+) -> GraphResult<&'a mut SpatialField<L>> {
+    let actual = field.kind();
+    L::get_mut(field).ok_or_else(|| GraphError::WrongLocation {
+        tag: tag.clone(),
+        actual,
+        requested: L::KIND,
+    })
 }
 
 /// The ids of the parameters `root` reads.
