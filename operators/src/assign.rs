@@ -77,7 +77,7 @@ impl<'a, L: Location> Assign<'a, L> for SpatialField<L, f64> {
         options: AssignOptions,
     ) -> OperatorResult<()> {
         let expr = expr.into_expr();
-        assign_node(self, &expr.node, expr.fields(), options)
+        assign_node(self, expr.node(), expr.fields(), options)
     }
 }
 
@@ -129,7 +129,7 @@ pub fn update_with<'a, L: Location>(
 ) -> OperatorResult<()> {
     let own = target.id();
     let expr = build(Expr::symbol(own, target.name()));
-    assign_node_reading_target(target, own, &expr.node, expr.fields(), options)
+    assign_node_reading_target(target, own, expr.node(), expr.fields(), options)
 }
 
 /// What a kernel slot is bound to.
@@ -290,7 +290,13 @@ pub fn assign_nodes_then<L: Location>(
         Some(s) => s.prepared.layout().patch().clone(),
         None => return Ok(()),
     };
-    let non_finite = evaluate::assign_many(&assignments, &patch, parallelism);
+    // SAFETY: each member was staged by `PreparedAssignment::stage`, which
+    // made every check of `assign_node_then` (grids, ghost layers over the
+    // kernel's read extents, region inside the target, aliasing at offset
+    // zero only) and bound data pointers of fields that outlive this call;
+    // the loop above refused members whose targets overlap or that read
+    // another member's target.
+    let non_finite = unsafe { evaluate::assign_many(&assignments, &patch, parallelism) };
     drop(assignments);
     drop(epilogues);
     drop(names);
@@ -637,7 +643,7 @@ pub fn reduce<'a, L: Location>(
     parallelism: Parallelism,
 ) -> OperatorResult<f64> {
     let expr: Expr<'a, L> = expr.into_expr();
-    let checked = CheckedReduction::new(&expr.node, L::KIND, expr.fields(), reduction, region)?;
+    let checked = CheckedReduction::new(expr.node(), L::KIND, expr.fields(), reduction, region)?;
     let data = checked.data(expr.fields())?;
     let plan = checked.plan(&data);
     Ok(checked.run(&data, &plan, parallelism))
@@ -743,17 +749,23 @@ impl CheckedReduction {
     /// Runs the reduction over `data` with `plan`.
     pub(crate) fn run(&self, data: &[FieldData<'_>], plan: &Plan, parallelism: Parallelism) -> f64 {
         let lowered = &self.runnable.lowered;
-        evaluate::reduce(
-            &lowered.kernel,
-            self.runnable.native.as_deref(),
-            data,
-            &lowered.parameter_values(),
-            &self.patch,
-            self.region,
-            plan,
-            self.reduction,
-            parallelism,
-        )
+        // SAFETY: `CheckedReduction::new` checked the region against every
+        // bound field's ghost layers over the kernel's read extents; `data`
+        // holds those fields (bound by slot), read-only for this call, and
+        // `plan` was made by `Self::plan` for them.
+        unsafe {
+            evaluate::reduce(
+                &lowered.kernel,
+                self.runnable.native.as_deref(),
+                data,
+                &lowered.parameter_values(),
+                &self.patch,
+                self.region,
+                plan,
+                self.reduction,
+                parallelism,
+            )
+        }
     }
 }
 

@@ -25,11 +25,10 @@ use crate::assign::{MaskedAssignment, Region, bind_slots, checked_region};
 use crate::cache::lower_cached;
 use crate::codegen::emit;
 use crate::codegen::launch::LaunchShape;
-use crate::codegen::nvrtc::{CudaKernel, compile_cuda};
+use crate::codegen::nvrtc::{CudaKernel, cuda_of};
 use crate::error::{OperatorError, OperatorResult};
 use crate::expr::BoundField;
 use crate::ir::Node;
-use crate::kernel::Kernel;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use watershed_fields::{
@@ -153,28 +152,6 @@ fn loaded_function(ordinal: usize, kernel: &CudaKernel) -> OperatorResult<GpuFun
         .unwrap_or_else(|p| p.into_inner())
         .insert(key, function.clone());
     Ok(function)
-}
-
-/// The CUDA form of `kernel`, compiled with NVRTC on first use (kept in
-/// the kernel, like its C form). An error when the emitter does not
-/// support it or NVRTC refuses it.
-pub fn cuda_of(kernel: &Kernel) -> OperatorResult<Arc<CudaKernel>> {
-    if let Some(done) = kernel.cuda.get() {
-        return Ok(done.clone());
-    }
-    let compiled = match compile_cuda(kernel)? {
-        Some(compiled) => Arc::new(compiled),
-        None => {
-            let why = emit::cuda_function(kernel, "kernel")
-                .err()
-                .map_or_else(|| "unsupported".to_string(), |u| u.0);
-            return Err(OperatorError::Backend {
-                what: "generating a CUDA kernel".into(),
-                reason: format!("{why}; place the node on the CPU"),
-            });
-        }
-    };
-    Ok(kernel.cuda.get_or_init(|| compiled).clone())
 }
 
 /// The launches that assign `root` into `target` over `region`, then each

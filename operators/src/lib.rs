@@ -27,47 +27,33 @@
 //! -> generated C, compiled at run time ([`codegen`], the default when a C
 //! compiler exists) or the row interpreter ([`evaluate`]); CUDA C for GPUs.
 //!
-//! ## Crate layout
+//! ## Crates, by stage
 //!
-//! | module | what it holds |
-//! | --- | --- |
-//! | [`pointwise`] | every pointwise op: name, CPU function, CUDA spelling; the limiters |
-//! | [`stencil`] | every stencil: source and destination locations, points and weights |
-//! | [`ir`] | the runtime IR |
-//! | [`expr`] | the typed front end: [`Expr`], arithmetic, math functions, [`Condition`], [`cond`] |
-//! | [`mask`] | point sets for conditions ([`Mask`], [`Side`]) |
-//! | [`parameter`] | scalar parameters read by expressions ([`Parameter`]) |
-//! | [`calculus`] | gradient, divergence, interpolants, Laplacian, upwind, limited, shifts, restriction and prolongation between grids; [`FaceVector`] |
-//! | [`kernel`] | lowering of the IR to a fused row program, with read extents |
-//! | [`cache`] | the lowering cache: each structure lowered once per grid spacing |
-//! | [`evaluate`] | the serial / rayon CPU evaluator (row interpreter) and reductions |
-//! | [`codegen`] | C and CUDA C from the lowered kernels; run-time compilation, disk cache, NVRTC |
-//! | [`vmath`] | the vectorisable `exp` shared by the interpreter and generated code |
-//! | [`assign`] | [`Assign`], regions, ghost/aliasing/grid checks, reduction functions |
-//! | [`prepared`] | [`PreparedAssignment`]: an assignment's checks and kernels found once, run many times |
-//! | [`error`] | [`OperatorError`] |
+//! This crate is the facade users import; it re-exports the stages below
+//! it under the module names they always had (`watershed_operators::ir`,
+//! `watershed_operators::kernel`, ...). No stage imports a later one.
+//!
+//! | crate | modules | what it holds |
+//! | --- | --- | --- |
+//! | `watershed-language` | [`pointwise`], [`stencil`], [`ir`], [`expr`], [`mask`], [`parameter`], [`calculus`], [`vmath`], [`error`] | the language as data: typed front end, runtime IR, stencil tables, [`OperatorError`] |
+//! | `watershed-lowering` | [`kernel`], [`cache`] | device-neutral lowering to fused row programs with read extents; each structure lowered once |
+//! | `watershed-backends` | [`evaluate`], [`codegen`] | the row interpreter and its parallel executor; C and CUDA C from one kernel, run-time compilation, NVRTC |
+//! | `watershed-operators` (this crate) | [`assign`], [`prepared`], [`prepared_reduction`], [`gpu`] | [`Assign`], regions, ghost/aliasing/grid checks, reductions; [`PreparedAssignment`]; GPU launches of assignments |
 //!
 //! Expressions are `f64`.
 
 #![warn(missing_docs)]
 
 pub mod assign;
-pub mod cache;
-pub mod calculus;
-pub mod codegen;
-pub mod error;
-pub mod evaluate;
-pub mod expr;
 pub mod gpu;
-pub mod ir;
-pub mod kernel;
-pub mod mask;
-pub mod parameter;
-pub mod pointwise;
 pub mod prepared;
 pub mod prepared_reduction;
-pub mod stencil;
-pub mod vmath;
+
+pub use watershed_backends::{codegen, evaluate};
+pub use watershed_language::{
+    calculus, error, expr, ir, mask, parameter, pointwise, stencil, vmath,
+};
+pub use watershed_lowering::{cache, kernel};
 
 pub use assign::{
     Assign, AssignOptions, MaskedAssignment, NodeAssignment, ReduceRegion, Region, assign_node,

@@ -316,19 +316,26 @@ impl PreparedAssignment {
         let staged = self.stage(target, fields)?;
         let epilogues = staged.epilogues();
         let main = &staged.prepared.main;
-        let non_finite = evaluate::assign(
-            &main.lowered.kernel,
-            main.native.as_deref(),
-            &staged.main_data,
-            &staged.main_parameters,
-            staged.prepared.layout.patch(),
-            staged.target_data,
-            main.region,
-            staged.main_plan(),
-            parallelism,
-            check_finite,
-            &epilogues,
-        );
+        // SAFETY: `stage` made every check of `assign_node_then` for these
+        // fields and this target (grids, ghost layers over each kernel's
+        // read extents, regions inside the target, aliasing at offset zero
+        // only) and bound the data of fields borrowed for this call; the
+        // plans were made for these layouts and regions.
+        let non_finite = unsafe {
+            evaluate::assign(
+                &main.lowered.kernel,
+                main.native.as_deref(),
+                &staged.main_data,
+                &staged.main_parameters,
+                staged.prepared.layout.patch(),
+                staged.target_data,
+                main.region,
+                staged.main_plan(),
+                parallelism,
+                check_finite,
+                &epilogues,
+            )
+        };
         drop(epilogues);
         staged.finish(target, non_finite, parallelism)
     }
@@ -630,19 +637,24 @@ impl Staged<'_> {
         let plans = self.plans();
         for (i, m) in prepared.masked.iter().enumerate() {
             for (region, plan) in &plans.rest[i] {
-                evaluate::assign(
-                    &m.lowered.kernel,
-                    m.native.as_deref(),
-                    &self.masked_data[i],
-                    &self.masked_parameters[i],
-                    prepared.layout.patch(),
-                    self.target_data,
-                    *region,
-                    plan,
-                    parallelism,
-                    false,
-                    &[],
-                );
+                // SAFETY: as for the main kernel in `run`: `stage` checked
+                // each masked assignment's box and reads against the same
+                // target and fields, and `plan` is its plan for `region`.
+                unsafe {
+                    evaluate::assign(
+                        &m.lowered.kernel,
+                        m.native.as_deref(),
+                        &self.masked_data[i],
+                        &self.masked_parameters[i],
+                        prepared.layout.patch(),
+                        self.target_data,
+                        *region,
+                        plan,
+                        parallelism,
+                        false,
+                        &[],
+                    );
+                }
             }
         }
         Ok(())

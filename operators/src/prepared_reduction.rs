@@ -65,9 +65,10 @@ impl PreparedReduction {
         parallelism: Parallelism,
     ) -> OperatorResult<Self> {
         let expr: Expr<'a, L> = expr.into_expr();
-        let checked = CheckedReduction::new(&expr.node, L::KIND, expr.fields(), reduction, region)?;
+        let checked =
+            CheckedReduction::new(expr.node(), L::KIND, expr.fields(), reduction, region)?;
         Ok(PreparedReduction {
-            root: expr.node.clone(),
+            root: expr.node().clone(),
             kind: L::KIND,
             region,
             parallelism,

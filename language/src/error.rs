@@ -1,4 +1,5 @@
-//! The one error type of the `operators` crate. Variants name the target
+//! The one error type of the expression stages (language, lowering, back
+//! ends, operators). Variants name the target
 //! field, the field at fault and what to change.
 
 use watershed_fields::{FieldError, LocationKind};
@@ -120,7 +121,7 @@ pub enum OperatorError {
         limit: isize,
     },
 
-    /// An assignment asked to check its result ([`crate::AssignOptions::check_finite`])
+    /// An assignment asked to check its result (`AssignOptions::check_finite` of `watershed-operators`)
     /// wrote a value that is not finite.
     #[error(
         "'{target}' is not finite at point {point:?} ({value}) after it was computed; an input is not finite, the time step is unstable, or a function was evaluated outside its domain (log or sqrt of a negative number, pow of a negative base with a non-integer exponent, sin or cos of |x| > {limit:e})",

@@ -61,7 +61,7 @@ impl PointSet {
 ///
 /// ```
 /// use watershed_fields::XFace;
-/// use watershed_operators::{Mask, Side};
+/// use watershed_language::{Mask, Side};
 /// let inflow = Mask::<XFace>::boundary(Side::MINUS_X);
 /// let corner = Mask::<XFace>::points([[0, 0, 0], [0, 1, 0]]);
 /// # let _ = (inflow, corner);

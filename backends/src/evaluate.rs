@@ -56,7 +56,7 @@ pub enum Parallelism {
 
 impl Parallelism {
     /// Runs `work` with the threads this value names, passing the thread count.
-    pub(crate) fn run<R: Send>(self, work: impl FnOnce(usize) -> R + Send) -> R {
+    pub fn run<R: Send>(self, work: impl FnOnce(usize) -> R + Send) -> R {
         match self {
             Parallelism::Serial => work(1),
             Parallelism::Rayon => work(rayon::current_num_threads()),
@@ -92,11 +92,12 @@ impl Parallelism {
 /// field may be the target itself (in-place updates, boundary modifiers):
 /// no `&[f64]` then overlaps the rows being written.
 #[derive(Clone, Copy)]
-pub(crate) struct FieldData<'a> {
+pub struct FieldData<'a> {
     pointer: *const f64,
     len: usize,
     /// Linear index of point (0, 0, 0).
     pub origin: isize,
+    /// Elements between neighbours along x, y and z.
     pub strides: [isize; 3],
     _data: std::marker::PhantomData<&'a [f64]>,
 }
@@ -109,6 +110,7 @@ unsafe impl Send for FieldData<'_> {}
 unsafe impl Sync for FieldData<'_> {}
 
 impl<'a> FieldData<'a> {
+    /// A field's values with the indexing of `layout`.
     pub fn new(data: &'a [f64], layout: &FieldLayout) -> Self {
         // SAFETY: a slice is valid for reads of its length for 'a.
         unsafe { Self::from_raw(data.as_ptr(), data.len(), layout) }
@@ -129,10 +131,14 @@ impl<'a> FieldData<'a> {
 
 /// The target's memory, written row by row from several threads.
 #[derive(Clone, Copy)]
-pub(crate) struct TargetData {
+pub struct TargetData {
+    /// The first allocated element (ghosts included).
     pub pointer: *mut f64,
+    /// Allocated elements.
     pub len: usize,
+    /// Linear index of point (0, 0, 0).
     pub origin: isize,
+    /// Elements between neighbours along x, y and z.
     pub strides: [isize; 3],
 }
 
@@ -228,7 +234,7 @@ impl Reduction {
     }
 
     /// Combines two partial results.
-    pub(crate) fn merge(self, a: f64, b: f64) -> f64 {
+    pub fn merge(self, a: f64, b: f64) -> f64 {
         match self {
             Reduction::Sum | Reduction::SumOfSquares => a + b,
             _ => self.combine(a, b),
@@ -1371,9 +1377,9 @@ struct Context<'a> {
 /// slots' strides and the patch geometry it is called with. It depends on
 /// the kernel, the region and the layouts of the fields (not on their
 /// data), so a prepared assignment makes it once and reuses it while those
-/// stay the same ([`crate::prepared`]); other calls make it per call.
+/// stay the same (`watershed_operators::prepared`); other calls make it per call.
 #[derive(Debug, Clone)]
-pub(crate) struct Plan {
+pub struct Plan {
     /// The region's row groups in (k, j) order.
     groups: SmallVec<[RowGroup; 8]>,
     width: usize,
@@ -1387,7 +1393,7 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// The plan of `kernel` over `region` with fields like `fields`.
-    pub(crate) fn new(
+    pub fn new(
         kernel: &Kernel,
         native: bool,
         fields: &[FieldData<'_>],
@@ -1931,13 +1937,17 @@ fn earlier(a: Option<[isize; 3]>, b: Option<[isize; 3]>) -> Option<[isize; 3]> {
 /// after the main kernel has written a group of rows, this kernel fills its
 /// points of the same rows (ghost points at the ends of the rows, read from
 /// values just written and still in cache). The caller
-/// ([`crate::assign::assign_node_then`]) only builds one when the kernel
+/// (`watershed_operators::assign_node_then`) only builds one when the kernel
 /// reads nothing but points of the same row inside the main region, so the
 /// values are those of running it after the whole main kernel.
-pub(crate) struct Epilogue<'a> {
+pub struct Epilogue<'a> {
+    /// The masked assignment's kernel.
     pub kernel: &'a Kernel,
+    /// Its compiled form, if it has one.
     pub native: Option<&'a NativeKernel>,
+    /// The fields it reads, by slot.
     pub fields: &'a [FieldData<'a>],
+    /// The values of the parameters it reads, by slot.
     pub parameters: &'a [f64],
     /// The points it writes (the part of its box in the main region's rows).
     pub region: IndexBox,
@@ -2069,8 +2079,19 @@ fn run_rows(
 /// are in cache) and the first point (z, y, x order) holding a value that
 /// is not finite is returned; otherwise `None`. After each group of rows,
 /// every epilogue runs over its points of those rows, in order.
+///
+/// # Safety
+/// The caller has done every check of `watershed_operators::assign`
+/// (`evaluate.md` lists them as the evaluator's invariants): every point
+/// the kernel reads over `region`, extended by the kernel's read extents,
+/// lies inside the memory each [`FieldData`] describes; every point written
+/// lies inside the target's memory; nothing else reads or writes the
+/// target meanwhile, and a field that aliases the target is read only at
+/// offset zero or outside the rows written. `plan` was made by
+/// [`Plan::new`] for this kernel, region and field layouts.
+/// Each epilogue's fields, target and region satisfy the same.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn assign(
+pub unsafe fn assign(
     kernel: &Kernel,
     native: Option<&NativeKernel>,
     fields: &[FieldData<'_>],
@@ -2184,14 +2205,22 @@ fn run_group(
 
 /// One assignment of a horizontal group (see [`assign_many`]): what
 /// [`assign`] takes, as a value.
-pub(crate) struct Assignment<'a> {
+pub struct Assignment<'a> {
+    /// The kernel.
     pub kernel: &'a Kernel,
+    /// Its compiled form, if it has one.
     pub native: Option<&'a NativeKernel>,
+    /// The fields it reads, by slot.
     pub fields: &'a [FieldData<'a>],
+    /// The values of the parameters it reads, by slot.
     pub parameters: &'a [f64],
+    /// Where it writes.
     pub target: TargetData,
+    /// The points it writes.
     pub region: IndexBox,
+    /// Whether to return the first point written that is not finite.
     pub watch_finite: bool,
+    /// Masked assignments run on each group of rows right after it.
     pub epilogues: &'a [Epilogue<'a>],
 }
 
@@ -2200,14 +2229,19 @@ const STRIP_ROWS: isize = 16;
 
 /// Evaluates independent assignments (distinct targets, none reading
 /// another's target) as one loop nest: the union of their regions is cut
-/// into strips of [`STRIP_ROWS`] rows of one plane, and every member
+/// into strips of `STRIP_ROWS` (16) rows of one plane, and every member
 /// computes its rows of a strip (with its epilogues) before the next strip
 /// starts, so the inputs they share (a diffusivity read by every equation)
 /// come from memory once per strip instead of once per member. Each
 /// member's rows, blocks and arithmetic are those of [`assign`], so the
 /// values are bitwise the same as separate calls. Returns, per member, the
 /// first point written that is not finite (members that watch).
-pub(crate) fn assign_many(
+///
+/// # Safety
+/// Every member satisfies the contract of [`assign`] (with a plan its
+/// region makes), no member reads another member's target, and the
+/// targets do not overlap.
+pub unsafe fn assign_many(
     members: &[Assignment<'_>],
     patch: &Patch,
     parallelism: Parallelism,
@@ -2306,8 +2340,13 @@ pub(crate) fn assign_many(
 }
 
 /// Reduces the values of `kernel`'s result over `region`.
+///
+/// # Safety
+/// As for [`assign`], without a target: every point the kernel reads over
+/// `region`, extended by its read extents, lies inside the memory each
+/// [`FieldData`] describes, and nothing writes those fields meanwhile.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn reduce(
+pub unsafe fn reduce(
     kernel: &Kernel,
     native: Option<&NativeKernel>,
     fields: &[FieldData<'_>],

@@ -6,9 +6,9 @@
 //! A [`Parameter`] is a shared handle: clones see the same value. Its value
 //! is read once when an assignment or reduction starts, so every point of
 //! one evaluation sees the same number even if another thread sets it
-//! meanwhile. The generic kernel ([`crate::lower_cached`]) reads the
+//! meanwhile. The generic kernel (`lower_cached` of `watershed-lowering`) reads the
 //! parameter's slot, not its value; the CPU evaluator runs a copy
-//! specialised to the current values ([`crate::lower_specialised`], cached
+//! specialised to the current values (`lower_specialised`, cached
 //! by value), so a parameter costs nothing per point once its value has
 //! been seen.
 
@@ -55,20 +55,25 @@ impl fmt::Debug for ParameterCell {
     }
 }
 
-/// A named scalar read by expressions.
+/// A named scalar read by expressions. The tree holds the parameter, not
+/// its value: an assignment (`watershed_operators`) reads the value when
+/// it starts, so setting it changes the next evaluation without building
+/// or lowering anything again.
 ///
 /// ```
 /// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
-/// use watershed_operators::{Assign, Parameter, field, interior_max};
+/// use watershed_language::{Parameter, field};
 /// let patch = Grid::new([8, 8, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
 /// let u = SpatialField::<CellCentre>::new("u", &patch, Device::Cpu)?;
-/// let mut out = SpatialField::<CellCentre>::new("out", &patch, Device::Cpu)?;
 /// let dt = Parameter::new("dt", 0.5);
-/// out.assign(field(&u) + dt.expr() * 2.0)?;
-/// assert_eq!(interior_max(field(&out))?, 1.0);
-/// dt.set(2.0); // no rebuild: the same kernel reads the new value
-/// out.assign(field(&u) + dt.expr() * 2.0)?;
-/// assert_eq!(interior_max(field(&out))?, 4.0);
+/// let rhs = field(&u) + dt.expr() * 2.0;
+/// let before = rhs.node().structural_hash();
+/// let shared = dt.clone();
+/// shared.set(2.0); // clones share the value
+/// assert_eq!(dt.get(), 2.0);
+/// // The tree is unchanged: it reads the parameter's slot.
+/// assert_eq!(rhs.node().structural_hash(), before);
+/// assert!(rhs.node().to_string().contains("dt"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, PartialEq)]

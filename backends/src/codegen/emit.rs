@@ -1,6 +1,6 @@
 //! The C-family emitter: a lowered [`Kernel`] becomes C (for the system
 //! compiler) or CUDA C (for NVRTC). Both dialects share the arithmetic of
-//! every instruction ([`Emitter::value`]), written operation for operation
+//! every instruction (`Emitter::value`), written operation for operation
 //! as the row interpreter computes it, so that a generated kernel compiled
 //! without floating-point contraction gives the interpreter's bits.
 //!
@@ -805,7 +805,7 @@ fn resolution(switches: &[usize], case: usize) -> HashMap<usize, bool> {
 /// A selection whose condition is the same at every point (it reads only
 /// parameters, e.g. a stage weight `a != 0`) is decided once per call:
 /// the function holds one loop nest per combination of such conditions
-/// (at most [`MAX_SWITCHES`]), each without the branch it does not take,
+/// (at most `MAX_SWITCHES`), each without the branch it does not take,
 /// so a field only the other branch reads is not streamed.
 pub fn c_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
     let emitter = emitter(kernel, Dialect::C)?;

@@ -28,7 +28,7 @@ const TRAILING_BYTES: usize = 9 * 8;
 /// struct has no padding.
 ///
 /// ```
-/// use watershed_operators::codegen::launch::CudaArguments;
+/// use watershed_backends::codegen::launch::CudaArguments;
 /// let layout = CudaArguments { fields: 2, parameters: 1, geometry: 0 };
 /// // f[2], fs[4], p[1], g[1]: 8 numbers of 8 bytes.
 /// assert_eq!(layout.struct_bytes(), 64);
@@ -36,7 +36,7 @@ const TRAILING_BYTES: usize = 9 * 8;
 /// assert_eq!(block.len(), 64);
 /// assert_eq!(&block[8..16], &0x2000u64.to_ne_bytes());
 /// assert_eq!(&block[48..56], &0.5f64.to_ne_bytes()); // after f[2] and fs[4]
-/// # Ok::<(), watershed_operators::OperatorError>(())
+/// # Ok::<(), watershed_language::OperatorError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CudaArguments {
@@ -149,11 +149,11 @@ impl LaunchShape {
     ///
     /// ```
     /// use watershed_fields::IndexBox;
-    /// use watershed_operators::codegen::launch::LaunchShape;
+    /// use watershed_backends::codegen::launch::LaunchShape;
     /// let shape = LaunchShape::covering(IndexBox { lo: [0, 0, 0], hi: [64, 64, 64] })?;
     /// assert_eq!(shape.block, [64, 4, 1]);
     /// assert_eq!(shape.grid, [1, 16, 64]);
-    /// # Ok::<(), watershed_operators::OperatorError>(())
+    /// # Ok::<(), watershed_language::OperatorError>(())
     /// ```
     pub fn covering(region: IndexBox) -> OperatorResult<LaunchShape> {
         let extent: Vec<usize> = (0..3)

@@ -12,8 +12,9 @@ use super::emit::{self, Unsupported};
 #[cfg(feature = "cuda")]
 use crate::error::CompileFailure;
 use crate::error::{OperatorError, OperatorResult};
-use crate::kernel::Kernel;
+use crate::kernel::{CompiledForm, Kernel};
 use crate::vmath::Dialect;
+use std::sync::Arc;
 #[cfg(feature = "cuda")]
 use std::sync::OnceLock;
 
@@ -133,4 +134,39 @@ fn compile_source(
             })))
         }
     }
+}
+
+/// The CUDA form of `kernel`, compiled with NVRTC on first use (kept in
+/// the kernel, like its C form). An error when the emitter does not
+/// support it or NVRTC refuses it.
+pub fn cuda_of(kernel: &Kernel) -> OperatorResult<Arc<CudaKernel>> {
+    if let Some(done) = kernel.cuda.get() {
+        return as_cuda(done.clone());
+    }
+    let compiled = match compile_cuda(kernel)? {
+        Some(compiled) => Arc::new(compiled),
+        None => {
+            let why = emit::cuda_function(kernel, "kernel")
+                .err()
+                .map_or_else(|| "unsupported".to_string(), |u| u.0);
+            return Err(OperatorError::Backend {
+                what: "generating a CUDA kernel".into(),
+                reason: format!("{why}; place the node on the CPU"),
+            });
+        }
+    };
+    let stored = kernel.cuda.get_or_init(|| compiled as CompiledForm);
+    as_cuda(stored.clone())
+}
+
+/// The [`CudaKernel`] that [`cuda_of`] stored in a kernel; an error if
+/// something else was stored in the public `Kernel::cuda` slot.
+fn as_cuda(form: CompiledForm) -> OperatorResult<Arc<CudaKernel>> {
+    form.downcast::<CudaKernel>()
+        .map_err(|_| OperatorError::Backend {
+            what: "reading a kernel's CUDA form".into(),
+            reason:
+                "Kernel::cuda holds something other than a CudaKernel; leave that slot to cuda_of"
+                    .into(),
+        })
 }

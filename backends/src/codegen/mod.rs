@@ -7,10 +7,10 @@
 //! notice), and a kernel the emitter does not support yet (a mask given as
 //! an explicit point list) runs on it too, counted in
 //! [`statistics`]. `WATERSHED_BACKEND=interpreter|c` chooses for the
-//! whole process; [`crate::AssignOptions::backend`] for one assignment.
+//! whole process; `AssignOptions::backend` (in `watershed-operators`) for one assignment.
 //!
 //! The C back end compiles the *generic* kernel of an expression
-//! ([`crate::lower_cached`]: parameters are arguments), so a new `dt` or a
+//! ([`watershed_lowering::lower_cached`]: parameters are arguments), so a new `dt` or a
 //! stage coefficient never triggers a compilation; the interpreter runs
 //! kernels specialised to the parameters' values, where folding them into
 //! constants pays. Without parameters both run the same kernel and give
@@ -26,9 +26,9 @@ pub mod launch;
 pub mod nvrtc;
 
 use crate::cache::{LoweredKernel, lower_cached};
-use crate::error::OperatorResult;
+use crate::error::{OperatorError, OperatorResult};
 use crate::ir::Node;
-use crate::kernel::Kernel;
+use crate::kernel::{CompiledForm, Kernel};
 pub use compile::{CompileStatistics, NativeKernel, c_compiler, statistics};
 use std::sync::{Arc, OnceLock};
 use watershed_fields::Patch;
@@ -97,7 +97,7 @@ pub struct Runnable {
     /// with the value bits (empty for compiled kernels, which read
     /// parameters as arguments): the kernel is right only while each
     /// parameter keeps that value.
-    pub(crate) folded: crate::cache::Folded,
+    pub folded: crate::cache::Folded,
 }
 
 /// The compiled form of `kernel`, compiling it on first use (process-wide
@@ -105,11 +105,24 @@ pub struct Runnable {
 /// emitter does not support this kernel.
 pub fn native_of(kernel: &Kernel) -> OperatorResult<Option<Arc<NativeKernel>>> {
     if let Some(done) = kernel.native.get() {
-        return Ok(done.clone());
+        return done.clone().map(as_native).transpose();
     }
     let compiled = compile::compile_kernel(kernel)?;
     // Another thread may have compiled it meanwhile; both are equal.
-    Ok(kernel.native.get_or_init(|| compiled).clone())
+    let stored = kernel
+        .native
+        .get_or_init(|| compiled.map(|native| native as CompiledForm));
+    stored.clone().map(as_native).transpose()
+}
+
+/// The [`NativeKernel`] that [`native_of`] stored in a kernel; an error if
+/// something else was stored in the public `Kernel::native` slot.
+fn as_native(form: CompiledForm) -> OperatorResult<Arc<NativeKernel>> {
+    form.downcast::<NativeKernel>()
+        .map_err(|_| OperatorError::Backend {
+            what: "reading a kernel's compiled C form".into(),
+            reason: "Kernel::native holds something other than a NativeKernel; leave that slot to native_of".into(),
+        })
 }
 
 /// Lowers `root` for `backend`: the generic kernel and its compiled form
@@ -145,9 +158,9 @@ pub fn lower_for(
 ///
 /// ```
 /// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
-/// use watershed_operators::codegen::generated_source;
-/// use watershed_operators::vmath::Dialect;
-/// use watershed_operators::{exp, field};
+/// use watershed_backends::codegen::generated_source;
+/// use watershed_language::vmath::Dialect;
+/// use watershed_language::{exp, field};
 /// let patch = Grid::new([8, 8, 8], [1.0; 3], [0.0; 3])?.whole_domain(1);
 /// let phi = SpatialField::<CellCentre>::new("phi", &patch, Device::Cpu)?;
 /// let expr = exp(field(&phi)) * 2.0;
@@ -169,7 +182,7 @@ pub fn generated_source(
 /// The generated function named `name` that assigns `root` into a target
 /// on `patch`, in `dialect`, without the helpers ([`emit::prelude`]) it
 /// calls: for listing several kernels under one prelude. An expression
-/// the emitter does not support is [`crate::OperatorError::Backend`] (it
+/// the emitter does not support is [`watershed_language::OperatorError::Backend`] (it
 /// runs on the row interpreter).
 pub fn kernel_source(
     root: &Arc<Node>,

@@ -34,7 +34,7 @@ use std::fmt;
 use std::sync::Arc;
 use watershed_fields::{LocationKind, Patch};
 
-/// Largest offset of a [`crate::shift`] along any axis (a periodic image
+/// Largest offset of a [`shift`](watershed_language::shift) along any axis (a periodic image
 /// is a whole domain away; no field is this large along one axis).
 pub const MAX_SHIFT: isize = 1 << 24;
 
@@ -193,7 +193,8 @@ impl Operand {
         }
     }
 
-    pub(crate) fn sources(&self) -> SmallVec<[Source; 2]> {
+    /// The sources this operand reads (none for a constant).
+    pub fn sources(&self) -> SmallVec<[Source; 2]> {
         match *self {
             Operand::Constant(_) => SmallVec::new(),
             Operand::One(s, _) => SmallVec::from_iter([s]),
@@ -419,19 +420,27 @@ pub struct Kernel {
     /// The fields read, by slot.
     pub fields: Vec<KernelField>,
     /// The parameters read, by slot (those of the tree it was lowered from;
-    /// [`lower_cached`] maps them to another tree's).
+    /// [`lower_cached`](crate::lower_cached) maps them to another tree's).
     pub parameters: Vec<Arc<ParameterCell>>,
     /// Location of the result (`None`: a constant).
     pub location: Option<LocationKind>,
     /// Register holding the result when the kernel does not write the
     /// target directly (reductions).
     pub result: Register,
-    /// The compiled form, once asked for ([`crate::codegen::native_of`]):
-    /// `None` inside when the emitter does not support the kernel.
-    pub native: std::sync::OnceLock<Option<Arc<crate::codegen::NativeKernel>>>,
-    /// The CUDA form, once compiled ([`crate::gpu::cuda_of`]).
-    pub cuda: std::sync::OnceLock<Arc<crate::codegen::nvrtc::CudaKernel>>,
+    /// The compiled C form, once a back end asked for it
+    /// (`watershed_backends::codegen::native_of`): `None` inside when the
+    /// emitter does not support the kernel.
+    pub native: std::sync::OnceLock<Option<CompiledForm>>,
+    /// The CUDA form, once compiled (`watershed_backends::codegen::nvrtc::cuda_of`).
+    pub cuda: std::sync::OnceLock<CompiledForm>,
 }
+
+/// A back end's compiled form of a [`Kernel`], kept in the kernel so that
+/// every user of one lowering shares it. It is stored without its type
+/// because lowering sits below the back ends (this crate does not know
+/// them); the back end that stored it takes it back with
+/// `Arc::downcast` to its own type.
+pub type CompiledForm = Arc<dyn std::any::Any + Send + Sync>;
 
 /// A subtree already lowered at some row offset, and its form.
 type LoweredSubtree = (Arc<Node>, LinearForm);

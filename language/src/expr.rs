@@ -5,7 +5,7 @@
 //! An [`Expr<'a, L>`] is an IR tree plus the fields it reads (borrowed for
 //! `'a`). Arithmetic operators, math functions, comparisons ([`Condition`]),
 //! `cond` chains and masks build new expressions; nothing is evaluated until
-//! an assignment ([`crate::Assign`]) or a reduction.
+//! an assignment (`Assign` of `watershed-operators`) or a reduction.
 
 use crate::ir::Node;
 use crate::mask::Mask;
@@ -66,7 +66,7 @@ fn merge<'a>(mut a: Bindings<'a>, b: &Bindings<'a>) -> Bindings<'a> {
 ///
 /// ```
 /// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
-/// use watershed_operators::{exp, Expr};
+/// use watershed_language::{exp, Expr};
 /// let grid = Grid::new([8, 8, 8], [1.0; 3], [0.0; 3])?;
 /// let phi = SpatialField::<CellCentre>::new("phi", &grid.whole_domain(1), Device::Cpu)?;
 /// let source: Expr<CellCentre> = 2.0 * exp(-Expr::from(&phi)) + 1.0;
@@ -111,7 +111,7 @@ impl<'a, L: Location> Expr<'a, L> {
     }
 
     /// A leaf for a field that is bound only at evaluation time (see
-    /// [`crate::assign_node`]): the expression graph uses this for fields
+    /// `assign_node` of `watershed-operators`): the expression graph uses this for fields
     /// named by tags. `id` must match the [`BoundField::id`] supplied then.
     pub fn symbol(id: u64, name: &str) -> Self {
         Expr::new(
@@ -383,7 +383,7 @@ pub struct CondChain<'a, L: Location> {
 ///
 /// ```
 /// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
-/// use watershed_operators::{cond, field, Expr};
+/// use watershed_language::{cond, field, Expr};
 /// let grid = Grid::new([8, 1, 1], [1.0; 3], [0.0; 3])?;
 /// let t = SpatialField::<CellCentre>::new("T", &grid.whole_domain(0), Device::Cpu)?;
 /// let clipped: Expr<CellCentre> = cond(field(&t).lt(0.0), 0.0)

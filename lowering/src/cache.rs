@@ -14,7 +14,7 @@
 //!
 //! The key includes what lowering reads from the patch: the grid spacing
 //! (stencil weights) and the active axes. Kernels never contain parameter
-//! values, so changing a [`crate::Parameter`] never invalidates anything.
+//! values, so changing a [`Parameter`](watershed_language::Parameter) never invalidates anything.
 
 use crate::error::OperatorResult;
 use crate::ir::Node;
@@ -182,10 +182,10 @@ pub fn lower_specialised(
 /// Parameters folded into a specialised kernel, with the bits of the
 /// values it was specialised for: the kernel is right only while every
 /// parameter still holds its value.
-pub(crate) type Folded = Vec<(Arc<ParameterCell>, u64)>;
+pub type Folded = Vec<(Arc<ParameterCell>, u64)>;
 
 /// [`lower_specialised`], and the parameters it folded with their values.
-pub(crate) fn lower_specialised_folding(
+pub fn lower_specialised_folding(
     root: &Arc<Node>,
     patch: &Patch,
     into_target: bool,

@@ -76,10 +76,10 @@ fn power_of_two(rounded: f64) -> f64 {
 /// gives `+inf`, underflow `0`, NaN stays NaN.
 ///
 /// ```
-/// let e = watershed_operators::vmath::exp(1.0);
+/// let e = watershed_language::vmath::exp(1.0);
 /// assert!((e - std::f64::consts::E).abs() <= 2.0 * f64::EPSILON * e);
-/// assert_eq!(watershed_operators::vmath::exp(1000.0), f64::INFINITY);
-/// assert_eq!(watershed_operators::vmath::exp(-1000.0), 0.0);
+/// assert_eq!(watershed_language::vmath::exp(1000.0), f64::INFINITY);
+/// assert_eq!(watershed_language::vmath::exp(-1000.0), 0.0);
 /// ```
 #[inline(always)]
 pub fn exp(x: f64) -> f64 {
@@ -160,7 +160,7 @@ fn log_reduce(x: f64) -> (f64, f64) {
 /// negative argument or NaN gives NaN.
 ///
 /// ```
-/// use watershed_operators::vmath::log;
+/// use watershed_language::vmath::log;
 /// assert_eq!(log(1.0), 0.0);
 /// assert!((log(std::f64::consts::E) - 1.0).abs() <= f64::EPSILON);
 /// assert_eq!(log(0.0), f64::NEG_INFINITY);
@@ -335,7 +335,7 @@ fn by_quadrant(q: u64, sin_r: f64, cos_r: f64) -> f64 {
 /// `sin` and `cos` on `|r| <= pi/4` (degrees 19 and 20) and the quadrant.
 ///
 /// ```
-/// use watershed_operators::vmath::sin;
+/// use watershed_language::vmath::sin;
 /// assert!((sin(std::f64::consts::FRAC_PI_6) - 0.5).abs() <= f64::EPSILON);
 /// assert_eq!(sin(1e-300), 1e-300);
 /// assert!(sin(1e9).is_nan()); // beyond SIN_COS_MAX_ARGUMENT: never a wrong number
@@ -358,7 +358,7 @@ pub fn sin(x: f64) -> f64 {
 /// The cosine, vectorisable; accuracy and range as [`sin`].
 ///
 /// ```
-/// use watershed_operators::vmath::cos;
+/// use watershed_language::vmath::cos;
 /// assert_eq!(cos(0.0), 1.0);
 /// assert!((cos(std::f64::consts::FRAC_PI_3) - 0.5).abs() <= f64::EPSILON);
 /// ```
@@ -416,7 +416,7 @@ pub(super) const TANH_COEFFICIENTS: [f64; 19] = [
 /// at most one bit there). `tanh(±inf) = ±1`, NaN stays NaN.
 ///
 /// ```
-/// use watershed_operators::vmath::tanh;
+/// use watershed_language::vmath::tanh;
 /// assert_eq!(tanh(0.0), 0.0);
 /// assert_eq!(tanh(40.0), 1.0);
 /// assert!((tanh(1.0) - 0.761_594_155_955_764_9).abs() <= f64::EPSILON);
@@ -510,7 +510,7 @@ fn log_double_double(a: f64) -> (f64, f64) {
 /// from the parity of an integer `y`.
 ///
 /// ```
-/// use watershed_operators::vmath::pow;
+/// use watershed_language::vmath::pow;
 /// assert!((pow(2.0, 0.5) - std::f64::consts::SQRT_2).abs() <= f64::EPSILON);
 /// assert_eq!(pow(-2.0, 3.0), -8.0);
 /// assert!(pow(-2.0, 0.5).is_nan());

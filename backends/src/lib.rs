@@ -1,0 +1,33 @@
+//! # watershed-backends
+//!
+//! The back ends that run lowered kernels ([`watershed_lowering::kernel`]):
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`evaluate`] | the serial / rayon CPU executor: row groups, strips, reductions, and the row interpreter (the reference every other back end is checked against) |
+//! | [`codegen`] | C and CUDA C emitted from one kernel; run-time C compilation with a disk cache; NVRTC to PTX; launch shapes and argument blocks |
+//!
+//! Assignment (`watershed-operators`) chooses a back end per call and
+//! does the checks; this crate trusts its callers to have done them (the
+//! invariants are in `evaluate.md` beside the executor).
+//!
+//! ```
+//! use watershed_backends::codegen::Backend;
+//! // The default: generated C when a C compiler exists, else the interpreter.
+//! let resolved = Backend::Default.resolved();
+//! assert!(resolved == Backend::C || resolved == Backend::Interpreter);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod codegen;
+pub mod evaluate;
+
+pub use codegen::Backend;
+pub use evaluate::{Parallelism, Reduction};
+
+// The lower stages' modules under their own names, so that paths in this
+// crate read as they do in the facade (`crate::kernel`, `crate::ir`).
+use watershed_language::{error, ir, mask, pointwise, stencil, vmath};
+use watershed_lowering::{cache, kernel};
