@@ -111,6 +111,7 @@ unsafe impl Sync for FieldData<'_> {}
 
 impl<'a> FieldData<'a> {
     /// A field's values with the indexing of `layout`.
+    #[inline]
     pub fn new(data: &'a [f64], layout: &FieldLayout) -> Self {
         // SAFETY: a slice is valid for reads of its length for 'a.
         unsafe { Self::from_raw(data.as_ptr(), data.len(), layout) }
@@ -118,6 +119,7 @@ impl<'a> FieldData<'a> {
 
     /// # Safety
     /// `pointer` must be valid for reads of `len` values for `'a`.
+    #[inline]
     pub unsafe fn from_raw(pointer: *const f64, len: usize, layout: &FieldLayout) -> Self {
         FieldData {
             pointer,
