@@ -167,7 +167,9 @@ pub enum Reduction {
 }
 
 impl Reduction {
-    fn identity(self) -> f64 {
+    /// The value of a reduction over no point (0 for sums, +inf for the
+    /// minimum, -inf for the maximum).
+    pub fn identity(self) -> f64 {
         match self {
             Reduction::Sum | Reduction::SumOfSquares => 0.0,
             Reduction::Min => f64::INFINITY,

@@ -704,6 +704,11 @@ impl CheckedReduction {
         })
     }
 
+    /// The patch the reduction runs on.
+    pub(crate) fn patch(&self) -> &Patch {
+        &self.patch
+    }
+
     /// True when `fields` still fit: every slot's field is there with the
     /// same layout, and every folded parameter has its folded value.
     pub(crate) fn fits(&self, fields: &[&dyn BoundField]) -> bool {

@@ -138,7 +138,7 @@ impl GpuLaunch {
 }
 
 /// The kernel `kernel` loaded on GPU `ordinal`, loading it on first use.
-fn loaded_function(ordinal: usize, kernel: &CudaKernel) -> OperatorResult<GpuFunction> {
+pub(crate) fn loaded_function(ordinal: usize, kernel: &CudaKernel) -> OperatorResult<GpuFunction> {
     type Loaded = Mutex<HashMap<(usize, String), GpuFunction>>;
     static LOADED: OnceLock<Loaded> = OnceLock::new();
     let key = (ordinal, kernel.name.clone());
@@ -208,6 +208,7 @@ fn one_launch(
     }
     let cuda = cuda_of(kernel)?;
     let shape = LaunchShape::covering(region)?;
+    let launch = || format!("launching the assignment to {} on a GPU", target.name);
     let mut addresses = Vec::with_capacity(slots.len());
     let mut strides = Vec::with_capacity(slots.len());
     let mut waits = Vec::new();
@@ -229,12 +230,12 @@ fn one_launch(
         if let Some(mapped) = k.transfer.and_then(|op| op.transfer_reads(&reads)) {
             reads = mapped;
         }
-        check_inside(layout, len, &reads, name, target.name)?;
+        check_inside(layout, len, &reads, name, launch)?;
         addresses.push(point_zero(pointer, layout));
         let s = layout.strides();
         strides.push((s[1] as i64, s[2] as i64));
     }
-    check_inside(target.layout, target.len, &region, target.name, target.name)?;
+    check_inside(target.layout, target.len, &region, target.name, launch)?;
     let arguments = cuda.arguments.pack(
         &addresses,
         &strides,
@@ -258,7 +259,7 @@ fn one_launch(
 
 /// The device address of index (0, 0, 0) of a field whose allocation starts
 /// at `pointer` (the ghost layers come first).
-fn point_zero(pointer: u64, layout: &FieldLayout) -> u64 {
+pub(crate) fn point_zero(pointer: u64, layout: &FieldLayout) -> u64 {
     let origin = layout.linear_index([0; 3]) as u64;
     pointer.wrapping_add(origin.wrapping_mul(8))
 }
@@ -266,12 +267,12 @@ fn point_zero(pointer: u64, layout: &FieldLayout) -> u64 {
 /// Refuses a box whose first or last point lies outside a buffer of `len`
 /// elements with `layout` (a last line of defence: the region checks
 /// above already keep every read within the ghost layers).
-fn check_inside(
+pub(crate) fn check_inside(
     layout: &FieldLayout,
     len: usize,
     points: &IndexBox,
     field: &str,
-    target: &str,
+    launch: impl Fn() -> String,
 ) -> OperatorResult<()> {
     let inside = points.intersect(&layout.allocated()) == *points;
     // Inside the allocation, the last point's linear index is the largest.
@@ -280,7 +281,7 @@ fn check_inside(
         return Ok(());
     }
     Err(OperatorError::Backend {
-        what: format!("launching the assignment to {target} on a GPU"),
+        what: launch(),
         reason: format!(
             "it would touch points {:?}..{:?} of {field}, outside its {} allocated elements",
             points.lo, points.hi, len

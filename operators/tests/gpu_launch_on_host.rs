@@ -19,8 +19,10 @@ use watershed_fields::{
     CellCentre, Device, FieldLayout, FieldResult, GpuBuffer, Grid, IndexBox, Location, Patch,
     SpatialField, XFace,
 };
+use watershed_operators::codegen::nvrtc::CudaKernel;
 use watershed_operators::codegen::{self, Backend};
 use watershed_operators::gpu::{GpuLaunch, GpuTarget, gpu_launches};
+use watershed_operators::gpu_reduction::{GpuReduction, gpu_reduction};
 use watershed_operators::ir::Node;
 use watershed_operators::*;
 
@@ -71,10 +73,20 @@ fn missing_tools() -> Option<String> {
     }
 }
 
-/// Compiles `launch`'s CUDA C for the host and runs it as
-/// `cuLaunchKernel` would, over host memory.
-fn run_on_host(launch: &GpuLaunch, directory: &std::path::Path) {
-    let name = &launch.kernel.name;
+/// Compiles `kernel`'s CUDA C for the host and runs it as `cuLaunchKernel`
+/// would, over host memory: `params` are the launch's parameter blocks
+/// (the argument struct, one pointer, then 8-byte integers), in the
+/// signature's order.
+fn run_kernel_on_host(
+    kernel: &CudaKernel,
+    params: &[&[u8]],
+    grid: [u32; 3],
+    block: [u32; 3],
+    directory: &std::path::Path,
+) {
+    let name = &kernel.name;
+    let integers = params.len() - 2;
+    let arguments: Vec<String> = (0..integers).map(|i| format!("n[{i}]")).collect();
     let shim = format!(
         "#include <math.h>\n#include <string.h>\n\
          struct ws_uint3 {{ unsigned x, y, z; }};\n\
@@ -86,16 +98,17 @@ fn run_on_host(launch: &GpuLaunch, directory: &std::path::Path) {
          extern \"C\" void ws_host_launch(void **params, const unsigned *grid, const unsigned *block) {{\n\
          \x20   struct {name}_args a; memcpy(&a, params[0], sizeof a);\n\
          \x20   double *t; memcpy(&t, params[1], 8);\n\
-         \x20   long long n[8]; for (int i = 0; i < 8; ++i) memcpy(&n[i], params[2 + i], 8);\n\
+         \x20   long long n[{integers}]; for (int i = 0; i < {integers}; ++i) memcpy(&n[i], params[2 + i], 8);\n\
          \x20   blockDim.x = block[0]; blockDim.y = block[1]; blockDim.z = block[2];\n\
          \x20   for (unsigned bz = 0; bz < grid[2]; ++bz) for (unsigned by = 0; by < grid[1]; ++by)\n\
          \x20   for (unsigned bx = 0; bx < grid[0]; ++bx) for (unsigned tz = 0; tz < block[2]; ++tz)\n\
          \x20   for (unsigned ty = 0; ty < block[1]; ++ty) for (unsigned tx = 0; tx < block[0]; ++tx) {{\n\
          \x20       blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;\n\
          \x20       threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;\n\
-         \x20       {name}(a, t, n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]);\n\
+         \x20       {name}(a, t, {arguments});\n\
          \x20   }}\n}}\n",
-        source = launch.kernel.source
+        source = kernel.source,
+        arguments = arguments.join(", "),
     );
     let source = directory.join(format!("{name}.cpp"));
     let library = directory.join(format!("{name}.so"));
@@ -110,11 +123,12 @@ fn run_on_host(launch: &GpuLaunch, directory: &std::path::Path) {
         out.status.success(),
         "g++ refused the CUDA C of {name}:\n{}\n{}",
         String::from_utf8_lossy(&out.stderr),
-        launch.kernel.source
+        kernel.source
     );
-    let trailing = launch.trailing();
-    let mut params: Vec<*mut std::ffi::c_void> = vec![launch.arguments.as_ptr() as *mut _];
-    params.extend(trailing.iter().map(|b| b.as_ptr() as *mut std::ffi::c_void));
+    let mut pointers: Vec<*mut std::ffi::c_void> = params
+        .iter()
+        .map(|b| b.as_ptr() as *mut std::ffi::c_void)
+        .collect();
     type HostLaunch = unsafe extern "C" fn(*mut *mut std::ffi::c_void, *const u32, *const u32);
     // SAFETY: the library was just built from the shim above, whose
     // `ws_host_launch` has this signature; the parameters point to the
@@ -123,12 +137,22 @@ fn run_on_host(launch: &GpuLaunch, directory: &std::path::Path) {
     unsafe {
         let lib = libloading::Library::new(&library).unwrap();
         let f: libloading::Symbol<HostLaunch> = lib.get(b"ws_host_launch").unwrap();
-        f(
-            params.as_mut_ptr(),
-            launch.shape.grid.as_ptr(),
-            launch.shape.block.as_ptr(),
-        );
+        f(pointers.as_mut_ptr(), grid.as_ptr(), block.as_ptr());
     }
+}
+
+/// Runs an assignment's launch on the host.
+fn run_on_host(launch: &GpuLaunch, directory: &std::path::Path) {
+    let trailing = launch.trailing();
+    let mut params: Vec<&[u8]> = vec![&launch.arguments];
+    params.extend(trailing.iter().map(|b| b.as_slice()));
+    run_kernel_on_host(
+        &launch.kernel,
+        &params,
+        launch.shape.grid,
+        launch.shape.block,
+        directory,
+    );
 }
 
 fn scratch_directory(test: &str) -> PathBuf {
@@ -364,5 +388,159 @@ fn launches_are_refused_with_the_cpu_paths_errors() {
     assert!(
         matches!(error, OperatorError::RegionOutsideTarget { .. }),
         "{error:?}"
+    );
+}
+
+/// Reduces `expr` on the CPU and through the GPU reduction run on the
+/// host (its fields copied to stand-in device buffers); asserts the same
+/// bits and returns the value.
+fn reduction_same_as_cpu(
+    test: &str,
+    expr: &Expr<'_, CellCentre>,
+    reduction: Reduction,
+    region: ReduceRegion,
+) -> f64 {
+    let cpu = reduce(expr, reduction, region, Parallelism::Rayon).unwrap();
+    let hosted: Vec<HostAsGpu> = expr
+        .fields()
+        .iter()
+        .map(|&field| HostAsGpu {
+            field,
+            copy: field.cpu_values().unwrap().to_vec(),
+        })
+        .collect();
+    let bound: Vec<&dyn BoundField> = hosted.iter().map(|h| h as &dyn BoundField).collect();
+    let launch: GpuReduction = gpu_reduction(
+        expr.node(),
+        CellCentre::KIND,
+        &bound,
+        reduction,
+        region,
+        Device::Gpu(0),
+    )
+    .unwrap();
+    assert!(launch.waits.is_empty());
+    let [_, ny, nz] = launch.region.extent();
+    assert_eq!(launch.rows(), ny * nz, "{test}: one partial per row");
+    // A sentinel in every partial: a row the kernel skipped shows.
+    let mut partials = vec![f64::from_bits(0x7ff4_dead_beef_0001); launch.rows()];
+    let shape = launch.shape.expect("a non-empty region launches");
+    let trailing = launch.trailing(partials.as_mut_ptr() as u64);
+    let mut params: Vec<&[u8]> = vec![&launch.arguments];
+    params.extend(trailing.iter().map(|b| b.as_slice()));
+    let directory = scratch_directory(test);
+    run_kernel_on_host(&launch.kernel, &params, shape.grid, shape.block, &directory);
+    let _ = std::fs::remove_dir_all(&directory);
+    assert!(
+        partials
+            .iter()
+            .all(|p| p.to_bits() != 0x7ff4_dead_beef_0001),
+        "{test}: a row was not reduced"
+    );
+    let gpu = launch.finish(&partials).unwrap();
+    assert!(
+        gpu.to_bits() == cpu.to_bits(),
+        "{test}: {reduction:?} on the CPU {cpu:e}, through the GPU reduction {gpu:e}"
+    );
+    gpu
+}
+
+#[test]
+fn reductions_on_the_gpu_give_the_cpus_bits() {
+    if let Some(why) = missing_tools() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    // 600 points along x: two blocks of the CPU's TILE per row, the second
+    // partial; 5 x 3 rows, more than one warp of the host shim's block.
+    let patch = patch_3d([600, 5, 3], 1);
+    let mut rng = Xorshift::new(41);
+    let phi = random_field::<CellCentre>("phi", &patch, &mut rng, |r| r.uniform(-2.0, 2.0));
+    let gamma = random_field::<CellCentre>("gamma", &patch, &mut rng, |r| r.uniform(0.1, 1.0));
+    let dt = Parameter::new("dt", 0.375);
+    let with_stencil = exp(&phi) * dt.expr() + laplacian(&gamma);
+    let pointwise = sin(&phi) * &gamma - dt.expr();
+    for reduction in [
+        Reduction::Sum,
+        Reduction::SumOfSquares,
+        Reduction::Min,
+        Reduction::Max,
+    ] {
+        reduction_same_as_cpu("stencil", &with_stencil, reduction, ReduceRegion::Interior);
+        // Computable: the ghosts too (602 points per row, 7 x 5 rows).
+        reduction_same_as_cpu("pointwise", &pointwise, reduction, ReduceRegion::Computable);
+    }
+    // The sum against a hand-written loop over the interior: the order
+    // differs, so to rounding only.
+    let sum = reduction_same_as_cpu("sum", &pointwise, Reduction::Sum, ReduceRegion::Interior);
+    let (p, g) = (phi.values().unwrap(), gamma.values().unwrap());
+    let layout = phi.layout();
+    let by_hand: f64 = layout
+        .interior()
+        .iter()
+        .map(|i| {
+            let at = layout.linear_index(i);
+            p[at].sin() * g[at] - 0.375
+        })
+        .sum();
+    assert!(
+        (sum - by_hand).abs() <= 1e-12 * by_hand.abs().max(1.0),
+        "{sum} vs {by_hand}"
+    );
+
+    // A NaN at one point: the minimum and the maximum are NaN on both.
+    let mut holed = random_field::<CellCentre>("holed", &patch, &mut rng, |r| r.uniform(-1.0, 1.0));
+    let at = holed.layout().linear_index([517, 2, 1]);
+    holed.values_mut().unwrap()[at] = f64::NAN;
+    let nan = field(&holed) * 2.0;
+    for reduction in [Reduction::Min, Reduction::Max, Reduction::Sum] {
+        let value = reduction_same_as_cpu("nan", &nan, reduction, ReduceRegion::Interior);
+        assert!(
+            value.is_nan(),
+            "{reduction:?} of a field holding a NaN is {value}"
+        );
+    }
+
+    // The host's last step refuses partials of another count, naming the
+    // kernel.
+    let hosted = HostAsGpu {
+        field: &phi,
+        copy: phi.values().unwrap().to_vec(),
+    };
+    let launch = gpu_reduction(
+        field(&phi).node(),
+        CellCentre::KIND,
+        &[&hosted],
+        Reduction::Max,
+        ReduceRegion::Interior,
+        Device::Gpu(0),
+    )
+    .unwrap();
+    let error = launch.finish(&[1.0, 2.0]).unwrap_err();
+    assert!(
+        matches!(&error, OperatorError::Backend { what, reason }
+            if what.contains(&launch.kernel.name) && reason.contains("15 (one per row)")),
+        "{error}"
+    );
+
+    // Missing ghost layers: the CPU path's error, naming the field.
+    let thin = patch_3d([600, 5, 3], 0);
+    let bare = random_field::<CellCentre>("bare", &thin, &mut rng, |r| r.uniform(-1.0, 1.0));
+    let hosted = HostAsGpu {
+        field: &bare,
+        copy: bare.values().unwrap().to_vec(),
+    };
+    let error = gpu_reduction(
+        laplacian(&bare).node(),
+        CellCentre::KIND,
+        &[&hosted],
+        Reduction::Sum,
+        ReduceRegion::Interior,
+        Device::Gpu(0),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&error, OperatorError::MissingGhosts { field, .. } if field == "bare"),
+        "{error}"
     );
 }

@@ -1069,11 +1069,116 @@ fn parity_split_loop(inner: &str, lo: isize, hi: isize, statements: &str) -> Str
 /// long long j0, long long j1, long long k0, long long k1)`, where the
 /// struct, passed by value, holds the fields' pointers and strides, the
 /// parameters and the geometry ([`cuda_arguments`],
-/// [`super::launch::CudaArguments`]); the result goes to `t` (for a
-/// reduction's kernel, `t` holds the values to reduce). A kernel whose
-/// arguments would exceed CUDA's 4096 bytes is unsupported.
+/// [`super::launch::CudaArguments`]); the result goes to `t`. A kernel
+/// whose arguments would exceed CUDA's 4096 bytes is unsupported.
 pub fn cuda_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
     let emitter = emitter(kernel, Dialect::Cuda)?;
+    let arguments = checked_cuda_arguments(kernel)?;
+    let mut body = String::new();
+    let _ = writeln!(
+        body,
+        "{}\nextern \"C\" __global__ void {name}(const struct {name}_args a, double *t, long long tsy,\n\
+         \x20   long long tsz, long long x0, long long x1, long long j0, long long j1, long long k0,\n\
+         \x20   long long k1)\n{{\n\
+         \x20   const long long x = x0 + (long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20   const long long j = j0 + (long long)blockIdx.y * blockDim.y + threadIdx.y;\n\
+         \x20   const long long k = k0 + (long long)blockIdx.z * blockDim.z + threadIdx.z;\n\
+         \x20   if (x >= x1 || j >= j1 || k >= k1) return;",
+        arguments.declaration(&format!("{name}_args"))
+    );
+    body.push_str(&cuda_point_body(kernel, &emitter, |value| {
+        format!("t[x + j * tsy + k * tsz] = {value};")
+    })?);
+    let _ = writeln!(body, "}}");
+    Ok(body)
+}
+
+/// The CUDA C reduction of `kernel`'s result over a box, one thread per
+/// row, in exactly the CPU's order (`crate::evaluate::reduce`): along x,
+/// blocks of [`crate::evaluate::TILE`] points from the box's start; in a
+/// block, eight interleaved accumulators (point `p` into lane `p mod 8`)
+/// merged pairwise; blocks merged into the row in x order. Each thread
+/// writes its row's partial result; the host folds the partials in row
+/// order ((k, j), as the CPU does), so the result equals the CPU's bit
+/// for bit wherever the point values do (no contraction on either side).
+///
+/// Signature: `extern "C" __global__ void NAME(const struct NAME_args a,
+/// double *partials, long long x0, long long x1, long long j0, long long
+/// j1, long long k0, long long k1)`, launched with at least
+/// `(j1 - j0) * (k1 - k0)` threads along x; row `r` is `j = j0 + r mod
+/// (j1 - j0)`, `k = k0 + r / (j1 - j0)`.
+pub fn cuda_reduction_function(
+    kernel: &Kernel,
+    name: &str,
+    reduction: crate::evaluate::Reduction,
+) -> Result<String, Unsupported> {
+    use crate::evaluate::Reduction;
+    let emitter = emitter(kernel, Dialect::Cuda)?;
+    let arguments = checked_cuda_arguments(kernel)?;
+    let identity = match reduction {
+        Reduction::Sum | Reduction::SumOfSquares => "0.0",
+        Reduction::Min => "__longlong_as_double(0x7ff0000000000000LL)",
+        Reduction::Max => "__longlong_as_double((long long)0xfff0000000000000ULL)",
+    };
+    // The CPU's `Reduction::combine` and `Reduction::merge`, NaN rules
+    // included (a NaN, once met, is kept).
+    let (combine, merge) = match reduction {
+        Reduction::Sum => ("return a + v;", "return a + b;"),
+        Reduction::SumOfSquares => ("return a + v * v;", "return a + b;"),
+        Reduction::Min => (
+            "if (v < a || v != v || a != a) return a != a ? a : v; return a;",
+            "if (b < a || b != b || a != a) return a != a ? a : b; return a;",
+        ),
+        Reduction::Max => (
+            "if (v > a || v != v || a != a) return a != a ? a : v; return a;",
+            "if (b > a || b != b || a != a) return a != a ? a : b; return a;",
+        ),
+    };
+    let mut text = String::new();
+    let _ = writeln!(
+        text,
+        "{}\n__device__ __forceinline__ double {name}_at(const struct {name}_args &a, const long long x,\n\
+         \x20   const long long j, const long long k)\n{{",
+        arguments.declaration(&format!("{name}_args"))
+    );
+    text.push_str(&cuda_point_body(kernel, &emitter, |value| {
+        format!("return {value};")
+    })?);
+    let _ = writeln!(
+        text,
+        "}}\n\
+         __device__ __forceinline__ double {name}_combine(const double a, const double v) {{ {combine} }}\n\
+         __device__ __forceinline__ double {name}_merge(const double a, const double b) {{ {merge} }}\n\
+         extern \"C\" __global__ void {name}(const struct {name}_args a, double *partials, long long x0,\n\
+         \x20   long long x1, long long j0, long long j1, long long k0, long long k1)\n{{\n\
+         \x20   const long long ny = j1 - j0;\n\
+         \x20   const long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
+         \x20   if (ny <= 0 || row >= ny * (k1 - k0)) return;\n\
+         \x20   const long long j = j0 + row % ny;\n\
+         \x20   const long long k = k0 + row / ny;\n\
+         \x20   double total = {identity};\n\
+         \x20   for (long long b0 = x0; b0 < x1; b0 += {tile}LL) {{\n\
+         \x20       const long long b1 = b0 + {tile}LL < x1 ? b0 + {tile}LL : x1;\n\
+         \x20       double lane[8];\n\
+         \x20       for (int l = 0; l < 8; ++l) lane[l] = {identity};\n\
+         \x20       for (long long x = b0; x < b1; ++x) {{\n\
+         \x20           const int l = (int)((x - b0) & 7);\n\
+         \x20           lane[l] = {name}_combine(lane[l], {name}_at(a, x, j, k));\n\
+         \x20       }}\n\
+         \x20       for (int w = 4; w >= 1; w /= 2)\n\
+         \x20           for (int l = 0; l < w; ++l) lane[l] = {name}_merge(lane[2 * l], lane[2 * l + 1]);\n\
+         \x20       total = {name}_merge(total, lane[0]);\n\
+         \x20   }}\n\
+         \x20   partials[row] = total;\n\
+         }}",
+        tile = crate::evaluate::TILE,
+    );
+    Ok(text)
+}
+
+/// `kernel`'s argument struct, refused when it exceeds CUDA's limit on a
+/// launch's parameters.
+fn checked_cuda_arguments(kernel: &Kernel) -> Result<super::launch::CudaArguments, Unsupported> {
     let arguments = cuda_arguments(kernel);
     if arguments.total_bytes() > super::launch::MAX_ARGUMENT_BYTES {
         return Err(Unsupported(format!(
@@ -1085,6 +1190,17 @@ pub fn cuda_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported>
             super::launch::MAX_ARGUMENT_BYTES
         )));
     }
+    Ok(arguments)
+}
+
+/// The statements of one thread computing `kernel`'s result at the point
+/// `(x, j, k)` (names in scope: `a`, `x`, `j`, `k`), ending with
+/// `finish(value)`: a store or a return.
+fn cuda_point_body(
+    kernel: &Kernel,
+    emitter: &Emitter<'_>,
+    finish: impl Fn(&str) -> String,
+) -> Result<String, Unsupported> {
     // Which (register, shift) pairs are needed, from the result backwards.
     let mut needed: Vec<BTreeSet<isize>> = vec![BTreeSet::new(); kernel.registers];
     let result_index = kernel
@@ -1121,20 +1237,8 @@ pub fn cuda_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported>
             }
         }
     }
-    let mut body = String::new();
-    let _ = writeln!(
-        body,
-        "{}\nextern \"C\" __global__ void {name}(const struct {name}_args a, double *t, long long tsy,\n\
-         \x20   long long tsz, long long x0, long long x1, long long j0, long long j1, long long k0,\n\
-         \x20   long long k1)\n{{\n\
-         \x20   const long long x = x0 + (long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
-         \x20   const long long j = j0 + (long long)blockIdx.y * blockDim.y + threadIdx.y;\n\
-         \x20   const long long k = k0 + (long long)blockIdx.z * blockDim.z + threadIdx.z;\n\
-         \x20   if (x >= x1 || j >= j1 || k >= k1) return;\n\
-         \x20   const double *const *f = a.f; const long long *fs = a.fs;\n\
-         \x20   const double *p = a.p; const double *g = a.g;\n\
-         \x20   (void)f; (void)g; (void)p; (void)fs;",
-        arguments.declaration(&format!("{name}_args"))
+    let mut body = String::from(
+        "    const double *const *f = a.f; const long long *fs = a.fs;\n    const double *p = a.p; const double *g = a.g;\n    (void)f; (void)g; (void)p; (void)fs;\n",
     );
     for slot in 0..kernel.parameters.len() {
         let _ = writeln!(body, "    const double p{slot} = p[{slot}];");
@@ -1172,12 +1276,11 @@ pub fn cuda_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported>
             let transfer_row = |slot: u16, row: [isize; 2]| transfer_pointer(slot, row);
             let value = emitter.value(i, &read, &x, &transfer_row);
             if i == result_index {
-                let _ = writeln!(body, "    t[x + j * tsy + k * tsz] = {value};");
+                let _ = writeln!(body, "    {}", finish(&value));
             } else {
                 let _ = writeln!(body, "    const double {} = {value};", ssa(out, shift));
             }
         }
     }
-    let _ = writeln!(body, "}}");
     Ok(body)
 }

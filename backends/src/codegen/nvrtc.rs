@@ -12,6 +12,7 @@ use super::emit::{self, Unsupported};
 #[cfg(feature = "cuda")]
 use crate::error::CompileFailure;
 use crate::error::{OperatorError, OperatorResult};
+use crate::evaluate::Reduction;
 use crate::kernel::{CompiledForm, Kernel};
 use crate::vmath::Dialect;
 use std::sync::Arc;
@@ -67,6 +68,64 @@ pub fn cuda_source(kernel: &Kernel) -> Result<(String, String), Unsupported> {
         name.clone(),
         format!("{prelude}\n{}", body.replace("WS_KERNEL_NAME", &name)),
     ))
+}
+
+/// The CUDA C translation unit that reduces `kernel`'s result
+/// ([`emit::cuda_reduction_function`]) with its function's name.
+pub fn cuda_reduction_source(
+    kernel: &Kernel,
+    reduction: Reduction,
+) -> Result<(String, String), Unsupported> {
+    let body = emit::cuda_reduction_function(kernel, "WS_KERNEL_NAME", reduction)?;
+    let prelude = emit::prelude(Dialect::Cuda);
+    let name = format!(
+        "ws_cuda_reduce_{}",
+        super::compile::stable_hash(&[&prelude, &body])
+    );
+    Ok((
+        name.clone(),
+        format!("{prelude}\n{}", body.replace("WS_KERNEL_NAME", &name)),
+    ))
+}
+
+/// The reduction kernel of `kernel`'s result, compiled with NVRTC on first
+/// use and kept for the process (by its source's hash, so every kernel of
+/// the same structure shares it). An error when the emitter does not
+/// support the kernel or NVRTC is absent or refuses it.
+pub fn cuda_reduction_of(kernel: &Kernel, reduction: Reduction) -> OperatorResult<Arc<CudaKernel>> {
+    let (name, source) =
+        cuda_reduction_source(kernel, reduction).map_err(|why| OperatorError::Backend {
+            what: format!("generating a CUDA {reduction:?} reduction"),
+            reason: format!("{}; reduce on the CPU", why.0),
+        })?;
+    type Compiled = std::sync::Mutex<std::collections::HashMap<String, Arc<CudaKernel>>>;
+    static COMPILED: std::sync::OnceLock<Compiled> = std::sync::OnceLock::new();
+    let compiled = COMPILED.get_or_init(Default::default);
+    if let Some(done) = compiled
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&name)
+    {
+        return Ok(done.clone());
+    }
+    if let Some(problem) = nvrtc_problem() {
+        return Err(OperatorError::Backend {
+            what: format!("compiling the CUDA {reduction:?} reduction {name}"),
+            reason: problem.to_string(),
+        });
+    }
+    let Some(kernel) = compile_source(kernel, name.clone(), source)? else {
+        return Err(OperatorError::Backend {
+            what: format!("compiling the CUDA {reduction:?} reduction {name}"),
+            reason: "NVRTC produced nothing".into(),
+        });
+    };
+    let kernel = Arc::new(kernel);
+    compiled
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name, kernel.clone());
+    Ok(kernel)
 }
 
 /// Generates `kernel` in CUDA C and compiles it to PTX. `Ok(None)`: the
