@@ -10,12 +10,12 @@ use watershed_cases::cases::scalability::{
 };
 use watershed_cases::common::fill_graph_field;
 use watershed_exprgraph::{
-    ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, NativeExpression,
-    PlacementPolicy, StreamMode, Tag, Target,
+    ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, LanguageReduction,
+    NativeExpression, PlacementPolicy, StreamMode, Tag, Target,
 };
 use watershed_fields::gpu::gpu_for_tests;
 use watershed_fields::{CellCentre, Device, Grid, LocationKind, MemoryPool, Patch};
-use watershed_operators::laplacian;
+use watershed_operators::{Parameter, Reduction, abs, laplacian};
 
 fn patch(n: usize) -> Patch {
     Grid::new([n, n, n], [1.0 / n as f64; 3], [0.0; 3])
@@ -260,4 +260,88 @@ fn a_thousand_executions_leak_no_gpu_memory() {
         after.misses, after_first.misses,
         "every scratch field came from the pool"
     );
+}
+
+/// A graph whose reduction (max |lap u|) scales a later node, placed on
+/// the GPU and on the CPU: the same parameter bits and the same field.
+fn reduction_graph(
+    patch: &Patch,
+    placement: PlacementPolicy,
+    largest: &Parameter,
+) -> ExpressionGraph {
+    let (u, lap, scaled, max) = (
+        Tag::none("u"),
+        Tag::none("lap u"),
+        Tag::none("scaled"),
+        Tag::none("max|lap u|"),
+    );
+    let mut factory = Factory::new();
+    factory
+        .placeholder(u.clone(), LocationKind::CellCentre)
+        .unwrap();
+    let t = u.clone();
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            lap.clone(),
+            move |s| laplacian(s.field::<CellCentre>(&t)),
+        ))
+        .unwrap();
+    let l = lap.clone();
+    factory
+        .register_reduction(LanguageReduction::new::<CellCentre>(
+            max,
+            largest,
+            Reduction::Max,
+            move |s| abs(s.field(&l)),
+        ))
+        .unwrap();
+    let (l, m) = (lap.clone(), largest.clone());
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            scaled.clone(),
+            move |s| s.field::<CellCentre>(&l) / m.expr(),
+        ))
+        .unwrap();
+    let options = GraphOptions {
+        persistent: vec![lap, scaled.clone()],
+        placement,
+        ..Default::default()
+    };
+    let graph = ExpressionGraph::build(&factory, &[scaled], patch, &options).unwrap();
+    fill_graph_field::<CellCentre>(&graph, &u, |[x, y, z]| {
+        (3.0 * x).sin() * (2.0 * y).cos() + z * z
+    })
+    .unwrap();
+    graph
+}
+
+#[test]
+fn a_reduction_on_the_gpu_gives_the_cpus_bits_and_feeds_later_nodes() {
+    let Some(gpu) =
+        gpu_for_tests("a_reduction_on_the_gpu_gives_the_cpus_bits_and_feeds_later_nodes")
+    else {
+        return;
+    };
+    // 600 cells along x: two of the CPU's blocks per row.
+    let patch = Grid::new([600, 6, 5], [1.0 / 600.0, 0.2, 0.2], [0.0; 3])
+        .unwrap()
+        .whole_domain(1);
+    let on_cpu = Parameter::new("max_cpu", -1.0);
+    let on_gpu = Parameter::new("max_gpu", -1.0);
+    let cpu = reduction_graph(&patch, PlacementPolicy::Cpu, &on_cpu);
+    let gpu_graph = reduction_graph(&patch, PlacementPolicy::Gpu(gpu), &on_gpu);
+    assert_eq!(gpu_graph.device_plan().gpu_nodes(), gpu_graph.node_count());
+    cpu.execute(ExecutionMode::Serial).unwrap();
+    gpu_graph.execute(ExecutionMode::Serial).unwrap();
+    assert!(on_cpu.get() > 0.0);
+    assert_eq!(
+        on_gpu.get().to_bits(),
+        on_cpu.get().to_bits(),
+        "{} vs {}",
+        on_gpu.get(),
+        on_cpu.get()
+    );
+    let scaled = Tag::none("scaled");
+    let (worst, differing) = difference(&values(&gpu_graph, &scaled), &values(&cpu, &scaled));
+    assert_eq!(differing, 0, "scaled differs by up to {worst:e}");
 }

@@ -170,13 +170,17 @@ type Assignment<'f> = (
 );
 
 /// Runs `expression` (a language node: an expression with its fused
-/// modifiers, a horizontal group, or a language modifier) on the GPU of
-/// `stream`: enqueues its kernels and returns before they finish.
+/// modifiers, a horizontal group, a language modifier, or a reduction) on
+/// the GPU of `stream`: enqueues its kernels and returns before they
+/// finish (a reduction waits for its value).
 pub(crate) fn evaluate_on_gpu(
     expression: &dyn Expression,
     context: &mut EvaluationContext<'_>,
     stream: &GpuStream,
 ) -> GraphResult<()> {
+    if let Some(reduction) = expression.as_language_reduction() {
+        return reduction.evaluate_on_gpu(context, stream);
+    }
     let device = stream.device();
     let region = match context.region {
         Some(region) => Region::Box(region),

@@ -34,7 +34,8 @@ pub enum ExpressionKind {
     /// Hand-written Rust over CPU fields.
     Native,
     /// A reduction written in the language, whose scalar result goes to a
-    /// parameter ([`crate::LanguageReduction`]); runs on the CPU.
+    /// parameter ([`crate::LanguageReduction`]); on a GPU the host waits
+    /// for its value.
     Reduction,
     /// An iterative solve: a loop, controlled by Rust code that tests a
     /// convergence criterion, over prepared language kernels and

@@ -24,7 +24,8 @@ use crate::expression::{
 };
 use crate::tag::Tag;
 use std::sync::{Arc, Mutex};
-use watershed_fields::{FieldLayout, Location, LocationKind};
+use watershed_fields::{Device, FieldLayout, GpuStream, Location, LocationKind, MemoryPool};
+use watershed_operators::gpu_reduction::gpu_reduction;
 use watershed_operators::ir::Node;
 use watershed_operators::{
     BoundField, Expr, Parameter, PreparedReduction, ReduceRegion, Reduction,
@@ -201,7 +202,7 @@ impl LanguageReduction {
     }
 
     /// Runs the prepared reduction (preparing it when `cache` is empty or
-    /// the fields' layouts changed) and finishes the value.
+    /// the fields' layouts changed): the raw value.
     fn run(
         &self,
         cache: &mut Option<PreparedReduction>,
@@ -220,8 +221,73 @@ impl LanguageReduction {
                 parallelism,
             )?),
         };
-        let raw = prepared.run_with(bound, parallelism)?;
-        Ok(self.finish.map_or(raw, |finish| finish(raw)))
+        Ok(prepared.run_with(bound, parallelism)?)
+    }
+
+    /// Finishes `raw`, checks it when asked to, and writes the parameter.
+    fn publish(&self, raw: f64) -> GraphResult<()> {
+        let value = self.finish.map_or(raw, |finish| finish(raw));
+        if self.check_finite && !value.is_finite() {
+            return Err(GraphError::ReductionNotFinite {
+                reduction: self.name(),
+                parameter: self.parameter.name().to_string(),
+                value,
+            });
+        }
+        self.parameter.set(value);
+        Ok(())
+    }
+
+    /// Runs the reduction on the GPU of `stream` (its inputs valid there):
+    /// launches the generated reduction kernel
+    /// ([`watershed_operators::gpu_reduction`]), copies the row partials to
+    /// the host, waits for them and folds them (the CPU's bits). The host
+    /// blocks here: the nodes after it read the parameter when they are
+    /// enqueued.
+    pub(crate) fn evaluate_on_gpu(
+        &self,
+        context: &EvaluationContext<'_>,
+        stream: &GpuStream,
+    ) -> GraphResult<()> {
+        let device = stream.device();
+        let bindings = context.input_bindings()?;
+        let bound: Vec<&dyn BoundField> = bindings.iter().map(|b| b as &dyn BoundField).collect();
+        let launch = gpu_reduction(
+            &self.root,
+            self.location,
+            &bound,
+            self.reduction,
+            ReduceRegion::Interior,
+            device,
+        )?;
+        let rows = launch.rows();
+        let mut partials = vec![0.0_f64; rows];
+        if rows > 0 {
+            let bytes = rows.checked_mul(8).ok_or_else(|| {
+                GraphError::Native(format!("{}: {rows} row partials overflow", self.name()))
+            })?;
+            let block = MemoryPool::global(device)?
+                .allocate(bytes, format!("row partials of {}", self.name()))?;
+            let action = format!("copying the row partials of {} to the host", self.name());
+            // SAFETY: the fields the kernel reads live in the graph's store
+            // and are not written before this node returns (the plan orders
+            // their writers after it, and the host waits below); `block`
+            // holds `rows` values on this GPU and is used by nothing else
+            // until it is dropped after the wait; `partials` is host memory
+            // of `bytes` bytes that outlives the wait.
+            unsafe {
+                launch.enqueue(stream, block.address() as u64)?;
+                stream.copy(
+                    (device, block.address()),
+                    (Device::Cpu, partials.as_mut_ptr() as usize),
+                    bytes,
+                    &action,
+                )?;
+            }
+            stream.synchronize()?;
+            drop(block);
+        }
+        self.publish(launch.finish(&partials)?)
     }
 }
 
@@ -273,14 +339,6 @@ impl Expression for LanguageReduction {
             },
             Err(_) => self.run(&mut None, &bound, context)?,
         };
-        if self.check_finite && !value.is_finite() {
-            return Err(GraphError::ReductionNotFinite {
-                reduction: self.name(),
-                parameter: self.parameter.name().to_string(),
-                value,
-            });
-        }
-        self.parameter.set(value);
-        Ok(())
+        self.publish(value)
     }
 }

@@ -137,12 +137,9 @@ fn max_abs_feeds_a_later_node_in_the_same_execution() {
     let dot = graph.to_dot();
     assert!(dot.contains("shape=hexagon"), "{dot}");
     assert!(dot.contains("Max into parameter max_u"), "{dot}");
-    let why = graph
-        .gpu_capability("max|u|")
-        .unwrap()
-        .unwrap()
-        .unwrap_err();
-    assert!(why.contains("reduction"), "{why}");
+    // The CUDA back end generates its reduction kernel, so placement may
+    // put it on a GPU.
+    assert_eq!(graph.gpu_capability("max|u|").unwrap().unwrap(), Ok(()));
 }
 
 #[test]

@@ -13,8 +13,10 @@
 //! Costs: a measured time when given ([`MeasuredCost`], e.g. from
 //! [`ExpressionGraph::measured_costs`] after a few executions), otherwise
 //! the bytes the node streams (every field it reads or writes, once) over
-//! the device's bandwidth, plus a launch latency per GPU kernel. A copy
-//! costs a latency plus its bytes over the host-device link.
+//! the device's bandwidth, plus a launch latency per GPU kernel (and, for
+//! a reduction, one copy latency: its partials come back to the host,
+//! which waits). A copy costs a latency plus its bytes over the
+//! host-device link.
 
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{ExpressionGraph, Target};
@@ -210,8 +212,17 @@ pub(crate) fn earliest_finish(
             .unwrap_or(streamed[n] as f64 / model.cpu_bandwidth);
         cost[n][0] = cpu.max(TINY);
         if cpu_only[n].is_none() {
+            // A reduction on a GPU also copies its row partials back and
+            // waits for them: one copy's latency more.
+            let wait = if node.expression.kind() == crate::expression::ExpressionKind::Reduction {
+                model.link_latency
+            } else {
+                0.0
+            };
             let gpu = measured.and_then(|m| m.gpu).unwrap_or(
-                kernels as f64 * model.launch_latency + streamed[n] as f64 / model.gpu_bandwidth,
+                kernels as f64 * model.launch_latency
+                    + wait
+                    + streamed[n] as f64 / model.gpu_bandwidth,
             );
             cost[n][1] = gpu.max(TINY);
         }

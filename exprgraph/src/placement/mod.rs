@@ -34,6 +34,8 @@ use crate::graph::{ExpressionGraph, Target};
 use std::fmt::Write;
 use watershed_fields::Device;
 use watershed_operators::codegen::kernel_source;
+use watershed_operators::codegen::nvrtc::cuda_reduction_source;
+use watershed_operators::lower_cached;
 use watershed_operators::vmath::Dialect;
 
 /// How [`ExpressionGraph::build`] (or [`ExpressionGraph::place`]) assigns
@@ -354,9 +356,23 @@ impl ExpressionGraph {
                 ));
             }
             ExpressionKind::Reduction => {
-                return Ok(Err(
-                    "it is a reduction, which the CUDA back end does not generate yet; it runs on the CPU, after copies of the fields it reads".into(),
-                ));
+                let Some(reduction) = node.expression.as_language_reduction() else {
+                    return Ok(Err(
+                        "it is a reduction not written in the expression language; it runs on the CPU".into(),
+                    ));
+                };
+                let lowered = lower_cached(reduction.root(), &self.patch, false)?;
+                return Ok(
+                    cuda_reduction_source(&lowered.kernel, reduction.reduction()).map_or_else(
+                        |why| {
+                            Err(format!(
+                                "the CUDA code generator does not support its reduction kernel: {}",
+                                why.0
+                            ))
+                        },
+                        |_| Ok(()),
+                    ),
+                );
             }
             ExpressionKind::IterativeSolve => {
                 return Ok(Err(
