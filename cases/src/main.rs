@@ -182,9 +182,10 @@ fn default_threads() -> Result<usize, Failure> {
 }
 
 /// Checks `--device` for `case`; returns a note for the summary and the
-/// placement its graphs are built with. Only cases whose graphs can run on
-/// a GPU take a GPU (the ExprLib test); the solvers' graphs check their
-/// values for finiteness, which generated CUDA kernels do not do yet.
+/// placement its graphs are built with. Only cases whose graphs take a
+/// placement run on a GPU (the ExprLib test); the solvers
+/// (`TransportSolver`, `IncompressibleFlow`) build their graphs for the
+/// CPU in this build.
 fn check_device(
     device: &str,
     case: &str,
@@ -197,7 +198,7 @@ fn check_device(
                 "--device {device}: GPU {ordinal} is not available ({reason}); use --device cpu or --device auto"
             )))),
             None if !runs_on_gpu => Err(usage(CaseError::Device(format!(
-                "--device {device}: the {case} case runs on the CPU in this build (its solvers' nodes check that values are finite, which the generated CUDA kernels do not do yet; see --plan); use --device cpu or auto"
+                "--device {device}: the {case} case runs on the CPU in this build (its solvers build their graphs for the CPU: they take no placement yet); use --device cpu or auto"
             )))),
             None => Ok((
                 format!("GPU {ordinal} (nodes that can run there; see --plan heterogeneous)"),

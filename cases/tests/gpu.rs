@@ -345,3 +345,75 @@ fn a_reduction_on_the_gpu_gives_the_cpus_bits_and_feeds_later_nodes() {
     let (worst, differing) = difference(&values(&gpu_graph, &scaled), &values(&cpu, &scaled));
     assert_eq!(differing, 0, "scaled differs by up to {worst:e}");
 }
+
+#[test]
+fn a_checked_node_on_the_gpu_fails_with_the_cpus_error() {
+    let patch = patch(12);
+    let (u, logged, after) = (Tag::none("u"), Tag::none("log u"), Tag::none("after"));
+    let build = |placement: PlacementPolicy| {
+        let mut factory = Factory::new();
+        factory
+            .placeholder(u.clone(), LocationKind::CellCentre)
+            .unwrap();
+        let t = u.clone();
+        factory
+            .register(
+                LanguageExpression::new::<CellCentre>(logged.clone(), move |s| {
+                    watershed_operators::log(s.field::<CellCentre>(&t))
+                })
+                .checking_finite(),
+            )
+            .unwrap();
+        let l = logged.clone();
+        factory
+            .register(LanguageExpression::new::<CellCentre>(
+                after.clone(),
+                move |s| s.field::<CellCentre>(&l) * 2.0,
+            ))
+            .unwrap();
+        let options = GraphOptions {
+            persistent: vec![after.clone()],
+            placement,
+            ..Default::default()
+        };
+        let graph =
+            ExpressionGraph::build(&factory, std::slice::from_ref(&after), &patch, &options)
+                .unwrap();
+        // Positive except two cells; (2, 7, 3) comes first in storage order.
+        fill_graph_field::<CellCentre>(&graph, &u, |[x, y, z]| {
+            // 12 cells over a side of 1/12.
+            let cell = |c: f64| (c * 144.0).floor() as i64;
+            match (cell(x), cell(y), cell(z)) {
+                (9, 1, 5) => -1.0,
+                (2, 7, 3) => -3.0,
+                _ => 1.0 + x + y + z,
+            }
+        })
+        .unwrap();
+        graph
+    };
+    // The CPU's error, checked here with or without a GPU.
+    let cpu = build(PlacementPolicy::Cpu);
+    let want = cpu.execute(ExecutionMode::Serial).unwrap_err().to_string();
+    assert!(
+        want.contains("'log u' is not finite at point [2, 7, 3]"),
+        "{want}"
+    );
+    let Some(gpu) = gpu_for_tests("a_checked_node_on_the_gpu_fails_with_the_cpus_error") else {
+        return;
+    };
+    let on_gpu = build(PlacementPolicy::Gpu(gpu));
+    assert_eq!(on_gpu.device_plan().gpu_nodes(), on_gpu.node_count());
+    let got = on_gpu
+        .execute(ExecutionMode::Serial)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(got, want);
+    // With every value finite both succeed and agree to the bit.
+    for graph in [&cpu, &on_gpu] {
+        fill_graph_field::<CellCentre>(graph, &u, |[x, y, z]| 1.0 + x + y + z).unwrap();
+        graph.execute(ExecutionMode::Serial).unwrap();
+    }
+    let (worst, differing) = difference(&values(&on_gpu, &after), &values(&cpu, &after));
+    assert_eq!(differing, 0, "after differs by up to {worst:e}");
+}

@@ -20,6 +20,15 @@
 //!   kernel still running never reads memory handed to someone else.
 //! * **Errors.** After an error every stream used is synchronised before
 //!   the scratch fields are released.
+//! * **Finiteness checks.** A node that checks what it writes launches a
+//!   watching kernel (`gpu_launches_watching`) with a device word armed to
+//!   all bits, then copies the word to the host on its stream. The words
+//!   are read after the final synchronisation ([`FiniteWatch`]), in plan
+//!   order, and the first bad one becomes the CPU's `NotFinite` error; the
+//!   nodes after it have run by then, so their outputs also hold values
+//!   derived from the bad one.
+//! * **Reductions** launch their kernel, copy the row partials back and
+//!   wait: the host needs the value before it enqueues any reader.
 //!
 //! The host thread does not block between GPU nodes: only where the plan
 //! says so (a CPU node consuming GPU data) and at the end.
@@ -31,8 +40,9 @@ use crate::placement::{Step, StreamId};
 use crate::store::AnyField;
 use std::collections::HashMap;
 use std::sync::Arc;
-use watershed_fields::{Device, GpuStream, ValidationEvent};
-use watershed_operators::gpu::{GpuTarget, gpu_launches};
+use watershed_fields::{Device, GpuStream, MemoryPool, PoolBlock, ValidationEvent};
+use watershed_operators::OperatorError;
+use watershed_operators::gpu::{GpuLaunch, GpuTarget, gpu_launches, gpu_launches_watching};
 use watershed_operators::ir::Node;
 use watershed_operators::{BoundField, MaskedAssignment, Region};
 
@@ -160,14 +170,83 @@ impl ExpressionGraph {
 }
 
 /// One assignment of a GPU node: the target's leaf id, the value, the
-/// region, the modifiers after it, and the target.
+/// region, the modifiers after it, the target, and whether it checks that
+/// what it writes is finite.
 type Assignment<'f> = (
     u64,
     Arc<Node>,
     Region,
     Vec<MaskedAssignment>,
     &'f mut AnyField,
+    bool,
 );
+
+/// A GPU kernel that checks what it writes, as the execution left it: the
+/// device word the kernel lowers to the first bad point's key, and the
+/// host copy enqueued after it. Read once every stream has finished
+/// ([`ExpressionGraph::first_not_finite`]).
+pub(crate) struct FiniteWatch {
+    node: String,
+    target: String,
+    launch: GpuLaunch,
+    stream: GpuStream,
+    /// The device word (kept until the watch is read).
+    _word: PoolBlock,
+    /// Where the copy of the word lands (boxed: its address must not move).
+    key: Box<u64>,
+}
+
+/// The watches of the execution in progress, in the order their kernels
+/// were enqueued (plan order).
+pub(crate) type FiniteWatches = std::sync::Mutex<Vec<FiniteWatch>>;
+
+impl ExpressionGraph {
+    /// After every stream has finished: the first watched kernel (in plan
+    /// order) that wrote a value that is not finite, as the CPU reports
+    /// it (`GraphError::Expression` around `OperatorError::NotFinite`,
+    /// naming the node, the target, the first bad point in storage order
+    /// and its value). Clears the watches.
+    pub(crate) fn first_not_finite(&self) -> GraphResult<()> {
+        let watches = std::mem::take(
+            &mut *self
+                .finite_watches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for watch in watches {
+            let Some(point) = watch.launch.not_finite_at(*watch.key) else {
+                continue;
+            };
+            let (zero, sy, sz) = watch.launch.target;
+            let offset = point[0] as i64 + point[1] as i64 * sy + point[2] as i64 * sz;
+            let address = zero.wrapping_add_signed(offset.wrapping_mul(8));
+            let mut value = f64::NAN;
+            let action = format!("reading the value of {} that is not finite", watch.target);
+            // SAFETY: `address` is a point of the target the kernel wrote
+            // (inside the buffer `gpu_launches_watching` checked), still
+            // allocated (scratch fields go back to the pool after this);
+            // `value` is 8 bytes of host memory alive until the wait.
+            unsafe {
+                watch.stream.copy(
+                    (watch.stream.device(), address as usize),
+                    (Device::Cpu, &mut value as *mut f64 as usize),
+                    8,
+                    &action,
+                )?;
+            }
+            watch.stream.synchronize()?;
+            return Err(GraphError::Expression {
+                expression: watch.node,
+                source: Box::new(GraphError::Operator(OperatorError::NotFinite {
+                    target: watch.target,
+                    point,
+                    value,
+                })),
+            });
+        }
+        Ok(())
+    }
+}
 
 /// Runs `expression` (a language node: an expression with its fused
 /// modifiers, a horizontal group, a language modifier, or a reduction) on
@@ -177,6 +256,7 @@ pub(crate) fn evaluate_on_gpu(
     expression: &dyn Expression,
     context: &mut EvaluationContext<'_>,
     stream: &GpuStream,
+    watches: &FiniteWatches,
 ) -> GraphResult<()> {
     if let Some(reduction) = expression.as_language_reduction() {
         return reduction.evaluate_on_gpu(context, stream);
@@ -187,6 +267,7 @@ pub(crate) fn evaluate_on_gpu(
         None => Region::Interior,
     };
     let node_name = context.expression.to_string();
+    let context_name = node_name.clone();
     let (bindings, outputs) = context.split_for_group()?;
     let bound: Vec<&dyn BoundField> = bindings.iter().map(|b| b as &dyn BoundField).collect();
     let mut work: Vec<Assignment<'_>> = Vec::new();
@@ -217,6 +298,7 @@ pub(crate) fn evaluate_on_gpu(
                 Region::Box(*first_box),
                 rest.to_vec(),
                 field,
+                false,
             ));
         }
         Vec::new()
@@ -236,9 +318,10 @@ pub(crate) fn evaluate_on_gpu(
             region,
             then,
             field,
+            language.checks_finite(),
         ));
     }
-    for (leaf, root, region, then, field) in work {
+    for (leaf, root, region, then, field, checks) in work {
         let kind = field.kind();
         let buffer = field.gpu_buffer_mut(device)?;
         if let Some(event) = &buffer.ready {
@@ -253,7 +336,35 @@ pub(crate) fn evaluate_on_gpu(
             pointer: buffer.pointer,
             len: buffer.len,
         };
-        let launches = gpu_launches(target, leaf, &root, &bound, region, &then)?;
+        let watch = if checks {
+            let word = MemoryPool::global(device)?
+                .allocate(8, format!("finiteness of {}", target.name))?;
+            // SAFETY: `word` is 8 bytes of this GPU's memory that nothing
+            // else uses while the watch holds it.
+            unsafe {
+                stream.memset(
+                    word.address(),
+                    0xff,
+                    8,
+                    &format!("arming the finiteness check of {}", target.name),
+                )?;
+            }
+            Some(word)
+        } else {
+            None
+        };
+        let launches = match &watch {
+            Some(word) => gpu_launches_watching(
+                target,
+                leaf,
+                &root,
+                &bound,
+                region,
+                &then,
+                word.address() as u64,
+            )?,
+            None => gpu_launches(target, leaf, &root, &bound, region, &then)?,
+        };
         for launch in &launches {
             // SAFETY: the target and every field read live in the graph's
             // store until the execution has synchronised every stream
@@ -263,6 +374,35 @@ pub(crate) fn evaluate_on_gpu(
             // over, and the plan orders every other access to them after
             // this kernel through the stream or an event.
             unsafe { launch.enqueue(stream)? };
+        }
+        if let (Some(word), Some(main)) = (watch, launches.first()) {
+            let mut key = Box::new(u64::MAX);
+            let action = format!(
+                "copying the finiteness check of {} to the host",
+                target.name
+            );
+            // SAFETY: the word is this GPU's memory, kept alive by the
+            // watch until it is read after every stream has finished;
+            // `key` is boxed host memory, also kept by the watch.
+            unsafe {
+                stream.copy(
+                    (device, word.address()),
+                    (Device::Cpu, &mut *key as *mut u64 as usize),
+                    8,
+                    &action,
+                )?;
+            }
+            watches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(FiniteWatch {
+                    node: context_name.clone(),
+                    target: target.name.to_string(),
+                    launch: main.clone(),
+                    stream: stream.clone(),
+                    _word: word,
+                    key,
+                });
         }
     }
     Ok(())

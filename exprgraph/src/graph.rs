@@ -327,6 +327,8 @@ pub struct ExpressionGraph {
     pub(crate) device_plan: DevicePlan,
     /// The plan's GPU streams, reused across executions.
     pub(crate) gpu_streams: crate::devices::StreamPool,
+    /// The finiteness checks of GPU kernels in the execution in progress.
+    pub(crate) finite_watches: crate::devices::FiniteWatches,
 }
 
 thread_local! {
@@ -570,6 +572,7 @@ impl ExpressionGraph {
             execution: Mutex::new(()),
             device_plan: DevicePlan::unplanned(),
             gpu_streams: Default::default(),
+            finite_watches: Default::default(),
         };
         graph.device_plan = placement::all_cpu(&graph);
         if options.placement != PlacementPolicy::Cpu || options.streams != StreamMode::default() {

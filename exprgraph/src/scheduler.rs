@@ -343,11 +343,18 @@ impl ExpressionGraph {
                     .finished += 1;
                 self.run_steps(&steps.after, &mut events)?;
             }
-            self.run_steps(&plan.epilogue, &mut events)
+            self.run_steps(&plan.epilogue, &mut events)?;
+            // Every stream has finished: the kernels' finiteness checks
+            // can be read.
+            self.first_not_finite()
         };
         let outcome = run();
         if outcome.is_err() {
             self.drain_streams();
+            self.finite_watches
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
         }
         // Every stream has finished (the epilogue synchronised them, or
         // `drain_streams` did): scratch memory can go back to the pools.
@@ -509,9 +516,12 @@ impl ExpressionGraph {
         };
         let evaluated = match gpu {
             None => graph_node.expression.evaluate(&mut context),
-            Some(stream) => {
-                crate::devices::evaluate_on_gpu(&*graph_node.expression, &mut context, stream)
-            }
+            Some(stream) => crate::devices::evaluate_on_gpu(
+                &*graph_node.expression,
+                &mut context,
+                stream,
+                &self.finite_watches,
+            ),
         };
         let outcome = evaluated.map_err(|source| GraphError::Expression {
             expression: graph_node.name.clone(),

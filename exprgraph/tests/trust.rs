@@ -667,3 +667,58 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_checked_producer_is_not_fused_away_and_reports_its_own_field() {
+    let (u, logged, after) = (Tag::none("u"), Tag::none("log u"), Tag::none("after"));
+    let mut factory = Factory::new();
+    factory
+        .placeholder(u.clone(), LocationKind::CellCentre)
+        .unwrap();
+    let t = u.clone();
+    factory
+        .register(
+            LanguageExpression::new::<CellCentre>(logged.clone(), move |s| {
+                watershed_operators::log(s.field::<CellCentre>(&t))
+            })
+            .checking_finite(),
+        )
+        .unwrap();
+    let l = logged.clone();
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            after.clone(),
+            move |s| s.field::<CellCentre>(&l) * 2.0,
+        ))
+        .unwrap();
+    let options = GraphOptions {
+        persistent: vec![after.clone()],
+        ..Default::default()
+    };
+    let patch = grid_2d().whole_domain(1);
+    let graph =
+        ExpressionGraph::build(&factory, std::slice::from_ref(&after), &patch, &options).unwrap();
+    // Fusion would inline `log u` into `after` (scratch, one reader) and
+    // drop its check: it must keep its node.
+    assert_eq!(graph.node_count(), 2);
+    set(&graph, &u, |[x, y, _]| {
+        // Cell (3, 9) of the 16 x 16 cells over the unit square.
+        if ((x * 16.0).floor(), (y * 16.0).floor()) == (3.0, 9.0) {
+            -1.0
+        } else {
+            1.0 + x
+        }
+    });
+    let error = graph.execute(ExecutionMode::Serial).unwrap_err();
+    match &error {
+        GraphError::Expression { expression, source } => {
+            assert_eq!(expression, "log u");
+            assert!(
+                matches!(source.as_ref(), GraphError::Operator(watershed_operators::OperatorError::NotFinite { target, point, .. })
+                    if target == "log u" && *point == [3, 9, 0]),
+                "{error}"
+            );
+        }
+        other => panic!("{other}"),
+    }
+}

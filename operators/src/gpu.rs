@@ -18,14 +18,18 @@
 //! * One thread computes one point and reads the target only at offset 0
 //!   or outside the box it writes (the checks guarantee it), so there is
 //!   no race between threads and no copy through scratch rows.
-//! * Generated CUDA kernels do not check that what they write is finite;
-//!   the graph keeps finiteness-checked nodes on the CPU for that reason.
+//! * A launch that checks what it writes ([`gpu_launches_watching`]) does
+//!   not stop at the first value that is not finite: every thread writes,
+//!   and the first bad point in storage order is left in a device word
+//!   (`atomicMin` of its storage key) that the caller reads after the
+//!   kernel. The CPU may stop writing sooner; the point reported is the
+//!   same, the first in storage order.
 
 use crate::assign::{MaskedAssignment, Region, bind_slots, checked_region};
 use crate::cache::lower_cached;
 use crate::codegen::emit;
 use crate::codegen::launch::LaunchShape;
-use crate::codegen::nvrtc::{CudaKernel, cuda_of};
+use crate::codegen::nvrtc::{CudaKernel, cuda_checked_of, cuda_of};
 use crate::error::{OperatorError, OperatorResult};
 use crate::expr::BoundField;
 use crate::ir::Node;
@@ -69,16 +73,21 @@ pub struct GpuLaunch {
     /// Copies into the fields it reads that may still run: the stream
     /// waits on them before the kernel.
     pub waits: Vec<ValidationEvent>,
+    /// For a launch that checks what it writes ([`gpu_launches_watching`]):
+    /// the device address of the `u64` the kernel lowers to the storage
+    /// key of the first point that is not finite ([`Self::not_finite_at`]).
+    pub watch: Option<u64>,
 }
 
 impl GpuLaunch {
     /// The kernel's parameters after the struct, as the signature orders
-    /// them: `t`, `tsy`, `tsz`, `x0`, `x1`, `j0`, `j1`, `k0`, `k1`, each 8
-    /// bytes in the platform's byte order.
-    pub fn trailing(&self) -> [[u8; 8]; 9] {
+    /// them: `t`, `tsy`, `tsz`, `x0`, `x1`, `j0`, `j1`, `k0`, `k1`, then
+    /// `bad` for a watching launch, each 8 bytes in the platform's byte
+    /// order.
+    pub fn trailing(&self) -> Vec<[u8; 8]> {
         let (t, tsy, tsz) = self.target;
         let r = &self.region;
-        [
+        let mut trailing = vec![
             t.to_ne_bytes(),
             tsy.to_ne_bytes(),
             tsz.to_ne_bytes(),
@@ -88,17 +97,43 @@ impl GpuLaunch {
             (r.hi[1] as i64).to_ne_bytes(),
             (r.lo[2] as i64).to_ne_bytes(),
             (r.hi[2] as i64).to_ne_bytes(),
-        ]
+        ];
+        if let Some(bad) = self.watch {
+            trailing.push(bad.to_ne_bytes());
+        }
+        trailing
+    }
+
+    /// The point a watching launch's key names (`key` as the kernel left
+    /// it in its `u64`): `None` when it is still all bits set (every value
+    /// written was finite) or names no point of the region.
+    pub fn not_finite_at(&self, key: u64) -> Option<[isize; 3]> {
+        if key == u64::MAX {
+            return None;
+        }
+        let offset = i64::try_from(key).ok()? - emit::FINITE_KEY_OFFSET;
+        let (_, tsy, tsz) = self.target;
+        let r = &self.region;
+        for k in r.lo[2]..r.hi[2] {
+            for j in r.lo[1]..r.hi[1] {
+                let x = offset - j as i64 * tsy - k as i64 * tsz;
+                if (r.lo[0] as i64..r.hi[0] as i64).contains(&x) {
+                    return Some([x as isize, j, k]);
+                }
+            }
+        }
+        None
     }
 
     /// Enqueues the launch on `stream` (after waiting, on the stream, for
     /// the copies in [`Self::waits`]). Returns before the GPU finishes.
     ///
     /// # Safety
-    /// Every device address in the launch (fields and target) must still
-    /// be the memory [`gpu_launches`] was given, on the stream's GPU, and
-    /// nothing may free it or write what the kernel reads or writes until
-    /// the kernel completes (an event recorded on `stream` after it).
+    /// Every device address in the launch (fields, target and the watched
+    /// word) must still be the memory [`gpu_launches`] was given, on the
+    /// stream's GPU, and nothing may free it or write what the kernel
+    /// reads or writes until the kernel completes (an event recorded on
+    /// `stream` after it).
     pub unsafe fn enqueue(&self, stream: &GpuStream) -> OperatorResult<()> {
         let device = stream.device();
         let Device::Gpu(ordinal) = device else {
@@ -112,7 +147,7 @@ impl GpuLaunch {
             stream.wait(event)?;
         }
         let trailing = self.trailing();
-        let mut blocks: Vec<&[u8]> = Vec::with_capacity(10);
+        let mut blocks: Vec<&[u8]> = Vec::with_capacity(11);
         blocks.push(&self.arguments);
         blocks.extend(trailing.iter().map(|b| b.as_slice()));
         let action = format!(
@@ -121,7 +156,8 @@ impl GpuLaunch {
         );
         // SAFETY: the blocks are the kernel's parameters in its signature's
         // order and sizes (the struct packed for its argument layout, then
-        // nine 8-byte numbers); the addresses are valid as the caller
+        // nine 8-byte numbers, and the watched word's address for a
+        // watching kernel); the addresses are valid as the caller
         // guarantees, and `gpu_launches` checked every read and write of
         // the box against the buffers' lengths.
         unsafe {
@@ -170,11 +206,41 @@ pub fn gpu_launches(
     region: Region,
     then: &[MaskedAssignment],
 ) -> OperatorResult<Vec<GpuLaunch>> {
+    launches(target, target_leaf, root, fields, region, then, None)
+}
+
+/// [`gpu_launches`] whose main kernel checks what it writes, as
+/// `AssignOptions::check_finite` does on the CPU: it lowers the `u64` at
+/// device address `bad` (set it to all bits before the launch) to the
+/// storage key of the first point it wrote that is not finite;
+/// [`GpuLaunch::not_finite_at`] turns the key back into the point. The
+/// modifiers after it are not checked, as on the CPU.
+pub fn gpu_launches_watching(
+    target: GpuTarget<'_>,
+    target_leaf: u64,
+    root: &Arc<Node>,
+    fields: &[&dyn BoundField],
+    region: Region,
+    then: &[MaskedAssignment],
+    bad: u64,
+) -> OperatorResult<Vec<GpuLaunch>> {
+    launches(target, target_leaf, root, fields, region, then, Some(bad))
+}
+
+fn launches(
+    target: GpuTarget<'_>,
+    target_leaf: u64,
+    root: &Arc<Node>,
+    fields: &[&dyn BoundField],
+    region: Region,
+    then: &[MaskedAssignment],
+    watch: Option<u64>,
+) -> OperatorResult<Vec<GpuLaunch>> {
     let mut launches = Vec::with_capacity(1 + then.len());
-    let main = std::iter::once((region, root));
-    let modifiers = then.iter().map(|(b, node)| (Region::Box(*b), node));
-    for (region, node) in main.chain(modifiers) {
-        if let Some(launch) = one_launch(target, target_leaf, node, fields, region)? {
+    let main = std::iter::once((region, root, watch));
+    let modifiers = then.iter().map(|(b, node)| (Region::Box(*b), node, None));
+    for (region, node, watch) in main.chain(modifiers) {
+        if let Some(launch) = one_launch(target, target_leaf, node, fields, region, watch)? {
             launches.push(launch);
         }
     }
@@ -188,6 +254,7 @@ fn one_launch(
     root: &Arc<Node>,
     fields: &[&dyn BoundField],
     region: Region,
+    watch: Option<u64>,
 ) -> OperatorResult<Option<GpuLaunch>> {
     if let Some(found) = root.location()
         && found != target.kind
@@ -206,7 +273,10 @@ fn one_launch(
     if region.is_empty() {
         return Ok(None);
     }
-    let cuda = cuda_of(kernel)?;
+    let cuda = match watch {
+        Some(_) => cuda_checked_of(kernel)?,
+        None => cuda_of(kernel)?,
+    };
     let shape = LaunchShape::covering(region)?;
     let launch = || format!("launching the assignment to {} on a GPU", target.name);
     let mut addresses = Vec::with_capacity(slots.len());
@@ -254,6 +324,7 @@ fn one_launch(
         shape,
         arguments,
         waits,
+        watch,
     }))
 }
 

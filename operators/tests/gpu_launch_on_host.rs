@@ -21,7 +21,7 @@ use watershed_fields::{
 };
 use watershed_operators::codegen::nvrtc::CudaKernel;
 use watershed_operators::codegen::{self, Backend};
-use watershed_operators::gpu::{GpuLaunch, GpuTarget, gpu_launches};
+use watershed_operators::gpu::{GpuLaunch, GpuTarget, gpu_launches, gpu_launches_watching};
 use watershed_operators::gpu_reduction::{GpuReduction, gpu_reduction};
 use watershed_operators::ir::Node;
 use watershed_operators::*;
@@ -74,19 +74,29 @@ fn missing_tools() -> Option<String> {
 }
 
 /// Compiles `kernel`'s CUDA C for the host and runs it as `cuLaunchKernel`
-/// would, over host memory: `params` are the launch's parameter blocks
-/// (the argument struct, one pointer, then 8-byte integers), in the
-/// signature's order.
+/// would, over host memory: `params` are the launch's parameter blocks in
+/// the signature's order (the argument struct, then 8-byte values whose C
+/// types are `types`).
 fn run_kernel_on_host(
     kernel: &CudaKernel,
     params: &[&[u8]],
+    types: &[&str],
     grid: [u32; 3],
     block: [u32; 3],
     directory: &std::path::Path,
 ) {
     let name = &kernel.name;
-    let integers = params.len() - 2;
-    let arguments: Vec<String> = (0..integers).map(|i| format!("n[{i}]")).collect();
+    assert_eq!(
+        params.len(),
+        types.len() + 1,
+        "{name}: one type per 8-byte parameter"
+    );
+    let unpack: String = types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| format!("    {ty} n{i}; memcpy(&n{i}, params[{}], 8);\n", i + 1))
+        .collect();
+    let arguments: Vec<String> = (0..types.len()).map(|i| format!("n{i}")).collect();
     let shim = format!(
         "#include <math.h>\n#include <string.h>\n\
          struct ws_uint3 {{ unsigned x, y, z; }};\n\
@@ -94,18 +104,19 @@ fn run_kernel_on_host(
          #define __global__\n#define __device__\n#define __forceinline__ inline\n\
          static inline long long __double_as_longlong(double v) {{ long long u; memcpy(&u, &v, 8); return u; }}\n\
          static inline double __longlong_as_double(long long u) {{ double v; memcpy(&v, &u, 8); return v; }}\n\
+         static inline unsigned long long atomicMin(unsigned long long *a, unsigned long long v) {{\n\
+         \x20   unsigned long long old = *a; if (v < old) *a = v; return old; }}\n\
          {source}\n\
          extern \"C\" void ws_host_launch(void **params, const unsigned *grid, const unsigned *block) {{\n\
          \x20   struct {name}_args a; memcpy(&a, params[0], sizeof a);\n\
-         \x20   double *t; memcpy(&t, params[1], 8);\n\
-         \x20   long long n[{integers}]; for (int i = 0; i < {integers}; ++i) memcpy(&n[i], params[2 + i], 8);\n\
+         {unpack}\
          \x20   blockDim.x = block[0]; blockDim.y = block[1]; blockDim.z = block[2];\n\
          \x20   for (unsigned bz = 0; bz < grid[2]; ++bz) for (unsigned by = 0; by < grid[1]; ++by)\n\
          \x20   for (unsigned bx = 0; bx < grid[0]; ++bx) for (unsigned tz = 0; tz < block[2]; ++tz)\n\
          \x20   for (unsigned ty = 0; ty < block[1]; ++ty) for (unsigned tx = 0; tx < block[0]; ++tx) {{\n\
          \x20       blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;\n\
          \x20       threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;\n\
-         \x20       {name}(a, t, {arguments});\n\
+         \x20       {name}(a, {arguments});\n\
          \x20   }}\n}}\n",
         source = kernel.source,
         arguments = arguments.join(", "),
@@ -146,9 +157,15 @@ fn run_on_host(launch: &GpuLaunch, directory: &std::path::Path) {
     let trailing = launch.trailing();
     let mut params: Vec<&[u8]> = vec![&launch.arguments];
     params.extend(trailing.iter().map(|b| b.as_slice()));
+    let mut types = vec!["double *"];
+    types.extend(["long long"; 8]);
+    if launch.watch.is_some() {
+        types.push("unsigned long long *");
+    }
     run_kernel_on_host(
         &launch.kernel,
         &params,
+        &types,
         launch.shape.grid,
         launch.shape.block,
         directory,
@@ -429,7 +446,16 @@ fn reduction_same_as_cpu(
     let mut params: Vec<&[u8]> = vec![&launch.arguments];
     params.extend(trailing.iter().map(|b| b.as_slice()));
     let directory = scratch_directory(test);
-    run_kernel_on_host(&launch.kernel, &params, shape.grid, shape.block, &directory);
+    let mut types = vec!["double *"];
+    types.extend(["long long"; 6]);
+    run_kernel_on_host(
+        &launch.kernel,
+        &params,
+        &types,
+        shape.grid,
+        shape.block,
+        &directory,
+    );
     let _ = std::fs::remove_dir_all(&directory);
     assert!(
         partials
@@ -543,4 +569,102 @@ fn reductions_on_the_gpu_give_the_cpus_bits() {
         matches!(&error, OperatorError::MissingGhosts { field, .. } if field == "bare"),
         "{error}"
     );
+}
+
+#[test]
+fn a_watching_launch_reports_the_cpus_first_point_that_is_not_finite() {
+    if let Some(why) = missing_tools() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let patch = patch_3d([29, 6, 4], 1);
+    let mut rng = Xorshift::new(51);
+    let phi = random_field::<CellCentre>("phi", &patch, &mut rng, |r| r.uniform(0.5, 2.0));
+    let start = sentinel_target::<CellCentre>("target", &patch);
+    let directory = scratch_directory("watching");
+    // Runs `expr` watched on the host and checked on the CPU; returns the
+    // GPU's point, the CPU's point, and whether the written values agree.
+    let run = |expr: &Expr<'_, CellCentre>| -> (Option<[isize; 3]>, Option<[isize; 3]>) {
+        let mut cpu = sentinel_target::<CellCentre>("target", &patch);
+        let options = AssignOptions {
+            backend: Backend::C,
+            check_finite: true,
+            ..Default::default()
+        };
+        let cpu_point = match assign_node_then(
+            &mut cpu,
+            start.id(),
+            expr.node(),
+            expr.fields(),
+            options,
+            &[],
+        ) {
+            Ok(()) => None,
+            Err(OperatorError::NotFinite {
+                target,
+                point,
+                value,
+            }) => {
+                assert_eq!(target, "target");
+                assert!(!value.is_finite());
+                Some(point)
+            }
+            Err(other) => panic!("{other}"),
+        };
+        let hosted: Vec<HostAsGpu> = expr
+            .fields()
+            .iter()
+            .map(|&field| HostAsGpu {
+                field,
+                copy: field.cpu_values().unwrap().to_vec(),
+            })
+            .collect();
+        let bound: Vec<&dyn BoundField> = hosted.iter().map(|h| h as &dyn BoundField).collect();
+        let mut device = start.values().unwrap().to_vec();
+        let mut bad = u64::MAX;
+        let target = GpuTarget {
+            name: "target",
+            layout: start.layout(),
+            kind: CellCentre::KIND,
+            device: Device::Gpu(0),
+            pointer: device.as_mut_ptr() as u64,
+            len: device.len(),
+        };
+        let launches = gpu_launches_watching(
+            target,
+            start.id(),
+            expr.node(),
+            &bound,
+            Region::Interior,
+            &[],
+            &mut bad as *mut u64 as u64,
+        )
+        .unwrap();
+        assert_eq!(launches.len(), 1);
+        run_on_host(&launches[0], &directory);
+        if cpu_point.is_none() {
+            // Every value finite: the same bits as the CPU, the word untouched.
+            assert_eq!(bad, u64::MAX);
+            let want = cpu.values().unwrap();
+            assert!(
+                want.iter()
+                    .zip(&device)
+                    .all(|(w, g)| w.to_bits() == g.to_bits())
+            );
+        }
+        (launches[0].not_finite_at(bad), cpu_point)
+    };
+    let (gpu, cpu) = run(&(log(&phi) * 2.0));
+    assert_eq!((gpu, cpu), (None, None));
+    // log of a negative value is NaN; 1/0 is infinite. Holes at three
+    // points; the first in storage order (z, then y, then x) is reported.
+    let mut holed = random_field::<CellCentre>("holed", &patch, &mut rng, |r| r.uniform(0.5, 2.0));
+    let layout = holed.layout().clone();
+    for (point, value) in [([20, 4, 3], -1.0), ([3, 5, 1], 0.0), ([7, 1, 2], -2.0)] {
+        holed.values_mut().unwrap()[layout.linear_index(point)] = value;
+    }
+    let (gpu, cpu) = run(&(log(&holed) + 1.0 / field(&holed)));
+    assert_eq!(cpu, Some([3, 5, 1]));
+    assert_eq!(gpu, cpu);
+    let _ = std::fs::remove_dir_all(&directory);
 }

@@ -1072,14 +1072,40 @@ fn parity_split_loop(inner: &str, lo: isize, hi: isize, statements: &str) -> Str
 /// [`super::launch::CudaArguments`]); the result goes to `t`. A kernel
 /// whose arguments would exceed CUDA's 4096 bytes is unsupported.
 pub fn cuda_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
+    cuda_assignment(kernel, name, false)
+}
+
+/// The offset added to a point's storage key so that every key is
+/// positive ([`cuda_checked_function`]).
+pub const FINITE_KEY_OFFSET: i64 = 1 << 62;
+
+/// [`cuda_function`] that also watches what it writes: a thread whose
+/// value is not finite (NaN or infinite) lowers `*bad` (`atomicMin`) to
+/// its point's storage key `x + j * tsy + k * tsz +`
+/// [`FINITE_KEY_OFFSET`], so after the kernel `*bad` holds the first such
+/// point in storage order (z, then y, then x), as the CPU's check reports
+/// it, or its initial value (all bits set) when every value was finite.
+/// Signature: [`cuda_function`]'s with `unsigned long long *bad` last.
+pub fn cuda_checked_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported> {
+    cuda_assignment(kernel, name, true)
+}
+
+/// The assignment kernel, watching for values that are not finite when
+/// `checked`.
+fn cuda_assignment(kernel: &Kernel, name: &str, checked: bool) -> Result<String, Unsupported> {
     let emitter = emitter(kernel, Dialect::Cuda)?;
     let arguments = checked_cuda_arguments(kernel)?;
     let mut body = String::new();
+    let watch = if checked {
+        ", unsigned long long *bad"
+    } else {
+        ""
+    };
     let _ = writeln!(
         body,
         "{}\nextern \"C\" __global__ void {name}(const struct {name}_args a, double *t, long long tsy,\n\
          \x20   long long tsz, long long x0, long long x1, long long j0, long long j1, long long k0,\n\
-         \x20   long long k1)\n{{\n\
+         \x20   long long k1{watch})\n{{\n\
          \x20   const long long x = x0 + (long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
          \x20   const long long j = j0 + (long long)blockIdx.y * blockDim.y + threadIdx.y;\n\
          \x20   const long long k = k0 + (long long)blockIdx.z * blockDim.z + threadIdx.z;\n\
@@ -1087,7 +1113,17 @@ pub fn cuda_function(kernel: &Kernel, name: &str) -> Result<String, Unsupported>
         arguments.declaration(&format!("{name}_args"))
     );
     body.push_str(&cuda_point_body(kernel, &emitter, |value| {
-        format!("t[x + j * tsy + k * tsz] = {value};")
+        if checked {
+            // `v - v` is 0 for every finite value and NaN otherwise (no
+            // fast math: NVRTC keeps IEEE semantics).
+            format!(
+                "const double ws_value = {value};\n    t[x + j * tsy + k * tsz] = ws_value;\n    \
+                 if (!(ws_value - ws_value == 0.0))\n        \
+                 atomicMin(bad, (unsigned long long)(x + j * tsy + k * tsz + {FINITE_KEY_OFFSET}LL));"
+            )
+        } else {
+            format!("t[x + j * tsy + k * tsz] = {value};")
+        }
     })?);
     let _ = writeln!(body, "}}");
     Ok(body)

@@ -93,11 +93,49 @@ pub fn cuda_reduction_source(
 /// the same structure shares it). An error when the emitter does not
 /// support the kernel or NVRTC is absent or refuses it.
 pub fn cuda_reduction_of(kernel: &Kernel, reduction: Reduction) -> OperatorResult<Arc<CudaKernel>> {
-    let (name, source) =
+    let what = format!("the CUDA {reduction:?} reduction");
+    let generated =
         cuda_reduction_source(kernel, reduction).map_err(|why| OperatorError::Backend {
-            what: format!("generating a CUDA {reduction:?} reduction"),
+            what: format!("generating {what}"),
             reason: format!("{}; reduce on the CPU", why.0),
         })?;
+    compiled_once(kernel, &what, generated)
+}
+
+/// The CUDA C translation unit of `kernel` watching for values that are
+/// not finite ([`emit::cuda_checked_function`]) with its function's name.
+pub fn cuda_checked_source(kernel: &Kernel) -> Result<(String, String), Unsupported> {
+    let body = emit::cuda_checked_function(kernel, "WS_KERNEL_NAME")?;
+    let prelude = emit::prelude(Dialect::Cuda);
+    let name = format!(
+        "ws_cuda_checked_{}",
+        super::compile::stable_hash(&[&prelude, &body])
+    );
+    Ok((
+        name.clone(),
+        format!("{prelude}\n{}", body.replace("WS_KERNEL_NAME", &name)),
+    ))
+}
+
+/// The kernel of `kernel` that watches for values that are not finite,
+/// compiled with NVRTC on first use and kept for the process (as
+/// [`cuda_reduction_of`]).
+pub fn cuda_checked_of(kernel: &Kernel) -> OperatorResult<Arc<CudaKernel>> {
+    let what = "a CUDA kernel that checks its values".to_string();
+    let generated = cuda_checked_source(kernel).map_err(|why| OperatorError::Backend {
+        what: format!("generating {what}"),
+        reason: format!("{}; place the node on the CPU", why.0),
+    })?;
+    compiled_once(kernel, &what, generated)
+}
+
+/// `generated` (a name and a CUDA C source for `kernel`'s arguments)
+/// compiled with NVRTC, once per name for the process.
+fn compiled_once(
+    kernel: &Kernel,
+    what: &str,
+    (name, source): (String, String),
+) -> OperatorResult<Arc<CudaKernel>> {
     type Compiled = std::sync::Mutex<std::collections::HashMap<String, Arc<CudaKernel>>>;
     static COMPILED: std::sync::OnceLock<Compiled> = std::sync::OnceLock::new();
     let compiled = COMPILED.get_or_init(Default::default);
@@ -110,13 +148,13 @@ pub fn cuda_reduction_of(kernel: &Kernel, reduction: Reduction) -> OperatorResul
     }
     if let Some(problem) = nvrtc_problem() {
         return Err(OperatorError::Backend {
-            what: format!("compiling the CUDA {reduction:?} reduction {name}"),
+            what: format!("compiling {what} ({name})"),
             reason: problem.to_string(),
         });
     }
     let Some(kernel) = compile_source(kernel, name.clone(), source)? else {
         return Err(OperatorError::Backend {
-            what: format!("compiling the CUDA {reduction:?} reduction {name}"),
+            what: format!("compiling {what} ({name})"),
             reason: "NVRTC produced nothing".into(),
         });
     };

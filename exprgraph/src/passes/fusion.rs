@@ -11,7 +11,8 @@
 //! then filled right after each group of rows is written, while the rows
 //! are in cache, instead of by a later pass that fetches every row again.
 //! A producer carrying modifiers is never inlined into a consumer (its
-//! field must be materialised with its ghosts).
+//! field must be materialised with its ghosts), nor is one that checks
+//! that its values are finite (the check belongs to its field).
 //!
 //! Results: the fused kernel evaluates the same mathematics, but the
 //! evaluator may group it differently (weights are folded into products, a
@@ -39,9 +40,13 @@ pub(crate) fn fuse(
         let (users, _) = link(nodes, fields.len());
         let candidate = nodes.iter().enumerate().find_map(|(p, producer)| {
             let language = producer.expression.as_language()?;
+            // A producer that checks its values keeps its own node: inlined,
+            // its check would be lost (or report the consumer's field), and
+            // a consumer could hide the bad value.
             if producer.modifier
                 || producer.outputs.len() != 1
                 || !language.fused_modifiers().is_empty()
+                || language.checks_finite()
             {
                 return None;
             }

@@ -381,19 +381,6 @@ impl ExpressionGraph {
             }
             ExpressionKind::Language => {}
         }
-        let checks_finite = node
-            .expression
-            .as_language()
-            .is_some_and(|l| l.checks_finite())
-            || node
-                .expression
-                .as_horizontal_group()
-                .is_some_and(|g| g.members().any(|l| l.checks_finite()));
-        if checks_finite {
-            return Ok(Err(
-                "it checks that its values are finite, which the generated CUDA kernels do not do yet; it stays on the CPU so that a value that is not finite is still reported".into(),
-            ));
-        }
         let Some(kernels) = self.node_kernels(n)? else {
             return Ok(Err("it runs no kernel of the expression language".into()));
         };
