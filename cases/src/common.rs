@@ -7,6 +7,15 @@ use crate::registry::CaseOptions;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphLocation, Tag};
 use watershed_solvers::TimeIntegrator;
 
+/// The graph options of a case's solver: its placement from the command
+/// line (`--device`), everything else the defaults.
+pub fn solver_graph_options(options: &CaseOptions) -> watershed_exprgraph::GraphOptions {
+    watershed_exprgraph::GraphOptions {
+        placement: options.placement.clone(),
+        ..Default::default()
+    }
+}
+
 /// Serial for one thread, threaded otherwise.
 pub fn execution_mode(threads: usize) -> ExecutionMode {
     if threads <= 1 {

@@ -259,6 +259,18 @@ fn the_solvers_graphs_have_no_native_node() {
         let checked = graph.finite_checked_nodes();
         assert_eq!(checked.len(), updates, "{name}: {checked:?}");
     }
+    // Every node can run on a GPU (reductions and finiteness-checked
+    // updates included) except the flow's Poisson solve.
+    for (name, graph) in [("transport", solver.graph()), ("momentum", flow.graph())] {
+        for node in graph.execution_order() {
+            let capable = graph.gpu_capability(&node).unwrap().unwrap();
+            if node.starts_with("psi") {
+                assert!(capable.unwrap_err().contains("iterative solve"), "{name}");
+            } else {
+                assert_eq!(capable, Ok(()), "{name}: {node}");
+            }
+        }
+    }
     // The solve runs after div(u*) and before the corrections and the
     // pressure that read psi.
     let order = flow.graph().execution_order();
@@ -504,4 +516,33 @@ fn the_projection_in_the_graph_leaves_no_divergence_and_reports_a_failed_solve()
         matches!(&error, watershed_solvers::SolverError::NotConverged { solver, iterations: 1, .. } if solver.contains("CG")),
         "{error}"
     );
+}
+
+#[test]
+fn the_transport_solver_places_its_whole_step_on_a_gpu() {
+    let grid = Grid::new([12, 10, 8], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true; 3]);
+    let solver = TransportSolverBuilder::new(&grid.whole_domain(1))
+        .equation(TransportEquation::new("T").diffusion(Diffusivity::Constant(0.1)))
+        .graph_options(watershed_exprgraph::GraphOptions {
+            placement: watershed_exprgraph::PlacementPolicy::Gpu(0),
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    // Planned without a GPU: every node there, the start value copied in.
+    let graph = solver.graph();
+    assert_eq!(graph.device_plan().gpu_nodes(), graph.node_count());
+    if watershed_fields::gpu::gpu_unavailable_reason(0).is_some() {
+        // No GPU here: stepping is refused, naming the node and the device.
+        let mut solver = solver;
+        solver.set_initial_condition("T", |p| p[0]).unwrap();
+        let error = solver.step(1e-3).unwrap_err().to_string();
+        assert!(
+            error.contains("GPU 0") || error.contains("Gpu(0)"),
+            "{error}"
+        );
+        assert!(error.contains("T"), "{error}");
+    }
 }

@@ -3,6 +3,7 @@
 
 use crate::common::{
     dump_solution, execution_mode, fill_graph_field, integrator, load_solution, save_solution,
+    solver_graph_options,
 };
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
@@ -155,6 +156,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let solver = builder
         .integrator(integrator(&config.integrator))
         .mode(execution_mode(options.threads))
+        .graph_options(solver_graph_options(options))
         .build()?;
     fill_graph_field::<XFace>(solver.graph(), &velocity[0], |[_, y, _]| {
         -2.0 * PI * (y - 0.5)

@@ -1,7 +1,9 @@
 //! `heat`: the 3D heat equation against its exact solution, and with
 //! `--convergence` the observed order of accuracy over three grids.
 
-use crate::common::{dump_solution, execution_mode, integrator, load_solution, save_solution};
+use crate::common::{
+    dump_solution, execution_mode, integrator, load_solution, save_solution, solver_graph_options,
+};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, DumpSchedule, RunControl, Simulation, Stop, run};
 use crate::error::CaseResult;
@@ -89,12 +91,13 @@ pub struct Heat {
     solver: TransportSolver,
 }
 
-fn build(config: &HeatConfig, cells: usize, threads: usize) -> CaseResult<Heat> {
+fn build(config: &HeatConfig, cells: usize, options: &CaseOptions) -> CaseResult<Heat> {
     let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
     let solver = TransportSolverBuilder::new(&grid.whole_domain(1))
         .equation(TransportEquation::new("T").diffusion(Diffusivity::Constant(config.diffusivity)))
         .integrator(integrator(&config.integrator))
-        .mode(execution_mode(threads))
+        .mode(execution_mode(options.threads))
+        .graph_options(solver_graph_options(options))
         .build()?;
     let alpha = config.diffusivity;
     solver.set_initial_condition("T", |p| exact(alpha, p, 0.0))?;
@@ -107,7 +110,7 @@ fn build(config: &HeatConfig, cells: usize, threads: usize) -> CaseResult<Heat> 
 
 fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let loaded = crate::common::load_config::<HeatConfig>(NAME, options)?;
-    let heat = build(&loaded.config, loaded.config.cells, options.threads)?;
+    let heat = build(&loaded.config, loaded.config.cells, options)?;
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,
         stop: Stop::EndTime(loaded.config.end_time),
@@ -205,7 +208,7 @@ pub fn convergence_study(options: &CaseOptions, output: Option<&Path>) -> CaseRe
         let cells = config.cells.checked_mul(factor).ok_or_else(|| {
             crate::error::CaseError::Usage(format!("cells = {} is too large", config.cells))
         })?;
-        let mut heat = build(&config, cells, options.threads)?;
+        let mut heat = build(&config, cells, options)?;
         let control = RunControl {
             stop: Stop::EndTime(config.end_time),
             dumps: DumpSchedule::StartAndEnd,
