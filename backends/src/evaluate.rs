@@ -1256,18 +1256,23 @@ static SCRATCH_POOL: std::sync::Mutex<ScratchPool> = std::sync::Mutex::new(Scrat
     existing: 0,
 });
 
-/// Makes sure enough buffers exist for every thread of the current pool
-/// to hold `per_thread` at once: called by a parallel loop before each
-/// chunk takes its registers. A thread holds one chunk's registers at a
-/// time (a chunk runs its blocks without waiting on other work), so the
-/// buffers in use never outnumber the threads times the most one chunk
-/// takes, and no step after the first allocates registers, however the
-/// scheduler interleaves nodes (taking one buffer at a time, a new
-/// buffer was made whenever an interleaving held more at once than any
-/// before it).
+/// Makes sure enough buffers exist for every thread that may run a chunk
+/// meanwhile to hold `per_thread` at once: called by a parallel loop
+/// before each chunk takes its registers. A thread holds one chunk's
+/// registers at a time (a chunk runs its blocks without waiting on other
+/// work), so the buffers in use never outnumber those threads times the
+/// most one chunk takes, and no step after the first allocates
+/// registers, however the scheduler interleaves nodes (taking one buffer
+/// at a time, a new buffer was made whenever an interleaving held more at
+/// once than any before it). The threads are the current pool's and, as
+/// many again as the machine has cores, those of another pool running at
+/// the same time (a graph node on the graph's pool driving assignments on
+/// a pool of its own, as the multigrid inside the projection's solve
+/// node does).
 fn reserve_scratch(per_thread: usize) {
+    let elsewhere = std::thread::available_parallelism().map_or(1, |n| n.get());
     let wanted = per_thread
-        .saturating_mul(rayon::current_num_threads())
+        .saturating_mul(rayon::current_num_threads().saturating_add(elsewhere))
         .min(SCRATCH_POOL_BUFFERS);
     let (missing, largest) = {
         let mut pool = scratch_pool();
@@ -1296,7 +1301,15 @@ impl Scratch {
     fn take(len: usize) -> Scratch {
         let (reused, largest) = {
             let mut pool = scratch_pool();
-            pool.largest = pool.largest.max(len);
+            if len > pool.largest {
+                // Grow every free buffer now, while this request is new
+                // (a first step), not when a later step happens to take
+                // one that no step has used yet (the reserve's spares).
+                pool.largest = len;
+                for buffer in &mut pool.buffers {
+                    buffer.resize(len, 0.0);
+                }
+            }
             // All buffers are normally of the largest size; the smallest
             // that fits keeps the others for larger requests.
             let fitting = pool

@@ -32,6 +32,7 @@ use crate::codegen::{Backend, NativeKernel, lower_for};
 use crate::error::{OperatorError, OperatorResult};
 use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Plan, TargetData};
 use crate::expr::BoundField;
+use crate::ghost_fill::{self, GhostFill};
 use crate::ir::Node;
 use crate::kernel::KernelField;
 use smallvec::SmallVec;
@@ -263,6 +264,10 @@ pub struct PreparedAssignment {
     masked: Vec<Checked>,
     /// How many leading masked assignments run as row epilogues.
     fused: usize,
+    /// The masked assignments as a ghost fill (small targets whose masked
+    /// assignments all copy or mirror target points: `ghost_fill.rs`),
+    /// run instead of the evaluator calls after the main kernel.
+    ghost_fill: Option<GhostFill>,
     /// The evaluator's plans, made by the first run (`None` until then).
     plans: Option<Plans>,
 }
@@ -287,7 +292,16 @@ impl PreparedAssignment {
             name: target.name(),
             leaf: target_leaf,
         };
-        let (main, masked, fused) = check_all(&shape, root, fields, &options, then)?;
+        let (main, masked, mut fused) = check_all(&shape, root, fields, &options, then)?;
+        let regions: Vec<IndexBox> = masked.iter().map(|m| m.region).collect();
+        let ghost_fill = if layout.allocated().len() <= ghost_fill::MAX_POINTS {
+            GhostFill::recognise(then, &regions, target_leaf)
+        } else {
+            None
+        };
+        if ghost_fill.is_some() {
+            fused = 0;
+        }
         Ok(PreparedAssignment {
             kind: L::KIND,
             layout,
@@ -298,6 +312,7 @@ impl PreparedAssignment {
             main,
             masked,
             fused,
+            ghost_fill,
             plans: None,
         })
     }
@@ -374,6 +389,11 @@ impl PreparedAssignment {
     ) -> OperatorResult<bool> {
         if !self.main.bind(fields, main)? {
             return Ok(false);
+        }
+        if self.ghost_fill.is_some() {
+            // A ghost fill reads only the target: nothing to bind.
+            masked.clear();
+            return Ok(true);
         }
         masked.resize_with(self.masked.len(), Bound::new);
         for (m, bound) in self.masked.iter().zip(masked.iter_mut()) {
@@ -455,11 +475,14 @@ impl PreparedAssignment {
             prepared: this,
             plans,
             main_parameters: this.main.lowered.parameter_values(),
-            masked_parameters: this
-                .masked
-                .iter()
-                .map(|m| m.lowered.parameter_values())
-                .collect(),
+            masked_parameters: if this.ghost_fill.is_some() {
+                Masked::new()
+            } else {
+                this.masked
+                    .iter()
+                    .map(|m| m.lowered.parameter_values())
+                    .collect()
+            },
             main_bound,
             masked_bound,
             main_data,
@@ -634,6 +657,14 @@ impl Staged<'_> {
                     .unwrap_or(f64::NAN),
             });
         }
+        if let Some(fill) = &prepared.ghost_fill {
+            // SAFETY: `target_data` is the target's memory, borrowed
+            // mutably for this call with nothing else touching it now that
+            // the main kernel is done; `stage` checked every masked
+            // assignment's box and reads against this target's layout.
+            unsafe { fill.run(self.target_data) };
+            return Ok(());
+        }
         let plans = self.plans();
         for (i, m) in prepared.masked.iter().enumerate() {
             for (region, plan) in &plans.rest[i] {
@@ -658,5 +689,132 @@ impl Staged<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Expr, field, shift};
+    use watershed_fields::{CellCentre, Device, Grid, XFace};
+
+    /// Deterministic values with both signs, some equal to the conditions'
+    /// constants (so `c - t` meets `t == c`).
+    fn fill_values<L: Location>(f: &mut SpatialField<L, f64>, seed: u64) {
+        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        for v in f.values_mut().unwrap() {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = (state >> 11) as f64 / (1u64 << 53) as f64;
+            *v = if r < 0.1 { 0.75 } else { 4.0 * r - 2.0 };
+        }
+    }
+
+    /// Boundary-condition shapes on every side of `layout`, ghost layer by
+    /// ghost layer: Dirichlet, Neumann, periodic images and a face value,
+    /// each reading the target through leaf `me`.
+    fn conditions<L: Location>(layout: &FieldLayout, me: u64) -> Vec<MaskedAssignment> {
+        let t = || Expr::<L>::symbol(me, "t");
+        let n = layout.interior_extent().map(|e| e as isize);
+        let ghosts = layout.ghosts();
+        let mut out = Vec::new();
+        for axis in 0..3 {
+            if n[axis] <= 1 {
+                continue;
+            }
+            for (plus, layers) in [(false, ghosts.minus[axis]), (true, ghosts.plus[axis])] {
+                let (first, outward) = if plus { (n[axis] - 1, 1) } else { (0, -1) };
+                for l in 1..=layers as isize {
+                    let ghost = first + outward * l;
+                    let mut slab = layout.allocated();
+                    slab.lo[axis] = ghost;
+                    slab.hi[axis] = ghost + 1;
+                    let mut to = [0; 3];
+                    to[axis] = first - outward * (l - 1) - ghost;
+                    let value = match (axis, plus) {
+                        (0, false) => Expr::constant(1.5) - shift(t(), to),
+                        (0, true) => shift(t(), to) + Expr::constant(-0.25),
+                        (1, _) => {
+                            let mut image = [0; 3];
+                            image[1] = if plus {
+                                l - 1 - ghost
+                            } else {
+                                n[1] - l - ghost
+                            };
+                            shift(t(), image)
+                        }
+                        _ => Expr::constant(0.75) - shift(t(), to),
+                    };
+                    out.push((slab, value.node().clone()));
+                }
+            }
+        }
+        // A face value last (a Dirichlet boundary face).
+        let mut face = layout.allocated();
+        face.lo[0] = 0;
+        face.hi[0] = 1;
+        out.push((face, Expr::<L>::constant(0.75).node().clone()));
+        out
+    }
+
+    /// Runs an update then `conditions` with the ghost fill and through
+    /// the general path; the fields must be equal to the bit.
+    fn same_bits<L: Location>(cells: [usize; 3], ghosts: usize) {
+        let patch = Grid::new(cells, [1.0; 3], [0.0; 3])
+            .unwrap()
+            .whole_domain(ghosts);
+        let mut source = SpatialField::<L>::new("s", &patch, Device::Cpu).unwrap();
+        fill_values(&mut source, 3);
+        let mut fast = SpatialField::<L>::new("t", &patch, Device::Cpu).unwrap();
+        fill_values(&mut fast, 5);
+        let mut general = SpatialField::<L>::new("t", &patch, Device::Cpu).unwrap();
+        fill_values(&mut general, 5);
+        let me = fast.id();
+        let then = conditions::<L>(fast.layout(), me);
+        let root = (field(&source) * 2.0).node().clone();
+        let options = AssignOptions::default();
+        let mut with_fill =
+            PreparedAssignment::new(&fast, me, &root, &[&source], options, &then).unwrap();
+        assert!(with_fill.ghost_fill.is_some(), "{cells:?}: not recognised");
+        let mut without = with_fill.clone();
+        without.ghost_fill = None;
+        with_fill.run(&mut fast, &[&source]).unwrap();
+        without.run(&mut general, &[&source]).unwrap();
+        let (a, b) = (fast.values().unwrap(), general.values().unwrap());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(x.to_bits() == y.to_bits(), "{cells:?} at {i}: {x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn a_ghost_fill_gives_the_general_paths_bits() {
+        same_bits::<CellCentre>([6, 5, 1], 1);
+        same_bits::<CellCentre>([5, 4, 3], 2);
+        same_bits::<XFace>([6, 4, 1], 1);
+    }
+
+    #[test]
+    fn only_copies_and_mirrors_of_the_target_become_a_ghost_fill() {
+        let patch = Grid::new([6, 6, 1], [1.0; 3], [0.0; 3])
+            .unwrap()
+            .whole_domain(1);
+        let t = SpatialField::<CellCentre>::new("t", &patch, Device::Cpu).unwrap();
+        let other = SpatialField::<CellCentre>::new("o", &patch, Device::Cpu).unwrap();
+        let me = t.id();
+        let mut slab = t.layout().allocated();
+        slab.lo[0] = -1;
+        slab.hi[0] = 0;
+        let mirror = shift(Expr::<CellCentre>::symbol(me, "t"), [1, 0, 0]);
+        let regions = [slab];
+        let shaped = |e: Expr<'_, CellCentre>| {
+            GhostFill::recognise(&[(slab, e.node().clone())], &regions, me)
+        };
+        assert!(shaped(Expr::constant(2.0) - mirror.clone()).is_some());
+        assert!(shaped(mirror.clone() + Expr::constant(2.0)).is_some());
+        // Another field, a product, a read inside the box written: general path.
+        assert!(shaped(shift(field(&other), [1, 0, 0])).is_none());
+        assert!(shaped(mirror.clone() * 2.0).is_none());
+        assert!(shaped(shift(Expr::<CellCentre>::symbol(me, "t"), [0, 1, 0])).is_none());
     }
 }

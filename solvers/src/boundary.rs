@@ -20,9 +20,10 @@
 //! ([`BoundaryConditions::assignments`]): as graph modifiers
 //! ([`BoundaryConditions::modifier`]), prepared once for fields of one
 //! layout ([`BoundaryFill`]), or applied to a field in one call
-//! ([`BoundaryConditions::apply`]). Only the multigrid solver (the loop
-//! inside the projection's solve node) still uses a native loop with the
-//! same values (`NativeFill`; why is said there).
+//! ([`BoundaryConditions::apply`]). The multigrid solver runs them as the
+//! masked assignments after each assignment that writes a level; on small
+//! fields the CPU back end runs such copies and mirrors as one ghost fill
+//! (`watershed-operators`, `ghost_fill.rs`).
 
 use crate::error::{SolverError, SolverResult};
 use smallvec::SmallVec;
@@ -89,61 +90,6 @@ impl BoundaryConditions {
     /// times should prepare them once with [`BoundaryFill::new`].
     pub fn apply<L: Location>(&self, field: &mut SpatialField<L>) -> SolverResult<()> {
         BoundaryFill::new(self, field.layout(), field.name())?.apply(field)
-    }
-}
-
-/// [`BoundaryConditions::apply`] by hand-written loops over CPU memory,
-/// checked once for a layout (the sides to fill and what each takes from
-/// where), for the work that still runs outside a graph: the multigrid
-/// solver and the projection's velocity fills, which keep one per field
-/// ([`crate::prepared`]). The V-cycle's levels go down to 2 x 2 cells,
-/// where each kernel call's fixed cost dominates: with the conditions as
-/// masked language assignments fused after each V-cycle assignment (the x
-/// sides as row epilogues, prepared), a 64^2 cavity step was still 1.7x
-/// slower in the last measurement (`docs/benchmarks.md`), so the fill
-/// stays native until that cost falls. Same values as the language, bit
-/// for bit (unit test below).
-#[derive(Debug, Clone)]
-pub(crate) struct NativeFill {
-    conditions: BoundaryConditions,
-    layout: FieldLayout,
-    sides: SmallVec<[SideFill; 6]>,
-}
-
-impl NativeFill {
-    /// The fill of `conditions` for `L` fields with `layout` (`name` is
-    /// the field named in errors).
-    pub(crate) fn new<L: Location>(
-        conditions: BoundaryConditions,
-        layout: &FieldLayout,
-        name: &str,
-    ) -> SolverResult<Self> {
-        let sides = checked_sides::<L>(&conditions, layout, name)?
-            .into_iter()
-            .map(|side| SideFill::new(layout, side))
-            .collect();
-        Ok(NativeFill {
-            conditions,
-            layout: layout.clone(),
-            sides,
-        })
-    }
-
-    /// Fills `field`'s ghosts (checking the conditions again first if its
-    /// layout is not the one checked).
-    pub(crate) fn apply<L: Location>(&mut self, field: &mut SpatialField<L>) -> SolverResult<()> {
-        if field.layout() != &self.layout {
-            *self = NativeFill::new::<L>(self.conditions, field.layout(), field.name())?;
-        }
-        if self.sides.is_empty() {
-            return Ok(());
-        }
-        // The values are taken for writing once per call, not per side.
-        let values = field.values_mut()?;
-        for side in &self.sides {
-            side.apply(values);
-        }
-        Ok(())
     }
 }
 
@@ -348,7 +294,7 @@ impl BoundaryConditions {
     }
 }
 
-/// A side to fill, checked once for the language and the native fill: its
+/// A side to fill, checked once: its
 /// condition, the spacing `h` and interior points `n` along its axis, the
 /// ghost layers to write, whether the field has a point on the boundary
 /// itself (a face field normal to the side), and the normal derivative a
@@ -460,106 +406,6 @@ fn checked_sides<L: Location>(
     Ok(sides)
 }
 
-/// One side's fill by a [`NativeFill`]: the checked side, and the rows
-/// across it (every allocated point of the other two axes).
-#[derive(Debug, Clone, Copy)]
-struct SideFill {
-    checked: CheckedSide,
-    /// Stride along the axis.
-    step: isize,
-    /// Ghost layers below the interior along the axis.
-    lower_ghosts: isize,
-    /// The two other axes' allocated extents and strides.
-    outer: [(isize, isize); 2],
-}
-
-impl SideFill {
-    fn new(layout: &FieldLayout, checked: CheckedSide) -> SideFill {
-        let axis = checked.side.axis;
-        let extent = layout.allocated_extent().map(|e| e as isize);
-        let stride = [1, extent[0], extent[0] * extent[1]];
-        let others = match axis {
-            0 => [1, 2],
-            1 => [0, 2],
-            _ => [0, 1],
-        };
-        SideFill {
-            checked,
-            step: stride[axis],
-            lower_ghosts: layout.ghosts().minus[axis] as isize,
-            outer: others.map(|a| (extent[a], stride[a])),
-        }
-    }
-
-    /// Fills the side in `values` (the field's whole allocation), a ghost
-    /// layer at a time over every row across the side. No point written
-    /// here is read here (partners and periodic sources are interior
-    /// points, and a face's boundary point is never a partner), so the
-    /// order of the writes does not matter.
-    fn apply(&self, values: &mut [f64]) {
-        let lower_ghosts = self.lower_ghosts;
-        let CheckedSide {
-            side,
-            condition,
-            h,
-            n,
-            layers,
-            on_face,
-            gradient,
-        } = self.checked;
-        // Position along the axis of the boundary point (faces) or of the
-        // first interior point (cells), and the direction into the ghosts.
-        let (first, outward) = if side.plus { (n - 1, 1) } else { (0, -1) };
-        let [(count_a, stride_a), (count_b, stride_b)] = self.outer;
-        let rows = move || {
-            (0..count_b).flat_map(move |b| (0..count_a).map(move |a| a * stride_a + b * stride_b))
-        };
-        let offset = |along: isize| (along + lower_ghosts) * self.step;
-        if on_face && let BoundaryCondition::Dirichlet(v) = condition {
-            let face = offset(first);
-            for row in rows() {
-                values[(row + face) as usize] = v;
-            }
-        }
-        for l in 1..=layers {
-            let (ghost, partner, distance) = if on_face {
-                (first + outward * l, first - outward * l, (2 * l) as f64 * h)
-            } else {
-                (
-                    first + outward * l,
-                    first - outward * (l - 1),
-                    (2 * l - 1) as f64 * h,
-                )
-            };
-            let ghost = offset(ghost);
-            match condition {
-                BoundaryCondition::Dirichlet(v) => {
-                    let twice = 2.0 * v;
-                    let partner = offset(partner);
-                    for row in rows() {
-                        values[(row + ghost) as usize] = twice - values[(row + partner) as usize];
-                    }
-                }
-                BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
-                    let rise = distance * gradient;
-                    let partner = offset(partner);
-                    for row in rows() {
-                        values[(row + ghost) as usize] = values[(row + partner) as usize] + rise;
-                    }
-                }
-                BoundaryCondition::Periodic => {
-                    // Ghost l beyond the plus end is interior point l - 1,
-                    // beyond the minus end it is n - l.
-                    let source = offset(if side.plus { l - 1 } else { n - l });
-                    for row in rows() {
-                        values[(row + ghost) as usize] = values[(row + source) as usize];
-                    }
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,14 +419,25 @@ mod tests {
         field
     }
 
+    /// The conditions applied at once (a small field: the CPU back end's
+    /// ghost fill) and one masked assignment at a time through the general
+    /// kernel path: the same bits.
     fn same<L: Location>(patch: &Patch, conditions: BoundaryConditions) {
-        let (mut native, mut language) = (filled::<L>(patch), filled::<L>(patch));
-        NativeFill::new::<L>(conditions, native.layout(), native.name())
-            .unwrap()
-            .apply(&mut native)
+        let (mut separate, mut at_once) = (filled::<L>(patch), filled::<L>(patch));
+        let leaf = separate.id();
+        let assignments = conditions
+            .assignments::<L>(separate.layout(), leaf, "phi")
             .unwrap();
-        conditions.apply(&mut language).unwrap();
-        let (a, b) = (native.values().unwrap(), language.values().unwrap());
+        for (region, node) in &assignments {
+            let options = AssignOptions {
+                region: Region::Box(*region),
+                ..AssignOptions::default()
+            };
+            watershed_operators::assign_node_then(&mut separate, leaf, node, &[], options, &[])
+                .unwrap();
+        }
+        conditions.apply(&mut at_once).unwrap();
+        let (a, b) = (separate.values().unwrap(), at_once.values().unwrap());
         assert!(
             a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
             "{conditions:?} on {}",
@@ -589,7 +446,7 @@ mod tests {
     }
 
     #[test]
-    fn the_multigrid_native_fill_equals_the_language_bit_for_bit() {
+    fn conditions_at_once_equal_one_masked_assignment_at_a_time_bit_for_bit() {
         let walls = BoundaryConditions::new()
             .with(Side::MINUS_X, BoundaryCondition::Dirichlet(0.3))
             .with(Side::PLUS_X, BoundaryCondition::Neumann(-1.5))

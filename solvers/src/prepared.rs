@@ -8,7 +8,7 @@
 //! folded parameter changed). Reductions (dot products, norms, means,
 //! maxima) are kept the same way as [`PreparedReduction`]s.
 
-use crate::boundary::{BoundaryConditions, NativeFill};
+use crate::boundary::BoundaryConditions;
 use crate::error::SolverResult;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -63,17 +63,10 @@ impl Recipe {
     }
 }
 
-/// A prepared assignment and the conditions filled after it.
-#[derive(Debug)]
-struct Kept {
-    prepared: PreparedAssignment,
-    fill: Option<NativeFill>,
-}
-
 /// Prepared assignments and reductions by use and field ids.
 #[derive(Debug, Default)]
 pub(crate) struct Assignments {
-    built: HashMap<(&'static str, [u64; 3]), Kept, BuildHasherDefault<KeyHasher>>,
+    built: HashMap<(&'static str, [u64; 3]), PreparedAssignment, BuildHasherDefault<KeyHasher>>,
     reductions: HashMap<(&'static str, [u64; 2]), PreparedReduction, BuildHasherDefault<KeyHasher>>,
 }
 
@@ -125,11 +118,11 @@ impl Assignments {
     /// nothing else that can change between calls, except parameters'
     /// values.
     ///
-    /// The fill is a [`NativeFill`]: as masked language assignments after
-    /// the kernel (prepared, the x sides fused as row epilogues) a 64^2
-    /// cavity step still took 1.7x as long (`docs/benchmarks.md`), because
-    /// a fill of a V-cycle level is several more kernel calls, each with a
-    /// fixed cost larger than a small level's arithmetic.
+    /// The fill is the conditions' masked language assignments
+    /// ([`BoundaryConditions::assignments`]) after the kernel, in the same
+    /// prepared assignment: on a small level the CPU back end runs them as
+    /// one ghost fill (one loop per box, no kernel call each), on a large
+    /// one the x sides fuse as row epilogues.
     pub(crate) fn run<L: Location>(
         &mut self,
         purpose: &'static str,
@@ -146,29 +139,25 @@ impl Assignments {
             Entry::Occupied(entry) => entry.into_mut(),
             Entry::Vacant(entry) => {
                 let recipe = recipe(target);
-                let prepared = PreparedAssignment::new(
+                let then = match recipe.fill {
+                    Some(conditions) => conditions.assignments::<L>(
+                        target.layout(),
+                        recipe.target_leaf,
+                        target.name(),
+                    )?,
+                    None => Vec::new(),
+                };
+                entry.insert(PreparedAssignment::new(
                     target,
                     recipe.target_leaf,
                     &recipe.root,
                     fields,
                     recipe.options,
-                    &[],
-                )?;
-                let fill = match recipe.fill {
-                    Some(conditions) => Some(NativeFill::new::<L>(
-                        conditions,
-                        target.layout(),
-                        target.name(),
-                    )?),
-                    None => None,
-                };
-                entry.insert(Kept { prepared, fill })
+                    &then,
+                )?)
             }
         };
-        kept.prepared.run(target, fields)?;
-        if let Some(fill) = &mut kept.fill {
-            fill.apply(target)?;
-        }
+        kept.run(target, fields)?;
         Ok(())
     }
 
