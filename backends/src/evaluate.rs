@@ -1270,7 +1270,11 @@ static SCRATCH_POOL: std::sync::Mutex<ScratchPool> = std::sync::Mutex::new(Scrat
 /// a pool of its own, as the multigrid inside the projection's solve
 /// node does).
 fn reserve_scratch(per_thread: usize) {
-    let elsewhere = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Asked once: `available_parallelism` reads cgroup files on Linux,
+    // which cost more than a small kernel.
+    static CORES: OnceLock<usize> = OnceLock::new();
+    let elsewhere =
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let wanted = per_thread
         .saturating_mul(rayon::current_num_threads().saturating_add(elsewhere))
         .min(SCRATCH_POOL_BUFFERS);

@@ -562,6 +562,16 @@ fn check_all(
     then: &[MaskedAssignment],
 ) -> OperatorResult<(Checked, Vec<Checked>, usize)> {
     let main = Checked::new(target, root, fields, options.region, options.backend)?;
+    // Masked assignments that will run as a ghost fill are checked as
+    // usual but not compiled: their kernels only ever run on a GPU.
+    let boxes: Vec<IndexBox> = then.iter().map(|(b, _)| *b).collect();
+    let masked_backend = if target.layout.allocated().len() <= ghost_fill::MAX_POINTS
+        && GhostFill::recognise(then, &boxes, target.leaf).is_some()
+    {
+        Backend::Interpreter
+    } else {
+        options.backend
+    };
     let mut masked = Vec::with_capacity(then.len());
     for (region, node) in then {
         masked.push(Checked::new(
@@ -569,7 +579,7 @@ fn check_all(
             node,
             fields,
             Region::Box(*region),
-            options.backend,
+            masked_backend,
         )?);
     }
     let fused = masked
