@@ -36,8 +36,8 @@ use watershed_exprgraph::{
 use watershed_fields::on_face;
 use watershed_fields::{CellCentre, Patch, SpatialField};
 use watershed_operators::{
-    Expr, FaceLocation, Parallelism, Parameter, PreparedReduction, ReduceRegion, Reduction, abs,
-    derivative, divergence, field, gradient, interior_sum, interpolate_to_cell,
+    BoundField, Expr, FaceLocation, Parallelism, Parameter, PreparedReduction, ReduceRegion,
+    Reduction, abs, derivative, divergence, field, gradient, interior_sum, interpolate_to_cell,
     interpolate_to_face, laplacian,
 };
 
@@ -532,9 +532,16 @@ impl IncompressibleFlow {
             .prepared
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        prepared.reduce("max |u|", [u.id(), 0], &[u], || {
-            PreparedReduction::new(
-                abs(field(u)),
+        // The time levels rotate, so the current velocity is a different
+        // field (id) from step to step: it is read under one fixed id per
+        // location, and the reduction is prepared once.
+        let leaf = CURRENT_VELOCITY_LEAF - F::KIND as u64;
+        let current = ReadAs { id: leaf, field: u };
+        prepared.reduce("max |u|", [leaf, 0], &[&current], || {
+            PreparedReduction::of_node(
+                abs(Expr::<F>::symbol(leaf, u.name())).node(),
+                F::KIND,
+                &[&current],
                 Reduction::Max,
                 ReduceRegion::Interior,
                 Parallelism::Rayon,
@@ -708,6 +715,37 @@ impl IncompressibleFlow {
     /// The walls' condition on the projection potential.
     pub fn pressure_conditions(&self) -> &BoundaryConditions {
         &self.walls
+    }
+}
+
+/// The leaf id under which [`IncompressibleFlow::max_abs`] reads the
+/// current velocity (minus the location's number): no field or tag has it.
+const CURRENT_VELOCITY_LEAF: u64 = u64::MAX - 0x7e10;
+
+/// `field` bound under another id.
+struct ReadAs<'f, F: GraphLocation> {
+    id: u64,
+    field: &'f SpatialField<F>,
+}
+
+impl<F: GraphLocation> BoundField for ReadAs<'_, F> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+    fn name(&self) -> &str {
+        self.field.name()
+    }
+    fn layout(&self) -> &watershed_fields::FieldLayout {
+        self.field.layout()
+    }
+    fn cpu_values(&self) -> watershed_fields::FieldResult<&[f64]> {
+        self.field.values()
+    }
+    fn gpu_buffer(
+        &self,
+        device: watershed_fields::Device,
+    ) -> watershed_fields::FieldResult<watershed_fields::GpuBuffer> {
+        BoundField::gpu_buffer(self.field, device)
     }
 }
 
