@@ -33,6 +33,7 @@ use crate::codegen::nvrtc::{CudaKernel, cuda_checked_of, cuda_of};
 use crate::error::{OperatorError, OperatorResult};
 use crate::expr::BoundField;
 use crate::ir::Node;
+use crate::kernel::KernelField;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use watershed_fields::{
@@ -293,13 +294,7 @@ fn one_launch(
                 (field.name(), field.layout(), buffer.pointer, buffer.len)
             }
         };
-        let mut reads = IndexBox::new(
-            [0, 1, 2].map(|a| region.lo[a] + k.extent.min[a]),
-            [0, 1, 2].map(|a| region.hi[a] + k.extent.max[a]),
-        );
-        if let Some(mapped) = k.transfer.and_then(|op| op.transfer_reads(&reads)) {
-            reads = mapped;
-        }
+        let reads = slot_reads(k, &region);
         check_inside(layout, len, &reads, name, launch)?;
         addresses.push(point_zero(pointer, layout));
         let s = layout.strides();
@@ -326,6 +321,18 @@ fn one_launch(
         waits,
         watch,
     }))
+}
+
+/// The points of its field that kernel slot `k` reads over `region` (on
+/// the field's own grid for an inter-grid transfer).
+pub(crate) fn slot_reads(k: &KernelField, region: &IndexBox) -> IndexBox {
+    let reads = IndexBox::new(
+        [0, 1, 2].map(|a| region.lo[a] + k.extent.min[a]),
+        [0, 1, 2].map(|a| region.hi[a] + k.extent.max[a]),
+    );
+    k.transfer
+        .and_then(|op| op.transfer_reads(&reads))
+        .unwrap_or(reads)
 }
 
 /// The device address of index (0, 0, 0) of a field whose allocation starts

@@ -27,7 +27,7 @@ use crate::codegen::nvrtc::{CudaKernel, cuda_reduction_of};
 use crate::error::{OperatorError, OperatorResult};
 use crate::evaluate::Reduction;
 use crate::expr::BoundField;
-use crate::gpu::{check_inside, loaded_function, point_zero};
+use crate::gpu::{check_inside, loaded_function, point_zero, slot_reads};
 use crate::ir::Node;
 use std::sync::Arc;
 use watershed_fields::{Device, GpuStream, IndexBox, LocationKind, ValidationEvent};
@@ -181,13 +181,7 @@ pub fn gpu_reduction(
             waits.push(event);
         }
         if !region.is_empty() {
-            let mut reads = IndexBox::new(
-                [0, 1, 2].map(|a| region.lo[a] + k.extent.min[a]),
-                [0, 1, 2].map(|a| region.hi[a] + k.extent.max[a]),
-            );
-            if let Some(mapped) = k.transfer.and_then(|op| op.transfer_reads(&reads)) {
-                reads = mapped;
-            }
+            let reads = slot_reads(k, &region);
             check_inside(field.layout(), buffer.len, &reads, field.name(), launch)?;
         }
         addresses.push(point_zero(buffer.pointer, field.layout()));

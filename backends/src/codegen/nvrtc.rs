@@ -58,16 +58,26 @@ pub struct CudaKernel {
 
 /// The CUDA C translation unit of `kernel` with its function's name.
 pub fn cuda_source(kernel: &Kernel) -> Result<(String, String), Unsupported> {
-    let body = emit::cuda_function(kernel, "WS_KERNEL_NAME")?;
+    Ok(named_unit(
+        "ws_cuda",
+        &emit::cuda_function(kernel, NAME_MARK)?,
+    ))
+}
+
+/// What the emitters name a function before [`named_unit`] names it.
+const NAME_MARK: &str = "WS_KERNEL_NAME";
+
+/// The translation unit of `body` (a function named [`NAME_MARK`]) after
+/// the CUDA prelude, and its name: `prefix` and a hash of the unit, so
+/// that equal sources share a name and a compiled module.
+fn named_unit(prefix: &str, body: &str) -> (String, String) {
     let prelude = emit::prelude(Dialect::Cuda);
     let name = format!(
-        "ws_cuda_{}",
-        super::compile::stable_hash(&[&prelude, &body])
+        "{prefix}_{}",
+        super::compile::stable_hash(&[&prelude, body])
     );
-    Ok((
-        name.clone(),
-        format!("{prelude}\n{}", body.replace("WS_KERNEL_NAME", &name)),
-    ))
+    let unit = format!("{prelude}\n{}", body.replace(NAME_MARK, &name));
+    (name, unit)
 }
 
 /// The CUDA C translation unit that reduces `kernel`'s result
@@ -76,16 +86,8 @@ pub fn cuda_reduction_source(
     kernel: &Kernel,
     reduction: Reduction,
 ) -> Result<(String, String), Unsupported> {
-    let body = emit::cuda_reduction_function(kernel, "WS_KERNEL_NAME", reduction)?;
-    let prelude = emit::prelude(Dialect::Cuda);
-    let name = format!(
-        "ws_cuda_reduce_{}",
-        super::compile::stable_hash(&[&prelude, &body])
-    );
-    Ok((
-        name.clone(),
-        format!("{prelude}\n{}", body.replace("WS_KERNEL_NAME", &name)),
-    ))
+    let body = emit::cuda_reduction_function(kernel, NAME_MARK, reduction)?;
+    Ok(named_unit("ws_cuda_reduce", &body))
 }
 
 /// The reduction kernel of `kernel`'s result, compiled with NVRTC on first
@@ -105,16 +107,8 @@ pub fn cuda_reduction_of(kernel: &Kernel, reduction: Reduction) -> OperatorResul
 /// The CUDA C translation unit of `kernel` watching for values that are
 /// not finite ([`emit::cuda_checked_function`]) with its function's name.
 pub fn cuda_checked_source(kernel: &Kernel) -> Result<(String, String), Unsupported> {
-    let body = emit::cuda_checked_function(kernel, "WS_KERNEL_NAME")?;
-    let prelude = emit::prelude(Dialect::Cuda);
-    let name = format!(
-        "ws_cuda_checked_{}",
-        super::compile::stable_hash(&[&prelude, &body])
-    );
-    Ok((
-        name.clone(),
-        format!("{prelude}\n{}", body.replace("WS_KERNEL_NAME", &name)),
-    ))
+    let body = emit::cuda_checked_function(kernel, NAME_MARK)?;
+    Ok(named_unit("ws_cuda_checked", &body))
 }
 
 /// The kernel of `kernel` that watches for values that are not finite,
