@@ -1403,6 +1403,10 @@ struct Context<'a> {
 pub struct Plan {
     /// The region's row groups in (k, j) order.
     groups: SmallVec<[RowGroup; 8]>,
+    /// The same groups in the order an assignment visits them when the
+    /// planes are too large for the cache (see [`band_order`]); empty when
+    /// that order is `groups`'.
+    bands: Vec<RowGroup>,
     width: usize,
     rows: usize,
     halo: isize,
@@ -1438,7 +1442,7 @@ impl Plan {
         } else {
             1
         };
-        let mut groups = SmallVec::new();
+        let mut groups: SmallVec<[RowGroup; 8]> = SmallVec::new();
         let mut first_row = 0;
         let mut k = region.lo[2];
         while k < region.hi[2] {
@@ -1458,6 +1462,7 @@ impl Plan {
             }
             k += planes as isize;
         }
+        let bands = band_order(kernel, fields, region, rows, &groups);
         let (strides, geometry) = if native {
             (
                 fields
@@ -1471,6 +1476,7 @@ impl Plan {
         };
         Plan {
             groups,
+            bands,
             width: tile + 2 * kernel.halo as usize,
             rows,
             halo: kernel.halo,
@@ -1478,6 +1484,78 @@ impl Plan {
             geometry,
         }
     }
+}
+
+impl Plan {
+    /// The row groups in the order an assignment visits them.
+    fn assignment_order(&self) -> &[RowGroup] {
+        if self.bands.is_empty() {
+            &self.groups
+        } else {
+            &self.bands
+        }
+    }
+}
+
+/// Bytes of the rows an assignment keeps in cache between planes: the
+/// planes a stencil reads along z stay in L2 (512 KiB on the smallest
+/// current server cores) when a plane's rows fit in it.
+const BAND_BYTES: usize = 512 * 1024;
+
+/// The row groups of `groups` (in (k, j) order, `rows` rows each except a
+/// plane's last) in *band* order, or nothing when (k, j) order is kept.
+///
+/// A kernel that reads a field at z offsets reads each of its planes
+/// again for the next planes (three times for a 7-point stencil). In
+/// (k, j) order the reuse distance is whole planes of every field, which
+/// at 256^2 points per plane (0.5 MiB per field) is beyond L2, so each
+/// plane is read from L3 or memory up to three times. Band order cuts the
+/// planes into bands of whole groups, `j0..j0 + band`, and runs every
+/// plane of one band before the next band, so the reuse distance is a few
+/// band-planes, sized to [`BAND_BYTES`]. Bands only reorder the groups an
+/// assignment visits; each group's points, blocks and arithmetic are
+/// unchanged, and every point is written once by one kernel call that
+/// reads no point another group writes (`evaluate.md`, aliasing rules), so
+/// the values are bitwise the same in either order.
+fn band_order(
+    kernel: &Kernel,
+    fields: &[FieldData<'_>],
+    region: &IndexBox,
+    rows: usize,
+    groups: &[RowGroup],
+) -> Vec<RowGroup> {
+    let [_, ny, nz] = region.extent();
+    // Bytes per row of a band that stay in cache for the z reuse: every
+    // plane a field's z extent spans, and the target row.
+    let mut row_bytes = 8 * region.extent()[0];
+    let mut reads_along_z = false;
+    for (field, data) in kernel.fields.iter().zip(fields) {
+        let span = (field.extent.max[2] - field.extent.min[2]).max(0) as usize;
+        if field.transfer.is_some() {
+            continue;
+        }
+        reads_along_z |= span > 0;
+        row_bytes = row_bytes.saturating_add(8 * data.strides[1].max(1) as usize * (span + 1));
+    }
+    let plane_bytes = row_bytes.saturating_mul(ny);
+    if !reads_along_z || nz < 3 || rows >= ny || plane_bytes <= BAND_BYTES {
+        return Vec::new();
+    }
+    let groups_per_plane = ny.div_ceil(rows);
+    let band = (BAND_BYTES / row_bytes / rows).max(1);
+    if band >= groups_per_plane || groups.len() != groups_per_plane * nz {
+        return Vec::new();
+    }
+    let mut order = Vec::with_capacity(groups.len());
+    for first in (0..groups_per_plane).step_by(band) {
+        let last = (first + band).min(groups_per_plane);
+        for plane in 0..nz {
+            order.extend_from_slice(
+                &groups[plane * groups_per_plane + first..plane * groups_per_plane + last],
+            );
+        }
+    }
+    order
 }
 
 impl Context<'_> {
@@ -2129,7 +2207,7 @@ pub unsafe fn assign(
         return None;
     }
     let ctx = context(kernel, native, fields, parameters, patch, plan);
-    let groups = &plan.groups;
+    let groups = plan.assignment_order();
     let epilogue_contexts: SmallVec<[Context<'_>; 2]> = epilogues
         .iter()
         .map(|e| context(e.kernel, e.native, e.fields, e.parameters, patch, e.plan))
@@ -2429,4 +2507,105 @@ pub unsafe fn reduce(
     partials
         .into_iter()
         .fold(reduction.identity(), |a, b| reduction.merge(a, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::{KernelField, ReadExtent};
+    use watershed_fields::Grid;
+
+    /// A kernel that reads one cell field with the z reach `z`.
+    fn kernel_reading(z: isize) -> Kernel {
+        Kernel {
+            instructions: Vec::new(),
+            extensions: Vec::new(),
+            registers: 1,
+            halo: 0,
+            fields: vec![KernelField {
+                id: 1,
+                name: "phi".into(),
+                location: LocationKind::CellCentre,
+                extent: ReadExtent {
+                    min: [-1, -1, -z],
+                    max: [1, 1, z],
+                },
+                transfer: None,
+            }],
+            parameters: Vec::new(),
+            location: Some(LocationKind::CellCentre),
+            result: OUTPUT,
+            native: OnceLock::new(),
+            cuda: OnceLock::new(),
+        }
+    }
+
+    /// The (k, j) groups of `region` with `rows` rows each.
+    fn groups_of(region: &IndexBox, rows: usize) -> Vec<RowGroup> {
+        let mut groups = Vec::new();
+        for k in region.lo[2]..region.hi[2] {
+            let mut j0 = region.lo[1];
+            while j0 < region.hi[1] {
+                let count = rows.min((region.hi[1] - j0) as usize);
+                groups.push(RowGroup {
+                    j0,
+                    rows: count,
+                    k,
+                    planes: 1,
+                    first_row: 0,
+                });
+                j0 += count as isize;
+            }
+        }
+        groups
+    }
+
+    #[test]
+    fn large_planes_read_along_z_are_visited_in_bands_of_every_plane() {
+        // 256 x 300 points per plane: a band-row holds the target row
+        // (2 KiB) and three planes of phi's row (3 x 2064 B), so a band
+        // is BAND_BYTES / 8240 B = 63 rows: three groups of 16.
+        let grid = Grid::new([256, 300, 6], [1.0; 3], [0.0; 3]).expect("valid grid");
+        let patch = grid.whole_domain(1);
+        let layout = FieldLayout::new(&patch, LocationKind::CellCentre);
+        let data = vec![0.0; layout.allocated_len()];
+        let fields = [FieldData::new(&data, &layout)];
+        let region = layout.interior();
+        let groups = groups_of(&region, 16);
+        let order = band_order(&kernel_reading(1), &fields, &region, 16, &groups);
+        assert_eq!(order.len(), groups.len());
+        // Every group exactly once.
+        let mut seen: Vec<(isize, isize)> = order.iter().map(|g| (g.k, g.j0)).collect();
+        seen.sort_unstable();
+        let mut all: Vec<(isize, isize)> = groups.iter().map(|g| (g.k, g.j0)).collect();
+        all.sort_unstable();
+        assert_eq!(seen, all);
+        // First band: rows 0..48 of planes 0, 1, ..., 5, then rows 48..96.
+        let first: Vec<(isize, isize)> = order[..4].iter().map(|g| (g.k, g.j0)).collect();
+        assert_eq!(first, [(0, 0), (0, 16), (0, 32), (1, 0)]);
+        assert_eq!((order[18].k, order[18].j0), (0, 48));
+        // The last band holds the plane's last, shorter group.
+        let last = order.last().expect("groups");
+        assert_eq!((last.k, last.j0, last.rows), (5, 288, 12));
+    }
+
+    #[test]
+    fn small_planes_and_pointwise_kernels_keep_plane_order() {
+        let grid = Grid::new([256, 300, 6], [1.0; 3], [0.0; 3]).expect("valid grid");
+        let patch = grid.whole_domain(1);
+        let layout = FieldLayout::new(&patch, LocationKind::CellCentre);
+        let data = vec![0.0; layout.allocated_len()];
+        let fields = [FieldData::new(&data, &layout)];
+        let region = layout.interior();
+        let groups = groups_of(&region, 16);
+        // No read along z: no plane is read again.
+        assert!(band_order(&kernel_reading(0), &fields, &region, 16, &groups).is_empty());
+        // A plane whose rows fit the budget.
+        let small = IndexBox {
+            lo: [0, 0, 0],
+            hi: [256, 20, 6],
+        };
+        let small_groups = groups_of(&small, 16);
+        assert!(band_order(&kernel_reading(1), &fields, &small, 16, &small_groups).is_empty());
+    }
 }

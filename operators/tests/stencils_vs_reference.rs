@@ -763,11 +763,14 @@ fn large_grids_split_into_tiles_and_blocks_match_the_reference() {
     // Rows longer than the evaluator's x tile (`evaluate::TILE`, 512: 1030
     // and 600 points make several tiles per row) and planes of thousands of
     // points (several row blocks per plane), with a composite expression of
-    // every kind of instruction.
+    // every kind of instruction. The last shape's planes (about 1.7 MB of
+    // rows read along z) are beyond the evaluator's cache budget, so its
+    // assignments visit the row groups in bands of every plane.
     let shapes = [
         ([1030, 3, 1], [2.0, 0.1, 1.0]),
         ([600, 13, 3], [1.0, 0.5, 0.2]),
         ([45, 101, 2], [0.3, 1.0, 0.1]),
+        ([64, 400, 4], [0.5, 1.0, 0.3]),
     ];
     for (seed, (cells, lengths)) in shapes.into_iter().enumerate() {
         let mut rng = Xorshift::new(900 + seed as u64);
