@@ -6,6 +6,7 @@
 //! | --- | --- |
 //! | [`evaluate`] | the serial / rayon CPU executor: row groups, strips, reductions, and the row interpreter (the reference every other back end is checked against) |
 //! | [`codegen`] | C and CUDA C emitted from one kernel; run-time C compilation with a disk cache; NVRTC to PTX; launch shapes and argument blocks |
+//! | [`fill`] | plain loops for masked assignments that copy or mirror their target's points (boundary conditions), run as row epilogues and ghost fills |
 //!
 //! Assignment (`watershed-operators`) chooses a back end per call and
 //! does the checks; this crate trusts its callers to have done them (the
@@ -23,6 +24,7 @@
 
 pub mod codegen;
 pub mod evaluate;
+pub mod fill;
 
 pub use codegen::Backend;
 pub use evaluate::{Parallelism, Reduction};

@@ -9,10 +9,11 @@
 //! them as its own evaluator call costs more than the handful of points it
 //! writes (a multigrid level of 4 x 4 cells has 16 ghost points), so a
 //! prepared assignment whose masked assignments all have these shapes runs
-//! them here instead: one serial loop per box, in order, over the target's
-//! memory, with the operation the kernel would do on each point (`c - t`,
-//! `t + c`, `t`, `c`), so the bits are the same (tested against the
-//! general path). The general path's checks ran when the assignment was
+//! them as one serial loop per box, in order, over the target's memory
+//! (`watershed_backends::fill`), with the operation the kernel would do on
+//! each point (`c - t`, `t + c`, `t`, `c`), so the bits are the same
+//! (tested against the general path). Larger targets run the same loops as
+//! row epilogues, for each masked assignment [`point_fill`] recognises. The general path's checks ran when the assignment was
 //! prepared (regions inside the target, reads of the target only outside
 //! the points each box writes).
 
@@ -21,35 +22,23 @@ use crate::evaluate::TargetData;
 use crate::ir::Node;
 use crate::pointwise::BinaryOp;
 use crate::stencil::StencilOp;
+use watershed_backends::fill::{FillOp, PointFill};
 use watershed_fields::IndexBox;
 
 /// Targets of at most this many allocated points (2 MiB of values, within
 /// a core's L2 cache, so the rows the x sides read are still near) fill
 /// their ghosts here; larger ones keep the general path, whose row
-/// epilogues fill the x sides while each row is in L1. At 32^3 (39 304
-/// points with one ghost layer) the ghost fill took the transport
-/// solver's step from 468.0 M to 431.1 M instructions.
+/// epilogues fill the x sides while each row is in L1 (with the same
+/// loops, `watershed_backends::fill`, when [`point_fill`] recognises
+/// them). At 32^3 (39 304 points with one ghost layer) the ghost fill took
+/// the transport solver's step from 468.0 M to 431.1 M instructions.
 pub(crate) const MAX_POINTS: usize = 256 * 1024;
-
-/// What one masked assignment writes at a point `p` of its box.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum FillOp {
-    /// `c`.
-    Set(f64),
-    /// `t[p + offset]`.
-    Copy,
-    /// `c - t[p + offset]`.
-    SubtractFrom(f64),
-    /// `t[p + offset] + c`.
-    Add(f64),
-}
 
 /// One masked assignment of a [`GhostFill`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct FillStep {
     region: IndexBox,
-    op: FillOp,
-    offset: [isize; 3],
+    fill: PointFill,
 }
 
 /// Masked assignments recognised as copies and mirrors of target points.
@@ -75,25 +64,43 @@ fn target_read(node: &Node, target: u64) -> Option<[isize; 3]> {
 }
 
 /// The operation `node` applies, when it has one of the fill shapes.
-fn fill_op(node: &Node, target: u64) -> Option<(FillOp, [isize; 3])> {
+fn fill_op(node: &Node, target: u64) -> Option<PointFill> {
+    let fill = |op, offset| Some(PointFill { op, offset });
     if let Node::Constant(c) = node {
-        return Some((FillOp::Set(*c), [0; 3]));
+        return fill(FillOp::Set(*c), [0; 3]);
     }
     if let Some(offset) = target_read(node, target) {
-        return Some((FillOp::Copy, offset));
+        return fill(FillOp::Copy, offset);
     }
     let Node::Binary { op, left, right } = node else {
         return None;
     };
     match (op, left.as_ref(), right.as_ref()) {
         (BinaryOp::Subtract, Node::Constant(c), read) => {
-            Some((FillOp::SubtractFrom(*c), target_read(read, target)?))
+            fill(FillOp::SubtractFrom(*c), target_read(read, target)?)
         }
         (BinaryOp::Add, read, Node::Constant(c)) => {
-            Some((FillOp::Add(*c), target_read(read, target)?))
+            fill(FillOp::Add(*c), target_read(read, target)?)
         }
         _ => None,
     }
+}
+
+/// The masked assignment `node` over `region` (as checked) as a point
+/// fill of the target (leaf `target`), when it has a fill shape and reads
+/// no point of `region` itself; `None` otherwise.
+pub(crate) fn point_fill(node: &Node, region: &IndexBox, target: u64) -> Option<PointFill> {
+    let fill = fill_op(node, target)?;
+    let offset = fill.offset;
+    let reads = IndexBox::new(
+        [0, 1, 2].map(|a| region.lo[a] + offset[a]),
+        [0, 1, 2].map(|a| region.hi[a] + offset[a]),
+    );
+    let reads_target = !matches!(fill.op, FillOp::Set(_));
+    if reads_target && !region.is_empty() && !reads.intersect(region).is_empty() {
+        return None;
+    }
+    Some(fill)
 }
 
 impl GhostFill {
@@ -110,19 +117,9 @@ impl GhostFill {
         }
         let mut steps = Vec::with_capacity(then.len());
         for ((_, node), region) in then.iter().zip(regions) {
-            let (op, offset) = fill_op(node, target)?;
-            let reads = IndexBox::new(
-                [0, 1, 2].map(|a| region.lo[a] + offset[a]),
-                [0, 1, 2].map(|a| region.hi[a] + offset[a]),
-            );
-            let reads_target = !matches!(op, FillOp::Set(_));
-            if reads_target && !region.is_empty() && !reads.intersect(region).is_empty() {
-                return None;
-            }
             steps.push(FillStep {
                 region: *region,
-                op,
-                offset,
+                fill: point_fill(node, region, target)?,
             });
         }
         Some(GhostFill { steps })
@@ -137,31 +134,10 @@ impl GhostFill {
     /// the step's offset, lies inside it (the checks of the masked
     /// assignments guarantee both).
     pub(crate) unsafe fn run(&self, target: TargetData) {
-        let [sx, sy, sz] = target.strides;
         for step in &self.steps {
-            let r = &step.region;
-            let shift = step.offset[0] * sx + step.offset[1] * sy + step.offset[2] * sz;
-            for k in r.lo[2]..r.hi[2] {
-                for j in r.lo[1]..r.hi[1] {
-                    let row = target.origin + j * sy + k * sz;
-                    for i in r.lo[0]..r.hi[0] {
-                        let at = row + i * sx;
-                        // SAFETY: `at` and `at + shift` are points of the
-                        // target's allocation (the caller's contract), and
-                        // no other reference to it exists during the call.
-                        unsafe {
-                            let read = || *target.pointer.offset(at + shift);
-                            let value = match step.op {
-                                FillOp::Set(c) => c,
-                                FillOp::Copy => read(),
-                                FillOp::SubtractFrom(c) => c - read(),
-                                FillOp::Add(c) => read() + c,
-                            };
-                            *target.pointer.offset(at) = value;
-                        }
-                    }
-                }
-            }
+            // SAFETY: the caller's contract, per step; `recognise` refused
+            // steps that read their own box.
+            unsafe { step.fill.run(target, &step.region) };
         }
     }
 }

@@ -37,6 +37,7 @@ use crate::ir::Node;
 use crate::kernel::KernelField;
 use smallvec::SmallVec;
 use std::sync::Arc;
+use watershed_backends::fill::PointFill;
 use watershed_fields::{FieldLayout, IndexBox, Location, LocationKind, SpatialField};
 
 /// Per kernel slot: what it is bound to (inline for up to 4 slots, so
@@ -268,6 +269,10 @@ pub struct PreparedAssignment {
     /// assignments all copy or mirror target points: `ghost_fill.rs`),
     /// run instead of the evaluator calls after the main kernel.
     ghost_fill: Option<GhostFill>,
+    /// Per masked assignment, the same as a point fill when it has a fill
+    /// shape (`ghost_fill::point_fill`): row epilogues run it instead of
+    /// the kernel.
+    masked_fills: Vec<Option<PointFill>>,
     /// The evaluator's plans, made by the first run (`None` until then).
     plans: Option<Plans>,
 }
@@ -302,6 +307,11 @@ impl PreparedAssignment {
         if ghost_fill.is_some() {
             fused = 0;
         }
+        let masked_fills = then
+            .iter()
+            .zip(&regions)
+            .map(|((_, node), region)| ghost_fill::point_fill(node, region, target_leaf))
+            .collect();
         Ok(PreparedAssignment {
             kind: L::KIND,
             layout,
@@ -313,6 +323,7 @@ impl PreparedAssignment {
             masked,
             fused,
             ghost_fill,
+            masked_fills,
             plans: None,
         })
     }
@@ -632,6 +643,7 @@ impl Staged<'_> {
                 parameters: &self.masked_parameters[i],
                 region: rows_of(&masked[i].region, &self.prepared.main.region),
                 plan: &plans.epilogues[i],
+                fill: self.prepared.masked_fills.get(i).copied().flatten(),
             })
             .collect()
     }
@@ -677,6 +689,16 @@ impl Staged<'_> {
         }
         let plans = self.plans();
         for (i, m) in prepared.masked.iter().enumerate() {
+            if let Some(fill) = prepared.masked_fills.get(i).copied().flatten() {
+                for (region, _) in &plans.rest[i] {
+                    // SAFETY: as for the ghost fill above: `stage` checked
+                    // the masked assignment's box and reads against this
+                    // target, and `point_fill` refused a fill reading its
+                    // own box.
+                    unsafe { fill.run(self.target_data, region) };
+                }
+                continue;
+            }
             for (region, plan) in &plans.rest[i] {
                 // SAFETY: as for the main kernel in `run`: `stage` checked
                 // each masked assignment's box and reads against the same
@@ -802,6 +824,53 @@ mod tests {
         same_bits::<CellCentre>([6, 5, 1], 1);
         same_bits::<CellCentre>([5, 4, 3], 2);
         same_bits::<XFace>([6, 4, 1], 1);
+    }
+
+    /// On a target too large for the ghost fill: the row epilogues and the
+    /// remaining boxes run as point fills, and must give the bits of the
+    /// masked assignments' kernels, serial and on 3 threads.
+    fn same_bits_as_point_fills<L: Location>(cells: [usize; 3], threads: usize) {
+        let patch = Grid::new(cells, [1.0; 3], [0.0; 3])
+            .unwrap()
+            .whole_domain(1);
+        let mut source = SpatialField::<L>::new("s", &patch, Device::Cpu).unwrap();
+        fill_values(&mut source, 7);
+        let mut fast = SpatialField::<L>::new("t", &patch, Device::Cpu).unwrap();
+        fill_values(&mut fast, 11);
+        let mut general = SpatialField::<L>::new("t", &patch, Device::Cpu).unwrap();
+        fill_values(&mut general, 11);
+        let me = fast.id();
+        let then = conditions::<L>(fast.layout(), me);
+        let root = (field(&source) * 2.0 - 1.0).node().clone();
+        let options = AssignOptions {
+            parallelism: Parallelism::Threads(threads),
+            ..Default::default()
+        };
+        let mut with_fills =
+            PreparedAssignment::new(&fast, me, &root, &[&source], options, &then).unwrap();
+        assert!(with_fills.ghost_fill.is_none(), "{cells:?}: small target");
+        assert!(with_fills.fused >= 2, "{cells:?}: no row epilogue");
+        assert_eq!(with_fills.masked_fills.len(), then.len());
+        assert!(with_fills.masked_fills.iter().all(Option::is_some));
+        let mut kernels = with_fills.clone();
+        kernels.masked_fills = vec![None; then.len()];
+        with_fills.run(&mut fast, &[&source]).unwrap();
+        kernels.run(&mut general, &[&source]).unwrap();
+        let (a, b) = (fast.values().unwrap(), general.values().unwrap());
+        let mut differ = 0;
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(x.to_bits() == y.to_bits(), "{cells:?} at {i}: {x} vs {y}");
+            differ += usize::from(x.to_bits() != 0.75f64.to_bits());
+        }
+        assert!(differ > a.len() / 2, "the values are not the conditions'");
+    }
+
+    #[test]
+    fn point_fills_give_the_masked_kernels_bits_on_large_targets() {
+        // 72 x 66 x 62 allocated points: above the ghost fill's limit.
+        same_bits_as_point_fills::<CellCentre>([70, 64, 60], 1);
+        same_bits_as_point_fills::<CellCentre>([70, 64, 60], 3);
+        same_bits_as_point_fills::<XFace>([69, 64, 60], 2);
     }
 
     #[test]
