@@ -2183,7 +2183,7 @@ fn run_rows(
 /// are in cache) and the first point (z, y, x order) holding a value that
 /// is not finite is returned; otherwise `None`. Every epilogue runs, in
 /// order, over its points of the rows a thread has finished: after each
-/// run of consecutive row groups of the same planes ([`PendingRows`]).
+/// run of consecutive row groups of the same planes (`PendingRows`).
 ///
 /// # Safety
 /// The caller has done every check of `watershed_operators::assign`
