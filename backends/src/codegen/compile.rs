@@ -2,7 +2,8 @@
 //! objects on disk, and loading them.
 //!
 //! * Compiler: `$CC`, else `cc`; flags `-O3 -march=native` plus
-//!   `-ffp-contract=off` (no fused multiply-adds: results equal the
+//!   `-ffp-contract=off` (no fused multiply-adds but `exp`'s explicit
+//!   `fma` calls, which the interpreter makes too: results equal the
 //!   interpreter's bits) and `-fno-math-errno` (lets `sqrt` vectorise; no
 //!   value changes). `WATERSHED_C_PORTABLE=1` drops `-march=native` for
 //!   objects that must run on other machines; `WATERSHED_CFLAGS` adds flags.

@@ -452,7 +452,7 @@ impl Emitter<'_> {
 /// `ws_tanh`, `ws_pow`), selections and limiters, in `dialect`.
 pub fn prelude(dialect: Dialect) -> String {
     let q = match dialect {
-        Dialect::C => "static inline",
+        Dialect::C => "static inline __attribute__((always_inline))",
         Dialect::Cuda => "__device__ __forceinline__",
     };
     let mut text = String::new();
