@@ -73,8 +73,9 @@ impl PointFill {
     /// `target` describes memory that is writable and that nothing else
     /// reads or writes during the call; every point of `region`, and the
     /// same point moved by `offset` (unless the operation is
-    /// [`FillOp::Set`]), lies inside it; no point of `region` is read by
-    /// another point of it (so the order of the points does not matter).
+    /// [`FillOp::Set`]), lies inside it; no point the fill reads is a
+    /// point of `region` (so rows written and rows read are different
+    /// memory, and the order of the points does not matter).
     pub unsafe fn run(&self, target: TargetData, region: &IndexBox) {
         let [sx, sy, sz] = target.strides;
         let shift = self.offset[0] * sx + self.offset[1] * sy + self.offset[2] * sz;
@@ -82,12 +83,20 @@ impl PointFill {
         for k in region.lo[2]..region.hi[2] {
             for j in region.lo[1]..region.hi[1] {
                 let row = target.origin + j * sy + k * sz + region.lo[0] * sx;
-                if sx == 1 {
+                if let FillOp::Set(c) = self.op {
+                    for i in 0..n as isize {
+                        // SAFETY: the point lies inside the target (the
+                        // caller's contract), which nothing else touches
+                        // during the call.
+                        unsafe { *target.pointer.offset(row + i * sx) = c };
+                    }
+                } else if sx == 1 {
                     // SAFETY: the row's points and their reads lie inside
                     // the target (the caller's contract); the reads are
-                    // not points of the region, so the two slices do not
-                    // overlap, and no other reference to the target exists
-                    // during the call.
+                    // points outside the region, hence other memory than
+                    // the row written, so the two slices do not overlap,
+                    // and no other reference to the target exists during
+                    // the call.
                     let (out, read) = unsafe {
                         (
                             std::slice::from_raw_parts_mut(target.pointer.offset(row), n),
@@ -111,7 +120,7 @@ impl PointFill {
         }
     }
 
-    /// `out[i] = op(read[i])` (`read` is not read by [`FillOp::Set`]).
+    /// `out[i] = op(read[i])` for the operations that read.
     fn apply(&self, out: &mut [f64], read: &[f64]) {
         match self.op {
             FillOp::Set(c) => out.fill(c),
