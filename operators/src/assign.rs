@@ -9,8 +9,9 @@ use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Plan, Reduction};
 use crate::expr::{BoundField, Expr, IntoExpr};
 use crate::ir::Node;
 use crate::kernel::Kernel;
-use crate::prepared::PreparedAssignment;
+use crate::prepared::{PreparedAssignment, Staged};
 use crate::stencil::StencilOp;
+use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::sync::Arc;
 use watershed_fields::{FieldLayout, IndexBox, Location, LocationKind, Patch, SpatialField};
@@ -300,10 +301,26 @@ pub fn assign_nodes_then<L: Location>(
     drop(assignments);
     drop(epilogues);
     drop(names);
-    for ((s, m), bad) in staged.into_iter().zip(members.iter_mut()).zip(non_finite) {
-        s.finish(m.target, bad, parallelism)?;
-    }
-    Ok(())
+    // Each member's remaining masked assignments write only its own
+    // target and read no other member's (checked above), so the members
+    // finish on the pool's threads at once; the first error in member
+    // order is the one reported, as when they ran in turn.
+    let jobs: Vec<_> = staged
+        .into_iter()
+        .zip(members.iter().map(|m| &*m.target))
+        .zip(non_finite)
+        .collect();
+    let finish = |((s, target), bad): ((Staged<'_>, &SpatialField<L, f64>), _)| {
+        s.finish(target, bad, parallelism)
+    };
+    let results: Vec<OperatorResult<()>> = parallelism.run(|threads| {
+        if threads <= 1 {
+            jobs.into_iter().map(finish).collect()
+        } else {
+            jobs.into_par_iter().map(finish).collect()
+        }
+    });
+    results.into_iter().collect()
 }
 
 /// How many of the leading masked assignments `then` run as row epilogues
