@@ -304,7 +304,18 @@ pub fn assign_nodes_then<L: Location>(
     // Each member's remaining masked assignments write only its own
     // target and read no other member's (checked above), so the members
     // finish on the pool's threads at once; the first error in member
-    // order is the one reported, as when they ran in turn.
+    // order is the one reported, as when they ran in turn. Small targets
+    // (a multigrid level) finish on this thread: handing them to the
+    // pool costs more than their ghost layers.
+    let points: usize = staged
+        .iter()
+        .map(|s| s.prepared.layout().allocated().len())
+        .sum();
+    let parallel_finish = if points < evaluate::PARALLEL_THRESHOLD {
+        Parallelism::Serial
+    } else {
+        parallelism
+    };
     let jobs: Vec<_> = staged
         .into_iter()
         .zip(members.iter().map(|m| &*m.target))
@@ -313,7 +324,7 @@ pub fn assign_nodes_then<L: Location>(
     let finish = |((s, target), bad): ((Staged<'_>, &SpatialField<L, f64>), _)| {
         s.finish(target, bad, parallelism)
     };
-    let results: Vec<OperatorResult<()>> = parallelism.run(|threads| {
+    let results: Vec<OperatorResult<()>> = parallel_finish.run(|threads| {
         if threads <= 1 {
             jobs.into_iter().map(finish).collect()
         } else {
