@@ -80,59 +80,99 @@ impl PointFill {
         let [sx, sy, sz] = target.strides;
         let shift = self.offset[0] * sx + self.offset[1] * sy + self.offset[2] * sz;
         let n = region.extent()[0];
-        for k in region.lo[2]..region.hi[2] {
-            for j in region.lo[1]..region.hi[1] {
-                let row = target.origin + j * sy + k * sz + region.lo[0] * sx;
-                if let FillOp::Set(c) = self.op {
-                    for i in 0..n as isize {
-                        // SAFETY: the point lies inside the target (the
-                        // caller's contract), which nothing else touches
-                        // during the call.
-                        unsafe { *target.pointer.offset(row + i * sx) = c };
-                    }
-                } else if sx == 1 {
-                    // SAFETY: the row's points and their reads lie inside
-                    // the target (the caller's contract); the reads are
-                    // points outside the region, hence other memory than
-                    // the row written, so the two slices do not overlap,
-                    // and no other reference to the target exists during
-                    // the call.
-                    let (out, read) = unsafe {
-                        (
-                            std::slice::from_raw_parts_mut(target.pointer.offset(row), n),
-                            std::slice::from_raw_parts(target.pointer.offset(row + shift), n),
-                        )
-                    };
-                    self.apply(out, read);
-                } else {
-                    for i in 0..n as isize {
-                        let at = row + i * sx;
-                        // SAFETY: as above, point by point.
-                        unsafe {
-                            let read =
-                                std::slice::from_raw_parts(target.pointer.offset(at + shift), 1);
-                            let out = std::slice::from_raw_parts_mut(target.pointer.offset(at), 1);
-                            self.apply(out, read);
-                        }
-                    }
+        if n == 0 {
+            return;
+        }
+        // SAFETY (every arm): the caller's contract, row by row: each row
+        // and the points it reads lie inside the target, and they are
+        // different points (the read box misses `region`), hence different
+        // memory, so the slices formed over them never overlap. The
+        // operation is chosen once, outside the loops over rows: a ghost
+        // column is one point per row, so the per-row cost is the cost.
+        unsafe {
+            use std::slice::{from_raw_parts as rows, from_raw_parts_mut as rows_mut};
+            match (self.op, sx == 1) {
+                (FillOp::Set(c), true) => {
+                    each_row(target, region, shift, |out, _| rows_mut(out, n).fill(c))
                 }
+                // Rows of one or two points (ghost columns): a plain loop;
+                // a `memcpy` call or a vectorised loop's set-up costs more.
+                (FillOp::Copy, true) if n <= 2 => each_row(target, region, shift, |out, read| {
+                    for i in 0..n {
+                        *out.add(i) = *read.add(i);
+                    }
+                }),
+                (FillOp::SubtractFrom(c), true) if n <= 2 => {
+                    each_row(target, region, shift, |out, read| {
+                        for i in 0..n {
+                            *out.add(i) = c - *read.add(i);
+                        }
+                    })
+                }
+                (FillOp::Add(c), true) if n <= 2 => each_row(target, region, shift, |out, read| {
+                    for i in 0..n {
+                        *out.add(i) = *read.add(i) + c;
+                    }
+                }),
+                (FillOp::Copy, true) => each_row(target, region, shift, |out, read| {
+                    std::ptr::copy_nonoverlapping(read, out, n)
+                }),
+                (FillOp::SubtractFrom(c), true) => each_row(target, region, shift, |out, read| {
+                    for (o, r) in rows_mut(out, n).iter_mut().zip(rows(read, n)) {
+                        *o = c - r;
+                    }
+                }),
+                (FillOp::Add(c), true) => each_row(target, region, shift, |out, read| {
+                    for (o, r) in rows_mut(out, n).iter_mut().zip(rows(read, n)) {
+                        *o = r + c;
+                    }
+                }),
+                (op, false) => each_row(target, region, shift, |out, read| {
+                    for i in 0..n as isize {
+                        let (o, r) = (out.offset(i * sx), read.wrapping_offset(i * sx));
+                        *o = match op {
+                            FillOp::Set(c) => c,
+                            FillOp::Copy => *r,
+                            FillOp::SubtractFrom(c) => c - *r,
+                            FillOp::Add(c) => *r + c,
+                        };
+                    }
+                }),
             }
         }
     }
+}
 
-    /// `out[i] = op(read[i])` for the operations that read.
-    fn apply(&self, out: &mut [f64], read: &[f64]) {
-        match self.op {
-            FillOp::Set(c) => out.fill(c),
-            // A ghost column's rows hold one or two points: a `memcpy`
-            // call for them costs more than the copy.
-            FillOp::Copy => match (out, read) {
-                ([o], [r]) => *o = *r,
-                ([o0, o1], [r0, r1]) => (*o0, *o1) = (*r0, *r1),
-                (out, read) => out.copy_from_slice(read),
-            },
-            FillOp::SubtractFrom(c) => out.iter_mut().zip(read).for_each(|(o, r)| *o = c - r),
-            FillOp::Add(c) => out.iter_mut().zip(read).for_each(|(o, r)| *o = r + c),
+/// Calls `row(out, read)` for each row of `region`, in (k, j) order, with
+/// pointers to the row's first point and to the point it reads (`shift`
+/// elements further; not dereferenced by a constant fill).
+///
+/// # Safety
+/// As [`PointFill::run`]; `row` touches only the row's points and the
+/// points they read.
+#[inline(always)]
+unsafe fn each_row(
+    target: TargetData,
+    region: &IndexBox,
+    shift: isize,
+    mut row: impl FnMut(*mut f64, *const f64),
+) {
+    let [sx, sy, sz] = target.strides;
+    for k in region.lo[2]..region.hi[2] {
+        let mut at = target.origin + region.lo[1] * sy + k * sz + region.lo[0] * sx;
+        for _ in region.lo[1]..region.hi[1] {
+            // SAFETY: `at` is the first point of a row of `region` and
+            // `at + shift` the point it reads, both inside the target (the
+            // caller's contract); `wrapping_offset` forms the read pointer
+            // of a constant fill, which is never dereferenced, without
+            // asserting it in bounds.
+            unsafe {
+                row(
+                    target.pointer.offset(at),
+                    target.pointer.wrapping_offset(at + shift),
+                )
+            };
+            at += sy;
         }
     }
 }
