@@ -826,9 +826,11 @@ mod tests {
         same_bits::<XFace>([6, 4, 1], 1);
     }
 
-    /// On a target too large for the ghost fill: the row epilogues and the
-    /// remaining boxes run as point fills, and must give the bits of the
-    /// masked assignments' kernels, serial and on 3 threads.
+    /// On a target too large for the ghost fill: the row epilogues (run
+    /// once per plane's rows, `PendingRows`) and the remaining boxes run as
+    /// point fills, and must give the bits of the masked assignments'
+    /// kernels, as epilogues and as separate passes after the main kernel,
+    /// serial and on 2 and 3 threads.
     fn same_bits_as_point_fills<L: Location>(cells: [usize; 3], threads: usize) {
         let patch = Grid::new(cells, [1.0; 3], [0.0; 3])
             .unwrap()
@@ -854,12 +856,27 @@ mod tests {
         assert!(with_fills.masked_fills.iter().all(Option::is_some));
         let mut kernels = with_fills.clone();
         kernels.masked_fills = vec![None; then.len()];
+        // The reference: no row epilogues, every masked assignment's kernel
+        // after the main kernel, in order.
+        let mut separate = kernels.clone();
+        separate.fused = 0;
+        let mut passes = SpatialField::<L>::new("t", &patch, Device::Cpu).unwrap();
+        fill_values(&mut passes, 11);
         with_fills.run(&mut fast, &[&source]).unwrap();
         kernels.run(&mut general, &[&source]).unwrap();
-        let (a, b) = (fast.values().unwrap(), general.values().unwrap());
+        separate.run(&mut passes, &[&source]).unwrap();
+        let (a, b, c) = (
+            fast.values().unwrap(),
+            general.values().unwrap(),
+            passes.values().unwrap(),
+        );
         let mut differ = 0;
-        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        for (i, ((x, y), z)) in a.iter().zip(b).zip(c).enumerate() {
             assert!(x.to_bits() == y.to_bits(), "{cells:?} at {i}: {x} vs {y}");
+            assert!(
+                x.to_bits() == z.to_bits(),
+                "{cells:?} at {i}: {x} vs {z} (separate passes)"
+            );
             differ += usize::from(x.to_bits() != 0.75f64.to_bits());
         }
         assert!(differ > a.len() / 2, "the values are not the conditions'");
