@@ -2651,15 +2651,21 @@ mod tests {
         groups
     }
 
+    /// A cell field of 256 x 300 x 6 points (one ghost layer) and its
+    /// values: planes of 0.6 MiB.
+    fn large_plane_field() -> (FieldLayout, Vec<f64>) {
+        let grid = Grid::new([256, 300, 6], [1.0; 3], [0.0; 3]).expect("valid grid");
+        let layout = FieldLayout::new(&grid.whole_domain(1), LocationKind::CellCentre);
+        let data = vec![0.0; layout.allocated_len()];
+        (layout, data)
+    }
+
     #[test]
     fn large_planes_read_along_z_are_visited_in_bands_of_every_plane() {
         // 256 x 300 points per plane: a band-row holds the target row
         // (2 KiB) and three planes of phi's row (3 x 2064 B), so a band
         // is BAND_BYTES / 8240 B = 63 rows: three groups of 16.
-        let grid = Grid::new([256, 300, 6], [1.0; 3], [0.0; 3]).expect("valid grid");
-        let patch = grid.whole_domain(1);
-        let layout = FieldLayout::new(&patch, LocationKind::CellCentre);
-        let data = vec![0.0; layout.allocated_len()];
+        let (layout, data) = large_plane_field();
         let fields = [FieldData::new(&data, &layout)];
         let region = layout.interior();
         let groups = groups_of(&region, 16);
@@ -2682,10 +2688,7 @@ mod tests {
 
     #[test]
     fn small_planes_and_pointwise_kernels_keep_plane_order() {
-        let grid = Grid::new([256, 300, 6], [1.0; 3], [0.0; 3]).expect("valid grid");
-        let patch = grid.whole_domain(1);
-        let layout = FieldLayout::new(&patch, LocationKind::CellCentre);
-        let data = vec![0.0; layout.allocated_len()];
+        let (layout, data) = large_plane_field();
         let fields = [FieldData::new(&data, &layout)];
         let region = layout.interior();
         let groups = groups_of(&region, 16);

@@ -728,7 +728,7 @@ impl Staged<'_> {
 mod tests {
     use super::*;
     use crate::{Expr, field, shift};
-    use watershed_fields::{CellCentre, Device, Grid, XFace};
+    use watershed_fields::{CellCentre, Device, Grid, Patch, XFace};
 
     /// Deterministic values with both signs, some equal to the conditions'
     /// constants (so `c - t` meets `t == c`).
@@ -790,18 +790,22 @@ mod tests {
         out
     }
 
+    /// A field named `name` on `patch` holding [`fill_values`]`(seed)`.
+    fn filled<L: Location>(name: &str, patch: &Patch, seed: u64) -> SpatialField<L, f64> {
+        let mut f = SpatialField::<L>::new(name, patch, Device::Cpu).unwrap();
+        fill_values(&mut f, seed);
+        f
+    }
+
     /// Runs an update then `conditions` with the ghost fill and through
     /// the general path; the fields must be equal to the bit.
     fn same_bits<L: Location>(cells: [usize; 3], ghosts: usize) {
         let patch = Grid::new(cells, [1.0; 3], [0.0; 3])
             .unwrap()
             .whole_domain(ghosts);
-        let mut source = SpatialField::<L>::new("s", &patch, Device::Cpu).unwrap();
-        fill_values(&mut source, 3);
-        let mut fast = SpatialField::<L>::new("t", &patch, Device::Cpu).unwrap();
-        fill_values(&mut fast, 5);
-        let mut general = SpatialField::<L>::new("t", &patch, Device::Cpu).unwrap();
-        fill_values(&mut general, 5);
+        let source = filled::<L>("s", &patch, 3);
+        let mut fast = filled::<L>("t", &patch, 5);
+        let mut general = filled::<L>("t", &patch, 5);
         let me = fast.id();
         let then = conditions::<L>(fast.layout(), me);
         let root = (field(&source) * 2.0).node().clone();
@@ -835,12 +839,9 @@ mod tests {
         let patch = Grid::new(cells, [1.0; 3], [0.0; 3])
             .unwrap()
             .whole_domain(1);
-        let mut source = SpatialField::<L>::new("s", &patch, Device::Cpu).unwrap();
-        fill_values(&mut source, 7);
-        let mut fast = SpatialField::<L>::new("t", &patch, Device::Cpu).unwrap();
-        fill_values(&mut fast, 11);
-        let mut general = SpatialField::<L>::new("t", &patch, Device::Cpu).unwrap();
-        fill_values(&mut general, 11);
+        let source = filled::<L>("s", &patch, 7);
+        let mut fast = filled::<L>("t", &patch, 11);
+        let mut general = filled::<L>("t", &patch, 11);
         let me = fast.id();
         let then = conditions::<L>(fast.layout(), me);
         let root = (field(&source) * 2.0 - 1.0).node().clone();
@@ -860,8 +861,7 @@ mod tests {
         // after the main kernel, in order.
         let mut separate = kernels.clone();
         separate.fused = 0;
-        let mut passes = SpatialField::<L>::new("t", &patch, Device::Cpu).unwrap();
-        fill_values(&mut passes, 11);
+        let mut passes = filled::<L>("t", &patch, 11);
         with_fills.run(&mut fast, &[&source]).unwrap();
         kernels.run(&mut general, &[&source]).unwrap();
         separate.run(&mut passes, &[&source]).unwrap();

@@ -21,33 +21,36 @@ use std::fmt::Write as _;
 
 /// `let name = c0; name = name * var + c1; ...` as C statements.
 fn horner(name: &str, var: &str, coefficients: &[f64], dialect: Dialect) -> String {
-    let mut text = format!(
-        "    double {name} = {};\n",
-        literal(coefficients[0], dialect)
-    );
-    for c in &coefficients[1..] {
-        let _ = writeln!(
-            text,
-            "    {name} = {name} * {var} + {};",
-            literal(*c, dialect)
-        );
-    }
-    text
+    horner_steps(name, var, coefficients, dialect, false)
 }
 
 /// `let name = c0; name = fma(name, var, c1); ...`: Horner steps as fused
 /// multiply-adds, as [`super::functions::exp`] computes them.
 fn horner_fused(name: &str, var: &str, coefficients: &[f64], dialect: Dialect) -> String {
+    horner_steps(name, var, coefficients, dialect, true)
+}
+
+/// Horner's scheme over `coefficients` (highest first) in `name`, each
+/// step a fused multiply-add (`fused`) or a product then a sum.
+fn horner_steps(
+    name: &str,
+    var: &str,
+    coefficients: &[f64],
+    dialect: Dialect,
+    fused: bool,
+) -> String {
     let mut text = format!(
         "    double {name} = {};\n",
         literal(coefficients[0], dialect)
     );
     for c in &coefficients[1..] {
-        let _ = writeln!(
-            text,
-            "    {name} = fma({name}, {var}, {});",
-            literal(*c, dialect)
-        );
+        let c = literal(*c, dialect);
+        let step = if fused {
+            format!("fma({name}, {var}, {c})")
+        } else {
+            format!("{name} * {var} + {c}")
+        };
+        let _ = writeln!(text, "    {name} = {step};");
     }
     text
 }
