@@ -427,10 +427,14 @@ pub struct Kernel {
     /// Register holding the result when the kernel does not write the
     /// target directly (reductions).
     pub result: Register,
-    /// The compiled C form, once a back end asked for it
+    /// The compiled C form that checks the values it writes for
+    /// finiteness, once a back end asked for it
     /// (`watershed_backends::codegen::native_of`): `None` inside when the
     /// emitter does not support the kernel.
     pub native: std::sync::OnceLock<Option<CompiledForm>>,
+    /// The compiled C form without that check (for callers that do not
+    /// watch for NaN), once asked for.
+    pub native_unchecked: std::sync::OnceLock<Option<CompiledForm>>,
     /// The CUDA form, once compiled (`watershed_backends::codegen::nvrtc::cuda_of`).
     pub cuda: std::sync::OnceLock<CompiledForm>,
 }
@@ -1018,6 +1022,7 @@ impl Kernel {
             location: root.location(),
             result,
             native: std::sync::OnceLock::new(),
+            native_unchecked: std::sync::OnceLock::new(),
             cuda: std::sync::OnceLock::new(),
         })
     }

@@ -3,7 +3,7 @@
 //! ghost layers, choosing the region, and running the fused kernel.
 
 use crate::cache::{LoweredKernel, lower_specialised};
-use crate::codegen::{Backend, Runnable, lower_for};
+use crate::codegen::{Backend, FiniteCheck, Runnable, lower_for};
 use crate::error::{OperatorError, OperatorResult};
 use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Plan, Reduction};
 use crate::expr::{BoundField, Expr, IntoExpr};
@@ -708,7 +708,15 @@ impl CheckedReduction {
         };
         let patch = first.layout().patch().clone();
         let layout = FieldLayout::new(&patch, node.location().unwrap_or(kind));
-        let runnable = lower_for(node, &patch, false, Backend::Default)?;
+        // A reduction's values go to registers, never to a target: there
+        // is nothing for the check to test.
+        let runnable = lower_for(
+            node,
+            &patch,
+            false,
+            Backend::Default,
+            FiniteCheck::Unchecked,
+        )?;
         let lowered = &runnable.lowered;
         let kernel = &lowered.kernel;
         let bound = bind_slots(lowered, None, fields, &patch, "")

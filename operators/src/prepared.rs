@@ -28,7 +28,7 @@ use crate::assign::{
     Binding, MaskedAssignment, Region, bind_slots, checked_region, is_row_epilogue, outside_rows,
 };
 use crate::cache::{Folded, LoweredKernel, ParameterValues};
-use crate::codegen::{Backend, NativeKernel, lower_for};
+use crate::codegen::{Backend, FiniteCheck, NativeKernel, lower_for};
 use crate::error::{OperatorError, OperatorResult};
 use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Plan, TargetData};
 use crate::expr::BoundField;
@@ -95,6 +95,7 @@ impl Checked {
         fields: &[&dyn BoundField],
         region: Region,
         backend: Backend,
+        finite_check: FiniteCheck,
     ) -> OperatorResult<Checked> {
         let TargetShape {
             layout,
@@ -115,7 +116,7 @@ impl Checked {
         // target in rows it also writes: then the result goes to a register
         // and is copied to the target after each block's reads, so no
         // reference ever aliases a row being written.
-        let direct = lower_for(root, layout.patch(), true, backend)?;
+        let direct = lower_for(root, layout.patch(), true, backend, finite_check)?;
         let reads: Vec<KernelField> = direct
             .lowered
             .field_ids
@@ -146,7 +147,7 @@ impl Checked {
                 return Ok(checked);
             }
         }
-        let copied = lower_for(root, layout.patch(), false, backend)?;
+        let copied = lower_for(root, layout.patch(), false, backend, finite_check)?;
         Self::resolve(copied, layout, name, target_leaf, fields, region)
     }
 
@@ -572,7 +573,21 @@ fn check_all(
     options: &AssignOptions,
     then: &[MaskedAssignment],
 ) -> OperatorResult<(Checked, Vec<Checked>, usize)> {
-    let main = Checked::new(target, root, fields, options.region, options.backend)?;
+    // Only the main kernel's values are watched (`check_finite`): a
+    // kernel generated without the test is cheaper where nobody watches.
+    let main_check = if options.check_finite {
+        FiniteCheck::Checked
+    } else {
+        FiniteCheck::Unchecked
+    };
+    let main = Checked::new(
+        target,
+        root,
+        fields,
+        options.region,
+        options.backend,
+        main_check,
+    )?;
     // Masked assignments that will run as a ghost fill are checked as
     // usual but not compiled: their kernels only ever run on a GPU.
     let boxes: Vec<IndexBox> = then.iter().map(|(b, _)| *b).collect();
@@ -591,6 +606,7 @@ fn check_all(
             fields,
             Region::Box(*region),
             masked_backend,
+            FiniteCheck::Unchecked,
         )?);
     }
     let fused = masked
@@ -912,5 +928,60 @@ mod tests {
         assert!(shaped(shift(field(&other), [1, 0, 0])).is_none());
         assert!(shaped(mirror.clone() * 2.0).is_none());
         assert!(shaped(shift(Expr::<CellCentre>::symbol(me, "t"), [0, 1, 0])).is_none());
+    }
+
+    /// Generated kernels test what they write only where the assignment
+    /// watches (`check_finite`); an unchecked kernel under a watching
+    /// assignment (not made by `new`, but the evaluator's safety net) still
+    /// reports the first NaN, found by scanning the rows it wrote.
+    #[test]
+    fn only_watched_assignments_get_the_finiteness_test_and_a_missing_test_is_scanned_for() {
+        if crate::codegen::c_compiler().is_err() {
+            eprintln!("skipped: no C compiler");
+            return;
+        }
+        let patch = Grid::new([9, 7, 5], [1.0; 3], [0.0; 3])
+            .unwrap()
+            .whole_domain(1);
+        let mut source = SpatialField::<CellCentre>::new("source", &patch, Device::Cpu).unwrap();
+        fill_values(&mut source, 7);
+        let bad = [4, 3, 2];
+        let at = source.layout().linear_index(bad);
+        source.values_mut().unwrap()[at] = f64::NAN;
+        let mut target = SpatialField::<CellCentre>::new("target", &patch, Device::Cpu).unwrap();
+        let me = target.id();
+        let root = (field(&source) * 2.0 + 1.0).node().clone();
+        let prepare = |check_finite: bool| {
+            let options = AssignOptions {
+                backend: Backend::C,
+                check_finite,
+                ..Default::default()
+            };
+            PreparedAssignment::new(&target, me, &root, &[&source], options, &[]).unwrap()
+        };
+        let native = |p: &PreparedAssignment| p.main.native.clone().expect("a compiled kernel");
+        let unwatched = prepare(false);
+        assert!(!native(&unwatched).checks_finite());
+        let mut watched = prepare(true);
+        assert!(native(&watched).checks_finite());
+        let nan_at = |result: OperatorResult<()>| match result {
+            Err(OperatorError::NotFinite { target, point, .. }) => (target, point),
+            other => panic!("expected NotFinite, got {other:?}"),
+        };
+        assert_eq!(
+            nan_at(watched.run(&mut target, &[&source])),
+            ("target".to_string(), bad)
+        );
+        // The same assignment given the unchecked kernel.
+        watched.main.native = unwatched.main.native.clone();
+        assert_eq!(
+            nan_at(watched.run(&mut target, &[&source])),
+            ("target".to_string(), bad)
+        );
+        // Without watching, the NaN is written and no error is raised.
+        let mut unwatched = unwatched;
+        unwatched.run(&mut target, &[&source]).unwrap();
+        let written = target.values().unwrap()[target.layout().linear_index(bad)];
+        assert!(written.is_nan());
     }
 }

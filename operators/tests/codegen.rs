@@ -85,7 +85,14 @@ fn same_bits<'a, L: Location>(
         return;
     }
     let expr = make();
-    let native = codegen::lower_for(expr.node(), patch, true, Backend::C).unwrap();
+    let native = codegen::lower_for(
+        expr.node(),
+        patch,
+        true,
+        Backend::C,
+        codegen::FiniteCheck::Unchecked,
+    )
+    .unwrap();
     assert!(
         native.native.is_some(),
         "the C back end fell back to the interpreter for {}",
@@ -500,13 +507,25 @@ fn gcc_vectorises_the_diffusion_kernel_and_every_math_function() {
         }),
     ] {
         let kernel = lower_cached(expr.node(), &patch, true).unwrap();
-        let (_, source) = codegen::compile::translation_unit(&kernel.kernel).unwrap();
-        let report = codegen::compile::vectorisation_report(&source).unwrap();
-        assert!(
-            report.contains("loop vectorized"),
-            "gcc did not vectorise {}:\n{report}\n{source}",
-            expr.node()
-        );
+        // Both forms: with the finiteness test (watched assignments) and
+        // without it (the others).
+        for check in [
+            codegen::FiniteCheck::Checked,
+            codegen::FiniteCheck::Unchecked,
+        ] {
+            let (_, source) = codegen::compile::translation_unit(&kernel.kernel, check).unwrap();
+            assert_eq!(
+                source.contains("bad |="),
+                check == codegen::FiniteCheck::Checked,
+                "{check:?}:\n{source}"
+            );
+            let report = codegen::compile::vectorisation_report(&source).unwrap();
+            assert!(
+                report.contains("loop vectorized"),
+                "gcc did not vectorise {} ({check:?}):\n{report}\n{source}",
+                expr.node()
+            );
+        }
     }
 }
 
@@ -518,10 +537,18 @@ fn the_emitter_refuses_what_it_does_not_support() {
     let listed = Mask::<CellCentre>::points([[0, 0, 0], [1, 2, 0]]);
     let expr = cond(on(&listed), 1.0).otherwise(&phi);
     let kernel = lower_cached(expr.node(), &patch, true).unwrap();
-    let refused = codegen::emit::c_function(&kernel.kernel, "k").unwrap_err();
+    let refused =
+        codegen::emit::c_function(&kernel.kernel, "k", codegen::FiniteCheck::Checked).unwrap_err();
     assert!(refused.0.contains("explicit list of points"), "{refused:?}");
     // ... and the assignment still runs, on the interpreter.
-    let runnable = codegen::lower_for(expr.node(), &patch, true, Backend::C).unwrap();
+    let runnable = codegen::lower_for(
+        expr.node(),
+        &patch,
+        true,
+        Backend::C,
+        codegen::FiniteCheck::Checked,
+    )
+    .unwrap();
     assert!(runnable.native.is_none());
 }
 

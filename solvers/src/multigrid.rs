@@ -372,8 +372,17 @@ impl Multigrid {
     }
 
     /// `t = x + w/D (b - lap x)` with `t`'s ghosts filled, then swap `x`
-    /// and `t`.
-    fn smooth(&mut self, level: usize, sweeps: usize, homogeneous: bool) -> SolverResult<()> {
+    /// and `t`. With `from_zero` the level's `x` is taken to be zero
+    /// whatever it holds (a correction's first smoothing): the first sweep
+    /// is then `t = w/D b`, which reads neither `x` nor its ghosts, so no
+    /// pass zeroes `x` beforehand.
+    fn smooth(
+        &mut self,
+        level: usize,
+        sweeps: usize,
+        homogeneous: bool,
+        from_zero: bool,
+    ) -> SolverResult<()> {
         let conditions = self.conditions(level, homogeneous);
         let purpose = Self::fill_purpose(level, homogeneous, ["smooth", "smooth, homogeneous"]);
         let weight = if level + 1 == self.levels.len() {
@@ -387,13 +396,29 @@ impl Multigrid {
             ..
         } = self;
         let l = &mut levels[level];
+        if from_zero && sweeps == 0 {
+            // Nothing sweeps: the zero must be written (ghosts too, which
+            // homogeneous conditions keep at zero).
+            return Ok(l.x.fill(0.0)?);
+        }
         let factor = weight / l.diagonal;
-        for _ in 0..sweeps {
+        for sweep in 0..sweeps {
             let (t, x, b) = (&mut l.t, &l.x, &l.b);
-            assignments.run(purpose, [t.id(), x.id(), b.id()], t, &[x, b], |t| {
-                let value = field(x) + factor * (field(b) - laplacian(x));
-                Recipe::new(value.node().clone(), t.id()).filled(conditions)
-            })?;
+            if from_zero && sweep == 0 {
+                let purpose = Self::fill_purpose(
+                    level,
+                    homogeneous,
+                    ["smooth from zero", "smooth from zero, homogeneous"],
+                );
+                assignments.run(purpose, [t.id(), b.id(), 0], t, &[b], |t| {
+                    Recipe::new((factor * field(b)).node().clone(), t.id()).filled(conditions)
+                })?;
+            } else {
+                assignments.run(purpose, [t.id(), x.id(), b.id()], t, &[x, b], |t| {
+                    let value = field(x) + factor * (field(b) - laplacian(x));
+                    Recipe::new(value.node().clone(), t.id()).filled(conditions)
+                })?;
+            }
             std::mem::swap(&mut l.x, &mut l.t);
         }
         Ok(())
@@ -413,16 +438,17 @@ impl Multigrid {
         })
     }
 
-    /// One V-cycle on `level` for `lap(x) = b` with the level's current `x`.
+    /// One V-cycle on `level` for `lap(x) = b` with the level's current `x`
+    /// (with `from_zero`: with `x = 0`, whatever the field holds).
     ///
     /// Every assignment that writes a level's `x` fills its ghosts in the
     /// same call (as row epilogues where they fuse), with the level's
     /// conditions (homogeneous except on the finest level of a solve), so
     /// whatever reads `x` finds its ghosts filled. Zero fields need no
     /// fill: a homogeneous condition's ghosts of zero are zero.
-    fn v_cycle(&mut self, level: usize, homogeneous: bool) -> SolverResult<()> {
+    fn v_cycle(&mut self, level: usize, homogeneous: bool, from_zero: bool) -> SolverResult<()> {
         if level + 1 == self.levels.len() {
-            self.smooth(level, self.options.coarsest_sweeps, homogeneous)?;
+            self.smooth(level, self.options.coarsest_sweeps, homogeneous, from_zero)?;
             if self.singular {
                 let conditions = self.conditions(level, homogeneous);
                 let Multigrid {
@@ -446,7 +472,7 @@ impl Multigrid {
             }
             return Ok(());
         }
-        self.smooth(level, self.options.pre_smoothing, homogeneous)?;
+        self.smooth(level, self.options.pre_smoothing, homogeneous, from_zero)?;
         self.residual(level)?;
         {
             let Multigrid {
@@ -460,9 +486,9 @@ impl Multigrid {
             assignments.run("restrict", [b.id(), r.id(), 0], b, &[r], |b| {
                 Recipe::new(restrict(r, ratio).node().clone(), b.id())
             })?;
-            coarse[0].x.fill(0.0)?;
         }
-        self.v_cycle(level + 1, true)?;
+        // The coarse correction starts from zero.
+        self.v_cycle(level + 1, true, true)?;
         {
             let conditions = self.conditions(level, homogeneous);
             let purpose =
@@ -482,7 +508,7 @@ impl Multigrid {
                 Recipe::new(value.node().clone(), own).filled(conditions)
             })?;
         }
-        self.smooth(level, self.options.post_smoothing, homogeneous)
+        self.smooth(level, self.options.post_smoothing, homogeneous, false)
     }
 
     fn load(
@@ -571,7 +597,7 @@ impl Multigrid {
                     target,
                 });
             }
-            self.v_cycle(0, false)?;
+            self.v_cycle(0, false, false)?;
             self.residual(0)?;
             residuals.push(norm(&mut self.assignments, &self.levels[0].r)?);
             iterations += 1;
@@ -709,11 +735,7 @@ impl Multigrid {
     /// swap, undone after it) instead of copied.
     fn precondition(&mut self) -> SolverResult<()> {
         std::mem::swap(&mut self.cg.r, &mut self.levels[0].b);
-        let outcome = self.levels[0]
-            .x
-            .fill(0.0)
-            .map_err(SolverError::from)
-            .and_then(|()| self.v_cycle(0, true));
+        let outcome = self.v_cycle(0, true, true);
         std::mem::swap(&mut self.cg.r, &mut self.levels[0].b);
         outcome
     }

@@ -17,7 +17,7 @@
 //! * Libraries stay loaded for the life of the process (kernels hold their
 //!   function pointers).
 
-use super::emit::{self, Unsupported};
+use super::emit::{self, FiniteCheck, Unsupported};
 use crate::error::{CompileFailure, OperatorError, OperatorResult};
 use crate::kernel::Kernel;
 use std::collections::HashMap;
@@ -54,6 +54,8 @@ pub struct NativeKernel {
     _library: Arc<libloading::Library>,
     /// Cache key (also the function's name).
     key: String,
+    /// Whether the function tests what it writes (else it returns 0).
+    finite_check: FiniteCheck,
 }
 
 impl std::fmt::Debug for NativeKernel {
@@ -63,6 +65,13 @@ impl std::fmt::Debug for NativeKernel {
 }
 
 impl NativeKernel {
+    /// Whether the function reports values it wrote that are not finite;
+    /// when not, its return value says nothing and a caller that watches
+    /// for NaN scans the rows itself.
+    pub fn checks_finite(&self) -> bool {
+        self.finite_check == FiniteCheck::Checked
+    }
+
     /// The cache key, which is also the C function's name.
     pub fn key(&self) -> &str {
         &self.key
@@ -444,9 +453,12 @@ fn load_or_build(key: &str, source: &str) -> OperatorResult<Arc<libloading::Libr
 
 /// The cache key and full translation unit for `kernel` (`Err`: the
 /// emitter does not support it).
-pub fn translation_unit(kernel: &Kernel) -> Result<(String, String), Unsupported> {
+pub fn translation_unit(
+    kernel: &Kernel,
+    finite_check: FiniteCheck,
+) -> Result<(String, String), Unsupported> {
     let compiler = c_compiler().map_err(Unsupported)?;
-    let body = emit::c_function(kernel, "WS_KERNEL_NAME")?;
+    let body = emit::c_function(kernel, "WS_KERNEL_NAME", finite_check)?;
     let prelude = emit::prelude(crate::vmath::Dialect::C);
     let key = format!(
         "ws_{}",
@@ -464,8 +476,11 @@ pub fn translation_unit(kernel: &Kernel) -> Result<(String, String), Unsupported
 
 /// Compiles `kernel` (or finds it cached). `Ok(None)` when the emitter does
 /// not support it.
-pub(crate) fn compile_kernel(kernel: &Kernel) -> OperatorResult<Option<Arc<NativeKernel>>> {
-    let (key, source) = match translation_unit(kernel) {
+pub(crate) fn compile_kernel(
+    kernel: &Kernel,
+    finite_check: FiniteCheck,
+) -> OperatorResult<Option<Arc<NativeKernel>>> {
+    let (key, source) = match translation_unit(kernel, finite_check) {
         Ok(unit) => unit,
         Err(_) => {
             INTERPRETED.fetch_add(1, Ordering::Relaxed);
@@ -488,6 +503,7 @@ pub(crate) fn compile_kernel(kernel: &Kernel) -> OperatorResult<Option<Arc<Nativ
         function,
         _library: library,
         key,
+        finite_check,
     })))
 }
 

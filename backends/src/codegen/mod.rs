@@ -30,6 +30,7 @@ use crate::error::{OperatorError, OperatorResult};
 use crate::ir::Node;
 use crate::kernel::{CompiledForm, Kernel};
 pub use compile::{CompileStatistics, NativeKernel, c_compiler, statistics};
+pub use emit::FiniteCheck;
 use std::sync::{Arc, OnceLock};
 use watershed_fields::Patch;
 
@@ -103,15 +104,20 @@ pub struct Runnable {
 /// The compiled form of `kernel`, compiling it on first use (process-wide
 /// memo in the kernel itself, disk cache below it). `Ok(None)`: the
 /// emitter does not support this kernel.
-pub fn native_of(kernel: &Kernel) -> OperatorResult<Option<Arc<NativeKernel>>> {
-    if let Some(done) = kernel.native.get() {
+pub fn native_of(
+    kernel: &Kernel,
+    finite_check: FiniteCheck,
+) -> OperatorResult<Option<Arc<NativeKernel>>> {
+    let slot = match finite_check {
+        FiniteCheck::Checked => &kernel.native,
+        FiniteCheck::Unchecked => &kernel.native_unchecked,
+    };
+    if let Some(done) = slot.get() {
         return done.clone().map(as_native).transpose();
     }
-    let compiled = compile::compile_kernel(kernel)?;
+    let compiled = compile::compile_kernel(kernel, finite_check)?;
     // Another thread may have compiled it meanwhile; both are equal.
-    let stored = kernel
-        .native
-        .get_or_init(|| compiled.map(|native| native as CompiledForm));
+    let stored = slot.get_or_init(|| compiled.map(|native| native as CompiledForm));
     stored.clone().map(as_native).transpose()
 }
 
@@ -126,17 +132,19 @@ fn as_native(form: CompiledForm) -> OperatorResult<Arc<NativeKernel>> {
 }
 
 /// Lowers `root` for `backend`: the generic kernel and its compiled form
-/// for C, the value-specialised kernel for the interpreter (and for kernels
-/// C does not support).
+/// for C (testing what it writes for finiteness with
+/// [`FiniteCheck::Checked`]), the value-specialised kernel for the
+/// interpreter (and for kernels C does not support).
 pub fn lower_for(
     root: &Arc<Node>,
     patch: &Patch,
     into_target: bool,
     backend: Backend,
+    finite_check: FiniteCheck,
 ) -> OperatorResult<Runnable> {
     if backend.resolved() == Backend::C {
         let generic = lower_cached(root, patch, into_target)?;
-        if let Some(native) = native_of(&generic.kernel)? {
+        if let Some(native) = native_of(&generic.kernel, finite_check)? {
             return Ok(Runnable {
                 lowered: generic,
                 native: Some(native),
@@ -192,7 +200,7 @@ pub fn kernel_source(
 ) -> OperatorResult<String> {
     let lowered = lower_cached(root, patch, true)?;
     match dialect {
-        crate::vmath::Dialect::C => emit::c_function(&lowered.kernel, name),
+        crate::vmath::Dialect::C => emit::c_function(&lowered.kernel, name, FiniteCheck::Checked),
         crate::vmath::Dialect::Cuda => emit::cuda_function(&lowered.kernel, name),
     }
     .map_err(|why| crate::error::OperatorError::Backend {
