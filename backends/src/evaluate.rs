@@ -231,7 +231,13 @@ impl Reduction {
         self.of_row_lanes(values)
     }
 
-    /// [`Self::of_row`] compiled for AVX2.
+    /// [`Self::of_row`] with the eight lanes in two 256-bit registers
+    /// (lanes 0-3 and 4-7): each lane combines the same values in the same
+    /// order as [`Self::of_row_lanes`], with the same operations (no fused
+    /// multiply-add; `Min` and `Max` by compare and blend, keeping
+    /// [`Self::combine`]'s choice for NaN and equal values), so the bits are
+    /// the same. (Left to itself, LLVM builds the generic loop from 128-bit
+    /// halves and shuffles.)
     ///
     /// # Safety
     /// The CPU supports AVX2.
@@ -239,7 +245,61 @@ impl Reduction {
     #[target_feature(enable = "avx2")]
     #[inline(never)]
     unsafe fn of_row_avx2(self, values: &[f64]) -> f64 {
-        self.of_row_lanes(values)
+        use std::arch::x86_64::*;
+        // `acc` combined with `v` per lane, as `combine` does.
+        let pick = |acc: __m256d, v: __m256d, better: __m256d| {
+            let acc_nan = _mm256_cmp_pd::<_CMP_UNORD_Q>(acc, acc);
+            let v_nan = _mm256_cmp_pd::<_CMP_UNORD_Q>(v, v);
+            let take = _mm256_andnot_pd(acc_nan, _mm256_or_pd(better, v_nan));
+            _mm256_blendv_pd(acc, v, take)
+        };
+        let identity = _mm256_set1_pd(self.identity());
+        let (mut low, mut high) = (identity, identity);
+        let mut chunks = values.chunks_exact(REDUCTION_LANES);
+        // One loop per kind, each with its own `step`.
+        macro_rules! run {
+            ($step:expr) => {{
+                let step = $step;
+                for chunk in &mut chunks {
+                    // SAFETY: a chunk holds 8 values: two loads of 4.
+                    let (a, b) = unsafe {
+                        (
+                            _mm256_loadu_pd(chunk.as_ptr()),
+                            _mm256_loadu_pd(chunk.as_ptr().add(4)),
+                        )
+                    };
+                    low = step(low, a);
+                    high = step(high, b);
+                }
+            }};
+        }
+        match self {
+            Reduction::Sum => run!(|acc, v| _mm256_add_pd(acc, v)),
+            Reduction::SumOfSquares => run!(|acc, v| _mm256_add_pd(acc, _mm256_mul_pd(v, v))),
+            Reduction::Min => {
+                run!(|acc, v| pick(acc, v, _mm256_cmp_pd::<_CMP_LT_OQ>(v, acc)))
+            }
+            Reduction::Max => {
+                run!(|acc, v| pick(acc, v, _mm256_cmp_pd::<_CMP_GT_OQ>(v, acc)))
+            }
+        }
+        let mut lanes = [0.0; REDUCTION_LANES];
+        // SAFETY: `lanes` holds 8 values: two stores of 4.
+        unsafe {
+            _mm256_storeu_pd(lanes.as_mut_ptr(), low);
+            _mm256_storeu_pd(lanes.as_mut_ptr().add(4), high);
+        }
+        for (lane, &v) in lanes.iter_mut().zip(chunks.remainder()) {
+            *lane = self.combine(*lane, v);
+        }
+        let mut width = REDUCTION_LANES;
+        while width > 1 {
+            width /= 2;
+            for l in 0..width {
+                lanes[l] = self.merge(lanes[2 * l], lanes[2 * l + 1]);
+            }
+        }
+        lanes[0]
     }
 
     /// [`Self::of_row`]'s loops, built for whichever instruction set the
@@ -2744,5 +2804,76 @@ mod tests {
         };
         let small_groups = groups_of(&small, 16);
         assert!(band_order(&kernel_reading(1), &fields, &small, 16, &small_groups).is_empty());
+    }
+
+    /// The AVX2 build of a row reduction gives the generic lanes' bits (a
+    /// NaN for a NaN) for every kind, over rows of every length around the lane count, with
+    /// NaN, infinities, signed zeros, ties and large and small magnitudes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_row_reductions_give_the_generic_lanes_bits() {
+        if !wide_reductions() {
+            eprintln!("skipped: no AVX2");
+            return;
+        }
+        let specials = [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            1e300,
+            -1e-300,
+        ];
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for trial in 0..400 {
+            let len = (trial % 41) as usize;
+            let values: Vec<f64> = (0..len)
+                .map(|_| {
+                    let r = next();
+                    // Rows of specials only (ties, signed zeros, NaN
+                    // against NaN), of ordinary values only, and mixed.
+                    let special = match trial % 4 {
+                        0 => true,
+                        1 => false,
+                        _ => r % 11 == 0,
+                    };
+                    if special {
+                        // Three neighbours in the list per row, so that
+                        // some rows hold only signed zeros and ones.
+                        specials[(trial / 4 + (r >> 8) as usize % 3) % specials.len()]
+                    } else {
+                        ((r >> 11) as f64 / (1u64 << 53) as f64 - 0.5)
+                            * 2f64.powi((r % 40) as i32 - 20)
+                    }
+                })
+                .collect();
+            for kind in [
+                Reduction::Sum,
+                Reduction::SumOfSquares,
+                Reduction::Min,
+                Reduction::Max,
+            ] {
+                let generic = kind.of_row_lanes(&values);
+                // SAFETY: AVX2 was detected above.
+                let wide = unsafe { kind.of_row_avx2(&values) };
+                // A NaN's sign and payload depend on which operand an
+                // instruction propagates; only its being NaN is kept.
+                let same = if generic.is_nan() {
+                    wide.is_nan()
+                } else {
+                    generic.to_bits() == wide.to_bits()
+                };
+                assert!(same, "{kind:?} of {values:?}: {generic} vs {wide}");
+            }
+        }
     }
 }
