@@ -2835,7 +2835,7 @@ mod tests {
             state
         };
         for trial in 0..400 {
-            let len = (trial % 41) as usize;
+            let len = trial % 41;
             let values: Vec<f64> = (0..len)
                 .map(|_| {
                     let r = next();
