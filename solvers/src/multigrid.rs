@@ -846,3 +846,58 @@ fn refinement(fine: &Level, coarse: &Level) -> [usize; 3] {
     );
     [0, 1, 2].map(|a| f[a] / c[a].max(1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use watershed_operators::Side;
+
+    /// The V-cycles start their corrections (and the preconditioner its
+    /// `z`) from zero without reading the levels' `x`: poisoning every
+    /// level's `x` and `t` with NaN before a solve changes no bit of the
+    /// result. A first sweep that still read `x` would spread the NaN.
+    #[test]
+    fn corrections_from_zero_never_read_what_x_held() {
+        let grid = Grid::new([32, 32, 1], [1.0 / 32.0; 3], [0.0; 3])
+            .unwrap()
+            .with_periodic([true, false, false]);
+        let patch = grid.whole_domain(1);
+        let walls = BoundaryConditions::new()
+            .with(Side::MINUS_Y, BoundaryCondition::Dirichlet(0.0))
+            .with(Side::PLUS_Y, BoundaryCondition::Neumann(0.0));
+        let mut rhs = SpatialField::<CellCentre>::new("rhs", &patch, Device::Cpu).unwrap();
+        let layout = rhs.layout().clone();
+        let values = rhs.values_mut().unwrap();
+        for index in layout.interior() {
+            let [x, y, _] = layout.coordinate(index);
+            values[layout.linear_index(index)] =
+                (2.0 * std::f64::consts::PI * x).sin() * y + 0.25 * y * y;
+        }
+        let solve = |poison: bool| {
+            let mut multigrid = Multigrid::new(&patch, walls, MultigridOptions::default()).unwrap();
+            if poison {
+                for level in &mut multigrid.levels {
+                    level.x.fill(f64::NAN).unwrap();
+                    level.t.fill(f64::NAN).unwrap();
+                }
+            }
+            let mut solution =
+                SpatialField::<CellCentre>::new("solution", &patch, Device::Cpu).unwrap();
+            let report = multigrid
+                .solve_preconditioned_cg(&rhs, &mut solution)
+                .unwrap();
+            (solution.values().unwrap().to_vec(), report.iterations)
+        };
+        let (clean, iterations) = solve(false);
+        let (poisoned, poisoned_iterations) = solve(true);
+        assert!(iterations > 1, "the solve should take several iterations");
+        assert_eq!(iterations, poisoned_iterations);
+        assert!(
+            clean
+                .iter()
+                .zip(&poisoned)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "a level's old x reached the solution"
+        );
+    }
+}
