@@ -25,6 +25,17 @@ pub fn execution_mode(threads: usize) -> ExecutionMode {
     }
 }
 
+/// A case's execution mode: [`execution_mode`] of its thread count, or,
+/// with `adaptive_threads`, up to that many threads chosen by timing
+/// (`ExecutionMode::Adaptive`).
+pub fn case_execution_mode(options: &CaseOptions) -> ExecutionMode {
+    if options.adaptive_threads && options.threads > 1 {
+        ExecutionMode::Adaptive(options.threads)
+    } else {
+        execution_mode(options.threads)
+    }
+}
+
 /// The integrators a configuration can name.
 pub const INTEGRATORS: [&str; 3] = ["forward-euler", "ssp-rk2", "ssp-rk3"];
 

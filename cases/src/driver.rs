@@ -152,6 +152,9 @@ pub struct GraphCensus {
     /// Language kernels per execution (a boundary modifier runs one per
     /// side and ghost layer).
     pub kernels: usize,
+    /// The mode an adaptive graph kept after timing one thread against
+    /// several (`None`: not adaptive, or still trying).
+    pub adaptive_choice: Option<watershed_exprgraph::ExecutionMode>,
 }
 
 impl RunReport {
@@ -376,6 +379,7 @@ pub fn run<S: Simulation + ?Sized>(
             nodes: graph.node_count(),
             native: graph.native_node_count(),
             kernels: graph.kernel_count(),
+            adaptive_choice: graph.adaptive_choice(),
         });
         for mut row in graph.timing_table().0 {
             row.name = format!("{name}/{}", row.name);
@@ -443,8 +447,18 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
     for graph in &report.graphs {
         let _ = writeln!(
             text,
-            "graph {}: {} nodes after fusion ({} native), {} kernels per execution",
-            graph.name, graph.nodes, graph.native, graph.kernels
+            "graph {}: {} nodes after fusion ({} native), {} kernels per execution{}",
+            graph.name,
+            graph.nodes,
+            graph.native,
+            graph.kernels,
+            match graph.adaptive_choice {
+                Some(watershed_exprgraph::ExecutionMode::Threaded(n)) => {
+                    format!("; ran on {n} threads (timed faster than 1)")
+                }
+                Some(_) => "; ran on 1 thread (timed faster than several)".to_string(),
+                None => String::new(),
+            }
         );
     }
     if !report.slowest.is_empty() {

@@ -70,7 +70,8 @@ struct RunArgs {
     /// Override one configuration key (repeatable), e.g. `--set re=400`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
-    /// Threads for graph execution (default: WATERSHED_THREADS, else the cores).
+    /// Threads for graph execution (default: WATERSHED_THREADS, else up to
+    /// the cores: each graph times 1 thread against all and keeps the faster).
     #[arg(long)]
     threads: Option<usize>,
     /// Where to run: auto (a GPU if present, else the CPU), cpu, gpu, gpu:K.
@@ -256,6 +257,10 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         Some(n) => n,
         None => default_threads()?,
     };
+    // No count named: up to the cores, one thread where timing says it is
+    // faster (small grids).
+    let adaptive_threads =
+        args.threads.is_none() && std::env::var_os("WATERSHED_THREADS").is_none();
     let (device, placement) = check_device(&args.device, info.name)?;
     if args.convergence && info.name != watershed_cases::cases::heat::NAME {
         return Err(usage(CaseError::Usage(format!(
@@ -268,6 +273,7 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         sets: args.sets.clone(),
         checkpoint_config: None,
         threads,
+        adaptive_threads,
         placement,
     };
     let mut restart_header = None;
@@ -440,7 +446,14 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         }
     }
     write!(out, "{}", summary(info.name, &report, &check))?;
-    writeln!(out, "device: {device}; threads: {threads}")?;
+    if adaptive_threads && threads > 1 {
+        writeln!(
+            out,
+            "device: {device}; threads: up to {threads}, 1 or {threads} per graph by timing (--threads N fixes the count)"
+        )?;
+    } else {
+        writeln!(out, "device: {device}; threads: {threads}")?;
+    }
     writeln!(
         out,
         "output: {} dump(s) in {} (HDF5, one file per dump); open {} in ParaView (File > Open, XDMF reader) to see every field over time",

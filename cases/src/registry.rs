@@ -17,6 +17,11 @@ pub struct CaseOptions {
     pub checkpoint_config: Option<String>,
     /// Threads for graph execution (1: serial).
     pub threads: usize,
+    /// `threads` is an upper bound: each graph times its first executions
+    /// on one thread and on `threads` and keeps the faster
+    /// (`ExecutionMode::Adaptive`). The command line sets it when neither
+    /// `--threads` nor `WATERSHED_THREADS` names a count.
+    pub adaptive_threads: bool,
     /// Where graph nodes run, for cases whose graphs can run on a GPU (the
     /// ExprLib test); the others run on the CPU.
     pub placement: watershed_exprgraph::PlacementPolicy,

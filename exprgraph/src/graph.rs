@@ -323,6 +323,8 @@ pub struct ExpressionGraph {
     pub(crate) provided: Vec<AtomicBool>,
     /// Serialises executions of this graph.
     pub(crate) execution: Mutex<()>,
+    /// Trials and choice of [`crate::ExecutionMode::Adaptive`].
+    pub(crate) adaptive: Mutex<crate::adaptive::AdaptiveState>,
     /// Placement, copies and stream steps ([`crate::placement`]).
     pub(crate) device_plan: DevicePlan,
     /// The plan's GPU streams, reused across executions.
@@ -570,6 +572,7 @@ impl ExpressionGraph {
             groups,
             provided: (0..field_count).map(|_| AtomicBool::new(false)).collect(),
             execution: Mutex::new(()),
+            adaptive: Mutex::new(Default::default()),
             device_plan: DevicePlan::unplanned(),
             gpu_streams: Default::default(),
             finite_watches: Default::default(),

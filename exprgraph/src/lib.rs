@@ -45,6 +45,7 @@
 
 #![warn(missing_docs)]
 
+pub mod adaptive;
 pub mod analyses;
 mod devices;
 pub mod error;

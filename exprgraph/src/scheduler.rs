@@ -51,6 +51,11 @@ pub enum ExecutionMode {
     Serial,
     /// A pool of this many threads.
     Threaded(usize),
+    /// Up to this many threads: the graph times its first executions on
+    /// one thread and on this many, alternately, and keeps the faster
+    /// ([`crate::adaptive`]; [`ExpressionGraph::adaptive_choice`] says
+    /// which). The values do not depend on the choice.
+    Adaptive(usize),
 }
 
 /// What one execution did.
@@ -112,18 +117,24 @@ pub fn max_threads() -> usize {
 
 /// The thread count of `mode`, refusing 0 and counts far above the cores.
 fn checked_threads(mode: ExecutionMode) -> GraphResult<usize> {
-    match mode {
-        ExecutionMode::Serial => Ok(1),
-        ExecutionMode::Threaded(0) => Err(GraphError::Usage(
-            "ExecutionMode::Threaded(0) has no thread to run on; use Threaded(n) with n >= 1, or Serial".into(),
-        )),
-        ExecutionMode::Threaded(n) if n > max_threads() => Err(GraphError::Usage(format!(
-            "ExecutionMode::Threaded({n}) asks for far more threads than this machine's {} cores; use at most {}",
+    let (name, n) = match mode {
+        ExecutionMode::Serial => return Ok(1),
+        ExecutionMode::Threaded(n) => ("Threaded", n),
+        ExecutionMode::Adaptive(n) => ("Adaptive", n),
+    };
+    if n == 0 {
+        return Err(GraphError::Usage(format!(
+            "ExecutionMode::{name}(0) has no thread to run on; use {name}(n) with n >= 1, or Serial"
+        )));
+    }
+    if n > max_threads() {
+        return Err(GraphError::Usage(format!(
+            "ExecutionMode::{name}({n}) asks for far more threads than this machine's {} cores; use at most {}",
             max_threads() / 8,
             max_threads()
-        ))),
-        ExecutionMode::Threaded(n) => Ok(n),
+        )));
     }
+    Ok(n)
 }
 
 /// Thread pools kept alive for reuse; the least recently used goes first.
@@ -198,6 +209,33 @@ impl ExpressionGraph {
         }
         let threads = checked_threads(mode)?;
         let _serial = self.execution.lock().unwrap_or_else(|p| p.into_inner());
+        if let ExecutionMode::Adaptive(up_to) = mode {
+            let (chosen, timed) = self.adaptive_state().next_mode(up_to);
+            let outcome = self.execute_locked(chosen, checked_threads(chosen)?);
+            if let Ok(report) = &outcome {
+                self.adaptive_state()
+                    .record(up_to, chosen, timed, report.elapsed);
+            }
+            return outcome;
+        }
+        self.execute_locked(mode, threads)
+    }
+
+    /// The adaptive schedule's state, also after a panic elsewhere while it
+    /// was locked (it holds only times).
+    fn adaptive_state(&self) -> std::sync::MutexGuard<'_, crate::adaptive::AdaptiveState> {
+        self.adaptive.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The mode an [`ExecutionMode::Adaptive`] graph kept after its trials,
+    /// or `None` before it chose (or when it never ran adaptively).
+    pub fn adaptive_choice(&self) -> Option<ExecutionMode> {
+        self.adaptive_state().choice()
+    }
+
+    /// [`Self::execute`] in `mode` (`Serial` or `Threaded`) on `threads`
+    /// threads, with the execution lock held.
+    fn execute_locked(&self, mode: ExecutionMode, threads: usize) -> GraphResult<ExecutionReport> {
         for (slot, info) in self.fields.iter().enumerate() {
             if info.placeholder
                 && !self.provided[slot].load(std::sync::atomic::Ordering::Acquire)
@@ -250,12 +288,12 @@ impl ExpressionGraph {
             ExecutionMode::Serial if on_devices => {
                 self.run_on_devices(&shared, Parallelism::Serial)
             }
-            ExecutionMode::Threaded(_) if on_devices => {
+            ExecutionMode::Threaded(_) | ExecutionMode::Adaptive(_) if on_devices => {
                 let pool = thread_pool(threads)?;
                 pool.install(|| self.run_on_devices(&shared, Parallelism::Rayon));
             }
             ExecutionMode::Serial => self.run_serial(&shared, &priority),
-            ExecutionMode::Threaded(_) => {
+            ExecutionMode::Threaded(_) | ExecutionMode::Adaptive(_) => {
                 let pool = thread_pool(threads)?;
                 pool.install(|| rayon::scope(|scope| dispatch(&shared, scope, &priority)));
             }

@@ -563,6 +563,52 @@ fn thread_counts_are_checked_and_pools_bounded() {
     }
 }
 
+/// `Adaptive(n)`: the first executions alternate between one thread and
+/// `n` (after untimed warm-ups), then the faster is kept; the values
+/// are those of a serial execution whichever mode ran; 0 threads are
+/// refused by name.
+#[test]
+fn adaptive_execution_chooses_a_mode_and_keeps_the_serial_values() {
+    use watershed_exprgraph::adaptive::{TRIALS, WARM_UP};
+    let (p, rhs) = (Tag::none("p"), Tag::none("rhs"));
+    let factory = diffusion_factory(&p, &rhs);
+    let patch = grid_2d().whole_domain(1);
+    let options = GraphOptions {
+        persistent: vec![rhs.clone()],
+        ..Default::default()
+    };
+    let graph =
+        ExpressionGraph::build(&factory, std::slice::from_ref(&rhs), &patch, &options).unwrap();
+    set(&graph, &p, |[x, y, _]| (3.0 * x).sin() + y * y);
+    graph.execute(ExecutionMode::Serial).unwrap();
+    let bits = |v: Vec<f64>| v.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+    let reference = bits(interior_values(&graph, &rhs));
+    for execution in 0..(WARM_UP + 2 * TRIALS + 2) {
+        graph.execute(ExecutionMode::Adaptive(2)).unwrap();
+        assert_eq!(
+            bits(interior_values(&graph, &rhs)),
+            reference,
+            "execution {execution}"
+        );
+        if execution + 1 < WARM_UP + 2 * TRIALS {
+            assert_eq!(graph.adaptive_choice(), None, "execution {execution}");
+        }
+    }
+    assert!(
+        matches!(
+            graph.adaptive_choice(),
+            Some(ExecutionMode::Serial | ExecutionMode::Threaded(2))
+        ),
+        "{:?}",
+        graph.adaptive_choice()
+    );
+    let zero = graph.execute(ExecutionMode::Adaptive(0)).unwrap_err();
+    assert!(
+        matches!(&zero, GraphError::Usage(m) if m.contains("Adaptive(0)")),
+        "{zero:?}"
+    );
+}
+
 /// Random expressions on random 1D/2D/3D grids with 0-3 ghost layers: the
 /// graph node equals the direct assignment over the interior bitwise, or
 /// the build is refused with `MissingGhosts`, and then the direct

@@ -2,7 +2,7 @@
 //! upwind or limited scheme; bounds and mass are reported and checked.
 
 use crate::common::{
-    dump_solution, execution_mode, fill_graph_field, integrator, load_solution, save_solution,
+    case_execution_mode, dump_solution, fill_graph_field, integrator, load_solution, save_solution,
     solver_graph_options,
 };
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
@@ -155,7 +155,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         .placeholder(velocity[1].clone(), LocationKind::YFace)?;
     let solver = builder
         .integrator(integrator(&config.integrator))
-        .mode(execution_mode(options.threads))
+        .mode(case_execution_mode(options))
         .graph_options(solver_graph_options(options))
         .build()?;
     fill_graph_field::<XFace>(solver.graph(), &velocity[0], |[_, y, _]| {

@@ -6,7 +6,9 @@
 //! when the relative change is at most `steady_tolerance`.
 
 use crate::checkpoint::{load_series, save_series};
-use crate::common::{dump_flow, execution_mode, integrator, interpolate, load_flow, save_flow};
+use crate::common::{
+    case_execution_mode, dump_flow, integrator, interpolate, load_flow, save_flow,
+};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
@@ -135,7 +137,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         )
         .velocity_conditions(1, walls)
         .integrator(integrator(&config.integrator))
-        .mode(execution_mode(options.threads))
+        .mode(case_execution_mode(options))
         .build()?;
     let stop = Stop::EndTime(config.end_time);
     Ok(Prepared {

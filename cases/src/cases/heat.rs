@@ -2,7 +2,8 @@
 //! `--convergence` the observed order of accuracy over three grids.
 
 use crate::common::{
-    dump_solution, execution_mode, integrator, load_solution, save_solution, solver_graph_options,
+    case_execution_mode, dump_solution, integrator, load_solution, save_solution,
+    solver_graph_options,
 };
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, DumpSchedule, RunControl, Simulation, Stop, run};
@@ -96,7 +97,7 @@ fn build(config: &HeatConfig, cells: usize, options: &CaseOptions) -> CaseResult
     let solver = TransportSolverBuilder::new(&grid.whole_domain(1))
         .equation(TransportEquation::new("T").diffusion(Diffusivity::Constant(config.diffusivity)))
         .integrator(integrator(&config.integrator))
-        .mode(execution_mode(options.threads))
+        .mode(case_execution_mode(options))
         .graph_options(solver_graph_options(options))
         .build()?;
     let alpha = config.diffusivity;

@@ -3,7 +3,7 @@
 
 use crate::cases::advection::{bounds_and_mass, scheme};
 use crate::common::{
-    dump_flow, dump_solution, execution_mode, fill_graph_field, integrator, load_flow,
+    case_execution_mode, dump_flow, dump_solution, fill_graph_field, integrator, load_flow,
     load_solution, save_flow, save_solution,
 };
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
@@ -163,7 +163,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         .placeholder(velocity[1].clone(), LocationKind::YFace)?;
     let solver = builder
         .integrator(integrator(&config.integrator))
-        .mode(execution_mode(options.threads))
+        .mode(case_execution_mode(options))
         .build()?;
     fill_graph_field::<XFace>(solver.graph(), &velocity[0], velocity_x(config.speed))?;
     fill_graph_field::<YFace>(solver.graph(), &velocity[1], velocity_y(config.speed))?;
@@ -173,7 +173,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let flow = if config.flow == "computed" {
         let flow = IncompressibleFlowBuilder::new(&patch, config.viscosity)
             .integrator(integrator(&config.integrator))
-            .mode(execution_mode(options.threads))
+            .mode(case_execution_mode(options))
             .build()?;
         flow.set_velocity::<XFace>(velocity_x(config.speed))?;
         flow.set_velocity::<YFace>(velocity_y(config.speed))?;

@@ -4,7 +4,7 @@
 
 use crate::checkpoint::{load_graph_field, save_graph_field};
 use crate::common::{
-    dump_solution, execution_mode, fill_graph_field, integrator, load_solution, save_solution,
+    case_execution_mode, dump_solution, fill_graph_field, integrator, load_solution, save_solution,
 };
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
@@ -425,7 +425,7 @@ fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
             config: c,
             grid,
             graph,
-            mode: execution_mode(options.threads),
+            mode: case_execution_mode(options),
             steps: 0,
         }),
     })
@@ -536,7 +536,7 @@ pub struct Wasatch {
 fn wasatch_solver(
     c: &ScalabilityConfig<WasatchKind>,
     grid: &Grid,
-    threads: usize,
+    mode: ExecutionMode,
     integrator_name: &str,
 ) -> CaseResult<TransportSolver> {
     let mut builder = TransportSolverBuilder::new(&grid.whole_domain(1));
@@ -567,7 +567,7 @@ fn wasatch_solver(
         .placeholder(gamma(), LocationKind::CellCentre)?;
     let solver = builder
         .integrator(integrator(integrator_name))
-        .mode(execution_mode(threads))
+        .mode(mode)
         .graph_options(GraphOptions {
             no_fusion: !c.fusion,
             ..Default::default()
@@ -587,7 +587,7 @@ fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
     let solver = wasatch_solver(
         &c,
         &grid,
-        options.threads,
+        case_execution_mode(options),
         c.integrator.as_deref().unwrap_or("forward-euler"),
     )?;
     Ok(Prepared {
@@ -651,7 +651,12 @@ impl Simulation for Wasatch {
         // A forward-Euler copy of the solver, started from the current state,
         // takes one step; the reference loop takes the same step.
         let c = &self.config;
-        let mut probe = wasatch_solver(c, &self.grid, self.threads, "forward-euler")?;
+        let mut probe = wasatch_solver(
+            c,
+            &self.grid,
+            crate::common::execution_mode(self.threads),
+            "forward-euler",
+        )?;
         let mut phis = Vec::new();
         for i in 0..c.pdes {
             let name = format!("phi{i}");

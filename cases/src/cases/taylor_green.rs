@@ -2,7 +2,7 @@
 //! decay, 3D with kinetic energy and dissipation rate over time.
 
 use crate::checkpoint::{load_series, save_series};
-use crate::common::{dump_flow, execution_mode, integrator, load_flow, save_flow};
+use crate::common::{case_execution_mode, dump_flow, integrator, load_flow, save_flow};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
@@ -103,7 +103,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     .with_periodic([true, true, three]);
     let flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 1.0 / config.re)
         .integrator(integrator(&config.integrator))
-        .mode(execution_mode(options.threads))
+        .mode(case_execution_mode(options))
         .build()?;
     if three {
         flow.set_velocity::<XFace>(|[x, y, z]| x.sin() * y.cos() * z.cos())?;
