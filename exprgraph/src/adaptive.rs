@@ -57,7 +57,7 @@ impl AdaptiveState {
         match self.executions {
             n if n < WARM_UP => (ExecutionMode::Serial, false),
             // Threaded first, then one thread, and so on.
-            n if (n - WARM_UP) % 2 == 0 => (ExecutionMode::Threaded(threads), true),
+            n if (n - WARM_UP).is_multiple_of(2) => (ExecutionMode::Threaded(threads), true),
             _ => (ExecutionMode::Serial, true),
         }
     }
@@ -144,7 +144,7 @@ mod tests {
             .take(WARM_UP + 2 * TRIALS)
             .skip(WARM_UP)
         {
-            let expected = if (i - WARM_UP) % 2 == 0 {
+            let expected = if (i - WARM_UP).is_multiple_of(2) {
                 ExecutionMode::Threaded(2)
             } else {
                 ExecutionMode::Serial
