@@ -12,12 +12,14 @@
 //! * one multigrid V-cycle (as the CG preconditioner runs it) at 128^2 and
 //!   256^2, through `Multigrid::solve` with one iteration.
 //!
-//! Every figure is the median of repeated timings after a warm-up.
+//! Every figure is the median of repeated timings after a warm-up. The
+//! three ExprLib runs are interleaved: each round steps the graph, the
+//! stepping graph and the solver once each, in rotating order.
 //! Environment: `WATERSHED_SECTIONS` (comma-separated subset of
 //! `exprlib,cavity,multigrid`, default all), `WATERSHED_PDES` (default 30), `WATERSHED_CELLS` (ExprLib
 //! cells per side, default 32 and 64), `WATERSHED_VARIANTS` (subset of
 //! `diffusion,independent,coupled`), `WATERSHED_THREADS` (default `1,2`), `WATERSHED_STEPS` (timed ExprLib steps,
-//! default 5 at 64^3 and 15 below). Run:
+//! rounds, default 15 at 64^3 and 30 below). Run:
 //! `cargo bench -p watershed-cases --bench solvers`.
 
 use std::time::Instant;
@@ -123,7 +125,7 @@ fn exprlib(pdes: usize, cells_list: &[usize]) {
         let steps = std::env::var("WATERSHED_STEPS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(if cells >= 64 { 5 } else { 15 });
+            .unwrap_or(if cells >= 64 { 15 } else { 30 });
         for variant in ["diffusion", "independent", "coupled"] {
             if !variants.split(',').any(|v| v == variant) {
                 continue;
@@ -134,17 +136,6 @@ fn exprlib(pdes: usize, cells_list: &[usize]) {
                     .with_periodic([true; 3]);
                 let graph =
                     exprlib_graph(&grid.whole_domain(1), pdes, variant, DT, true).expect("graph");
-                graph.execute(mode(threads)).expect("warm-up");
-                let graph_time = median(
-                    (0..steps)
-                        .map(|_| {
-                            let start = Instant::now();
-                            graph.execute(mode(threads)).expect("execute");
-                            start.elapsed().as_secs_f64()
-                        })
-                        .collect(),
-                );
-                drop(graph);
                 let stepping = exprlib_stepping_graph(
                     &grid.whole_domain(1),
                     pdes,
@@ -154,6 +145,10 @@ fn exprlib(pdes: usize, cells_list: &[usize]) {
                     PlacementPolicy::Cpu,
                 )
                 .expect("stepping graph");
+                let mut solver = transport_solver(cells, pdes, variant, threads);
+                let run_graph = || {
+                    graph.execute(mode(threads)).expect("execute");
+                };
                 let step_graph = || {
                     stepping.execute(mode(threads)).expect("execute");
                     for i in 0..pdes {
@@ -162,28 +157,26 @@ fn exprlib(pdes: usize, cells_list: &[usize]) {
                             .expect("rotate");
                     }
                 };
-                step_graph();
-                let stepping_time = median(
-                    (0..steps)
-                        .map(|_| {
-                            let start = Instant::now();
-                            step_graph();
-                            start.elapsed().as_secs_f64()
-                        })
-                        .collect(),
-                );
-                drop(stepping);
-                let mut solver = transport_solver(cells, pdes, variant, threads);
-                solver.step(DT).expect("warm-up");
-                let solver_time = median(
-                    (0..steps)
-                        .map(|_| {
-                            let start = Instant::now();
-                            solver.step(DT).expect("step");
-                            start.elapsed().as_secs_f64()
-                        })
-                        .collect(),
-                );
+                let mut step_solver = || solver.step(DT).expect("step");
+                // The three run in turn, one step each per round (the
+                // order rotating), so that the VM's drifts reach all three
+                // alike; the first round is a warm-up.
+                let mut times = [Vec::new(), Vec::new(), Vec::new()];
+                for round in 0..=steps {
+                    for k in 0..3 {
+                        let which = (round + k) % 3;
+                        let start = Instant::now();
+                        match which {
+                            0 => run_graph(),
+                            1 => step_graph(),
+                            _ => step_solver(),
+                        }
+                        if round > 0 {
+                            times[which].push(start.elapsed().as_secs_f64());
+                        }
+                    }
+                }
+                let [graph_time, stepping_time, solver_time] = times.map(median);
                 let points = (pdes * cells * cells * cells) as f64 / 1e6;
                 println!(
                     "| {variant} | {cells}^3 | {threads} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} |",

@@ -24,7 +24,7 @@ use crate::store::{AnyField, FieldStore, GraphLocation};
 use crate::tag::Tag;
 use std::collections::HashMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use watershed_fields::{
     FieldInit, FieldLayout, GhostWidth, HostMemory, IndexBox, Lifetime, LocationKind, MemoryPool,
@@ -321,6 +321,11 @@ pub struct ExpressionGraph {
     /// Per field: a placeholder that was bound, written or filled (reading
     /// one that was not is an error at execute).
     pub(crate) provided: Vec<AtomicBool>,
+    /// Per field: a count bumped by everything that may write it (see
+    /// [`ExpressionGraph::field_version`]).
+    pub(crate) versions: Vec<AtomicU64>,
+    /// The fields an execution may write: every node's outputs.
+    pub(crate) written: Vec<usize>,
     /// Serialises executions of this graph.
     pub(crate) execution: Mutex<()>,
     /// Trials and choice of [`crate::ExecutionMode::Adaptive`].
@@ -550,6 +555,9 @@ impl ExpressionGraph {
         }
         let node_count = nodes.len();
         let field_count = fields.len();
+        let mut written: Vec<usize> = nodes.iter().flat_map(|n| n.outputs.clone()).collect();
+        written.sort_unstable();
+        written.dedup();
         let mut graph = ExpressionGraph {
             patch,
             regions,
@@ -571,6 +579,8 @@ impl ExpressionGraph {
             hoisted,
             groups,
             provided: (0..field_count).map(|_| AtomicBool::new(false)).collect(),
+            versions: (0..field_count).map(|_| AtomicU64::new(0)).collect(),
+            written,
             execution: Mutex::new(()),
             adaptive: Mutex::new(Default::default()),
             device_plan: DevicePlan::unplanned(),
@@ -709,7 +719,9 @@ impl ExpressionGraph {
             requested: L::KIND,
         })?;
         self.provided[slot].store(true, Ordering::Release);
-        Ok(f(typed))
+        let result = f(typed);
+        self.versions[slot].fetch_add(1, Ordering::AcqRel);
+        Ok(result)
     }
 
     /// The execution lock when the plan has GPU nodes (whose kernels run
@@ -910,6 +922,7 @@ impl ExpressionGraph {
         }
         for &slot in &slots {
             self.provided[slot].store(true, Ordering::Release);
+            self.versions[slot].fetch_add(1, Ordering::AcqRel);
         }
         Ok(())
     }
@@ -955,6 +968,7 @@ impl ExpressionGraph {
         )?;
         let previous = self.store.put(slot, Some(L::wrap(field)));
         self.provided[slot].store(true, Ordering::Release);
+        self.versions[slot].fetch_add(1, Ordering::AcqRel);
         Ok(previous)
     }
 
@@ -971,6 +985,47 @@ impl ExpressionGraph {
         }
         self.provided[slot].store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// A number that changes whenever the field `tag` may have changed:
+    /// an execution (for every field a node computes or modifies),
+    /// [`Self::with_field_mut`], [`Self::bind_placeholder`] and
+    /// [`Self::rotate_fields`] each move it on. The same number at two
+    /// moments means the same values, so a driver can keep a scalar it
+    /// derived from the field (a graph reduction's result, a norm) and
+    /// tell when it has gone stale. `None` for a field bound to external
+    /// memory, which its owner may write without the graph knowing.
+    ///
+    /// ```
+    /// use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, Tag};
+    /// use watershed_fields::{CellCentre, Grid, LocationKind};
+    /// let (u, twice) = (Tag::none("u"), Tag::none("2u"));
+    /// let mut factory = Factory::new();
+    /// factory.placeholder(u.clone(), LocationKind::CellCentre)?;
+    /// let t = u.clone();
+    /// factory.register(LanguageExpression::new::<CellCentre>(twice.clone(), move |s| {
+    ///     2.0 * s.field::<CellCentre>(&t)
+    /// }))?;
+    /// let patch = Grid::new([4, 4, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+    /// let graph = ExpressionGraph::build(&factory, &[twice.clone()], &patch, &GraphOptions::default())?;
+    /// let before = graph.field_version(&u)?;
+    /// graph.with_field::<CellCentre, _>(&u, |_| ())?;
+    /// assert_eq!(graph.field_version(&u)?, before); // read only
+    /// graph.with_field_mut::<CellCentre, _>(&u, |f| f.fill(1.0))??;
+    /// assert_ne!(graph.field_version(&u)?, before);
+    /// let computed = graph.field_version(&twice)?;
+    /// graph.execute(ExecutionMode::Serial)?;
+    /// assert_ne!(graph.field_version(&twice)?, computed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn field_version(&self, tag: &Tag) -> GraphResult<Option<u64>> {
+        let slot = self.slot(tag, "asked for its version")?;
+        let external = self.store.slots[slot]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(AnyField::is_external);
+        Ok((!external).then(|| self.versions[slot].load(Ordering::Acquire)))
     }
 
     /// The ghost layers per side that the stencils reading `tag` need

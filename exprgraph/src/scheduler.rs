@@ -299,6 +299,11 @@ impl ExpressionGraph {
             }
         }
         let state = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
+        // Whatever ran (all of it, or part before an error) may have
+        // written its outputs.
+        for &slot in &self.written {
+            self.versions[slot].fetch_add(1, Ordering::AcqRel);
+        }
         let statistics = self.pool.statistics();
         let report = ExecutionReport {
             elapsed: epoch.elapsed(),

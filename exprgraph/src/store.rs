@@ -161,6 +161,17 @@ impl AnyField {
         }
     }
 
+    /// True when the field's CPU storage belongs to an outer framework
+    /// (bound from external memory), which may write it at any time.
+    pub fn is_external(&self) -> bool {
+        match self {
+            AnyField::Cell(f) => f.is_external(),
+            AnyField::XFace(f) => f.is_external(),
+            AnyField::YFace(f) => f.is_external(),
+            AnyField::ZFace(f) => f.is_external(),
+        }
+    }
+
     /// Bytes of storage (ghosts included).
     pub fn bytes(&self) -> usize {
         self.as_bound().layout().allocated_len() * std::mem::size_of::<f64>()

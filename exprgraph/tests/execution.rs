@@ -841,7 +841,11 @@ fn a_bound_external_placeholder_is_used() {
             ExternalBuffer::from_vec(external.clone()),
         )
         .unwrap();
+        let pool_backed = graph.field_version(&t.phi).unwrap();
+        assert!(pool_backed.is_some());
         let previous = graph.bind_placeholder(&t.phi, field).unwrap();
+        // Its owner may write it behind the graph's back: no version.
+        assert_eq!(graph.field_version(&t.phi).unwrap(), None);
         match previous {
             Some(AnyField::Cell(old)) => assert_eq!(old.name(), "phi"),
             other => panic!("the pool-backed phi comes back, got {other:?}"),
@@ -1050,4 +1054,38 @@ fn an_unread_output_of_a_multi_output_expression_goes_back_to_the_pool() {
             }
         }
     }
+}
+
+/// Every way a field may change moves its version on (an execution for
+/// what it computes, a mutable access, a binding, a rotation); reading,
+/// and executing for a field nobody writes, does not.
+#[test]
+fn field_versions_follow_every_write() {
+    let t = tags();
+    let graph = build(&diffusion_factory(false), true);
+    fill_inputs(&graph);
+    let version = |tag: &Tag| graph.field_version(tag).unwrap().unwrap();
+    let (gamma, rhs) = (version(&t.gamma), version(&t.rhs));
+    graph.execute(ExecutionMode::Serial).unwrap();
+    assert_eq!(version(&t.gamma), gamma, "an input the graph only reads");
+    assert_ne!(version(&t.rhs), rhs, "a root the execution computed");
+    let rhs = version(&t.rhs);
+    graph.with_field::<CellCentre, _>(&t.rhs, |_| ()).unwrap();
+    assert_eq!(version(&t.rhs), rhs, "a read");
+    graph
+        .with_field_mut::<CellCentre, _>(&t.gamma, |_| ())
+        .unwrap();
+    assert_ne!(version(&t.gamma), gamma, "a mutable access");
+    let (gamma, phi) = (version(&t.gamma), version(&t.phi));
+    graph
+        .rotate_fields(&[t.gamma.clone(), t.phi.clone()])
+        .unwrap();
+    assert!(
+        version(&t.gamma) != gamma && version(&t.phi) != phi,
+        "a rotation"
+    );
+    assert!(matches!(
+        graph.field_version(&Tag::none("nowhere")),
+        Err(GraphError::UnknownTag { .. })
+    ));
 }

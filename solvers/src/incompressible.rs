@@ -15,7 +15,8 @@
 //! `u = u* - grad(psi)` into STATE_NP1, which leaves `div(u)` equal to the
 //! Poisson residual. `psi` has zero normal derivative on walls, so the
 //! normal velocity on walls is untouched; the pressure is `psi / (b dt)`.
-//! The norms of `div(u*)` and `div(u)` are graph reductions. One stage is
+//! The norms of `div(u*)` and `div(u)` and the speeds `max |u|` of the
+//! CFL limit are graph reductions. One stage is
 //! one execution of the graph; the first step starts with an execution of
 //! zero length (`u* = u`), which projects the initial velocity.
 
@@ -257,8 +258,24 @@ impl IncompressibleFlowBuilder {
             divergence_of(next.clone(), active.clone()),
         ))?;
 
+        // The CFL limit's speeds: max |u| of each new velocity component,
+        // reduced in the graph where the velocity lives. The driver reads
+        // them in `stable_time_step` while the velocity is unchanged since.
+        let speeds = NAMES.map(|n| Parameter::new(&format!("max |{n}|"), 0.0));
+        let speed_tags = NAMES.map(|n| Tag::none(&format!("max |{n}|")));
+        for &axis in &active {
+            let velocity = next[axis].clone();
+            factory.register_reduction(on_face!(axis, F => LanguageReduction::new::<F>(
+                speed_tags[axis].clone(),
+                &speeds[axis],
+                Reduction::Max,
+                move |s| abs(s.field::<F>(&velocity)),
+            )))?;
+        }
+
         let mut roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
         roots.extend([pressure_tag.clone(), Tag::none("|div(u*)|"), after]);
+        roots.extend(active.iter().map(|&a| speed_tags[a].clone()));
         // `div(u*)` is kept rather than taken from the pool per execution:
         // the solve's prepared copy of it into the finest multigrid level
         // binds it by field id, and a scratch field is a new field (a new
@@ -281,6 +298,8 @@ impl IncompressibleFlowBuilder {
             pressure_scale,
             divergence_before,
             divergence_after,
+            speeds,
+            speeds_of: [None; 3],
             active,
             now,
             next,
@@ -357,6 +376,11 @@ pub struct IncompressibleFlow {
     /// `|div(u*)|^2` and `|div(u)|^2` of the last stage (graph reductions).
     divergence_before: Parameter,
     divergence_after: Parameter,
+    /// `max |u|` per component of the last stage's velocity (graph
+    /// reductions), and the version of the current velocity they hold for
+    /// ([`ExpressionGraph::field_version`]); `None` until a stage ran.
+    speeds: [Parameter; 3],
+    speeds_of: [Option<u64>; 3],
     active: Vec<usize>,
     now: [Tag; 3],
     next: [Tag; 3],
@@ -574,6 +598,7 @@ impl IncompressibleFlow {
     /// the projection of the initial velocity, whose update copies it) and
     /// moves the projected velocity to STATE_N.
     fn run_stage(&mut self, stage: Option<usize>, dt: f64) -> SolverResult<()> {
+        self.speeds_of = [None; 3];
         if let Err(error) = self.graph.execute(self.mode) {
             if let Some(failure) = lock_state(&self.poisson).take_failure() {
                 return Err(failure);
@@ -601,6 +626,8 @@ impl IncompressibleFlow {
                     .graph
                     .rotate_fields(&[self.now[axis].clone(), self.next[axis].clone()])?,
             }
+            // The speed reduction read what is now the current velocity.
+            self.speeds_of[axis] = self.graph.field_version(&self.now[axis])?;
         }
         let state = lock_state(&self.poisson);
         let report = state.report();
@@ -680,14 +707,23 @@ impl IncompressibleFlow {
     /// The speed is the largest of the interior velocities (the boundary
     /// faces included, the mirrored ghosts not) and the Dirichlet boundary
     /// values, so that an impulsively started lid limits the first step.
+    /// After a stage, the interior maxima are the graph's own reductions of
+    /// the new velocity (no pass over the velocity here); a velocity
+    /// written since (initial values, a restart) is reduced on the spot.
     pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
         let grid = self.graph.patch().grid();
         let mut limit = StabilityLimit::new(smallest_spacing(grid), cfl, diffusion_number)?;
         let mut speed: f64 = 0.0;
         for &axis in &self.active {
-            speed = speed.max(on_face!(axis, F => self.component::<F, _>(axis, |u| {
-                self.max_abs(u)
-            })??));
+            let version = self.graph.field_version(&self.now[axis])?;
+            let largest = if version.is_some() && version == self.speeds_of[axis] {
+                // The graph's reduction of this very velocity.
+                self.speeds[axis].get()
+            } else {
+                // Written since (initial values, a restart): reduce it now.
+                on_face!(axis, F => self.component::<F, _>(axis, |u| self.max_abs(u))??)
+            };
+            speed = speed.max(largest);
             for side in watershed_operators::Side::ALL {
                 if let Some(BoundaryCondition::Dirichlet(value)) = self.conditions[axis].get(side) {
                     speed = speed.max(value.abs());
@@ -764,5 +800,46 @@ impl Stepping for IncompressibleFlow {
 
     fn step(&mut self, dt: f64) -> SolverResult<()> {
         IncompressibleFlow::step(self, dt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use watershed_fields::{Grid, XFace, YFace};
+
+    fn swirl() -> IncompressibleFlow {
+        let patch = Grid::new([12, 12, 1], [1.0; 3], [0.0; 3])
+            .unwrap()
+            .whole_domain(1);
+        let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+        let flow = IncompressibleFlowBuilder::new(&patch, 1e-6)
+            .velocity_conditions(0, walls)
+            .velocity_conditions(1, walls)
+            .build()
+            .unwrap();
+        flow.set_velocity::<XFace>(|[x, y, _]| (std::f64::consts::PI * x).sin() * (3.0 * y).cos())
+            .unwrap();
+        flow.set_velocity::<YFace>(|[x, y, _]| -0.5 * (2.0 * x).cos() * y)
+            .unwrap();
+        flow
+    }
+
+    /// After a stage the speeds are the graph reduction's parameters (a
+    /// value planted in them shows), and any write to the velocity sends
+    /// `stable_time_step` back to reducing the velocity itself.
+    #[test]
+    fn the_speeds_come_from_the_graph_until_the_velocity_is_written() {
+        let mut flow = swirl();
+        let fresh = flow.stable_time_step(0.5, 0.25).unwrap();
+        flow.step(fresh).unwrap();
+        let reduced = flow.stable_time_step(0.5, 0.25).unwrap();
+        let h = 1.0 / 12.0;
+        flow.speeds[1].set(1000.0);
+        let planted = flow.stable_time_step(0.5, 0.25).unwrap();
+        assert_eq!(planted, 0.5 * h / 1000.0);
+        // A write (even one that changes nothing) makes the planted value stale.
+        flow.with_velocity_mut::<YFace, _>(|_| ()).unwrap();
+        assert_eq!(flow.stable_time_step(0.5, 0.25).unwrap(), reduced);
     }
 }

@@ -2,7 +2,8 @@
 //! assignments against a hand-written reference loop
 //! for every kind, side and location in 1D, 2D and 3D; the structure of the
 //! solvers' graphs (no native node); a time-dependent source read through
-//! the stage-time parameter; and the rotation of time levels.
+//! the stage-time parameter; the rotation of time levels; and the flow's
+//! CFL limit from its graph reductions against a hand loop.
 
 use std::f64::consts::PI;
 use watershed_exprgraph::{ExpressionKind, GraphError, Tag};
@@ -234,11 +235,12 @@ fn the_solvers_graphs_have_no_native_node() {
     // update. The flow: the velocity conditions on STATE_N (2 modifiers),
     // the updates to u* and v* (their conditions fused), div(u*), its norm,
     // the Poisson solve, the pressure, the corrections u and v (their
-    // conditions fused) and the norm of div(u): the whole projection is in
-    // the graph, and only the solve is not a language node.
+    // conditions fused), the norm of div(u) and the CFL limit's max |u|
+    // and max |v|: the whole projection is in the graph, and only the
+    // solve is not a language node.
     for (name, graph, nodes, updates, solves) in [
         ("transport", solver.graph(), 1, 1, 0),
-        ("momentum", flow.graph(), 11, 4, 1),
+        ("momentum", flow.graph(), 13, 4, 1),
     ] {
         let order = graph.execution_order();
         assert_eq!(graph.native_node_count(), 0, "{name}: {order:?}");
@@ -545,4 +547,57 @@ fn the_transport_solver_places_its_whole_step_on_a_gpu() {
         );
         assert!(error.contains("T"), "{error}");
     }
+}
+
+/// The flow's CFL limit after steps, read from its graph reductions, is
+/// `cfl h / max |u|` with the maximum taken by a plain loop over every
+/// face of the interior (boundary faces included), bit for bit; so is the
+/// limit of a velocity written from outside between steps.
+#[test]
+fn the_flow_time_step_matches_a_hand_loop_over_the_faces() {
+    let grid = Grid::new([20, 14, 1], [1.0; 3], [0.0; 3]).unwrap();
+    let patch = grid.whole_domain(1);
+    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let mut flow = IncompressibleFlowBuilder::new(&patch, 1e-7)
+        .velocity_conditions(
+            0,
+            walls.with(Side::PLUS_Y, BoundaryCondition::Dirichlet(0.25)),
+        )
+        .velocity_conditions(1, walls)
+        .integrator(TimeIntegrator::SspRk3)
+        .build()
+        .unwrap();
+    flow.set_velocity::<XFace>(|[x, y, _]| 2.0 * (3.0 * x).sin() * (2.0 * y).cos())
+        .unwrap();
+    flow.set_velocity::<YFace>(|[x, y, _]| -1.5 * (x * y).cos())
+        .unwrap();
+    fn largest<F: Location>(u: &SpatialField<F>) -> f64 {
+        let layout = u.layout();
+        let values = u.values().unwrap();
+        let mut m: f64 = 0.0;
+        for index in layout.interior() {
+            m = m.max(values[layout.linear_index(index)].abs());
+        }
+        m
+    }
+    let h = 1.0f64 / 20.0;
+    let expected = |flow: &watershed_solvers::IncompressibleFlow| {
+        let u = flow.with_velocity::<XFace, _>(largest).unwrap();
+        let v = flow.with_velocity::<YFace, _>(largest).unwrap();
+        0.4 * h / u.max(v).max(0.25)
+    };
+    for step in 0..4 {
+        let dt = flow.stable_time_step(0.4, 0.25).unwrap();
+        assert_eq!(dt, expected(&flow), "before step {step}");
+        flow.step(dt).unwrap();
+    }
+    // Written from outside: the limit follows the new values.
+    flow.with_velocity_mut::<XFace, _>(|u| {
+        let layout = u.layout().clone();
+        let values = u.values_mut().unwrap();
+        values[layout.linear_index([3, 4, 0])] = -7.0;
+    })
+    .unwrap();
+    let dt = flow.stable_time_step(0.4, 0.25).unwrap();
+    assert_eq!(dt, 0.4 * h / 7.0);
 }
