@@ -177,24 +177,6 @@ fn exprlib(pdes: usize, cells_list: &[usize]) {
                     }
                 }
                 let [graph_time, stepping_time, solver_time] = times.map(median);
-                if std::env::var("PROBE").is_ok() {
-                    for (n, g) in [
-                        ("graph", &graph),
-                        ("stepping", &stepping),
-                        ("solver", solver.graph()),
-                    ] {
-                        let t = g.timing_table();
-                        let sum: f64 = t.0.iter().map(|r| r.mean.as_secs_f64()).sum();
-                        eprintln!(
-                            "{n}: node sum {:.2} ms, top {:?}",
-                            sum * 1e3,
-                            t.0.iter()
-                                .take(2)
-                                .map(|r| (r.name.clone(), r.mean))
-                                .collect::<Vec<_>>()
-                        );
-                    }
-                }
                 let points = (pdes * cells * cells * cells) as f64 / 1e6;
                 println!(
                     "| {variant} | {cells}^3 | {threads} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2} |",
