@@ -617,6 +617,7 @@ impl IncompressibleFlow {
             match stage {
                 Some(index) => advance_levels(
                     &self.graph,
+                    self.integrator,
                     index,
                     &self.start[axis],
                     &self.now[axis],

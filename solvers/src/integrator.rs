@@ -80,4 +80,10 @@ impl TimeIntegrator {
     pub fn order(self) -> usize {
         self.stages().len()
     }
+
+    /// Whether a stage after the first reads the step's start value
+    /// (`a != 0`); forward Euler's single stage never does.
+    pub fn reads_start(self) -> bool {
+        self.stages().iter().skip(1).any(|stage| stage.a != 0.0)
+    }
 }

@@ -466,6 +466,7 @@ impl TransportSolver {
             for equation in &self.equations {
                 advance_levels(
                     &self.graph,
+                    self.integrator,
                     index,
                     &equation.start_tag(),
                     &equation.solution_tag(),

@@ -7,10 +7,11 @@
 //! `dt` and the stage time as [`Parameter`]s, so the same compiled kernel
 //! serves every stage and step. No field is copied between stages: after
 //! stage 1 the storage of the three levels rotates (start <- now <- next),
-//! after later stages `now` and `next` swap.
+//! after later stages `now` and `next` swap; an integrator whose later
+//! stages never read `start` (forward Euler) only swaps.
 
 use crate::error::SolverResult;
-use crate::integrator::Stage;
+use crate::integrator::{Stage, TimeIntegrator};
 use watershed_exprgraph::{ExpressionGraph, GraphError, LanguageExpression, Tag};
 use watershed_fields::Location;
 use watershed_operators::{Expr, OperatorError, Parameter, cond};
@@ -87,14 +88,20 @@ pub(crate) fn not_finite_in(error: &GraphError) -> Option<(&str, [isize; 3])> {
 }
 
 /// After stage `index`: the new value moves to `now` without copying.
+/// After the first stage the old `now` becomes `start` when a later stage
+/// reads it (`integrator.reads_start()`); otherwise (forward Euler) `now`
+/// and `next` just swap, so a step cycles through two fields rather than
+/// three (a third less memory in flight: at 32^3 the 30 ExprLib solutions
+/// then stay in the last-level cache).
 pub(crate) fn advance_levels(
     graph: &ExpressionGraph,
+    integrator: TimeIntegrator,
     index: usize,
     start: &Tag,
     now: &Tag,
     next: &Tag,
 ) -> SolverResult<()> {
-    if index == 0 {
+    if index == 0 && integrator.reads_start() {
         graph.rotate_fields(&[start.clone(), now.clone(), next.clone()])?;
     } else {
         graph.rotate_fields(&[now.clone(), next.clone()])?;

@@ -601,3 +601,43 @@ fn the_flow_time_step_matches_a_hand_loop_over_the_faces() {
     let dt = flow.stable_time_step(0.4, 0.25).unwrap();
     assert_eq!(dt, 0.4 * h / 7.0);
 }
+
+/// Forward Euler never reads the step's start value, so its steps swap
+/// two time levels and leave the third (`start`) untouched; SSP-RK3 reads
+/// it in its later stages and rotates it into place every step. Both give
+/// the hand-computed values of `dT/dt = 1` (`T = T0 + t`).
+#[test]
+fn only_integrators_that_read_the_start_value_rotate_it() {
+    let patch = Grid::new([4, 3, 1], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .whole_domain(1);
+    for (integrator, rotates) in [
+        (TimeIntegrator::ForwardEuler, false),
+        (TimeIntegrator::SspRk3, true),
+    ] {
+        let equation = TransportEquation::new("T")
+            .source_expression(|_| watershed_operators::Expr::constant(1.0))
+            .boundary_conditions(BoundaryConditions::all(BoundaryCondition::Neumann(0.0)));
+        let start = equation.start_tag();
+        let mut solver = TransportSolverBuilder::new(&patch)
+            .equation(equation)
+            .integrator(integrator)
+            .build()
+            .unwrap();
+        solver.set_initial_condition("T", |_| 2.0).unwrap();
+        let before = solver.graph().field_version(&start).unwrap();
+        for _ in 0..3 {
+            solver.step(0.25).unwrap();
+        }
+        let after = solver.graph().field_version(&start).unwrap();
+        assert_eq!(after != before, rotates, "{integrator:?}");
+        solver
+            .with_solution("T", |t| {
+                let layout = t.layout();
+                for index in layout.interior() {
+                    assert_eq!(t.values().unwrap()[layout.linear_index(index)], 2.75);
+                }
+            })
+            .unwrap();
+    }
+}
