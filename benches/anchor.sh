@@ -7,6 +7,9 @@
 # reach both; the table at the end gives each column's median over the
 # rounds and the ratios of those medians. The interpreter runs once, after
 # the rounds, for reference. Raw lines: target/anchor.log.
+# Watershed solves the script's equations, Gamma = 0.1 everywhere
+# (WATERSHED_GAMMA); ANCHOR_GAMMA=field runs the ExprLib case's Gamma field
+# instead (a harder problem than Devito's: earlier tables until 2026-11-22).
 # Run: bash benches/anchor.sh  (installs Devito into .tools/devito on first use)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,10 +23,11 @@ cargo bench -p watershed-cases --bench solvers --no-run 2>/dev/null
 bin=$(ls -t target/release/deps/solvers-* | grep -v '\.d$' | head -n 1)
 variants=${WATERSHED_VARIANTS:-diffusion,independent,coupled}
 rounds=${ANCHOR_ROUNDS:-3}
+gamma=${ANCHOR_GAMMA:-0.1}
 log=target/anchor.log
 : > "$log"
 watershed() {
-    WATERSHED_BACKEND=$1 WATERSHED_SECTIONS=exprlib WATERSHED_CELLS=64 WATERSHED_STEPS=7 \
+    WATERSHED_BACKEND=$1 WATERSHED_GAMMA=$gamma WATERSHED_SECTIONS=exprlib WATERSHED_CELLS=64 WATERSHED_STEPS=7 \
         WATERSHED_VARIANTS=$2 "$bin" --bench | grep -E "^\| $2" | sed "s/^/watershed $1 /"
 }
 for round in $(seq 1 "$rounds"); do
@@ -39,10 +43,10 @@ done
 for variant in ${variants//,/ }; do
     watershed interpreter "$variant" | tee -a "$log"
 done
-python3 - "$log" "$rounds" <<'EOF'
+python3 - "$log" "$rounds" "$gamma" <<'EOF'
 import re, statistics, sys
 from collections import defaultdict
-log, rounds = sys.argv[1], sys.argv[2]
+log, rounds, gamma = sys.argv[1], sys.argv[2], sys.argv[3]
 cols = defaultdict(list)  # (variant, threads, column) -> Mpts/s values
 for line in open(log):
     m = re.match(r"devito (\w+) n=\d+ pdes=\d+ threads=(\d+): .*, (\d+) Mpts/s", line)
@@ -57,7 +61,7 @@ for line in open(log):
         cols[(m[2], int(m[3]), f"graph {m[1]}")].append(graph)
         cols[(m[2], int(m[3]), f"solver {m[1]}")].append(solver)
 med = {k: statistics.median(v) for k, v in cols.items()}
-print(f"\nMedians of {rounds} rounds, million PDE-point updates per second (64^3, 30 PDEs, f64)\n")
+print(f"\nMedians of {rounds} rounds, million PDE-point updates per second (64^3, 30 PDEs, f64, Watershed's Gamma: {gamma})\n")
 print("| variant | threads | Devito | graph (C) | solver (C) | graph / Devito | solver / Devito | solver (interpreter) | Devito spread | solver spread |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for variant in ["diffusion", "independent", "coupled"]:

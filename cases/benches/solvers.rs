@@ -19,14 +19,15 @@
 //! `exprlib,cavity,multigrid`, default all), `WATERSHED_PDES` (default 30), `WATERSHED_CELLS` (ExprLib
 //! cells per side, default 32 and 64), `WATERSHED_VARIANTS` (subset of
 //! `diffusion,independent,coupled`), `WATERSHED_THREADS` (default `1,2`), `WATERSHED_STEPS` (timed ExprLib steps,
-//! rounds, default 15 at 64^3 and 30 below). Run:
+//! rounds, default 15 at 64^3 and 30 below), `WATERSHED_GAMMA` (`field`, the
+//! default, or a constant diffusivity such as the anchor's 0.1). Run:
 //! `cargo bench -p watershed-cases --bench solvers`.
 
 use std::time::Instant;
 use watershed_cases::cases::scalability::{
-    exprlib_graph, exprlib_stepping_graph, gamma, gamma_value, initial_phi, phi, phi_next,
+    ExprLibDiffusivity, exprlib_graph_with, gamma, gamma_value, initial_phi, phi, phi_next,
 };
-use watershed_exprgraph::{ExecutionMode, PlacementPolicy};
+use watershed_exprgraph::ExecutionMode;
 use watershed_fields::{CellCentre, Device, Grid, LocationKind, SpatialField};
 use watershed_operators::exp;
 use watershed_solvers::{
@@ -49,11 +50,24 @@ fn mode(threads: usize) -> ExecutionMode {
     }
 }
 
+/// The ExprLib diffusivity: `WATERSHED_GAMMA=field` (default) or a
+/// number, the constant of the Devito anchor (`benches/anchor.sh` sets 0.1).
+fn diffusivity() -> ExprLibDiffusivity {
+    match std::env::var("WATERSHED_GAMMA").ok().as_deref() {
+        None | Some("") | Some("field") => ExprLibDiffusivity::Field,
+        Some(text) => ExprLibDiffusivity::Constant(
+            text.parse()
+                .expect("WATERSHED_GAMMA is `field` or a number"),
+        ),
+    }
+}
+
 fn transport_solver(
     cells: usize,
     pdes: usize,
     variant: &str,
     threads: usize,
+    diffusivity: ExprLibDiffusivity,
 ) -> watershed_solvers::TransportSolver {
     let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])
         .expect("grid")
@@ -61,7 +75,10 @@ fn transport_solver(
     let mut builder = TransportSolverBuilder::new(&grid.whole_domain(1));
     for i in 0..pdes {
         let mut equation =
-            TransportEquation::new(&format!("phi{i}")).diffusion(Diffusivity::Field(gamma()));
+            TransportEquation::new(&format!("phi{i}")).diffusion(match diffusivity {
+                ExprLibDiffusivity::Field => Diffusivity::Field(gamma()),
+                ExprLibDiffusivity::Constant(value) => Diffusivity::Constant(value),
+            });
         if variant != "diffusion" {
             let variant = variant.to_string();
             equation = equation.source_expression(move |s| {
@@ -80,25 +97,30 @@ fn transport_solver(
         }
         builder = builder.equation(equation);
     }
-    builder
-        .factory_mut()
-        .placeholder(gamma(), LocationKind::CellCentre)
-        .expect("placeholder");
+    let field = diffusivity == ExprLibDiffusivity::Field;
+    if field {
+        builder
+            .factory_mut()
+            .placeholder(gamma(), LocationKind::CellCentre)
+            .expect("placeholder");
+    }
     let solver = builder
         .integrator(TimeIntegrator::ForwardEuler)
         .mode(mode(threads))
         .build()
         .expect("solver");
-    solver
-        .graph()
-        .with_field_mut::<CellCentre, _>(&gamma(), |f| {
-            let layout = f.layout().clone();
-            let values = f.values_mut().expect("cpu");
-            for index in layout.allocated() {
-                values[layout.linear_index(index)] = gamma_value(layout.coordinate(index));
-            }
-        })
-        .expect("gamma");
+    if field {
+        solver
+            .graph()
+            .with_field_mut::<CellCentre, _>(&gamma(), |f| {
+                let layout = f.layout().clone();
+                let values = f.values_mut().expect("cpu");
+                for index in layout.allocated() {
+                    values[layout.linear_index(index)] = gamma_value(layout.coordinate(index));
+                }
+            })
+            .expect("gamma");
+    }
     for i in 0..pdes {
         solver
             .set_initial_condition(&format!("phi{i}"), initial_phi(i))
@@ -108,8 +130,13 @@ fn transport_solver(
 }
 
 fn exprlib(pdes: usize, cells_list: &[usize]) {
+    let diffusivity = diffusivity();
     println!(
-        "## ExprLib test: hand-built fused graph vs TransportSolver (forward Euler, {pdes} PDEs)"
+        "## ExprLib test: hand-built fused graph vs TransportSolver (forward Euler, {pdes} PDEs, Gamma {})",
+        match diffusivity {
+            ExprLibDiffusivity::Field => "field".to_string(),
+            ExprLibDiffusivity::Constant(value) => format!("= {value}"),
+        }
     );
     println!(
         "| variant | cells | threads | graph ms/step | stepping graph ms/step | solver ms/step | graph Mpts/s | solver Mpts/s | solver / graph | solver / stepping graph |"
@@ -134,18 +161,12 @@ fn exprlib(pdes: usize, cells_list: &[usize]) {
                 let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])
                     .expect("grid")
                     .with_periodic([true; 3]);
-                let graph =
-                    exprlib_graph(&grid.whole_domain(1), pdes, variant, DT, true).expect("graph");
-                let stepping = exprlib_stepping_graph(
-                    &grid.whole_domain(1),
-                    pdes,
-                    variant,
-                    DT,
-                    true,
-                    PlacementPolicy::Cpu,
-                )
-                .expect("stepping graph");
-                let mut solver = transport_solver(cells, pdes, variant, threads);
+                let patch = grid.whole_domain(1);
+                let graph = exprlib_graph_with(&patch, pdes, variant, DT, diffusivity, false)
+                    .expect("graph");
+                let stepping = exprlib_graph_with(&patch, pdes, variant, DT, diffusivity, true)
+                    .expect("stepping graph");
+                let mut solver = transport_solver(cells, pdes, variant, threads, diffusivity);
                 let run_graph = || {
                     graph.execute(mode(threads)).expect("execute");
                 };

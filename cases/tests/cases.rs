@@ -218,3 +218,66 @@ fn exprlib_steps_rotate_the_state_and_match_repeated_reference_steps() {
         }
     }
 }
+
+/// The anchor's equations (constant Gamma, as in Devito's script): the
+/// stepping graph built with `ExprLibDiffusivity::Constant` equals the
+/// hand-written loop given a Gamma field that is that constant everywhere,
+/// and it holds no gamma field.
+#[test]
+fn exprlib_graphs_with_a_constant_diffusivity_match_the_reference_loop() {
+    use watershed_cases::cases::scalability::{
+        ExprLibDiffusivity, exprlib_graph_with, gamma, initial_phi, phi, phi_next, reference_step,
+    };
+    use watershed_exprgraph::ExecutionMode;
+    use watershed_fields::{CellCentre, Grid};
+    let (n, pdes, steps, dt, value) = (6usize, 3usize, 3, 2e-3, 0.1);
+    let h = 1.0 / n as f64;
+    let interior_of = |f: &dyn Fn([f64; 3]) -> f64| -> Vec<f64> {
+        let c = |a: usize| (a as f64 + 0.5) * h;
+        (0..n * n * n)
+            .map(|p| f([c(p % n), c(p / n % n), c(p / (n * n))]))
+            .collect()
+    };
+    let grid = Grid::new([n; 3], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true; 3]);
+    for variant in ["diffusion", "independent", "coupled"] {
+        let graph = exprlib_graph_with(
+            &grid.whole_domain(1),
+            pdes,
+            variant,
+            dt,
+            ExprLibDiffusivity::Constant(value),
+            true,
+        )
+        .unwrap();
+        assert!(graph.field_info(&gamma()).is_none(), "{variant}");
+        let mut expected: Vec<Vec<f64>> = (0..pdes).map(|i| interior_of(&initial_phi(i))).collect();
+        for _ in 0..steps {
+            graph.execute(ExecutionMode::Serial).unwrap();
+            for i in 0..pdes {
+                graph.rotate_fields(&[phi(i), phi_next(i)]).unwrap();
+            }
+            expected = reference_step(n, h, &vec![value; n * n * n], &expected, variant, dt);
+        }
+        for (i, want) in expected.iter().enumerate() {
+            let got = graph
+                .with_field::<CellCentre, _>(&phi(i), |f| {
+                    let layout = f.layout();
+                    let values = f.values().unwrap();
+                    layout
+                        .interior()
+                        .iter()
+                        .map(|p| values[layout.linear_index(p)])
+                        .collect::<Vec<f64>>()
+                })
+                .unwrap();
+            for (k, (a, b)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+                    "{variant}: phi{i} at interior point {k} after {steps} steps: {a} vs {b}"
+                );
+            }
+        }
+    }
+}

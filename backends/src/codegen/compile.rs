@@ -6,7 +6,8 @@
 //!   `fma` calls, which the interpreter makes too: results equal the
 //!   interpreter's bits) and `-fno-math-errno` (lets `sqrt` vectorise; no
 //!   value changes). `WATERSHED_C_PORTABLE=1` drops `-march=native` for
-//!   objects that must run on other machines; `WATERSHED_CFLAGS` adds flags.
+//!   objects that must run on other machines; `WATERSHED_CFLAGS` adds flags
+//!   ([`extra_flags`] refuses those that assume finite values).
 //! * Cache: `$WATERSHED_KERNEL_CACHE`, else `$XDG_CACHE_HOME/watershed/kernels`,
 //!   else `~/.cache/watershed/kernels`. An entry's name is a 128-bit hash
 //!   of the source, the flags, the compiler's version and the CPU's
@@ -103,9 +104,11 @@ pub fn c_compiler() -> Result<&'static Compiler, String> {
             let output = Command::new(&program)
                 .arg("--version")
                 .output()
-                .map_err(|e| format!("the C compiler `{program}` cannot be run ({e})"))?;
+                .map_err(|e| format!("the C compiler `{program}` cannot be run ({e}); install a C compiler (gcc or clang) or set CC for compiled kernels"))?;
             if !output.status.success() {
-                return Err(format!("`{program} --version` failed"));
+                return Err(format!(
+                    "`{program} --version` failed; install a C compiler (gcc or clang) or set CC for compiled kernels"
+                ));
             }
             let text = String::from_utf8_lossy(&output.stdout);
             let version = text.lines().next().unwrap_or("").to_string();
@@ -129,7 +132,7 @@ pub fn c_compiler() -> Result<&'static Compiler, String> {
                     .map(String::from),
             );
             if let Ok(extra) = std::env::var("WATERSHED_CFLAGS") {
-                flags.extend(extra.split_whitespace().map(String::from));
+                flags.extend(extra_flags(&extra)?);
             }
             Ok(Compiler {
                 program,
@@ -140,6 +143,37 @@ pub fn c_compiler() -> Result<&'static Compiler, String> {
         })
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// Flags that let the compiler assume values are finite or reassociate
+/// arithmetic. Either silently breaks a kernel: the finiteness test
+/// (`bits(v - v)`) folds to 0, and the rounding steps of the vector math
+/// (`(t + 1.5 * 2^52) - 1.5 * 2^52`) fold away, so `exp` returns garbage.
+const FORBIDDEN_FLAGS: [&str; 7] = [
+    "-Ofast",
+    "-ffast-math",
+    "-ffinite-math-only",
+    "-funsafe-math-optimizations",
+    "-fassociative-math",
+    "-fno-honor-nans",
+    "-fno-honor-infinities",
+];
+
+/// The flags of `WATERSHED_CFLAGS` (`text`), or why they cannot be used:
+/// one of [`FORBIDDEN_FLAGS`] is refused by name. Contraction
+/// (`-ffp-contract=fast`) is allowed: it changes the last bits of a
+/// result, never whether it is finite.
+pub fn extra_flags(text: &str) -> Result<Vec<String>, String> {
+    let flags: Vec<String> = text.split_whitespace().map(String::from).collect();
+    if let Some(bad) = flags
+        .iter()
+        .find(|flag| FORBIDDEN_FLAGS.contains(&flag.as_str()))
+    {
+        return Err(format!(
+            "WATERSHED_CFLAGS contains `{bad}`, which lets the compiler assume values are finite or reassociate arithmetic: the kernels' NaN checks and the rounding steps of their `exp` would be folded away. Remove it (`-ffp-contract=fast` is allowed)"
+        ));
+    }
+    Ok(flags)
 }
 
 /// Counters of the C back end since the process started.
@@ -547,4 +581,33 @@ pub fn vectorisation_report(source: &str) -> OperatorResult<String> {
     let outcome = report();
     let _ = std::fs::remove_dir_all(&dir);
     outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FORBIDDEN_FLAGS, extra_flags};
+
+    #[test]
+    fn flags_that_assume_finite_values_are_refused_by_name() {
+        for flag in FORBIDDEN_FLAGS {
+            let why = extra_flags(&format!("-funroll-loops {flag} -g"))
+                .expect_err("a forbidden flag must be refused");
+            assert!(why.contains(&format!("`{flag}`")), "{why}");
+            assert!(why.contains("WATERSHED_CFLAGS"), "{why}");
+        }
+    }
+
+    #[test]
+    fn other_flags_pass_through_in_order() {
+        assert_eq!(
+            extra_flags("  -ffp-contract=fast\t-funroll-loops -mno-avx512f ").unwrap(),
+            ["-ffp-contract=fast", "-funroll-loops", "-mno-avx512f"]
+        );
+        assert!(extra_flags("").unwrap().is_empty());
+        // A flag that merely starts like a forbidden one is not refused.
+        assert_eq!(
+            extra_flags("-ffast-math-is-not-a-flag").unwrap(),
+            ["-ffast-math-is-not-a-flag"]
+        );
+    }
 }

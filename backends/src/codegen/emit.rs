@@ -156,9 +156,9 @@ fn unsupported(kernel: &Kernel) -> Option<Unsupported> {
 /// kernels whose caller does not watch for NaN are generated without it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FiniteCheck {
-    /// `bad |= bits(|v|) + 2^52` per value written (bit 63 is set by an
-    /// infinity or a NaN only); the function returns whether any value was
-    /// not finite.
+    /// `bad |= bits(v - v)` per value written (`v - v` is `+0.0`, all bits
+    /// clear, for every finite `v`, and NaN for an infinity or a NaN); the
+    /// function returns whether any value was not finite.
     Checked,
     /// No test; the function returns 0.
     Unchecked,
@@ -874,9 +874,9 @@ pub fn c_function(
         }
         let _ = writeln!(body, "    }}");
     }
-    // Bit 63 of `bad` is set once a value with an all-ones exponent (an
-    // infinity or a NaN) was written; see the test in `c_row_loops`.
-    let _ = writeln!(body, "    return (bad >> 63) != 0;\n}}");
+    // `bad` has a bit set once an infinity or a NaN was written; see the
+    // test in `c_row_loops`.
+    let _ = writeln!(body, "    return bad != 0;\n}}");
     Ok(body)
 }
 
@@ -995,19 +995,17 @@ fn c_row_loops(emitter: &Emitter<'_>, resolved: &HashMap<usize, bool>, indent: &
             let value = value_resolved(emitter, i, resolved, &read, "x", &transfer_row);
             let out = kernel.instructions[i].out();
             if out == OUTPUT {
-                // |v|'s bits plus one unit of the exponent carry into bit
-                // 63 exactly when the exponent is all ones (an infinity or
-                // a NaN): three integer instructions a vector on AVX2 and
-                // AVX-512, where `!(fabs(v) <= DBL_MAX)` took four.
+                // `v - v` is +0.0 (no bit set) for every finite `v` and NaN
+                // for an infinity or a NaN: a subtraction and an OR a
+                // vector. gcc keeps the subtraction because NaN and the
+                // infinities are honoured (`compile::forbidden_flag` refuses
+                // the flags that would let it fold `v - v` to 0).
                 let _ = writeln!(
                     statements,
                     "{inner}    const double v = {value};\n{inner}    T[x] = v;"
                 );
                 if emitter.finite_check == FiniteCheck::Checked {
-                    let _ = writeln!(
-                        statements,
-                        "{inner}    bad |= (ws_to_bits(v) & 0x7fffffffffffffffULL) + 0x0010000000000000ULL;"
-                    );
+                    let _ = writeln!(statements, "{inner}    bad |= ws_to_bits(v - v);");
                 }
             } else {
                 let _ = writeln!(statements, "{inner}    const double r{out} = {value};");

@@ -68,7 +68,7 @@ impl Backend {
                 Ok(_) => Backend::C,
                 Err(why) => {
                     eprintln!(
-                        "watershed: kernels run on the row interpreter: {why}. Install a C compiler (gcc or clang) or set CC for compiled kernels."
+                        "watershed: kernels run on the row interpreter: {why}."
                     );
                     Backend::Interpreter
                 }

@@ -16,10 +16,10 @@ use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression,
-    PlacementPolicy, Tag,
+    PlacementPolicy, Symbols, Tag,
 };
 use watershed_fields::{CellCentre, Grid, LocationKind, Patch, XFace, YFace, ZFace};
-use watershed_operators::{Expr, divergence, exp, gradient, interpolate_to_face};
+use watershed_operators::{Expr, FaceLocation, divergence, exp, gradient, interpolate_to_face};
 use watershed_solvers::{
     BoundaryConditions, Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder,
 };
@@ -187,12 +187,47 @@ fn source_expression(
         .reduce(|a, b| a + b)
 }
 
+/// Gamma on the faces of type `F`: the field interpolated, or the constant.
+fn face_diffusivity<F: FaceLocation>(
+    s: &mut Symbols,
+    diffusivity: ExprLibDiffusivity,
+) -> Expr<'static, F> {
+    match diffusivity {
+        ExprLibDiffusivity::Field => interpolate_to_face::<F>(s.field(&gamma())),
+        ExprLibDiffusivity::Constant(value) => Expr::constant(value),
+    }
+}
+
+/// The diffusivity of the ExprLib equations.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ExprLibDiffusivity {
+    /// The periodic field [`gamma_value`], interpolated to the faces (the
+    /// case's and the benchmarks' default).
+    Field,
+    /// One value everywhere: the flux is `-Gamma grad(phi)` and the
+    /// right-hand side the 7-point Laplacian times Gamma, the equations of
+    /// the Devito anchor (`benches/devito_exprlib.py`, Gamma = 0.1).
+    Constant(f64),
+}
+
 /// The ExprLib factory: per equation three flux expressions, a source (in
 /// the source variants), a right-hand side and a forward-Euler update
-/// `phi_next = phi + dt rhs`.
+/// `phi_next = phi + dt rhs`, with the diffusivity field.
 pub fn exprlib_factory(pdes: usize, variant: &str, dt: f64) -> CaseResult<Factory> {
+    exprlib_factory_with(pdes, variant, dt, ExprLibDiffusivity::Field)
+}
+
+/// [`exprlib_factory`] with the diffusivity chosen.
+pub fn exprlib_factory_with(
+    pdes: usize,
+    variant: &str,
+    dt: f64,
+    diffusivity: ExprLibDiffusivity,
+) -> CaseResult<Factory> {
     let mut factory = Factory::new();
-    factory.placeholder(gamma(), LocationKind::CellCentre)?;
+    if diffusivity == ExprLibDiffusivity::Field {
+        factory.placeholder(gamma(), LocationKind::CellCentre)?;
+    }
     for i in 0..pdes {
         factory.placeholder(phi(i), LocationKind::CellCentre)?;
     }
@@ -201,15 +236,15 @@ pub fn exprlib_factory(pdes: usize, variant: &str, dt: f64) -> CaseResult<Factor
         let (fx, fy, fz) = (flux("x"), flux("y"), flux("z"));
         let p = phi(i);
         factory.register(LanguageExpression::new::<XFace>(fx.clone(), move |s| {
-            -(interpolate_to_face::<XFace>(s.field(&gamma())) * gradient::<XFace>(s.field(&p)))
+            -(face_diffusivity::<XFace>(s, diffusivity) * gradient::<XFace>(s.field(&p)))
         }))?;
         let p = phi(i);
         factory.register(LanguageExpression::new::<YFace>(fy.clone(), move |s| {
-            -(interpolate_to_face::<YFace>(s.field(&gamma())) * gradient::<YFace>(s.field(&p)))
+            -(face_diffusivity::<YFace>(s, diffusivity) * gradient::<YFace>(s.field(&p)))
         }))?;
         let p = phi(i);
         factory.register(LanguageExpression::new::<ZFace>(fz.clone(), move |s| {
-            -(interpolate_to_face::<ZFace>(s.field(&gamma())) * gradient::<ZFace>(s.field(&p)))
+            -(face_diffusivity::<ZFace>(s, diffusivity) * gradient::<ZFace>(s.field(&p)))
         }))?;
         let source = Tag::none(&format!("source{i}"));
         let has_source = variant != "diffusion";
@@ -286,13 +321,41 @@ pub fn exprlib_stepping_graph(
     fusion: bool,
     placement: PlacementPolicy,
 ) -> CaseResult<ExpressionGraph> {
-    let mut factory = exprlib_factory(pdes, variant, dt)?;
+    let factory = exprlib_factory(pdes, variant, dt)?;
+    exprlib_graph_from(
+        stepping_factory(factory, pdes)?,
+        patch,
+        pdes,
+        fusion,
+        placement,
+    )
+}
+
+/// The fused CPU ExprLib graph with the diffusivity chosen: for stepping
+/// ([`exprlib_stepping_graph`]) when `stepping`, else as [`exprlib_graph`].
+pub fn exprlib_graph_with(
+    patch: &Patch,
+    pdes: usize,
+    variant: &str,
+    dt: f64,
+    diffusivity: ExprLibDiffusivity,
+    stepping: bool,
+) -> CaseResult<ExpressionGraph> {
+    let mut factory = exprlib_factory_with(pdes, variant, dt, diffusivity)?;
+    if stepping {
+        factory = stepping_factory(factory, pdes)?;
+    }
+    exprlib_graph_from(factory, patch, pdes, true, PlacementPolicy::Cpu)
+}
+
+/// `factory` with the periodic ghosts of every phi_next attached.
+fn stepping_factory(mut factory: Factory, pdes: usize) -> CaseResult<Factory> {
     for i in 0..pdes {
         // No condition on any side: the grid's periodic axes are filled.
         let ghosts = BoundaryConditions::new().modifier::<CellCentre>(&phi_next(i));
         factory.attach_modifier(phi_next(i), ghosts)?;
     }
-    exprlib_graph_from(factory, patch, pdes, fusion, placement)
+    Ok(factory)
 }
 
 fn exprlib_graph_from(
@@ -310,7 +373,9 @@ fn exprlib_graph_from(
         ..Default::default()
     };
     let graph = ExpressionGraph::build(&factory, &roots, patch, &options)?;
-    fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value)?;
+    if graph.field_info(&gamma()).is_some() {
+        fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value)?;
+    }
     for i in 0..pdes {
         fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i))?;
     }
