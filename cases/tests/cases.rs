@@ -187,23 +187,7 @@ fn exprlib_steps_rotate_the_state_and_match_repeated_reference_steps() {
         let graphs = sim.graphs();
         let graph = graphs[0].1;
         for (i, want) in expected.iter().enumerate() {
-            let got = graph
-                .with_field::<CellCentre, _>(&phi(i), |f| {
-                    let layout = f.layout();
-                    let values = f.values().unwrap();
-                    layout
-                        .interior()
-                        .iter()
-                        .map(|p| values[layout.linear_index(p)])
-                        .collect::<Vec<f64>>()
-                })
-                .unwrap();
-            for (k, (a, b)) in got.iter().zip(want).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-12 * b.abs().max(1.0),
-                    "{variant}: phi{i} at interior point {k} after {steps} steps: {a} vs {b}"
-                );
-            }
+            assert_interior_matches(graph, i, want, &format!("{variant} after {steps} steps"));
             // The rotated-out level holds the previous state, not a copy.
             let previous_differs = graph
                 .with_field::<CellCentre, _>(&phi_next(i), |f| f.values().unwrap().to_vec())
@@ -229,7 +213,7 @@ fn exprlib_graphs_with_a_constant_diffusivity_match_the_reference_loop() {
         ExprLibDiffusivity, exprlib_graph_with, gamma, initial_phi, phi, phi_next, reference_step,
     };
     use watershed_exprgraph::ExecutionMode;
-    use watershed_fields::{CellCentre, Grid};
+    use watershed_fields::Grid;
     let (n, pdes, steps, dt, value) = (6usize, 3usize, 3, 2e-3, 0.1);
     let h = 1.0 / n as f64;
     let interior_of = |f: &dyn Fn([f64; 3]) -> f64| -> Vec<f64> {
@@ -261,23 +245,37 @@ fn exprlib_graphs_with_a_constant_diffusivity_match_the_reference_loop() {
             expected = reference_step(n, h, &vec![value; n * n * n], &expected, variant, dt);
         }
         for (i, want) in expected.iter().enumerate() {
-            let got = graph
-                .with_field::<CellCentre, _>(&phi(i), |f| {
-                    let layout = f.layout();
-                    let values = f.values().unwrap();
-                    layout
-                        .interior()
-                        .iter()
-                        .map(|p| values[layout.linear_index(p)])
-                        .collect::<Vec<f64>>()
-                })
-                .unwrap();
-            for (k, (a, b)) in got.iter().zip(want).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-12 * b.abs().max(1.0),
-                    "{variant}: phi{i} at interior point {k} after {steps} steps: {a} vs {b}"
-                );
-            }
+            assert_interior_matches(&graph, i, want, &format!("{variant} after {steps} steps"));
         }
+    }
+}
+
+/// Asserts that phi_i's interior in `graph` (x fastest) equals `want` to
+/// 1e-12 relative; `what` names the run in the message.
+fn assert_interior_matches(
+    graph: &watershed_exprgraph::ExpressionGraph,
+    i: usize,
+    want: &[f64],
+    what: &str,
+) {
+    use watershed_cases::cases::scalability::phi;
+    use watershed_fields::CellCentre;
+    let got = graph
+        .with_field::<CellCentre, _>(&phi(i), |f| {
+            let layout = f.layout();
+            let values = f.values().unwrap();
+            layout
+                .interior()
+                .iter()
+                .map(|p| values[layout.linear_index(p)])
+                .collect::<Vec<f64>>()
+        })
+        .unwrap();
+    assert_eq!(got.len(), want.len(), "{what}: phi{i}'s interior");
+    for (k, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+            "{what}: phi{i} at interior point {k}: {a} vs {b}"
+        );
     }
 }
