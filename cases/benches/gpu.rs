@@ -8,6 +8,14 @@
 //!   (`WATERSHED_SIZES=16,32`), time per execution, the ratio;
 //! * **streams**: asynchronous (a stream per node) vs synchronous (one
 //!   stream), 20 PDEs at 16^3 and 128^3;
+//!   Both for the fused graph and the fine-grained one (no fusion: a
+//!   kernel per expression, as the thesis ran it);
+//! * **heterogeneous**: the fine-grained ExprLib graph with CPU-only
+//!   (native) sources placed by the thesis' rule against the same graph on
+//!   one CPU thread and the homogeneous fine-grained graph all on the GPU,
+//!   30 PDEs at 64^3 and 128^3;
+//!   pinned against pageable host memory, and the share of the step that
+//!   the copies of the fields crossing take (the same bytes copied alone);
 //! * **bandwidth**: the fused diffusion kernel's bytes per second against
 //!   a device-to-device copy of the same bytes, same run.
 //!
@@ -16,12 +24,13 @@
 
 use std::time::Instant;
 use watershed_cases::cases::scalability::{
-    exprlib_graph_placed, gamma, gamma_value, initial_phi, phi, phi_next,
+    exprlib_graph_placed, exprlib_heterogeneous_graph, gamma, gamma_value, initial_phi, phi,
+    phi_next,
 };
 use watershed_cases::common::fill_graph_field;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, PlacementPolicy, StreamMode, Tag};
 use watershed_fields::gpu::{GpuStream, gpu_unavailable_reason};
-use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+use watershed_fields::{CellCentre, Device, Grid, HostMemory, MemoryPool, SpatialField};
 
 fn sizes() -> Vec<usize> {
     std::env::var("WATERSHED_SIZES")
@@ -37,12 +46,27 @@ fn pdes() -> usize {
         .unwrap_or(30)
 }
 
-/// The ExprLib graph on an n^3 periodic patch, placed by `placement`.
+/// The fused ExprLib graph on an n^3 periodic patch, placed by `placement`.
 fn graph(n: usize, pdes: usize, variant: &str, placement: PlacementPolicy) -> ExpressionGraph {
-    let grid = Grid::new([n; 3], [1.0; 3], [0.0; 3])
+    graph_fused(n, pdes, variant, placement, true)
+}
+
+fn periodic_patch(n: usize) -> watershed_fields::Patch {
+    Grid::new([n; 3], [1.0; 3], [0.0; 3])
         .map(|g| g.with_periodic([true; 3]))
-        .expect("grid");
-    let graph = exprlib_graph_placed(&grid.whole_domain(1), pdes, variant, 1e-6, true, placement)
+        .expect("grid")
+        .whole_domain(1)
+}
+
+/// The ExprLib graph, fused or fine-grained (a node per expression).
+fn graph_fused(
+    n: usize,
+    pdes: usize,
+    variant: &str,
+    placement: PlacementPolicy,
+    fusion: bool,
+) -> ExpressionGraph {
+    let graph = exprlib_graph_placed(&periodic_patch(n), pdes, variant, 1e-6, fusion, placement)
         .expect("graph");
     fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value).expect("gamma");
     for i in 0..pdes {
@@ -123,23 +147,149 @@ fn speed_up(gpu: usize) {
 
 fn streams(gpu: usize) {
     println!("\n## streams: asynchronous vs synchronous, 20 PDEs, diffusion (ms per execution)\n");
-    println!("| cells | asynchronous | synchronous | ratio |");
-    println!("| --- | --- | --- | --- |");
-    for n in [16, 128] {
-        let time = |streams: StreamMode| {
-            let mut g = graph(n, 20, "diffusion", PlacementPolicy::Cpu);
-            g.place(PlacementPolicy::Gpu(gpu), streams)
-                .expect("placement");
-            seconds_per_execution(&g, ExecutionMode::Serial, 21)
-        };
-        let a = time(StreamMode::default());
-        let s = time(StreamMode::Synchronous);
-        println!(
-            "| {n}^3 | {:.3} | {:.3} | {:.2}x |",
-            a * 1e3,
-            s * 1e3,
-            s / a
-        );
+    println!("| graph | cells | kernels | asynchronous | synchronous | sync / async |");
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for fusion in [true, false] {
+        for n in [16, 128] {
+            let time = |streams: StreamMode| {
+                let mut g = graph_fused(n, 20, "diffusion", PlacementPolicy::Cpu, fusion);
+                g.place(PlacementPolicy::Gpu(gpu), streams)
+                    .expect("placement");
+                (
+                    seconds_per_execution(&g, ExecutionMode::Serial, 21),
+                    g.node_count(),
+                )
+            };
+            let (a, nodes) = time(StreamMode::default());
+            let (s, _) = time(StreamMode::Synchronous);
+            println!(
+                "| {} | {n}^3 | {nodes} | {:.3} | {:.3} | {:.2}x |",
+                if fusion { "fused" } else { "fine-grained" },
+                a * 1e3,
+                s * 1e3,
+                s / a
+            );
+        }
+    }
+}
+
+/// Median seconds of copying `bytes` from host memory at `host` to GPU
+/// memory at `device`, 11 copies.
+fn copy_seconds(gpu: usize, host: usize, device: usize, bytes: usize) -> f64 {
+    let stream = GpuStream::new(gpu).expect("stream");
+    let mut times = Vec::new();
+    for _ in 0..11 {
+        let start = Instant::now();
+        // SAFETY: `host` holds `bytes` bytes of host memory and `device`
+        // `bytes` bytes on this GPU; nothing else uses either until the
+        // stream is synchronised below.
+        unsafe {
+            stream
+                .copy(
+                    (Device::Cpu, host),
+                    (Device::Gpu(gpu), device),
+                    bytes,
+                    "timing a host-to-device copy",
+                )
+                .expect("copy");
+        }
+        stream.synchronize().expect("synchronize");
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn heterogeneous(gpu: usize) {
+    let pdes = pdes();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "\n## heterogeneous: fine-grained ExprLib graph with CPU-only sources (thesis' rule) vs the homogeneous one all on the GPU, {pdes} PDEs (ms per execution)\n"
+    );
+    println!(
+        "| variant | cells | CPU 1 thread | homogeneous GPU | speed-up | heterogeneous pinned | speed-up | pageable | pinned, {threads} threads | copies per execution | copy share pinned | copy share pageable | max rel. diff |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let tags: Vec<Tag> = (0..pdes).map(phi_next).collect();
+    // The independent sources: a native coupled source would evaluate all
+    // the exponentials once per equation (the language graph hoists them).
+    for variant in ["independent"] {
+        for n in [64, 128] {
+            let patch = periodic_patch(n);
+            let het = |placement, memory| {
+                exprlib_heterogeneous_graph(
+                    &patch,
+                    pdes,
+                    variant,
+                    1e-6,
+                    false,
+                    placement,
+                    Some(memory),
+                )
+                .expect("heterogeneous graph")
+            };
+            let runs = if n >= 128 { 5 } else { 11 };
+            let cpu = het(PlacementPolicy::Cpu, HostMemory::Pageable);
+            let t_cpu = seconds_per_execution(&cpu, ExecutionMode::Serial, runs);
+            let homogeneous = graph_fused(n, pdes, variant, PlacementPolicy::Gpu(gpu), false);
+            let t_homogeneous =
+                seconds_per_execution(&homogeneous, ExecutionMode::Serial, runs * 4);
+            let pinned = het(PlacementPolicy::Heterogeneous(gpu), HostMemory::Pinned);
+            assert!(
+                pinned.device_plan().is_heterogeneous(),
+                "the sources stay on the CPU"
+            );
+            let t_pinned = seconds_per_execution(&pinned, ExecutionMode::Serial, runs);
+            let t_threads = seconds_per_execution(&pinned, ExecutionMode::Threaded(threads), runs);
+            let pageable = het(PlacementPolicy::Heterogeneous(gpu), HostMemory::Pageable);
+            let t_pageable = seconds_per_execution(&pageable, ExecutionMode::Serial, runs);
+            let difference =
+                largest_relative_difference(&results(&pinned, &tags), &results(&cpu, &tags)).max(
+                    largest_relative_difference(&results(&pageable, &tags), &results(&cpu, &tags)),
+                );
+            // The copies each execution makes: fields written by a node on
+            // one device and read on the other.
+            let per_execution: Vec<usize> = pinned
+                .device_plan()
+                .transfers()
+                .iter()
+                .filter(|t| t.after.is_some())
+                .map(|t| t.bytes)
+                .collect();
+            let bytes = per_execution.iter().copied().max().unwrap_or(0);
+            let (share_pinned, share_pageable) = if bytes == 0 {
+                (0.0, 0.0)
+            } else {
+                let block = MemoryPool::global(Device::Gpu(gpu))
+                    .expect("pool")
+                    .allocate(bytes, "copy target")
+                    .expect("block");
+                let host_pinned = MemoryPool::host(HostMemory::Pinned)
+                    .allocate(bytes, "pinned copy source")
+                    .expect("pinned");
+                let host_pageable = vec![0u8; bytes];
+                let count = per_execution.len() as f64;
+                let pinned_copies =
+                    count * copy_seconds(gpu, host_pinned.address(), block.address(), bytes);
+                let pageable_copies = count
+                    * copy_seconds(gpu, host_pageable.as_ptr() as usize, block.address(), bytes);
+                (pinned_copies / t_pinned, pageable_copies / t_pageable)
+            };
+            println!(
+                "| {variant} | {n}^3 | {:.3} | {:.3} | {:.1}x | {:.3} | {:.1}x | {:.3} | {:.3} | {} x {:.1} MB | {:.0}% | {:.0}% | {difference:.1e} |",
+                t_cpu * 1e3,
+                t_homogeneous * 1e3,
+                t_cpu / t_homogeneous,
+                t_pinned * 1e3,
+                t_cpu / t_pinned,
+                t_pageable * 1e3,
+                t_threads * 1e3,
+                per_execution.len(),
+                bytes as f64 / 1e6,
+                share_pinned * 100.0,
+                share_pageable * 100.0,
+            );
+        }
     }
 }
 
@@ -200,6 +350,9 @@ fn main() {
     }
     if wants("streams") {
         streams(0);
+    }
+    if wants("heterogeneous") {
+        heterogeneous(0);
     }
     if wants("bandwidth") {
         bandwidth(0);

@@ -16,7 +16,7 @@ use crate::progress::{Progress, ProgressMode, StepInfo};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use watershed_exprgraph::{ExpressionGraph, ExpressionTiming, RecordedEvent};
-use watershed_fields::Grid;
+use watershed_fields::{Grid, MemoryPool};
 
 /// A check a case makes at the end of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +131,10 @@ pub struct RunReport {
     pub graph_time: Duration,
     /// Peak resident memory of the process (bytes), when the OS says.
     pub cpu_memory_high_water: Option<u64>,
+    /// Per GPU whose memory the run used (ordinal, bytes): the most the
+    /// process-wide pool of that GPU held from the driver at once (fields,
+    /// scratch and cached blocks). Empty when no GPU memory was used.
+    pub gpu_memory_high_water: Vec<(usize, usize)>,
     /// Recorded node executions (with `record_trace`).
     pub trace: Vec<RecordedEvent>,
     /// Events that did not fit in the recording.
@@ -406,6 +410,11 @@ pub fn run<S: Simulation + ?Sized>(
         graphs,
         graph_time,
         cpu_memory_high_water: process_memory_high_water(),
+        gpu_memory_high_water: MemoryPool::global_gpu_statistics()
+            .into_iter()
+            .filter(|(_, statistics)| statistics.high_water_bytes_total > 0)
+            .map(|(gpu, statistics)| (gpu, statistics.high_water_bytes_total))
+            .collect(),
         trace,
         trace_dropped,
         last_checkpoint,
@@ -431,9 +440,20 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
     let memory = report.cpu_memory_high_water.map_or("unknown".into(), |b| {
         format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
     });
+    let gpu = if report.gpu_memory_high_water.is_empty() {
+        "none used".to_string()
+    } else {
+        report
+            .gpu_memory_high_water
+            .iter()
+            .map(|(k, bytes)| format!("GPU {k} {:.1} MiB", *bytes as f64 / (1u64 << 20) as f64))
+            .collect::<Vec<_>>()
+            .join(", ")
+            + " (pool peak held from the driver)"
+    };
     let _ = writeln!(
         text,
-        "memory high-water: CPU {memory} (process peak resident set); GPU: none used"
+        "memory high-water: CPU {memory} (process peak resident set); GPU: {gpu}"
     );
     let wall = report.wall.as_secs_f64();
     if wall > 0.0 {

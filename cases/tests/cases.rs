@@ -279,3 +279,113 @@ fn assert_interior_matches(
         );
     }
 }
+
+/// The heterogeneous ExprLib graph (native CPU sources, fine-grained)
+/// computes what the language graph computes; under the thesis' rule its
+/// sources stay on the CPU, the other nodes go to the GPU, and each source
+/// is copied there once per execution; a variant without sources is
+/// refused by name.
+#[test]
+fn the_heterogeneous_exprlib_graph_keeps_its_sources_on_the_cpu_and_matches() {
+    use watershed_cases::cases::scalability::{
+        exprlib_graph_placed, exprlib_heterogeneous_graph, phi_next,
+    };
+    use watershed_cases::error::CaseError;
+    use watershed_exprgraph::{ExecutionMode, PlacementPolicy, StreamMode, Tag, Target};
+    use watershed_fields::{CellCentre, Device, Grid};
+    let patch = Grid::new([10, 10, 10], [0.1; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true; 3])
+        .whole_domain(1);
+    let pdes = 3;
+    for variant in ["independent", "coupled"] {
+        let native = exprlib_heterogeneous_graph(
+            &patch,
+            pdes,
+            variant,
+            1e-3,
+            false,
+            PlacementPolicy::Cpu,
+            None,
+        )
+        .unwrap();
+        let language =
+            exprlib_graph_placed(&patch, pdes, variant, 1e-3, true, PlacementPolicy::Cpu).unwrap();
+        native.execute(ExecutionMode::Serial).unwrap();
+        language.execute(ExecutionMode::Serial).unwrap();
+        for i in 0..pdes {
+            let values = |g: &watershed_exprgraph::ExpressionGraph| {
+                g.with_field::<CellCentre, _>(&phi_next(i), |f| {
+                    let layout = f.layout();
+                    let values = f.values().unwrap();
+                    layout
+                        .interior()
+                        .iter()
+                        .map(|p| values[layout.linear_index(p)])
+                        .collect::<Vec<f64>>()
+                })
+                .unwrap()
+            };
+            let want = values(&language);
+            assert_interior_equal(&values(&native), &want, &format!("{variant} phi_next{i}"));
+        }
+        // The plan under the thesis' rule (needs no GPU to be made).
+        let mut placed = native;
+        placed
+            .place(PlacementPolicy::Heterogeneous(0), StreamMode::default())
+            .unwrap();
+        let plan = placed.device_plan();
+        assert!(plan.is_heterogeneous(), "{}", plan.summary());
+        for i in 0..pdes {
+            // Nodes are named by their tag's name.
+            let node = |name: &str| format!("{name}{i}");
+            assert_eq!(
+                placed.target_of(&node("source")),
+                Some(Target::Cpu),
+                "{}",
+                plan.summary()
+            );
+            let copies: Vec<_> = plan
+                .transfers()
+                .iter()
+                .filter(|t| t.field == Tag::none(&format!("source{i}")))
+                .collect();
+            assert_eq!(copies.len(), 1, "{}", plan.summary());
+            assert_eq!(
+                (copies[0].from, copies[0].to),
+                (Device::Cpu, Device::Gpu(0))
+            );
+            assert!(
+                copies[0].after.is_some(),
+                "copied after its node, each execution"
+            );
+            assert_eq!(placed.target_of(&node("rhs")), Some(Target::Gpu(0)));
+            assert_eq!(placed.target_of(&node("phi")), Some(Target::Gpu(0)));
+        }
+    }
+    let error = exprlib_heterogeneous_graph(
+        &patch,
+        pdes,
+        "diffusion",
+        1e-3,
+        true,
+        PlacementPolicy::Cpu,
+        None,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&error, CaseError::Usage(m) if m.contains("\"diffusion\"")),
+        "{error:?}"
+    );
+}
+
+/// Equal to a relative 1e-13 (`f64::exp` against the engine's exp).
+fn assert_interior_equal(got: &[f64], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (k, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-13 * b.abs().max(1.0),
+            "{what} at interior point {k}: {a} vs {b}"
+        );
+    }
+}

@@ -16,13 +16,20 @@ struct Outcome {
 }
 
 fn watershed_in(dir: &Path, args: &[&str]) -> Outcome {
-    let output = Command::new(env!("CARGO_BIN_EXE_watershed"))
-        .args(args)
-        .current_dir(dir)
-        .env("WATERSHED_DISABLE_CUDA", "1")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the watershed binary runs");
+    run_watershed(dir, args, false)
+}
+
+/// The program in `dir`; GPUs stay disabled unless `gpus` (so that the
+/// messages the tests expect do not depend on the machine).
+fn run_watershed(dir: &Path, args: &[&str], gpus: bool) -> Outcome {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_watershed"));
+    command.args(args).current_dir(dir).env_remove("RUST_LOG");
+    if gpus {
+        command.env_remove("WATERSHED_DISABLE_CUDA");
+    } else {
+        command.env("WATERSHED_DISABLE_CUDA", "1");
+    }
+    let output = command.output().expect("the watershed binary runs");
     Outcome {
         code: output.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -236,6 +243,51 @@ fn emit_prints_every_kernel_of_the_case_in_c_and_cuda_without_running() {
     let out = watershed(&["run", "wasatch-scalability", "--emit", "fortran"]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("fortran"), "{}", out.stderr);
+}
+
+#[test]
+fn cases_run_on_the_gpu_pass_their_checks_and_report_its_memory() {
+    let dir = temp();
+    let on_cpu = run_watershed(
+        dir.path(),
+        &[
+            "run", "heat", "--device", "cpu", "--quiet", "--output", "cpu",
+        ],
+        false,
+    );
+    assert_eq!(on_cpu.code, 0, "{}", on_cpu.stderr);
+    assert!(
+        on_cpu.stdout.contains("GPU: none used"),
+        "{}",
+        on_cpu.stdout
+    );
+    let Some(_) = watershed_fields::gpu::gpu_for_tests(
+        "cases_run_on_the_gpu_pass_their_checks_and_report_its_memory",
+    ) else {
+        return;
+    };
+    for (case, output) in [("heat", "heat"), ("advection", "advection")] {
+        let out = run_watershed(
+            dir.path(),
+            &[
+                "run", case, "--device", "gpu", "--quiet", "--output", output,
+            ],
+            true,
+        );
+        assert_eq!(out.code, 0, "{case}: {}\n{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("PASSED"), "{case}: {}", out.stdout);
+        assert!(
+            out.stdout.contains("device: GPU 0 (the whole step"),
+            "{case}: {}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains("GPU: GPU 0 ") && out.stdout.contains("MiB (pool peak"),
+            "{case}: {}",
+            out.stdout
+        );
+        assert!(dir.path().join(output).join(format!("{case}.xmf")).exists());
+    }
 }
 
 #[test]

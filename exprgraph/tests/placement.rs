@@ -734,7 +734,10 @@ fn executing_nodes_placed_on_an_unusable_gpu_names_the_node_and_the_device() {
         node("first", &["p0"], false),
         node("second", &["first"], false),
     ];
-    let graph = build(&nodes, PlacementPolicy::Gpu(0), StreamMode::default()).unwrap();
+    // One past the last GPU: unusable on every machine (GPU 0 where there
+    // is none).
+    let absent = watershed_fields::gpu::gpu_count();
+    let graph = build(&nodes, PlacementPolicy::Gpu(absent), StreamMode::default()).unwrap();
     graph
         .with_field_mut::<CellCentre, _>(&Tag::none("p0"), |f| f.fill(1.0))
         .unwrap()
@@ -749,7 +752,7 @@ fn executing_nodes_placed_on_an_unusable_gpu_names_the_node_and_the_device() {
         panic!("expected DeviceUnavailable, got {error:?}");
     };
     assert_eq!(node, "first");
-    assert_eq!(*device, Device::Gpu(0));
+    assert_eq!(*device, Device::Gpu(absent));
     assert!(reason.contains("PlacementPolicy::Cpu"), "{reason}");
     // Placed back on the CPU, the same graph runs.
     let mut graph = graph;

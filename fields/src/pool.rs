@@ -228,6 +228,14 @@ impl std::fmt::Debug for MemoryPool {
     }
 }
 
+/// The process-wide GPU pools ([`MemoryPool::global`]), by ordinal.
+fn global_gpu_pools() -> MutexGuard<'static, HashMap<usize, MemoryPool>> {
+    static GPUS: OnceLock<Mutex<HashMap<usize, MemoryPool>>> = OnceLock::new();
+    GPUS.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
 impl MemoryPool {
     fn with_source(source: BlockSource) -> Self {
         MemoryPool {
@@ -260,7 +268,6 @@ impl MemoryPool {
     /// pins its memory when a CUDA device is present.
     pub fn global(device: Device) -> FieldResult<Self> {
         static CPU: OnceLock<MemoryPool> = OnceLock::new();
-        static GPUS: OnceLock<Mutex<HashMap<usize, MemoryPool>>> = OnceLock::new();
         match device {
             Device::Cpu => Ok(CPU
                 .get_or_init(|| {
@@ -273,10 +280,7 @@ impl MemoryPool {
                 })
                 .clone()),
             Device::Gpu(ordinal) => {
-                let mut pools = GPUS
-                    .get_or_init(Default::default)
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
+                let mut pools = global_gpu_pools();
                 if let Some(pool) = pools.get(&ordinal) {
                     return Ok(pool.clone());
                 }
@@ -285,6 +289,26 @@ impl MemoryPool {
                 Ok(pool)
             }
         }
+    }
+
+    /// The statistics of every process-wide GPU pool created so far
+    /// ([`MemoryPool::global`]), by GPU ordinal; empty when no GPU memory
+    /// was ever taken. Creates nothing and makes no CUDA call.
+    ///
+    /// ```
+    /// use watershed_fields::MemoryPool;
+    /// for (gpu, statistics) in MemoryPool::global_gpu_statistics() {
+    ///     println!("GPU {gpu}: {} bytes at most", statistics.high_water_bytes_total);
+    /// }
+    /// ```
+    pub fn global_gpu_statistics() -> Vec<(usize, PoolStatistics)> {
+        let pools = global_gpu_pools();
+        let mut all: Vec<(usize, PoolStatistics)> = pools
+            .iter()
+            .map(|(&ordinal, pool)| (ordinal, pool.statistics()))
+            .collect();
+        all.sort_by_key(|&(ordinal, _)| ordinal);
+        all
     }
 
     /// The device this pool allocates on.

@@ -8,7 +8,7 @@ use crate::common::{
 };
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
-use crate::error::CaseResult;
+use crate::error::{CaseError, CaseResult};
 use crate::output::{DumpedField, dump_graph_field};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
 use serde::{Deserialize, Serialize};
@@ -16,9 +16,9 @@ use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression,
-    PlacementPolicy, Symbols, Tag,
+    NativeExpression, PlacementPolicy, Symbols, Tag,
 };
-use watershed_fields::{CellCentre, Grid, LocationKind, Patch, XFace, YFace, ZFace};
+use watershed_fields::{CellCentre, Grid, HostMemory, LocationKind, Patch, XFace, YFace, ZFace};
 use watershed_operators::{Expr, FaceLocation, divergence, exp, gradient, interpolate_to_face};
 use watershed_solvers::{
     BoundaryConditions, Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder,
@@ -224,6 +224,18 @@ pub fn exprlib_factory_with(
     dt: f64,
     diffusivity: ExprLibDiffusivity,
 ) -> CaseResult<Factory> {
+    factory_of(pdes, variant, dt, diffusivity, false)
+}
+
+/// The ExprLib factory; with `native_sources` each source is a native
+/// (CPU-only) node computing the same sum of exponentials with `f64::exp`.
+fn factory_of(
+    pdes: usize,
+    variant: &str,
+    dt: f64,
+    diffusivity: ExprLibDiffusivity,
+    native_sources: bool,
+) -> CaseResult<Factory> {
     let mut factory = Factory::new();
     if diffusivity == ExprLibDiffusivity::Field {
         factory.placeholder(gamma(), LocationKind::CellCentre)?;
@@ -248,7 +260,13 @@ pub fn exprlib_factory_with(
         }))?;
         let source = Tag::none(&format!("source{i}"));
         let has_source = variant != "diffusion";
-        if has_source {
+        if has_source && native_sources {
+            let inputs: Vec<Tag> = match variant {
+                "coupled" => (0..pdes).map(phi).collect(),
+                _ => vec![phi(i)],
+            };
+            factory.register(native_exp_sum(&source, inputs))?;
+        } else if has_source {
             let variant = variant.to_string();
             factory.register(LanguageExpression::new::<CellCentre>(
                 source.clone(),
@@ -346,6 +364,74 @@ pub fn exprlib_graph_with(
         factory = stepping_factory(factory, pdes)?;
     }
     exprlib_graph_from(factory, patch, pdes, true, PlacementPolicy::Cpu)
+}
+
+/// A native (CPU-only) node writing the sum of `exp` of `inputs` into
+/// `output` at every allocated point.
+fn native_exp_sum(output: &Tag, inputs: Vec<Tag>) -> NativeExpression {
+    let target = output.clone();
+    let read = inputs.clone();
+    NativeExpression::new(
+        &output.name,
+        vec![(output.clone(), LocationKind::CellCentre)],
+        inputs,
+        move |context| {
+            let mut sum: Vec<f64> = Vec::new();
+            for tag in &read {
+                let values = context.input::<CellCentre>(tag)?.values()?;
+                if sum.is_empty() {
+                    sum = values.iter().map(|v| v.exp()).collect();
+                } else {
+                    sum.iter_mut().zip(values).for_each(|(s, v)| *s += v.exp());
+                }
+            }
+            let written = context.output::<CellCentre>(&target)?.values_mut()?;
+            written.copy_from_slice(&sum);
+            Ok(())
+        },
+    )
+}
+
+/// The thesis' heterogeneous ExprLib graph (section 5.2's CPU-GPU runs):
+/// `variant` ("independent" or "coupled") with every source a native,
+/// CPU-only node (`f64::exp`), fused when `fusion` and placed by
+/// `placement`; `host_memory` as [`GraphOptions::host_memory`] (pinned or
+/// pageable host memory for the fields that cross).
+///
+/// Under [`PlacementPolicy::Heterogeneous`] the fine-grained graph
+/// (`fusion` false) keeps each source on the CPU and puts the rest on the
+/// GPU, copying every source over once per execution; fused, each
+/// equation's update is one node whose only producer is CPU-only, so the
+/// thesis' rule keeps it on the CPU too.
+pub fn exprlib_heterogeneous_graph(
+    patch: &Patch,
+    pdes: usize,
+    variant: &str,
+    dt: f64,
+    fusion: bool,
+    placement: PlacementPolicy,
+    host_memory: Option<HostMemory>,
+) -> CaseResult<ExpressionGraph> {
+    if variant == "diffusion" {
+        return Err(CaseError::Usage(
+            "the heterogeneous ExprLib graph needs sources: variant \"independent\" or \"coupled\", not \"diffusion\"".into(),
+        ));
+    }
+    let factory = factory_of(pdes, variant, dt, ExprLibDiffusivity::Field, true)?;
+    let roots: Vec<Tag> = (0..pdes).map(phi_next).collect();
+    let options = GraphOptions {
+        no_fusion: !fusion,
+        persistent: roots.clone(),
+        placement,
+        host_memory,
+        ..Default::default()
+    };
+    let graph = ExpressionGraph::build(&factory, &roots, patch, &options)?;
+    fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value)?;
+    for i in 0..pdes {
+        fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i))?;
+    }
+    Ok(graph)
 }
 
 /// `factory` with the periodic ghosts of every phi_next attached.
