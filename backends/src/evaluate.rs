@@ -2731,6 +2731,7 @@ mod tests {
             native: OnceLock::new(),
             native_unchecked: OnceLock::new(),
             cuda: OnceLock::new(),
+            cuda_checked: OnceLock::new(),
         }
     }
 

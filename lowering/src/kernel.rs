@@ -437,6 +437,9 @@ pub struct Kernel {
     pub native_unchecked: std::sync::OnceLock<Option<CompiledForm>>,
     /// The CUDA form, once compiled (`watershed_backends::codegen::nvrtc::cuda_of`).
     pub cuda: std::sync::OnceLock<CompiledForm>,
+    /// The CUDA form that checks what it writes, once compiled
+    /// (`watershed_backends::codegen::nvrtc::cuda_checked_of`).
+    pub cuda_checked: std::sync::OnceLock<CompiledForm>,
 }
 
 /// A back end's compiled form of a [`Kernel`], kept in the kernel so that
@@ -1024,6 +1027,7 @@ impl Kernel {
             native: std::sync::OnceLock::new(),
             native_unchecked: std::sync::OnceLock::new(),
             cuda: std::sync::OnceLock::new(),
+            cuda_checked: std::sync::OnceLock::new(),
         })
     }
 

@@ -37,7 +37,8 @@ use crate::kernel::KernelField;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use watershed_fields::{
-    Device, FieldLayout, GpuFunction, GpuStream, IndexBox, LocationKind, ValidationEvent,
+    Device, FieldError, FieldLayout, GpuFunction, GpuStream, IndexBox, LocationKind,
+    ValidationEvent,
 };
 
 /// The field an assignment writes, on a GPU.
@@ -151,10 +152,14 @@ impl GpuLaunch {
         let mut blocks: Vec<&[u8]> = Vec::with_capacity(11);
         blocks.push(&self.arguments);
         blocks.extend(trailing.iter().map(|b| b.as_slice()));
-        let action = format!(
-            "launching CUDA kernel {} over {:?}..{:?}",
-            self.kernel.name, self.region.lo, self.region.hi
-        );
+        // Named only when the launch fails: formatting it for every launch
+        // cost as much as the launch.
+        let action = || {
+            format!(
+                "launching CUDA kernel {} over {:?}..{:?}",
+                self.kernel.name, self.region.lo, self.region.hi
+            )
+        };
         // SAFETY: the blocks are the kernel's parameters in its signature's
         // order and sizes (the struct packed for its argument layout, then
         // nine 8-byte numbers, and the watched word's address for a
@@ -162,13 +167,24 @@ impl GpuLaunch {
         // guarantees, and `gpu_launches` checked every read and write of
         // the box against the buffers' lengths.
         unsafe {
-            stream.launch(
-                &function,
-                self.shape.grid,
-                self.shape.block,
-                &blocks,
-                &action,
-            )?;
+            stream
+                .launch(
+                    &function,
+                    self.shape.grid,
+                    self.shape.block,
+                    &blocks,
+                    "launching a CUDA kernel",
+                )
+                .map_err(|error| match error {
+                    FieldError::Cuda {
+                        device, message, ..
+                    } => FieldError::Cuda {
+                        device,
+                        action: action(),
+                        message,
+                    },
+                    other => other,
+                })?;
         }
         Ok(())
     }

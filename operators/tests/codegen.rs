@@ -834,3 +834,39 @@ fn compiled_kernels_flag_every_non_finite_value_and_no_finite_one() {
         }
     }
 }
+
+/// Both CUDA forms of a kernel (with and without the finiteness check) are
+/// compiled once and kept in the kernel, so that a launch finds them
+/// without generating the source again.
+#[test]
+fn both_cuda_forms_are_kept_in_the_kernel() {
+    if let Some(problem) = codegen::nvrtc::nvrtc_problem() {
+        eprintln!("skipped: CUDA forms ({problem})");
+        return;
+    }
+    let patch = patch_3d([6, 5, 4], 1);
+    let phi =
+        SpatialField::<CellCentre>::new("phi", &patch, watershed_fields::Device::Cpu).unwrap();
+    // A constant no other test uses: the lowering cache shares kernels of
+    // equal structure, and this one must start with neither form.
+    let expr = exp(&phi) * 0.372_915_604_2;
+    let kernel = lower_cached(expr.node(), &patch, true).unwrap();
+    assert!(kernel.kernel.cuda.get().is_none());
+    assert!(kernel.kernel.cuda_checked.get().is_none());
+    let checked = codegen::nvrtc::cuda_checked_of(&kernel.kernel).unwrap();
+    assert!(kernel.kernel.cuda_checked.get().is_some());
+    assert!(
+        kernel.kernel.cuda.get().is_none(),
+        "only the form asked for"
+    );
+    let plain = codegen::nvrtc::cuda_of(&kernel.kernel).unwrap();
+    assert_ne!(checked.name, plain.name);
+    assert!(Arc::ptr_eq(
+        &checked,
+        &codegen::nvrtc::cuda_checked_of(&kernel.kernel).unwrap()
+    ));
+    assert!(Arc::ptr_eq(
+        &plain,
+        &codegen::nvrtc::cuda_of(&kernel.kernel).unwrap()
+    ));
+}

@@ -115,12 +115,19 @@ pub fn cuda_checked_source(kernel: &Kernel) -> Result<(String, String), Unsuppor
 /// compiled with NVRTC on first use and kept for the process (as
 /// [`cuda_reduction_of`]).
 pub fn cuda_checked_of(kernel: &Kernel) -> OperatorResult<Arc<CudaKernel>> {
+    // Kept in the kernel: generating the source again to find the
+    // compiled module by name cost more than the launch (about 80 us).
+    if let Some(done) = kernel.cuda_checked.get() {
+        return as_cuda(done.clone());
+    }
     let what = "a CUDA kernel that checks its values".to_string();
     let generated = cuda_checked_source(kernel).map_err(|why| OperatorError::Backend {
         what: format!("generating {what}"),
         reason: format!("{}; place the node on the CPU", why.0),
     })?;
-    compiled_once(kernel, &what, generated)
+    let compiled = compiled_once(kernel, &what, generated)?;
+    let stored = kernel.cuda_checked.get_or_init(|| compiled as CompiledForm);
+    as_cuda(stored.clone())
 }
 
 /// `generated` (a name and a CUDA C source for `kernel`'s arguments)

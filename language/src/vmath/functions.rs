@@ -435,7 +435,10 @@ pub fn tanh(x: f64) -> f64 {
     let a = x.abs();
     let e = exp(2.0 * a);
     let large = 1.0 - 2.0 / (e + 1.0);
-    let large = if x < 0.0 { -large } else { large };
+    // copysign, not a selection on `x < 0`: gcc 13 does not vectorise the
+    // selection's form inside a loop that also reduces (the finiteness
+    // test). They differ only for a NaN `x`, whose sign this keeps.
+    let large = large.copysign(x);
     if a < SIN_TINY {
         x
     } else if a < TANH_SERIES_LIMIT {

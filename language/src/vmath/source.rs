@@ -249,7 +249,7 @@ pub fn source(dialect: Dialect) -> String {
     double a = fabs(x);\n\
     double e = ws_exp(2.0 * a);\n\
     double large = 1.0 - 2.0 / (e + 1.0);\n\
-    large = x < 0.0 ? -large : large;\n\
+    large = copysign(large, x);\n\
     return a < {tiny} ? x : (a < {limit} ? series : large);\n\
 }}\n",
         steps = horner("p", "z", &TANH_COEFFICIENTS, dialect),
