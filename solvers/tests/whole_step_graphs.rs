@@ -13,7 +13,7 @@ use watershed_fields::{
 use watershed_operators::Side;
 use watershed_solvers::{
     BoundaryCondition, BoundaryConditions, Diffusivity, IncompressibleFlowBuilder, TimeIntegrator,
-    TransportEquation, TransportSolverBuilder,
+    TransportEquation, TransportSolver, TransportSolverBuilder,
 };
 
 fn filled<L: Location>(patch: &Patch, seed: u64) -> SpatialField<L> {
@@ -525,28 +525,64 @@ fn the_transport_solver_places_its_whole_step_on_a_gpu() {
     let grid = Grid::new([12, 10, 8], [1.0; 3], [0.0; 3])
         .unwrap()
         .with_periodic([true; 3]);
-    let solver = TransportSolverBuilder::new(&grid.whole_domain(1))
-        .equation(TransportEquation::new("T").diffusion(Diffusivity::Constant(0.1)))
-        .graph_options(watershed_exprgraph::GraphOptions {
-            placement: watershed_exprgraph::PlacementPolicy::Gpu(0),
-            ..Default::default()
-        })
-        .build()
-        .unwrap();
+    let build = |placement| {
+        TransportSolverBuilder::new(&grid.whole_domain(1))
+            .equation(
+                TransportEquation::new("T")
+                    .diffusion(Diffusivity::Constant(0.1))
+                    .source_expression(|s| {
+                        watershed_operators::exp(s.field::<CellCentre>(&Tag::new(
+                            "T",
+                            watershed_exprgraph::Context::StateN,
+                        ))) * 0.01
+                    }),
+            )
+            .graph_options(watershed_exprgraph::GraphOptions {
+                placement,
+                ..Default::default()
+            })
+            .build()
+            .unwrap()
+    };
+    let solver = build(watershed_exprgraph::PlacementPolicy::Gpu(0));
     // Planned without a GPU: every node there, the start value copied in.
     let graph = solver.graph();
     assert_eq!(graph.device_plan().gpu_nodes(), graph.node_count());
+    let initial = |p: [f64; 3]| (p[0] * 0.5).sin() + 0.1 * p[1] - 0.05 * p[2];
     if watershed_fields::gpu::gpu_unavailable_reason(0).is_some() {
         // No GPU here: stepping is refused, naming the node and the device.
         let mut solver = solver;
-        solver.set_initial_condition("T", |p| p[0]).unwrap();
+        solver.set_initial_condition("T", initial).unwrap();
         let error = solver.step(1e-3).unwrap_err().to_string();
         assert!(
             error.contains("GPU 0") || error.contains("Gpu(0)"),
             "{error}"
         );
         assert!(error.contains("T"), "{error}");
+        return;
     }
+    // On a GPU: five steps there give the CPU's bits at every point.
+    let mut on_gpu = solver;
+    let mut on_cpu = build(watershed_exprgraph::PlacementPolicy::Cpu);
+    for solver in [&mut on_gpu, &mut on_cpu] {
+        solver.set_initial_condition("T", initial).unwrap();
+        for _ in 0..5 {
+            solver.step(0.05).unwrap();
+        }
+    }
+    let values = |solver: &TransportSolver| {
+        solver
+            .with_solution("T", |f| f.values().unwrap().to_vec())
+            .unwrap()
+    };
+    let (gpu, cpu) = (values(&on_gpu), values(&on_cpu));
+    let differing = gpu
+        .iter()
+        .zip(&cpu)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count();
+    assert_eq!(differing, 0, "{differing} of {} points differ", cpu.len());
+    assert!(cpu.iter().all(|v| v.is_finite()));
 }
 
 /// The flow's CFL limit after steps, read from its graph reductions, is
