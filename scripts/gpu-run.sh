@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# On a machine with a CUDA GPU and no Rust toolchain, from the checkout,
+# after scripts/gpu-pack.sh made .devpack/pack.tar.xz elsewhere: runs the
+# GPU tests (uncaptured, so their differences and skips show), the cases
+# with --device gpu, the GPU benchmark (unless GPU_RUN_BENCH=0), then the
+# rest of the suite. Logs go to $OUT (or ./gpu-run): env.txt, tests.log,
+# cli.log, bench.log and summary.txt (a line per binary or run with its
+# exit status, time and test counts). Exits 0; read summary.txt.
+set -u
+checkout="$PWD"
+out="${OUT:-$checkout/gpu-run}"
+mkdir -p "$out"
+start=$(date +%s)
+unpacked="$(mktemp -d)"
+tar xJf .devpack/pack.tar.xz -C "$unpacked"
+built_at="$(cat "$unpacked/built-at")"
+if [ ! -e "$built_at" ]; then
+    mkdir -p "$(dirname "$built_at")" && ln -s "$checkout" "$built_at"
+fi
+mkdir -p "$built_at/target/release"
+cp "$unpacked/watershed" "$built_at/target/release/watershed"
+nvrtc="$(find /usr/local /opt /usr/lib -name 'libnvrtc.so.13' 2>/dev/null | head -n 1)"
+[ -n "$nvrtc" ] && export LD_LIBRARY_PATH="$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    lscpu | grep -E 'Model name|^CPU\(s\)'
+    cc --version | head -n 1
+    echo "nvrtc: ${nvrtc:-not found}"
+} > "$out/env.txt" 2>&1
+: > "$out/summary.txt"
+: > "$out/tests.log"
+run_binary() { # name, seconds, extra arguments
+    local name=$1 limit=$2 began=$(date +%s) status
+    shift 2
+    echo "=== $name" >> "$out/tests.log"
+    timeout "$limit" "$unpacked/bin/$name" --test-threads=8 "$@" >> "$out/tests.log" 2>&1
+    status=$?
+    echo "$name rc=$status $(($(date +%s) - began))s $(grep -a '^test result' "$out/tests.log" | tail -n 1)" >> "$out/summary.txt"
+}
+gpu_tests="fields__test__gpu fields__test__state_machine cases__test__gpu solvers__test__whole_step_graphs operators__test__bad_input exprgraph__test__placement operators__test__gpu_launch_on_host cases__test__cli"
+for name in $gpu_tests; do
+    run_binary "$name" 300 --nocapture
+done
+for case in heat advection exprlib-scalability; do
+    began=$(date +%s)
+    echo "=== watershed run $case --device gpu" >> "$out/cli.log"
+    timeout 300 "$built_at/target/release/watershed" run "$case" --device gpu --quiet \
+        --output "$unpacked/output-$case" >> "$out/cli.log" 2>&1
+    echo "watershed run $case --device gpu rc=$? $(($(date +%s) - began))s" >> "$out/summary.txt"
+done
+if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
+    timeout 600 "$unpacked/gpubench" > "$out/bench.log" 2>&1
+    echo "gpu bench rc=$? at $(($(date +%s) - start))s" >> "$out/summary.txt"
+fi
+for binary in "$unpacked"/bin/*; do
+    name="$(basename "$binary")"
+    case " $gpu_tests " in *" $name "*) continue ;; esac
+    run_binary "$name" 300
+done
+echo "done at $(($(date +%s) - start))s" >> "$out/summary.txt"
+rm -rf "$unpacked"
