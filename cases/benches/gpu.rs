@@ -173,25 +173,23 @@ fn streams(gpu: usize) {
     }
 }
 
-/// Median seconds of copying `bytes` from host memory at `host` to GPU
-/// memory at `device`, 11 copies.
-fn copy_seconds(gpu: usize, host: usize, device: usize, bytes: usize) -> f64 {
+/// Median seconds of `runs` copies of `bytes` from `from` to `to` on a
+/// stream of GPU `gpu`.
+fn copy_seconds(
+    gpu: usize,
+    from: (Device, usize),
+    to: (Device, usize),
+    bytes: usize,
+    runs: usize,
+) -> f64 {
     let stream = GpuStream::new(gpu).expect("stream");
     let mut times = Vec::new();
-    for _ in 0..11 {
+    for _ in 0..runs {
         let start = Instant::now();
-        // SAFETY: `host` holds `bytes` bytes of host memory and `device`
-        // `bytes` bytes on this GPU; nothing else uses either until the
-        // stream is synchronised below.
+        // SAFETY: the callers pass ranges of `bytes` bytes on their devices
+        // that nothing else uses until the stream is synchronised below.
         unsafe {
-            stream
-                .copy(
-                    (Device::Cpu, host),
-                    (Device::Gpu(gpu), device),
-                    bytes,
-                    "timing a host-to-device copy",
-                )
-                .expect("copy");
+            stream.copy(from, to, bytes, "timing a copy").expect("copy");
         }
         stream.synchronize().expect("synchronize");
         times.push(start.elapsed().as_secs_f64());
@@ -269,10 +267,19 @@ fn heterogeneous(gpu: usize) {
                     .expect("pinned");
                 let host_pageable = vec![0u8; bytes];
                 let count = per_execution.len() as f64;
-                let pinned_copies =
-                    count * copy_seconds(gpu, host_pinned.address(), block.address(), bytes);
+                let target = (Device::Gpu(gpu), block.address());
+                // Both host buffers and the GPU block hold `bytes` bytes and
+                // serve only these copies.
+                let pinned_copies = count
+                    * copy_seconds(gpu, (Device::Cpu, host_pinned.address()), target, bytes, 11);
                 let pageable_copies = count
-                    * copy_seconds(gpu, host_pageable.as_ptr() as usize, block.address(), bytes);
+                    * copy_seconds(
+                        gpu,
+                        (Device::Cpu, host_pageable.as_ptr() as usize),
+                        target,
+                        bytes,
+                        11,
+                    );
                 (pinned_copies / t_pinned, pageable_copies / t_pageable)
             };
             println!(
@@ -306,29 +313,17 @@ fn bandwidth(gpu: usize) {
     let mut b = SpatialField::<CellCentre>::new("b", &patch, Device::Gpu(gpu)).expect("b");
     let bytes = a.layout().allocated_len() * 8;
     let kernel_bandwidth = 3.0 * bytes as f64 / t;
-    let stream = GpuStream::new(gpu).expect("stream");
     let source = a.gpu_buffer_mut(Device::Gpu(gpu)).expect("buffer").pointer as usize;
     let destination = b.gpu_buffer_mut(Device::Gpu(gpu)).expect("buffer").pointer as usize;
-    let mut times = Vec::new();
-    for _ in 0..23 {
-        let start = Instant::now();
-        // SAFETY: both buffers are `bytes` long on this GPU and used by
-        // nothing else until the stream is synchronised below.
-        unsafe {
-            stream
-                .copy(
-                    (Device::Gpu(gpu), source),
-                    (Device::Gpu(gpu), destination),
-                    bytes,
-                    "timing a device-to-device copy",
-                )
-                .expect("copy");
-        }
-        stream.synchronize().expect("synchronize");
-        times.push(start.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    let copy_bandwidth = 2.0 * bytes as f64 / times[times.len() / 2];
+    // Both buffers are `bytes` long on this GPU and used by nothing else.
+    let copy = copy_seconds(
+        gpu,
+        (Device::Gpu(gpu), source),
+        (Device::Gpu(gpu), destination),
+        bytes,
+        23,
+    );
+    let copy_bandwidth = 2.0 * bytes as f64 / copy;
     println!(
         "fused diffusion: {:.1} GB/s (3 streams of {bytes} bytes in {:.3} ms, execution included); copy: {:.1} GB/s; ratio {:.2}",
         kernel_bandwidth / 1e9,

@@ -259,18 +259,7 @@ fn assert_interior_matches(
     what: &str,
 ) {
     use watershed_cases::cases::scalability::phi;
-    use watershed_fields::CellCentre;
-    let got = graph
-        .with_field::<CellCentre, _>(&phi(i), |f| {
-            let layout = f.layout();
-            let values = f.values().unwrap();
-            layout
-                .interior()
-                .iter()
-                .map(|p| values[layout.linear_index(p)])
-                .collect::<Vec<f64>>()
-        })
-        .unwrap();
+    let got = interior(graph, &phi(i));
     assert_eq!(got.len(), want.len(), "{what}: phi{i}'s interior");
     for (k, (a, b)) in got.iter().zip(want).enumerate() {
         assert!(
@@ -292,7 +281,7 @@ fn the_heterogeneous_exprlib_graph_keeps_its_sources_on_the_cpu_and_matches() {
     };
     use watershed_cases::error::CaseError;
     use watershed_exprgraph::{ExecutionMode, PlacementPolicy, StreamMode, Tag, Target};
-    use watershed_fields::{CellCentre, Device, Grid};
+    use watershed_fields::{Device, Grid};
     let patch = Grid::new([10, 10, 10], [0.1; 3], [0.0; 3])
         .unwrap()
         .with_periodic([true; 3])
@@ -314,20 +303,12 @@ fn the_heterogeneous_exprlib_graph_keeps_its_sources_on_the_cpu_and_matches() {
         native.execute(ExecutionMode::Serial).unwrap();
         language.execute(ExecutionMode::Serial).unwrap();
         for i in 0..pdes {
-            let values = |g: &watershed_exprgraph::ExpressionGraph| {
-                g.with_field::<CellCentre, _>(&phi_next(i), |f| {
-                    let layout = f.layout();
-                    let values = f.values().unwrap();
-                    layout
-                        .interior()
-                        .iter()
-                        .map(|p| values[layout.linear_index(p)])
-                        .collect::<Vec<f64>>()
-                })
-                .unwrap()
-            };
-            let want = values(&language);
-            assert_interior_equal(&values(&native), &want, &format!("{variant} phi_next{i}"));
+            let want = interior(&language, &phi_next(i));
+            assert_interior_equal(
+                &interior(&native, &phi_next(i)),
+                &want,
+                &format!("{variant} phi_next{i}"),
+            );
         }
         // The plan under the thesis' rule (needs no GPU to be made).
         let mut placed = native;
@@ -377,6 +358,25 @@ fn the_heterogeneous_exprlib_graph_keeps_its_sources_on_the_cpu_and_matches() {
         matches!(&error, CaseError::Usage(m) if m.contains("\"diffusion\"")),
         "{error:?}"
     );
+}
+
+/// The interior values of the cell field `tag` of `graph`, x fastest.
+fn interior(
+    graph: &watershed_exprgraph::ExpressionGraph,
+    tag: &watershed_exprgraph::Tag,
+) -> Vec<f64> {
+    use watershed_fields::CellCentre;
+    graph
+        .with_field::<CellCentre, _>(tag, |f| {
+            let layout = f.layout();
+            let values = f.values().unwrap();
+            layout
+                .interior()
+                .iter()
+                .map(|p| values[layout.linear_index(p)])
+                .collect::<Vec<f64>>()
+        })
+        .unwrap()
 }
 
 /// Equal to a relative 1e-13 (`f64::exp` against the engine's exp).

@@ -418,20 +418,12 @@ pub fn exprlib_heterogeneous_graph(
         ));
     }
     let factory = factory_of(pdes, variant, dt, ExprLibDiffusivity::Field, true)?;
-    let roots: Vec<Tag> = (0..pdes).map(phi_next).collect();
     let options = GraphOptions {
-        no_fusion: !fusion,
-        persistent: roots.clone(),
         placement,
         host_memory,
         ..Default::default()
     };
-    let graph = ExpressionGraph::build(&factory, &roots, patch, &options)?;
-    fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value)?;
-    for i in 0..pdes {
-        fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i))?;
-    }
-    Ok(graph)
+    exprlib_graph_from_options(factory, patch, pdes, fusion, options)
 }
 
 /// `factory` with the periodic ghosts of every phi_next attached.
@@ -451,12 +443,27 @@ fn exprlib_graph_from(
     fusion: bool,
     placement: PlacementPolicy,
 ) -> CaseResult<ExpressionGraph> {
+    let options = GraphOptions {
+        placement,
+        ..Default::default()
+    };
+    exprlib_graph_from_options(factory, patch, pdes, fusion, options)
+}
+
+/// The ExprLib graph of `factory` built with `options` (its roots,
+/// persistent fields and fusion set here), gamma and every phi_i filled.
+fn exprlib_graph_from_options(
+    factory: Factory,
+    patch: &Patch,
+    pdes: usize,
+    fusion: bool,
+    options: GraphOptions,
+) -> CaseResult<ExpressionGraph> {
     let roots: Vec<Tag> = (0..pdes).map(phi_next).collect();
     let options = GraphOptions {
         no_fusion: !fusion,
-        persistent: (0..pdes).map(phi_next).collect(),
-        placement,
-        ..Default::default()
+        persistent: roots.clone(),
+        ..options
     };
     let graph = ExpressionGraph::build(&factory, &roots, patch, &options)?;
     if graph.field_info(&gamma()).is_some() {
