@@ -426,7 +426,9 @@ fn a_run_writes_hdf5_dumps_an_xdmf_series_plots_a_trace_and_a_dot_graph() {
         "cell updates/s",
         "memory high-water: CPU",
         "slowest expressions",
-        "momentum/u",
+        // Which five nodes are slowest depends on the machine's timing
+        // (momentum/u was not always among them): any node of the graph.
+        "\n  momentum/",
         "check: centreline velocities vs Ghia et al. (1982), Re = 100 — FAILED",
         "lid-driven-cavity.xmf",
         "threads: 2",
