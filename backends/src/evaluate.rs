@@ -18,7 +18,7 @@
 
 use crate::codegen::NativeKernel;
 use crate::fill::PointFill;
-use crate::kernel::{Instruction, Kernel, OUTPUT, Operand, Source};
+use crate::kernel::{Instruction, Kernel, MAX_GROUP_SOURCES, OUTPUT, Operand, Source};
 use crate::stencil::StencilOp;
 use rayon::prelude::*;
 use smallvec::SmallVec;
@@ -875,17 +875,22 @@ macro_rules! dispatch_unary {
     }};
 }
 
-/// `out = c + sum w_t * s_t`, terms summed left to right, up to four per pass.
+/// `out = c + sum w_t * s_t`, terms summed left to right, up to four per pass
+/// (a form whose weights are all different); with `as_differences` (the
+/// form's [`crate::kernel::LinearForm::is_differences`]) `out = sum_p w_p
+/// (b_p - a_p)` instead.
 ///
 /// # Safety
 /// Every stream covers `extent`, and `out` overlaps no input.
-unsafe fn linear(out: OutStream, extent: Extent, constant: f64, terms: &[(Stream, f64)]) {
+unsafe fn linear(
+    out: OutStream,
+    extent: Extent,
+    constant: f64,
+    terms: &[(Stream, f64)],
+    as_differences: bool,
+) {
     let n = extent.n;
-    if constant == 0.0
-        && terms.len() >= 2
-        && terms.len().is_multiple_of(2)
-        && terms.chunks(2).all(|p| p[0].1 == -p[1].1)
-    {
+    if as_differences {
         // SAFETY: forwarded.
         unsafe { differences(out, extent, terms) };
         return;
@@ -1020,6 +1025,69 @@ unsafe fn differences(out: OutStream, extent: Extent, terms: &[(Stream, f64)]) {
             done += 2 * count;
         }
     }
+}
+
+/// `out = c + sum_g w_g * pairwise_sum(sources_g)` for a form whose terms
+/// share weights ([`crate::kernel::LinearForm::groups`]): one pass over the
+/// row per group, the groups added left to right as the generated code does.
+///
+/// # Safety
+/// As [`linear`]; every stream of every group covers `extent`.
+unsafe fn grouped_linear(
+    out: OutStream,
+    extent: Extent,
+    constant: f64,
+    groups: &[(f64, SmallVec<[Stream; MAX_GROUP_SOURCES]>)],
+) {
+    let n = extent.n;
+    for r in 0..extent.rows {
+        // SAFETY: guaranteed by the caller.
+        let o = unsafe {
+            std::slice::from_raw_parts_mut(out.pointer.offset(r as isize * out.row_stride), n)
+        };
+        o.fill(constant);
+        // SAFETY: as above.
+        let get = |s: &Stream| unsafe { std::slice::from_raw_parts(s.on_row(r).pointer, n) };
+        for (weight, sources) in groups {
+            let w = *weight;
+            macro_rules! pass {
+                ($($k:literal)+) => {
+                    match sources.len() {
+                        $($k => group_pass::<$k>(o, std::array::from_fn(|s| get(&sources[s])), w),)+
+                        _ => unreachable!("groups hold one to MAX_GROUP_SOURCES sources"),
+                    }
+                };
+            }
+            pass!(1 2 3 4 5 6 7 8);
+        }
+    }
+}
+
+/// `o += w * tree_sum(sources)` at every point of a row.
+#[inline(always)]
+fn group_pass<const N: usize>(o: &mut [f64], sources: [&[f64]; N], w: f64) {
+    let n = o.len();
+    let sources = sources.map(|s| &s[..n]);
+    for (i, o) in o.iter_mut().enumerate() {
+        *o += w * tree_sum::<N>(std::array::from_fn(|s| sources[s][i]));
+    }
+}
+
+/// [`crate::kernel::pairwise_sum`] of `N` values, unrolled: neighbours in
+/// pairs, level by level, an odd last value carried.
+#[inline(always)]
+fn tree_sum<const N: usize>(mut values: [f64; N]) -> f64 {
+    let mut len = N;
+    while len > 1 {
+        for p in 0..len / 2 {
+            values[p] = values[2 * p] + values[2 * p + 1];
+        }
+        if len % 2 == 1 {
+            values[len / 2] = values[len - 1];
+        }
+        len = len.div_ceil(2);
+    }
+    values[0]
 }
 
 /// Shapes of fused product factors (see [`crate::kernel::fusable_factor`]).
@@ -1902,7 +1970,21 @@ impl Context<'_> {
                         // A constant alone is the first product pass's start value.
                         let mut assigned = false;
                         if !terms.is_empty() || products.is_empty() {
-                            linear(out, extent, form.constant, &terms);
+                            let groups = form.groups();
+                            let as_differences = form.is_differences();
+                            if groups.len() < terms.len() && !as_differences {
+                                let groups: SmallVec<
+                                    [(f64, SmallVec<[Stream; MAX_GROUP_SOURCES]>); 4],
+                                > = groups
+                                    .iter()
+                                    .map(|g| {
+                                        (g.weight, g.sources.iter().map(|s| stream(*s)).collect())
+                                    })
+                                    .collect();
+                                grouped_linear(out, extent, form.constant, &groups);
+                            } else {
+                                linear(out, extent, form.constant, &terms, as_differences);
+                            }
                             assigned = true;
                         }
                         let products: smallvec::SmallVec<[(f64, Resolved, Resolved); 4]> = products
@@ -2707,6 +2789,44 @@ mod tests {
     use super::*;
     use crate::kernel::{KernelField, ReadExtent};
     use watershed_fields::Grid;
+
+    /// The interpreter's unrolled group sum adds in the order the shared
+    /// definition (`pairwise_sum`, which the C and CUDA emitter use) does,
+    /// bit for bit, for every group size, on values whose sums round
+    /// differently in every other order.
+    #[test]
+    fn the_unrolled_group_sum_is_the_pairwise_sum() {
+        fn check<const N: usize>(seed: u64) {
+            let mut state = seed;
+            let values: [f64; N] = std::array::from_fn(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let magnitude = [1.0, 1e-9, 3e7][(state >> 61) as usize % 3];
+                magnitude * ((state >> 11) as f64 / (1u64 << 53) as f64 - 0.5)
+            });
+            let expected = crate::kernel::pairwise_sum(values, |a, b| a + b).unwrap_or(f64::NAN);
+            assert_eq!(
+                tree_sum::<N>(values).to_bits(),
+                expected.to_bits(),
+                "{N} values {values:?}"
+            );
+        }
+        for seed in 0..200 {
+            check::<1>(seed);
+            check::<2>(seed);
+            check::<3>(seed);
+            check::<4>(seed);
+            check::<5>(seed);
+            check::<6>(seed);
+            check::<7>(seed);
+            check::<8>(seed);
+        }
+        // Five values: ((a + b) + (c + d)) + e, not left to right.
+        let five = [1e16, 1.0, -1e16, 1.0, 1.0];
+        assert_eq!(tree_sum::<5>(five), 1.0);
+        assert_eq!(five.iter().sum::<f64>(), 2.0);
+    }
 
     /// A kernel that reads one cell field with the z reach `z`.
     fn kernel_reading(z: isize) -> Kernel {

@@ -154,6 +154,90 @@ impl LinearForm {
     }
 }
 
+/// The most sources one [`WeightGroup`] sums as one tree; a longer run of
+/// equal weights becomes several groups.
+pub const MAX_GROUP_SOURCES: usize = 8;
+
+/// Sources of a [`LinearForm`] that share one weight: evaluated as
+/// `weight * pairwise_sum(sources)`, one multiplication for the group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightGroup {
+    /// The shared weight.
+    pub weight: f64,
+    /// The sources, in the form's term order (one to [`MAX_GROUP_SOURCES`]).
+    pub sources: SmallVec<[Source; MAX_GROUP_SOURCES]>,
+}
+
+impl LinearForm {
+    /// Whether every back end evaluates this form as differences,
+    /// `sum_p w_p (b_p - a_p)` over consecutive term pairs `(a, -w), (b, w)`
+    /// (a divergence of fluxes): no constant, an even number of terms, each
+    /// pair's weights opposite.
+    pub fn is_differences(&self) -> bool {
+        self.constant == 0.0
+            && self.terms.len() >= 2
+            && self.terms.len().is_multiple_of(2)
+            && self.terms.chunks(2).all(|p| p[0].1 == -p[1].1)
+    }
+
+    /// The form's terms grouped by weight, in the order every back end
+    /// evaluates a form that is not [`differences`](Self::is_differences):
+    /// `constant + w_1 * T_1 + w_2 * T_2 + ...`, added left to right, where
+    /// group `g` holds the terms whose weight has the same bits as `w_g`,
+    /// groups ordered by their first term, and `T_g` is the
+    /// [`pairwise_sum`] of the group's sources in term order. A run longer
+    /// than [`MAX_GROUP_SOURCES`] is split into consecutive groups of that
+    /// size. Summing first and multiplying once is what a hand-written
+    /// stencil does (`c * u + w * (u_w + u_e + u_s + u_n)`): fewer
+    /// multiplications and a shorter dependency chain than
+    /// `c + w_1 s_1 + w_2 s_2 + ...` term by term. Where no two weights are
+    /// equal every group is one term and the two orders are the same.
+    pub fn groups(&self) -> SmallVec<[WeightGroup; 4]> {
+        let mut groups: SmallVec<[WeightGroup; 4]> = SmallVec::new();
+        let mut open: SmallVec<[(u64, usize); 4]> = SmallVec::new();
+        for &(source, weight) in &self.terms {
+            let bits = weight.to_bits();
+            match open.iter_mut().find(|(b, _)| *b == bits) {
+                Some((_, at)) if groups[*at].sources.len() < MAX_GROUP_SOURCES => {
+                    groups[*at].sources.push(source);
+                }
+                found => {
+                    let at = groups.len();
+                    groups.push(WeightGroup {
+                        weight,
+                        sources: SmallVec::from_iter([source]),
+                    });
+                    match found {
+                        Some(entry) => entry.1 = at,
+                        None => open.push((bits, at)),
+                    }
+                }
+            }
+        }
+        groups
+    }
+}
+
+/// The sum of `items` in the order every back end adds a [`WeightGroup`]'s
+/// sources: neighbours in pairs, level by level, an odd last item carried
+/// to the next level (`((a + b) + (c + d)) + e` for five). `None` when
+/// `items` is empty.
+pub fn pairwise_sum<T>(items: impl IntoIterator<Item = T>, add: impl Fn(T, T) -> T) -> Option<T> {
+    let mut level: SmallVec<[T; MAX_GROUP_SOURCES]> = items.into_iter().collect();
+    while level.len() > 1 {
+        let mut next: SmallVec<[T; MAX_GROUP_SOURCES]> = SmallVec::new();
+        let mut items = level.into_iter();
+        while let Some(a) = items.next() {
+            match items.next() {
+                Some(b) => next.push(add(a, b)),
+                None => next.push(a),
+            }
+        }
+        level = next;
+    }
+    level.into_iter().next()
+}
+
 /// A weight that can be divided out of a product and multiplied back in
 /// without changing non-finite results (not 0, not infinite, not NaN).
 fn usable_weight(weight: f64) -> bool {
@@ -1308,5 +1392,106 @@ impl fmt::Display for Kernel {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(slot: u16, x: isize) -> Source {
+        Source::Field {
+            slot,
+            offset: [x, 0, 0],
+        }
+    }
+
+    fn form(constant: f64, terms: &[(Source, f64)]) -> LinearForm {
+        LinearForm {
+            constant,
+            terms: terms.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn equal_weights_group_in_order_of_first_appearance() {
+        // 7-point-like: centre weight, then neighbours sharing one weight,
+        // with a third weight in between.
+        let f = form(
+            0.5,
+            &[
+                (at(0, 0), -6.0),
+                (at(0, -1), 2.0),
+                (at(1, 0), 3.0),
+                (at(0, 1), 2.0),
+                (at(1, 1), 3.0),
+                (at(0, 2), 2.0),
+            ],
+        );
+        let groups = f.groups();
+        let summary: Vec<(f64, Vec<Source>)> = groups
+            .iter()
+            .map(|g| (g.weight, g.sources.to_vec()))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (-6.0, vec![at(0, 0)]),
+                (2.0, vec![at(0, -1), at(0, 1), at(0, 2)]),
+                (3.0, vec![at(1, 0), at(1, 1)]),
+            ]
+        );
+        assert!(!f.is_differences());
+    }
+
+    #[test]
+    fn zero_weights_of_either_sign_stay_apart_and_long_runs_split() {
+        let f = form(0.0, &[(at(0, 0), 0.0), (at(0, 1), -0.0), (at(0, 2), 0.0)]);
+        let weights: Vec<(u64, usize)> = f
+            .groups()
+            .iter()
+            .map(|g| (g.weight.to_bits(), g.sources.len()))
+            .collect();
+        assert_eq!(
+            weights,
+            vec![(0.0f64.to_bits(), 2), ((-0.0f64).to_bits(), 1)]
+        );
+
+        let many: Vec<(Source, f64)> = (0..19).map(|x| (at(0, x), 0.25)).collect();
+        let sizes: Vec<usize> = form(1.0, &many)
+            .groups()
+            .iter()
+            .map(|g| g.sources.len())
+            .collect();
+        assert_eq!(sizes, vec![MAX_GROUP_SOURCES, MAX_GROUP_SOURCES, 3]);
+    }
+
+    #[test]
+    fn differences_are_opposite_pairs_without_a_constant() {
+        let pairs = [
+            (at(0, 0), -0.5),
+            (at(0, 1), 0.5),
+            (at(1, 0), -2.0),
+            (at(1, 1), 2.0),
+        ];
+        assert!(form(0.0, &pairs).is_differences());
+        assert!(!form(1.0, &pairs).is_differences());
+        assert!(!form(0.0, &pairs[..3]).is_differences());
+    }
+
+    #[test]
+    fn the_pairwise_sum_pairs_neighbours_level_by_level() {
+        let text = |n: usize| {
+            pairwise_sum(
+                (0..n).map(|i| ((b'a' + i as u8) as char).to_string()),
+                |a, b| format!("({a}+{b})"),
+            )
+        };
+        assert_eq!(text(0), None);
+        assert_eq!(text(1).as_deref(), Some("a"));
+        assert_eq!(text(3).as_deref(), Some("((a+b)+c)"));
+        assert_eq!(text(5).as_deref(), Some("(((a+b)+(c+d))+e)"));
+        assert_eq!(text(7).as_deref(), Some("(((a+b)+(c+d))+((e+f)+g))"));
+        assert_eq!(text(8).as_deref(), Some("(((a+b)+(c+d))+((e+f)+(g+h)))"));
     }
 }

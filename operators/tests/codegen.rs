@@ -713,6 +713,78 @@ fn a_uniform_condition_is_decided_once_per_call() {
     }
 }
 
+/// Terms that share a weight are summed first, as a pairwise tree, and
+/// multiplied once (`LinearForm::groups`), in the interpreter, the C and
+/// the CUDA source alike: `0.5 u + 0.3 (u_w + u_e + u_s + u_n)` gives the
+/// bits of a hand-written loop in that order (which differ from the term
+/// by term sum on these values), and the C source multiplies by the shared
+/// weight once.
+#[test]
+fn equal_weights_are_summed_first_and_multiplied_once() {
+    let patch = patch_3d([9, 6, 5], 1);
+    let mut rng = Xorshift::new(29);
+    let u = random_cells("u", &patch, &mut rng);
+    let make = || {
+        (watershed_operators::shift(&u, [-1, 0, 0])
+            + watershed_operators::shift(&u, [1, 0, 0])
+            + watershed_operators::shift(&u, [0, -1, 0])
+            + watershed_operators::shift(&u, [0, 1, 0]))
+            * 0.3
+            + field(&u) * 0.5
+    };
+    let layout = u.layout().clone();
+    let uv = u.values().unwrap();
+    let value = |i: [isize; 3], d: [isize; 3]| {
+        uv[layout.linear_index([i[0] + d[0], i[1] + d[1], i[2] + d[2]])]
+    };
+    let mut differs_from_term_by_term = 0;
+    let mut backends = vec![Backend::Interpreter];
+    if c_available() {
+        backends.push(Backend::C);
+        let source = codegen::generated_source(make().node(), &patch, vmath::Dialect::C).unwrap();
+        let body = &source[source.find("long long kernel(").expect("the function")..];
+        assert_eq!(body.matches("0.3 *").count(), 1, "{body}");
+        assert!(body.contains("0.3 * (("), "{body}");
+        let cuda = codegen::generated_source(make().node(), &patch, vmath::Dialect::Cuda).unwrap();
+        assert_eq!(cuda.matches("0.3 *").count(), 1, "{cuda}");
+    }
+    for backend in backends {
+        let mut target = sentinel_target::<CellCentre>("target", &patch);
+        target
+            .assign_with(
+                make(),
+                AssignOptions {
+                    backend,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let t = target.values().unwrap();
+        for i in layout.interior().iter() {
+            let (w, e, s, n, c) = (
+                value(i, [-1, 0, 0]),
+                value(i, [1, 0, 0]),
+                value(i, [0, -1, 0]),
+                value(i, [0, 1, 0]),
+                value(i, [0, 0, 0]),
+            );
+            let expected = 0.0 + 0.3 * ((w + e) + (s + n)) + 0.5 * c;
+            let term_by_term = 0.0 + 0.3 * w + 0.3 * e + 0.3 * s + 0.3 * n + 0.5 * c;
+            differs_from_term_by_term += usize::from(expected.to_bits() != term_by_term.to_bits());
+            assert_eq!(
+                t[layout.linear_index(i)].to_bits(),
+                expected.to_bits(),
+                "{backend:?} at {i:?}"
+            );
+        }
+    }
+    assert!(
+        differs_from_term_by_term > 0,
+        "the values do not tell the orders apart"
+    );
+    check_cuda(make().node(), &patch);
+}
+
 /// A box one row thick in every plane (a ghost layer normal to y) runs the
 /// planes of many calls' worth in one call of a compiled kernel: every
 /// point equals a hand-written loop for both back ends and thread counts,

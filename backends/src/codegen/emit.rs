@@ -25,7 +25,7 @@
 //! call ([`geometry`]). C takes arrays of these; CUDA takes them in one
 //! struct passed by value ([`cuda_arguments`]), so a launch copies nothing.
 
-use crate::kernel::{Instruction, Kernel, OUTPUT, Operand, Register, Source};
+use crate::kernel::{Instruction, Kernel, OUTPUT, Operand, Register, Source, pairwise_sum};
 use crate::mask::PointSet;
 use crate::pointwise::{BinaryOp, Limiter, UnaryOp};
 use crate::stencil::StencilOp;
@@ -239,14 +239,10 @@ impl Emitter<'_> {
             Instruction::Linear { form, products, .. } => {
                 let terms = &form.terms;
                 let c = form.constant;
-                let differences = c == 0.0
-                    && terms.len() >= 2
-                    && terms.len().is_multiple_of(2)
-                    && terms.chunks(2).all(|p| p[0].1 == -p[1].1);
                 let base = if !terms.is_empty() || products.is_empty() {
                     if terms.is_empty() {
                         Some(lit(c))
-                    } else if differences {
+                    } else if form.is_differences() {
                         let parts: Vec<String> = terms
                             .chunks(2)
                             .map(|p| {
@@ -258,8 +254,13 @@ impl Emitter<'_> {
                         Some(format!("{} * {}", lit(terms[0].1), read(terms[0].0)))
                     } else {
                         let mut text = lit(c);
-                        for (s, w) in terms {
-                            let _ = write!(text, " + {} * {}", lit(*w), read(*s));
+                        for group in form.groups() {
+                            let sum =
+                                pairwise_sum(group.sources.iter().map(|s| read(*s)), |a, b| {
+                                    format!("({a} + {b})")
+                                })
+                                .unwrap_or_default();
+                            let _ = write!(text, " + {} * {}", lit(group.weight), sum);
                         }
                         Some(text)
                     }
