@@ -1045,49 +1045,92 @@ unsafe fn grouped_linear(
         let o = unsafe {
             std::slice::from_raw_parts_mut(out.pointer.offset(r as isize * out.row_stride), n)
         };
-        o.fill(constant);
         // SAFETY: as above.
         let get = |s: &Stream| unsafe { std::slice::from_raw_parts(s.on_row(r).pointer, n) };
-        for (weight, sources) in groups {
-            let w = *weight;
-            macro_rules! pass {
-                ($($k:literal)+) => {
-                    match sources.len() {
-                        $($k => group_pass::<$k>(o, std::array::from_fn(|s| get(&sources[s])), w),)+
-                        _ => unreachable!("groups hold one to MAX_GROUP_SOURCES sources"),
-                    }
-                };
-            }
-            pass!(1 2 3 4 5 6 7 8);
+        for (g, (weight, sources)) in groups.iter().enumerate() {
+            let rows: SmallVec<[&[f64]; MAX_GROUP_SOURCES]> = sources.iter().map(get).collect();
+            // The first group starts from the constant: `c + w_1 T_1`.
+            group_row(o, &rows, *weight, (g == 0).then_some(constant));
         }
     }
 }
 
-/// `o += w * tree_sum(sources)` at every point of a row.
+/// `o += w * tree_sum(sources)` at every point of a row, for one to four
+/// sources: one loop, which vectorises.
 #[inline(always)]
-fn group_pass<const N: usize>(o: &mut [f64], sources: [&[f64]; N], w: f64) {
+fn small_group<const M: usize>(o: &mut [f64], sources: [&[f64]; M], w: f64, start: Option<f64>) {
     let n = o.len();
-    let sources = sources.map(|s| &s[..n]);
-    for (i, o) in o.iter_mut().enumerate() {
-        *o += w * tree_sum::<N>(std::array::from_fn(|s| sources[s][i]));
+    let s = sources.map(|x| &x[..n]);
+    match start {
+        Some(c) => {
+            for (i, o) in o.iter_mut().enumerate() {
+                *o = c + w * tree_at::<M>(&s, i);
+            }
+        }
+        None => {
+            for (i, o) in o.iter_mut().enumerate() {
+                *o += w * tree_at::<M>(&s, i);
+            }
+        }
     }
 }
 
-/// [`crate::kernel::pairwise_sum`] of `N` values, unrolled: neighbours in
-/// pairs, level by level, an odd last value carried.
+/// `o += w * (tree_sum(first) + tree_sum(rest))` for five to eight
+/// sources: the pairwise tree of `4 + K` values is the tree of the first
+/// four plus the tree of the other `K`.
 #[inline(always)]
-fn tree_sum<const N: usize>(mut values: [f64; N]) -> f64 {
-    let mut len = N;
-    while len > 1 {
-        for p in 0..len / 2 {
-            values[p] = values[2 * p] + values[2 * p + 1];
+fn large_group<const K: usize>(
+    o: &mut [f64],
+    first: [&[f64]; 4],
+    rest: [&[f64]; K],
+    w: f64,
+    start: Option<f64>,
+) {
+    let n = o.len();
+    let (a, b) = (first.map(|x| &x[..n]), rest.map(|x| &x[..n]));
+    match start {
+        Some(c) => {
+            for (i, o) in o.iter_mut().enumerate() {
+                *o = c + w * (tree_at::<4>(&a, i) + tree_at::<K>(&b, i));
+            }
         }
-        if len % 2 == 1 {
-            values[len / 2] = values[len - 1];
+        None => {
+            for (i, o) in o.iter_mut().enumerate() {
+                *o += w * (tree_at::<4>(&a, i) + tree_at::<K>(&b, i));
+            }
         }
-        len = len.div_ceil(2);
     }
-    values[0]
+}
+
+/// The pairwise sum of `M` (one to four) values at point `i`.
+#[inline(always)]
+fn tree_at<const M: usize>(s: &[&[f64]; M], i: usize) -> f64 {
+    match M {
+        1 => s[0][i],
+        2 => s[0][i] + s[1][i],
+        3 => (s[0][i] + s[1][i]) + s[2][i],
+        _ => (s[0][i] + s[1][i]) + (s[2][i] + s[3][i]),
+    }
+}
+
+/// `o += w * pairwise_sum(sources)` ([`crate::kernel::pairwise_sum`]) at
+/// every point of a row, or `o = c + w * ...` with `start: Some(c)`, for
+/// one to [`MAX_GROUP_SOURCES`] sources as long as `o`.
+fn group_row(o: &mut [f64], sources: &[&[f64]], w: f64, start: Option<f64>) {
+    let at = |s: usize| sources[s];
+    let first = || std::array::from_fn::<_, 4, _>(at);
+    let rest = |s: usize| at(4 + s);
+    match sources.len() {
+        1 => small_group::<1>(o, std::array::from_fn(at), w, start),
+        2 => small_group::<2>(o, std::array::from_fn(at), w, start),
+        3 => small_group::<3>(o, std::array::from_fn(at), w, start),
+        4 => small_group::<4>(o, std::array::from_fn(at), w, start),
+        5 => large_group::<1>(o, first(), std::array::from_fn(rest), w, start),
+        6 => large_group::<2>(o, first(), std::array::from_fn(rest), w, start),
+        7 => large_group::<3>(o, first(), std::array::from_fn(rest), w, start),
+        8 => large_group::<4>(o, first(), std::array::from_fn(rest), w, start),
+        _ => unreachable!("groups hold one to MAX_GROUP_SOURCES sources"),
+    }
 }
 
 /// Shapes of fused product factors (see [`crate::kernel::fusable_factor`]).
@@ -2790,42 +2833,49 @@ mod tests {
     use crate::kernel::{KernelField, ReadExtent};
     use watershed_fields::Grid;
 
-    /// The interpreter's unrolled group sum adds in the order the shared
-    /// definition (`pairwise_sum`, which the C and CUDA emitter use) does,
-    /// bit for bit, for every group size, on values whose sums round
-    /// differently in every other order.
+    /// The interpreter's group loops add in the order of the shared
+    /// definition (`pairwise_sum`, which the C and CUDA emitter use), bit
+    /// for bit, for every group size, on values whose sums round
+    /// differently in other orders.
     #[test]
-    fn the_unrolled_group_sum_is_the_pairwise_sum() {
-        fn check<const N: usize>(seed: u64) {
-            let mut state = seed;
-            let values: [f64; N] = std::array::from_fn(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let magnitude = [1.0, 1e-9, 3e7][(state >> 61) as usize % 3];
-                magnitude * ((state >> 11) as f64 / (1u64 << 53) as f64 - 0.5)
-            });
-            let expected = crate::kernel::pairwise_sum(values, |a, b| a + b).unwrap_or(f64::NAN);
-            assert_eq!(
-                tree_sum::<N>(values).to_bits(),
-                expected.to_bits(),
-                "{N} values {values:?}"
-            );
-        }
-        for seed in 0..200 {
-            check::<1>(seed);
-            check::<2>(seed);
-            check::<3>(seed);
-            check::<4>(seed);
-            check::<5>(seed);
-            check::<6>(seed);
-            check::<7>(seed);
-            check::<8>(seed);
+    fn the_interpreters_group_sum_is_the_pairwise_sum() {
+        let mut state = 7u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let magnitude = [1.0, 1e-9, 3e7][(state >> 61) as usize % 3];
+            magnitude * ((state >> 11) as f64 / (1u64 << 53) as f64 - 0.5)
+        };
+        let points = 13;
+        for size in 1..=MAX_GROUP_SOURCES {
+            let rows: Vec<Vec<f64>> = (0..size)
+                .map(|_| (0..points).map(|_| next()).collect())
+                .collect();
+            let slices: Vec<&[f64]> = rows.iter().map(Vec::as_slice).collect();
+            // Added to what the row holds, or assigned from a start value
+            // (over a row of NaN, which must not leak).
+            for (before, start) in [(0.25, None), (f64::NAN, Some(-0.75))] {
+                let mut o = vec![before; points];
+                group_row(&mut o, &slices, 3.0, start);
+                for (i, got) in o.iter().enumerate() {
+                    let tree = crate::kernel::pairwise_sum(rows.iter().map(|r| r[i]), |a, b| a + b);
+                    let expected = start.unwrap_or(before) + 3.0 * tree.unwrap_or(f64::NAN);
+                    assert_eq!(
+                        got.to_bits(),
+                        expected.to_bits(),
+                        "{size} sources, point {i}"
+                    );
+                }
+            }
         }
         // Five values: ((a + b) + (c + d)) + e, not left to right.
-        let five = [1e16, 1.0, -1e16, 1.0, 1.0];
-        assert_eq!(tree_sum::<5>(five), 1.0);
-        assert_eq!(five.iter().sum::<f64>(), 2.0);
+        let five: Vec<[f64; 1]> = [1e16, 1.0, -1e16, 1.0, 1.0].iter().map(|&v| [v]).collect();
+        let slices: Vec<&[f64]> = five.iter().map(|v| v.as_slice()).collect();
+        let mut o = [0.0];
+        group_row(&mut o, &slices, 1.0, Some(0.0));
+        assert_eq!(o[0], 1.0);
+        assert_eq!(five.iter().map(|v| v[0]).sum::<f64>(), 2.0);
     }
 
     /// A kernel that reads one cell field with the z reach `z`.
