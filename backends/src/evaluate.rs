@@ -2013,12 +2013,12 @@ impl Context<'_> {
                         // A constant alone is the first product pass's start value.
                         let mut assigned = false;
                         if !terms.is_empty() || products.is_empty() {
-                            let groups = form.groups();
                             let as_differences = form.is_differences();
-                            if groups.len() < terms.len() && !as_differences {
+                            if form.shares_weights() && !as_differences {
                                 let groups: SmallVec<
-                                    [(f64, SmallVec<[Stream; MAX_GROUP_SOURCES]>); 4],
-                                > = groups
+                                    [(f64, SmallVec<[Stream; MAX_GROUP_SOURCES]>); 8],
+                                > = form
+                                    .groups()
                                     .iter()
                                     .map(|g| {
                                         (g.weight, g.sources.iter().map(|s| stream(*s)).collect())

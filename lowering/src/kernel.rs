@@ -180,6 +180,18 @@ impl LinearForm {
             && self.terms.chunks(2).all(|p| p[0].1 == -p[1].1)
     }
 
+    /// Whether two terms have weights with the same bits: then
+    /// [`groups`](Self::groups) has fewer groups than the form has terms.
+    /// Allocation-free, for evaluators that decide per call.
+    pub fn shares_weights(&self) -> bool {
+        let terms = &self.terms;
+        (1..terms.len()).any(|i| {
+            terms[..i]
+                .iter()
+                .any(|t| t.1.to_bits() == terms[i].1.to_bits())
+        })
+    }
+
     /// The form's terms grouped by weight, in the order every back end
     /// evaluates a form that is not [`differences`](Self::is_differences):
     /// `constant + w_1 * T_1 + w_2 * T_2 + ...`, added left to right, where
@@ -1442,6 +1454,10 @@ mod tests {
             ]
         );
         assert!(!f.is_differences());
+        assert!(f.shares_weights());
+        let distinct = form(0.0, &[(at(0, 0), 1.0), (at(0, 1), -1.0), (at(0, 2), 0.5)]);
+        assert!(!distinct.shares_weights());
+        assert_eq!(distinct.groups().len(), 3);
     }
 
     #[test]
