@@ -160,7 +160,7 @@ const FORBIDDEN_FLAGS: [&str; 7] = [
 ];
 
 /// The flags of `WATERSHED_CFLAGS` (`text`), or why they cannot be used:
-/// one of [`FORBIDDEN_FLAGS`] is refused by name. Contraction
+/// one of `FORBIDDEN_FLAGS` is refused by name. Contraction
 /// (`-ffp-contract=fast`) is allowed: it changes the last bits of a
 /// result, never whether it is finite.
 pub fn extra_flags(text: &str) -> Result<Vec<String>, String> {
