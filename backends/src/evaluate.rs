@@ -875,47 +875,55 @@ macro_rules! dispatch_unary {
     }};
 }
 
-/// `out = c + sum w_t * s_t`, terms summed left to right, up to four per pass
-/// (a form whose weights are all different); with `as_differences` (the
-/// form's [`crate::kernel::LinearForm::is_differences`]) `out = sum_p w_p
-/// (b_p - a_p)` instead.
-///
-/// # Safety
-/// Every stream covers `extent`, and `out` overlaps no input.
-unsafe fn linear(
-    out: OutStream,
-    extent: Extent,
-    constant: f64,
-    terms: &[(Stream, f64)],
-    as_differences: bool,
-) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2_rows() {
-        // SAFETY: forwarded; AVX2 was detected.
-        return unsafe { linear_avx2(out, extent, constant, terms, as_differences) };
-    }
-    // SAFETY: forwarded.
-    unsafe { linear_rows(out, extent, constant, terms, as_differences) }
+/// `entry(args)`: calls `avx2(args)`, the loops of `rows` compiled for
+/// AVX2 (four lanes per vector instead of two), where the CPU has AVX2,
+/// else `rows(args)`, the baseline build. Rust never contracts a product
+/// and a sum into a fused multiply-add, so both builds give the same bits
+/// (`the_avx2_linear_loops_give_the_baseline_bits`). The doc comment and
+/// safety contract written before the macro call are `entry`'s; `rows` is
+/// `#[inline(always)]` and has the same contract.
+macro_rules! two_builds {
+    ($(#[$doc:meta])* $entry:ident, $avx2:ident => $rows:ident($($arg:ident: $ty:ty),* $(,)?)) => {
+        $(#[$doc])*
+        unsafe fn $entry($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            if avx2_rows() {
+                // SAFETY: forwarded; AVX2 was detected.
+                return unsafe { $avx2($($arg),*) };
+            }
+            // SAFETY: forwarded.
+            unsafe { $rows($($arg),*) }
+        }
+
+        /// The AVX2 build of the entry point's loops.
+        ///
+        /// # Safety
+        /// As the entry point, and the CPU supports AVX2.
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        #[inline(never)]
+        unsafe fn $avx2($($arg: $ty),*) {
+            // SAFETY: forwarded.
+            unsafe { $rows($($arg),*) }
+        }
+    };
 }
 
-/// [`linear_rows`] compiled for AVX2: four lanes per vector instead of
-/// two. Rust never contracts a product and a sum into a fused
-/// multiply-add, so the bits are those of the baseline build.
-///
-/// # Safety
-/// As [`linear`], and the CPU supports AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline(never)]
-unsafe fn linear_avx2(
-    out: OutStream,
-    extent: Extent,
-    constant: f64,
-    terms: &[(Stream, f64)],
-    as_differences: bool,
-) {
-    // SAFETY: forwarded.
-    unsafe { linear_rows(out, extent, constant, terms, as_differences) }
+two_builds! {
+    /// `out = c + sum w_t * s_t`, terms summed left to right, up to four per pass
+    /// (a form whose weights are all different); with `as_differences` (the
+    /// form's [`crate::kernel::LinearForm::is_differences`]) `out = sum_p w_p
+    /// (b_p - a_p)` instead.
+    ///
+    /// # Safety
+    /// Every stream covers `extent`, and `out` overlaps no input.
+    linear, linear_avx2 => linear_rows(
+        out: OutStream,
+        extent: Extent,
+        constant: f64,
+        terms: &[(Stream, f64)],
+        as_differences: bool,
+    )
 }
 
 /// The loops of [`linear`], built into each of its entry points.
@@ -1069,42 +1077,19 @@ unsafe fn differences(out: OutStream, extent: Extent, terms: &[(Stream, f64)]) {
     }
 }
 
-/// `out = c + sum_g w_g * pairwise_sum(sources_g)` for a form whose terms
-/// share weights ([`crate::kernel::LinearForm::groups`]): one pass over the
-/// row per group, the groups added left to right as the generated code does.
-///
-/// # Safety
-/// As [`linear`]; every stream of every group covers `extent`.
-unsafe fn grouped_linear(
-    out: OutStream,
-    extent: Extent,
-    constant: f64,
-    groups: &[(f64, SmallVec<[Stream; MAX_GROUP_SOURCES]>)],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2_rows() {
-        // SAFETY: forwarded; AVX2 was detected.
-        return unsafe { grouped_linear_avx2(out, extent, constant, groups) };
-    }
-    // SAFETY: forwarded.
-    unsafe { grouped_linear_rows(out, extent, constant, groups) }
-}
-
-/// [`grouped_linear_rows`] compiled for AVX2 (see [`linear_avx2`]).
-///
-/// # Safety
-/// As [`grouped_linear`], and the CPU supports AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline(never)]
-unsafe fn grouped_linear_avx2(
-    out: OutStream,
-    extent: Extent,
-    constant: f64,
-    groups: &[(f64, SmallVec<[Stream; MAX_GROUP_SOURCES]>)],
-) {
-    // SAFETY: forwarded.
-    unsafe { grouped_linear_rows(out, extent, constant, groups) }
+two_builds! {
+    /// `out = c + sum_g w_g * pairwise_sum(sources_g)` for a form whose terms
+    /// share weights ([`crate::kernel::LinearForm::groups`]): one pass over the
+    /// row per group, the groups added left to right as the generated code does.
+    ///
+    /// # Safety
+    /// As [`linear`]; every stream of every group covers `extent`.
+    grouped_linear, grouped_linear_avx2 => grouped_linear_rows(
+        out: OutStream,
+        extent: Extent,
+        constant: f64,
+        groups: &[(f64, SmallVec<[Stream; MAX_GROUP_SOURCES]>)],
+    )
 }
 
 /// The loops of [`grouped_linear`], built into each of its entry points.
@@ -1331,44 +1316,20 @@ unsafe fn product_lanes<A: Factor, B: Factor, const K: usize, const ASSIGN: bool
 /// on the development machine; see docs/benchmarks.md).
 const MAX_FUSED_PRODUCTS: usize = 3;
 
-/// Dispatches a group of up to [`MAX_FUSED_PRODUCTS`] same-shape products
-/// to the AVX2 build of its loops where the CPU has AVX2 (the bits are
-/// the same: see [`linear_avx2`]).
-///
-/// # Safety
-/// As [`linear`].
-unsafe fn product_pass(
-    out: OutStream,
-    extent: Extent,
-    group: &[(f64, Resolved, Resolved)],
-    assign: bool,
-    start: f64,
-) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2_rows() {
-        // SAFETY: forwarded; AVX2 was detected.
-        return unsafe { product_pass_avx2(out, extent, group, assign, start) };
-    }
-    // SAFETY: forwarded.
-    unsafe { product_pass_rows(out, extent, group, assign, start) }
-}
-
-/// [`product_pass_rows`] compiled for AVX2.
-///
-/// # Safety
-/// As [`linear`], and the CPU supports AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline(never)]
-unsafe fn product_pass_avx2(
-    out: OutStream,
-    extent: Extent,
-    group: &[(f64, Resolved, Resolved)],
-    assign: bool,
-    start: f64,
-) {
-    // SAFETY: forwarded.
-    unsafe { product_pass_rows(out, extent, group, assign, start) }
+two_builds! {
+    /// Dispatches a group of up to [`MAX_FUSED_PRODUCTS`] same-shape products
+    /// to the AVX2 build of its loops where the CPU has AVX2 (the bits are
+    /// the same: see [`two_builds`]).
+    ///
+    /// # Safety
+    /// As [`linear`].
+    product_pass, product_pass_avx2 => product_pass_rows(
+        out: OutStream,
+        extent: Extent,
+        group: &[(f64, Resolved, Resolved)],
+        assign: bool,
+        start: f64,
+    )
 }
 
 /// The loops of [`product_pass`], built into each of its entry points.
@@ -3018,9 +2979,9 @@ mod tests {
                 pointer: o.as_mut_ptr(),
                 row_stride: stride,
             };
-            // SAFETY: every row buffer and the output hold two rows of 16
-            // values, more than 13, and the output is its own buffer.
             for r in 0..extent.rows {
+                // SAFETY: every row buffer and the output hold two rows of
+                // 16 values, more than 13, and the output is its own buffer.
                 unsafe { group_row(out, extent, r, &sources, w, start) };
             }
         };
