@@ -99,6 +99,36 @@ fn exp_handles_the_edges_of_its_range() {
     assert_eq!(vmath::exp(709.8), f64::INFINITY);
     assert_eq!(vmath::exp(-745.2), 0.0);
     assert!(vmath::exp(f64::NAN).is_nan());
+    // The largest finite result, and the first argument that overflows.
+    let last_finite = 709.782_712_893_384_f64;
+    assert!(vmath::exp(last_finite).is_finite());
+    assert_eq!(
+        vmath::exp(f64::from_bits(last_finite.to_bits() + 1)),
+        f64::INFINITY
+    );
+    // Arguments are clamped to [-746, 710]: every one beyond gives what
+    // libm gives, never a wrapped exponent.
+    for x in [709.9, 710.0, 710.5, 1e4, 1e300, f64::MAX, f64::INFINITY] {
+        assert_eq!(vmath::exp(x), f64::INFINITY, "exp({x:e})");
+    }
+    for x in [-745.2, -746.0, -746.5, -1e4, -1e300, f64::MIN, f64::NEG_INFINITY] {
+        assert_eq!(vmath::exp(x), 0.0, "exp({x:e})");
+    }
+    // The smallest subnormal result, exactly as libm rounds it.
+    assert_eq!(vmath::exp(-745.13), f64::from_bits(1));
+    // Every NaN, whatever its payload and sign, stays NaN (the scale built
+    // from a NaN's bits is garbage; the polynomial's NaN must win).
+    for bits in [
+        0x7ff0_0000_0000_0001_u64,
+        0x7ff8_0000_0000_0000,
+        0x7fff_ffff_ffff_ffff,
+        0xfff0_0000_0000_0001,
+        0xfff8_0000_0000_0000,
+        0xffff_ffff_ffff_ffff,
+        0x7ff4_0000_0000_1234,
+    ] {
+        assert!(vmath::exp(f64::from_bits(bits)).is_nan(), "{bits:#x}");
+    }
 }
 
 #[test]

@@ -81,27 +81,28 @@ pub fn source(dialect: Dialect) -> String {
     // exp
     let _ = write!(
         text,
-        "{q} double ws_pow2(double rounded) {{\n\
-    unsigned long long n = {to_bits}(rounded) - {to_bits}({rounder});\n\
-    return ws_from_bits((n + 1023ULL) << 52);\n\
-}}\n\
-{q} double ws_exp(double x) {{\n\
-    double t = x * {log2e} + {rounder};\n\
+        "{q} double ws_exp(double x) {{\n\
+    x = x > {highest} ? {highest} : x;\n\
+    x = x < {lowest} ? {lowest} : x;\n\
+    double t = fma(x, {log2e}, {rounder});\n\
     double n = t - {rounder};\n\
-    double r = x - n * {ln2_hi} - n * {ln2_lo};\n\
+    double r = fma(n, {minus_ln2_hi}, x);\n\
+    r = fma(n, {minus_ln2_lo}, r);\n\
 {steps}\
-    double n1 = (n * 0.5 + {rounder}) - {rounder};\n\
-    double n2 = n - n1;\n\
-    double scaled = p * ws_pow2(n1 + {rounder}) * ws_pow2(n2 + {rounder});\n\
-    return x > {overflow} ? {inf} : (x < {underflow} ? 0.0 : scaled);\n\
+    unsigned long long n_bits = {to_bits}(t) - {to_bits}({rounder});\n\
+    unsigned long long biased = n_bits + (x < 0.0 ? {negative_bias}ULL : {positive_bias}ULL);\n\
+    double last = x < 0.0 ? {two_minus_54} : 2.0;\n\
+    return (p * ws_from_bits(biased << 52)) * last;\n\
 }}\n",
+        highest = lit(EXP_HIGHEST),
+        lowest = lit(EXP_LOWEST),
         rounder = lit(ROUNDER),
         log2e = lit(LOG2_E),
-        ln2_hi = lit(LN2_HI),
-        ln2_lo = lit(LN2_LO),
-        overflow = lit(OVERFLOW),
-        underflow = lit(UNDERFLOW),
-        inf = lit(f64::INFINITY),
+        minus_ln2_hi = lit(-LN2_HI),
+        minus_ln2_lo = lit(-LN2_LO),
+        negative_bias = EXP_NEGATIVE_BIAS,
+        positive_bias = EXP_POSITIVE_BIAS,
+        two_minus_54 = lit(TWO_MINUS_54),
         steps = horner_fused("p", "r", &EXP_COEFFICIENTS, dialect),
     );
 
