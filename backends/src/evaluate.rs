@@ -2129,6 +2129,13 @@ impl Context<'_> {
                         // A constant alone is the first product pass's start value.
                         let mut assigned = false;
                         if !terms.is_empty() || products.is_empty() {
+                            // The generated code leaves a zero constant out of
+                            // a sum of terms; `-0.0 + v` is `v` bit for bit.
+                            let constant = if form.constant == 0.0 && !terms.is_empty() {
+                                -0.0
+                            } else {
+                                form.constant
+                            };
                             let as_differences = form.is_differences();
                             if form.shares_weights() && !as_differences {
                                 let groups: SmallVec<
@@ -2140,9 +2147,9 @@ impl Context<'_> {
                                         (g.weight, g.sources.iter().map(|s| stream(*s)).collect())
                                     })
                                     .collect();
-                                grouped_linear(out, extent, form.constant, &groups);
+                                grouped_linear(out, extent, constant, &groups);
                             } else {
-                                linear(out, extent, form.constant, &terms, as_differences);
+                                linear(out, extent, constant, &terms, as_differences);
                             }
                             assigned = true;
                         }

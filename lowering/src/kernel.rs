@@ -194,7 +194,8 @@ impl LinearForm {
 
     /// The form's terms grouped by weight, in the order every back end
     /// evaluates a form that is not [`differences`](Self::is_differences):
-    /// `constant + w_1 * T_1 + w_2 * T_2 + ...`, added left to right, where
+    /// `constant + w_1 * T_1 + w_2 * T_2 + ...`, added left to right (a
+    /// zero constant is left out: the sum starts at `w_1 * T_1`), where
     /// group `g` holds the terms whose weight has the same bits as `w_g`,
     /// groups ordered by their first term, and `T_g` is the
     /// [`pairwise_sum`] of the group's sources in term order. A run longer

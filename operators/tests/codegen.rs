@@ -768,8 +768,8 @@ fn equal_weights_are_summed_first_and_multiplied_once() {
                 value(i, [0, 1, 0]),
                 value(i, [0, 0, 0]),
             );
-            let expected = 0.0 + 0.3 * ((w + e) + (s + n)) + 0.5 * c;
-            let term_by_term = 0.0 + 0.3 * w + 0.3 * e + 0.3 * s + 0.3 * n + 0.5 * c;
+            let expected = 0.3 * ((w + e) + (s + n)) + 0.5 * c;
+            let term_by_term = 0.3 * w + 0.3 * e + 0.3 * s + 0.3 * n + 0.5 * c;
             differs_from_term_by_term += usize::from(expected.to_bits() != term_by_term.to_bits());
             assert_eq!(
                 t[layout.linear_index(i)].to_bits(),
@@ -783,6 +783,56 @@ fn equal_weights_are_summed_first_and_multiplied_once() {
         "the values do not tell the orders apart"
     );
     check_cuda(make().node(), &patch);
+}
+
+/// A sum of terms without a constant is the sum as written: no `0.0 +` in
+/// the generated source (an addition per point), and a sum of negative
+/// zeros stays `-0.0` in every back end (`0.0 + (-0.0)` would be `+0.0`),
+/// with distinct weights (one group per term) and with a shared weight.
+#[test]
+fn a_sum_without_a_constant_adds_no_zero() {
+    let patch = patch_3d([7, 4, 3], 1);
+    let mut rng = Xorshift::new(31);
+    let a: SpatialField<CellCentre> = random_field("a", &patch, &mut rng, |_| -0.0);
+    let b: SpatialField<CellCentre> = random_field("b", &patch, &mut rng, |_| -0.0);
+    let distinct = || field(&a) * 2.0 + field(&b) * 3.0;
+    let shared =
+        || (field(&a) + field(&b)) * 0.5 + watershed_operators::shift(&a, [1, 0, 0]) * 0.25;
+    let mut backends = vec![Backend::Interpreter];
+    if c_available() {
+        backends.push(Backend::C);
+        for dialect in [vmath::Dialect::C, vmath::Dialect::Cuda] {
+            for node in [distinct().node().clone(), shared().node().clone()] {
+                let source = codegen::generated_source(&node, &patch, dialect).unwrap();
+                assert!(!source.contains("0.0 + "), "{source}");
+            }
+        }
+    }
+    for backend in backends {
+        for (name, expr) in [("distinct", distinct()), ("shared", shared())] {
+            let mut target = sentinel_target::<CellCentre>("target", &patch);
+            target
+                .assign_with(
+                    expr,
+                    AssignOptions {
+                        backend,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+            let t = target.values().unwrap();
+            for i in target.layout().interior().iter() {
+                let v = t[target.layout().linear_index(i)];
+                assert_eq!(
+                    v.to_bits(),
+                    (-0.0f64).to_bits(),
+                    "{backend:?} {name} at {i:?}: {v}"
+                );
+            }
+        }
+    }
+    check_cuda(distinct().node(), &patch);
+    check_cuda(shared().node(), &patch);
 }
 
 /// A box one row thick in every plane (a ghost layer normal to y) runs the

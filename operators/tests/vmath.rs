@@ -111,7 +111,15 @@ fn exp_handles_the_edges_of_its_range() {
     for x in [709.9, 710.0, 710.5, 1e4, 1e300, f64::MAX, f64::INFINITY] {
         assert_eq!(vmath::exp(x), f64::INFINITY, "exp({x:e})");
     }
-    for x in [-745.2, -746.0, -746.5, -1e4, -1e300, f64::MIN, f64::NEG_INFINITY] {
+    for x in [
+        -745.2,
+        -746.0,
+        -746.5,
+        -1e4,
+        -1e300,
+        f64::MIN,
+        f64::NEG_INFINITY,
+    ] {
         assert_eq!(vmath::exp(x), 0.0, "exp({x:e})");
     }
     // The smallest subnormal result, exactly as libm rounds it.

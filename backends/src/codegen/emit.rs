@@ -253,16 +253,23 @@ impl Emitter<'_> {
                     } else if terms.len() == 1 && c == 0.0 {
                         Some(format!("{} * {}", lit(terms[0].1), read(terms[0].0)))
                     } else {
-                        let mut text = lit(c);
+                        // A zero constant is left out: `-0.0 + v` is `v` for
+                        // every `v`, and the interpreter adds `-0.0` in its
+                        // place (same bits), where `0.0 + v` would cost an
+                        // addition per point only to turn `-0.0` into `+0.0`.
+                        let mut parts: Vec<String> = Vec::new();
+                        if c != 0.0 {
+                            parts.push(lit(c));
+                        }
                         for group in form.groups() {
                             let sum =
                                 pairwise_sum(group.sources.iter().map(|s| read(*s)), |a, b| {
                                     format!("({a} + {b})")
                                 })
                                 .unwrap_or_default();
-                            let _ = write!(text, " + {} * {}", lit(group.weight), sum);
+                            parts.push(format!("{} * {}", lit(group.weight), sum));
                         }
-                        Some(text)
+                        Some(parts.join(" + "))
                     }
                 } else {
                     None
