@@ -82,8 +82,8 @@ pub fn source(dialect: Dialect) -> String {
     let _ = write!(
         text,
         "{q} double ws_exp(double x) {{\n\
-    x = x > {highest} ? {highest} : x;\n\
-    x = x < {lowest} ? {lowest} : x;\n\
+    double high = x > {highest} ? {highest} : x;\n\
+    x = x < {lowest} ? {lowest} : high;\n\
     double t = fma(x, {log2e}, {rounder});\n\
     double n = t - {rounder};\n\
     double r = fma(n, {minus_ln2_hi}, x);\n\
