@@ -583,6 +583,81 @@ macro_rules! with_lane {
     };
 }
 
+/// Calls `$body` with `$lane` bound to a shape of `$resolved` that computes
+/// exactly what [`Resolved::at`] computes (`w0 * s0 + w1 * s1`; `1 * s` is
+/// `s`), unlike [`with_lane`]'s `w * (s0 + s1)` for equal weights: the
+/// shapes of selections, whose generated code reads operands that way.
+macro_rules! with_exact_lane {
+    ($resolved:expr, |$lane:ident| $body:expr) => {
+        match $resolved {
+            Resolved::Constant(c) => {
+                let $lane = Splat(c);
+                $body
+            }
+            Resolved::One(s, w) if w == 1.0 => {
+                let $lane = Plain(s);
+                $body
+            }
+            Resolved::One(s, w) => {
+                let $lane = Scaled(s, w);
+                $body
+            }
+            Resolved::Two(s0, w0, s1, w1) => {
+                let $lane = Pair(s0, w0, s1, w1);
+                $body
+            }
+        }
+    };
+}
+
+/// An operand of any shape, computed at each point as [`with_lane`]'s
+/// shapes compute it, with a match per point: the lane of
+/// [`with_common_lane`] for the shapes that are rare in comparisons, so
+/// that each comparison needs 9 specialisations instead of 64.
+#[derive(Clone, Copy)]
+struct Shape(Resolved);
+
+impl Lane for Shape {
+    #[inline(always)]
+    unsafe fn on_row(&self, r: usize) -> Self {
+        // SAFETY: the caller keeps `r` in every stream's extent.
+        Shape(unsafe {
+            match self.0 {
+                Resolved::Constant(c) => Resolved::Constant(c),
+                Resolved::One(s, w) => Resolved::One(s.on_row(r), w),
+                Resolved::Two(s0, w0, s1, w1) => Resolved::Two(s0.on_row(r), w0, s1.on_row(r), w1),
+            }
+        })
+    }
+    #[inline(always)]
+    unsafe fn at(&self, i: usize) -> f64 {
+        // SAFETY: the caller keeps `i` in the row.
+        with_lane!(self.0, |lane| unsafe { lane.at(i) })
+    }
+}
+
+/// [`with_lane`] for the operands of comparisons, minima, maxima and
+/// logical operations: constants and plain registers specialised, every
+/// other shape through [`Shape`] (the same values).
+macro_rules! with_common_lane {
+    ($resolved:expr, |$lane:ident| $body:expr) => {
+        match $resolved {
+            Resolved::Constant(c) => {
+                let $lane = Splat(c);
+                $body
+            }
+            Resolved::One(s, w) if w == 1.0 => {
+                let $lane = Plain(s);
+                $body
+            }
+            other => {
+                let $lane = Shape(other);
+                $body
+            }
+        }
+    };
+}
+
 /// The shape of one instruction call: `rows` rows of `n` points.
 #[derive(Clone, Copy)]
 struct Extent {
@@ -662,6 +737,20 @@ unsafe fn map1_lanes<A: Lane>(out: OutStream, extent: Extent, a: A, f: impl Fn(f
     unsafe { map1_rows(out, extent, a, f) }
 }
 
+/// [`map1_lanes`] compiled for AVX2 (four lanes per vector instead of two;
+/// `sqrt`, `abs`, negation and the arithmetic round as in the baseline
+/// build, so the bits are the same).
+///
+/// # Safety
+/// As [`map1_lanes`], and the CPU supports AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline(never)]
+unsafe fn map1_lanes_avx2<A: Lane>(out: OutStream, extent: Extent, a: A, f: impl Fn(f64) -> f64) {
+    // SAFETY: forwarded.
+    unsafe { map1_rows(out, extent, a, f) }
+}
+
 /// # Safety
 /// Every stream covers `extent`, and `out` overlaps no input.
 #[inline(never)]
@@ -676,10 +765,33 @@ unsafe fn map2_lanes<A: Lane, B: Lane>(
     unsafe { map2_rows(out, extent, a, b, f) }
 }
 
+/// [`map2_lanes`] compiled for AVX2 (see [`map1_lanes_avx2`]).
+///
+/// # Safety
+/// As [`map2_lanes`], and the CPU supports AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline(never)]
+unsafe fn map2_lanes_avx2<A: Lane, B: Lane>(
+    out: OutStream,
+    extent: Extent,
+    a: A,
+    b: B,
+    f: impl Fn(f64, f64) -> f64,
+) {
+    // SAFETY: forwarded.
+    unsafe { map2_rows(out, extent, a, b, f) }
+}
+
 /// # Safety
 /// As [`map1_lanes`].
 #[inline(always)]
 unsafe fn map1(out: OutStream, extent: Extent, a: Resolved, f: impl Fn(f64) -> f64 + Copy) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_rows() {
+        // SAFETY: forwarded; AVX2 was detected.
+        return with_lane!(a, |x| unsafe { map1_lanes_avx2(out, extent, x, f) });
+    }
     // SAFETY: forwarded.
     with_lane!(a, |x| unsafe { map1_lanes(out, extent, x, f) })
 }
@@ -694,10 +806,123 @@ unsafe fn map2(
     b: Resolved,
     f: impl Fn(f64, f64) -> f64 + Copy,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_rows() {
+        // SAFETY: forwarded; AVX2 was detected.
+        return with_lane!(a, |x| with_lane!(b, |y| unsafe {
+            map2_lanes_avx2(out, extent, x, y, f)
+        }));
+    }
     // SAFETY: forwarded.
     with_lane!(a, |x| with_lane!(b, |y| unsafe {
         map2_lanes(out, extent, x, y, f)
     }))
+}
+
+/// [`map2`] over [`with_common_lane`] shapes: for the operations whose
+/// operands are mostly registers and constants (comparisons, minima,
+/// maxima, logical operations), each a loop of its own instead of a match
+/// per point.
+///
+/// # Safety
+/// As [`map2_lanes`].
+#[inline(always)]
+unsafe fn common2(
+    out: OutStream,
+    extent: Extent,
+    a: Resolved,
+    b: Resolved,
+    f: impl Fn(f64, f64) -> f64 + Copy,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_rows() {
+        // SAFETY: forwarded; AVX2 was detected.
+        return with_common_lane!(a, |x| with_common_lane!(b, |y| unsafe {
+            map2_lanes_avx2(out, extent, x, y, f)
+        }));
+    }
+    // SAFETY: forwarded.
+    with_common_lane!(a, |x| with_common_lane!(b, |y| unsafe {
+        map2_lanes(out, extent, x, y, f)
+    }))
+}
+
+/// `o = if c != 0 { t } else { o }` at every point of every row: the
+/// second pass of a selection, whose first pass wrote `f` into `out`.
+///
+/// # Safety
+/// Every stream covers `extent`, and `out` overlaps no input.
+#[inline(always)]
+unsafe fn blend_rows<C: Lane, T: Lane>(out: OutStream, extent: Extent, c: C, t: T) {
+    for r in 0..extent.rows {
+        // SAFETY: guaranteed by the caller.
+        unsafe {
+            let o = std::slice::from_raw_parts_mut(
+                out.pointer.offset(r as isize * out.row_stride),
+                extent.n,
+            );
+            let (c, t) = (c.on_row(r), t.on_row(r));
+            for (i, o) in o.iter_mut().enumerate() {
+                // Both sides are read at every point (every stream covers
+                // the extent), so the loop becomes a vector blend.
+                let (condition, value) = (c.at(i), t.at(i));
+                *o = if condition != 0.0 { value } else { *o };
+            }
+        }
+    }
+}
+
+/// [`blend_rows`], baseline build.
+///
+/// # Safety
+/// As [`blend_rows`].
+#[inline(never)]
+unsafe fn blend_lanes<C: Lane, T: Lane>(out: OutStream, extent: Extent, c: C, t: T) {
+    // SAFETY: forwarded.
+    unsafe { blend_rows(out, extent, c, t) }
+}
+
+/// [`blend_rows`] compiled for AVX2.
+///
+/// # Safety
+/// As [`blend_rows`], and the CPU supports AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline(never)]
+unsafe fn blend_lanes_avx2<C: Lane, T: Lane>(out: OutStream, extent: Extent, c: C, t: T) {
+    // SAFETY: forwarded.
+    unsafe { blend_rows(out, extent, c, t) }
+}
+
+/// `out = if c != 0 { t } else { f }` at every point, each operand
+/// computed as [`Resolved::at`] computes it (the generated code's
+/// selections read their operands that way): `f` written first, then `t`
+/// blended in where the condition holds; both passes vectorised and
+/// specialised to the operands' shapes, in the AVX2 build where the CPU
+/// has it. A NaN condition selects `t`, as `!= 0` says.
+///
+/// # Safety
+/// Every stream covers `extent`, and `out` overlaps no input.
+#[inline(always)]
+unsafe fn select(out: OutStream, extent: Extent, c: Resolved, t: Resolved, f: Resolved) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2_rows() {
+        // SAFETY: forwarded; AVX2 was detected.
+        unsafe {
+            with_exact_lane!(f, |z| map1_lanes_avx2(out, extent, z, |v| v));
+            with_exact_lane!(c, |x| with_exact_lane!(t, |y| blend_lanes_avx2(
+                out, extent, x, y
+            )));
+        }
+        return;
+    }
+    // SAFETY: forwarded.
+    unsafe {
+        with_exact_lane!(f, |z| map1_lanes(out, extent, z, |v| v));
+        with_exact_lane!(c, |x| with_exact_lane!(t, |y| blend_lanes(
+            out, extent, x, y
+        )));
+    }
 }
 
 /// Whether this CPU runs the AVX2 builds of the row loops of reductions
@@ -853,7 +1078,23 @@ macro_rules! dispatch_binary {
             B::Multiply => map2($out, $extent, $a, $b, |x, y| x * y),
             B::Divide => map2($out, $extent, $a, $b, |x, y| x / y),
             B::Pow => math2::<PowFn>($out, $extent, $a, $b),
-            op => map2($out, $extent, $a, $b, move |x, y| op.apply(x, y)),
+            // Each its own loop (a closure over `op.apply` kept a match per
+            // point and did not vectorise); the same expressions as
+            // `BinaryOp::apply`, so the same bits.
+            B::Min => common2($out, $extent, $a, $b, |x, y| if x < y { x } else { y }),
+            B::Max => common2($out, $extent, $a, $b, |x, y| if x > y { x } else { y }),
+            B::Less => common2($out, $extent, $a, $b, |x, y| f64::from(x < y)),
+            B::LessEqual => common2($out, $extent, $a, $b, |x, y| f64::from(x <= y)),
+            B::Greater => common2($out, $extent, $a, $b, |x, y| f64::from(x > y)),
+            B::GreaterEqual => common2($out, $extent, $a, $b, |x, y| f64::from(x >= y)),
+            B::Equal => common2($out, $extent, $a, $b, |x, y| f64::from(x == y)),
+            B::NotEqual => common2($out, $extent, $a, $b, |x, y| f64::from(x != y)),
+            B::And => common2($out, $extent, $a, $b, |x, y| {
+                f64::from((x != 0.0) & (y != 0.0))
+            }),
+            B::Or => common2($out, $extent, $a, $b, |x, y| {
+                f64::from((x != 0.0) | (y != 0.0))
+            }),
         }
     }};
 }
@@ -870,7 +1111,7 @@ macro_rules! dispatch_unary {
             U::Tanh => math1::<TanhFn>($out, $extent, $a),
             U::Sqrt => map1($out, $extent, $a, f64::sqrt),
             U::Abs => map1($out, $extent, $a, f64::abs),
-            op => map1($out, $extent, $a, move |x| op.apply(x)),
+            U::Not => map1($out, $extent, $a, |x| f64::from(x == 0.0)),
         }
     }};
 }
@@ -2185,19 +2426,7 @@ impl Context<'_> {
                         ..
                     } => {
                         let (c, t, f) = (resolve(condition), resolve(if_true), resolve(if_false));
-                        for r in 0..rows {
-                            let o = std::slice::from_raw_parts_mut(
-                                out.pointer.offset(r as isize * out.row_stride),
-                                n,
-                            );
-                            for (i, o) in o.iter_mut().enumerate() {
-                                *o = if c.at(r, i) != 0.0 {
-                                    t.at(r, i)
-                                } else {
-                                    f.at(r, i)
-                                };
-                            }
-                        }
+                        select(out, extent, c, t, f);
                     }
                     Instruction::Coordinate {
                         axis,
@@ -3087,6 +3316,88 @@ mod tests {
             let baseline = run(&|o| unsafe { grouped_linear_rows(o, extent, 0.25, &groups) });
             let wide = run(&|o| unsafe { grouped_linear_avx2(o, extent, 0.25, &groups) });
             assert_eq!(bits(&baseline), bits(&wide), "groups, {n} points");
+        }
+    }
+
+    /// Selections and comparisons in both builds: `select` equals the
+    /// point-wise `if c != 0 { t } else { f }` of `Resolved::at` (NaN
+    /// conditions included), and the baseline and AVX2 loops of the
+    /// blend, the copy and a comparison over a [`Shape`] operand give the
+    /// same bits.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn selections_and_comparisons_match_the_point_wise_values_in_both_builds() {
+        let mut state = 5u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            match (state >> 59) % 8 {
+                0 => 0.0,
+                1 => f64::NAN,
+                2 => -0.0,
+                _ => (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5,
+            }
+        };
+        let (rows, stride) = (3usize, 40isize);
+        let inputs: Vec<Vec<f64>> = (0..4).map(|_| (0..120).map(|_| next()).collect()).collect();
+        let stream = |i: usize| Stream {
+            pointer: inputs[i].as_ptr(),
+            row_stride: stride,
+        };
+        let run = |f: &dyn Fn(OutStream)| {
+            let mut out = vec![f64::NAN; 120];
+            f(OutStream {
+                pointer: out.as_mut_ptr(),
+                row_stride: stride,
+            });
+            out
+        };
+        let condition = Resolved::One(stream(0), 1.0);
+        let if_true = Resolved::Two(stream(1), 0.5, stream(2), 0.5);
+        let if_false = Resolved::One(stream(3), -3.0);
+        for n in [1usize, 5, 8, 37] {
+            let extent = Extent { n, rows };
+            // SAFETY: every stream and the output hold 3 rows of 40 values,
+            // more than `n`, and the output is its own buffer.
+            let selected = run(&|o| unsafe { select(o, extent, condition, if_true, if_false) });
+            for r in 0..rows {
+                for i in 0..n {
+                    // SAFETY: `r` and `i` are inside the rows read above.
+                    let expected = unsafe {
+                        if condition.at(r, i) != 0.0 {
+                            if_true.at(r, i)
+                        } else {
+                            if_false.at(r, i)
+                        }
+                    };
+                    let got = selected[r * stride as usize + i];
+                    assert_eq!(got.to_bits(), expected.to_bits(), "row {r}, point {i}");
+                }
+            }
+            if !avx2_rows() {
+                continue;
+            }
+            let (c, t) = (Plain(stream(0)), Pair(stream(1), 0.5, stream(2), 0.5));
+            let f = Scaled(stream(3), -3.0);
+            // SAFETY: as above; AVX2 was detected.
+            let baseline = run(&|o| unsafe {
+                map1_lanes(o, extent, f, |v| v);
+                blend_lanes(o, extent, c, t);
+            });
+            // SAFETY: as above.
+            let wide = run(&|o| unsafe {
+                map1_lanes_avx2(o, extent, f, |v| v);
+                blend_lanes_avx2(o, extent, c, t);
+            });
+            assert_eq!(bits(&baseline), bits(&wide), "selection, {n} points");
+            let shape = Shape(Resolved::Two(stream(1), 0.25, stream(2), 0.25));
+            let minimum = |x: f64, y: f64| if x < y { x } else { y };
+            // SAFETY: as above.
+            let baseline = run(&|o| unsafe { map2_lanes(o, extent, c, shape, minimum) });
+            // SAFETY: as above.
+            let wide = run(&|o| unsafe { map2_lanes_avx2(o, extent, c, shape, minimum) });
+            assert_eq!(bits(&baseline), bits(&wide), "minimum, {n} points");
         }
     }
 

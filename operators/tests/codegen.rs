@@ -565,7 +565,7 @@ fn random_tree<'a>(
         };
     }
     let a = random_tree(rng, depth - 1, fields);
-    match rng.int(0, 11) {
+    match rng.int(0, 13) {
         0 => a + random_tree(rng, depth - 1, fields),
         1 => a - random_tree(rng, depth - 1, fields),
         2 => a * random_tree(rng, depth - 1, fields),
@@ -577,6 +577,23 @@ fn random_tree<'a>(
         8 => cond(a.clone().gt(0.0), a).otherwise(random_tree(rng, depth - 1, fields)),
         9 => watershed_operators::shift(a, [rng.int(0, 2) as isize - 1, 0, 0]),
         10 => abs(a) + 1.0,
+        // Operands shaped `w0 s0 + w1 s1` and `w (s0 + s1)`, every
+        // comparison and logical operation, and selections of them.
+        11 => max(
+            a * 0.5 + random_tree(rng, depth - 1, fields) * 0.5,
+            random_tree(rng, depth - 1, fields),
+        ),
+        12 => {
+            let b = random_tree(rng, depth - 1, fields);
+            let c = field(fields[rng.int(0, 2)]);
+            cond(
+                (a.clone().le(0.5) & !b.clone().equals(c.clone()))
+                    | (a.clone() - b.clone()).ge(c.clone() * 2.0 + 1.0),
+                b.clone() * 0.25 + a.clone() * 0.75,
+            )
+            .cond(a.clone().lt(b.clone()) | c.not_equals(0.0), b - a.clone())
+            .otherwise(a * 3.0)
+        }
         _ => -a,
     }
 }
