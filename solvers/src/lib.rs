@@ -11,6 +11,7 @@
 //! | [`integrator`] | forward Euler, SSP-RK2, SSP-RK3 in Shu-Osher form |
 //! | [`boundary`] | Dirichlet, Neumann, flux and periodic conditions in ghost points |
 //! | [`multigrid`] | [`Multigrid`]: geometric multigrid for `lap(x) = b`, as a solver and as a CG preconditioner |
+//! | `coarsest` | the step weights that solve the multigrid's coarsest level exactly |
 //! | [`transport`] | [`TransportEquation`]: diffusion, convection (central, upwind, limited), sources, density |
 //! | [`solver`] | [`TransportSolver`]: the graph, the stages, fixed or stability-limited `dt` |
 //! | `projection` | the projection's Poisson solve as a graph node (`ExpressionKind::IterativeSolve`) |
@@ -20,6 +21,7 @@
 #![warn(missing_docs)]
 
 pub mod boundary;
+mod coarsest;
 pub mod error;
 pub mod incompressible;
 pub mod integrator;

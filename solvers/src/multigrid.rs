@@ -28,18 +28,21 @@ pub struct MultigridOptions {
     pub pre_smoothing: usize,
     /// Jacobi sweeps after prolongating.
     pub post_smoothing: usize,
-    /// Jacobi sweeps on the coarsest level.
+    /// Jacobi sweeps on the coarsest level, where it is not solved
+    /// exactly: a coarsest level of at most 64 cells whose operator is
+    /// symmetric with a small spread of eigenvalues is solved instead in
+    /// as many steps as it has distinct eigenvalues (2 on power-of-two 2D
+    /// grids, 3 in 3D; see [`Multigrid::coarsest_steps`]), when those are
+    /// fewer than these sweeps.
     pub coarsest_sweeps: usize,
     /// Jacobi weight (0.8 in 2D and 6/7 in 3D damp high frequencies best).
     pub weight: f64,
-    /// Jacobi weight on the coarsest level, which is solved rather than
-    /// smoothed: every mode must shrink, not only the high ones. The
-    /// coarsest level of a power-of-two grid has 2 cells per axis, where
-    /// the eigenvalues of `D^-1 A` lie in [0, 2]: with Neumann sides they
-    /// are 0 (the mean, removed separately), 1 and 2, and 2/3 (the
-    /// minimax weight for [1, 2]) shrinks each of them 3x per sweep, where
-    /// 0.8 shrinks the highest only 1.67x (so 30 sweeps at 2/3 reduce the
-    /// error more than 60 at 0.8).
+    /// Jacobi weight on the coarsest level where it runs
+    /// [`Self::coarsest_sweeps`] (where it is not solved exactly): every
+    /// mode must shrink, not only the high ones. With 2 cells per axis and
+    /// Neumann sides the eigenvalues of `D^-1 A` (`D` the interior
+    /// diagonal) are 0 (the mean, removed separately), 1/2 and 1 in 2D; 2/3
+    /// shrinks them 1.5x and 3x per sweep.
     pub coarsest_weight: f64,
     /// Stop when the residual norm falls below this fraction of the
     /// right-hand side's.
@@ -197,6 +200,13 @@ pub struct Multigrid {
     finest_fill: BoundaryFill<CellCentre>,
     /// The mean removed from a singular problem's fields.
     mean: Parameter,
+    /// The weights of the exact coarsest-level solve, in order, when the
+    /// hierarchy has several levels and the schedule can be trusted
+    /// (`crate::coarsest`); else the coarsest level runs Jacobi sweeps.
+    coarsest_steps: Option<Vec<f64>>,
+    /// The factor `w_k / d` of the current exact step, a run-time argument
+    /// of one prepared kernel per step shape.
+    coarsest_factor: Parameter,
 }
 
 /// The vectors and scalars of preconditioned CG on the finest grid. The
@@ -312,7 +322,7 @@ impl Multigrid {
         }
         let make = |name: &str| SpatialField::<CellCentre>::new(name, &one_ghost, Device::Cpu);
         let finest_fill = BoundaryFill::new(&conditions, levels[0].x.layout(), "mg_x")?;
-        Ok(Multigrid {
+        let mut multigrid = Multigrid {
             levels,
             homogeneous: homogeneous(&conditions),
             conditions,
@@ -329,7 +339,104 @@ impl Multigrid {
             assignments: Assignments::default(),
             finest_fill,
             mean: Parameter::new("mean", 0.0),
-        })
+            coarsest_steps: None,
+            coarsest_factor: Parameter::new("coarsest step", 0.0),
+        };
+        multigrid.coarsest_steps = multigrid.exact_coarsest_steps()?;
+        Ok(multigrid)
+    }
+
+    /// The weights of the exact coarsest-level solve (`crate::coarsest`),
+    /// from the coarsest level's operator `A / d` assembled column by
+    /// column: the level's language Laplacian, with its homogeneous
+    /// boundary fill, applied to each unit vector. `None` for a single
+    /// level (its solve uses the real conditions and is a smoother, not a
+    /// coarse solve) and where the schedule is refused.
+    fn exact_coarsest_steps(&mut self) -> SolverResult<Option<Vec<f64>>> {
+        let last = self.levels.len() - 1;
+        if last == 0 {
+            return Ok(None);
+        }
+        let (conditions, singular, sweeps) = (
+            self.homogeneous,
+            self.singular,
+            self.options.coarsest_sweeps,
+        );
+        let Multigrid {
+            levels,
+            assignments,
+            ..
+        } = self;
+        let l = &mut levels[last];
+        let layout = l.x.layout().clone();
+        let cells: Vec<[isize; 3]> = layout.interior().into_iter().collect();
+        let n = cells.len();
+        if n > crate::coarsest::MAX_CELLS {
+            return Ok(None);
+        }
+        let mut matrix = vec![vec![0.0; n]; n];
+        for (column, &cell) in cells.iter().enumerate() {
+            l.x.fill(0.0)?;
+            l.x.values_mut()?[layout.linear_index(cell)] = 1.0;
+            conditions.apply(&mut l.x)?;
+            let (r, x) = (&mut l.r, &l.x);
+            assignments.run("coarsest operator", [r.id(), x.id(), 0], r, &[x], |r| {
+                Recipe::new(laplacian(x).node().clone(), r.id())
+            })?;
+            let values = l.r.values()?;
+            for (row, &at) in cells.iter().enumerate() {
+                matrix[row][column] = values[layout.linear_index(at)] / l.diagonal;
+            }
+        }
+        l.x.fill(0.0)?;
+        Ok(crate::coarsest::step_weights(&matrix, singular, sweeps))
+    }
+
+    /// The weights of the coarsest level's exact solve, in the order it
+    /// applies them (each the inverse of a distinct eigenvalue of the
+    /// level's `D^-1 A`), or `None` where that level runs
+    /// [`MultigridOptions::coarsest_sweeps`] Jacobi sweeps instead.
+    pub fn coarsest_steps(&self) -> Option<&[f64]> {
+        self.coarsest_steps.as_deref()
+    }
+
+    /// The exact solve of the coarsest `level` (always a correction, with
+    /// homogeneous conditions): the Richardson steps `x <- x + (w_k / d)
+    /// (b - lap x)` with the weights `steps`, each filling `x`'s ghosts as
+    /// a Jacobi sweep does; with `from_zero` the first reads neither `x`
+    /// nor its ghosts.
+    fn solve_coarsest(&mut self, level: usize, steps: &[f64], from_zero: bool) -> SolverResult<()> {
+        let conditions = self.homogeneous;
+        let Multigrid {
+            levels,
+            assignments,
+            coarsest_factor,
+            ..
+        } = self;
+        let l = &mut levels[level];
+        for (k, &weight) in steps.iter().enumerate() {
+            coarsest_factor.set(weight / l.diagonal);
+            let (t, x, b) = (&mut l.t, &l.x, &l.b);
+            if from_zero && k == 0 {
+                assignments.run(
+                    "coarsest step from zero",
+                    [t.id(), b.id(), 0],
+                    t,
+                    &[b],
+                    |t| {
+                        let value = coarsest_factor.expr() * field(b);
+                        Recipe::new(value.node().clone(), t.id()).filled(conditions)
+                    },
+                )?;
+            } else {
+                assignments.run("coarsest step", [t.id(), x.id(), b.id()], t, &[x, b], |t| {
+                    let value = field(x) + coarsest_factor.expr() * (field(b) - laplacian(x));
+                    Recipe::new(value.node().clone(), t.id()).filled(conditions)
+                })?;
+            }
+            std::mem::swap(&mut l.x, &mut l.t);
+        }
+        Ok(())
     }
 
     /// `solver` with its levels, and why there is only one when so.
@@ -448,7 +555,15 @@ impl Multigrid {
     /// fill: a homogeneous condition's ghosts of zero are zero.
     fn v_cycle(&mut self, level: usize, homogeneous: bool, from_zero: bool) -> SolverResult<()> {
         if level + 1 == self.levels.len() {
-            self.smooth(level, self.options.coarsest_sweeps, homogeneous, from_zero)?;
+            // The steps are taken out while they run (no copy per cycle).
+            match self.coarsest_steps.take() {
+                Some(steps) => {
+                    let solved = self.solve_coarsest(level, &steps, from_zero);
+                    self.coarsest_steps = Some(steps);
+                    solved?;
+                }
+                None => self.smooth(level, self.options.coarsest_sweeps, homogeneous, from_zero)?,
+            }
             if self.singular {
                 let conditions = self.conditions(level, homogeneous);
                 let Multigrid {

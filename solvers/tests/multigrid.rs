@@ -204,3 +204,90 @@ fn a_side_without_a_condition_is_refused() {
         Multigrid::new(rhs.layout().patch(), partial, MultigridOptions::default()).unwrap_err();
     assert!(err.to_string().contains("+x"), "{err}");
 }
+
+/// The steps of the coarsest level's exact solve are the inverses of the
+/// distinct non-zero eigenvalues of its `D^-1 A`, worked out by hand for
+/// the 2 x 2 (x 2) levels of power-of-two grids, largest eigenvalue first
+/// and then each the farthest from those taken.
+#[test]
+fn the_coarsest_level_is_solved_in_as_many_steps_as_it_has_distinct_eigenvalues() {
+    let neumann = BoundaryConditions::all(BoundaryCondition::Neumann(0.0));
+    let steps = |n: [usize; 3], conditions: BoundaryConditions, periodic: bool, sweeps: usize| {
+        let mut grid = Grid::new(n, [1.0; 3], [0.0; 3]).unwrap();
+        if periodic {
+            grid = grid.with_periodic([true, true, n[2] > 1]);
+        }
+        let options = MultigridOptions {
+            coarsest_sweeps: sweeps,
+            ..Default::default()
+        };
+        let mg = Multigrid::new(&grid.whole_domain(1), conditions, options).unwrap();
+        assert!(mg.levels() > 1);
+        mg.coarsest_steps().map(<[f64]>::to_vec)
+    };
+    let close = |found: Option<Vec<f64>>, expected: &[f64]| {
+        let found = found.expect("an exact coarsest solve");
+        assert_eq!(found.len(), expected.len(), "{found:?} vs {expected:?}");
+        for (f, e) in found.iter().zip(expected) {
+            assert!((f - e).abs() < 1e-12, "{found:?} vs {expected:?}");
+        }
+    };
+    // 2D Neumann: 0, 1/2 (twice), 1.
+    close(steps([32, 32, 1], neumann.clone(), false, 30), &[1.0, 2.0]);
+    // 2D Dirichlet (ghost = -cell): (4, 6, 6, 8) / 4.
+    close(
+        steps([32, 32, 1], dirichlet(), false, 30),
+        &[0.5, 1.0, 2.0 / 3.0],
+    );
+    // 2D periodic: each neighbour is the other cell twice: 0, 1, 1, 2.
+    close(
+        steps([32, 32, 1], BoundaryConditions::new(), true, 30),
+        &[0.5, 1.0],
+    );
+    // 3D Neumann: 0, 1/3 (3 times), 2/3 (3 times), 1.
+    close(
+        steps([16, 16, 16], neumann.clone(), false, 30),
+        &[1.0, 3.0, 1.5],
+    );
+    // No fewer steps than the Jacobi sweeps: the sweeps stay.
+    assert_eq!(steps([32, 32, 1], neumann, false, 2), None);
+}
+
+/// On a 3D Neumann problem, whose coarsest level takes 3 exact steps,
+/// V-cycles with the exact coarsest solve converge faster than with the
+/// same number of coarsest Jacobi sweeps (3 sweeps are too few for the
+/// schedule, so that multigrid keeps Jacobi).
+#[test]
+fn the_exact_coarsest_solve_converges_at_least_as_fast_as_jacobi_sweeps() {
+    let grid = Grid::new([16, 16, 16], [1.0; 3], [0.0; 3]).unwrap();
+    let patch = grid.whole_domain(1);
+    let mut rhs = SpatialField::<CellCentre>::new("rhs", &patch, Device::Cpu).unwrap();
+    let layout = rhs.layout().clone();
+    let values = rhs.values_mut().unwrap();
+    for index in layout.interior() {
+        let [x, y, z] = layout.coordinate(index);
+        values[layout.linear_index(index)] =
+            -3.0 * PI * PI * (PI * x).cos() * (PI * y).cos() * (PI * z).cos();
+    }
+    let neumann = BoundaryConditions::all(BoundaryCondition::Neumann(0.0));
+    let mut reductions = Vec::new();
+    for sweeps in [3, 30] {
+        let options = MultigridOptions {
+            coarsest_sweeps: sweeps,
+            weight: 6.0 / 7.0,
+            ..Default::default()
+        };
+        let mut mg = Multigrid::new(&patch, neumann.clone(), options).unwrap();
+        assert_eq!(mg.coarsest_steps().is_some(), sweeps == 30);
+        let mut x = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();
+        let report = mg.solve(&rhs, &mut x).unwrap();
+        eprintln!("coarsest sweeps {sweeps}: {report:?}");
+        reductions.push(report.reduction_per_iteration());
+    }
+    assert!(
+        reductions[1] < reductions[0],
+        "exact coarsest solve {} vs 3 Jacobi sweeps {}",
+        reductions[1],
+        reductions[0]
+    );
+}
