@@ -20,7 +20,9 @@
 //! cells per side, default 32 and 64), `WATERSHED_VARIANTS` (subset of
 //! `diffusion,independent,coupled`), `WATERSHED_THREADS` (default `1,2`), `WATERSHED_STEPS` (timed ExprLib steps,
 //! rounds, default 15 at 64^3 and 30 below), `WATERSHED_GAMMA` (`field`, the
-//! default, or a constant diffusivity such as the anchor's 0.1). Run:
+//! default, or a constant diffusivity such as the anchor's 0.1),
+//! `WATERSHED_NODE_TIMES` (set: after each ExprLib row, the time the three
+//! spent in their graphs' nodes and their slowest nodes). Run:
 //! `cargo bench -p watershed-cases --bench solvers`.
 
 use std::time::Instant;
@@ -209,6 +211,29 @@ fn exprlib(pdes: usize, cells_list: &[usize]) {
                     graph_time / solver_time,
                     stepping_time / solver_time
                 );
+                if std::env::var_os("WATERSHED_NODE_TIMES").is_some() {
+                    for (name, table) in [
+                        ("graph", graph.timing_table()),
+                        ("stepping graph", stepping.timing_table()),
+                        ("solver", solver.graph().timing_table()),
+                    ] {
+                        let total: f64 = table.0.iter().map(|row| row.total.as_secs_f64()).sum();
+                        let calls = table.0.iter().map(|row| row.calls).max().unwrap_or(0);
+                        println!(
+                            "{name}: {} nodes, {:.2} ms per execution in nodes; slowest:",
+                            table.0.len(),
+                            total * 1e3 / calls.max(1) as f64
+                        );
+                        for row in table.0.iter().take(4) {
+                            println!(
+                                "  {} {} calls, {:.3} ms/call",
+                                row.name,
+                                row.calls,
+                                row.mean.as_secs_f64() * 1e3
+                            );
+                        }
+                    }
+                }
             }
         }
     }

@@ -429,10 +429,20 @@ fn atomic_write(
                 source,
             }
         };
+        // The temporary file is this call's alone (its name holds the
+        // process id and a counter) and readers only ever see it complete,
+        // under `path`, after the rename: HDF5's file lock protects
+        // nothing here. Left on, an exclusive lock could outlive the
+        // write: a child process started by another thread meanwhile
+        // inherits the open file (HDF5 does not open it close-on-exec),
+        // keeps the lock until it exits, and the lock then sits on the
+        // renamed file, so opening `path` fails with "unable to lock file".
+        let mut options = hdf5::File::with_options();
+        options.with_fapl(|fapl| fapl.file_locking(false));
         let file = if existing {
-            hdf5::File::append(&temporary).map_err(hdf5_err("/"))?
+            options.append(&temporary).map_err(hdf5_err("/"))?
         } else {
-            hdf5::File::create(&temporary).map_err(hdf5_err("/"))?
+            options.create(&temporary).map_err(hdf5_err("/"))?
         };
         write(&file)?;
         file.flush().map_err(hdf5_err("flushing the file"))?;

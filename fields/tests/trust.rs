@@ -9,7 +9,8 @@ use common::python_with_h5py;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use watershed_fields::io::{
-    GhostSelection, read_field_from_file, replace_file, write_field, write_field_to_file,
+    GhostSelection, read_field_from_file, replace_file, update_file, write_field,
+    write_field_to_file,
 };
 use watershed_fields::{
     CellCentre, Device, FieldError, GhostWidth, Grid, Patch, SpatialField, XFace,
@@ -119,6 +120,40 @@ fn dataset_names_are_checked_before_anything_is_written() {
     assert!(phi.values().unwrap().contains(&1.0));
     let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+}
+
+/// A child process started (by any thread) while a file is being written
+/// inherits the open temporary file and outlives the write; the file it
+/// became must still open, and take further writes, while that child
+/// runs. (With HDF5's file lock on the temporary file, the child kept an
+/// exclusive lock on the renamed file: "unable to lock file".)
+#[test]
+fn a_child_started_during_a_write_leaves_the_file_usable() {
+    let dir = temp_dir("inherited");
+    let path = dir.join("fields.h5");
+    write_field_to_file(&path, "phi", &sample("phi", 1.0), GhostSelection::Interior).unwrap();
+    let mut children = Vec::new();
+    let written = update_file(&path, |file| {
+        children.push(
+            Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("start `sleep`"),
+        );
+        write_field(file, "psi", &sample("psi", 2.0), GhostSelection::Interior)
+    });
+    let read = written.and_then(|()| read_field_from_file::<CellCentre, f64>(&path, "psi"));
+    let rewritten =
+        write_field_to_file(&path, "chi", &sample("chi", 3.0), GhostSelection::Interior);
+    for child in &mut children {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let psi = read.unwrap();
+    assert!(psi.values().unwrap().contains(&2.0));
+    rewritten.unwrap();
+    let chi: SpatialField<CellCentre> = read_field_from_file(&path, "chi").unwrap();
+    assert!(chi.values().unwrap().contains(&3.0));
 }
 
 #[test]

@@ -27,7 +27,9 @@ use crate::multigrid::{Multigrid, MultigridOptions, first_non_finite};
 use crate::prepared::Assignments;
 use crate::projection::{PoissonSolve, PoissonState, lock_state};
 use crate::solver::TimeStep;
-use crate::stages::{StageParameters, advance_levels, not_finite_in, update_expression};
+use crate::stages::{
+    StageParameters, advance_levels, not_finite_in, reads_start_level, update_expression,
+};
 use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
 use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{
@@ -176,7 +178,9 @@ impl IncompressibleFlowBuilder {
         for &axis in &active {
             let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
             factory.placeholder(now[axis].clone(), location)?;
-            factory.placeholder(start[axis].clone(), location)?;
+            if reads_start_level(self.integrator) {
+                factory.placeholder(start[axis].clone(), location)?;
+            }
             let conditions = self.conditions[axis];
             on_face!(axis, F => attach_conditions::<F>(&mut factory, &now[axis], conditions)?);
             let rhs = Tag::none(&format!("rhs_{}", NAMES[axis]));
@@ -191,7 +195,8 @@ impl IncompressibleFlowBuilder {
                 &provisional_tags()[axis],
                 &start[axis],
                 &rhs,
-                &parameters
+                &parameters,
+                self.integrator
             ));
             factory.register(update)?;
         }
@@ -288,7 +293,9 @@ impl IncompressibleFlowBuilder {
         for &axis in &active {
             // Receives the step's start value after the first stage, which
             // does not read it (see `crate::stages`).
-            graph.fill_placeholder(&start[axis])?;
+            if reads_start_level(self.integrator) {
+                graph.fill_placeholder(&start[axis])?;
+            }
             // A flow starts at rest unless its velocity is set.
             graph.fill_placeholder(&now[axis])?;
         }

@@ -18,7 +18,9 @@ use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::first_non_finite;
 use crate::prepared::Assignments;
-use crate::stages::{StageParameters, advance_levels, not_finite_in, update_expression};
+use crate::stages::{
+    StageParameters, advance_levels, not_finite_in, reads_start_level, update_expression,
+};
 use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
 use crate::transport::{Diffusivity, TransportEquation};
 use std::sync::Mutex;
@@ -121,8 +123,10 @@ impl TransportSolverBuilder {
         for equation in &self.equations {
             equation.register(&mut self.factory, &self.patch)?;
             let start = equation.start_tag();
-            self.factory
-                .placeholder(start.clone(), LocationKind::CellCentre)?;
+            if reads_start_level(self.integrator) {
+                self.factory
+                    .placeholder(start.clone(), LocationKind::CellCentre)?;
+            }
             let (solution, next, rhs) = (
                 equation.solution_tag(),
                 equation.next_tag(),
@@ -134,6 +138,7 @@ impl TransportSolverBuilder {
                 &start,
                 &rhs,
                 &self.parameters,
+                self.integrator,
             ))?;
             // The ghosts of each stage's result, filled as it is written
             // (fusion folds the modifier into the update node); the result
@@ -148,7 +153,9 @@ impl TransportSolverBuilder {
         for equation in &self.equations {
             // Receives the step's start value after the first stage, which
             // does not read it (see `crate::stages`).
-            graph.fill_placeholder(&equation.start_tag())?;
+            if reads_start_level(self.integrator) {
+                graph.fill_placeholder(&equation.start_tag())?;
+            }
         }
         Ok(TransportSolver {
             graph,

@@ -8,7 +8,9 @@
 //! serves every stage and step. No field is copied between stages: after
 //! stage 1 the storage of the three levels rotates (start <- now <- next),
 //! after later stages `now` and `next` swap; an integrator whose later
-//! stages never read `start` (forward Euler) only swaps.
+//! stages never read `start` (forward Euler) only swaps. Forward Euler's
+//! single stage (`a = 0`, `b = 1`) computes `next = now + dt rhs`, its
+//! weights constants, and has no start level.
 
 use crate::error::SolverResult;
 use crate::integrator::{Stage, TimeIntegrator};
@@ -52,25 +54,46 @@ impl StageParameters {
 
 /// The node computing `next = a start + b (now + dt rhs)`. Where `a` is 0
 /// (the first stage) `start` is not read, so whatever its storage holds
-/// before it first receives the step's start value cannot leak in. It
-/// checks every value it writes ([`LanguageExpression::checking_finite`]),
-/// which replaces a separate scan of each solution per step; see
-/// [`not_finite_in`].
+/// before it first receives the step's start value cannot leak in. An
+/// integrator of one stage with `a = 0` and `b = 1` (forward Euler) gets
+/// `next = now + dt rhs` with those weights as constants: nothing to
+/// select, multiply or add per point for them (the same values, except
+/// that a result of `-0.0` is no longer turned into `+0.0` by adding the
+/// unread `a start` as `0.0`). It checks every value it writes
+/// ([`LanguageExpression::checking_finite`]), which replaces a separate
+/// scan of each solution per step; see [`not_finite_in`].
 pub(crate) fn update_expression<F: Location>(
     now: &Tag,
     next: &Tag,
     start: &Tag,
     rhs: &Tag,
     parameters: &StageParameters,
+    integrator: TimeIntegrator,
 ) -> LanguageExpression {
     let (n, o, r) = (now.clone(), start.clone(), rhs.clone());
     let p = parameters.clone();
+    let single_euler_stage = !reads_start_level(integrator);
     LanguageExpression::new::<F>(next.clone(), move |s| {
+        let update = s.field::<F>(&n) + p.dt.expr() * s.field::<F>(&r);
+        if single_euler_stage {
+            return update;
+        }
         let a: Expr<'static, F> = p.a.expr();
         let kept = cond(a.clone().not_equals(0.0), a * s.field::<F>(&o)).otherwise(0.0);
-        kept + p.b.expr() * (s.field::<F>(&n) + p.dt.expr() * s.field::<F>(&r))
+        kept + p.b.expr() * update
     })
     .checking_finite()
+}
+
+/// Whether the update nodes of `integrator` read the start level (its
+/// placeholder is then in the graph): every integrator but one of a
+/// single stage with `a = 0` and `b = 1` (forward Euler), whose update is
+/// `now + dt rhs` ([`update_expression`]).
+pub(crate) fn reads_start_level(integrator: TimeIntegrator) -> bool {
+    !matches!(
+        integrator.stages(),
+        [Stage { a, b, .. }] if *a == 0.0 && *b == 1.0
+    )
 }
 
 /// When `error` is a checked node's report of a value that is not finite
