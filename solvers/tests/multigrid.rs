@@ -233,7 +233,7 @@ fn the_coarsest_level_is_solved_in_as_many_steps_as_it_has_distinct_eigenvalues(
         }
     };
     // 2D Neumann: 0, 1/2 (twice), 1.
-    close(steps([32, 32, 1], neumann.clone(), false, 30), &[1.0, 2.0]);
+    close(steps([32, 32, 1], neumann, false, 30), &[1.0, 2.0]);
     // 2D Dirichlet (ghost = -cell): (4, 6, 6, 8) / 4.
     close(
         steps([32, 32, 1], dirichlet(), false, 30),
@@ -245,10 +245,7 @@ fn the_coarsest_level_is_solved_in_as_many_steps_as_it_has_distinct_eigenvalues(
         &[0.5, 1.0],
     );
     // 3D Neumann: 0, 1/3 (3 times), 2/3 (3 times), 1.
-    close(
-        steps([16, 16, 16], neumann.clone(), false, 30),
-        &[1.0, 3.0, 1.5],
-    );
+    close(steps([16, 16, 16], neumann, false, 30), &[1.0, 3.0, 1.5]);
     // No fewer steps than the Jacobi sweeps: the sweeps stay.
     assert_eq!(steps([32, 32, 1], neumann, false, 2), None);
 }
@@ -277,7 +274,7 @@ fn the_exact_coarsest_solve_converges_at_least_as_fast_as_jacobi_sweeps() {
             weight: 6.0 / 7.0,
             ..Default::default()
         };
-        let mut mg = Multigrid::new(&patch, neumann.clone(), options).unwrap();
+        let mut mg = Multigrid::new(&patch, neumann, options).unwrap();
         assert_eq!(mg.coarsest_steps().is_some(), sweeps == 30);
         let mut x = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();
         let report = mg.solve(&rhs, &mut x).unwrap();
