@@ -31,31 +31,37 @@ pub struct IndexBox {
 
 impl IndexBox {
     /// The box `lo..hi`; an axis with `hi <= lo` makes it empty.
+    #[inline]
     pub fn new(lo: [isize; 3], hi: [isize; 3]) -> Self {
         IndexBox { lo, hi }
     }
 
     /// Points along each axis (0 where empty).
+    #[inline]
     pub fn extent(&self) -> [usize; 3] {
         [0, 1, 2].map(|a| (self.hi[a] - self.lo[a]).max(0) as usize)
     }
 
     /// Number of points.
+    #[inline]
     pub fn len(&self) -> usize {
         self.extent().iter().product()
     }
 
     /// True when the box holds no point.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// True when `index` lies inside the box.
+    #[inline]
     pub fn contains(&self, index: [isize; 3]) -> bool {
         (0..3).all(|a| index[a] >= self.lo[a] && index[a] < self.hi[a])
     }
 
     /// The intersection of two boxes (possibly empty).
+    #[inline]
     pub fn intersect(&self, other: &IndexBox) -> IndexBox {
         IndexBox {
             lo: [0, 1, 2].map(|a| self.lo[a].max(other.lo[a])),
