@@ -35,7 +35,9 @@ pub mod transport;
 
 pub use boundary::{BoundaryCondition, BoundaryConditions};
 pub use error::{SolverError, SolverResult};
-pub use incompressible::{IncompressibleFlow, IncompressibleFlowBuilder, ProjectionReport};
+pub use incompressible::{
+    IncompressibleFlow, IncompressibleFlowBuilder, ProjectionReport, default_poisson_options,
+};
 pub use integrator::{Stage, TimeIntegrator};
 pub use multigrid::{Multigrid, MultigridOptions, SolveReport};
 pub use solver::{TimeStep, TransportSolver, TransportSolverBuilder};

@@ -91,8 +91,11 @@ fn every_projection_reaches_the_solver_tolerance() {
         flow.step(dt).unwrap();
         let p = flow.last_projection();
         assert!(p.iterations > 0 || p.divergence_before < 1e-12, "{p:?}");
+        // The solver's contract: the final residual within 1e-10 of the
+        // right-hand side's norm (its reduction from the warm start's
+        // initial residual may be a little larger).
         assert!(
-            p.residual_reduction <= 1e-10 || p.divergence_before < 1e-12,
+            p.relative_residual <= 1e-10 || p.divergence_before < 1e-12,
             "{p:?}"
         );
         assert!(
