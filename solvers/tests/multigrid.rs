@@ -4,7 +4,7 @@
 //! accuracy of the solution.
 
 use std::f64::consts::PI;
-use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField};
 use watershed_operators::Side;
 use watershed_solvers::{BoundaryCondition, BoundaryConditions, Multigrid, MultigridOptions};
 
@@ -28,6 +28,17 @@ fn problem(
     }
     let solution = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();
     (rhs, solution)
+}
+
+/// A cell field on `patch` with `f(x, y, z)` at each interior cell.
+fn cell_field(patch: &Patch, f: impl Fn([f64; 3]) -> f64) -> SpatialField<CellCentre> {
+    let mut field = SpatialField::<CellCentre>::new("rhs", patch, Device::Cpu).unwrap();
+    let layout = field.layout().clone();
+    let values = field.values_mut().unwrap();
+    for index in layout.interior() {
+        values[layout.linear_index(index)] = f(layout.coordinate(index));
+    }
+    field
 }
 
 fn max_error(
@@ -265,14 +276,9 @@ fn the_coarsest_level_is_solved_in_as_many_steps_as_it_has_distinct_eigenvalues(
 fn chebyshev_coarsest_steps_converge_as_fast_as_the_exact_solve() {
     let grid = Grid::new([16, 16, 16], [1.0; 3], [0.0; 3]).unwrap();
     let patch = grid.whole_domain(1);
-    let mut rhs = SpatialField::<CellCentre>::new("rhs", &patch, Device::Cpu).unwrap();
-    let layout = rhs.layout().clone();
-    let values = rhs.values_mut().unwrap();
-    for index in layout.interior() {
-        let [x, y, z] = layout.coordinate(index);
-        values[layout.linear_index(index)] =
-            -3.0 * PI * PI * (PI * x).cos() * (PI * y).cos() * (PI * z).cos();
-    }
+    let rhs = cell_field(&patch, |[x, y, z]| {
+        -3.0 * PI * PI * (PI * x).cos() * (PI * y).cos() * (PI * z).cos()
+    });
     let neumann = BoundaryConditions::all(BoundaryCondition::Neumann(0.0));
     let mut reductions = Vec::new();
     for sweeps in [3, 30] {
@@ -306,19 +312,20 @@ fn chebyshev_coarsest_steps_converge_as_fast_as_the_exact_solve() {
 fn a_large_coarsest_level_gets_chebyshev_steps_and_light_cycles_converge() {
     let grid = Grid::new([20, 14, 1], [1.0; 3], [0.0; 3]).unwrap();
     let patch = grid.whole_domain(1);
-    let mut rhs = SpatialField::<CellCentre>::new("rhs", &patch, Device::Cpu).unwrap();
+    let mut rhs = cell_field(&patch, |[x, y, _]| {
+        (3.0 * x).sin() * (5.0 * y).cos() + x * y
+    });
+    // Of zero mean, as a singular problem's right-hand side must be.
     let layout = rhs.layout().clone();
-    let interior = layout.interior();
     let values = rhs.values_mut().unwrap();
-    let mut sum = 0.0;
+    let interior = layout.interior();
+    let mean = interior
+        .iter()
+        .map(|i| values[layout.linear_index(i)])
+        .sum::<f64>()
+        / interior.len() as f64;
     for index in interior.iter() {
-        let [x, y, _] = layout.coordinate(index);
-        let v = (3.0 * x).sin() * (5.0 * y).cos() + x * y;
-        values[layout.linear_index(index)] = v;
-        sum += v;
-    }
-    for index in interior.iter() {
-        values[layout.linear_index(index)] -= sum / interior.len() as f64;
+        values[layout.linear_index(index)] -= mean;
     }
     let mut iterations = Vec::new();
     for smoothing in [1, 2, 3] {
