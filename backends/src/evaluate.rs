@@ -796,6 +796,25 @@ unsafe fn map1(out: OutStream, extent: Extent, a: Resolved, f: impl Fn(f64) -> f
     with_lane!(a, |x| unsafe { map1_lanes(out, extent, x, f) })
 }
 
+/// The body of [`map2`] and [`common2`]: `map2_lanes` (or its AVX2 build
+/// where the CPU has AVX2) over the shapes that `$with` (`with_lane` or
+/// `with_common_lane`) specialises.
+macro_rules! map2_over {
+    ($with:ident, $out:expr, $extent:expr, $a:expr, $b:expr, $f:expr) => {{
+        #[cfg(target_arch = "x86_64")]
+        if avx2_rows() {
+            // SAFETY: forwarded; AVX2 was detected.
+            return $with!($a, |x| $with!($b, |y| unsafe {
+                map2_lanes_avx2($out, $extent, x, y, $f)
+            }));
+        }
+        // SAFETY: forwarded.
+        $with!($a, |x| $with!($b, |y| unsafe {
+            map2_lanes($out, $extent, x, y, $f)
+        }))
+    }};
+}
+
 /// # Safety
 /// As [`map2_lanes`].
 #[inline(always)]
@@ -806,17 +825,7 @@ unsafe fn map2(
     b: Resolved,
     f: impl Fn(f64, f64) -> f64 + Copy,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2_rows() {
-        // SAFETY: forwarded; AVX2 was detected.
-        return with_lane!(a, |x| with_lane!(b, |y| unsafe {
-            map2_lanes_avx2(out, extent, x, y, f)
-        }));
-    }
-    // SAFETY: forwarded.
-    with_lane!(a, |x| with_lane!(b, |y| unsafe {
-        map2_lanes(out, extent, x, y, f)
-    }))
+    map2_over!(with_lane, out, extent, a, b, f)
 }
 
 /// [`map2`] over [`with_common_lane`] shapes: for the operations whose
@@ -834,17 +843,7 @@ unsafe fn common2(
     b: Resolved,
     f: impl Fn(f64, f64) -> f64 + Copy,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2_rows() {
-        // SAFETY: forwarded; AVX2 was detected.
-        return with_common_lane!(a, |x| with_common_lane!(b, |y| unsafe {
-            map2_lanes_avx2(out, extent, x, y, f)
-        }));
-    }
-    // SAFETY: forwarded.
-    with_common_lane!(a, |x| with_common_lane!(b, |y| unsafe {
-        map2_lanes(out, extent, x, y, f)
-    }))
+    map2_over!(with_common_lane, out, extent, a, b, f)
 }
 
 /// `o = if c != 0 { t } else { o }` at every point of every row: the

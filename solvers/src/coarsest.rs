@@ -1,10 +1,11 @@
-//! The step weights that solve a multigrid's coarsest level exactly.
+//! The step weights that solve a multigrid's coarsest level exactly, or
+//! as well as a given number of steps can.
 //!
 //! The coarsest level of a multigrid hierarchy is tiny (2 cells per axis
 //! on power-of-two grids), and weighted Jacobi solves it slowly: with
 //! Neumann sides in 2D the eigenvalues of `D^-1 A` are 0, 1/2 and 1, and
-//! 30 sweeps at weight 2/3 reduce the error by 3^-30, one kernel call per
-//! sweep (about a third of a V-cycle's calls). A Richardson iteration
+//! 30 sweeps at weight 2/3 reduce the error by only 1.5^-30, one kernel
+//! call per sweep (about a third of a V-cycle's calls). A Richardson iteration
 //! `x <- x + (w_k / d) (b - A x)` whose weights `w_k` are the inverses of
 //! the *distinct* non-zero eigenvalues `mu` of `A / d` removes one
 //! eigenvalue's error component per step (`1 - mu / mu_k = 0`), so it
@@ -16,8 +17,9 @@
 //!
 //! [`step_weights`] gives `None`, and the multigrid keeps its Jacobi
 //! sweeps, whenever the schedule could not be trusted: an operator that is
-//! not symmetric, not semi-definite, with a null space other than the
-//! singular problem's constant, with eigenvalues spread over more than
+//! larger than [`MAX_CELLS`], not symmetric, not semi-definite, with a
+//! null space other than the singular problem's constant, with
+//! eigenvalues spread over more than
 //! [`MAX_SPREAD`] (an early step would amplify the other components more
 //! than rounding can bear). A level with no fewer distinct eigenvalues
 //! than the Jacobi sweeps it replaces (levels of odd size, such as the

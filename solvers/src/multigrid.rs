@@ -28,17 +28,17 @@ pub struct MultigridOptions {
     pub pre_smoothing: usize,
     /// Jacobi sweeps after prolongating.
     pub post_smoothing: usize,
-    /// Jacobi sweeps on the coarsest level, where it is not solved
-    /// exactly: a coarsest level of at most 64 cells whose operator is
-    /// symmetric with a small spread of eigenvalues is solved instead in
-    /// as many steps as it has distinct eigenvalues (2 on power-of-two 2D
-    /// grids, 3 in 3D; see [`Multigrid::coarsest_steps`]), when those are
-    /// fewer than these sweeps.
+    /// Steps on the coarsest level. A coarsest level of at most 128 cells
+    /// whose operator is symmetric with a small spread of eigenvalues is
+    /// solved exactly in as many steps as it has distinct eigenvalues (2
+    /// on power-of-two 2D grids, 3 in 3D) when those are fewer than this,
+    /// else by this many Chebyshev steps (see [`Multigrid::coarsest_steps`]);
+    /// any other coarsest level runs this many Jacobi sweeps.
     pub coarsest_sweeps: usize,
     /// Jacobi weight (0.8 in 2D and 6/7 in 3D damp high frequencies best).
     pub weight: f64,
     /// Jacobi weight on the coarsest level where it runs
-    /// [`Self::coarsest_sweeps`] (where it is not solved exactly): every
+    /// [`Self::coarsest_sweeps`] Jacobi sweeps (see there): every
     /// mode must shrink, not only the high ones. With 2 cells per axis and
     /// Neumann sides the eigenvalues of `D^-1 A` (`D` the interior
     /// diagonal) are 0 (the mean, removed separately), 1/2 and 1 in 2D; 2/3
@@ -200,11 +200,11 @@ pub struct Multigrid {
     finest_fill: BoundaryFill<CellCentre>,
     /// The mean removed from a singular problem's fields.
     mean: Parameter,
-    /// The weights of the exact coarsest-level solve, in order, when the
+    /// The weights of the coarsest-level steps, in order, when the
     /// hierarchy has several levels and the schedule can be trusted
     /// (`crate::coarsest`); else the coarsest level runs Jacobi sweeps.
     coarsest_steps: Option<Vec<f64>>,
-    /// The factor `w_k / d` of the current exact step, a run-time argument
+    /// The factor `w_k / d` of the current coarsest step, a run-time argument
     /// of one prepared kernel per step shape.
     coarsest_factor: Parameter,
 }
@@ -342,17 +342,17 @@ impl Multigrid {
             coarsest_steps: None,
             coarsest_factor: Parameter::new("coarsest step", 0.0),
         };
-        multigrid.coarsest_steps = multigrid.exact_coarsest_steps()?;
+        multigrid.coarsest_steps = multigrid.assemble_coarsest_steps()?;
         Ok(multigrid)
     }
 
-    /// The weights of the exact coarsest-level solve (`crate::coarsest`),
-    /// from the coarsest level's operator `A / d` assembled column by
-    /// column: the level's language Laplacian, with its homogeneous
-    /// boundary fill, applied to each unit vector. `None` for a single
+    /// The weights of the coarsest-level steps (`crate::coarsest`: an
+    /// exact solve or Chebyshev steps), from the coarsest level's operator
+    /// `A / d` assembled column by column: the level's language Laplacian,
+    /// with its homogeneous boundary fill, applied to each unit vector. `None` for a single
     /// level (its solve uses the real conditions and is a smoother, not a
     /// coarse solve) and where the schedule is refused.
-    fn exact_coarsest_steps(&mut self) -> SolverResult<Option<Vec<f64>>> {
+    fn assemble_coarsest_steps(&mut self) -> SolverResult<Option<Vec<f64>>> {
         let last = self.levels.len() - 1;
         if last == 0 {
             return Ok(None);
@@ -392,15 +392,16 @@ impl Multigrid {
         Ok(crate::coarsest::step_weights(&matrix, singular, sweeps))
     }
 
-    /// The weights of the coarsest level's exact solve, in the order it
-    /// applies them (each the inverse of a distinct eigenvalue of the
-    /// level's `D^-1 A`), or `None` where that level runs
+    /// The weights of the coarsest level's steps, in the order it applies
+    /// them: the inverses of the distinct eigenvalues of the level's `D^-1
+    /// A` (an exact solve) or of the roots of the Chebyshev polynomial on
+    /// its spectrum; `None` where that level runs
     /// [`MultigridOptions::coarsest_sweeps`] Jacobi sweeps instead.
     pub fn coarsest_steps(&self) -> Option<&[f64]> {
         self.coarsest_steps.as_deref()
     }
 
-    /// The exact solve of the coarsest `level` (always a correction, with
+    /// The steps on the coarsest `level` (always a correction, with
     /// homogeneous conditions): the Richardson steps `x <- x + (w_k / d)
     /// (b - lap x)` with the weights `steps`, each filling `x`'s ghosts as
     /// a Jacobi sweep does; with `from_zero` the first reads neither `x`
