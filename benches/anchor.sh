@@ -10,6 +10,10 @@
 # Watershed solves the script's equations, Gamma = 0.1 everywhere
 # (WATERSHED_GAMMA); ANCHOR_GAMMA=field runs the ExprLib case's Gamma field
 # instead (a harder problem than Devito's: earlier tables until 2026-11-22).
+# Variants: diffusion, independent, coupled (each equation's source writes
+# sum_j exp(phi_j) out; Watershed's CSE computes it once) and coupled-shared
+# (one source expression every equation reads); Devito's coupled script,
+# which shares the sum by its own CSE, is the yardstick of both.
 # Run: bash benches/anchor.sh  (installs Devito into .tools/devito on first use)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +25,7 @@ if ! [ -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import devito" 2>/dev
 fi
 cargo bench -p watershed-cases --bench solvers --no-run 2>/dev/null
 bin=$(ls -t target/release/deps/solvers-* | grep -v '\.d$' | head -n 1)
-variants=${WATERSHED_VARIANTS:-diffusion,independent,coupled}
+variants=${WATERSHED_VARIANTS:-diffusion,independent,coupled,coupled-shared}
 rounds=${ANCHOR_ROUNDS:-3}
 gamma=${ANCHOR_GAMMA:-0.1}
 log=target/anchor.log
@@ -35,7 +39,7 @@ for round in $(seq 1 "$rounds"); do
     for variant in ${variants//,/ }; do
         for threads in 1 2; do
             DEVITO_LANGUAGE=openmp OMP_NUM_THREADS=$threads "$venv/bin/python" \
-                benches/devito_exprlib.py "$variant" 64 30 10 | tee -a "$log"
+                benches/devito_exprlib.py "${variant%-shared}" 64 30 10 | sed "s/^devito ${variant%-shared} /devito $variant /" | tee -a "$log"
         done
         watershed c "$variant" | tee -a "$log"
     done
@@ -49,11 +53,11 @@ from collections import defaultdict
 log, rounds, gamma = sys.argv[1], sys.argv[2], sys.argv[3]
 cols = defaultdict(list)  # (variant, threads, column) -> Mpts/s values
 for line in open(log):
-    m = re.match(r"devito (\w+) n=\d+ pdes=\d+ threads=(\d+): .*, (\d+) Mpts/s", line)
+    m = re.match(r"devito ([\w-]+) n=\d+ pdes=\d+ threads=(\d+): .*, (\d+) Mpts/s", line)
     if m:
         cols[(m[1], int(m[2]), "devito")].append(float(m[3]))
         continue
-    m = re.match(r"watershed (\w+) \| (\w+) \| 64\^3 \| (\d+) \|", line)
+    m = re.match(r"watershed (\w+) \| ([\w-]+) \| 64\^3 \| (\d+) \|", line)
     if m:
         cells = [c.strip() for c in line.split("|")[1:-1]]
         # graph ms, stepping graph ms, solver ms, then the Mpts/s columns.
@@ -64,7 +68,7 @@ med = {k: statistics.median(v) for k, v in cols.items()}
 print(f"\nMedians of {rounds} rounds, million PDE-point updates per second (64^3, 30 PDEs, f64, Watershed's Gamma: {gamma})\n")
 print("| variant | threads | Devito | graph (C) | solver (C) | graph / Devito | solver / Devito | solver (interpreter) | Devito spread | solver spread |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for variant in ["diffusion", "independent", "coupled"]:
+for variant in ["diffusion", "independent", "coupled", "coupled-shared"]:
     for threads in (1, 2):
         d = med.get((variant, threads, "devito"))
         g = med.get((variant, threads, "graph c"))

@@ -2,7 +2,8 @@
 //!
 //! * the ExprLib test of the thesis (N PDEs, forward Euler) through a
 //!   hand-built fused graph and through `TransportSolver` (the same
-//!   equations: diffusion, independent or coupled sources), in million
+//!   equations: diffusion, independent or coupled sources, the coupled
+//!   sum written out per equation or shared), in million
 //!   PDE-point updates per second, 1 and 2 threads. Two hand-built graphs:
 //!   one that only computes the updates (the thesis' benchmark graph),
 //!   and one that takes real time steps as the solver does (periodic
@@ -18,7 +19,7 @@
 //! Environment: `WATERSHED_SECTIONS` (comma-separated subset of
 //! `exprlib,cavity,multigrid`, default all), `WATERSHED_PDES` (default 30), `WATERSHED_CELLS` (ExprLib
 //! cells per side, default 32 and 64), `WATERSHED_VARIANTS` (subset of
-//! `diffusion,independent,coupled`), `WATERSHED_THREADS` (default `1,2`), `WATERSHED_STEPS` (timed ExprLib steps,
+//! `diffusion,independent,coupled,coupled-shared`, default the first three), `WATERSHED_THREADS` (default `1,2`), `WATERSHED_STEPS` (timed ExprLib steps,
 //! rounds, default 15 at 64^3 and 30 below), `WATERSHED_GAMMA` (`field`, the
 //! default, or a constant diffusivity such as the anchor's 0.1),
 //! `WATERSHED_NODE_TIMES` (set: after each ExprLib row, the time the three
@@ -27,14 +28,14 @@
 
 use std::time::Instant;
 use watershed_cases::cases::scalability::{
-    ExprLibDiffusivity, exprlib_graph_with, gamma, gamma_value, initial_phi, phi, phi_next,
+    ExprLibDiffusivity, VARIANTS, exprlib_graph_with, exprlib_solver_builder, gamma, gamma_value,
+    initial_phi, phi, phi_next,
 };
 use watershed_exprgraph::ExecutionMode;
-use watershed_fields::{CellCentre, Device, Grid, LocationKind, SpatialField};
-use watershed_operators::exp;
+use watershed_fields::{CellCentre, Device, Grid, SpatialField};
 use watershed_solvers::{
-    BoundaryCondition, BoundaryConditions, Diffusivity, IncompressibleFlowBuilder, Multigrid,
-    MultigridOptions, TimeIntegrator, TransportEquation, TransportSolverBuilder,
+    BoundaryCondition, BoundaryConditions, IncompressibleFlowBuilder, Multigrid, MultigridOptions,
+    TimeIntegrator,
 };
 
 const DT: f64 = 1e-6;
@@ -74,38 +75,9 @@ fn transport_solver(
     let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])
         .expect("grid")
         .with_periodic([true; 3]);
-    let mut builder = TransportSolverBuilder::new(&grid.whole_domain(1));
-    for i in 0..pdes {
-        let mut equation =
-            TransportEquation::new(&format!("phi{i}")).diffusion(match diffusivity {
-                ExprLibDiffusivity::Field => Diffusivity::Field(gamma()),
-                ExprLibDiffusivity::Constant(value) => Diffusivity::Constant(value),
-            });
-        if variant != "diffusion" {
-            let variant = variant.to_string();
-            equation = equation.source_expression(move |s| {
-                let solution = |j: usize| TransportEquation::new(&format!("phi{j}")).solution_tag();
-                let inputs: Vec<usize> = if variant == "independent" {
-                    vec![i]
-                } else {
-                    (0..pdes).collect()
-                };
-                inputs
-                    .into_iter()
-                    .map(|j| exp(s.field::<CellCentre>(&solution(j))))
-                    .reduce(|a, b| a + b)
-                    .expect("at least one input")
-            });
-        }
-        builder = builder.equation(equation);
-    }
+    let builder = exprlib_solver_builder(&grid.whole_domain(1), pdes, variant, diffusivity)
+        .expect("ExprLib equations");
     let field = diffusivity == ExprLibDiffusivity::Field;
-    if field {
-        builder
-            .factory_mut()
-            .placeholder(gamma(), LocationKind::CellCentre)
-            .expect("placeholder");
-    }
     let solver = builder
         .integrator(TimeIntegrator::ForwardEuler)
         .mode(mode(threads))
@@ -155,7 +127,7 @@ fn exprlib(pdes: usize, cells_list: &[usize]) {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(if cells >= 64 { 15 } else { 30 });
-        for variant in ["diffusion", "independent", "coupled"] {
+        for variant in VARIANTS {
             if !variants.split(',').any(|v| v == variant) {
                 continue;
             }

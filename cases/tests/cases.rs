@@ -122,7 +122,7 @@ fn reacting_species_keep_their_invariants_in_both_flows() {
 
 #[test]
 fn scalability_graphs_match_hand_written_loops() {
-    for variant in ["diffusion", "independent", "coupled"] {
+    for variant in watershed_cases::cases::scalability::VARIANTS {
         let v = format!("variant={variant}");
         passes(
             "exprlib-scalability",
@@ -225,7 +225,7 @@ fn exprlib_graphs_with_a_constant_diffusivity_match_the_reference_loop() {
     let grid = Grid::new([n; 3], [1.0; 3], [0.0; 3])
         .unwrap()
         .with_periodic([true; 3]);
-    for variant in ["diffusion", "independent", "coupled"] {
+    for variant in watershed_cases::cases::scalability::VARIANTS {
         let graph = exprlib_graph_with(
             &grid.whole_domain(1),
             pdes,
@@ -246,6 +246,94 @@ fn exprlib_graphs_with_a_constant_diffusivity_match_the_reference_loop() {
         }
         for (i, want) in expected.iter().enumerate() {
             assert_interior_matches(&graph, i, want, &format!("{variant} after {steps} steps"));
+        }
+    }
+}
+
+/// The coupled sum written out in every equation (`"coupled"`, shared by
+/// common-subexpression elimination) and written once as an expression
+/// every equation reads (`"coupled-shared"`) compute the same bits, through
+/// the hand-built graph and through the transport solver, and the shared
+/// graph evaluates the sum in one node; an unknown variant is refused.
+#[test]
+fn both_coupled_formulations_compute_the_same_bits() {
+    use watershed_cases::cases::scalability::{
+        ExprLibDiffusivity, exprlib_graph_with, exprlib_solver_builder, initial_phi, phi, phi_next,
+        shared_source,
+    };
+    use watershed_cases::error::CaseError;
+    use watershed_exprgraph::ExecutionMode;
+    use watershed_fields::{CellCentre, Grid};
+    use watershed_solvers::TimeIntegrator;
+    let (n, pdes, steps, dt) = (6usize, 3usize, 3, 2e-3);
+    let grid = Grid::new([n; 3], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true; 3]);
+    let patch = grid.whole_domain(1);
+    let diffusivity = ExprLibDiffusivity::Constant(0.1);
+    let values = |graph: &watershed_exprgraph::ExpressionGraph| -> Vec<Vec<f64>> {
+        (0..pdes)
+            .map(|i| {
+                graph
+                    .with_field::<CellCentre, _>(&phi(i), |f| f.values().unwrap().to_vec())
+                    .unwrap()
+            })
+            .collect()
+    };
+    let mut graph_values = Vec::new();
+    let mut solver_values = Vec::new();
+    for variant in ["coupled", "coupled-shared"] {
+        let graph = exprlib_graph_with(&patch, pdes, variant, dt, diffusivity, true).unwrap();
+        assert_eq!(
+            graph.field_info(&shared_source()).is_some(),
+            variant == "coupled-shared",
+            "{variant}"
+        );
+        for _ in 0..steps {
+            graph.execute(ExecutionMode::Serial).unwrap();
+            for i in 0..pdes {
+                graph.rotate_fields(&[phi(i), phi_next(i)]).unwrap();
+            }
+        }
+        graph_values.push(values(&graph));
+        let mut solver = exprlib_solver_builder(&patch, pdes, variant, diffusivity)
+            .unwrap()
+            .integrator(TimeIntegrator::SspRk3)
+            .build()
+            .unwrap();
+        for i in 0..pdes {
+            solver
+                .set_initial_condition(&format!("phi{i}"), initial_phi(i))
+                .unwrap();
+        }
+        for _ in 0..steps {
+            solver.step(dt).unwrap();
+        }
+        solver_values.push(values(solver.graph()));
+    }
+    for (what, pair) in [("graph", &graph_values), ("solver", &solver_values)] {
+        for i in 0..pdes {
+            let (written_out, shared) = (&pair[0][i], &pair[1][i]);
+            assert!(written_out.iter().any(|v| *v != 0.0), "{what} phi{i}");
+            assert!(
+                written_out
+                    .iter()
+                    .zip(shared)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{what} phi{i}: the two coupled formulations differ"
+            );
+        }
+    }
+    for error in [
+        exprlib_graph_with(&patch, pdes, "shared", dt, diffusivity, false).err(),
+        exprlib_solver_builder(&patch, pdes, "shared", diffusivity).err(),
+    ] {
+        match error {
+            Some(CaseError::Usage(message)) => {
+                assert!(message.contains("\"shared\""), "{message}");
+                assert!(message.contains("coupled-shared"), "{message}");
+            }
+            other => panic!("expected a usage error, got {other:?}"),
         }
     }
 }

@@ -32,7 +32,7 @@ pub const WASATCH: &str = "wasatch-scalability";
 /// The ExprLib registry entry.
 pub const EXPRLIB_INFO: CaseInfo = CaseInfo {
     name: EXPRLIB,
-    description: "thesis 5.2: N PDEs as a fine-grained graph (fluxes, sources, RHS, update); diffusion / independent / coupled",
+    description: "thesis 5.2: N PDEs as a fine-grained graph (fluxes, sources, RHS, update); diffusion / independent / coupled / coupled-shared",
     documented_config: ScalabilityConfig::<ExprLibKind>::DOCUMENTED,
     prepare: prepare_exprlib,
     config_text: |o| config_text_of::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, o),
@@ -75,7 +75,7 @@ pub struct ScalabilityConfig<K: Kind> {
     pub pdes: usize,
     /// Cells per side.
     pub cells: usize,
-    /// "diffusion", "independent" or "coupled".
+    /// One of [`VARIANTS`].
     pub variant: String,
     /// Steps of a run.
     pub steps: u64,
@@ -129,17 +129,29 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
         };
         in_range("pdes", self.pdes, 1, 200)
             .or_else(|| in_range("cells", self.cells, 4, 256))
-            .or_else(|| {
-                one_of(
-                    "variant",
-                    &self.variant,
-                    &["diffusion", "independent", "coupled"],
-                )
-            })
+            .or_else(|| one_of("variant", &self.variant, &VARIANTS))
             .or_else(|| in_range("steps", self.steps, 1, 1_000_000_000))
             .or_else(|| in_range("dt", self.dt, 1e-300, 1.0))
             .or(integrator)
     }
+}
+
+/// The variants of both cases: no source (`"diffusion"`), `exp(phi_i)`
+/// (`"independent"`), `sum_j exp(phi_j)` written out in each equation's
+/// source (`"coupled"`; the engine's common-subexpression elimination
+/// computes it once), and the same sum as one expression every equation
+/// reads (`"coupled-shared"`, the thesis' formulation). The two coupled
+/// variants compute the same bits.
+pub const VARIANTS: [&str; 4] = ["diffusion", "independent", "coupled", "coupled-shared"];
+
+/// The tag of the one source of the `"coupled-shared"` variant.
+pub fn shared_source() -> Tag {
+    Tag::none("coupled_source")
+}
+
+/// Whether `variant` couples every equation to every other.
+fn coupled(variant: &str) -> bool {
+    matches!(variant, "coupled" | "coupled-shared")
 }
 
 /// phi_i at STATE_N.
@@ -178,7 +190,7 @@ fn source_expression(
 ) -> Option<Expr<'static, CellCentre>> {
     let inputs: Vec<usize> = match variant {
         "independent" => vec![i],
-        "coupled" => (0..pdes).collect(),
+        _ if coupled(variant) => (0..pdes).collect(),
         _ => return None,
     };
     inputs
@@ -236,12 +248,32 @@ fn factory_of(
     diffusivity: ExprLibDiffusivity,
     native_sources: bool,
 ) -> CaseResult<Factory> {
+    if !VARIANTS.contains(&variant) {
+        return Err(CaseError::Usage(format!(
+            "the ExprLib graph has no variant \"{variant}\": use one of {VARIANTS:?}"
+        )));
+    }
     let mut factory = Factory::new();
     if diffusivity == ExprLibDiffusivity::Field {
         factory.placeholder(gamma(), LocationKind::CellCentre)?;
     }
     for i in 0..pdes {
         factory.placeholder(phi(i), LocationKind::CellCentre)?;
+    }
+    let shared = variant == "coupled-shared";
+    if shared && native_sources {
+        factory.register(native_exp_sum(
+            &shared_source(),
+            (0..pdes).map(phi).collect(),
+        ))?;
+    } else if shared {
+        factory.register(LanguageExpression::new::<CellCentre>(
+            shared_source(),
+            move |s| {
+                source_expression("coupled", 0, pdes, &mut |t| s.field::<CellCentre>(t))
+                    .unwrap_or_else(|| 0.0 * s.field::<CellCentre>(&phi(0)))
+            },
+        ))?;
     }
     for i in 0..pdes {
         let flux = |axis: &str| Tag::none(&format!("flux_{axis}{i}"));
@@ -258,12 +290,19 @@ fn factory_of(
         factory.register(LanguageExpression::new::<ZFace>(fz.clone(), move |s| {
             -(face_diffusivity::<ZFace>(s, diffusivity) * gradient::<ZFace>(s.field(&p)))
         }))?;
-        let source = Tag::none(&format!("source{i}"));
+        let source = if shared {
+            shared_source()
+        } else {
+            Tag::none(&format!("source{i}"))
+        };
         let has_source = variant != "diffusion";
-        if has_source && native_sources {
-            let inputs: Vec<Tag> = match variant {
-                "coupled" => (0..pdes).map(phi).collect(),
-                _ => vec![phi(i)],
+        if shared {
+            // Registered once, above.
+        } else if has_source && native_sources {
+            let inputs: Vec<Tag> = if coupled(variant) {
+                (0..pdes).map(phi).collect()
+            } else {
+                vec![phi(i)]
             };
             factory.register(native_exp_sum(&source, inputs))?;
         } else if has_source {
@@ -414,7 +453,7 @@ pub fn exprlib_heterogeneous_graph(
 ) -> CaseResult<ExpressionGraph> {
     if variant == "diffusion" {
         return Err(CaseError::Usage(
-            "the heterogeneous ExprLib graph needs sources: variant \"independent\" or \"coupled\", not \"diffusion\"".into(),
+            "the heterogeneous ExprLib graph needs sources: variant \"independent\", \"coupled\" or \"coupled-shared\", not \"diffusion\"".into(),
         ));
     }
     let factory = factory_of(pdes, variant, dt, ExprLibDiffusivity::Field, true)?;
@@ -490,7 +529,7 @@ pub fn reference_step(
         let w = |v: isize| v.rem_euclid(n as isize) as usize;
         w(i) + n * (w(j) + n * w(k))
     };
-    let sources: Vec<f64> = if variant == "coupled" {
+    let sources: Vec<f64> = if coupled(variant) {
         (0..n * n * n)
             .map(|c| phis.iter().map(|p| p[c].exp()).sum())
             .collect()
@@ -514,8 +553,8 @@ pub fn reference_step(
                             divergence += (flux_plus - flux_minus) / h;
                         }
                         let source = match variant {
-                            "coupled" => sources[c],
                             "independent" => p[c].exp(),
+                            _ if coupled(variant) => sources[c],
                             _ => 0.0,
                         };
                         next[c] = p[c] + dt * (-divergence + source);
@@ -691,38 +730,87 @@ pub struct Wasatch {
     threads: usize,
 }
 
+/// A [`TransportSolverBuilder`] with the ExprLib equations on `patch`:
+/// `pdes` equations `phi0`, `phi1`, ... with `diffusivity` (the field's
+/// placeholder [`gamma`] registered when it is
+/// [`ExprLibDiffusivity::Field`]) and the sources of `variant` (one of
+/// [`VARIANTS`]); the caller picks the integrator and the mode.
+///
+/// ```
+/// use watershed_cases::cases::scalability::{ExprLibDiffusivity, exprlib_solver_builder};
+/// use watershed_fields::Grid;
+/// use watershed_solvers::TimeIntegrator;
+/// let grid = Grid::new([8; 3], [1.0; 3], [0.0; 3]).unwrap().with_periodic([true; 3]);
+/// let solver = exprlib_solver_builder(&grid.whole_domain(1), 3, "coupled-shared", ExprLibDiffusivity::Constant(0.1))
+///     .unwrap()
+///     .integrator(TimeIntegrator::ForwardEuler)
+///     .build()
+///     .unwrap();
+/// assert_eq!(solver.equation_names(), ["phi0", "phi1", "phi2"]);
+/// assert!(exprlib_solver_builder(&grid.whole_domain(1), 3, "shared", ExprLibDiffusivity::Constant(0.1)).is_err());
+/// ```
+pub fn exprlib_solver_builder(
+    patch: &Patch,
+    pdes: usize,
+    variant: &str,
+    diffusivity: ExprLibDiffusivity,
+) -> CaseResult<TransportSolverBuilder> {
+    if !VARIANTS.contains(&variant) {
+        return Err(CaseError::Usage(format!(
+            "the ExprLib equations have no variant \"{variant}\": use one of {VARIANTS:?}"
+        )));
+    }
+    let solution = |j: usize| TransportEquation::new(&format!("phi{j}")).solution_tag();
+    let mut builder = TransportSolverBuilder::new(patch);
+    let shared = variant == "coupled-shared";
+    if shared {
+        builder
+            .factory_mut()
+            .register(LanguageExpression::new::<CellCentre>(
+                shared_source(),
+                move |s| {
+                    source_expression("coupled", 0, pdes, &mut |t| s.field::<CellCentre>(t))
+                        .unwrap_or_else(|| 0.0 * s.field::<CellCentre>(&solution(0)))
+                },
+            ))?;
+    }
+    for i in 0..pdes {
+        let mut equation =
+            TransportEquation::new(&format!("phi{i}")).diffusion(match diffusivity {
+                ExprLibDiffusivity::Field => Diffusivity::Field(gamma()),
+                ExprLibDiffusivity::Constant(value) => Diffusivity::Constant(value),
+            });
+        if shared {
+            equation = equation.source(shared_source());
+        } else if variant != "diffusion" {
+            let variant = variant.to_string();
+            equation = equation.source_expression(move |s| {
+                source_expression(&variant, i, pdes, &mut |t| s.field::<CellCentre>(t))
+                    .unwrap_or_else(|| 0.0 * s.field::<CellCentre>(&solution(i)))
+            });
+        }
+        builder = builder.equation(equation);
+    }
+    if diffusivity == ExprLibDiffusivity::Field {
+        builder
+            .factory_mut()
+            .placeholder(gamma(), LocationKind::CellCentre)?;
+    }
+    Ok(builder)
+}
+
 fn wasatch_solver(
     c: &ScalabilityConfig<WasatchKind>,
     grid: &Grid,
     mode: ExecutionMode,
     integrator_name: &str,
 ) -> CaseResult<TransportSolver> {
-    let mut builder = TransportSolverBuilder::new(&grid.whole_domain(1));
-    for i in 0..c.pdes {
-        let mut equation =
-            TransportEquation::new(&format!("phi{i}")).diffusion(Diffusivity::Field(gamma()));
-        if c.variant != "diffusion" {
-            let (variant, pdes) = (c.variant.clone(), c.pdes);
-            equation = equation.source_expression(move |s| {
-                let mut field = |t: &Tag| s.field::<CellCentre>(t);
-                let solution = |j: usize| TransportEquation::new(&format!("phi{j}")).solution_tag();
-                let inputs: Vec<usize> = if variant == "independent" {
-                    vec![i]
-                } else {
-                    (0..pdes).collect()
-                };
-                inputs
-                    .into_iter()
-                    .map(|j| exp(field(&solution(j))))
-                    .reduce(|a, b| a + b)
-                    .unwrap_or_else(|| 0.0 * field(&solution(i)))
-            });
-        }
-        builder = builder.equation(equation);
-    }
-    builder
-        .factory_mut()
-        .placeholder(gamma(), LocationKind::CellCentre)?;
+    let builder = exprlib_solver_builder(
+        &grid.whole_domain(1),
+        c.pdes,
+        &c.variant,
+        ExprLibDiffusivity::Field,
+    )?;
     let solver = builder
         .integrator(integrator(integrator_name))
         .mode(mode)
