@@ -312,8 +312,7 @@ fn both_coupled_formulations_compute_the_same_bits() {
         solver_values.push(values(solver.graph()));
     }
     for (what, pair) in [("graph", &graph_values), ("solver", &solver_values)] {
-        for i in 0..pdes {
-            let (written_out, shared) = (&pair[0][i], &pair[1][i]);
+        for (i, (written_out, shared)) in pair[0].iter().zip(&pair[1]).enumerate() {
             assert!(written_out.iter().any(|v| *v != 0.0), "{what} phi{i}");
             assert!(
                 written_out
