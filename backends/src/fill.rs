@@ -92,9 +92,9 @@ impl PointFill {
         unsafe {
             use std::slice::{from_raw_parts as rows, from_raw_parts_mut as rows_mut};
             match (self.op, sx == 1) {
-                (FillOp::Set(c), true) => {
-                    each_row(target, region, shift, |out, _| rows_mut(out, n).fill(c))
-                }
+                (FillOp::Set(c), true) => each_run(target, region, shift, |out, _, len| {
+                    rows_mut(out, len).fill(c)
+                }),
                 // Rows of one or two points (ghost columns): a plain loop;
                 // a `memcpy` call or a vectorised loop's set-up costs more.
                 (FillOp::Copy, true) if n <= 2 => each_row(target, region, shift, |out, read| {
@@ -114,16 +114,18 @@ impl PointFill {
                         *out.add(i) = *read.add(i) + c;
                     }
                 }),
-                (FillOp::Copy, true) => each_row(target, region, shift, |out, read| {
-                    std::ptr::copy_nonoverlapping(read, out, n)
+                (FillOp::Copy, true) => each_run(target, region, shift, |out, read, len| {
+                    std::ptr::copy_nonoverlapping(read, out, len)
                 }),
-                (FillOp::SubtractFrom(c), true) => each_row(target, region, shift, |out, read| {
-                    for (o, r) in rows_mut(out, n).iter_mut().zip(rows(read, n)) {
-                        *o = c - r;
-                    }
-                }),
-                (FillOp::Add(c), true) => each_row(target, region, shift, |out, read| {
-                    for (o, r) in rows_mut(out, n).iter_mut().zip(rows(read, n)) {
+                (FillOp::SubtractFrom(c), true) => {
+                    each_run(target, region, shift, |out, read, len| {
+                        for (o, r) in rows_mut(out, len).iter_mut().zip(rows(read, len)) {
+                            *o = c - r;
+                        }
+                    })
+                }
+                (FillOp::Add(c), true) => each_run(target, region, shift, |out, read, len| {
+                    for (o, r) in rows_mut(out, len).iter_mut().zip(rows(read, len)) {
                         *o = r + c;
                     }
                 }),
@@ -140,6 +142,66 @@ impl PointFill {
                 }),
             }
         }
+    }
+}
+
+/// Calls `run(out, read, len)` for each run of consecutive memory that
+/// the rows of `region` form, with pointers to the run's first point and
+/// to the point it reads (`shift` elements further) and the run's length:
+/// one run per row, except that rows spanning a whole allocated row (the
+/// region's x extent equal to the row stride, unit x stride) join into
+/// one run per plane, and planes spanning a whole allocated plane join
+/// into one run for the region. A face of ghosts over the whole
+/// allocation (the z layers of a periodic or mirror fill) is then one
+/// `memcpy` instead of one per row. The points are the same and each
+/// point's operation is the same, so the values are too.
+///
+/// # Safety
+/// As [`PointFill::run`]; `run` touches only the run's points and the
+/// points they read. The points a run reads are the points of the read
+/// box that correspond, point by point, to the run's points (the same
+/// shift for all); both runs are contiguous because the rows are, and
+/// they are disjoint because the read box misses `region`.
+#[inline(always)]
+unsafe fn each_run(
+    target: TargetData,
+    region: &IndexBox,
+    shift: isize,
+    mut run: impl FnMut(*mut f64, *const f64, usize),
+) {
+    let [sx, sy, sz] = target.strides;
+    let [nx, ny, nz] = region.extent();
+    let whole_rows = sx == 1 && nx as isize == sy;
+    let whole_planes = whole_rows && (nx * ny) as isize == sz;
+    if whole_planes {
+        let at = target.origin + region.lo[2] * sz + region.lo[1] * sy + region.lo[0];
+        // SAFETY: the region is `nx * ny * nz` consecutive points from
+        // `at`, and its reads as many from `at + shift` (the caller's
+        // contract, with rows and planes adjacent in memory).
+        unsafe {
+            run(
+                target.pointer.offset(at),
+                target.pointer.wrapping_offset(at + shift),
+                nx * ny * nz,
+            )
+        };
+    } else if whole_rows {
+        for k in region.lo[2]..region.hi[2] {
+            let at = target.origin + k * sz + region.lo[1] * sy + region.lo[0];
+            // SAFETY: the plane's rows of the region are `nx * ny`
+            // consecutive points from `at`, their reads as many from
+            // `at + shift`.
+            unsafe {
+                run(
+                    target.pointer.offset(at),
+                    target.pointer.wrapping_offset(at + shift),
+                    nx * ny,
+                )
+            };
+        }
+    } else {
+        // SAFETY: the caller's contract, row by row.
+        unsafe { each_row(target, region, shift, |out, read| run(out, read, nx)) };
     }
 }
 
@@ -173,6 +235,86 @@ unsafe fn each_row(
                 )
             };
             at += sy;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 5 x 4 x 4 allocation (one ghost layer around 3 x 2 x 2 points),
+    /// point (i, j, k) at `origin + i + 5 j + 20 k`, holding distinct values.
+    fn allocation() -> Vec<f64> {
+        (0..80).map(|v| 1.0 + v as f64 * 0.5).collect()
+    }
+
+    fn target(values: &mut [f64]) -> TargetData {
+        TargetData {
+            pointer: values.as_mut_ptr(),
+            len: values.len(),
+            origin: 1 + 5 + 20,
+            strides: [1, 5, 20],
+        }
+    }
+
+    /// What `fill` must write over `region`, point by point, written as
+    /// three nested loops over the region's indices.
+    fn expected(before: &[f64], fill: PointFill, region: &IndexBox) -> Vec<f64> {
+        let at = |[i, j, k]: [isize; 3]| (26 + i + 5 * j + 20 * k) as usize;
+        let mut after = before.to_vec();
+        for k in region.lo[2]..region.hi[2] {
+            for j in region.lo[1]..region.hi[1] {
+                for i in region.lo[0]..region.hi[0] {
+                    let read =
+                        || before[at([i + fill.offset[0], j + fill.offset[1], k + fill.offset[2]])];
+                    after[at([i, j, k])] = match fill.op {
+                        FillOp::Set(c) => c,
+                        FillOp::Copy => read(),
+                        FillOp::SubtractFrom(c) => c - read(),
+                        FillOp::Add(c) => read() + c,
+                    };
+                }
+            }
+        }
+        after
+    }
+
+    /// Regions over whole allocated planes (one run), whole allocated rows
+    /// of part of a plane (a run per plane) and parts of rows (a run per
+    /// row) write what a point-by-point loop writes, for every operation.
+    #[test]
+    fn whole_planes_and_whole_rows_fill_as_points_do() {
+        let cases = [
+            // The z = -1 ghost plane from the plane z = 1 (periodic image).
+            (IndexBox::new([-1, -1, -1], [4, 3, 0]), [0, 0, 2]),
+            // The two top ghost planes' mirror from the two planes below.
+            (IndexBox::new([-1, -1, 1], [4, 3, 3]), [0, 0, -2]),
+            // The y = -1 ghost rows of every plane, from y = 1.
+            (IndexBox::new([-1, -1, -1], [4, 0, 3]), [0, 2, 0]),
+            // Two whole rows of each of two planes, from the rows above.
+            (IndexBox::new([-1, -1, 0], [4, 1, 2]), [0, 2, 0]),
+            // Parts of rows: two points of each row, from three points left.
+            (IndexBox::new([2, -1, -1], [4, 3, 3]), [-3, 0, 0]),
+        ];
+        let ops = [
+            FillOp::Copy,
+            FillOp::Set(-7.0),
+            FillOp::SubtractFrom(2.5),
+            FillOp::Add(0.25),
+        ];
+        for (region, offset) in cases {
+            for op in ops {
+                let fill = PointFill { op, offset };
+                let before = allocation();
+                let want = expected(&before, fill, &region);
+                let mut values = before.clone();
+                // SAFETY: every region and its reads lie inside the 80
+                // values, the reads miss the region, and nothing else
+                // touches `values` during the call.
+                unsafe { fill.run(target(&mut values), &region) };
+                assert_eq!(values, want, "{op:?} over {region:?} from {offset:?}");
+            }
         }
     }
 }
