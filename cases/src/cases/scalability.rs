@@ -199,6 +199,15 @@ fn source_expression(
         .reduce(|a, b| a + b)
 }
 
+/// The `"coupled-shared"` variant's one source, [`shared_source`]: the sum
+/// of `exp(phi_j)` over the `pdes` equations, which every equation reads.
+fn shared_source_expression(pdes: usize) -> LanguageExpression {
+    LanguageExpression::new::<CellCentre>(shared_source(), move |s| {
+        source_expression("coupled", 0, pdes, &mut |t| s.field::<CellCentre>(t))
+            .unwrap_or_else(|| 0.0 * s.field::<CellCentre>(&phi(0)))
+    })
+}
+
 /// Gamma on the faces of type `F`: the field interpolated, or the constant.
 fn face_diffusivity<F: FaceLocation>(
     s: &mut Symbols,
@@ -267,13 +276,7 @@ fn factory_of(
             (0..pdes).map(phi).collect(),
         ))?;
     } else if shared {
-        factory.register(LanguageExpression::new::<CellCentre>(
-            shared_source(),
-            move |s| {
-                source_expression("coupled", 0, pdes, &mut |t| s.field::<CellCentre>(t))
-                    .unwrap_or_else(|| 0.0 * s.field::<CellCentre>(&phi(0)))
-            },
-        ))?;
+        factory.register(shared_source_expression(pdes))?;
     }
     for i in 0..pdes {
         let flux = |axis: &str| Tag::none(&format!("flux_{axis}{i}"));
@@ -766,13 +769,7 @@ pub fn exprlib_solver_builder(
     if shared {
         builder
             .factory_mut()
-            .register(LanguageExpression::new::<CellCentre>(
-                shared_source(),
-                move |s| {
-                    source_expression("coupled", 0, pdes, &mut |t| s.field::<CellCentre>(t))
-                        .unwrap_or_else(|| 0.0 * s.field::<CellCentre>(&solution(0)))
-                },
-            ))?;
+            .register(shared_source_expression(pdes))?;
     }
     for i in 0..pdes {
         let mut equation =
