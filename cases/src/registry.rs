@@ -22,8 +22,9 @@ pub struct CaseOptions {
     /// (`ExecutionMode::Adaptive`). The command line sets it when neither
     /// `--threads` nor `WATERSHED_THREADS` names a count.
     pub adaptive_threads: bool,
-    /// Where graph nodes run, for cases whose graphs can run on a GPU (the
-    /// ExprLib test); the others run on the CPU.
+    /// Where the case's graph nodes run (`--device`): the whole step on a
+    /// GPU, the thesis' heterogeneous rule for the ExprLib test, or the
+    /// CPU.
     pub placement: watershed_exprgraph::PlacementPolicy,
 }
 

@@ -266,7 +266,13 @@ fn cases_run_on_the_gpu_pass_their_checks_and_report_its_memory() {
     ) else {
         return;
     };
-    for (case, output) in [("heat", "heat"), ("advection", "advection")] {
+    // Taylor-Green: the flow's whole step, its pressure solve included,
+    // on the GPU, against the analytic decay.
+    for (case, output) in [
+        ("heat", "heat"),
+        ("advection", "advection"),
+        ("taylor-green", "taylor-green"),
+    ] {
         let out = run_watershed(
             dir.path(),
             &[

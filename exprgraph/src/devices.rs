@@ -34,7 +34,7 @@
 //! says so (a CPU node consuming GPU data) and at the end.
 
 use crate::error::{GraphError, GraphResult};
-use crate::expression::{EvaluationContext, Expression, LanguageExpression};
+use crate::expression::{EvaluationContext, Expression, ExpressionKind, LanguageExpression};
 use crate::graph::ExpressionGraph;
 use crate::placement::{Step, StreamId};
 use crate::store::AnyField;
@@ -249,9 +249,10 @@ impl ExpressionGraph {
 }
 
 /// Runs `expression` (a language node: an expression with its fused
-/// modifiers, a horizontal group, a language modifier, or a reduction) on
-/// the GPU of `stream`: enqueues its kernels and returns before they
-/// finish (a reduction waits for its value).
+/// modifiers, a horizontal group, a language modifier, or a reduction; or
+/// a native node or solve with its own GPU evaluation) on the GPU of
+/// `stream`: enqueues its kernels and returns before they finish (a
+/// reduction waits for its value).
 pub(crate) fn evaluate_on_gpu(
     expression: &dyn Expression,
     context: &mut EvaluationContext<'_>,
@@ -260,6 +261,13 @@ pub(crate) fn evaluate_on_gpu(
 ) -> GraphResult<()> {
     if let Some(reduction) = expression.as_language_reduction() {
         return reduction.evaluate_on_gpu(context, stream);
+    }
+    if matches!(
+        expression.kind(),
+        ExpressionKind::Native | ExpressionKind::IterativeSolve
+    ) {
+        // Placement asked `gpu_support` before putting it here.
+        return expression.evaluate_on_gpu(context, stream);
     }
     let device = stream.device();
     let region = match context.region {

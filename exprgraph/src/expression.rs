@@ -6,9 +6,10 @@
 //!   language over fields named by tags. It can run on any device and can be
 //!   fused with its consumer (its IR is inlined there).
 //! * [`NativeExpression`]: arbitrary Rust code over CPU fields. CPU only.
-//! * reductions ([`crate::LanguageReduction`]) and iterative solves (a
-//!   loop over language kernels, such as a pressure projection's Poisson
-//!   solve), both CPU only today.
+//! * reductions ([`crate::LanguageReduction`]), which run wherever their
+//!   kernel can, and iterative solves (a loop over language kernels, such
+//!   as a pressure projection's Poisson solve), which run on a GPU when
+//!   they say so ([`Expression::gpu_support`]).
 //!
 //! During evaluation an expression sees exactly the fields it declared,
 //! through an [`EvaluationContext`]: inputs read-only, outputs writable.
@@ -40,8 +41,10 @@ pub enum ExpressionKind {
     /// An iterative solve: a loop, controlled by Rust code that tests a
     /// convergence criterion, over prepared language kernels and
     /// reductions (e.g. the multigrid-preconditioned CG of a pressure
-    /// projection). Not fusable; runs on the CPU (the loop control and
-    /// the multigrid's ghost fills are Rust).
+    /// projection). Not fusable; runs on the CPU, or on a GPU where the
+    /// node says it can ([`Expression::gpu_support`]): its kernels are
+    /// then enqueued on the node's stream and the host waits only for
+    /// the reductions that steer the loop.
     IterativeSolve,
 }
 
@@ -97,6 +100,44 @@ pub trait Expression: Send + Sync {
     }
     /// Computes the outputs from the inputs.
     fn evaluate(&self, context: &mut EvaluationContext<'_>) -> GraphResult<()>;
+    /// For a node not written in the expression language (native code, an
+    /// iterative solve): whether it can run on GPU `ordinal` through
+    /// [`Self::evaluate_on_gpu`], or why not. Language nodes, modifiers,
+    /// groups and reductions are judged by their kernels instead, and this
+    /// is not asked of them. The default: CPU only.
+    fn gpu_support(&self, ordinal: usize) -> Result<(), String> {
+        let _ = ordinal;
+        Err(match self.kind() {
+            ExpressionKind::IterativeSolve => {
+                "it is an iterative solve that cannot run its loop on a GPU; it runs on the CPU"
+            }
+            _ => {
+                "it is native Rust code, which runs on the CPU only; write it in the expression language to run it on a GPU"
+            }
+        }
+        .into())
+    }
+    /// Runs a node that [`Self::gpu_support`] accepts on the GPU of
+    /// `stream`: its inputs are valid there and its outputs active there
+    /// when this is called. It enqueues its work on `stream` (the host may
+    /// wait inside, e.g. for a reduction's value) and may return before
+    /// the stream finishes: the graph orders every reader of its outputs
+    /// after the stream's work. The default refuses.
+    fn evaluate_on_gpu(
+        &self,
+        context: &mut EvaluationContext<'_>,
+        stream: &watershed_fields::GpuStream,
+    ) -> GraphResult<()> {
+        let _ = context;
+        Err(GraphError::NotPlaceable {
+            node: self.name(),
+            device: stream.device(),
+            reason: self
+                .gpu_support(stream.device().gpu_ordinal().unwrap_or(0))
+                .err()
+                .unwrap_or_else(|| "it implements no GPU evaluation".into()),
+        })
+    }
 }
 
 /// Every output of an expression with its field (`None` when unallocated).

@@ -36,8 +36,8 @@ use watershed_fields::{
 pub enum Target {
     /// CPU threads.
     Cpu,
-    /// A CUDA stream on GPU `k` (language nodes only; see
-    /// [`crate::placement`]).
+    /// A CUDA stream on GPU `k` (language nodes, and native nodes or
+    /// solves that can run there; see [`crate::placement`]).
     Gpu(usize),
 }
 

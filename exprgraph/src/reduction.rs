@@ -24,7 +24,7 @@ use crate::expression::{
 };
 use crate::tag::Tag;
 use std::sync::{Arc, Mutex};
-use watershed_fields::{Device, FieldLayout, GpuStream, Location, LocationKind, MemoryPool};
+use watershed_fields::{FieldLayout, GpuStream, Location, LocationKind};
 use watershed_operators::gpu_reduction::gpu_reduction;
 use watershed_operators::ir::Node;
 use watershed_operators::{
@@ -260,34 +260,11 @@ impl LanguageReduction {
             ReduceRegion::Interior,
             device,
         )?;
-        let rows = launch.rows();
-        let mut partials = vec![0.0_f64; rows];
-        if rows > 0 {
-            let bytes = rows.checked_mul(8).ok_or_else(|| {
-                GraphError::Native(format!("{}: {rows} row partials overflow", self.name()))
-            })?;
-            let block = MemoryPool::global(device)?
-                .allocate(bytes, format!("row partials of {}", self.name()))?;
-            let action = format!("copying the row partials of {} to the host", self.name());
-            // SAFETY: the fields the kernel reads live in the graph's store
-            // and are not written before this node returns (the plan orders
-            // their writers after it, and the host waits below); `block`
-            // holds `rows` values on this GPU and is used by nothing else
-            // until it is dropped after the wait; `partials` is host memory
-            // of `bytes` bytes that outlives the wait.
-            unsafe {
-                launch.enqueue(stream, block.address() as u64)?;
-                stream.copy(
-                    (device, block.address()),
-                    (Device::Cpu, partials.as_mut_ptr() as usize),
-                    bytes,
-                    &action,
-                )?;
-            }
-            stream.synchronize()?;
-            drop(block);
-        }
-        self.publish(launch.finish(&partials)?)
+        // SAFETY: the fields the kernel reads live in the graph's store
+        // and are not written before this node returns (the plan orders
+        // their writers after it, and `run_and_wait` waits for the stream).
+        let value = unsafe { launch.run_and_wait(stream, &self.name())? };
+        self.publish(value)
     }
 }
 

@@ -347,10 +347,10 @@ fn check_transfers(graph: &ExpressionGraph, nodes: &[Node]) -> Result<(), String
 fn native_nodes_are_cpu_only_and_language_nodes_can_run_on_a_gpu() {
     let nodes = [node("a", &["p0"], false), node("b", &["a"], true)];
     let graph = build(&nodes, PlacementPolicy::Cpu, StreamMode::default()).unwrap();
-    assert_eq!(graph.gpu_capability("a").unwrap().unwrap(), Ok(()));
-    let why = graph.gpu_capability("b").unwrap().unwrap().unwrap_err();
+    assert_eq!(graph.gpu_capability("a", 0).unwrap().unwrap(), Ok(()));
+    let why = graph.gpu_capability("b", 0).unwrap().unwrap().unwrap_err();
     assert!(why.contains("native Rust code"), "{why}");
-    assert!(graph.gpu_capability("nothing").is_none());
+    assert!(graph.gpu_capability("nothing", 0).is_none());
     // The default policy places everything on the CPU and plans nothing.
     assert_eq!(graph.device_plan().gpu_nodes(), 0);
     assert!(graph.device_plan().transfers().is_empty());

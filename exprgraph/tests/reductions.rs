@@ -139,7 +139,7 @@ fn max_abs_feeds_a_later_node_in_the_same_execution() {
     assert!(dot.contains("Max into parameter max_u"), "{dot}");
     // The CUDA back end generates its reduction kernel, so placement may
     // put it on a GPU.
-    assert_eq!(graph.gpu_capability("max|u|").unwrap().unwrap(), Ok(()));
+    assert_eq!(graph.gpu_capability("max|u|", 0).unwrap().unwrap(), Ok(()));
 }
 
 #[test]

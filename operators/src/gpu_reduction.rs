@@ -30,7 +30,7 @@ use crate::expr::BoundField;
 use crate::gpu::{check_inside, loaded_function, point_zero, slot_reads};
 use crate::ir::Node;
 use std::sync::Arc;
-use watershed_fields::{Device, GpuStream, IndexBox, LocationKind, ValidationEvent};
+use watershed_fields::{Device, GpuStream, IndexBox, LocationKind, MemoryPool, ValidationEvent};
 
 /// One reduction on a GPU, as data: the kernel, its arguments and the
 /// region whose rows it reduces.
@@ -121,6 +121,54 @@ impl GpuReduction {
             stream.launch(&function, shape.grid, shape.block, &blocks, &action)?;
         }
         Ok(())
+    }
+
+    /// Runs the reduction on `stream` and returns its value: enqueues the
+    /// kernel into row partials from the GPU's pool, copies them to the
+    /// host on the same stream, waits for the stream and folds them
+    /// ([`Self::finish`]). `what` names the reduction in errors.
+    ///
+    /// # Safety
+    /// As [`Self::enqueue`] for the fields the kernel reads: their device
+    /// memory must stay allocated and unwritten until the stream reaches
+    /// the kernel (this call waits for that before it returns, unless
+    /// waiting itself fails).
+    pub unsafe fn run_and_wait(&self, stream: &GpuStream, what: &str) -> OperatorResult<f64> {
+        let rows = self.rows();
+        let mut partials = vec![0.0_f64; rows];
+        if rows > 0 {
+            let device = stream.device();
+            let bytes = rows.checked_mul(8).ok_or_else(|| OperatorError::Backend {
+                what: format!("reducing {what} on {device}"),
+                reason: format!("{rows} row partials overflow a byte count"),
+            })?;
+            let block =
+                MemoryPool::global(device)?.allocate(bytes, format!("row partials of {what}"))?;
+            let action = format!("copying the row partials of {what} to the host");
+            // SAFETY: the caller keeps the fields read as `enqueue` needs;
+            // `block` holds `rows` values on this GPU, used by nothing else
+            // until the stream has finished with it; `partials` is host
+            // memory of `bytes` bytes. Both outlive the wait below, and are
+            // leaked instead of freed if the wait fails (the kernel or the
+            // copy may still be running then).
+            let enqueued = unsafe {
+                self.enqueue(stream, block.address() as u64).and_then(|()| {
+                    Ok(stream.copy(
+                        (device, block.address()),
+                        (Device::Cpu, partials.as_mut_ptr() as usize),
+                        bytes,
+                        &action,
+                    )?)
+                })
+            };
+            if let Err(error) = stream.synchronize() {
+                std::mem::forget(block);
+                std::mem::forget(partials);
+                return Err(error.into());
+            }
+            enqueued?;
+        }
+        self.finish(&partials)
     }
 
     /// The result from the row partials the kernel wrote, folded in row

@@ -100,6 +100,26 @@ impl PreparedReduction {
         })
     }
 
+    /// The IR tree it reduces.
+    pub fn root(&self) -> &Arc<Node> {
+        &self.root
+    }
+
+    /// The location of the tree's values.
+    pub fn location(&self) -> LocationKind {
+        self.kind
+    }
+
+    /// What it accumulates.
+    pub fn reduction(&self) -> Reduction {
+        self.checked.reduction
+    }
+
+    /// The points it reduces over.
+    pub fn region(&self) -> ReduceRegion {
+        self.region
+    }
+
     /// Reduces over `fields` (bound by id as in [`crate::assign_node`]):
     /// the fields the expression was built from, or others with the same
     /// ids. Errors as [`crate::reduce`].

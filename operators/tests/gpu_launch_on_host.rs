@@ -343,6 +343,59 @@ fn in_place_updates_and_boundary_modifiers_launch_as_the_cpu_computes() {
     assert_eq!(n, 3, "one launch for the update, one per modifier");
 }
 
+/// The inter-grid operations of a multigrid V-cycle, as its GPU path
+/// launches them: restriction of a fine residual into a coarse right-hand
+/// side, and the coarse correction prolongated and added to the fine
+/// solution in place, followed by mirror fills of its ghosts.
+#[test]
+fn restriction_and_prolongation_launch_as_the_cpu_computes() {
+    if let Some(why) = missing_tools() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let fine_grid = Grid::from_spacing([8, 6, 4], [0.1, 0.07, 0.13], [0.0; 3]).unwrap();
+    let coarse_grid = Grid::from_spacing([4, 3, 2], [0.2, 0.14, 0.26], [0.0; 3]).unwrap();
+    let (fine, coarse) = (fine_grid.whole_domain(1), coarse_grid.whole_domain(1));
+    let mut rng = Xorshift::new(61);
+    let r = random_field::<CellCentre>("r", &fine, &mut rng, |g| g.uniform(-1.0, 1.0));
+    let c = random_field::<CellCentre>("c", &coarse, &mut rng, |g| g.uniform(-1.0, 1.0));
+    let b = random_field::<CellCentre>("b", &coarse, &mut rng, |g| g.uniform(-1.0, 1.0));
+    let x = random_field::<CellCentre>("x", &fine, &mut rng, |g| g.uniform(-1.0, 1.0));
+    let restriction = restrict(&r, [2, 2, 2]);
+    let n = same_as_cpu(
+        "restrict",
+        &b,
+        restriction.node(),
+        restriction.fields(),
+        Region::Interior,
+        &[],
+    );
+    assert_eq!(n, 1);
+    let id = x.id();
+    let me = || Expr::<CellCentre>::symbol(id, "x");
+    let correct = me() + prolongate(&c, [2, 2, 2]);
+    // Homogeneous Neumann on -x and Dirichlet 0 on +z: the ghost layer
+    // copies, or mirrors the negated, first interior layer.
+    let layout = x.layout().clone();
+    let mut minus_x = layout.allocated();
+    minus_x.hi[0] = 0;
+    let mut plus_z = layout.allocated();
+    plus_z.lo[2] = layout.interior().hi[2];
+    let then: Vec<MaskedAssignment> = vec![
+        (minus_x, shift(me(), [1, 0, 0]).node().clone()),
+        (plus_z, (-1.0 * shift(me(), [0, 0, -1])).node().clone()),
+    ];
+    let n = same_as_cpu(
+        "prolongate",
+        &x,
+        correct.node(),
+        correct.fields(),
+        Region::Interior,
+        &then,
+    );
+    assert_eq!(n, 3, "the correction and one launch per fill");
+}
+
 #[test]
 fn launches_are_refused_with_the_cpu_paths_errors() {
     if let Some(why) = missing_tools() {

@@ -34,7 +34,7 @@ use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
 use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
-    LanguageExpression, LanguageReduction, Symbols, Tag,
+    LanguageExpression, LanguageReduction, PlacementPolicy, Symbols, Tag,
 };
 use watershed_fields::on_face;
 use watershed_fields::{CellCentre, Patch, SpatialField};
@@ -92,6 +92,7 @@ pub struct IncompressibleFlowBuilder {
     mode: ExecutionMode,
     /// `None`: [`default_poisson_options`] for the grid's dimensions.
     poisson: Option<MultigridOptions>,
+    placement: PlacementPolicy,
 }
 
 impl IncompressibleFlowBuilder {
@@ -107,6 +108,7 @@ impl IncompressibleFlowBuilder {
             integrator: TimeIntegrator::SspRk3,
             mode: ExecutionMode::Serial,
             poisson: None,
+            placement: PlacementPolicy::Cpu,
         }
     }
 
@@ -139,6 +141,17 @@ impl IncompressibleFlowBuilder {
     /// Serial or threaded graph execution.
     pub fn mode(mut self, mode: ExecutionMode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// Where the graph's nodes run (default: all on the CPU). Every node
+    /// of a step can run on a GPU, the pressure solve included
+    /// ([`PlacementPolicy::Gpu`] puts the whole step there; the multigrid's
+    /// levels move to the GPU at the first solve): the host then waits
+    /// only for the reductions (the solve's dot products and norms, the
+    /// divergence and speed maxima) and at the end of each stage.
+    pub fn placement(mut self, placement: PlacementPolicy) -> Self {
+        self.placement = placement;
         self
     }
 
@@ -312,6 +325,7 @@ impl IncompressibleFlowBuilder {
         // id) in every execution. The provisional velocities are scratch.
         let options = GraphOptions {
             persistent: vec![psi_tag.clone(), pressure_tag.clone(), divergence_kept],
+            placement: self.placement,
             ..GraphOptions::default()
         };
         let graph = ExpressionGraph::build(&factory, &roots, &self.patch, &options)?;
@@ -593,16 +607,22 @@ impl IncompressibleFlow {
         // location, and the reduction is prepared once.
         let leaf = CURRENT_VELOCITY_LEAF - F::KIND as u64;
         let current = ReadAs { id: leaf, field: u };
-        prepared.reduce("max |u|", [leaf, 0], &[&current], || {
-            PreparedReduction::of_node(
-                abs(Expr::<F>::symbol(leaf, u.name())).node(),
-                F::KIND,
-                &[&current],
-                Reduction::Max,
-                ReduceRegion::Interior,
-                Parallelism::Rayon,
-            )
-        })
+        prepared.reduce(
+            "max |u|",
+            [leaf, 0],
+            watershed_fields::Device::Cpu,
+            &[&current],
+            || {
+                PreparedReduction::of_node(
+                    abs(Expr::<F>::symbol(leaf, u.name())).node(),
+                    F::KIND,
+                    &[&current],
+                    Reduction::Max,
+                    ReduceRegion::Interior,
+                    Parallelism::Rayon,
+                )
+            },
+        )
     }
 
     /// The error for velocity component `axis` no longer finite at `cell`

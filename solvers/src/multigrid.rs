@@ -12,7 +12,7 @@
 //! the problem is singular: the right-hand side is made mean-free and so is
 //! the solution.
 
-use crate::boundary::{BoundaryCondition, BoundaryConditions, BoundaryFill};
+use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::prepared::{Assignments, Recipe};
 use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField};
@@ -99,12 +99,21 @@ impl MultigridOptions {
 
 /// The first interior point (i, j, k) of `field` whose value is not finite.
 /// Scans whole x rows (contiguous, vectorised), so checking a field costs
-/// about one read of its interior.
+/// about one read of its interior. A field valid only on a GPU is copied
+/// to the host first.
 pub(crate) fn first_non_finite<L: watershed_fields::Location>(
     field: &SpatialField<L>,
 ) -> SolverResult<Option<[isize; 3]>> {
     let layout = field.layout();
-    let values = field.values()?;
+    let copied;
+    let values: &[f64] = if field.is_valid_on(Device::Cpu) {
+        field.values()?
+    } else {
+        // Only on a GPU: copied to the host (callers test a cheap device
+        // reduction first and come here when it is not finite).
+        copied = field.values_on(field.active_device())?;
+        &copied
+    };
     let interior = layout.interior();
     let nx = interior.extent()[0];
     if interior.is_empty() {
@@ -196,8 +205,8 @@ pub struct Multigrid {
     cg: ConjugateGradientVectors,
     /// Every assignment, prepared once ([`crate::prepared`]).
     assignments: Assignments,
-    /// The conditions, prepared for the finest level's fields.
-    finest_fill: BoundaryFill<CellCentre>,
+    /// Where every field of the hierarchy lives ([`Self::move_to`]).
+    device: Device,
     /// The mean removed from a singular problem's fields.
     mean: Parameter,
     /// The weights of the coarsest-level steps, in order, when the
@@ -321,7 +330,6 @@ impl Multigrid {
             levels.push(Level::new(&current.whole_domain(1))?);
         }
         let make = |name: &str| SpatialField::<CellCentre>::new(name, &one_ghost, Device::Cpu);
-        let finest_fill = BoundaryFill::new(&conditions, levels[0].x.layout(), "mg_x")?;
         let mut multigrid = Multigrid {
             levels,
             homogeneous: homogeneous(&conditions),
@@ -337,7 +345,7 @@ impl Multigrid {
                 beta: Parameter::new("beta", 0.0),
             },
             assignments: Assignments::default(),
-            finest_fill,
+            device: Device::Cpu,
             mean: Parameter::new("mean", 0.0),
             coarsest_steps: None,
             coarsest_factor: Parameter::new("coarsest step", 0.0),
@@ -507,7 +515,7 @@ impl Multigrid {
         if from_zero && sweeps == 0 {
             // Nothing sweeps: the zero must be written (ghosts too, which
             // homogeneous conditions keep at zero).
-            return Ok(l.x.fill(0.0)?);
+            return assignments.zero(&mut l.x);
         }
         let factor = weight / l.diagonal;
         for sweep in 0..sweeps {
@@ -648,7 +656,31 @@ impl Multigrid {
                 });
             }
         }
-        if let Some(index) = first_non_finite(rhs)? {
+        let device = self.device;
+        for (what, field, valid) in [
+            ("right-hand side", rhs, rhs.is_valid_on(device)),
+            ("solution", guess, guess.active_device() == device),
+        ] {
+            if !valid {
+                return Err(SolverError::Setup {
+                    equation: "Poisson".into(),
+                    reason: format!(
+                        "the {what} '{}' is not {} on {device}, where the solver's levels are (its locations: {:?}); move the solver there with Multigrid::move_to or the field to {device}",
+                        field.name(),
+                        if what == "solution" {
+                            "active"
+                        } else {
+                            "valid"
+                        },
+                        field.location_states()
+                    ),
+                });
+            }
+        }
+        // On a GPU the field is scanned on the host only when its norm,
+        // reduced on the device, is not finite.
+        let suspect = device.is_cpu() || !norm(&mut self.assignments, rhs)?.is_finite();
+        if suspect && let Some(index) = first_non_finite(rhs)? {
             return Err(SolverError::Setup {
                 equation: "Poisson".into(),
                 reason: format!(
@@ -674,23 +706,38 @@ impl Multigrid {
     }
 
     fn store(&mut self, solution: &mut SpatialField<CellCentre>) -> SolverResult<()> {
+        let conditions = self.conditions;
         let Multigrid {
             levels,
             assignments,
             mean,
-            finest_fill,
             ..
         } = self;
+        let x = &mut levels[0].x;
         if self.singular {
-            remove_mean(&mut levels[0].x, mean, assignments, "remove mean", None)?;
+            remove_mean(x, mean, assignments, "remove mean", None)?;
         }
-        finest_fill.apply(&mut levels[0].x)?;
+        assignments.run("fill finest", [x.id(), 0, 0], x, &[], |x| {
+            Recipe::ghosts(x, conditions)
+        })?;
         copy_all(&levels[0].x, solution, assignments)
     }
 
     /// Solves `lap(x) = rhs` by V-cycles, starting from `solution`'s values
     /// and leaving the result there (ghosts filled by the conditions).
+    /// Both fields must be on the solver's device ([`Self::device`]):
+    /// `rhs` valid there, `solution` active there.
     pub fn solve(
+        &mut self,
+        rhs: &SpatialField<CellCentre>,
+        solution: &mut SpatialField<CellCentre>,
+    ) -> SolverResult<SolveReport> {
+        let outcome = self.v_cycles(rhs, solution);
+        self.assignments.synchronize()?;
+        outcome
+    }
+
+    fn v_cycles(
         &mut self,
         rhs: &SpatialField<CellCentre>,
         solution: &mut SpatialField<CellCentre>,
@@ -751,8 +798,71 @@ impl Multigrid {
     }
 
     /// Solves `lap(x) = rhs` by conjugate gradients preconditioned with one
-    /// V-cycle, starting from `solution`'s values.
+    /// V-cycle, starting from `solution`'s values (devices as
+    /// [`Self::solve`]).
     pub fn solve_preconditioned_cg(
+        &mut self,
+        rhs: &SpatialField<CellCentre>,
+        solution: &mut SpatialField<CellCentre>,
+    ) -> SolverResult<SolveReport> {
+        let outcome = self.preconditioned_cg(rhs, solution);
+        self.assignments.synchronize()?;
+        outcome
+    }
+
+    /// [`Self::solve_preconditioned_cg`] with its GPU work on `stream` (a
+    /// graph node's), on the stream's GPU where the solver must be. The
+    /// host waits for the stream before this returns.
+    pub(crate) fn solve_preconditioned_cg_on(
+        &mut self,
+        rhs: &SpatialField<CellCentre>,
+        solution: &mut SpatialField<CellCentre>,
+        stream: &watershed_fields::GpuStream,
+    ) -> SolverResult<SolveReport> {
+        self.assignments.use_stream(stream);
+        let outcome = self.solve_preconditioned_cg(rhs, solution);
+        self.assignments.release_stream();
+        outcome
+    }
+
+    /// Where the hierarchy's fields live.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Moves every field of the hierarchy to `device` (copying their
+    /// values and freeing the old memory), so that solves run there: on a
+    /// GPU each kernel is enqueued on a stream, and the host waits only
+    /// for the reductions that steer the iteration. Nothing happens when
+    /// the solver is there already.
+    pub fn move_to(&mut self, device: Device) -> SolverResult<()> {
+        if device == self.device {
+            return Ok(());
+        }
+        if let Device::Gpu(ordinal) = device {
+            watershed_fields::gpu::require_gpu(ordinal)?;
+        }
+        self.assignments.synchronize()?;
+        let from = self.device;
+        let cg = &mut self.cg;
+        let fields = self
+            .levels
+            .iter_mut()
+            .flat_map(|l| [&mut l.x, &mut l.b, &mut l.r, &mut l.t])
+            .chain([&mut cg.x, &mut cg.r, &mut cg.p, &mut cg.q]);
+        for field in fields {
+            field.validate_on(device)?;
+            field.set_active(device)?;
+            field.remove_location(from)?;
+        }
+        // Kernels prepared for the old memory and a stream of the old
+        // device are of no use there.
+        self.assignments = Assignments::default();
+        self.device = device;
+        Ok(())
+    }
+
+    fn preconditioned_cg(
         &mut self,
         rhs: &SpatialField<CellCentre>,
         solution: &mut SpatialField<CellCentre>,
@@ -863,7 +973,7 @@ fn dot(
     a: &SpatialField<CellCentre>,
     b: &SpatialField<CellCentre>,
 ) -> SolverResult<f64> {
-    assignments.reduce("dot", [a.id(), b.id()], &[a, b], || {
+    assignments.reduce("dot", [a.id(), b.id()], a.active_device(), &[a, b], || {
         PreparedReduction::new(
             field(a) * field(b),
             Reduction::Sum,
@@ -875,7 +985,7 @@ fn dot(
 
 /// The interior L2 norm of `a` (prepared once per field).
 fn norm(assignments: &mut Assignments, a: &SpatialField<CellCentre>) -> SolverResult<f64> {
-    let squares = assignments.reduce("norm", [a.id(), 0], &[a], || {
+    let squares = assignments.reduce("norm", [a.id(), 0], a.active_device(), &[a], || {
         PreparedReduction::new(
             a,
             Reduction::SumOfSquares,
@@ -897,7 +1007,7 @@ fn remove_mean(
     fill: Option<BoundaryConditions>,
 ) -> SolverResult<()> {
     let n = x.layout().interior_len() as f64;
-    let sum = assignments.reduce("sum", [x.id(), 0], &[&*x], || {
+    let sum = assignments.reduce("sum", [x.id(), 0], x.active_device(), &[&*x], || {
         PreparedReduction::new(
             &*x,
             Reduction::Sum,

@@ -4,11 +4,15 @@
 //! the velocity correction and the pressure nodes read after it.
 //!
 //! The node is an [`ExpressionKind::IterativeSolve`]: every operation of the
-//! solve (residuals, Jacobi sweeps, restriction, prolongation, the vector
-//! updates and dot products of CG) is a prepared language kernel of the
-//! [`Multigrid`], but the loop that tests the residual against the
-//! tolerance, and the multigrid's ghost fills, are Rust. The multigrid's
-//! level fields are allocated once, when the solver is built.
+//! solve (residuals, Jacobi sweeps, restriction, prolongation, ghost fills,
+//! the vector updates and dot products of CG) is a language kernel or
+//! reduction of the [`Multigrid`]; the loop that tests the residual
+//! against the tolerance is Rust. So the node runs on a CPU or on a GPU:
+//! placed on a GPU, it moves the multigrid's levels there at its first
+//! solve and enqueues every kernel on the node's stream; the host waits
+//! for each dot product and norm (they steer the loop) and for the
+//! stream at the end. The multigrid's level fields are allocated once,
+//! when the solver is built (on the CPU) or moved.
 //!
 //! A failed solve (no convergence, a residual no longer finite) fails the
 //! graph's execution; the node keeps the solver's own error, with its
@@ -19,7 +23,7 @@ use crate::error::SolverError;
 use crate::multigrid::{Multigrid, SolveReport};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use watershed_exprgraph::{EvaluationContext, Expression, ExpressionKind, GraphError, Tag};
-use watershed_fields::{CellCentre, LocationKind};
+use watershed_fields::{CellCentre, Device, GpuStream, LocationKind};
 
 /// What the solve node and the driver share: the multigrid, the last
 /// solve's report, and the error of a solve that failed.
@@ -99,11 +103,45 @@ impl Expression for PoissonSolve {
     }
 
     fn evaluate(&self, context: &mut EvaluationContext<'_>) -> Result<(), GraphError> {
+        self.solve(context, None)
+    }
+
+    /// Every operation of the solve is a language kernel or reduction, so
+    /// it runs on any GPU: the multigrid's levels move there at the first
+    /// solve placed there.
+    fn gpu_support(&self, _ordinal: usize) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn evaluate_on_gpu(
+        &self,
+        context: &mut EvaluationContext<'_>,
+        stream: &GpuStream,
+    ) -> Result<(), GraphError> {
+        self.solve(context, Some(stream))
+    }
+}
+
+impl PoissonSolve {
+    /// Solves on the CPU (`stream` `None`) or on the stream's GPU, moving
+    /// the multigrid's levels there first if they are elsewhere.
+    fn solve(
+        &self,
+        context: &mut EvaluationContext<'_>,
+        stream: Option<&GpuStream>,
+    ) -> Result<(), GraphError> {
         let (rhs, solution) =
             context.input_and_output::<CellCentre, CellCentre>(&self.rhs, &self.solution)?;
         let mut state = lock_state(&self.state);
+        let device = stream.map_or(Device::Cpu, GpuStream::device);
         // The solution's values are the starting guess (the last stage's).
-        match state.multigrid.solve_preconditioned_cg(rhs, solution) {
+        let solved = state.multigrid.move_to(device).and_then(|()| match stream {
+            None => state.multigrid.solve_preconditioned_cg(rhs, solution),
+            Some(stream) => state
+                .multigrid
+                .solve_preconditioned_cg_on(rhs, solution, stream),
+        });
+        match solved {
             Ok(report) => {
                 state.report = report;
                 state.failure = None;

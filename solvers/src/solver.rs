@@ -175,14 +175,20 @@ fn max_abs<L: watershed_fields::Location>(
     maxima: &mut Assignments,
     f: &SpatialField<L>,
 ) -> SolverResult<f64> {
-    maxima.reduce("max |f|", [f.id(), 0], &[f], || {
-        PreparedReduction::new(
-            abs(field(f)),
-            Reduction::Max,
-            ReduceRegion::Interior,
-            Parallelism::Rayon,
-        )
-    })
+    maxima.reduce(
+        "max |f|",
+        [f.id(), 0],
+        watershed_fields::Device::Cpu,
+        &[f],
+        || {
+            PreparedReduction::new(
+                abs(field(f)),
+                Reduction::Max,
+                ReduceRegion::Interior,
+                Parallelism::Rayon,
+            )
+        },
+    )
 }
 
 /// Transport equations advancing in time.

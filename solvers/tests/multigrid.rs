@@ -347,3 +347,112 @@ fn a_large_coarsest_level_gets_chebyshev_steps_and_light_cycles_converge() {
     eprintln!("V(1,1), V(2,2), V(3,3): {iterations:?} CG iterations");
     assert!(iterations[1] <= 15 && iterations[2] <= 10, "{iterations:?}");
 }
+
+/// A copy of `field` whose only location is `device`.
+fn moved(field: &SpatialField<CellCentre>, device: Device) -> SpatialField<CellCentre> {
+    let patch = field.layout().patch().clone();
+    let mut copy = SpatialField::<CellCentre>::new(field.name(), &patch, Device::Cpu).unwrap();
+    copy.values_mut()
+        .unwrap()
+        .copy_from_slice(field.values().unwrap());
+    copy.validate_on(device).unwrap();
+    copy.set_active(device).unwrap();
+    copy.remove_location(Device::Cpu).unwrap();
+    copy
+}
+
+/// A solver moved to a GPU solves there with every kernel on its stream,
+/// and gives the CPU's bits (Dirichlet, singular Neumann and periodic
+/// problems, V-cycles and CG). Without a GPU the move is refused, naming
+/// the GPU, and the solver still solves on the CPU; fields on another
+/// device than the solver's are refused by name.
+#[test]
+fn a_solver_moved_to_a_gpu_gives_the_cpus_bits() {
+    let neumann = BoundaryConditions::all(BoundaryCondition::Neumann(0.0));
+    let cases = [
+        (false, dirichlet(), "Dirichlet"),
+        (false, neumann, "Neumann"),
+        (true, neumann, "periodic"),
+    ];
+    for (periodic, conditions, name) in cases {
+        let (rhs, start) = problem(32, periodic, |x, y| {
+            (2.0 * PI * x).sin() * (PI * y).cos() + x * y
+        });
+        let patch = rhs.layout().patch().clone();
+        let mut on_cpu = Multigrid::new(&patch, conditions, MultigridOptions::default()).unwrap();
+        let mut on_gpu = Multigrid::new(&patch, conditions, MultigridOptions::default()).unwrap();
+        assert_eq!(on_gpu.device(), Device::Cpu);
+        let mut cpu_solution = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();
+        let cg = on_cpu
+            .solve_preconditioned_cg(&rhs, &mut cpu_solution)
+            .unwrap();
+        let mut cpu_cycles = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();
+        let cycles = on_cpu.solve(&rhs, &mut cpu_cycles).unwrap();
+        // Moving to where it is changes nothing.
+        on_cpu.move_to(Device::Cpu).unwrap();
+        let Some(gpu) =
+            watershed_fields::gpu::gpu_for_tests("a_solver_moved_to_a_gpu_gives_the_cpus_bits")
+        else {
+            let error = on_gpu.move_to(Device::Gpu(0)).unwrap_err();
+            assert!(
+                matches!(error, watershed_solvers::SolverError::Field(_)),
+                "{error:?}"
+            );
+            assert!(error.to_string().contains("GPU 0"), "{error}");
+            // Still usable, still on the CPU, with the same bits.
+            assert_eq!(on_gpu.device(), Device::Cpu);
+            let mut again = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();
+            on_gpu.solve_preconditioned_cg(&rhs, &mut again).unwrap();
+            assert_eq!(again.values().unwrap(), cpu_solution.values().unwrap());
+            continue;
+        };
+        let device = Device::Gpu(gpu);
+        on_gpu.move_to(device).unwrap();
+        assert_eq!(on_gpu.device(), device);
+        // A right-hand side only on the CPU is refused by name.
+        let mut solution = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();
+        let error = on_gpu
+            .solve_preconditioned_cg(&rhs, &mut solution)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("'rhs'") && error.contains("move_to"),
+            "{error}"
+        );
+        let mut rhs_there = moved(&rhs, device);
+        let mut solution = moved(&start, device);
+        let report = on_gpu
+            .solve_preconditioned_cg(&rhs_there, &mut solution)
+            .unwrap();
+        assert_eq!(report.residuals, cg.residuals, "{name}: CG residuals");
+        assert_eq!(
+            solution.values_on(device).unwrap(),
+            cpu_solution.values().unwrap().to_vec(),
+            "{name}: CG solution"
+        );
+        let mut solution = moved(&start, device);
+        let report = on_gpu.solve(&rhs_there, &mut solution).unwrap();
+        assert_eq!(
+            report.residuals, cycles.residuals,
+            "{name}: V-cycle residuals"
+        );
+        assert_eq!(
+            solution.values_on(device).unwrap(),
+            cpu_cycles.values().unwrap().to_vec(),
+            "{name}: V-cycle solution"
+        );
+        // A right-hand side that is not finite is found on the host.
+        rhs_there.validate_on(Device::Cpu).unwrap();
+        rhs_there.set_active(Device::Cpu).unwrap();
+        let at = rhs_there.layout().linear_index([3, 5, 0]);
+        rhs_there.values_mut().unwrap()[at] = f64::NAN;
+        rhs_there.validate_on(device).unwrap();
+        rhs_there.set_active(device).unwrap();
+        rhs_there.remove_location(Device::Cpu).unwrap();
+        let error = on_gpu
+            .solve(&rhs_there, &mut solution)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("[3, 5, 0]"), "{name}: {error}");
+    }
+}

@@ -138,6 +138,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         .velocity_conditions(1, walls)
         .integrator(integrator(&config.integrator))
         .mode(case_execution_mode(options))
+        .placement(options.placement.clone())
         .build()?;
     let stop = Stop::EndTime(config.end_time);
     Ok(Prepared {

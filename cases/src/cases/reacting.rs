@@ -4,7 +4,7 @@
 use crate::cases::advection::{bounds_and_mass, scheme};
 use crate::common::{
     case_execution_mode, dump_flow, dump_solution, fill_graph_field, integrator, load_flow,
-    load_solution, save_flow, save_solution,
+    load_solution, save_flow, save_solution, solver_graph_options,
 };
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
@@ -164,6 +164,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let solver = builder
         .integrator(integrator(&config.integrator))
         .mode(case_execution_mode(options))
+        .graph_options(solver_graph_options(options))
         .build()?;
     fill_graph_field::<XFace>(solver.graph(), &velocity[0], velocity_x(config.speed))?;
     fill_graph_field::<YFace>(solver.graph(), &velocity[1], velocity_y(config.speed))?;
@@ -174,6 +175,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         let flow = IncompressibleFlowBuilder::new(&patch, config.viscosity)
             .integrator(integrator(&config.integrator))
             .mode(case_execution_mode(options))
+            .placement(options.placement.clone())
             .build()?;
         flow.set_velocity::<XFace>(velocity_x(config.speed))?;
         flow.set_velocity::<YFace>(velocity_y(config.speed))?;

@@ -731,6 +731,8 @@ pub struct Wasatch {
     grid: Grid,
     solver: TransportSolver,
     threads: usize,
+    /// Where the solver's nodes run (the probe of the check runs there too).
+    placement: PlacementPolicy,
 }
 
 /// A [`TransportSolverBuilder`] with the ExprLib equations on `patch`:
@@ -801,6 +803,7 @@ fn wasatch_solver(
     grid: &Grid,
     mode: ExecutionMode,
     integrator_name: &str,
+    placement: PlacementPolicy,
 ) -> CaseResult<TransportSolver> {
     let builder = exprlib_solver_builder(
         &grid.whole_domain(1),
@@ -813,6 +816,7 @@ fn wasatch_solver(
         .mode(mode)
         .graph_options(GraphOptions {
             no_fusion: !c.fusion,
+            placement,
             ..Default::default()
         })
         .build()?;
@@ -832,6 +836,7 @@ fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
         &grid,
         case_execution_mode(options),
         c.integrator.as_deref().unwrap_or("forward-euler"),
+        options.placement.clone(),
     )?;
     Ok(Prepared {
         config_text: crate::config::to_text(WASATCH, &loaded)?,
@@ -841,6 +846,7 @@ fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
             grid,
             solver,
             threads: options.threads,
+            placement: options.placement.clone(),
         }),
     })
 }
@@ -899,6 +905,7 @@ impl Simulation for Wasatch {
             &self.grid,
             crate::common::execution_mode(self.threads),
             "forward-euler",
+            self.placement.clone(),
         )?;
         let mut phis = Vec::new();
         for i in 0..c.pdes {

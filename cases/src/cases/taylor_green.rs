@@ -104,6 +104,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 1.0 / config.re)
         .integrator(integrator(&config.integrator))
         .mode(case_execution_mode(options))
+        .placement(options.placement.clone())
         .build()?;
     if three {
         flow.set_velocity::<XFace>(|[x, y, z]| x.sin() * y.cos() * z.cos())?;

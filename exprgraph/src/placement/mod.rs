@@ -6,8 +6,10 @@
 //!   (the default), all on one GPU, the thesis' rule for heterogeneous
 //!   graphs, or earliest finish time over a [`CostModel`] ([`cost`]).
 //!   A node can run on a GPU only if it is written in the expression
-//!   language and the CUDA emitter supports every kernel it runs
-//!   ([`ExpressionGraph::gpu_capability`]); native nodes are CPU-only.
+//!   language and the CUDA emitter supports every kernel it runs, or if
+//!   it is a native node or iterative solve that says it can
+//!   ([`crate::Expression::gpu_support`]; see
+//!   [`ExpressionGraph::gpu_capability`]); other native nodes are CPU-only.
 //! * [`transfers`] lists the copies one execution needs: one per field and
 //!   destination device, and only for fields whose writer and reader sit on
 //!   different devices.
@@ -293,12 +295,16 @@ impl ExpressionGraph {
             .map(|n| self.device_plan.targets[n])
     }
 
-    /// Whether node `name` can run on a GPU: `Ok(())`, or why not (native
-    /// code, or a kernel the CUDA emitter does not support). `None`: no
-    /// such node.
-    pub fn gpu_capability(&self, name: &str) -> Option<GraphResult<Result<(), String>>> {
+    /// Whether node `name` can run on GPU `gpu`: `Ok(())`, or why not
+    /// (native code, a solve that cannot run there, or a kernel the CUDA
+    /// emitter does not support). `None`: no such node.
+    pub fn gpu_capability(
+        &self,
+        name: &str,
+        gpu: usize,
+    ) -> Option<GraphResult<Result<(), String>>> {
         let n = self.nodes.iter().position(|m| m.name == name)?;
-        Some(self.node_capability(n))
+        Some(self.node_capability(n, gpu))
     }
 
     /// Places the nodes again under `policy` with `streams`, e.g. with a
@@ -347,13 +353,11 @@ impl ExpressionGraph {
     }
 
     /// Whether node `n` can run on a GPU (see [`Self::gpu_capability`]).
-    pub(crate) fn node_capability(&self, n: usize) -> GraphResult<Result<(), String>> {
+    pub(crate) fn node_capability(&self, n: usize, gpu: usize) -> GraphResult<Result<(), String>> {
         let node = &self.nodes[n];
         match node.expression.kind() {
-            ExpressionKind::Native => {
-                return Ok(Err(
-                    "it is native Rust code, which runs on the CPU only; write it in the expression language to run it on a GPU".into(),
-                ));
+            ExpressionKind::Native | ExpressionKind::IterativeSolve => {
+                return Ok(node.expression.gpu_support(gpu));
             }
             ExpressionKind::Reduction => {
                 let Some(reduction) = node.expression.as_language_reduction() else {
@@ -373,11 +377,6 @@ impl ExpressionGraph {
                         |_| Ok(()),
                     ),
                 );
-            }
-            ExpressionKind::IterativeSolve => {
-                return Ok(Err(
-                    "it is an iterative solve whose loop control and multigrid ghost fills are Rust code; it runs on the CPU".into(),
-                ));
             }
             ExpressionKind::Language => {}
         }
@@ -424,7 +423,7 @@ pub(crate) fn plan(
     let (targets, cpu_only, predicted) = match &policy {
         PlacementPolicy::Cpu => (vec![Target::Cpu; count], Vec::new(), None),
         PlacementPolicy::Gpu(k) => {
-            let cpu_only = capabilities(graph)?;
+            let cpu_only = capabilities(graph, *k)?;
             if let Some(n) = graph.order.iter().copied().find(|&n| cpu_only[n].is_some()) {
                 return Err(GraphError::NotPlaceable {
                     node: graph.nodes[n].name.clone(),
@@ -438,13 +437,13 @@ pub(crate) fn plan(
             (vec![Target::Gpu(*k); count], cpu_only, None)
         }
         PlacementPolicy::Heterogeneous(k) => {
-            let cpu_only = capabilities(graph)?;
+            let cpu_only = capabilities(graph, *k)?;
             let targets = thesis_rule(graph, &cpu_only, *k);
             (targets, cpu_only, None)
         }
         PlacementPolicy::CostModel { device, model } => {
             model.check()?;
-            let cpu_only = capabilities(graph)?;
+            let cpu_only = capabilities(graph, *device)?;
             let predicted = cost::earliest_finish(graph, &cpu_only, *device, model)?;
             let targets = predicted.targets.clone();
             (targets, cpu_only, Some(predicted))
@@ -468,9 +467,9 @@ pub(crate) fn plan(
 }
 
 /// Why each node cannot run on a GPU (`None`: it can).
-fn capabilities(graph: &ExpressionGraph) -> GraphResult<Vec<Option<String>>> {
+fn capabilities(graph: &ExpressionGraph, gpu: usize) -> GraphResult<Vec<Option<String>>> {
     (0..graph.nodes.len())
-        .map(|n| Ok(graph.node_capability(n)?.err()))
+        .map(|n| Ok(graph.node_capability(n, gpu)?.err()))
         .collect()
 }
 
