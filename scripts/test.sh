@@ -20,3 +20,19 @@ cargo check --workspace --no-default-features --all-targets
 
 echo "==> GPU tests (shown uncaptured so that skips are visible)"
 cargo test -p watershed-fields --test gpu -- --nocapture 2>&1 | grep -E "skipped|test result" || true
+
+if [ -z "${WATERSHED_EMULATE_GPUS:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
+    # No GPU here: the GPU tests run again on emulated GPUs (the device
+    # layer played on the host, kernels compiled for the CPU; see
+    # fields/src/gpu/emulated.rs), so every GPU path runs and must give
+    # the CPU's bits. Tests that expect no GPU at all are left out.
+    echo "==> GPU tests on two emulated GPUs (WATERSHED_EMULATE_GPUS=2)"
+    export WATERSHED_EMULATE_GPUS=2
+    cargo test -p watershed-fields --test gpu --test state_machine "$@"
+    cargo test -p watershed-exprgraph --test placement --test execution "$@"
+    cargo test -p watershed-operators --test bad_input "$@"
+    cargo test -p watershed-solvers --test whole_step_graphs --test multigrid "$@"
+    cargo test -p watershed-cases --test gpu "$@"
+    cargo test -p watershed-cases --test cli cases_run_on_the_gpu "$@"
+    unset WATERSHED_EMULATE_GPUS
+fi

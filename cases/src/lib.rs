@@ -53,6 +53,9 @@ pub use registry::{CaseInfo, find_case, registered_cases};
 pub fn build_summary() -> String {
     let gpus = watershed_fields::gpu::gpu_count();
     let gpu_line = match watershed_fields::gpu::gpu_unavailable_reason(0) {
+        None if watershed_fields::gpu::gpus_are_emulated() => format!(
+            "{gpus} emulated GPU(s) on the host (WATERSHED_EMULATE_GPUS, a test device: kernels run on the CPU)"
+        ),
         None => format!("{gpus} CUDA device(s)"),
         Some(reason) => format!("no CUDA device ({reason}); running on the CPU"),
     };

@@ -67,6 +67,38 @@ fn version_names_the_package_version_and_the_devices() {
     );
 }
 
+/// `WATERSHED_EMULATE_GPUS` makes the device layer report emulated GPUs,
+/// says so, and names a malformed value; `WATERSHED_DISABLE_CUDA` hides
+/// emulated GPUs too.
+#[test]
+fn version_names_emulated_gpus_and_a_malformed_request() {
+    let version = |emulate: &str, disable: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_watershed"));
+        command
+            .arg("--version")
+            .env("WATERSHED_EMULATE_GPUS", emulate)
+            .env_remove("WATERSHED_DISABLE_CUDA");
+        if disable {
+            command.env("WATERSHED_DISABLE_CUDA", "1");
+        }
+        let output = command.output().unwrap();
+        assert!(output.status.success());
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let two = version("2", false);
+    assert!(two.contains("GPUs: 2 emulated GPU(s) on the host"), "{two}");
+    let malformed = version("two", false);
+    assert!(
+        malformed.contains("no CUDA device (WATERSHED_EMULATE_GPUS=\"two\" is not a number"),
+        "{malformed}"
+    );
+    let hidden = version("2", true);
+    assert!(
+        hidden.contains("no CUDA device (GPUs are disabled by WATERSHED_DISABLE_CUDA)"),
+        "{hidden}"
+    );
+}
+
 #[test]
 fn list_names_every_case_with_a_line() {
     let out = watershed(&["list"]);

@@ -75,12 +75,18 @@ fn fill_op(node: &Node, target: u64) -> Option<PointFill> {
     let Node::Binary { op, left, right } = node else {
         return None;
     };
+    // The kernels compute `c - t` and `t + c` as linear forms, which leave
+    // out a zero constant: `0 - t` is `-t` and `t + 0` is `t`, also in the
+    // sign of a zero result. A fill computes the same bits with the zero
+    // taken as -0.0 (`-0.0 - t` is `-t`, `t + -0.0` is `t`, for every t).
+    let same_as_kernels = |c: f64| if c == 0.0 { -0.0 } else { c };
     match (op, left.as_ref(), right.as_ref()) {
-        (BinaryOp::Subtract, Node::Constant(c), read) => {
-            fill(FillOp::SubtractFrom(*c), target_read(read, target)?)
-        }
+        (BinaryOp::Subtract, Node::Constant(c), read) => fill(
+            FillOp::SubtractFrom(same_as_kernels(*c)),
+            target_read(read, target)?,
+        ),
         (BinaryOp::Add, read, Node::Constant(c)) => {
-            fill(FillOp::Add(*c), target_read(read, target)?)
+            fill(FillOp::Add(same_as_kernels(*c)), target_read(read, target)?)
         }
         _ => None,
     }

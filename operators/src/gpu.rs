@@ -199,7 +199,7 @@ pub(crate) fn loaded_function(ordinal: usize, kernel: &CudaKernel) -> OperatorRe
     if let Some(found) = loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Ok(found.clone());
     }
-    let function = GpuFunction::load(ordinal, &kernel.ptx, &kernel.name)?;
+    let function = GpuFunction::load(ordinal, &kernel.ptx, &kernel.source, &kernel.name)?;
     loaded
         .lock()
         .unwrap_or_else(|p| p.into_inner())

@@ -165,3 +165,70 @@ fn a_target_or_field_of_another_layout_is_checked_again_with_the_errors_of_a_fre
         other => panic!("expected MissingGhosts for x, got {other:?}"),
     }
 }
+
+/// Mirrors and shifts about a zero constant (`0 - t`, `t + 0`: the ghosts
+/// of a zero Dirichlet or Neumann condition) give the bits of the kernels,
+/// whose linear forms leave the zero out, when they run as ghost fills:
+/// `0 - (+0)` is -0.0 there, and `(-0) + 0` is -0.0. The CPU and the GPU
+/// (which runs every fill as a kernel) then agree in the sign of zeros.
+#[test]
+fn fills_about_a_zero_constant_give_the_kernels_bits() {
+    let p = patch(1);
+    let mut start = SpatialField::<CellCentre>::new("t", &p, Device::Cpu).unwrap();
+    let layout = start.layout().clone();
+    // Interior zeros of both signs next to each side.
+    for (i, v) in start.values_mut().unwrap().iter_mut().enumerate() {
+        *v = if i % 2 == 0 { 0.0 } else { -0.0 };
+    }
+    let id = start.id();
+    let me = || Expr::<CellCentre>::symbol(id, "t");
+    let mut minus_x = layout.allocated();
+    minus_x.hi[0] = 0;
+    let mut plus_x = layout.allocated();
+    plus_x.lo[0] = layout.interior().hi[0];
+    let mirror = (0.0 - watershed_operators::shift(me(), [1, 0, 0]))
+        .node()
+        .clone();
+    let shifted = (watershed_operators::shift(me(), [-1, 0, 0]) + 0.0)
+        .node()
+        .clone();
+    for (name, region, node) in [("0 - t", minus_x, mirror), ("t + 0", plus_x, shifted)] {
+        // The masked assignment as a fill after an empty main assignment,
+        // and as a main assignment of its own (a kernel), on each back end.
+        for backend in [Backend::Interpreter, Backend::C] {
+            let options = AssignOptions {
+                backend,
+                ..AssignOptions::default()
+            };
+            let copy = |start: &SpatialField<CellCentre>| {
+                let mut f = SpatialField::<CellCentre>::new("t", &p, Device::Cpu).unwrap();
+                f.values_mut()
+                    .unwrap()
+                    .copy_from_slice(start.values().unwrap());
+                f
+            };
+            let mut filled = copy(&start);
+            let empty = AssignOptions {
+                region: Region::Box(IndexBox::new([1, 1, 0], [2, 2, 1])),
+                ..options
+            };
+            let same = me().node().clone();
+            assign_node_then(
+                &mut filled,
+                id,
+                &same,
+                &[],
+                empty,
+                &[(region, node.clone())],
+            )
+            .unwrap();
+            let mut kernel = copy(&start);
+            let main = AssignOptions {
+                region: Region::Box(region),
+                ..options
+            };
+            assign_node_then(&mut kernel, id, &node, &[], main, &[]).unwrap();
+            assert_eq!(bits(&filled), bits(&kernel), "{name}, {backend:?}");
+        }
+    }
+}

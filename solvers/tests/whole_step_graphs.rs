@@ -659,10 +659,18 @@ fn the_flow_places_its_whole_step_and_its_pressure_solve_on_a_gpu() {
             .zip(c)
             .filter(|(a, b)| a.to_bits() != b.to_bits())
             .count();
+        let first: Vec<String> = g
+            .iter()
+            .zip(c)
+            .enumerate()
+            .filter(|(_, (a, b))| a.to_bits() != b.to_bits())
+            .take(8)
+            .map(|(i, (a, b))| format!("{i}: GPU {a:e}, CPU {b:e}"))
+            .collect();
         assert_eq!(
             differing,
             0,
-            "{name}: {differing} of {} points differ (largest relative difference {worst:e})",
+            "{name}: {differing} of {} points differ (largest relative difference {worst:e}; first: {first:?})",
             c.len()
         );
         assert!(c.iter().all(|x| x.is_finite()), "{name}");

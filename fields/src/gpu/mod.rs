@@ -13,6 +13,13 @@
 //! GPU. Setting `WATERSHED_DISABLE_CUDA=1` hides all GPUs, which checks the
 //! CPU fallback on a GPU machine.
 //!
+//! A third implementation, `emulated.rs`, plays GPUs on the host for
+//! tests: with `WATERSHED_EMULATE_GPUS=N` the layer reports N GPUs whose
+//! memory is host memory, whose streams run work when it is enqueued and
+//! whose kernels are their CUDA C compiled for the host. The CUDA driver is
+//! then not touched. It lets every GPU path run on machines without a GPU;
+//! it cannot show a race between streams (its work never overlaps).
+//!
 //! Synchronisation semantics are stated on each call; the rule is that
 //! anything taking a [`GpuStream`] only enqueues work and returns before the
 //! GPU finishes.
@@ -25,31 +32,116 @@ use cuda as backend;
 mod stub;
 #[cfg(not(feature = "cuda"))]
 use stub as backend;
+mod emulated;
 
 use crate::Device;
 use crate::error::{FieldError, FieldResult};
+use std::sync::OnceLock;
 
-pub(crate) use backend::{device_alloc_zeroed, device_free, pinned_alloc_zeroed, pinned_free};
+/// Why no GPU can be used (`None`: the driver, or the emulation, is usable).
+fn driver_problem() -> Option<&'static str> {
+    static DISABLED: OnceLock<bool> = OnceLock::new();
+    let disabled = *DISABLED.get_or_init(|| {
+        std::env::var("WATERSHED_DISABLE_CUDA").is_ok_and(|v| !v.is_empty() && v != "0")
+    });
+    if disabled {
+        return Some("GPUs are disabled by WATERSHED_DISABLE_CUDA");
+    }
+    if emulated::active() {
+        emulated::problem()
+    } else {
+        backend::driver_problem()
+    }
+}
+
+/// True when the GPUs are emulated on the host (`WATERSHED_EMULATE_GPUS`;
+/// see the module documentation).
+pub fn gpus_are_emulated() -> bool {
+    emulated::active()
+}
+
+/// `bytes` zeroed bytes of memory of GPU `ordinal`.
+pub(crate) fn device_alloc_zeroed(ordinal: usize, bytes: usize) -> FieldResult<usize> {
+    if emulated::active() {
+        emulated::device_alloc_zeroed(ordinal, bytes)
+    } else {
+        backend::device_alloc_zeroed(ordinal, bytes)
+    }
+}
+
+/// Frees memory from [`device_alloc_zeroed`].
+pub(crate) fn device_free(ordinal: usize, address: usize) {
+    if emulated::active() {
+        emulated::device_free(address)
+    } else {
+        backend::device_free(ordinal, address)
+    }
+}
+
+/// Page-locked host memory, or `None` (no driver; emulated GPUs take any
+/// host memory as pinned).
+pub(crate) fn pinned_alloc_zeroed(bytes: usize) -> Option<usize> {
+    if emulated::active() {
+        emulated::pinned_alloc_zeroed(bytes)
+    } else {
+        backend::pinned_alloc_zeroed(bytes)
+    }
+}
+
+/// Frees memory from [`pinned_alloc_zeroed`].
+pub(crate) fn pinned_free(address: usize) {
+    if emulated::active() {
+        emulated::device_free(address)
+    } else {
+        backend::pinned_free(address)
+    }
+}
+
+/// A stream of a real or of an emulated GPU.
+#[derive(Debug, Clone)]
+enum StreamImpl {
+    Hardware(backend::Stream),
+    Emulated(emulated::Stream),
+}
+
+/// An event of a real or of an emulated GPU.
+#[derive(Debug, Clone)]
+enum EventImpl {
+    Hardware(backend::Event),
+    Emulated(emulated::Event),
+}
+
+/// A kernel loaded on a real or on an emulated GPU.
+#[derive(Debug, Clone)]
+enum FunctionImpl {
+    Hardware(backend::Function),
+    Emulated(emulated::Function),
+}
 
 /// True when this build has CUDA support (the `cuda` cargo feature).
 pub const BUILT_WITH_CUDA: bool = cfg!(feature = "cuda");
 
-/// True when the CUDA driver is loaded and initialised. Never panics.
+/// True when the CUDA driver is loaded and initialised (or the GPUs are
+/// emulated). Never panics.
 pub fn cuda_driver_present() -> bool {
-    backend::driver_problem().is_none()
+    driver_problem().is_none()
 }
 
-/// Number of CUDA devices (0 without a driver). Never panics.
+/// Number of CUDA devices (0 without a driver; the emulated ones when
+/// emulating). Never panics.
 pub fn gpu_count() -> usize {
     if !cuda_driver_present() {
         return 0;
+    }
+    if emulated::active() {
+        return emulated::count();
     }
     backend::device_count()
 }
 
 /// Why `device` cannot be used, or `None` when it can.
 pub fn gpu_unavailable_reason(ordinal: usize) -> Option<String> {
-    if let Some(problem) = backend::driver_problem() {
+    if let Some(problem) = driver_problem() {
         return Some(problem.to_string());
     }
     let count = gpu_count();
@@ -65,7 +157,11 @@ pub fn require_gpu(ordinal: usize) -> FieldResult<()> {
             reason,
         });
     }
-    backend::bind(ordinal)
+    if emulated::active() {
+        emulated::bind(ordinal)
+    } else {
+        backend::bind(ordinal)
+    }
 }
 
 /// A CUDA stream on one GPU: work enqueued on it runs in order, concurrently
@@ -73,7 +169,7 @@ pub fn require_gpu(ordinal: usize) -> FieldResult<()> {
 #[derive(Debug, Clone)]
 pub struct GpuStream {
     device: Device,
-    stream: backend::Stream,
+    stream: StreamImpl,
 }
 
 impl GpuStream {
@@ -85,9 +181,14 @@ impl GpuStream {
                 reason,
             });
         }
+        let stream = if emulated::active() {
+            StreamImpl::Emulated(emulated::Stream::new(ordinal)?)
+        } else {
+            StreamImpl::Hardware(backend::Stream::new(ordinal)?)
+        };
         Ok(GpuStream {
             device: Device::Gpu(ordinal),
-            stream: backend::Stream::new(ordinal)?,
+            stream,
         })
     }
 
@@ -98,20 +199,38 @@ impl GpuStream {
 
     /// Blocks the calling thread until all work enqueued so far has finished.
     pub fn synchronize(&self) -> FieldResult<()> {
-        self.stream.synchronize(self.device)
+        match &self.stream {
+            StreamImpl::Hardware(stream) => stream.synchronize(self.device),
+            StreamImpl::Emulated(_) => Ok(()),
+        }
     }
 
     /// Records an event after the work enqueued so far. Returns at once.
     pub fn record(&self) -> FieldResult<ValidationEvent> {
+        let event = match &self.stream {
+            StreamImpl::Hardware(stream) => EventImpl::Hardware(stream.record(self.device)?),
+            StreamImpl::Emulated(_) => EventImpl::Emulated(emulated::Event),
+        };
         Ok(ValidationEvent {
             device: self.device,
-            event: self.stream.record(self.device)?,
+            event,
         })
     }
 
     /// Makes later work on this stream wait for `event`. Returns at once.
     pub fn wait(&self, event: &ValidationEvent) -> FieldResult<()> {
-        self.stream.wait(&event.event, self.device)
+        match (&self.stream, &event.event) {
+            (StreamImpl::Hardware(stream), EventImpl::Hardware(event)) => {
+                stream.wait(event, self.device)
+            }
+            // Emulated work is complete when enqueued.
+            (StreamImpl::Emulated(_), EventImpl::Emulated(_)) => Ok(()),
+            _ => Err(FieldError::Cuda {
+                device: self.device,
+                action: "waiting on an event".into(),
+                message: "the event and the stream belong to a real and an emulated GPU".into(),
+            }),
+        }
     }
 
     /// Enqueues a copy of `bytes` bytes from `source` to `destination`
@@ -130,8 +249,15 @@ impl GpuStream {
     ) -> FieldResult<()> {
         // SAFETY: forwarded from the caller.
         unsafe {
-            self.stream
-                .copy(self.device, source, destination, bytes, action)
+            match &self.stream {
+                StreamImpl::Hardware(stream) => {
+                    stream.copy(self.device, source, destination, bytes, action)
+                }
+                StreamImpl::Emulated(stream) => {
+                    stream.copy(source.1, destination.1, bytes);
+                    Ok(())
+                }
+            }
         }
     }
 
@@ -150,8 +276,15 @@ impl GpuStream {
     ) -> FieldResult<()> {
         // SAFETY: forwarded from the caller.
         unsafe {
-            self.stream
-                .memset(self.device, destination, byte, bytes, action)
+            match &self.stream {
+                StreamImpl::Hardware(stream) => {
+                    stream.memset(self.device, destination, byte, bytes, action)
+                }
+                StreamImpl::Emulated(stream) => {
+                    stream.memset(destination, byte, bytes);
+                    Ok(())
+                }
+            }
         }
     }
 }
@@ -188,14 +321,20 @@ impl GpuStream {
         }
         // SAFETY: forwarded from the caller.
         unsafe {
-            self.stream.launch(
-                self.device,
-                &function.function,
-                grid,
-                block,
-                arguments,
-                action,
-            )
+            match (&self.stream, &function.function) {
+                (StreamImpl::Hardware(stream), FunctionImpl::Hardware(function)) => {
+                    stream.launch(self.device, function, grid, block, arguments, action)
+                }
+                (StreamImpl::Emulated(stream), FunctionImpl::Emulated(function)) => {
+                    stream.launch(self.device, function, grid, block, arguments, action)
+                }
+                _ => Err(FieldError::Cuda {
+                    device: self.device,
+                    action: action.to_string(),
+                    message: "the kernel and the stream belong to a real and an emulated GPU"
+                        .into(),
+                }),
+            }
         }
     }
 }
@@ -205,13 +344,15 @@ impl GpuStream {
 pub struct GpuFunction {
     device: Device,
     name: String,
-    function: backend::Function,
+    function: FunctionImpl,
 }
 
 impl GpuFunction {
     /// Loads the PTX module `ptx` on GPU `ordinal` and looks up the kernel
-    /// `name` in it (the driver compiles the PTX for the GPU it finds).
-    pub fn load(ordinal: usize, ptx: &str, name: &str) -> FieldResult<Self> {
+    /// `name` in it (the driver compiles the PTX for the GPU it finds). An
+    /// emulated GPU compiles `source`, the CUDA C the PTX was made from,
+    /// for the host instead.
+    pub fn load(ordinal: usize, ptx: &str, source: &str, name: &str) -> FieldResult<Self> {
         if let Some(reason) = gpu_unavailable_reason(ordinal) {
             return Err(FieldError::NoCudaDevice {
                 device: Device::Gpu(ordinal),
@@ -221,7 +362,11 @@ impl GpuFunction {
         Ok(GpuFunction {
             device: Device::Gpu(ordinal),
             name: name.to_string(),
-            function: backend::load_function(ordinal, ptx, name)?,
+            function: if emulated::active() {
+                FunctionImpl::Emulated(emulated::load_function(ordinal, source, name)?)
+            } else {
+                FunctionImpl::Hardware(backend::load_function(ordinal, ptx, name)?)
+            },
         })
     }
 
@@ -242,7 +387,7 @@ impl GpuFunction {
 #[derive(Debug, Clone)]
 pub struct ValidationEvent {
     device: Device,
-    event: backend::Event,
+    event: EventImpl,
 }
 
 impl ValidationEvent {
@@ -253,12 +398,18 @@ impl ValidationEvent {
 
     /// Blocks until the recorded work has finished.
     pub fn synchronize(&self) -> FieldResult<()> {
-        self.event.synchronize(self.device)
+        match &self.event {
+            EventImpl::Hardware(event) => event.synchronize(self.device),
+            EventImpl::Emulated(_) => Ok(()),
+        }
     }
 
     /// True once the recorded work has finished. Never blocks.
     pub fn is_complete(&self) -> bool {
-        self.event.is_complete()
+        match &self.event {
+            EventImpl::Hardware(event) => event.is_complete(),
+            EventImpl::Emulated(event) => event.is_complete(),
+        }
     }
 }
 

@@ -1,0 +1,424 @@
+//! An emulated GPU: the device layer played on the host, so that the GPU
+//! paths of Watershed (placement, the stream protocol, location states,
+//! pools, launches, reductions, the solvers on a GPU) run and are tested
+//! on machines without one. It is a test device, never chosen on its own:
+//! setting `WATERSHED_EMULATE_GPUS=N` (N >= 1) makes the device layer
+//! report N GPUs, all emulated, and leaves the CUDA driver untouched.
+//!
+//! What it does:
+//! * **Memory** of an emulated GPU is host memory (256-byte aligned,
+//!   zeroed); device addresses are host addresses.
+//! * **Streams** run each operation when it is enqueued, on the calling
+//!   thread: copies and memsets at once, kernels to completion. Events are
+//!   complete when recorded. This is one valid order of the work CUDA
+//!   would run, so results must match a GPU's and the CPU's; what it cannot
+//!   show is a missing event (a race that only overlapping streams expose).
+//! * **Kernels**: the CUDA C of each kernel (header-free, as the emitters
+//!   write it) is compiled for the host by the system C++ compiler (`$CXX`,
+//!   else `g++`, with `-O1 -ffp-contract=off`, so no contraction, like
+//!   NVRTC with `--fmad=false`) under a small shim that defines the thread
+//!   indices, the integer casts and `atomicMin`, unpacks the parameters as
+//!   `cuLaunchKernel` receives them and runs every thread of every block.
+//!   Libraries are cached on disk by a hash of their source.
+
+use crate::Device;
+use crate::error::{FieldError, FieldResult};
+use std::alloc::Layout;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The variable that turns emulation on.
+pub(crate) const VARIABLE: &str = "WATERSHED_EMULATE_GPUS";
+
+/// What `WATERSHED_EMULATE_GPUS` asks for: `Ok(0)` when unset or empty,
+/// `Ok(n)` for a count, `Err` (why) for a value that is not one.
+fn requested() -> &'static Result<usize, String> {
+    static REQUESTED: OnceLock<Result<usize, String>> = OnceLock::new();
+    REQUESTED.get_or_init(|| match std::env::var(VARIABLE) {
+        Err(_) => Ok(0),
+        Ok(value) if value.trim().is_empty() => Ok(0),
+        Ok(value) => value.trim().parse::<usize>().map_err(|_| {
+            format!("{VARIABLE}={value:?} is not a number of GPUs to emulate; set it to 1 or more, or unset it")
+        }),
+    })
+}
+
+/// True when the device layer is emulated (also when the variable is
+/// malformed: then no GPU is usable, and [`problem`] says why).
+pub(crate) fn active() -> bool {
+    !matches!(requested(), Ok(0))
+}
+
+/// Why emulated GPUs cannot be used (a malformed variable), if so.
+pub(crate) fn problem() -> Option<&'static str> {
+    requested().as_ref().err().map(String::as_str)
+}
+
+/// The number of emulated GPUs.
+pub(crate) fn count() -> usize {
+    *requested().as_ref().unwrap_or(&0)
+}
+
+fn check(ordinal: usize) -> FieldResult<()> {
+    if let Some(reason) = problem() {
+        return Err(FieldError::NoCudaDevice {
+            device: Device::Gpu(ordinal),
+            reason: reason.to_string(),
+        });
+    }
+    if ordinal >= count() {
+        return Err(FieldError::NoCudaDevice {
+            device: Device::Gpu(ordinal),
+            reason: format!("{VARIABLE} emulates {} GPU(s)", count()),
+        });
+    }
+    Ok(())
+}
+
+/// Nothing to bind: checks the ordinal.
+pub(crate) fn bind(ordinal: usize) -> FieldResult<()> {
+    check(ordinal)
+}
+
+/// The layouts of live allocations, by address.
+fn allocations() -> &'static Mutex<HashMap<usize, Layout>> {
+    static ALLOCATIONS: OnceLock<Mutex<HashMap<usize, Layout>>> = OnceLock::new();
+    ALLOCATIONS.get_or_init(Default::default)
+}
+
+/// `bytes` zeroed bytes of host memory aligned to `align`, recorded for
+/// [`device_free`]; why not, if it cannot be had.
+fn host_alloc_zeroed(bytes: usize, align: usize) -> Result<usize, String> {
+    let layout = Layout::from_size_align(bytes.max(1), align).map_err(|e| e.to_string())?;
+    // SAFETY: the layout has a non-zero size.
+    let address = unsafe { std::alloc::alloc_zeroed(layout) } as usize;
+    if address == 0 {
+        return Err("the host is out of memory".into());
+    }
+    allocations()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(address, layout);
+    Ok(address)
+}
+
+/// `bytes` zeroed bytes of "device" (host) memory, 256-byte aligned.
+pub(crate) fn device_alloc_zeroed(ordinal: usize, bytes: usize) -> FieldResult<usize> {
+    check(ordinal)?;
+    host_alloc_zeroed(bytes, 256).map_err(|message| FieldError::Cuda {
+        device: Device::Gpu(ordinal),
+        action: format!("allocating {bytes} bytes of emulated GPU memory"),
+        message,
+    })
+}
+
+/// "Pinned" host memory: any page-aligned host memory serves, since an
+/// emulated GPU copies with `memcpy`.
+pub(crate) fn pinned_alloc_zeroed(bytes: usize) -> Option<usize> {
+    if problem().is_some() {
+        return None;
+    }
+    host_alloc_zeroed(bytes, 4096).ok()
+}
+
+/// Frees memory from [`device_alloc_zeroed`] or [`pinned_alloc_zeroed`]
+/// (other addresses are ignored).
+pub(crate) fn device_free(address: usize) {
+    let layout = allocations()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&address);
+    if let Some(layout) = layout {
+        // SAFETY: `address` was returned by `alloc_zeroed` with `layout`
+        // and is removed from the table, so it is freed once.
+        unsafe { std::alloc::dealloc(address as *mut u8, layout) };
+    }
+}
+
+/// A stream of an emulated GPU: work runs when it is enqueued.
+#[derive(Debug, Clone)]
+pub(crate) struct Stream;
+
+/// An event of an emulated GPU: complete when recorded.
+#[derive(Debug, Clone)]
+pub(crate) struct Event;
+
+impl Stream {
+    pub(crate) fn new(ordinal: usize) -> FieldResult<Stream> {
+        check(ordinal)?;
+        Ok(Stream)
+    }
+
+    /// # Safety
+    /// Both ranges must be valid for `bytes` bytes (host memory, as every
+    /// emulated device address is).
+    pub(crate) unsafe fn copy(&self, from: usize, to: usize, bytes: usize) {
+        if bytes > 0 {
+            // SAFETY: forwarded from the caller; `copy` allows overlap.
+            unsafe { std::ptr::copy(from as *const u8, to as *mut u8, bytes) };
+        }
+    }
+
+    /// # Safety
+    /// The range must be valid for `bytes` bytes.
+    pub(crate) unsafe fn memset(&self, destination: usize, byte: u8, bytes: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { std::ptr::write_bytes(destination as *mut u8, byte, bytes) };
+    }
+
+    /// Runs `function` over `grid` x `block` threads to completion.
+    ///
+    /// # Safety
+    /// As `cuLaunchKernel`: the blocks must be the kernel's parameters in
+    /// number, size and meaning, and every address among them valid for
+    /// what the kernel reads and writes.
+    pub(crate) unsafe fn launch(
+        &self,
+        device: Device,
+        function: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        arguments: &[&[u8]],
+        action: &str,
+    ) -> FieldResult<()> {
+        let refuse = |message: String| FieldError::Cuda {
+            device,
+            action: action.to_string(),
+            message,
+        };
+        if arguments.len() != function.parameters + 1 {
+            return Err(refuse(format!(
+                "kernel {} takes {} parameters, {} were given",
+                function.name,
+                function.parameters + 1,
+                arguments.len()
+            )));
+        }
+        if let Some(size) = arguments.iter().skip(1).map(|b| b.len()).find(|&n| n != 8) {
+            return Err(refuse(format!(
+                "kernel {} takes 8-byte parameters after its struct, one of {size} bytes was given",
+                function.name
+            )));
+        }
+        let mut pointers: Vec<*mut c_void> = arguments
+            .iter()
+            .map(|b| b.as_ptr() as *mut c_void)
+            .collect();
+        // SAFETY: the library was built from the kernel's source under the
+        // shim, whose entry point has this signature and reads exactly the
+        // parameters counted above; the caller vouches for the addresses.
+        unsafe { (function.entry)(pointers.as_mut_ptr(), grid.as_ptr(), block.as_ptr()) };
+        Ok(())
+    }
+}
+
+impl Event {
+    pub(crate) fn is_complete(&self) -> bool {
+        true
+    }
+}
+
+/// The entry point the shim exports: parameter blocks, grid, block.
+type HostLaunch = unsafe extern "C" fn(*mut *mut c_void, *const u32, *const u32);
+
+/// A kernel compiled for the host.
+#[derive(Clone)]
+pub(crate) struct Function {
+    name: String,
+    /// Parameters after the argument struct.
+    parameters: usize,
+    entry: HostLaunch,
+    _library: Arc<libloading::Library>,
+}
+
+impl std::fmt::Debug for Function {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Function")
+            .field("name", &self.name)
+            .field("parameters", &self.parameters)
+            .finish()
+    }
+}
+
+/// The parameter types after the argument struct of kernel `name` in
+/// `source` (`extern "C" __global__ void name(const struct ..._args a,
+/// double *t, long long tsy, ...)`).
+fn parameter_types(source: &str, name: &str) -> Result<Vec<String>, String> {
+    let head = format!("void {name}(");
+    let start = source
+        .find(&head)
+        .ok_or_else(|| format!("no `{head}` in the kernel's source"))?
+        + head.len();
+    let end = source[start..]
+        .find(')')
+        .ok_or_else(|| format!("the parameter list of {name} is not closed"))?;
+    let list: Vec<&str> = source[start..start + end]
+        .split(',')
+        .map(str::trim)
+        .collect();
+    if list.first().is_none_or(|first| !first.contains("_args")) {
+        return Err(format!("{name} does not take its argument struct first"));
+    }
+    list[1..]
+        .iter()
+        .map(|parameter| {
+            let cut = parameter
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .ok_or_else(|| format!("cannot read parameter `{parameter}` of {name}"))?;
+            Ok(parameter[..=cut].trim().to_string())
+        })
+        .collect()
+}
+
+/// The host translation unit for kernel `name`: the shim, the kernel's
+/// CUDA C, and an entry point that unpacks the parameters and runs every
+/// thread.
+fn host_unit(source: &str, name: &str, types: &[String]) -> String {
+    let unpack: String = types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| format!("    {ty} n{i}; memcpy(&n{i}, params[{}], 8);\n", i + 1))
+        .collect();
+    let arguments: Vec<String> = (0..types.len()).map(|i| format!("n{i}")).collect();
+    format!(
+        "#include <math.h>\n#include <string.h>\n\
+         struct ws_uint3 {{ unsigned x, y, z; }};\n\
+         static thread_local ws_uint3 threadIdx, blockIdx, blockDim;\n\
+         #define __global__\n#define __device__\n#define __forceinline__ inline\n\
+         static inline long long __double_as_longlong(double v) {{ long long u; memcpy(&u, &v, 8); return u; }}\n\
+         static inline double __longlong_as_double(long long u) {{ double v; memcpy(&v, &u, 8); return v; }}\n\
+         static inline unsigned long long atomicMin(unsigned long long *a, unsigned long long v) {{\n\
+         \x20   unsigned long long old = *a; if (v < old) *a = v; return old; }}\n\
+         {source}\n\
+         extern \"C\" void ws_host_launch(void **params, const unsigned *grid, const unsigned *block) {{\n\
+         \x20   struct {name}_args a; memcpy(&a, params[0], sizeof a);\n\
+         {unpack}\
+         \x20   blockDim.x = block[0]; blockDim.y = block[1]; blockDim.z = block[2];\n\
+         \x20   for (unsigned bz = 0; bz < grid[2]; ++bz) for (unsigned by = 0; by < grid[1]; ++by)\n\
+         \x20   for (unsigned bx = 0; bx < grid[0]; ++bx) for (unsigned tz = 0; tz < block[2]; ++tz)\n\
+         \x20   for (unsigned ty = 0; ty < block[1]; ++ty) for (unsigned tx = 0; tx < block[0]; ++tx) {{\n\
+         \x20       blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;\n\
+         \x20       threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;\n\
+         \x20       {name}(a{comma}{arguments});\n\
+         \x20   }}\n}}\n",
+        comma = if arguments.is_empty() { "" } else { ", " },
+        arguments = arguments.join(", "),
+    )
+}
+
+/// FNV-1a over `bytes`: a hash stable across builds, for cache names.
+fn stable_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Where compiled kernels are kept.
+fn cache_directory() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("watershed").join("emulated-gpu")
+}
+
+/// Loads kernel `name` from its CUDA C `source`, compiling it for the host
+/// unless the cache has it.
+pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldResult<Function> {
+    check(ordinal)?;
+    let device = Device::Gpu(ordinal);
+    let failed = |message: String| FieldError::Cuda {
+        device,
+        action: format!("compiling kernel {name} for the emulated GPU"),
+        message,
+    };
+    let types = parameter_types(source, name).map_err(failed)?;
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+    let unit = host_unit(source, name, &types);
+    let key = stable_hash(format!("{compiler}\n{unit}").as_bytes());
+    static LOADED: OnceLock<Mutex<HashMap<u64, Arc<libloading::Library>>>> = OnceLock::new();
+    let loaded = LOADED.get_or_init(Default::default);
+    let found = loaded
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .cloned();
+    let library = match found {
+        Some(library) => library,
+        None => {
+            let directory = cache_directory();
+            std::fs::create_dir_all(&directory)
+                .map_err(|e| failed(format!("cannot create {}: {e}", directory.display())))?;
+            let path = directory.join(format!("{key:016x}.so"));
+            if !path.exists() {
+                let source_path = directory.join(format!("{key:016x}.cpp"));
+                std::fs::write(&source_path, &unit)
+                    .map_err(|e| failed(format!("cannot write {}: {e}", source_path.display())))?;
+                let partial = directory.join(format!("{key:016x}.{}.tmp", std::process::id()));
+                let out = Command::new(&compiler)
+                    .args(["-O1", "-ffp-contract=off", "-shared", "-fPIC", "-o"])
+                    .arg(&partial)
+                    .arg(&source_path)
+                    .output()
+                    .map_err(|e| failed(format!("cannot run {compiler}: {e}")))?;
+                if !out.status.success() {
+                    return Err(failed(format!(
+                        "{compiler} refused {}:\n{}",
+                        source_path.display(),
+                        String::from_utf8_lossy(&out.stderr)
+                    )));
+                }
+                std::fs::rename(&partial, &path)
+                    .map_err(|e| failed(format!("cannot move {}: {e}", partial.display())))?;
+            }
+            // SAFETY: the library was built from the shim above; loading it
+            // runs no initialiser of ours beyond the C++ runtime's.
+            let library = unsafe { libloading::Library::new(&path) }
+                .map_err(|e| failed(format!("cannot load {}: {e}", path.display())))?;
+            let library = Arc::new(library);
+            loaded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key, library.clone());
+            library
+        }
+    };
+    // SAFETY: `ws_host_launch` is defined by the shim with this signature.
+    let entry = unsafe { library.get::<HostLaunch>(b"ws_host_launch") }
+        .map(|symbol| *symbol)
+        .map_err(|e| failed(format!("no entry point: {e}")))?;
+    Ok(Function {
+        name: name.to_string(),
+        parameters: types.len(),
+        entry,
+        _library: library,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_types_are_read_from_the_signature() {
+        let source = "extern \"C\" __global__ void k0(const struct k0_args a, double *t, long long tsy,\n    long long x1, unsigned long long *bad)\n{ }";
+        assert_eq!(
+            parameter_types(source, "k0").unwrap(),
+            ["double *", "long long", "long long", "unsigned long long *"]
+        );
+        assert!(
+            parameter_types(source, "k1")
+                .unwrap_err()
+                .contains("no `void k1(`")
+        );
+        let without_struct = "__global__ void k2(double *t) {}";
+        assert!(
+            parameter_types(without_struct, "k2")
+                .unwrap_err()
+                .contains("argument struct")
+        );
+    }
+}
