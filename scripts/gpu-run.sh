@@ -38,11 +38,11 @@ run_binary() { # name, seconds, extra arguments
     status=$?
     echo "$name rc=$status $(($(date +%s) - began))s $(grep -a '^test result' "$out/tests.log" | tail -n 1)" >> "$out/summary.txt"
 }
-gpu_tests="fields__test__gpu fields__test__state_machine cases__test__gpu solvers__test__whole_step_graphs operators__test__bad_input exprgraph__test__placement operators__test__gpu_launch_on_host cases__test__cli"
+gpu_tests="fields__test__gpu fields__test__state_machine cases__test__gpu solvers__test__whole_step_graphs solvers__test__multigrid operators__test__bad_input exprgraph__test__placement operators__test__gpu_launch_on_host cases__test__cli"
 for name in $gpu_tests; do
     run_binary "$name" 300 --nocapture
 done
-for case in heat advection exprlib-scalability; do
+for case in heat advection exprlib-scalability wasatch-scalability taylor-green reacting-species lid-driven-cavity; do
     began=$(date +%s)
     echo "=== watershed run $case --device gpu" >> "$out/cli.log"
     timeout 300 "$built_at/target/release/watershed" run "$case" --device gpu --quiet \

@@ -495,3 +495,95 @@ fn the_heterogeneous_exprlib_graph_gives_the_cpus_bits_pinned_and_pageable() {
         }
     }
 }
+
+/// Several GPUs (the thesis' round-robin assignment of graphs to devices):
+/// four ExprLib graphs placed on GPU `round_robin(k, gpus)`, executed at
+/// once from four threads, each give the CPU's bits, and each GPU's own
+/// pool holds the fields of the graphs placed on it. Needs two GPUs.
+#[test]
+fn graphs_assigned_round_robin_to_two_gpus_run_at_once_and_give_the_cpus_bits() {
+    let test = "graphs_assigned_round_robin_to_two_gpus_run_at_once_and_give_the_cpus_bits";
+    let Some((_, _alone)) = gpu_alone(test) else {
+        return;
+    };
+    let gpus = watershed_fields::gpu::gpu_count();
+    if gpus < 2 {
+        eprintln!("skipped {test}: {gpus} GPU(s), two needed");
+        return;
+    }
+    let patch = patch(12);
+    let pdes = 3;
+    let cpu = exprlib(
+        &patch,
+        pdes,
+        "coupled",
+        PlacementPolicy::Cpu,
+        StreamMode::default(),
+    );
+    for _ in 0..3 {
+        cpu.execute(ExecutionMode::Serial).unwrap();
+    }
+    let before: Vec<usize> = (0..2)
+        .map(|k| {
+            MemoryPool::global(Device::Gpu(k))
+                .unwrap()
+                .statistics()
+                .blocks_active
+        })
+        .collect();
+    let graphs: Vec<(usize, ExpressionGraph)> = (0..4)
+        .map(|k| {
+            let gpu = PlacementPolicy::round_robin(k, 2).unwrap();
+            let graph = exprlib(
+                &patch,
+                pdes,
+                "coupled",
+                PlacementPolicy::Gpu(gpu),
+                StreamMode::default(),
+            );
+            (gpu, graph)
+        })
+        .collect();
+    assert_eq!(
+        graphs.iter().map(|(gpu, _)| *gpu).collect::<Vec<_>>(),
+        [0, 1, 0, 1]
+    );
+    std::thread::scope(|scope| {
+        for (_, graph) in &graphs {
+            scope.spawn(move || {
+                for _ in 0..3 {
+                    graph.execute(ExecutionMode::Serial).unwrap();
+                }
+            });
+        }
+    });
+    for (k, (gpu, graph)) in graphs.iter().enumerate() {
+        for i in 0..pdes {
+            let states = graph
+                .with_field::<CellCentre, _>(&phi_next(i), |f| f.location_states())
+                .unwrap();
+            assert!(
+                states
+                    .iter()
+                    .any(|s| s.device == Device::Gpu(*gpu) && s.active),
+                "graph {k}: phi_next{i} states {states:?}"
+            );
+            let (worst, differing) =
+                difference(&values(graph, &phi_next(i)), &values(&cpu, &phi_next(i)));
+            assert_eq!(
+                differing, 0,
+                "graph {k} on GPU {gpu}: phi_next{i} differs by {worst:e}"
+            );
+        }
+    }
+    for (k, before) in before.iter().enumerate() {
+        let held = MemoryPool::global(Device::Gpu(k))
+            .unwrap()
+            .statistics()
+            .blocks_active;
+        assert!(
+            held > *before,
+            "GPU {k}'s pool holds no block of the graphs placed there ({before} -> {held})"
+        );
+    }
+}

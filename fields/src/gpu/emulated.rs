@@ -340,12 +340,14 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
     let unit = host_unit(source, name, &types);
     let key = stable_hash(format!("{compiler}\n{unit}").as_bytes());
     static LOADED: OnceLock<Mutex<HashMap<u64, Arc<libloading::Library>>>> = OnceLock::new();
-    let loaded = LOADED.get_or_init(Default::default);
-    let found = loaded
+    // Held while a kernel is looked up and compiled: threads of this
+    // process never build the same library twice. Other processes may;
+    // their files have names of their own until renamed into place.
+    let mut loaded = LOADED
+        .get_or_init(Default::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-        .cloned();
+        .unwrap_or_else(|p| p.into_inner());
+    let found = loaded.get(&key).cloned();
     let library = match found {
         Some(library) => library,
         None => {
@@ -354,10 +356,11 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
                 .map_err(|e| failed(format!("cannot create {}: {e}", directory.display())))?;
             let path = directory.join(format!("{key:016x}.so"));
             if !path.exists() {
-                let source_path = directory.join(format!("{key:016x}.cpp"));
+                let own = format!("{key:016x}.{}", std::process::id());
+                let source_path = directory.join(format!("{own}.cpp"));
                 std::fs::write(&source_path, &unit)
                     .map_err(|e| failed(format!("cannot write {}: {e}", source_path.display())))?;
-                let partial = directory.join(format!("{key:016x}.{}.tmp", std::process::id()));
+                let partial = directory.join(format!("{own}.tmp"));
                 let out = Command::new(&compiler)
                     .args(["-O1", "-ffp-contract=off", "-shared", "-fPIC", "-o"])
                     .arg(&partial)
@@ -365,6 +368,7 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
                     .output()
                     .map_err(|e| failed(format!("cannot run {compiler}: {e}")))?;
                 if !out.status.success() {
+                    // The source is left in place for a look.
                     return Err(failed(format!(
                         "{compiler} refused {}:\n{}",
                         source_path.display(),
@@ -373,16 +377,14 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
                 }
                 std::fs::rename(&partial, &path)
                     .map_err(|e| failed(format!("cannot move {}: {e}", partial.display())))?;
+                let _ = std::fs::remove_file(&source_path);
             }
             // SAFETY: the library was built from the shim above; loading it
             // runs no initialiser of ours beyond the C++ runtime's.
             let library = unsafe { libloading::Library::new(&path) }
                 .map_err(|e| failed(format!("cannot load {}: {e}", path.display())))?;
             let library = Arc::new(library);
-            loaded
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key, library.clone());
+            loaded.insert(key, library.clone());
             library
         }
     };
