@@ -33,6 +33,6 @@ if [ -z "${WATERSHED_EMULATE_GPUS:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
     cargo test -p watershed-operators --test bad_input "$@"
     cargo test -p watershed-solvers --test whole_step_graphs --test multigrid "$@"
     cargo test -p watershed-cases --test gpu "$@"
-    cargo test -p watershed-cases --test cli cases_run_on_the_gpu "$@"
+    cargo test -p watershed-cases --test cli "$@"
     unset WATERSHED_EMULATE_GPUS
 fi

@@ -652,3 +652,93 @@ fn bench_writes_a_table_and_charts() {
         );
     }
 }
+
+/// The bits of every dataset of every dump in `dir` (sorted by file name).
+fn dumps(dir: &Path) -> Vec<(String, Vec<u64>)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "h5"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for path in files {
+        let file = hdf5::File::open(&path).unwrap();
+        let mut names = file.member_names().unwrap();
+        names.sort();
+        for name in names {
+            let values = file.dataset(&name).unwrap().read_raw::<f64>().unwrap();
+            let label = format!("{}:{name}", path.file_name().unwrap().to_string_lossy());
+            out.push((label, values.iter().map(|v| v.to_bits()).collect()));
+        }
+    }
+    out
+}
+
+/// Every case run with `--device gpu` (its whole step on the GPU; the
+/// ExprLib test under the heterogeneous rule) writes dumps with the bits
+/// of its CPU run, and the same check line: the flows' pressure solve
+/// included. Where no GPU can be used it reports "skipped" (CI runs it on
+/// an emulated GPU).
+#[test]
+fn every_case_on_the_gpu_writes_the_bits_of_its_cpu_run() {
+    let Some(_) = watershed_fields::gpu::gpu_for_tests(
+        "every_case_on_the_gpu_writes_the_bits_of_its_cpu_run",
+    ) else {
+        return;
+    };
+    let dir = temp();
+    let cases: [(&str, &[&str]); 7] = [
+        ("heat", &["--set", "cells=8", "--steps", "3"]),
+        ("advection", &["--steps", "3"]),
+        ("lid-driven-cavity", &["--set", "cells=16", "--steps", "4"]),
+        ("taylor-green", &["--set", "cells=16", "--steps", "3"]),
+        (
+            "reacting-species",
+            &["--set", "flow=computed", "--steps", "3"],
+        ),
+        (
+            "wasatch-scalability",
+            &["--set", "cells=8", "--set", "pdes=3", "--steps", "2"],
+        ),
+        (
+            "exprlib-scalability",
+            &["--set", "cells=8", "--set", "pdes=3", "--steps", "2"],
+        ),
+    ];
+    for (case, settings) in cases {
+        let mut results = Vec::new();
+        for device in ["cpu", "gpu"] {
+            let output = format!("{case}-{device}");
+            let mut args = vec!["run", case];
+            args.extend_from_slice(settings);
+            args.extend(["--device", device, "--threads", "1", "--quiet"]);
+            args.extend(["--output", output.as_str()]);
+            let out = run_watershed(dir.path(), &args, true);
+            // A shortened run may fail its check (exit 3), the same way on
+            // both devices.
+            assert!(
+                out.code == 0 || out.code == 3,
+                "{case} on the {device}: {}\n{}",
+                out.stdout,
+                out.stderr
+            );
+            let check: Vec<String> = out
+                .stdout
+                .lines()
+                .filter(|l| l.starts_with("check:"))
+                .map(String::from)
+                .collect();
+            results.push((out.code, check, dumps(&dir.path().join(&output))));
+        }
+        let (gpu, cpu) = (results.pop().unwrap(), results.pop().unwrap());
+        assert_eq!(gpu.0, cpu.0, "{case}: exit codes");
+        assert_eq!(gpu.1, cpu.1, "{case}: check lines");
+        assert!(!cpu.2.is_empty(), "{case}: no dump written");
+        assert_eq!(gpu.2.len(), cpu.2.len(), "{case}: datasets");
+        for ((name, g), (_, c)) in gpu.2.iter().zip(&cpu.2) {
+            let differing = g.iter().zip(c).filter(|(a, b)| a != b).count();
+            assert_eq!(differing, 0, "{case}: {name}: {differing} values differ");
+        }
+    }
+}
