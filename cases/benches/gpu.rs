@@ -17,7 +17,12 @@
 //!   pinned against pageable host memory, and the share of the step that
 //!   the copies of the fields crossing take (the same bytes copied alone);
 //! * **bandwidth**: the fused diffusion kernel's bytes per second against
-//!   a device-to-device copy of the same bytes, same run.
+//!   a device-to-device copy of the same bytes, same run;
+//! * **flow**: the lid-driven cavity (Re 100, forward Euler) with its whole
+//!   step, the multigrid-preconditioned CG pressure solve included, on
+//!   GPU 0 against one CPU thread and all CPU threads, 64^2 to 512^2
+//!   (`WATERSHED_FLOW_SIZES`): ms per step and per CG iteration, after
+//!   checking that three steps give the CPU's bits.
 //!
 //! Every GPU result is first compared with the CPU's (largest relative
 //! difference printed) so that a fast wrong answer is never reported.
@@ -30,7 +35,13 @@ use watershed_cases::cases::scalability::{
 use watershed_cases::common::fill_graph_field;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, PlacementPolicy, StreamMode, Tag};
 use watershed_fields::gpu::{GpuStream, gpu_unavailable_reason};
-use watershed_fields::{CellCentre, Device, Grid, HostMemory, MemoryPool, SpatialField};
+use watershed_fields::{
+    CellCentre, Device, Grid, HostMemory, MemoryPool, Side, SpatialField, XFace, YFace,
+};
+use watershed_solvers::{
+    BoundaryCondition, BoundaryConditions, IncompressibleFlow, IncompressibleFlowBuilder,
+    TimeIntegrator,
+};
 
 fn sizes() -> Vec<usize> {
     std::env::var("WATERSHED_SIZES")
@@ -333,10 +344,110 @@ fn bandwidth(gpu: usize) {
     );
 }
 
+/// The lid-driven cavity on an n x n grid (Re 100, forward Euler), placed
+/// by `placement`, run with `mode`.
+fn cavity(n: usize, placement: PlacementPolicy, mode: ExecutionMode) -> IncompressibleFlow {
+    let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3]).expect("grid");
+    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
+        .velocity_conditions(
+            0,
+            walls.with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+        )
+        .velocity_conditions(1, walls)
+        .integrator(TimeIntegrator::ForwardEuler)
+        .mode(mode)
+        .placement(placement)
+        .build()
+        .expect("flow")
+}
+
+/// Median seconds per step over `steps` steps of `dt`, and the mean CG
+/// iterations of their pressure solves.
+fn seconds_per_step(flow: &mut IncompressibleFlow, dt: f64, steps: usize) -> (f64, f64) {
+    flow.step(dt).expect("step");
+    let mut times = Vec::with_capacity(steps);
+    let mut iterations = 0;
+    for _ in 0..steps {
+        let start = Instant::now();
+        flow.step(dt).expect("step");
+        times.push(start.elapsed().as_secs_f64());
+        iterations += flow.last_projection().iterations;
+    }
+    times.sort_by(f64::total_cmp);
+    (times[times.len() / 2], iterations as f64 / steps as f64)
+}
+
+fn velocity_and_pressure(flow: &IncompressibleFlow) -> Vec<Vec<f64>> {
+    vec![
+        flow.with_velocity::<XFace, _>(|f| f.values().expect("u").to_vec())
+            .expect("u"),
+        flow.with_velocity::<YFace, _>(|f| f.values().expect("v").to_vec())
+            .expect("v"),
+        flow.with_pressure(|f| f.values().expect("p").to_vec())
+            .expect("p"),
+    ]
+}
+
+fn flow(gpu: usize) {
+    println!(
+        "\n## flow: lid-driven cavity, whole step with the pressure solve on GPU {gpu} (ms per step)\n"
+    );
+    println!(
+        "| cells | CG iterations | CPU 1 thread | CPU {} threads | GPU | GPU ms per CG iteration | speed-up vs 1 thread | max rel. diff (3 steps) |",
+        watershed_exprgraph::scheduler::max_threads()
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let sizes: Vec<usize> = std::env::var("WATERSHED_FLOW_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|v| v.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![64, 128, 256, 512]);
+    for n in sizes {
+        let dt = 0.2 / n as f64;
+        let threads = ExecutionMode::Threaded(watershed_exprgraph::scheduler::max_threads());
+        let mut on_gpu = cavity(n, PlacementPolicy::Gpu(gpu), ExecutionMode::Serial);
+        let mut serial = cavity(n, PlacementPolicy::Cpu, ExecutionMode::Serial);
+        for flow in [&mut on_gpu, &mut serial] {
+            for _ in 0..3 {
+                flow.step(dt).expect("step");
+            }
+        }
+        let difference = largest_relative_difference(
+            &velocity_and_pressure(&on_gpu),
+            &velocity_and_pressure(&serial),
+        );
+        let steps = if n >= 256 { 5 } else { 11 };
+        let (t_gpu, iterations) = seconds_per_step(&mut on_gpu, dt, steps * 2);
+        let (t_serial, _) = seconds_per_step(&mut serial, dt, steps);
+        let mut threaded = cavity(n, PlacementPolicy::Cpu, threads);
+        let (t_threaded, _) = seconds_per_step(&mut threaded, dt, steps);
+        println!(
+            "| {n}^2 | {iterations:.1} | {:.2} | {:.2} | {:.2} | {:.3} | {:.1}x | {difference:.1e} |",
+            t_serial * 1e3,
+            t_threaded * 1e3,
+            t_gpu * 1e3,
+            t_gpu * 1e3 / iterations.max(1.0),
+            t_serial / t_gpu
+        );
+    }
+}
+
 fn main() {
     if let Some(reason) = gpu_unavailable_reason(0) {
         println!("skipped: the GPU benchmarks need a CUDA device ({reason})");
         return;
+    }
+    if watershed_fields::gpu::gpus_are_emulated() {
+        if std::env::var("WATERSHED_BENCH_ON_EMULATED").is_ok_and(|v| v == "1") {
+            println!(
+                "NOTE: the GPUs are emulated on the host: this run checks the benchmark's code and results, its GPU timings are the host's"
+            );
+        } else {
+            println!(
+                "skipped: the GPUs are emulated on the host (WATERSHED_EMULATE_GPUS), so GPU timings would be the host's (WATERSHED_BENCH_ON_EMULATED=1 runs it anyway, to check the benchmark itself)"
+            );
+            return;
+        }
     }
     let sections = std::env::var("WATERSHED_SECTIONS").unwrap_or_default();
     let wants = |s: &str| sections.is_empty() || sections.split(',').any(|x| x == s);
@@ -351,5 +462,8 @@ fn main() {
     }
     if wants("bandwidth") {
         bandwidth(0);
+    }
+    if wants("flow") {
+        flow(0);
     }
 }
