@@ -23,9 +23,10 @@ cargo test -p watershed-fields --test gpu -- --nocapture 2>&1 | grep -E "skipped
 
 if [ -z "${WATERSHED_EMULATE_GPUS:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
     # No GPU here: the GPU tests run again on emulated GPUs (the device
-    # layer played on the host, kernels compiled for the CPU; see
+    # layer played on the host, kernels compiled for the CPU, streams
+    # deferred so that a missing event gives a wrong result; see
     # fields/src/gpu/emulated.rs), so every GPU path runs and must give
-    # the CPU's bits. Tests that expect no GPU at all are left out.
+    # the CPU's bits.
     echo "==> GPU tests on two emulated GPUs (WATERSHED_EMULATE_GPUS=2)"
     export WATERSHED_EMULATE_GPUS=2
     cargo test -p watershed-fields --test gpu --test state_machine "$@"

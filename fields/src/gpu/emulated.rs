@@ -8,11 +8,17 @@
 //! What it does:
 //! * **Memory** of an emulated GPU is host memory (256-byte aligned,
 //!   zeroed); device addresses are host addresses.
-//! * **Streams** run each operation when it is enqueued, on the calling
-//!   thread: copies and memsets at once, kernels to completion. Events are
-//!   complete when recorded. This is one valid order of the work CUDA
-//!   would run, so results must match a GPU's and the CPU's; what it cannot
-//!   show is a missing event (a race that only overlapping streams expose).
+//! * **Streams are deferred**: work enqueued on a stream (copies, memsets,
+//!   kernels, waits on events) is queued, and runs, in order, only when
+//!   something needs it: the host synchronising the stream or an event
+//!   recorded on it, or another stream reaching a wait on such an event.
+//!   Work on different streams therefore runs in the order the host's
+//!   waits force, not in the order it was enqueued: a reader on one stream
+//!   that lacks the event of its writer on another can run first and read
+//!   stale data, so a missing event shows as a wrong result instead of
+//!   hiding behind the host's order. (`WATERSHED_EMULATE_STREAMS=eager`
+//!   runs work when it is enqueued instead.) Like CUDA, memory a queued
+//!   operation uses must stay allocated until the stream has run it.
 //! * **Kernels**: the CUDA C of each kernel (header-free, as the emitters
 //!   write it) is compiled for the host by the system C++ compiler (`$CXX`,
 //!   else `g++`, with `-O1 -ffp-contract=off`, so no contraction, like
@@ -32,6 +38,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// The variable that turns emulation on.
 pub(crate) const VARIABLE: &str = "WATERSHED_EMULATE_GPUS";
+
+/// True when streams run work when it is enqueued
+/// (`WATERSHED_EMULATE_STREAMS=eager`) instead of deferring it.
+fn eager() -> bool {
+    static EAGER: OnceLock<bool> = OnceLock::new();
+    *EAGER.get_or_init(|| std::env::var("WATERSHED_EMULATE_STREAMS").is_ok_and(|v| v == "eager"))
+}
 
 /// What `WATERSHED_EMULATE_GPUS` asks for: `Ok(0)` when unset or empty,
 /// `Ok(n)` for a count, `Err` (why) for a value that is not one.
@@ -138,43 +151,167 @@ pub(crate) fn device_free(address: usize) {
     }
 }
 
-/// A stream of an emulated GPU: work runs when it is enqueued.
-#[derive(Debug, Clone)]
-pub(crate) struct Stream;
+/// One queued operation of a stream.
+enum Operation {
+    /// Copies, memsets and kernels, with everything they need owned.
+    Run(Box<dyn FnOnce() + Send>),
+    /// Runs `stream` up to `position` first (a wait on its event).
+    WaitFor(Arc<Queue>, u64),
+}
 
-/// An event of an emulated GPU: complete when recorded.
+/// A stream's queue: the operations not yet run, and how many have run.
+#[derive(Default)]
+struct Queue {
+    pending: Mutex<std::collections::VecDeque<Operation>>,
+    /// Operations enqueued so far (an event's position).
+    enqueued: std::sync::atomic::AtomicU64,
+    /// Operations run so far.
+    done: std::sync::atomic::AtomicU64,
+    /// Held while operations of this stream run, so they run in order.
+    running: Mutex<()>,
+}
+
+impl Queue {
+    fn push(&self, operation: Operation) {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.push_back(operation);
+        self.enqueued
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Runs the operations up to `position` (those enqueued before an
+    /// event recorded there). A wait on another stream's event runs that
+    /// stream first; valid programs never wait in a cycle, and work that
+    /// has run already is not waited for again.
+    fn run_until(&self, position: u64) {
+        use std::sync::atomic::Ordering;
+        if self.done.load(Ordering::Acquire) >= position {
+            return;
+        }
+        let _running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        while self.done.load(Ordering::Acquire) < position {
+            let next = self
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
+            match next {
+                Some(Operation::Run(work)) => work(),
+                Some(Operation::WaitFor(other, at)) => other.run_until(at),
+                None => break,
+            }
+            self.done.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn run_all(&self) {
+        self.run_until(self.enqueued.load(std::sync::atomic::Ordering::Acquire));
+    }
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::sync::atomic::Ordering;
+        f.debug_struct("Queue")
+            .field("enqueued", &self.enqueued.load(Ordering::Relaxed))
+            .field("done", &self.done.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// A stream of an emulated GPU.
 #[derive(Debug, Clone)]
-pub(crate) struct Event;
+pub(crate) struct Stream {
+    queue: Arc<Queue>,
+}
+
+/// An event of an emulated GPU: a position in a stream's queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Event {
+    queue: Arc<Queue>,
+    position: u64,
+}
+
+/// An address that may cross to the thread that runs a queued operation.
+#[derive(Clone, Copy)]
+struct Address(usize);
 
 impl Stream {
     pub(crate) fn new(ordinal: usize) -> FieldResult<Stream> {
         check(ordinal)?;
-        Ok(Stream)
+        Ok(Stream {
+            queue: Arc::default(),
+        })
     }
 
-    /// # Safety
-    /// Both ranges must be valid for `bytes` bytes (host memory, as every
-    /// emulated device address is).
-    pub(crate) unsafe fn copy(&self, from: usize, to: usize, bytes: usize) {
-        if bytes > 0 {
-            // SAFETY: forwarded from the caller; `copy` allows overlap.
-            unsafe { std::ptr::copy(from as *const u8, to as *mut u8, bytes) };
+    /// Queues `work`, or runs it now in eager mode.
+    fn enqueue(&self, work: impl FnOnce() + Send + 'static) {
+        if eager() {
+            work();
+        } else {
+            self.queue.push(Operation::Run(Box::new(work)));
+        }
+    }
+
+    /// Runs everything queued so far.
+    pub(crate) fn synchronize(&self) {
+        self.queue.run_all();
+    }
+
+    /// An event after the work queued so far.
+    pub(crate) fn record(&self) -> Event {
+        Event {
+            queue: self.queue.clone(),
+            position: self
+                .queue
+                .enqueued
+                .load(std::sync::atomic::Ordering::Acquire),
+        }
+    }
+
+    /// Later work of this stream runs after `event`'s.
+    pub(crate) fn wait(&self, event: &Event) {
+        if eager() {
+            event.queue.run_until(event.position);
+        } else {
+            self.queue
+                .push(Operation::WaitFor(event.queue.clone(), event.position));
         }
     }
 
     /// # Safety
-    /// The range must be valid for `bytes` bytes.
-    pub(crate) unsafe fn memset(&self, destination: usize, byte: u8, bytes: usize) {
-        // SAFETY: forwarded from the caller.
-        unsafe { std::ptr::write_bytes(destination as *mut u8, byte, bytes) };
+    /// Both ranges must be valid for `bytes` bytes (host memory, as every
+    /// emulated device address is) until the stream has run the copy.
+    pub(crate) unsafe fn copy(&self, from: usize, to: usize, bytes: usize) {
+        let (from, to) = (Address(from), Address(to));
+        self.enqueue(move || {
+            let (from, to) = (from, to);
+            if bytes > 0 {
+                // SAFETY: forwarded from the caller; `copy` allows overlap.
+                unsafe { std::ptr::copy(from.0 as *const u8, to.0 as *mut u8, bytes) };
+            }
+        });
     }
 
-    /// Runs `function` over `grid` x `block` threads to completion.
+    /// # Safety
+    /// The range must be valid for `bytes` bytes until the stream has run
+    /// the memset.
+    pub(crate) unsafe fn memset(&self, destination: usize, byte: u8, bytes: usize) {
+        let destination = Address(destination);
+        self.enqueue(move || {
+            let destination = destination;
+            // SAFETY: forwarded from the caller.
+            unsafe { std::ptr::write_bytes(destination.0 as *mut u8, byte, bytes) };
+        });
+    }
+
+    /// Queues `function` over `grid` x `block` threads (the parameter
+    /// blocks are copied, as `cuLaunchKernel` copies them).
     ///
     /// # Safety
     /// As `cuLaunchKernel`: the blocks must be the kernel's parameters in
     /// number, size and meaning, and every address among them valid for
-    /// what the kernel reads and writes.
+    /// what the kernel reads and writes until the stream has run it.
     pub(crate) unsafe fn launch(
         &self,
         device: Device,
@@ -203,21 +340,30 @@ impl Stream {
                 function.name
             )));
         }
-        let mut pointers: Vec<*mut c_void> = arguments
-            .iter()
-            .map(|b| b.as_ptr() as *mut c_void)
-            .collect();
-        // SAFETY: the library was built from the kernel's source under the
-        // shim, whose entry point has this signature and reads exactly the
-        // parameters counted above; the caller vouches for the addresses.
-        unsafe { (function.entry)(pointers.as_mut_ptr(), grid.as_ptr(), block.as_ptr()) };
+        let blocks: Vec<Vec<u8>> = arguments.iter().map(|b| b.to_vec()).collect();
+        let function = function.clone();
+        self.enqueue(move || {
+            let mut pointers: Vec<*mut c_void> =
+                blocks.iter().map(|b| b.as_ptr() as *mut c_void).collect();
+            // SAFETY: the library was built from the kernel's source under
+            // the shim, whose entry point has this signature and reads
+            // exactly the parameters counted above; the caller vouches for
+            // the addresses until the stream has run the kernel.
+            unsafe { (function.entry)(pointers.as_mut_ptr(), grid.as_ptr(), block.as_ptr()) };
+        });
         Ok(())
     }
 }
 
 impl Event {
+    /// Runs the work before the event.
+    pub(crate) fn synchronize(&self) {
+        self.queue.run_until(self.position);
+    }
+
+    /// True once the work before the event has run (never runs it).
     pub(crate) fn is_complete(&self) -> bool {
-        true
+        self.queue.done.load(std::sync::atomic::Ordering::Acquire) >= self.position
     }
 }
 
@@ -403,6 +549,53 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Queues on `queue` an operation that appends `value` to `log`.
+    fn note(queue: &Queue, log: &Arc<Mutex<Vec<u64>>>, value: u64) {
+        let log = log.clone();
+        queue.push(Operation::Run(Box::new(move || {
+            log.lock().unwrap().push(value)
+        })));
+    }
+
+    #[test]
+    fn deferred_streams_run_in_the_order_waits_force() {
+        let (a, b) = (Arc::new(Queue::default()), Arc::new(Queue::default()));
+        let log = Arc::new(Mutex::new(Vec::new()));
+        note(&a, &log, 1);
+        let event_a = a.enqueued.load(Ordering::Acquire);
+        note(&a, &log, 2);
+        // b waits for a's first operation only, then runs its own.
+        b.push(Operation::WaitFor(a.clone(), event_a));
+        note(&b, &log, 10);
+        assert!(
+            log.lock().unwrap().is_empty(),
+            "nothing runs before it is needed"
+        );
+        b.run_all();
+        assert_eq!(*log.lock().unwrap(), [1, 10]);
+        assert_eq!(a.done.load(Ordering::Acquire), 1);
+        a.run_all();
+        assert_eq!(*log.lock().unwrap(), [1, 10, 2]);
+        // Without a wait, the stream synchronised first runs first,
+        // whatever the order of enqueueing: a reader lacking its writer's
+        // event reads what was there before.
+        let cell = Arc::new(AtomicU64::new(0));
+        let (writer, reader) = (Queue::default(), Queue::default());
+        let written = cell.clone();
+        writer.push(Operation::Run(Box::new(move || {
+            written.store(7, Ordering::Release)
+        })));
+        let (read, seen) = (cell.clone(), Arc::new(AtomicU64::new(u64::MAX)));
+        let into = seen.clone();
+        reader.push(Operation::Run(Box::new(move || {
+            into.store(read.load(Ordering::Acquire), Ordering::Release)
+        })));
+        reader.run_all();
+        writer.run_all();
+        assert_eq!(seen.load(Ordering::Acquire), 0);
+    }
 
     #[test]
     fn parameter_types_are_read_from_the_signature() {

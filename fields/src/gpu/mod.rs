@@ -15,10 +15,11 @@
 //!
 //! A third implementation, `emulated.rs`, plays GPUs on the host for
 //! tests: with `WATERSHED_EMULATE_GPUS=N` the layer reports N GPUs whose
-//! memory is host memory, whose streams run work when it is enqueued and
-//! whose kernels are their CUDA C compiled for the host. The CUDA driver is
-//! then not touched. It lets every GPU path run on machines without a GPU;
-//! it cannot show a race between streams (its work never overlaps).
+//! memory is host memory, whose streams defer their work until the host
+//! or an event needs it, and whose kernels are their CUDA C compiled for
+//! the host. The CUDA driver is then not touched. It lets every GPU path
+//! run on machines without a GPU, and a missing event shows as a wrong
+//! result.
 //!
 //! Synchronisation semantics are stated on each call; the rule is that
 //! anything taking a [`GpuStream`] only enqueues work and returns before the
@@ -201,7 +202,10 @@ impl GpuStream {
     pub fn synchronize(&self) -> FieldResult<()> {
         match &self.stream {
             StreamImpl::Hardware(stream) => stream.synchronize(self.device),
-            StreamImpl::Emulated(_) => Ok(()),
+            StreamImpl::Emulated(stream) => {
+                stream.synchronize();
+                Ok(())
+            }
         }
     }
 
@@ -209,7 +213,7 @@ impl GpuStream {
     pub fn record(&self) -> FieldResult<ValidationEvent> {
         let event = match &self.stream {
             StreamImpl::Hardware(stream) => EventImpl::Hardware(stream.record(self.device)?),
-            StreamImpl::Emulated(_) => EventImpl::Emulated(emulated::Event),
+            StreamImpl::Emulated(stream) => EventImpl::Emulated(stream.record()),
         };
         Ok(ValidationEvent {
             device: self.device,
@@ -223,8 +227,10 @@ impl GpuStream {
             (StreamImpl::Hardware(stream), EventImpl::Hardware(event)) => {
                 stream.wait(event, self.device)
             }
-            // Emulated work is complete when enqueued.
-            (StreamImpl::Emulated(_), EventImpl::Emulated(_)) => Ok(()),
+            (StreamImpl::Emulated(stream), EventImpl::Emulated(event)) => {
+                stream.wait(event);
+                Ok(())
+            }
             _ => Err(FieldError::Cuda {
                 device: self.device,
                 action: "waiting on an event".into(),
@@ -400,7 +406,10 @@ impl ValidationEvent {
     pub fn synchronize(&self) -> FieldResult<()> {
         match &self.event {
             EventImpl::Hardware(event) => event.synchronize(self.device),
-            EventImpl::Emulated(_) => Ok(()),
+            EventImpl::Emulated(event) => {
+                event.synchronize();
+                Ok(())
+            }
         }
     }
 
