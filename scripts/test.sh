@@ -29,11 +29,10 @@ if [ -z "${WATERSHED_EMULATE_GPUS:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
     # the CPU's bits.
     echo "==> GPU tests on two emulated GPUs (WATERSHED_EMULATE_GPUS=2)"
     export WATERSHED_EMULATE_GPUS=2
-    cargo test -p watershed-fields --test gpu --test state_machine "$@"
-    cargo test -p watershed-exprgraph --test placement --test execution "$@"
-    cargo test -p watershed-operators --test bad_input "$@"
-    cargo test -p watershed-solvers --test whole_step_graphs --test multigrid "$@"
-    cargo test -p watershed-cases --test gpu "$@"
-    cargo test -p watershed-cases --test cli "$@"
+    # One invocation over the workspace: the features are those of the
+    # run above, so nothing is built again.
+    cargo test --workspace --test gpu --test state_machine --test placement \
+        --test execution --test bad_input --test whole_step_graphs \
+        --test multigrid --test cli "$@"
     unset WATERSHED_EMULATE_GPUS
 fi

@@ -417,7 +417,17 @@ fn flow(gpu: usize) {
             &velocity_and_pressure(&serial),
         );
         let steps = if n >= 256 { 5 } else { 11 };
+        let launched = watershed_fields::gpu::emulated_launches();
         let (t_gpu, iterations) = seconds_per_step(&mut on_gpu, dt, steps * 2);
+        if watershed_fields::gpu::gpus_are_emulated() {
+            // The warm-up step and the timed ones.
+            let per_step = (watershed_fields::gpu::emulated_launches() - launched) as f64
+                / (steps * 2 + 1) as f64;
+            println!(
+                "(emulated: {per_step:.0} kernel launches per step, {:.0} per CG iteration counting the whole step)",
+                per_step / iterations.max(1.0)
+            );
+        }
         let (t_serial, _) = seconds_per_step(&mut serial, dt, steps);
         let mut threaded = cavity(n, PlacementPolicy::Cpu, threads);
         let (t_threaded, _) = seconds_per_step(&mut threaded, dt, steps);

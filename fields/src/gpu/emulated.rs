@@ -232,6 +232,14 @@ pub(crate) struct Event {
     position: u64,
 }
 
+/// Kernels launched on emulated GPUs so far, in this process.
+static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of kernels launched on emulated GPUs so far.
+pub(crate) fn launches() -> u64 {
+    LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// An address that may cross to the thread that runs a queued operation.
 #[derive(Clone, Copy)]
 struct Address(usize);
@@ -340,6 +348,7 @@ impl Stream {
                 function.name
             )));
         }
+        LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let blocks: Vec<Vec<u8>> = arguments.iter().map(|b| b.to_vec()).collect();
         let function = function.clone();
         self.enqueue(move || {

@@ -61,6 +61,13 @@ pub fn gpus_are_emulated() -> bool {
     emulated::active()
 }
 
+/// The kernels launched on emulated GPUs so far in this process (0 on
+/// real GPUs, whose launches are not counted): what a step costs in
+/// launches, measured without a GPU.
+pub fn emulated_launches() -> u64 {
+    emulated::launches()
+}
+
 /// `bytes` zeroed bytes of memory of GPU `ordinal`.
 pub(crate) fn device_alloc_zeroed(ordinal: usize, bytes: usize) -> FieldResult<usize> {
     if emulated::active() {
