@@ -834,7 +834,8 @@ impl Multigrid {
     /// values and freeing the old memory), so that solves run there: on a
     /// GPU each kernel is enqueued on a stream, and the host waits only
     /// for the reductions that steer the iteration. Nothing happens when
-    /// the solver is there already.
+    /// the solver is there already; when a copy cannot be made (no such
+    /// GPU, no memory left there) the solver stays where it was, whole.
     pub fn move_to(&mut self, device: Device) -> SolverResult<()> {
         if device == self.device {
             return Ok(());
@@ -845,13 +846,24 @@ impl Multigrid {
         self.assignments.synchronize()?;
         let from = self.device;
         let cg = &mut self.cg;
-        let fields = self
+        let mut fields: Vec<&mut SpatialField<CellCentre>> = self
             .levels
             .iter_mut()
             .flat_map(|l| [&mut l.x, &mut l.b, &mut l.r, &mut l.t])
-            .chain([&mut cg.x, &mut cg.r, &mut cg.p, &mut cg.q]);
+            .chain([&mut cg.x, &mut cg.r, &mut cg.p, &mut cg.q])
+            .collect();
+        // First a copy of every field there, keeping the old ones: if one
+        // cannot be made (memory), the copies made are dropped and the
+        // solver stays whole where it was.
+        for n in 0..fields.len() {
+            if let Err(error) = fields[n].validate_on(device) {
+                for field in &mut fields[..n] {
+                    let _ = field.remove_location(device);
+                }
+                return Err(error.into());
+            }
+        }
         for field in fields {
-            field.validate_on(device)?;
             field.set_active(device)?;
             field.remove_location(from)?;
         }
