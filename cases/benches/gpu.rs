@@ -143,7 +143,14 @@ fn speed_up(gpu: usize) {
             let on_gpu = graph(n, pdes, variant, PlacementPolicy::Gpu(gpu));
             let runs = if n >= 128 { 5 } else { 11 };
             let t_cpu = seconds_per_execution(&cpu, ExecutionMode::Serial, runs);
+            let launched = watershed_fields::gpu::emulated_launches();
             let t_gpu = seconds_per_execution(&on_gpu, ExecutionMode::Serial, runs * 4);
+            if watershed_fields::gpu::gpus_are_emulated() {
+                // Two warm-up executions and the timed ones.
+                let per_execution = (watershed_fields::gpu::emulated_launches() - launched) as f64
+                    / (runs * 4 + 2) as f64;
+                println!("(emulated: {per_execution:.0} kernel launches per execution)");
+            }
             let difference =
                 largest_relative_difference(&results(&on_gpu, &tags), &results(&cpu, &tags));
             println!(

@@ -12,9 +12,14 @@
 //! GPU and kernel) and launches it; it returns before the GPU finishes.
 //!
 //! Differences from the CPU path, by design:
-//! * Modifiers (boundary conditions) run as launches of their own after
-//!   the main kernel on the same stream, which orders them as the CPU's
-//!   row epilogues are ordered (each reads the main kernel's values).
+//! * Modifiers (boundary conditions) run after the main kernel on the
+//!   same stream, which orders them as the CPU's row epilogues are
+//!   ordered (each reads the main kernel's values). Two or more that
+//!   write at most 65536 points in all run as one launch, a fill
+//!   sequence: one block of threads runs them in order with a barrier
+//!   between them, so a corner filled from an edge reads the edge's new
+//!   values ([`crate::codegen::emit::cuda_sequence_function`]). Larger
+//!   fills are a launch each, which spreads them over the GPU.
 //! * One thread computes one point and reads the target only at offset 0
 //!   or outside the box it writes (the checks guarantee it), so there is
 //!   no race between threads and no copy through scratch rows.
@@ -29,11 +34,11 @@ use crate::assign::{MaskedAssignment, Region, bind_slots, checked_region};
 use crate::cache::lower_cached;
 use crate::codegen::emit;
 use crate::codegen::launch::LaunchShape;
-use crate::codegen::nvrtc::{CudaKernel, cuda_checked_of, cuda_of};
+use crate::codegen::nvrtc::{CudaKernel, cuda_checked_of, cuda_of, cuda_sequence_of};
 use crate::error::{OperatorError, OperatorResult};
 use crate::expr::BoundField;
 use crate::ir::Node;
-use crate::kernel::KernelField;
+use crate::kernel::{Kernel, KernelField};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use watershed_fields::{
@@ -79,15 +84,23 @@ pub struct GpuLaunch {
     /// the device address of the `u64` the kernel lowers to the storage
     /// key of the first point that is not finite ([`Self::not_finite_at`]).
     pub watch: Option<u64>,
+    /// For a fill sequence (masked assignments run in order by one block,
+    /// [`crate::codegen::emit::cuda_sequence_function`]): the box of each
+    /// assignment, packed into the argument struct, and `region` is
+    /// their bounding box. Empty for a launch over `region`.
+    pub sequence: Vec<IndexBox>,
 }
 
 impl GpuLaunch {
     /// The kernel's parameters after the struct, as the signature orders
     /// them: `t`, `tsy`, `tsz`, `x0`, `x1`, `j0`, `j1`, `k0`, `k1`, then
     /// `bad` for a watching launch, each 8 bytes in the platform's byte
-    /// order.
+    /// order; a fill sequence takes `t`, `tsy` and `tsz` only.
     pub fn trailing(&self) -> Vec<[u8; 8]> {
         let (t, tsy, tsz) = self.target;
+        if !self.sequence.is_empty() {
+            return vec![t.to_ne_bytes(), tsy.to_ne_bytes(), tsz.to_ne_bytes()];
+        }
         let r = &self.region;
         let mut trailing = vec![
             t.to_ne_bytes(),
@@ -254,25 +267,108 @@ fn launches(
     watch: Option<u64>,
 ) -> OperatorResult<Vec<GpuLaunch>> {
     let mut launches = Vec::with_capacity(1 + then.len());
-    let main = std::iter::once((region, root, watch));
-    let modifiers = then.iter().map(|(b, node)| (Region::Box(*b), node, None));
-    for (region, node, watch) in main.chain(modifiers) {
-        if let Some(launch) = one_launch(target, target_leaf, node, fields, region, watch)? {
+    if let Some(launch) = one_launch(target, target_leaf, root, fields, region, watch)? {
+        launches.push(launch);
+    }
+    if then.len() >= 2
+        && let Some(sequence) = fill_sequence(target, target_leaf, fields, then)?
+    {
+        launches.push(sequence);
+        return Ok(launches);
+    }
+    for (b, node) in then {
+        if let Some(launch) = one_launch(target, target_leaf, node, fields, Region::Box(*b), None)?
+        {
             launches.push(launch);
         }
     }
     Ok(launches)
 }
 
-/// The launch of one assignment (`None`: its box is empty).
-fn one_launch(
+/// Most points a fill sequence writes: one block of threads runs it, so
+/// larger fills are faster as launches of their own.
+const SEQUENCE_POINTS: usize = 1 << 16;
+
+/// Threads of the block that runs a fill sequence.
+const SEQUENCE_THREADS: u32 = 256;
+
+/// The masked assignments `then` as one launch of a fill sequence, or
+/// `None` when fewer than two write points or they write more than
+/// [`SEQUENCE_POINTS`] (then each is a launch of its own).
+fn fill_sequence(
+    target: GpuTarget<'_>,
+    target_leaf: u64,
+    fields: &[&dyn BoundField],
+    then: &[MaskedAssignment],
+) -> OperatorResult<Option<GpuLaunch>> {
+    let mut parts = Vec::with_capacity(then.len());
+    let mut points = 0usize;
+    for (b, node) in then {
+        if let Some(part) = prepare(target, target_leaf, node, fields, Region::Box(*b))? {
+            points = points.saturating_add(part.region.len());
+            parts.push(part);
+        }
+    }
+    if parts.len() < 2 || points > SEQUENCE_POINTS {
+        return Ok(None);
+    }
+    let kernels: Vec<&Kernel> = parts.iter().map(|p| &*p.lowered.kernel).collect();
+    let cuda = cuda_sequence_of(&kernels)?;
+    let mut arguments = Vec::new();
+    let mut waits = Vec::new();
+    let mut bounds = parts[0].region;
+    for part in &parts {
+        arguments.extend_from_slice(&part.arguments);
+        waits.extend(part.waits.iter().cloned());
+        bounds = IndexBox::new(
+            [0, 1, 2].map(|a| bounds.lo[a].min(part.region.lo[a])),
+            [0, 1, 2].map(|a| bounds.hi[a].max(part.region.hi[a])),
+        );
+    }
+    for part in &parts {
+        let r = &part.region;
+        for value in [r.lo[0], r.hi[0], r.lo[1], r.hi[1], r.lo[2], r.hi[2]] {
+            arguments.extend_from_slice(&(value as i64).to_ne_bytes());
+        }
+    }
+    let s = target.layout.strides();
+    Ok(Some(GpuLaunch {
+        target: (
+            point_zero(target.pointer, target.layout),
+            s[1] as i64,
+            s[2] as i64,
+        ),
+        kernel: cuda,
+        region: bounds,
+        shape: LaunchShape {
+            block: [SEQUENCE_THREADS, 1, 1],
+            grid: [1, 1, 1],
+        },
+        arguments,
+        waits,
+        watch: None,
+        sequence: parts.iter().map(|p| p.region).collect(),
+    }))
+}
+
+/// One assignment checked and bound for a GPU: its lowered kernel, the box
+/// it writes, its argument struct and the copies it waits for.
+struct Prepared {
+    lowered: Arc<crate::cache::LoweredKernel>,
+    region: IndexBox,
+    arguments: Vec<u8>,
+    waits: Vec<ValidationEvent>,
+}
+
+/// Checks and binds one assignment (`None`: its box is empty), with the
+/// CPU path's errors.
+fn prepare(
     target: GpuTarget<'_>,
     target_leaf: u64,
     root: &Arc<Node>,
     fields: &[&dyn BoundField],
     region: Region,
-    watch: Option<u64>,
-) -> OperatorResult<Option<GpuLaunch>> {
+) -> OperatorResult<Option<Prepared>> {
     if let Some(found) = root.location()
         && found != target.kind
     {
@@ -290,11 +386,6 @@ fn one_launch(
     if region.is_empty() {
         return Ok(None);
     }
-    let cuda = match watch {
-        Some(_) => cuda_checked_of(kernel)?,
-        None => cuda_of(kernel)?,
-    };
-    let shape = LaunchShape::covering(region)?;
     let launch = || format!("launching the assignment to {} on a GPU", target.name);
     let mut addresses = Vec::with_capacity(slots.len());
     let mut strides = Vec::with_capacity(slots.len());
@@ -317,12 +408,37 @@ fn one_launch(
         strides.push((s[1] as i64, s[2] as i64));
     }
     check_inside(target.layout, target.len, &region, target.name, launch)?;
-    let arguments = cuda.arguments.pack(
+    let arguments = emit::cuda_arguments(kernel).pack(
         &addresses,
         &strides,
         &lowered.parameter_values(),
         &emit::geometry(kernel, patch),
     )?;
+    Ok(Some(Prepared {
+        lowered,
+        region,
+        arguments,
+        waits,
+    }))
+}
+
+/// The launch of one assignment (`None`: its box is empty).
+fn one_launch(
+    target: GpuTarget<'_>,
+    target_leaf: u64,
+    root: &Arc<Node>,
+    fields: &[&dyn BoundField],
+    region: Region,
+    watch: Option<u64>,
+) -> OperatorResult<Option<GpuLaunch>> {
+    let Some(prepared) = prepare(target, target_leaf, root, fields, region)? else {
+        return Ok(None);
+    };
+    let kernel = &prepared.lowered.kernel;
+    let cuda = match watch {
+        Some(_) => cuda_checked_of(kernel)?,
+        None => cuda_of(kernel)?,
+    };
     let s = target.layout.strides();
     Ok(Some(GpuLaunch {
         target: (
@@ -331,11 +447,12 @@ fn one_launch(
             s[2] as i64,
         ),
         kernel: cuda,
-        region,
-        shape,
-        arguments,
-        waits,
+        region: prepared.region,
+        shape: LaunchShape::covering(prepared.region)?,
+        arguments: prepared.arguments,
+        waits: prepared.waits,
         watch,
+        sequence: Vec::new(),
     }))
 }
 

@@ -1170,6 +1170,70 @@ fn cuda_assignment(kernel: &Kernel, name: &str, checked: bool) -> Result<String,
     Ok(body)
 }
 
+/// The CUDA C of a fill sequence: the masked assignments `kernels` (each
+/// writing the target from its own fields) run in order by one block of
+/// threads, with a barrier between them, as one launch instead of one
+/// launch each. Later ones may read what earlier ones wrote (a corner
+/// filled from an edge), which the barrier orders. Each is a device
+/// function `{name}_m{i}` of the point; the kernel `{name}` takes one
+/// struct, `{name}_args`, holding each one's argument struct `m{i}` and
+/// then `long long boxes[6 n]` (`x0, x1, j0, j1, k0, k1` per assignment),
+/// and then `double *t, long long tsy, long long tsz`. The kernel is
+/// correct for any number of threads in its one block.
+pub fn cuda_sequence_function(kernels: &[&Kernel], name: &str) -> Result<String, Unsupported> {
+    let mut text = String::new();
+    let mut members = String::new();
+    for (i, kernel) in kernels.iter().enumerate() {
+        let emitter = emitter(kernel, Dialect::Cuda)?;
+        let arguments = checked_cuda_arguments(kernel)?;
+        let part = format!("{name}_m{i}");
+        let _ = writeln!(text, "{}", arguments.declaration(&format!("{part}_args")));
+        let _ = writeln!(
+            text,
+            "__device__ __forceinline__ void {part}(const struct {part}_args &a, double *t,"
+        );
+        let _ = writeln!(
+            text,
+            "    long long tsy, long long tsz, long long x, long long j, long long k)\n{{"
+        );
+        text.push_str(&cuda_point_body(kernel, &emitter, |value| {
+            format!("t[x + j * tsy + k * tsz] = {value};")
+        })?);
+        let _ = writeln!(text, "}}");
+        let _ = write!(members, " struct {part}_args m{i};");
+    }
+    let boxes = 6 * kernels.len().max(1);
+    let _ = writeln!(
+        text,
+        "struct {name}_args {{{members} long long boxes[{boxes}]; }};"
+    );
+    let _ = writeln!(
+        text,
+        "extern \"C\" __global__ void {name}(const struct {name}_args a, double *t, long long tsy,"
+    );
+    let _ = writeln!(text, "    long long tsz)\n{{");
+    for i in 0..kernels.len() {
+        let lines = [
+            "    {".to_string(),
+            format!("        const long long *b = a.boxes + {};", 6 * i),
+            "        const long long nx = b[1] - b[0], ny = b[3] - b[2];".to_string(),
+            "        const long long points = nx * ny * (b[5] - b[4]);".to_string(),
+            "        for (long long q = threadIdx.x; q < points; q += blockDim.x) {".to_string(),
+            "            const long long x = b[0] + q % nx, j = b[2] + (q / nx) % ny;".to_string(),
+            "            const long long k = b[4] + q / (nx * ny);".to_string(),
+            format!("            {name}_m{i}(a.m{i}, t, tsy, tsz, x, j, k);"),
+            "        }".to_string(),
+            "    }".to_string(),
+            "    __syncthreads();".to_string(),
+        ];
+        for line in lines {
+            let _ = writeln!(text, "{line}");
+        }
+    }
+    let _ = writeln!(text, "}}");
+    Ok(text)
+}
+
 /// The CUDA C reduction of `kernel`'s result over a box, one thread per
 /// row, in exactly the CPU's order (`crate::evaluate::reduce`): along x,
 /// blocks of [`crate::evaluate::TILE`] points from the box's start; in a

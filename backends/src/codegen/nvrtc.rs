@@ -130,6 +130,48 @@ pub fn cuda_checked_of(kernel: &Kernel) -> OperatorResult<Arc<CudaKernel>> {
     as_cuda(stored.clone())
 }
 
+/// The fill sequence of `kernels` ([`emit::cuda_sequence_function`]),
+/// compiled with NVRTC on first use and kept for the process, keyed by
+/// the names of the parts' own CUDA kernels (hashes of their sources), so
+/// finding it again costs no code generation. Its
+/// [`CudaKernel::arguments`] are the first part's: a launch packs each
+/// part's struct itself.
+pub fn cuda_sequence_of(kernels: &[&Kernel]) -> OperatorResult<Arc<CudaKernel>> {
+    type Sequences = std::sync::Mutex<std::collections::HashMap<Vec<String>, Arc<CudaKernel>>>;
+    static SEQUENCES: std::sync::OnceLock<Sequences> = std::sync::OnceLock::new();
+    let Some(first) = kernels.first() else {
+        return Err(OperatorError::Backend {
+            what: "generating a CUDA fill sequence".into(),
+            reason: "it has no assignment".into(),
+        });
+    };
+    let key = kernels
+        .iter()
+        .map(|k| cuda_of(k).map(|c| c.name.clone()))
+        .collect::<OperatorResult<Vec<String>>>()?;
+    let sequences = SEQUENCES.get_or_init(Default::default);
+    if let Some(done) = sequences
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+    {
+        return Ok(done.clone());
+    }
+    let what = "a CUDA fill sequence".to_string();
+    let body =
+        emit::cuda_sequence_function(kernels, NAME_MARK).map_err(|why| OperatorError::Backend {
+            what: format!("generating {what}"),
+            reason: format!("{}; place the node on the CPU", why.0),
+        })?;
+    let compiled = compiled_once(first, &what, named_unit("ws_cuda_fills", &body))?;
+    let mut sequences = sequences.lock().unwrap_or_else(|p| p.into_inner());
+    if sequences.len() >= 4096 {
+        sequences.clear();
+    }
+    sequences.insert(key, compiled.clone());
+    Ok(compiled)
+}
+
 /// `generated` (a name and a CUDA C source for `kernel`'s arguments)
 /// compiled with NVRTC, once per name for the process.
 fn compiled_once(

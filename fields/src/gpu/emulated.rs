@@ -349,6 +349,17 @@ impl Stream {
             )));
         }
         LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if function.barrier && grid != [1, 1, 1] {
+            return Err(refuse(format!(
+                "kernel {} synchronises its block, so it runs as one block, not {grid:?}",
+                function.name
+            )));
+        }
+        let (grid, block) = if function.barrier {
+            ([1, 1, 1], [1, 1, 1])
+        } else {
+            (grid, block)
+        };
         let blocks: Vec<Vec<u8>> = arguments.iter().map(|b| b.to_vec()).collect();
         let function = function.clone();
         self.enqueue(move || {
@@ -385,6 +396,11 @@ pub(crate) struct Function {
     name: String,
     /// Parameters after the argument struct.
     parameters: usize,
+    /// The kernel synchronises its block (`__syncthreads`): the emulator
+    /// runs it as one thread (threads run one after the other here, so a
+    /// barrier could not hold otherwise); such kernels are written for any
+    /// number of threads in their one block.
+    barrier: bool,
     entry: HostLaunch,
     _library: Arc<libloading::Library>,
 }
@@ -443,6 +459,7 @@ fn host_unit(source: &str, name: &str, types: &[String]) -> String {
          struct ws_uint3 {{ unsigned x, y, z; }};\n\
          static thread_local ws_uint3 threadIdx, blockIdx, blockDim;\n\
          #define __global__\n#define __device__\n#define __forceinline__ inline\n\
+         #define __syncthreads()\n\
          static inline long long __double_as_longlong(double v) {{ long long u; memcpy(&u, &v, 8); return u; }}\n\
          static inline double __longlong_as_double(long long u) {{ double v; memcpy(&v, &u, 8); return v; }}\n\
          static inline unsigned long long atomicMin(unsigned long long *a, unsigned long long v) {{\n\
@@ -550,6 +567,7 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
     Ok(Function {
         name: name.to_string(),
         parameters: types.len(),
+        barrier: source.contains("__syncthreads"),
         entry,
         _library: library,
     })
