@@ -91,6 +91,19 @@ pub struct GpuLaunch {
     pub sequence: Vec<IndexBox>,
 }
 
+impl GpuTarget<'_> {
+    /// The target's point (0, 0, 0) as a device address, and its y and z
+    /// strides in elements (what [`GpuLaunch::target`] holds).
+    fn point_zero_and_strides(&self) -> (u64, i64, i64) {
+        let s = self.layout.strides();
+        (
+            point_zero(self.pointer, self.layout),
+            s[1] as i64,
+            s[2] as i64,
+        )
+    }
+}
+
 impl GpuLaunch {
     /// The kernel's parameters after the struct, as the signature orders
     /// them: `t`, `tsy`, `tsz`, `x0`, `x1`, `j0`, `j1`, `k0`, `k1`, then
@@ -331,13 +344,8 @@ fn fill_sequence(
             arguments.extend_from_slice(&(value as i64).to_ne_bytes());
         }
     }
-    let s = target.layout.strides();
     Ok(Some(GpuLaunch {
-        target: (
-            point_zero(target.pointer, target.layout),
-            s[1] as i64,
-            s[2] as i64,
-        ),
+        target: target.point_zero_and_strides(),
         kernel: cuda,
         region: bounds,
         shape: LaunchShape {
@@ -439,13 +447,8 @@ fn one_launch(
         Some(_) => cuda_checked_of(kernel)?,
         None => cuda_of(kernel)?,
     };
-    let s = target.layout.strides();
     Ok(Some(GpuLaunch {
-        target: (
-            point_zero(target.pointer, target.layout),
-            s[1] as i64,
-            s[2] as i64,
-        ),
+        target: target.point_zero_and_strides(),
         kernel: cuda,
         region: prepared.region,
         shape: LaunchShape::covering(prepared.region)?,

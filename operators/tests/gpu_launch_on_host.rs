@@ -1,6 +1,8 @@
 //! The GPU launches of assignments (`watershed_operators::gpu`), run without
 //! a GPU: each launch's CUDA C is compiled for the host by the system C++
-//! compiler under a small shim that plays `cuLaunchKernel` (it reads each
+//! compiler under the emulated GPU's shim
+//! (`watershed_fields::gpu::emulated_host_unit`), which plays
+//! `cuLaunchKernel` (it reads each
 //! parameter through the pointer array the driver would get, then runs
 //! every thread of every block), over host memory standing in for device
 //! memory. What this checks is everything of a GPU launch except the
@@ -73,54 +75,28 @@ fn missing_tools() -> Option<String> {
     }
 }
 
-/// Compiles `kernel`'s CUDA C for the host and runs it as `cuLaunchKernel`
-/// would, over host memory: `params` are the launch's parameter blocks in
-/// the signature's order (the argument struct, then 8-byte values whose C
-/// types are `types`).
+/// Compiles `kernel`'s CUDA C for the host under the emulated GPU's shim
+/// and runs it as `cuLaunchKernel` would, over host memory: `params` are
+/// the launch's parameter blocks in the signature's order (the argument
+/// struct, then one 8-byte value per parameter the signature names).
 fn run_kernel_on_host(
     kernel: &CudaKernel,
     params: &[&[u8]],
-    types: &[&str],
     grid: [u32; 3],
     block: [u32; 3],
     directory: &std::path::Path,
 ) {
     let name = &kernel.name;
+    let (shim, parameters) =
+        watershed_fields::gpu::emulated_host_unit(&kernel.source, name).unwrap();
     assert_eq!(
         params.len(),
-        types.len() + 1,
-        "{name}: one type per 8-byte parameter"
+        parameters + 1,
+        "{name}: the launch's blocks against the kernel's signature"
     );
-    let unpack: String = types
-        .iter()
-        .enumerate()
-        .map(|(i, ty)| format!("    {ty} n{i}; memcpy(&n{i}, params[{}], 8);\n", i + 1))
-        .collect();
-    let arguments: Vec<String> = (0..types.len()).map(|i| format!("n{i}")).collect();
-    let shim = format!(
-        "#include <math.h>\n#include <string.h>\n\
-         struct ws_uint3 {{ unsigned x, y, z; }};\n\
-         static ws_uint3 threadIdx, blockIdx, blockDim;\n\
-         #define __global__\n#define __device__\n#define __forceinline__ inline\n\
-         #define __syncthreads()\n\
-         static inline long long __double_as_longlong(double v) {{ long long u; memcpy(&u, &v, 8); return u; }}\n\
-         static inline double __longlong_as_double(long long u) {{ double v; memcpy(&v, &u, 8); return v; }}\n\
-         static inline unsigned long long atomicMin(unsigned long long *a, unsigned long long v) {{\n\
-         \x20   unsigned long long old = *a; if (v < old) *a = v; return old; }}\n\
-         {source}\n\
-         extern \"C\" void ws_host_launch(void **params, const unsigned *grid, const unsigned *block) {{\n\
-         \x20   struct {name}_args a; memcpy(&a, params[0], sizeof a);\n\
-         {unpack}\
-         \x20   blockDim.x = block[0]; blockDim.y = block[1]; blockDim.z = block[2];\n\
-         \x20   for (unsigned bz = 0; bz < grid[2]; ++bz) for (unsigned by = 0; by < grid[1]; ++by)\n\
-         \x20   for (unsigned bx = 0; bx < grid[0]; ++bx) for (unsigned tz = 0; tz < block[2]; ++tz)\n\
-         \x20   for (unsigned ty = 0; ty < block[1]; ++ty) for (unsigned tx = 0; tx < block[0]; ++tx) {{\n\
-         \x20       blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;\n\
-         \x20       threadIdx.x = tx; threadIdx.y = ty; threadIdx.z = tz;\n\
-         \x20       {name}(a, {arguments});\n\
-         \x20   }}\n}}\n",
-        source = kernel.source,
-        arguments = arguments.join(", "),
+    assert!(
+        params[1..].iter().all(|b| b.len() == 8),
+        "{name}: 8-byte parameters"
     );
     let source = directory.join(format!("{name}.cpp"));
     let library = directory.join(format!("{name}.so"));
@@ -142,8 +118,9 @@ fn run_kernel_on_host(
         .map(|b| b.as_ptr() as *mut std::ffi::c_void)
         .collect();
     type HostLaunch = unsafe extern "C" fn(*mut *mut std::ffi::c_void, *const u32, *const u32);
-    // SAFETY: the library was just built from the shim above, whose
-    // `ws_host_launch` has this signature; the parameters point to the
+    // SAFETY: the library was just built from the emulator's shim, whose
+    // `ws_host_launch` has this signature and reads as many parameters as
+    // were checked above; the parameters point to the
     // launch's blocks and the buffers the launch was built over, which
     // outlive the call.
     unsafe {
@@ -158,22 +135,16 @@ fn run_on_host(launch: &GpuLaunch, directory: &std::path::Path) {
     let trailing = launch.trailing();
     let mut params: Vec<&[u8]> = vec![&launch.arguments];
     params.extend(trailing.iter().map(|b| b.as_slice()));
-    let mut types = vec!["double *"];
-    // A fill sequence takes the target only; it runs in one block whose
-    // barriers this host loop cannot honour with several threads, and is
-    // written for any number of threads, so it runs as one.
-    let sequence = !launch.sequence.is_empty();
-    types.extend(["long long"; 8].iter().take(if sequence { 2 } else { 8 }));
-    if launch.watch.is_some() {
-        types.push("unsigned long long *");
-    }
-    let (grid, block) = if sequence {
+    // A fill sequence runs in one block whose barriers this host loop
+    // cannot honour with several threads, and is written for any number
+    // of threads, so it runs as one.
+    let (grid, block) = if !launch.sequence.is_empty() {
         assert_eq!(launch.shape.grid, [1, 1, 1], "a sequence is one block");
         ([1, 1, 1], [1, 1, 1])
     } else {
         (launch.shape.grid, launch.shape.block)
     };
-    run_kernel_on_host(&launch.kernel, &params, &types, grid, block, directory);
+    run_kernel_on_host(&launch.kernel, &params, grid, block, directory);
 }
 
 fn scratch_directory(test: &str) -> PathBuf {
@@ -505,16 +476,7 @@ fn reduction_same_as_cpu(
     let mut params: Vec<&[u8]> = vec![&launch.arguments];
     params.extend(trailing.iter().map(|b| b.as_slice()));
     let directory = scratch_directory(test);
-    let mut types = vec!["double *"];
-    types.extend(["long long"; 6]);
-    run_kernel_on_host(
-        &launch.kernel,
-        &params,
-        &types,
-        shape.grid,
-        shape.block,
-        &directory,
-    );
+    run_kernel_on_host(&launch.kernel, &params, shape.grid, shape.block, &directory);
     let _ = std::fs::remove_dir_all(&directory);
     assert!(
         partials

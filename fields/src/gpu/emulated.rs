@@ -481,6 +481,13 @@ fn host_unit(source: &str, name: &str, types: &[String]) -> String {
     )
 }
 
+/// The host translation unit for kernel `name` of `source`, and the
+/// number of parameters after its argument struct.
+pub(crate) fn host_unit_of(source: &str, name: &str) -> Result<(String, usize), String> {
+    let types = parameter_types(source, name)?;
+    Ok((host_unit(source, name, &types), types.len()))
+}
+
 /// FNV-1a over `bytes`: a hash stable across builds, for cache names.
 fn stable_hash(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
@@ -507,9 +514,8 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
         action: format!("compiling kernel {name} for the emulated GPU"),
         message,
     };
-    let types = parameter_types(source, name).map_err(failed)?;
+    let (unit, parameters) = host_unit_of(source, name).map_err(failed)?;
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
-    let unit = host_unit(source, name, &types);
     let key = stable_hash(format!("{compiler}\n{unit}").as_bytes());
     static LOADED: OnceLock<Mutex<HashMap<u64, Arc<libloading::Library>>>> = OnceLock::new();
     // Held while a kernel is looked up and compiled: threads of this
@@ -566,7 +572,7 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
         .map_err(|e| failed(format!("no entry point: {e}")))?;
     Ok(Function {
         name: name.to_string(),
-        parameters: types.len(),
+        parameters,
         barrier: source.contains("__syncthreads"),
         entry,
         _library: library,

@@ -68,6 +68,18 @@ pub fn emulated_launches() -> u64 {
     emulated::launches()
 }
 
+/// The C++ translation unit an emulated GPU compiles for kernel `name`
+/// from its CUDA C `source` (the kernel under a shim that plays the
+/// thread indices, the bit casts and `atomicMin`), and the number of
+/// parameters after its argument struct. The unit exports
+/// `extern "C" void ws_host_launch(void **params, const unsigned *grid,
+/// const unsigned *block)`, which runs every thread of the grid as
+/// `cuLaunchKernel` would with those parameter blocks. An error says why
+/// the kernel's signature cannot be read.
+pub fn emulated_host_unit(source: &str, name: &str) -> Result<(String, usize), String> {
+    emulated::host_unit_of(source, name)
+}
+
 /// `bytes` zeroed bytes of memory of GPU `ordinal`.
 pub(crate) fn device_alloc_zeroed(ordinal: usize, bytes: usize) -> FieldResult<usize> {
     if emulated::active() {
