@@ -10,9 +10,10 @@ use watershed_cases::cases::scalability::{
     exprlib_factory, exprlib_heterogeneous_graph, gamma, gamma_value, initial_phi, phi, phi_next,
 };
 use watershed_cases::common::fill_graph_field;
+use watershed_exprgraph::GraphError;
 use watershed_exprgraph::{
     ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, LanguageReduction,
-    NativeExpression, PlacementPolicy, StreamMode, Tag, Target,
+    NativeExpression, PlacementPolicy, StepReplay, StreamMode, Tag, Target,
 };
 use watershed_fields::gpu::gpu_for_tests;
 use watershed_fields::{CellCentre, Device, Grid, HostMemory, LocationKind, MemoryPool, Patch};
@@ -586,4 +587,192 @@ fn graphs_assigned_round_robin_to_two_gpus_run_at_once_and_give_the_cpus_bits() 
             "GPU {k}'s pool holds no block of the graphs placed there ({before} -> {held})"
         );
     }
+}
+
+/// `scaled = lap(u) * p` on `patch`, placed by `placement`.
+fn scaled_graph(patch: &Patch, placement: PlacementPolicy, p: &Parameter) -> ExpressionGraph {
+    let (u, scaled) = (Tag::none("u"), Tag::none("scaled"));
+    let mut factory = Factory::new();
+    factory
+        .placeholder(u.clone(), LocationKind::CellCentre)
+        .unwrap();
+    let (t, q) = (u.clone(), p.clone());
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            scaled.clone(),
+            move |s| laplacian(s.field::<CellCentre>(&t)) * q.expr(),
+        ))
+        .unwrap();
+    let options = GraphOptions {
+        persistent: vec![scaled.clone()],
+        placement,
+        ..Default::default()
+    };
+    let graph = ExpressionGraph::build(&factory, &[scaled], patch, &options).unwrap();
+    fill_graph_field::<CellCentre>(&graph, &u, |[x, y, z]| {
+        (3.0 * x).sin() * (2.0 * y).cos() + z * z
+    })
+    .unwrap();
+    graph
+}
+
+#[test]
+fn steps_replayed_as_cuda_graphs_give_the_cpus_bits_and_follow_parameters() {
+    let Some((gpu, _alone)) =
+        gpu_alone("steps_replayed_as_cuda_graphs_give_the_cpus_bits_and_follow_parameters")
+    else {
+        return;
+    };
+    let patch = patch(12);
+    let (on_cpu, on_gpu) = (Parameter::new("p_cpu", 1.0), Parameter::new("p_gpu", 1.0));
+    let cpu = scaled_graph(&patch, PlacementPolicy::Cpu, &on_cpu);
+    let replayed = scaled_graph(&patch, PlacementPolicy::Gpu(gpu), &on_gpu);
+    replayed.set_step_replay(StepReplay::CudaGraph).unwrap();
+    let scaled = Tag::none("scaled");
+    // The parameter is a kernel argument: each value is its own step. A
+    // replay that ignored the arguments would give 1 or 2 where 3 is asked.
+    let values_of_p = [1.0, 2.0, 1.0, 2.0, 1.0, 2.0, 3.0, 1.0];
+    for (execution, &p) in values_of_p.iter().enumerate() {
+        on_cpu.set(p);
+        on_gpu.set(p);
+        cpu.execute(ExecutionMode::Serial).unwrap();
+        replayed.execute(ExecutionMode::Serial).unwrap();
+        let (worst, differing) = difference(&values(&replayed, &scaled), &values(&cpu, &scaled));
+        assert_eq!(
+            differing, 0,
+            "execution {execution} (p = {p}): scaled differs by up to {worst:e}"
+        );
+    }
+    let statistics = replayed.replay_statistics();
+    eprintln!("{statistics:?}");
+    assert_eq!(statistics.recorded, values_of_p.len() as u64);
+    assert_eq!(statistics.failed_captures, 0, "{statistics:?}");
+    // The first execution also copies u in: its own step. Then p = 2 and
+    // p = 1 each run once directly, are captured at their second sight and
+    // replayed after that; p = 3 is new.
+    assert_eq!(statistics.captures, 2, "{statistics:?}");
+    assert_eq!(statistics.replays, 2, "{statistics:?}");
+    assert_eq!(statistics.direct, 4, "{statistics:?}");
+}
+
+#[test]
+fn exprlib_graphs_replayed_as_cuda_graphs_give_the_cpus_bits() {
+    let Some((gpu, _alone)) =
+        gpu_alone("exprlib_graphs_replayed_as_cuda_graphs_give_the_cpus_bits")
+    else {
+        return;
+    };
+    let patch = patch(16);
+    let pdes = 3;
+    for variant in ["diffusion", "coupled"] {
+        for streams in [StreamMode::default(), StreamMode::Synchronous] {
+            let cpu = exprlib(&patch, pdes, variant, PlacementPolicy::Cpu, streams);
+            let replayed = exprlib(&patch, pdes, variant, PlacementPolicy::Gpu(gpu), streams);
+            replayed.set_step_replay(StepReplay::CudaGraph).unwrap();
+            let graph_launches = watershed_fields::gpu::emulated_graph_launches();
+            for execution in 0..6 {
+                // From the fourth execution on, the host writes phi0 before
+                // each: the step then copies it in, and the replay reads
+                // the new values.
+                if execution >= 3 {
+                    for graph in [&cpu, &replayed] {
+                        fill_graph_field::<CellCentre>(graph, &phi(0), |[x, y, z]| {
+                            initial_phi(0)([x, y, z]) * (1.0 + execution as f64)
+                        })
+                        .unwrap();
+                    }
+                }
+                cpu.execute(ExecutionMode::Serial).unwrap();
+                replayed.execute(ExecutionMode::Serial).unwrap();
+                for i in 0..pdes {
+                    let (worst, differing) = difference(
+                        &values(&replayed, &phi_next(i)),
+                        &values(&cpu, &phi_next(i)),
+                    );
+                    assert!(
+                        worst <= 1e-12,
+                        "{variant} {streams:?} execution {execution}: phi_next{i} differs by {worst:e} in {differing} points"
+                    );
+                }
+            }
+            let statistics = replayed.replay_statistics();
+            eprintln!("{variant} {streams:?}: {statistics:?}");
+            assert_eq!(statistics.failed_captures, 0, "{statistics:?}");
+            // Steps without a copy: 2nd (direct), 3rd (captured); with the
+            // copy of phi0: 4th (direct), 5th (captured), 6th (replayed).
+            assert_eq!(
+                statistics.captures, 2,
+                "{variant} {streams:?}: {statistics:?}"
+            );
+            assert_eq!(
+                statistics.replays, 1,
+                "{variant} {streams:?}: {statistics:?}"
+            );
+            assert!(statistics.launches_per_step >= pdes, "{statistics:?}");
+            if watershed_fields::gpu::gpus_are_emulated() {
+                assert_eq!(
+                    watershed_fields::gpu::emulated_graph_launches() - graph_launches,
+                    3,
+                    "two captured steps and one replayed step are graph launches"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn replay_is_refused_naming_the_node_that_prevents_it() {
+    // Without a GPU: a graph on the CPU cannot be replayed.
+    let patch = patch(8);
+    let p = Parameter::new("p", 1.0);
+    let cpu = scaled_graph(&patch, PlacementPolicy::Cpu, &p);
+    let error = cpu.set_step_replay(StepReplay::CudaGraph).unwrap_err();
+    assert!(
+        matches!(&error, GraphError::NotPlaceable { node, device: Device::Cpu, reason } if node.contains("scaled") && reason.contains("runs on the CPU")),
+        "{error}"
+    );
+    assert_eq!(cpu.step_replay(), StepReplay::Off);
+    let Some((gpu, _alone)) = gpu_alone("replay_is_refused_naming_the_node_that_prevents_it")
+    else {
+        return;
+    };
+    // A reduction's value is waited for by the host.
+    let largest = Parameter::new("largest", -1.0);
+    let graph = reduction_graph(&patch, PlacementPolicy::Gpu(gpu), &largest);
+    let error = graph.set_step_replay(StepReplay::CudaGraph).unwrap_err();
+    assert!(
+        matches!(&error, GraphError::NotPlaceable { node, reason, .. } if node.contains("max|lap u|") && reason.contains("reduction")),
+        "{error}"
+    );
+    // A replayed graph placed back on the CPU runs there (no device work,
+    // nothing to replay) and gives the CPU's bits.
+    let mut replayed = scaled_graph(&patch, PlacementPolicy::Gpu(gpu), &p);
+    replayed.set_step_replay(StepReplay::CudaGraph).unwrap();
+    replayed.execute(ExecutionMode::Serial).unwrap();
+    replayed
+        .place(PlacementPolicy::Cpu, StreamMode::default())
+        .unwrap();
+    p.set(2.5);
+    replayed.execute(ExecutionMode::Serial).unwrap();
+    let reference = scaled_graph(&patch, PlacementPolicy::Cpu, &p);
+    reference.execute(ExecutionMode::Serial).unwrap();
+    let scaled = Tag::none("scaled");
+    let (worst, differing) = difference(&values(&replayed, &scaled), &values(&reference, &scaled));
+    assert_eq!(differing, 0, "scaled differs by up to {worst:e}");
+    // Placed on the GPU again, with replay still on, it replays.
+    replayed
+        .place(PlacementPolicy::Gpu(gpu), StreamMode::default())
+        .unwrap();
+    // The first step copies `scaled` in (the CPU wrote it last), the
+    // second runs directly, the third is captured, the fourth replayed.
+    for _ in 0..4 {
+        replayed.execute(ExecutionMode::Serial).unwrap();
+    }
+    assert!(
+        replayed.replay_statistics().replays >= 1,
+        "{:?}",
+        replayed.replay_statistics()
+    );
+    let (worst, differing) = difference(&values(&replayed, &scaled), &values(&reference, &scaled));
+    assert_eq!(differing, 0, "scaled differs by up to {worst:e}");
 }

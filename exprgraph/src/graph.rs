@@ -336,6 +336,8 @@ pub struct ExpressionGraph {
     pub(crate) gpu_streams: crate::devices::StreamPool,
     /// The finiteness checks of GPU kernels in the execution in progress.
     pub(crate) finite_watches: crate::devices::FiniteWatches,
+    /// Replay of steps as CUDA graphs ([`crate::StepReplay`]).
+    pub(crate) replay: Mutex<crate::step_replay::ReplayState>,
 }
 
 thread_local! {
@@ -586,6 +588,7 @@ impl ExpressionGraph {
             device_plan: DevicePlan::unplanned(),
             gpu_streams: Default::default(),
             finite_watches: Default::default(),
+            replay: Default::default(),
         };
         graph.device_plan = placement::all_cpu(&graph);
         if options.placement != PlacementPolicy::Cpu || options.streams != StreamMode::default() {

@@ -39,6 +39,7 @@
 //! | [`passes`] | fusion of language nodes |
 //! | [`placement`] | device per node, copies between devices, the stream protocol as data |
 //! | [`scheduler`] | execution: serial or threaded, memory budget, the node protocol |
+//! | [`step_replay`] | a step on one GPU replayed as a CUDA graph, keyed by all it enqueues |
 //! | [`trace`] | Chrome-trace timeline and the timing table |
 //! | [`store`] | [`AnyField`] and the per-graph field store |
 //! | [`error`] | [`GraphError`] |
@@ -57,6 +58,7 @@ pub mod placement;
 pub mod reduction;
 pub mod scheduler;
 pub mod source;
+pub mod step_replay;
 pub mod store;
 pub mod tag;
 pub mod trace;
@@ -71,6 +73,7 @@ pub use graph::{ExpressionGraph, FieldInfo, GhostPolicy, GraphOptions, Target};
 pub use placement::{CostModel, DevicePlan, MeasuredCost, PlacementPolicy, StreamMode, Transfer};
 pub use reduction::LanguageReduction;
 pub use scheduler::{ExecutionMode, ExecutionReport, TraceEvent};
+pub use step_replay::{ReplayStatistics, StepReplay};
 pub use store::{AnyField, GraphLocation};
 pub use tag::{Context, Tag};
 pub use trace::{ExpressionTiming, RecordedEvent, TimingTable, chrome_trace_of};

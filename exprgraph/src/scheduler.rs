@@ -367,7 +367,26 @@ impl ExpressionGraph {
     fn run_on_devices(&self, shared: &Shared<'_>, parallelism: Parallelism) {
         let plan = self.device_plan.streams();
         let mut events = vec![None; plan.events];
+        let replay = self.step_replay() == crate::StepReplay::CudaGraph;
         let mut run = || -> GraphResult<()> {
+            // With replay, the stream work up to the epilogue is recorded
+            // and enqueued as one step (`step_replay.rs`); an error drops
+            // the recording, which enqueues what it logged.
+            let recording = if replay {
+                let gpu = self.replay_obstacle()?;
+                let origin = plan
+                    .streams_used()
+                    .into_iter()
+                    .find(|id| id.device == gpu)
+                    .ok_or_else(|| {
+                        GraphError::Native(format!(
+                            "the stream plan uses no stream of GPU {gpu} (a bug in the plan; please report it)"
+                        ))
+                    })?;
+                Some(self.gpu_stream(origin)?.begin_recording()?)
+            } else {
+                None
+            };
             self.run_steps(&plan.prologue, &mut events)?;
             for &node in &self.order {
                 let steps = &plan.nodes[node];
@@ -385,6 +404,9 @@ impl ExpressionGraph {
                     .unwrap_or_else(|p| p.into_inner())
                     .finished += 1;
                 self.run_steps(&steps.after, &mut events)?;
+            }
+            if let Some(recording) = recording {
+                self.enqueue_recorded(recording.finish())?;
             }
             self.run_steps(&plan.epilogue, &mut events)?;
             // Every stream has finished: the kernels' finiteness checks

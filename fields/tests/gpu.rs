@@ -131,3 +131,178 @@ fn gpu_to_gpu_validation_when_two_gpus_exist() {
     field.validate_on(Device::Cpu).unwrap();
     assert_eq!(field.values().unwrap(), &expected[..]);
 }
+
+/// The bytes of `bytes` bytes of GPU memory at `address`, read directly.
+fn read_device(k: usize, address: usize, bytes: usize) -> Vec<u8> {
+    let stream = GpuStream::new(k).unwrap();
+    let mut host = vec![0u8; bytes];
+    // SAFETY: `address` is `bytes` bytes of GPU k's memory held by the
+    // caller; `host` lives until the stream is synchronised.
+    unsafe {
+        stream
+            .copy(
+                (Device::Gpu(k), address),
+                (Device::Cpu, host.as_mut_ptr() as usize),
+                bytes,
+                "reading back",
+            )
+            .unwrap();
+    }
+    stream.synchronize().unwrap();
+    host
+}
+
+/// Records on `origin` a memset of `a` to `byte` and, on a second stream
+/// ordered by an event, a copy of `a` into `b`.
+fn record_memset_then_copy(
+    origin: &GpuStream,
+    other: &GpuStream,
+    (a, b): (usize, usize),
+    byte: u8,
+    bytes: usize,
+) -> watershed_fields::gpu::RecordedStep {
+    let k = origin.device();
+    let recording = origin.begin_recording().unwrap();
+    // SAFETY: `a` and `b` are `bytes` bytes of the GPU's memory that the
+    // caller keeps until the step has run and nothing else touches.
+    unsafe { origin.memset(a, byte, bytes, "memset").unwrap() };
+    let written = origin.record().unwrap();
+    other.wait(&written).unwrap();
+    // SAFETY: as above.
+    unsafe { other.copy((k, a), (k, b), bytes, "copy").unwrap() };
+    let copied = other.record().unwrap();
+    origin.wait(&copied).unwrap();
+    recording.finish()
+}
+
+#[test]
+fn a_recorded_step_runs_only_when_enqueued_and_in_its_order() {
+    let Some(k) = gpu_for_tests("a_recorded_step_runs_only_when_enqueued_and_in_its_order") else {
+        return;
+    };
+    let pool = MemoryPool::gpu(k).unwrap();
+    let bytes = 4096;
+    let (a, b) = (
+        pool.allocate(bytes, "a").unwrap(),
+        pool.allocate(bytes, "b").unwrap(),
+    );
+    let (origin, other) = (GpuStream::new(k).unwrap(), GpuStream::new(k).unwrap());
+    let step = record_memset_then_copy(&origin, &other, (a.address(), b.address()), 0x5a, bytes);
+    assert_eq!(step.operations(), 6);
+    assert_eq!(step.launches(), 0);
+    // Nothing was enqueued: b still holds the pool's zeros.
+    origin.synchronize().unwrap();
+    other.synchronize().unwrap();
+    assert!(read_device(k, b.address(), bytes).iter().all(|&x| x == 0));
+    step.run_directly().unwrap();
+    origin.synchronize().unwrap();
+    assert!(
+        read_device(k, b.address(), bytes)
+            .iter()
+            .all(|&x| x == 0x5a)
+    );
+}
+
+#[test]
+fn a_captured_graph_replays_only_its_own_step() {
+    let Some(k) = gpu_for_tests("a_captured_graph_replays_only_its_own_step") else {
+        return;
+    };
+    let pool = MemoryPool::gpu(k).unwrap();
+    let bytes = 4096;
+    let (a, b, c) = (
+        pool.allocate(bytes, "a").unwrap(),
+        pool.allocate(bytes, "b").unwrap(),
+        pool.allocate(bytes, "c").unwrap(),
+    );
+    let (origin, other) = (GpuStream::new(k).unwrap(), GpuStream::new(k).unwrap());
+    let first = record_memset_then_copy(&origin, &other, (a.address(), b.address()), 0x11, bytes);
+    let graph = first.capture().unwrap();
+    assert_eq!(graph.key(), first.key());
+    graph.launch(first).unwrap();
+    origin.synchronize().unwrap();
+    assert!(
+        read_device(k, b.address(), bytes)
+            .iter()
+            .all(|&x| x == 0x11)
+    );
+    // The same step again: replayed.
+    let again = record_memset_then_copy(&origin, &other, (a.address(), b.address()), 0x11, bytes);
+    memset_now(&origin, b.address(), 0, bytes);
+    graph.launch(again).unwrap();
+    origin.synchronize().unwrap();
+    assert!(
+        read_device(k, b.address(), bytes)
+            .iter()
+            .all(|&x| x == 0x11)
+    );
+    // Another value, then another destination: not replayed, run
+    // directly (their work is done), and the call says where they differ.
+    for (byte, destination) in [(0x22, b.address()), (0x11, c.address())] {
+        let other_step =
+            record_memset_then_copy(&origin, &other, (a.address(), destination), byte, bytes);
+        assert_ne!(other_step.key(), graph.key());
+        let error = graph.launch(other_step).unwrap_err();
+        assert!(
+            matches!(&error, FieldError::Cuda { message, .. } if message.contains("operation") && message.contains("differs") && message.contains("ran directly")),
+            "{error}"
+        );
+        origin.synchronize().unwrap();
+        assert!(
+            read_device(k, destination, bytes)
+                .iter()
+                .all(|&x| x == byte)
+        );
+    }
+}
+
+/// A memset enqueued outside any recording.
+fn memset_now(stream: &GpuStream, address: usize, byte: u8, bytes: usize) {
+    // SAFETY: the caller's GPU memory, `bytes` long.
+    unsafe { stream.memset(address, byte, bytes, "reset").unwrap() };
+    stream.synchronize().unwrap();
+}
+
+#[test]
+fn a_recording_refuses_host_waits_and_a_dropped_one_runs_its_work() {
+    let Some(k) = gpu_for_tests("a_recording_refuses_host_waits_and_a_dropped_one_runs_its_work")
+    else {
+        return;
+    };
+    let pool = MemoryPool::gpu(k).unwrap();
+    let bytes = 256;
+    let a = pool.allocate(bytes, "a").unwrap();
+    let stream = GpuStream::new(k).unwrap();
+    let event = {
+        let recording = stream.begin_recording().unwrap();
+        // A second recording on this thread is refused.
+        let nested = stream.begin_recording().unwrap_err();
+        assert!(nested.to_string().contains("already open"), "{nested}");
+        // SAFETY: `a` is `bytes` bytes of GPU k, kept past the recording.
+        unsafe { stream.memset(a.address(), 0x7f, bytes, "memset").unwrap() };
+        let event = stream.record().unwrap();
+        // The host cannot wait for work that is not enqueued.
+        let sync = stream.synchronize().unwrap_err();
+        assert!(
+            sync.to_string()
+                .contains("cannot wait inside a step recorded for replay"),
+            "{sync}"
+        );
+        let pending = event.synchronize().unwrap_err();
+        assert!(
+            pending.to_string().contains("not been enqueued"),
+            "{pending}"
+        );
+        assert!(!event.is_complete());
+        drop(recording);
+        event
+    };
+    // Dropped without finishing: its work was enqueued, its event is real.
+    event.synchronize().unwrap();
+    assert!(event.is_complete());
+    assert!(
+        read_device(k, a.address(), bytes)
+            .iter()
+            .all(|&x| x == 0x7f)
+    );
+}

@@ -309,13 +309,29 @@ impl ExpressionGraph {
 
     /// Places the nodes again under `policy` with `streams`, e.g. with a
     /// [`CostModel`] fed with [`Self::measured_costs`] after some
-    /// executions. Nothing is run or allocated.
+    /// executions. Nothing is run or allocated; a placement all on the CPU
+    /// brings every field whose current values are on a GPU back to the
+    /// CPU (a copy).
     pub fn place(&mut self, policy: PlacementPolicy, streams: StreamMode) -> GraphResult<()> {
         let plan = self.device_plan_for(policy, streams)?;
         for (node, target) in self.nodes.iter_mut().zip(&plan.targets) {
             node.target = *target;
         }
         self.device_plan = plan;
+        if self.device_plan.gpu_nodes() == 0 {
+            // An all-CPU execution writes and reads the CPU locations
+            // only: bring back what earlier GPU executions left there.
+            for slot in &self.store.slots {
+                if let Some(field) = slot.write().unwrap_or_else(|p| p.into_inner()).as_mut() {
+                    field.make_active_on(Device::Cpu, None)?;
+                }
+            }
+        }
+        // Steps captured for the old placement will not recur.
+        self.replay
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget_steps();
         Ok(())
     }
 

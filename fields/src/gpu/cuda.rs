@@ -333,3 +333,73 @@ pub(crate) fn pinned_free(address: usize) {
         let _ = unsafe { cudarc::driver::result::free_host(address as *mut std::ffi::c_void) };
     }
 }
+
+/// A CUDA graph captured from a stream and instantiated: launching it runs
+/// every captured operation, in the captured order, on that stream.
+pub(crate) struct Graph {
+    graph: cudarc::driver::CudaGraph,
+}
+
+// SAFETY: a CUDA graph and its executable are driver objects not tied to
+// the thread that made them; the driver only asks that calls on one graph
+// be serialised. `Graph` is not `Sync`, and its only operations take it by
+// reference from one thread at a time (its owner holds it in a `Mutex` or
+// alone), so no two calls on it overlap.
+unsafe impl Send for Graph {}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Graph")
+    }
+}
+
+impl Stream {
+    /// The stream's identity while it lives (its driver handle).
+    pub(crate) fn identity(&self) -> usize {
+        self.stream.cu_stream() as usize
+    }
+
+    /// Starts capturing this stream's work (and that of the streams that
+    /// wait on its events) into a graph, instead of running it. Only this
+    /// thread's calls are checked for ones unsafe during a capture.
+    pub(crate) fn begin_capture(&self, device: Device) -> FieldResult<()> {
+        self.stream
+            .begin_capture(
+                cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+            .map_err(|e| cuda_error(device, "starting a stream capture", e))
+    }
+
+    /// Ends the capture begun by [`Stream::begin_capture`] and instantiates
+    /// the captured graph. Errors when the capture was invalidated (an
+    /// operation that cannot be captured) or captured nothing.
+    pub(crate) fn end_capture(&self, device: Device) -> FieldResult<Graph> {
+        let graph = self
+            .stream
+            .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+            .map_err(|e| cuda_error(device, "ending a stream capture", e))?;
+        graph
+            .map(|graph| Graph { graph })
+            .ok_or_else(|| FieldError::Cuda {
+                device,
+                action: "ending a stream capture".into(),
+                message: "the capture recorded no work".into(),
+            })
+    }
+}
+
+impl Function {
+    /// The kernel's identity while it is loaded (its driver handle).
+    pub(crate) fn identity(&self) -> usize {
+        self.function.cu_function() as usize
+    }
+}
+
+impl Graph {
+    /// Enqueues the whole graph on the stream it was captured from.
+    pub(crate) fn launch(&self, device: Device) -> FieldResult<()> {
+        self.graph
+            .launch()
+            .map_err(|e| cuda_error(device, "launching a CUDA graph", e))
+    }
+}

@@ -329,50 +329,148 @@ impl Stream {
         arguments: &[&[u8]],
         action: &str,
     ) -> FieldResult<()> {
-        let refuse = |message: String| FieldError::Cuda {
-            device,
-            action: action.to_string(),
-            message,
-        };
-        if arguments.len() != function.parameters + 1 {
-            return Err(refuse(format!(
-                "kernel {} takes {} parameters, {} were given",
-                function.name,
-                function.parameters + 1,
-                arguments.len()
-            )));
-        }
-        if let Some(size) = arguments.iter().skip(1).map(|b| b.len()).find(|&n| n != 8) {
-            return Err(refuse(format!(
-                "kernel {} takes 8-byte parameters after its struct, one of {size} bytes was given",
-                function.name
-            )));
-        }
+        let (grid, block) = function.check(device, grid, block, arguments, action)?;
         LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if function.barrier && grid != [1, 1, 1] {
-            return Err(refuse(format!(
-                "kernel {} synchronises its block, so it runs as one block, not {grid:?}",
-                function.name
-            )));
-        }
-        let (grid, block) = if function.barrier {
-            ([1, 1, 1], [1, 1, 1])
-        } else {
-            (grid, block)
-        };
         let blocks: Vec<Vec<u8>> = arguments.iter().map(|b| b.to_vec()).collect();
+        // SAFETY: checked above; forwarded from the caller.
+        unsafe { self.enqueue_checked(function, grid, block, blocks) };
+        Ok(())
+    }
+
+    /// Queues a launch [`Function::check`] accepted.
+    ///
+    /// # Safety
+    /// As [`Stream::launch`].
+    unsafe fn enqueue_checked(
+        &self,
+        function: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        blocks: Vec<Vec<u8>>,
+    ) {
         let function = function.clone();
         self.enqueue(move || {
             let mut pointers: Vec<*mut c_void> =
                 blocks.iter().map(|b| b.as_ptr() as *mut c_void).collect();
             // SAFETY: the library was built from the kernel's source under
             // the shim, whose entry point has this signature and reads
-            // exactly the parameters counted above; the caller vouches for
-            // the addresses until the stream has run the kernel.
+            // exactly the parameters `check` counted; the caller vouches
+            // for the addresses until the stream has run the kernel.
             unsafe { (function.entry)(pointers.as_mut_ptr(), grid.as_ptr(), block.as_ptr()) };
         });
-        Ok(())
     }
+
+    /// The stream's identity while it lives.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.queue) as usize
+    }
+
+    /// Queues a whole graph: when the stream reaches it, `operations` run
+    /// on `streams` private queues (their events private too), and the
+    /// stream goes on once all of them have run, as a CUDA graph launched
+    /// on a stream does. Counted as one graph launch, not as kernel
+    /// launches.
+    ///
+    /// # Safety
+    /// Every launch must have passed [`Function::check`], and every address
+    /// among the operations must be valid for what they do until the
+    /// stream has run the graph.
+    pub(crate) unsafe fn launch_graph(&self, operations: Arc<Vec<GraphOperation>>, streams: usize) {
+        GRAPH_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.enqueue(move || {
+            let private: Vec<Stream> = (0..streams)
+                .map(|_| Stream {
+                    queue: Arc::default(),
+                })
+                .collect();
+            let mut events: HashMap<usize, Event> = HashMap::new();
+            for operation in operations.iter() {
+                // SAFETY: forwarded from the caller of `launch_graph`.
+                unsafe {
+                    match operation {
+                        GraphOperation::Launch {
+                            stream,
+                            function,
+                            grid,
+                            block,
+                            arguments,
+                        } => private[*stream].enqueue_checked(
+                            function,
+                            *grid,
+                            *block,
+                            arguments.clone(),
+                        ),
+                        GraphOperation::Copy {
+                            stream,
+                            source,
+                            destination,
+                            bytes,
+                        } => private[*stream].copy(*source, *destination, *bytes),
+                        GraphOperation::Memset {
+                            stream,
+                            destination,
+                            byte,
+                            bytes,
+                        } => private[*stream].memset(*destination, *byte, *bytes),
+                        GraphOperation::Record { stream, event } => {
+                            events.insert(*event, private[*stream].record());
+                        }
+                        GraphOperation::Wait { stream, event } => {
+                            // The operation list was checked when the graph
+                            // was made: every wait follows its record.
+                            if let Some(event) = events.get(event) {
+                                private[*stream].wait(event);
+                            }
+                        }
+                    }
+                }
+            }
+            for stream in &private {
+                stream.synchronize();
+            }
+        });
+    }
+}
+
+/// One operation of an emulated graph; streams and events are numbered
+/// within the graph.
+#[derive(Debug, Clone)]
+pub(crate) enum GraphOperation {
+    /// A kernel that passed [`Function::check`] (grid and block as it
+    /// returned them).
+    Launch {
+        stream: usize,
+        function: Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        arguments: Vec<Vec<u8>>,
+    },
+    /// A copy between two addresses.
+    Copy {
+        stream: usize,
+        source: usize,
+        destination: usize,
+        bytes: usize,
+    },
+    /// A memset.
+    Memset {
+        stream: usize,
+        destination: usize,
+        byte: u8,
+        bytes: usize,
+    },
+    /// An event recorded on a stream of the graph.
+    Record { stream: usize, event: usize },
+    /// A stream of the graph waits for an event recorded earlier in it.
+    Wait { stream: usize, event: usize },
+}
+
+/// Graphs launched on emulated GPUs so far, in this process.
+static GRAPH_LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of graphs launched on emulated GPUs so far.
+pub(crate) fn graph_launches() -> u64 {
+    GRAPH_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Event {
@@ -403,6 +501,56 @@ pub(crate) struct Function {
     barrier: bool,
     entry: HostLaunch,
     _library: Arc<libloading::Library>,
+}
+
+impl Function {
+    /// Checks a launch as `cuLaunchKernel` would (the number and sizes of
+    /// the parameter blocks; one block for a kernel with a barrier) and
+    /// returns the grid and block the host runs it with.
+    pub(crate) fn check(
+        &self,
+        device: Device,
+        grid: [u32; 3],
+        block: [u32; 3],
+        arguments: &[&[u8]],
+        action: &str,
+    ) -> FieldResult<([u32; 3], [u32; 3])> {
+        let refuse = |message: String| FieldError::Cuda {
+            device,
+            action: action.to_string(),
+            message,
+        };
+        if arguments.len() != self.parameters + 1 {
+            return Err(refuse(format!(
+                "kernel {} takes {} parameters, {} were given",
+                self.name,
+                self.parameters + 1,
+                arguments.len()
+            )));
+        }
+        if let Some(size) = arguments.iter().skip(1).map(|b| b.len()).find(|&n| n != 8) {
+            return Err(refuse(format!(
+                "kernel {} takes 8-byte parameters after its struct, one of {size} bytes was given",
+                self.name
+            )));
+        }
+        if self.barrier && grid != [1, 1, 1] {
+            return Err(refuse(format!(
+                "kernel {} synchronises its block, so it runs as one block, not {grid:?}",
+                self.name
+            )));
+        }
+        Ok(if self.barrier {
+            ([1, 1, 1], [1, 1, 1])
+        } else {
+            (grid, block)
+        })
+    }
+
+    /// The kernel's identity while it is loaded (its entry point).
+    pub(crate) fn identity(&self) -> usize {
+        self.entry as usize
+    }
 }
 
 impl std::fmt::Debug for Function {

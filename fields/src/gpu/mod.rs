@@ -34,10 +34,13 @@ mod stub;
 #[cfg(not(feature = "cuda"))]
 use stub as backend;
 mod emulated;
+mod replay;
+
+pub use replay::{GpuGraph, RecordedStep, StepKey, StepRecording};
 
 use crate::Device;
 use crate::error::{FieldError, FieldResult};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// Why no GPU can be used (`None`: the driver, or the emulation, is usable).
 fn driver_problem() -> Option<&'static str> {
@@ -66,6 +69,13 @@ pub fn gpus_are_emulated() -> bool {
 /// launches, measured without a GPU.
 pub fn emulated_launches() -> u64 {
     emulated::launches()
+}
+
+/// The graphs launched on emulated GPUs so far in this process (0 on real
+/// GPUs): a step replayed as a graph counts one here and none in
+/// [`emulated_launches`].
+pub fn emulated_graph_launches() -> u64 {
+    emulated::graph_launches()
 }
 
 /// The C++ translation unit an emulated GPU compiles for kernel `name`
@@ -129,6 +139,9 @@ enum StreamImpl {
 enum EventImpl {
     Hardware(backend::Event),
     Emulated(emulated::Event),
+    /// Recorded inside a [`StepRecording`]: it becomes a real event when
+    /// the recorded step is enqueued.
+    Pending(Arc<replay::PendingEvent>),
 }
 
 /// A kernel loaded on a real or on an emulated GPU.
@@ -217,8 +230,23 @@ impl GpuStream {
         self.device
     }
 
+    /// The stream's identity while it lives: two clones of one stream
+    /// have the same, two streams alive at once differ.
+    pub fn identity(&self) -> usize {
+        match &self.stream {
+            StreamImpl::Hardware(stream) => stream.identity(),
+            StreamImpl::Emulated(stream) => stream.identity(),
+        }
+    }
+
     /// Blocks the calling thread until all work enqueued so far has finished.
+    /// Refused while a [`StepRecording`] is open on this thread.
     pub fn synchronize(&self) -> FieldResult<()> {
+        replay::refuse_host_wait(self.device, "synchronising a stream")?;
+        self.synchronize_now()
+    }
+
+    fn synchronize_now(&self) -> FieldResult<()> {
         match &self.stream {
             StreamImpl::Hardware(stream) => stream.synchronize(self.device),
             StreamImpl::Emulated(stream) => {
@@ -229,7 +257,16 @@ impl GpuStream {
     }
 
     /// Records an event after the work enqueued so far. Returns at once.
+    /// Inside a [`StepRecording`] the event is pending until the recorded
+    /// step is enqueued.
     pub fn record(&self) -> FieldResult<ValidationEvent> {
+        if let Some(event) = replay::log_record(self)? {
+            return Ok(event);
+        }
+        self.record_now()
+    }
+
+    fn record_now(&self) -> FieldResult<ValidationEvent> {
         let event = match &self.stream {
             StreamImpl::Hardware(stream) => EventImpl::Hardware(stream.record(self.device)?),
             StreamImpl::Emulated(stream) => EventImpl::Emulated(stream.record()),
@@ -242,7 +279,22 @@ impl GpuStream {
 
     /// Makes later work on this stream wait for `event`. Returns at once.
     pub fn wait(&self, event: &ValidationEvent) -> FieldResult<()> {
-        match (&self.stream, &event.event) {
+        if replay::log_wait(self, event)? {
+            return Ok(());
+        }
+        self.wait_now(event)
+    }
+
+    fn wait_now(&self, event: &ValidationEvent) -> FieldResult<()> {
+        let resolved;
+        let event = match &event.event {
+            EventImpl::Pending(pending) => {
+                resolved = pending.resolved(self.device)?;
+                &resolved
+            }
+            event => event,
+        };
+        match (&self.stream, event) {
             (StreamImpl::Hardware(stream), EventImpl::Hardware(event)) => {
                 stream.wait(event, self.device)
             }
@@ -272,6 +324,24 @@ impl GpuStream {
         bytes: usize,
         action: &str,
     ) -> FieldResult<()> {
+        if replay::log_copy(self, source, destination, bytes)? {
+            return Ok(());
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.copy_now(source, destination, bytes, action) }
+    }
+
+    /// [`GpuStream::copy`], enqueued even inside a recording.
+    ///
+    /// # Safety
+    /// As [`GpuStream::copy`].
+    unsafe fn copy_now(
+        &self,
+        source: (Device, usize),
+        destination: (Device, usize),
+        bytes: usize,
+        action: &str,
+    ) -> FieldResult<()> {
         // SAFETY: forwarded from the caller.
         unsafe {
             match &self.stream {
@@ -293,6 +363,24 @@ impl GpuStream {
     /// The range must be memory of this stream's GPU, valid for `bytes`
     /// bytes and not used by other work until the memset completes.
     pub unsafe fn memset(
+        &self,
+        destination: usize,
+        byte: u8,
+        bytes: usize,
+        action: &str,
+    ) -> FieldResult<()> {
+        if replay::log_memset(self, destination, byte, bytes)? {
+            return Ok(());
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.memset_now(destination, byte, bytes, action) }
+    }
+
+    /// [`GpuStream::memset`], enqueued even inside a recording.
+    ///
+    /// # Safety
+    /// As [`GpuStream::memset`].
+    unsafe fn memset_now(
         &self,
         destination: usize,
         byte: u8,
@@ -344,6 +432,25 @@ impl GpuStream {
                 ),
             });
         }
+        if replay::log_launch(self, function, grid, block, arguments, action)? {
+            return Ok(());
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.launch_now(function, grid, block, arguments, action) }
+    }
+
+    /// [`GpuStream::launch`], enqueued even inside a recording.
+    ///
+    /// # Safety
+    /// As [`GpuStream::launch`].
+    unsafe fn launch_now(
+        &self,
+        function: &GpuFunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        arguments: &[&[u8]],
+        action: &str,
+    ) -> FieldResult<()> {
         // SAFETY: forwarded from the caller.
         unsafe {
             match (&self.stream, &function.function) {
@@ -404,6 +511,15 @@ impl GpuFunction {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// The kernel's identity while it is loaded: two loads of one kernel
+    /// on one GPU may differ, two different kernels alive at once differ.
+    pub fn identity(&self) -> usize {
+        match &self.function {
+            FunctionImpl::Hardware(function) => function.identity(),
+            FunctionImpl::Emulated(function) => function.identity(),
+        }
+    }
 }
 
 /// Marks the completion of an asynchronous copy (or any stream work): a
@@ -421,7 +537,8 @@ impl ValidationEvent {
         self.device
     }
 
-    /// Blocks until the recorded work has finished.
+    /// Blocks until the recorded work has finished. Refused for an event
+    /// of a recorded step not yet enqueued (it could never finish).
     pub fn synchronize(&self) -> FieldResult<()> {
         match &self.event {
             EventImpl::Hardware(event) => event.synchronize(self.device),
@@ -429,14 +546,27 @@ impl ValidationEvent {
                 event.synchronize();
                 Ok(())
             }
+            EventImpl::Pending(pending) => ValidationEvent {
+                device: self.device,
+                event: pending.resolved(self.device)?,
+            }
+            .synchronize(),
         }
     }
 
-    /// True once the recorded work has finished. Never blocks.
+    /// True once the recorded work has finished (false for an event of a
+    /// recorded step not yet enqueued). Never blocks.
     pub fn is_complete(&self) -> bool {
         match &self.event {
             EventImpl::Hardware(event) => event.is_complete(),
             EventImpl::Emulated(event) => event.is_complete(),
+            EventImpl::Pending(pending) => pending.resolved(self.device).is_ok_and(|event| {
+                ValidationEvent {
+                    device: self.device,
+                    event,
+                }
+                .is_complete()
+            }),
         }
     }
 }

@@ -141,3 +141,37 @@ pub(crate) fn pinned_alloc_zeroed(_bytes: usize) -> Option<usize> {
 
 /// Nothing was ever allocated.
 pub(crate) fn pinned_free(_address: usize) {}
+
+/// A captured CUDA graph (none can exist in this build).
+#[derive(Debug)]
+pub(crate) struct Graph {
+    never: Never,
+}
+
+impl Stream {
+    /// The stream's identity (never callable: no stream exists).
+    pub(crate) fn identity(&self) -> usize {
+        match self.never {}
+    }
+
+    pub(crate) fn begin_capture(&self, _device: Device) -> FieldResult<()> {
+        match self.never {}
+    }
+
+    pub(crate) fn end_capture(&self, _device: Device) -> FieldResult<Graph> {
+        match self.never {}
+    }
+}
+
+impl Function {
+    /// The kernel's identity (never callable: no kernel exists).
+    pub(crate) fn identity(&self) -> usize {
+        match self.never {}
+    }
+}
+
+impl Graph {
+    pub(crate) fn launch(&self, _device: Device) -> FieldResult<()> {
+        match self.never {}
+    }
+}

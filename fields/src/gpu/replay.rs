@@ -1,0 +1,867 @@
+//! Recording the stream work of one step, and replaying it as a CUDA graph.
+//!
+//! # Design
+//! A step of a graph placed on a GPU enqueues hundreds of small kernels.
+//! On small grids the launches, not the kernels, take the time, and a CUDA
+//! graph launches them all in one call. The danger is a graph replaying
+//! the pointers or the parameter values of an earlier step. This module
+//! makes that impossible by construction:
+//!
+//! 1. **Record.** While a [`StepRecording`] is open on a thread, every
+//!    stream call of that thread (kernel launch, copy, memset, event record,
+//!    event wait) is logged instead of enqueued. The host logic above runs
+//!    as it always does: pools hand out memory, location states change,
+//!    arguments are packed. Only the device work is held back. An event
+//!    recorded meanwhile is *pending*: a wait on it inside the recording is
+//!    logged, and anything else that needs it (a host wait, a wait outside
+//!    the recording) is refused until the step is enqueued. A stream
+//!    synchronisation inside a recording is refused, since the work it
+//!    would wait for is not enqueued yet.
+//! 2. **Key.** The finished [`RecordedStep`] has a [`StepKey`]: each
+//!    operation with its stream (streams numbered by first use), the
+//!    kernel's identity, grid, block, and every argument byte, address and
+//!    size. A wait on an event from before the step enters the key as a
+//!    wait, without the event: it is satisfied before the step starts.
+//! 3. **Run or replay.** A recorded step is either run directly (each
+//!    operation enqueued where it was asked for, exactly as without a
+//!    recording; [`RecordedStep::run_directly`]) or launched through a
+//!    [`GpuGraph`] captured from a step with an equal key
+//!    ([`GpuGraph::launch`], which compares the keys and runs a different
+//!    step directly, with an error). Either way every pending event
+//!    resolves to a real one: the event recorded where it was asked for,
+//!    or, for a graph, one event after the whole graph.
+//!
+//! Capture on a real GPU replays the operations between
+//! `cuStreamBeginCapture` and `cuStreamEndCapture` on the origin stream;
+//! the other streams fork from the origin (they wait on an event recorded
+//! there first) and join it at the end. An emulated GPU's graph is the
+//! operation list, which runs on private queues when the origin stream
+//! reaches it.
+
+use super::{EventImpl, FunctionImpl, GpuFunction, GpuStream, StreamImpl, ValidationEvent};
+use super::{backend, emulated};
+use crate::Device;
+use crate::error::{FieldError, FieldResult};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+thread_local! {
+    /// The recording open on this thread.
+    static RECORDING: RefCell<Option<Recording>> = const { RefCell::new(None) };
+}
+
+/// Numbers recordings, so that a pending event knows its own.
+static NEXT_RECORDING: AtomicU64 = AtomicU64::new(1);
+
+/// An event recorded inside a recording: real once the step is enqueued.
+#[derive(Debug)]
+pub(crate) struct PendingEvent {
+    recording: u64,
+    index: usize,
+    real: OnceLock<EventImpl>,
+}
+
+impl PendingEvent {
+    /// The real event, or an error when the step that records it has not
+    /// been enqueued.
+    pub(crate) fn resolved(&self, device: Device) -> FieldResult<EventImpl> {
+        self.real.get().cloned().ok_or_else(|| FieldError::Cuda {
+            device,
+            action: "using an event".into(),
+            message: "the event belongs to a recorded step that has not been enqueued yet; finish the recording and run or replay the step first".into(),
+        })
+    }
+}
+
+/// One logged operation; `stream` indexes the recording's streams.
+#[derive(Debug, Clone)]
+enum Operation {
+    Launch {
+        stream: usize,
+        function: GpuFunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        arguments: Vec<Vec<u8>>,
+        action: String,
+    },
+    Copy {
+        stream: usize,
+        source: (Device, usize),
+        destination: (Device, usize),
+        bytes: usize,
+    },
+    Memset {
+        stream: usize,
+        destination: usize,
+        byte: u8,
+        bytes: usize,
+    },
+    /// Records pending event `event` (an index into the recording's).
+    Record { stream: usize, event: usize },
+    /// Waits on pending event `event` of this recording.
+    Wait { stream: usize, event: usize },
+    /// Waits on an event recorded before the step.
+    WaitBefore {
+        stream: usize,
+        event: ValidationEvent,
+    },
+}
+
+/// What a recording holds.
+#[derive(Debug)]
+struct Recording {
+    id: u64,
+    origin: GpuStream,
+    streams: Vec<GpuStream>,
+    operations: Vec<Operation>,
+    events: Vec<Arc<PendingEvent>>,
+}
+
+impl Recording {
+    /// The index of `stream` (added on first use); a stream of another GPU
+    /// is refused.
+    fn stream_index(&mut self, stream: &GpuStream) -> FieldResult<usize> {
+        if stream.device != self.origin.device {
+            return Err(FieldError::Cuda {
+                device: stream.device,
+                action: "recording a step".into(),
+                message: format!(
+                    "the step is recorded on {}; a recorded step runs on one GPU",
+                    self.origin.device
+                ),
+            });
+        }
+        let identity = stream.identity();
+        if let Some(index) = self.streams.iter().position(|s| s.identity() == identity) {
+            return Ok(index);
+        }
+        self.streams.push(stream.clone());
+        Ok(self.streams.len() - 1)
+    }
+
+    /// Logs the operation `make` builds for `stream`'s index.
+    fn log(
+        &mut self,
+        stream: &GpuStream,
+        make: impl FnOnce(usize) -> Operation,
+    ) -> FieldResult<()> {
+        let index = self.stream_index(stream)?;
+        self.operations.push(make(index));
+        Ok(())
+    }
+}
+
+/// Runs `f` on this thread's open recording; `None` when there is none.
+fn with_recording<R>(f: impl FnOnce(&mut Recording) -> R) -> Option<R> {
+    RECORDING.with(|cell| cell.borrow_mut().as_mut().map(f))
+}
+
+/// Refuses a host wait on a stream while a recording is open here.
+pub(crate) fn refuse_host_wait(device: Device, action: &str) -> FieldResult<()> {
+    match with_recording(|_| ()) {
+        None => Ok(()),
+        Some(()) => Err(FieldError::Cuda {
+            device,
+            action: action.to_string(),
+            message: "the host cannot wait inside a step recorded for replay (its work is not enqueued yet); a step that needs a value on the host cannot be replayed as a graph".into(),
+        }),
+    }
+}
+
+/// Logs an event record; `None` when no recording is open.
+pub(crate) fn log_record(stream: &GpuStream) -> FieldResult<Option<ValidationEvent>> {
+    with_recording(|recording| {
+        let pending = Arc::new(PendingEvent {
+            recording: recording.id,
+            index: recording.events.len(),
+            real: OnceLock::new(),
+        });
+        let event = pending.index;
+        recording.log(stream, |stream| Operation::Record { stream, event })?;
+        recording.events.push(pending.clone());
+        Ok(ValidationEvent {
+            device: stream.device,
+            event: EventImpl::Pending(pending),
+        })
+    })
+    .transpose()
+}
+
+/// Logs a wait; `false` when no recording is open.
+pub(crate) fn log_wait(stream: &GpuStream, event: &ValidationEvent) -> FieldResult<bool> {
+    with_recording(|recording| {
+        let index = recording.stream_index(stream)?;
+        let operation = match &event.event {
+            EventImpl::Pending(pending) if pending.real.get().is_none() => {
+                if pending.recording != recording.id {
+                    return Err(FieldError::Cuda {
+                        device: stream.device,
+                        action: "recording a wait".into(),
+                        message:
+                            "the event belongs to another recorded step that has not been enqueued"
+                                .into(),
+                    });
+                }
+                Operation::Wait {
+                    stream: index,
+                    event: pending.index,
+                }
+            }
+            _ => Operation::WaitBefore {
+                stream: index,
+                event: event.clone(),
+            },
+        };
+        recording.operations.push(operation);
+        Ok(true)
+    })
+    .unwrap_or(Ok(false))
+}
+
+/// Logs a copy; `false` when no recording is open.
+pub(crate) fn log_copy(
+    stream: &GpuStream,
+    source: (Device, usize),
+    destination: (Device, usize),
+    bytes: usize,
+) -> FieldResult<bool> {
+    with_recording(|recording| {
+        recording.log(stream, |stream| Operation::Copy {
+            stream,
+            source,
+            destination,
+            bytes,
+        })
+    })
+    .map_or(Ok(false), |logged| logged.map(|()| true))
+}
+
+/// Logs a memset; `false` when no recording is open.
+pub(crate) fn log_memset(
+    stream: &GpuStream,
+    destination: usize,
+    byte: u8,
+    bytes: usize,
+) -> FieldResult<bool> {
+    with_recording(|recording| {
+        recording.log(stream, |stream| Operation::Memset {
+            stream,
+            destination,
+            byte,
+            bytes,
+        })
+    })
+    .map_or(Ok(false), |logged| logged.map(|()| true))
+}
+
+/// Logs a kernel launch (its parameter blocks copied, as
+/// `cuLaunchKernel` copies them); `false` when no recording is open.
+pub(crate) fn log_launch(
+    stream: &GpuStream,
+    function: &GpuFunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    arguments: &[&[u8]],
+    action: &str,
+) -> FieldResult<bool> {
+    with_recording(|recording| {
+        recording.log(stream, |stream| Operation::Launch {
+            stream,
+            function: function.clone(),
+            grid,
+            block,
+            arguments: arguments.iter().map(|a| a.to_vec()).collect(),
+            action: action.to_string(),
+        })
+    })
+    .map_or(Ok(false), |logged| logged.map(|()| true))
+}
+
+impl GpuStream {
+    /// Opens a recording on this thread with this stream as its origin:
+    /// until [`StepRecording::finish`], the stream work this thread asks
+    /// for (on any stream of this GPU) is logged, not enqueued (see the
+    /// module documentation of `gpu::replay`). Refused when a recording is
+    /// already open here.
+    ///
+    /// ```
+    /// # use watershed_fields::GpuStream;
+    /// # fn step(stream: &GpuStream) -> watershed_fields::FieldResult<()> {
+    /// let recording = stream.begin_recording()?;
+    /// // ... enqueue the step's work on this GPU's streams ...
+    /// let step = recording.finish();
+    /// let graph = step.capture()?; // or step.run_directly()
+    /// graph.launch(step)?;
+    /// stream.synchronize()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn begin_recording(&self) -> FieldResult<StepRecording> {
+        RECORDING.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            if cell.is_some() {
+                return Err(FieldError::Cuda {
+                    device: self.device,
+                    action: "opening a step recording".into(),
+                    message: "a recording is already open on this thread; finish it first".into(),
+                });
+            }
+            *cell = Some(Recording {
+                id: NEXT_RECORDING.fetch_add(1, Ordering::Relaxed),
+                origin: self.clone(),
+                streams: vec![self.clone()],
+                operations: Vec::new(),
+                events: Vec::new(),
+            });
+            Ok(StepRecording {
+                open: true,
+                _thread_bound: std::marker::PhantomData,
+            })
+        })
+    }
+}
+
+/// An open recording (see [`GpuStream::begin_recording`]). Dropping it
+/// without [`finish`](StepRecording::finish) runs what it logged directly,
+/// so that no work and no event is lost.
+#[derive(Debug)]
+pub struct StepRecording {
+    open: bool,
+    /// The recording belongs to the thread that opened it.
+    _thread_bound: std::marker::PhantomData<*const ()>,
+}
+
+impl StepRecording {
+    /// Closes the recording and hands over what it logged.
+    pub fn finish(mut self) -> RecordedStep {
+        self.open = false;
+        let recording = RECORDING
+            .with(|cell| cell.borrow_mut().take())
+            .expect("an open StepRecording has its recording on its thread");
+        RecordedStep::new(recording)
+    }
+}
+
+impl Drop for StepRecording {
+    fn drop(&mut self) {
+        if self.open
+            && let Some(recording) = RECORDING.with(|cell| cell.borrow_mut().take())
+        {
+            let _ = RecordedStep::new(recording).run_directly();
+        }
+    }
+}
+
+/// The key of one logged operation (see [`StepKey`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum KeyOperation {
+    Launch {
+        stream: usize,
+        function: usize,
+        grid: [u32; 3],
+        block: [u32; 3],
+        arguments: Vec<Vec<u8>>,
+    },
+    Copy {
+        stream: usize,
+        source: (Device, usize),
+        destination: (Device, usize),
+        bytes: usize,
+    },
+    Memset {
+        stream: usize,
+        destination: usize,
+        byte: u8,
+        bytes: usize,
+    },
+    Record {
+        stream: usize,
+        event: usize,
+    },
+    Wait {
+        stream: usize,
+        event: usize,
+    },
+    WaitBefore {
+        stream: usize,
+    },
+}
+
+/// Everything a recorded step does on its GPU, as data that compares
+/// equal only for steps that enqueue the same work: the same kernels with
+/// the same grids, blocks and argument bytes (so the same pointers and
+/// parameter values), the same copies and memsets, on the same streams in
+/// the same order, with the same event dependencies.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StepKey {
+    device: Device,
+    origin: usize,
+    operations: Vec<KeyOperation>,
+}
+
+impl StepKey {
+    /// A sentence naming the first operation where `self` and `other`
+    /// differ (or the device or origin stream).
+    pub fn first_difference(&self, other: &StepKey) -> String {
+        if self.device != other.device || self.origin != other.origin {
+            return format!(
+                "the steps run on different devices or origin streams ({} and {})",
+                self.device, other.device
+            );
+        }
+        match self
+            .operations
+            .iter()
+            .zip(&other.operations)
+            .position(|(a, b)| a != b)
+        {
+            Some(at) => format!(
+                "operation {at} differs: {:?} against {:?}",
+                self.operations[at], other.operations[at]
+            ),
+            None if self.operations.len() != other.operations.len() => format!(
+                "one step has {} operations, the other {}",
+                self.operations.len(),
+                other.operations.len()
+            ),
+            None => "the steps are the same".into(),
+        }
+    }
+}
+
+/// The stream work of one step, logged by a [`StepRecording`] and not yet
+/// enqueued: run it directly, or capture it as a [`GpuGraph`] and launch
+/// that.
+#[derive(Debug)]
+pub struct RecordedStep {
+    recording: Recording,
+    key: StepKey,
+}
+
+impl RecordedStep {
+    fn new(recording: Recording) -> Self {
+        let operations = recording
+            .operations
+            .iter()
+            .map(|operation| match operation {
+                Operation::Launch {
+                    stream,
+                    function,
+                    grid,
+                    block,
+                    arguments,
+                    ..
+                } => KeyOperation::Launch {
+                    stream: *stream,
+                    function: function.identity(),
+                    grid: *grid,
+                    block: *block,
+                    arguments: arguments.clone(),
+                },
+                Operation::Copy {
+                    stream,
+                    source,
+                    destination,
+                    bytes,
+                } => KeyOperation::Copy {
+                    stream: *stream,
+                    source: *source,
+                    destination: *destination,
+                    bytes: *bytes,
+                },
+                Operation::Memset {
+                    stream,
+                    destination,
+                    byte,
+                    bytes,
+                } => KeyOperation::Memset {
+                    stream: *stream,
+                    destination: *destination,
+                    byte: *byte,
+                    bytes: *bytes,
+                },
+                Operation::Record { stream, event } => KeyOperation::Record {
+                    stream: *stream,
+                    event: *event,
+                },
+                Operation::Wait { stream, event } => KeyOperation::Wait {
+                    stream: *stream,
+                    event: *event,
+                },
+                Operation::WaitBefore { stream, .. } => {
+                    KeyOperation::WaitBefore { stream: *stream }
+                }
+            })
+            .collect();
+        let key = StepKey {
+            device: recording.origin.device,
+            origin: recording.origin.identity(),
+            operations,
+        };
+        RecordedStep { recording, key }
+    }
+
+    /// The step's key.
+    pub fn key(&self) -> &StepKey {
+        &self.key
+    }
+
+    /// The GPU the step runs on.
+    pub fn device(&self) -> Device {
+        self.recording.origin.device
+    }
+
+    /// The kernel launches it holds.
+    pub fn launches(&self) -> usize {
+        self.recording
+            .operations
+            .iter()
+            .filter(|o| matches!(o, Operation::Launch { .. }))
+            .count()
+    }
+
+    /// The operations it holds (launches, copies, memsets, event records
+    /// and waits).
+    pub fn operations(&self) -> usize {
+        self.recording.operations.len()
+    }
+
+    /// Enqueues every operation on the stream it was asked for, in the
+    /// order it was asked for, as if no recording had been open; pending
+    /// events become the events recorded at their places. After an error
+    /// the streams are drained and the events still pending resolve to
+    /// one recorded after everything, so that nothing waits forever.
+    pub fn run_directly(self) -> FieldResult<()> {
+        let outcome = self.enqueue(Mode::Direct);
+        if outcome.is_err() {
+            self.resolve_rest_after_draining();
+        }
+        outcome
+    }
+
+    /// Captures the step as a graph (on a real GPU: a stream capture on the
+    /// origin stream, instantiated; on an emulated GPU: the checked
+    /// operation list). Nothing runs; launch the graph with
+    /// [`GpuGraph::launch`].
+    pub fn capture(&self) -> FieldResult<GpuGraph> {
+        let device = self.device();
+        let graph = match &self.recording.origin.stream {
+            StreamImpl::Emulated(_) => GraphImpl::Emulated(self.emulated_graph()?),
+            StreamImpl::Hardware(origin) => {
+                origin.begin_capture(device)?;
+                let enqueued = self.enqueue(Mode::Capture);
+                // The capture is ended in every case, so that the stream
+                // leaves the capture state.
+                let captured = origin.end_capture(device);
+                enqueued?;
+                GraphImpl::Hardware(captured?)
+            }
+        };
+        Ok(GpuGraph {
+            key: self.key.clone(),
+            streams: self.recording.streams.len(),
+            graph,
+        })
+    }
+
+    /// The operation list of an emulated graph, each launch checked as
+    /// `cuLaunchKernel` would check it.
+    fn emulated_graph(&self) -> FieldResult<Arc<Vec<emulated::GraphOperation>>> {
+        let device = self.device();
+        let mut operations = Vec::with_capacity(self.recording.operations.len());
+        for operation in &self.recording.operations {
+            operations.push(match operation {
+                Operation::Launch {
+                    stream,
+                    function,
+                    grid,
+                    block,
+                    arguments,
+                    action,
+                } => {
+                    let FunctionImpl::Emulated(host) = &function.function else {
+                        return Err(mixed(device));
+                    };
+                    let blocks: Vec<&[u8]> = arguments.iter().map(Vec::as_slice).collect();
+                    let (grid, block) = host.check(device, *grid, *block, &blocks, action)?;
+                    emulated::GraphOperation::Launch {
+                        stream: *stream,
+                        function: host.clone(),
+                        grid,
+                        block,
+                        arguments: arguments.clone(),
+                    }
+                }
+                Operation::Copy {
+                    stream,
+                    source,
+                    destination,
+                    bytes,
+                } => emulated::GraphOperation::Copy {
+                    stream: *stream,
+                    source: source.1,
+                    destination: destination.1,
+                    bytes: *bytes,
+                },
+                Operation::Memset {
+                    stream,
+                    destination,
+                    byte,
+                    bytes,
+                } => emulated::GraphOperation::Memset {
+                    stream: *stream,
+                    destination: *destination,
+                    byte: *byte,
+                    bytes: *bytes,
+                },
+                Operation::Record { stream, event } => emulated::GraphOperation::Record {
+                    stream: *stream,
+                    event: *event,
+                },
+                Operation::Wait { stream, event } => emulated::GraphOperation::Wait {
+                    stream: *stream,
+                    event: *event,
+                },
+                // Satisfied on the origin stream before the graph starts.
+                Operation::WaitBefore { .. } => continue,
+            });
+        }
+        Ok(Arc::new(operations))
+    }
+
+    /// Enqueues the operations: directly (pending events resolve to the
+    /// events recorded), or inside a capture (fresh events, forked from and
+    /// joined to the origin; waits on earlier events left out).
+    fn enqueue(&self, mode: Mode) -> FieldResult<()> {
+        let streams = &self.recording.streams;
+        let origin = &self.recording.origin;
+        if mode == Mode::Capture {
+            let fork = origin.record_now()?;
+            for stream in streams.iter().filter(|s| s.identity() != origin.identity()) {
+                stream.wait_now(&fork)?;
+            }
+        }
+        let mut captured: Vec<Option<ValidationEvent>> = vec![None; self.recording.events.len()];
+        for operation in &self.recording.operations {
+            match operation {
+                Operation::Launch {
+                    stream,
+                    function,
+                    grid,
+                    block,
+                    arguments,
+                    action,
+                } => {
+                    let blocks: Vec<&[u8]> = arguments.iter().map(Vec::as_slice).collect();
+                    // SAFETY: the caller of `GpuStream::launch` vouched for
+                    // the blocks and for the addresses until the kernel
+                    // completes; it is enqueued now, as it would have been.
+                    unsafe {
+                        streams[*stream].launch_now(function, *grid, *block, &blocks, action)?
+                    };
+                }
+                Operation::Copy {
+                    stream,
+                    source,
+                    destination,
+                    bytes,
+                } => {
+                    // SAFETY: as for the launch: the caller of
+                    // `GpuStream::copy` vouched for both ranges.
+                    unsafe {
+                        streams[*stream].copy_now(
+                            *source,
+                            *destination,
+                            *bytes,
+                            "a recorded copy",
+                        )?
+                    };
+                }
+                Operation::Memset {
+                    stream,
+                    destination,
+                    byte,
+                    bytes,
+                } => {
+                    // SAFETY: as for the launch: the caller of
+                    // `GpuStream::memset` vouched for the range.
+                    unsafe {
+                        streams[*stream].memset_now(
+                            *destination,
+                            *byte,
+                            *bytes,
+                            "a recorded memset",
+                        )?
+                    };
+                }
+                Operation::Record { stream, event } => {
+                    let real = streams[*stream].record_now()?;
+                    match mode {
+                        Mode::Direct => {
+                            let _ = self.recording.events[*event].real.set(real.event);
+                        }
+                        Mode::Capture => captured[*event] = Some(real),
+                    }
+                }
+                Operation::Wait { stream, event } => match mode {
+                    Mode::Direct => {
+                        let pending = &self.recording.events[*event];
+                        let real = ValidationEvent {
+                            device: origin.device,
+                            event: pending.resolved(origin.device)?,
+                        };
+                        streams[*stream].wait_now(&real)?;
+                    }
+                    Mode::Capture => {
+                        let real = captured[*event]
+                            .as_ref()
+                            .ok_or_else(|| out_of_order(origin))?;
+                        streams[*stream].wait_now(real)?;
+                    }
+                },
+                Operation::WaitBefore { stream, event } => {
+                    if mode == Mode::Direct {
+                        streams[*stream].wait_now(event)?;
+                    }
+                }
+            }
+        }
+        if mode == Mode::Capture {
+            for stream in streams.iter().filter(|s| s.identity() != origin.identity()) {
+                let join = stream.record_now()?;
+                origin.wait_now(&join)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After an error: waits for every stream of the step, then resolves
+    /// the events still pending to one recorded on the origin after that.
+    fn resolve_rest_after_draining(&self) {
+        for stream in &self.recording.streams {
+            let _ = stream.synchronize_now();
+        }
+        if let Ok(end) = self.recording.origin.record_now() {
+            for pending in &self.recording.events {
+                let _ = pending.real.set(end.event.clone());
+            }
+        }
+    }
+
+    /// Makes every pending event the one recorded after the step's graph.
+    fn resolve_all(&self, end: &ValidationEvent) {
+        for pending in &self.recording.events {
+            let _ = pending.real.set(end.event.clone());
+        }
+    }
+}
+
+/// How [`RecordedStep::enqueue`] enqueues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Direct,
+    Capture,
+}
+
+fn mixed(device: Device) -> FieldError {
+    FieldError::Cuda {
+        device,
+        action: "capturing a step".into(),
+        message: "the step mixes a real and an emulated GPU".into(),
+    }
+}
+
+fn out_of_order(origin: &GpuStream) -> FieldError {
+    FieldError::Cuda {
+        device: origin.device,
+        action: "capturing a step".into(),
+        message:
+            "the step waits on an event before recording it (a bug in the caller; please report it)"
+                .into(),
+    }
+}
+
+/// A captured graph of a real or of an emulated GPU.
+#[derive(Debug)]
+enum GraphImpl {
+    Hardware(backend::Graph),
+    Emulated(Arc<Vec<emulated::GraphOperation>>),
+}
+
+/// A step captured as a graph ([`RecordedStep::capture`]): launching it
+/// enqueues all of the step's work on the origin stream in one call. It
+/// only ever launches steps whose [`StepKey`] equals the one it was
+/// captured from.
+#[derive(Debug)]
+pub struct GpuGraph {
+    key: StepKey,
+    streams: usize,
+    graph: GraphImpl,
+}
+
+impl GpuGraph {
+    /// The key of the step it was captured from.
+    pub fn key(&self) -> &StepKey {
+        &self.key
+    }
+
+    /// Enqueues `step` as this graph on the step's origin stream (the one
+    /// the graph was captured from): first the waits on events from before
+    /// the step, then the graph, then one event that every pending event
+    /// of the step becomes. Returns at once.
+    ///
+    /// A step whose key differs is not replayed: it runs directly (nothing
+    /// is lost) and the call returns [`FieldError::Cuda`] saying where the
+    /// steps differ.
+    pub fn launch(&self, step: RecordedStep) -> FieldResult<()> {
+        let device = step.device();
+        if step.key != self.key {
+            let difference = self.key.first_difference(&step.key);
+            step.run_directly()?;
+            return Err(FieldError::Cuda {
+                device,
+                action: "replaying a captured step".into(),
+                message: format!(
+                    "the step differs from the one the graph was captured from ({difference}); it ran directly instead"
+                ),
+            });
+        }
+        let origin = &step.recording.origin;
+        let launched = (|| {
+            for operation in &step.recording.operations {
+                if let Operation::WaitBefore { event, .. } = operation {
+                    origin.wait_now(event)?;
+                }
+            }
+            match (&self.graph, &origin.stream) {
+                (GraphImpl::Hardware(graph), StreamImpl::Hardware(_)) => graph.launch(device),
+                (GraphImpl::Emulated(operations), StreamImpl::Emulated(stream)) => {
+                    // SAFETY: every launch was checked when the graph was
+                    // made; the operations are those of `step` (equal keys:
+                    // the same kernels, arguments, addresses and sizes),
+                    // whose callers vouched for the addresses until the
+                    // work completes, which is before the event recorded
+                    // after the graph.
+                    unsafe { stream.launch_graph(operations.clone(), self.streams) };
+                    Ok(())
+                }
+                _ => Err(mixed(device)),
+            }
+        })();
+        if let Err(error) = launched {
+            step.resolve_rest_after_draining();
+            return Err(error);
+        }
+        match origin.record_now() {
+            Ok(end) => {
+                step.resolve_all(&end);
+                Ok(())
+            }
+            Err(error) => {
+                step.resolve_rest_after_draining();
+                Err(error)
+            }
+        }
+    }
+}
