@@ -22,7 +22,12 @@
 //!   step, the multigrid-preconditioned CG pressure solve included, on
 //!   GPU 0 against one CPU thread and all CPU threads, 64^2 to 512^2
 //!   (`WATERSHED_FLOW_SIZES`): ms per step and per CG iteration, after
-//!   checking that three steps give the CPU's bits.
+//!   checking that three steps give the CPU's bits;
+//! * **replay**: the fused ExprLib graph (diffusion, 30 PDEs) on GPU 0
+//!   with each execution's launches enqueued one by one against the same
+//!   step replayed as a CUDA graph, 16^3 to 64^3 (`WATERSHED_REPLAY_SIZES`),
+//!   asynchronous and synchronous streams, after checking that both give
+//!   the same bits.
 //!
 //! Every GPU result is first compared with the CPU's (largest relative
 //! difference printed) so that a fast wrong answer is never reported.
@@ -33,7 +38,9 @@ use watershed_cases::cases::scalability::{
     phi_next,
 };
 use watershed_cases::common::fill_graph_field;
-use watershed_exprgraph::{ExecutionMode, ExpressionGraph, PlacementPolicy, StreamMode, Tag};
+use watershed_exprgraph::{
+    ExecutionMode, ExpressionGraph, PlacementPolicy, StepReplay, StreamMode, Tag,
+};
 use watershed_fields::gpu::{GpuStream, gpu_unavailable_reason};
 use watershed_fields::{
     CellCentre, Device, Grid, HostMemory, MemoryPool, Side, SpatialField, XFace, YFace,
@@ -449,6 +456,82 @@ fn flow(gpu: usize) {
     }
 }
 
+fn replay(gpu: usize) {
+    println!(
+        "\n## replay: ExprLib graph (diffusion, 30 PDEs) on GPU {gpu}, launches one by one vs one CUDA graph (ms per execution)\n"
+    );
+    println!(
+        "| cells | streams | kernels per step | launched | replayed | launched / replayed | same bits |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let sizes: Vec<usize> = std::env::var("WATERSHED_REPLAY_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|v| v.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![16, 32, 64]);
+    let pdes = 30;
+    let tags: Vec<Tag> = (0..pdes).map(phi_next).collect();
+    for n in sizes {
+        for (label, streams) in [
+            ("async", StreamMode::default()),
+            ("sync", StreamMode::Synchronous),
+        ] {
+            let build = || {
+                let mut g = graph(n, pdes, "diffusion", PlacementPolicy::Cpu);
+                g.place(PlacementPolicy::Gpu(gpu), streams)
+                    .expect("placement");
+                g
+            };
+            let (launched, replayed) = (build(), build());
+            replayed
+                .set_step_replay(StepReplay::CudaGraph)
+                .expect("replay");
+            // The first execution copies the inputs in; the second runs
+            // directly, the third is captured: replay from the fourth on.
+            for g in [&launched, &replayed] {
+                for _ in 0..3 {
+                    g.execute(ExecutionMode::Serial).expect("execute");
+                }
+            }
+            let same = results(&launched, &tags) == results(&replayed, &tags);
+            let runs = 21;
+            let graph_launches = watershed_fields::gpu::emulated_graph_launches();
+            // Alternated, so that both see the same machine state.
+            let mut t_launched = Vec::new();
+            let mut t_replayed = Vec::new();
+            for _ in 0..3 {
+                t_launched.push(seconds_per_execution(
+                    &launched,
+                    ExecutionMode::Serial,
+                    runs,
+                ));
+                t_replayed.push(seconds_per_execution(
+                    &replayed,
+                    ExecutionMode::Serial,
+                    runs,
+                ));
+            }
+            t_launched.sort_by(f64::total_cmp);
+            t_replayed.sort_by(f64::total_cmp);
+            let statistics = replayed.replay_statistics();
+            if watershed_fields::gpu::gpus_are_emulated() {
+                println!(
+                    "(emulated: {} graph launches for {} timed executions; {statistics:?})",
+                    watershed_fields::gpu::emulated_graph_launches() - graph_launches,
+                    3 * (runs + 2)
+                );
+            }
+            println!(
+                "| {n}^3 | {label} | {} | {:.3} | {:.3} | {:.2}x | {} |",
+                statistics.launches_per_step,
+                t_launched[1] * 1e3,
+                t_replayed[1] * 1e3,
+                t_launched[1] / t_replayed[1],
+                if same { "yes" } else { "NO" }
+            );
+        }
+    }
+}
+
 fn main() {
     if let Some(reason) = gpu_unavailable_reason(0) {
         println!("skipped: the GPU benchmarks need a CUDA device ({reason})");
@@ -482,5 +565,8 @@ fn main() {
     }
     if wants("flow") {
         flow(0);
+    }
+    if wants("replay") {
+        replay(0);
     }
 }

@@ -121,6 +121,13 @@ struct RunArgs {
     /// per execution, streams and events. Needs no GPU.
     #[arg(long, value_name = "PLACEMENT", value_parser = ["gpu", "heterogeneous", "cost", "gpu-sync", "heterogeneous-sync"])]
     plan: Option<String>,
+    /// (with --device gpu) Replay each graph's repeating steps as CUDA
+    /// graphs: a step is recorded, keyed by all it enqueues, captured at
+    /// its second sight and launched in one call after that. Refused,
+    /// naming the node, for a graph that needs the host inside its step
+    /// (a reduction, a solve).
+    #[arg(long)]
+    cuda_graphs: bool,
     /// Replace the results of an earlier run in the output directory.
     #[arg(long)]
     overwrite: bool,
@@ -331,6 +338,17 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         });
     }
     let mut prepared = (info.prepare)(&options).map_err(usage)?;
+    if args.cuda_graphs {
+        for (name, graph) in prepared.simulation.graphs() {
+            graph
+                .set_step_replay(watershed_exprgraph::StepReplay::CudaGraph)
+                .map_err(|e| {
+                    usage(CaseError::Usage(format!(
+                        "--cuda-graphs: graph `{name}` cannot replay its steps: {e}"
+                    )))
+                })?;
+        }
+    }
     if let Some(language) = &args.emit {
         let dialect = match language.as_str() {
             "cuda" => watershed_operators::vmath::Dialect::Cuda,
@@ -446,6 +464,24 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         }
     }
     write!(out, "{}", summary(info.name, &report, &check))?;
+    if args.cuda_graphs {
+        for (name, graph) in simulation.graphs() {
+            let replay = graph.replay_statistics();
+            writeln!(
+                out,
+                "CUDA graphs of `{name}`: {} of {} executions replayed, {} captured, {} run directly ({} kernels per step){}",
+                replay.replays,
+                replay.recorded,
+                replay.captures,
+                replay.direct,
+                replay.launches_per_step,
+                replay
+                    .last_capture_error
+                    .map(|e| format!("; {} capture(s) failed: {e}", replay.failed_captures))
+                    .unwrap_or_default()
+            )?;
+        }
+    }
     if adaptive_threads && threads > 1 {
         writeln!(
             out,

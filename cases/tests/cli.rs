@@ -742,3 +742,109 @@ fn every_case_on_the_gpu_writes_the_bits_of_its_cpu_run() {
         }
     }
 }
+
+#[test]
+fn cuda_graphs_replay_repeating_steps_with_the_cpus_bits_and_are_refused_where_they_cannot() {
+    // Without a GPU: the graphs on the CPU cannot be replayed.
+    let stderr = refused(&[
+        "run",
+        "exprlib-scalability",
+        "--device",
+        "cpu",
+        "--cuda-graphs",
+    ]);
+    assert!(
+        stderr.contains("--cuda-graphs: graph `exprlib` cannot replay its steps")
+            && stderr.contains("it runs on the CPU"),
+        "{stderr}"
+    );
+    let Some(_) = watershed_fields::gpu::gpu_for_tests(
+        "cuda_graphs_replay_repeating_steps_with_the_cpus_bits_and_are_refused_where_they_cannot",
+    ) else {
+        return;
+    };
+    let dir = temp();
+    // The cavity's pressure solve tests its convergence on the host.
+    let out = run_watershed(
+        dir.path(),
+        &[
+            "run",
+            "lid-driven-cavity",
+            "--device",
+            "gpu",
+            "--cuda-graphs",
+            "--quiet",
+            "--output",
+            "cavity",
+        ],
+        true,
+    );
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("cannot replay its steps") && out.stderr.contains("iterative solve"),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.path().join("cavity").exists());
+    // The ExprLib test (two steps alternate as its state fields swap) and
+    // two SSP-RK3 cases (their stages repeat every three steps).
+    let cases: [(&str, &str, &[&str]); 3] = [
+        (
+            "exprlib-scalability",
+            "exprlib",
+            &["--set", "cells=8", "--set", "pdes=3", "--steps", "8"],
+        ),
+        ("heat", "heat", &["--set", "cells=8", "--steps", "12"]),
+        ("advection", "advection", &["--steps", "12"]),
+    ];
+    for (case, graph, settings) in cases {
+        let mut results = Vec::new();
+        for (device, extra) in [("cpu", None), ("gpu", Some("--cuda-graphs"))] {
+            let output = format!("{case}-{device}");
+            let mut args = vec!["run", case, "--device", device, "--threads", "1", "--quiet"];
+            args.extend(settings);
+            args.extend(extra);
+            args.extend(["--output", output.as_str()]);
+            let out = run_watershed(dir.path(), &args, true);
+            // A shortened run may fail its check (exit 3), the same way on
+            // both devices.
+            assert!(
+                out.code == 0 || out.code == 3,
+                "{case} on the {device}: {}\n{}",
+                out.stdout,
+                out.stderr
+            );
+            if extra.is_some() {
+                let prefix = format!("CUDA graphs of `{graph}`:");
+                let line = out
+                    .stdout
+                    .lines()
+                    .find(|l| l.starts_with(&prefix))
+                    .unwrap_or_else(|| panic!("{case}: no replay line in {}", out.stdout));
+                let replayed: u64 = line
+                    .split_whitespace()
+                    .nth(4)
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("{line}"));
+                assert!(replayed >= 3, "{case}: {line}");
+                assert!(!line.contains("failed"), "{case}: {line}");
+            }
+            let check: Vec<String> = out
+                .stdout
+                .lines()
+                .filter(|l| l.starts_with("check:"))
+                .map(String::from)
+                .collect();
+            results.push((out.code, check, dumps(&dir.path().join(&output))));
+        }
+        let (gpu, cpu) = (results.pop().unwrap(), results.pop().unwrap());
+        assert_eq!(gpu.0, cpu.0, "{case}: exit codes");
+        assert_eq!(gpu.1, cpu.1, "{case}: check lines");
+        assert!(!cpu.2.is_empty(), "{case}: no dump written");
+        assert_eq!(gpu.2.len(), cpu.2.len(), "{case}: datasets");
+        for ((name, g), (_, c)) in gpu.2.iter().zip(&cpu.2) {
+            let differing = g.iter().zip(c).filter(|(a, b)| a != b).count();
+            assert_eq!(differing, 0, "{case}: {name}: {differing} values differ");
+        }
+    }
+}

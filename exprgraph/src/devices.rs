@@ -197,8 +197,44 @@ pub(crate) struct FiniteWatch {
 }
 
 /// The watches of the execution in progress, in the order their kernels
-/// were enqueued (plan order).
-pub(crate) type FiniteWatches = std::sync::Mutex<Vec<FiniteWatch>>;
+/// were enqueued (plan order), and the host words of earlier executions'
+/// watches, reused so that a repeating step copies its checks to the same
+/// host addresses (which lets it be replayed as a CUDA graph).
+#[derive(Default)]
+pub(crate) struct FiniteWatches {
+    active: std::sync::Mutex<Vec<FiniteWatch>>,
+    spare_keys: std::sync::Mutex<Vec<Box<u64>>>,
+}
+
+impl FiniteWatches {
+    /// A host word for a new watch, set to "no bad point".
+    fn key(&self) -> Box<u64> {
+        let mut key = self
+            .spare_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default();
+        *key = u64::MAX;
+        key
+    }
+
+    /// Forgets the watches of the execution (after every stream has
+    /// finished), keeping their host words for the next one.
+    pub(crate) fn clear(&self) {
+        let watches = std::mem::take(&mut *self.active.lock().unwrap_or_else(|p| p.into_inner()));
+        self.keep_keys(watches.into_iter().map(|w| w.key));
+    }
+
+    /// Keeps host words for later watches, in reverse so that the next
+    /// execution takes them in the same order.
+    fn keep_keys(&self, keys: impl DoubleEndedIterator<Item = Box<u64>>) {
+        self.spare_keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(keys.rev());
+    }
+}
 
 impl ExpressionGraph {
     /// After every stream has finished: the first watched kernel (in plan
@@ -210,13 +246,23 @@ impl ExpressionGraph {
         let watches = std::mem::take(
             &mut *self
                 .finite_watches
+                .active
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
         );
+        let mut bad = None;
+        let mut keys = Vec::with_capacity(watches.len());
         for watch in watches {
-            let Some(point) = watch.launch.not_finite_at(*watch.key) else {
-                continue;
-            };
+            if bad.is_none()
+                && let Some(point) = watch.launch.not_finite_at(*watch.key)
+            {
+                bad = Some((point, watch));
+            } else {
+                keys.push(watch.key);
+            }
+        }
+        self.finite_watches.keep_keys(keys.into_iter());
+        if let Some((point, watch)) = bad {
             let (zero, sy, sz) = watch.launch.target;
             let offset = point[0] as i64 + point[1] as i64 * sy + point[2] as i64 * sz;
             let address = zero.wrapping_add_signed(offset.wrapping_mul(8));
@@ -384,7 +430,7 @@ pub(crate) fn evaluate_on_gpu(
             unsafe { launch.enqueue(stream)? };
         }
         if let (Some(word), Some(main)) = (watch, launches.first()) {
-            let mut key = Box::new(u64::MAX);
+            let mut key = watches.key();
             let action = format!(
                 "copying the finiteness check of {} to the host",
                 target.name
@@ -401,6 +447,7 @@ pub(crate) fn evaluate_on_gpu(
                 )?;
             }
             watches
+                .active
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(FiniteWatch {

@@ -416,10 +416,7 @@ impl ExpressionGraph {
         let outcome = run();
         if outcome.is_err() {
             self.drain_streams();
-            self.finite_watches
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clear();
+            self.finite_watches.clear();
         }
         // Every stream has finished (the epilogue synchronised them, or
         // `drain_streams` did): scratch memory can go back to the pools.

@@ -29,7 +29,7 @@ use watershed_fields::gpu::{GpuGraph, RecordedStep, StepKey};
 
 /// Graphs kept per expression graph (a stepping graph alternates between
 /// a few steps; more distinct steps than this clear the cache).
-pub const MAX_CAPTURED_STEPS: usize = 8;
+pub const MAX_CAPTURED_STEPS: usize = 32;
 
 /// Keys remembered while waiting for a second sight.
 const MAX_SEEN_STEPS: usize = 64;
@@ -121,7 +121,7 @@ impl ExpressionGraph {
             node: node.to_string(),
             device,
             reason: format!(
-                "{reason}; a step replayed as a CUDA graph needs every node on one GPU and no host wait inside it (use StepReplay::Off)"
+                "{reason}; a step replayed as a CUDA graph needs every node on one GPU and no host wait inside it; turn replay off for this graph"
             ),
         };
         let mut gpu = None;
