@@ -441,6 +441,18 @@ fn a_checked_node_on_the_gpu_fails_with_the_cpus_error() {
         .unwrap_err()
         .to_string();
     assert_eq!(got, want);
+    // Replayed as a CUDA graph, the check still reads its own step's words:
+    // the same error each time, from the captured step on too.
+    on_gpu.set_step_replay(StepReplay::CudaGraph).unwrap();
+    for _ in 0..4 {
+        let again = on_gpu
+            .execute(ExecutionMode::Serial)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(again, want);
+    }
+    let statistics = on_gpu.replay_statistics();
+    assert!(statistics.replays >= 1, "{statistics:?}");
     // With every value finite both succeed and agree to the bit.
     for graph in [&cpu, &on_gpu] {
         fill_graph_field::<CellCentre>(graph, &u, |[x, y, z]| 1.0 + x + y + z).unwrap();

@@ -203,6 +203,8 @@ pub(crate) struct FiniteWatch {
 #[derive(Default)]
 pub(crate) struct FiniteWatches {
     active: std::sync::Mutex<Vec<FiniteWatch>>,
+    /// Boxed: a word's address must not move while a copy targets it.
+    #[allow(clippy::vec_box)]
     spare_keys: std::sync::Mutex<Vec<Box<u64>>>,
 }
 
@@ -252,10 +254,11 @@ impl ExpressionGraph {
         );
         let mut bad = None;
         let mut keys = Vec::with_capacity(watches.len());
-        for watch in watches {
+        for mut watch in watches {
             if bad.is_none()
                 && let Some(point) = watch.launch.not_finite_at(*watch.key)
             {
+                keys.push(std::mem::take(&mut watch.key));
                 bad = Some((point, watch));
             } else {
                 keys.push(watch.key);
