@@ -788,3 +788,40 @@ fn replay_is_refused_naming_the_node_that_prevents_it() {
     let (worst, differing) = difference(&values(&replayed, &scaled), &values(&reference, &scaled));
     assert_eq!(differing, 0, "scaled differs by up to {worst:e}");
 }
+
+#[test]
+fn replayed_executions_leak_no_gpu_memory_and_keep_one_graph() {
+    let Some((gpu, _alone)) =
+        gpu_alone("replayed_executions_leak_no_gpu_memory_and_keep_one_graph")
+    else {
+        return;
+    };
+    let pool = MemoryPool::global(Device::Gpu(gpu)).unwrap();
+    // The coupled variant takes a scratch field from the pool each
+    // execution: replay only works if it gets the same block back.
+    let graph = exprlib(
+        &patch(12),
+        2,
+        "coupled",
+        PlacementPolicy::Gpu(gpu),
+        StreamMode::default(),
+    );
+    graph.set_step_replay(StepReplay::CudaGraph).unwrap();
+    for _ in 0..4 {
+        graph.execute(ExecutionMode::Serial).unwrap();
+    }
+    let warm = pool.statistics();
+    let executions = 300;
+    for _ in 0..executions {
+        graph.execute(ExecutionMode::Serial).unwrap();
+    }
+    let after = pool.statistics();
+    assert_eq!(after.blocks_active, warm.blocks_active, "{after:?}");
+    assert_eq!(after.bytes_total, warm.bytes_total, "{after:?}");
+    assert_eq!(after.misses, warm.misses, "{after:?}");
+    let statistics = graph.replay_statistics();
+    // Executions 1 (inputs copied in) and 2 ran directly, 3 was captured:
+    // every one after is a replay of that one graph.
+    assert_eq!(statistics.captures, 1, "{statistics:?}");
+    assert_eq!(statistics.replays, executions + 1, "{statistics:?}");
+}
