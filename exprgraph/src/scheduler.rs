@@ -406,7 +406,7 @@ impl ExpressionGraph {
                 self.run_steps(&steps.after, &mut events)?;
             }
             if let Some(recording) = recording {
-                self.enqueue_recorded(recording.finish())?;
+                self.enqueue_recorded(recording.finish()?)?;
             }
             self.run_steps(&plan.epilogue, &mut events)?;
             // Every stream has finished: the kernels' finiteness checks

@@ -172,7 +172,7 @@ fn record_memset_then_copy(
     unsafe { other.copy((k, a), (k, b), bytes, "copy").unwrap() };
     let copied = other.record().unwrap();
     origin.wait(&copied).unwrap();
-    recording.finish()
+    recording.finish().unwrap()
 }
 
 #[test]

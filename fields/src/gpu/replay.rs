@@ -290,7 +290,7 @@ impl GpuStream {
     /// # fn step(stream: &GpuStream) -> watershed_fields::FieldResult<()> {
     /// let recording = stream.begin_recording()?;
     /// // ... enqueue the step's work on this GPU's streams ...
-    /// let step = recording.finish();
+    /// let step = recording.finish()?;
     /// let graph = step.capture()?; // or step.run_directly()
     /// graph.launch(step)?;
     /// stream.synchronize()?;
@@ -333,13 +333,19 @@ pub struct StepRecording {
 }
 
 impl StepRecording {
-    /// Closes the recording and hands over what it logged.
-    pub fn finish(mut self) -> RecordedStep {
+    /// Closes the recording and hands over what it logged. Errors only if
+    /// the thread's recording is gone (it cannot be, since only this guard
+    /// takes it; reported rather than assumed).
+    pub fn finish(mut self) -> FieldResult<RecordedStep> {
         self.open = false;
-        let recording = RECORDING
+        RECORDING
             .with(|cell| cell.borrow_mut().take())
-            .expect("an open StepRecording has its recording on its thread");
-        RecordedStep::new(recording)
+            .map(RecordedStep::new)
+            .ok_or_else(|| FieldError::Cuda {
+                device: Device::Cpu,
+                action: "finishing a step recording".into(),
+                message: "this thread has no open recording (a bug; please report it)".into(),
+            })
     }
 }
 
