@@ -469,15 +469,21 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
             let replay = graph.replay_statistics();
             writeln!(
                 out,
-                "CUDA graphs of `{name}`: {} of {} executions replayed, {} captured, {} run directly ({} kernels per step){}",
-                replay.replays,
+                "CUDA graphs of `{name}`: {} of {} executions replayed ({} of them after updating {} kernels' arguments), {} captured, {} run directly ({} kernels per step){}{}",
+                replay.replays + replay.updated_replays,
                 replay.recorded,
+                replay.updated_replays,
+                replay.kernels_updated,
                 replay.captures,
                 replay.direct,
                 replay.launches_per_step,
                 replay
                     .last_capture_error
                     .map(|e| format!("; {} capture(s) failed: {e}", replay.failed_captures))
+                    .unwrap_or_default(),
+                replay
+                    .last_update_error
+                    .map(|e| format!("; {} update(s) failed: {e}", replay.failed_updates))
                     .unwrap_or_default()
             )?;
         }

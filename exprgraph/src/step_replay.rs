@@ -5,33 +5,44 @@
 //! its host logic as usual inside a recording
 //! ([`watershed_fields::GpuStream::begin_recording`]): the stream work is
 //! logged, not enqueued. The recorded step's key (every kernel, argument
-//! byte, address, size, stream and event dependency) then decides:
+//! byte, address, size, stream and event dependency) and its shape (the
+//! key without the argument bytes) then decide, in this order:
 //!
-//! * a key seen for the first time: the step runs directly, as without
-//!   replay, and the key is remembered;
-//! * a key seen before: the step is captured as a graph and launched;
-//! * a key with a captured graph: the graph is launched. The graph itself
-//!   refuses a step with another key, so a replay never uses the pointers
-//!   or parameter values of another step.
+//! 1. a graph launches exactly this key: it is launched (a *replay*);
+//! 2. the key was seen before: the step is captured as its own graph and
+//!    launched (a *capture*);
+//! 3. a graph of the same shape exists: its kernels take the step's
+//!    arguments ([`watershed_fields::GpuGraph::update_arguments`]) and it
+//!    is launched (an *updated replay*). This is how a step whose
+//!    parameter (the time) or whose pointers change every time is still
+//!    replayed;
+//! 4. the shape was seen before: the step is captured as the graph to
+//!    update for that shape, and launched (a *capture*);
+//! 5. otherwise the step runs directly, as without replay, and its key
+//!    and shape are remembered.
 //!
-//! A step that changes every time (a parameter such as the time passed as
-//! a kernel argument, pointers that never repeat) therefore runs directly
-//! each time and costs only the recording; [`ReplayStatistics`] tells.
-//! A capture that fails (an operation the driver cannot capture) runs the
-//! step directly and keeps the driver's message.
+//! A graph itself refuses a step with another key, so a replay never uses
+//! the pointers or parameter values of another step. A capture or an
+//! update that fails (an operation the driver cannot capture, a driver
+//! that cannot update in place) runs the step directly and keeps the
+//! driver's message in [`ReplayStatistics`]; a shape whose update failed
+//! is not updated again.
 
 use crate::error::{GraphError, GraphResult};
 use crate::expression::ExpressionKind;
 use crate::graph::{ExpressionGraph, Target};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use watershed_fields::Device;
-use watershed_fields::gpu::{GpuGraph, RecordedStep, StepKey};
+use watershed_fields::gpu::{GpuGraph, RecordedStep, StepKey, StepShape};
 
 /// Graphs kept per expression graph (a stepping graph alternates between
 /// a few steps; more distinct steps than this clear the cache).
 pub const MAX_CAPTURED_STEPS: usize = 32;
 
-/// Keys remembered while waiting for a second sight.
+/// Shapes whose graph takes the arguments of each new step of the shape.
+pub const MAX_UPDATED_SHAPES: usize = 8;
+
+/// Keys (and shapes) remembered while waiting for a second sight.
 const MAX_SEEN_STEPS: usize = 64;
 
 /// How an execution of a graph on a GPU enqueues its work.
@@ -52,34 +63,139 @@ pub enum StepReplay {
 pub struct ReplayStatistics {
     /// Executions recorded (all executions with replay on).
     pub recorded: u64,
-    /// Steps run directly (first sight of their key, or a failed capture).
+    /// Steps run directly (first sight of their key and shape, or a failed
+    /// capture or update).
     pub direct: u64,
     /// Steps captured as a graph (and launched).
     pub captures: u64,
-    /// Steps launched from a graph captured earlier.
+    /// Steps launched from a graph that held their arguments already.
     pub replays: u64,
+    /// Steps launched from a graph of their shape after updating its
+    /// kernel arguments to theirs.
+    pub updated_replays: u64,
+    /// Kernels whose arguments those updates changed, in all.
+    pub kernels_updated: u64,
     /// Captures that failed; the steps ran directly.
     pub failed_captures: u64,
     /// The driver's message for the last failed capture.
     pub last_capture_error: Option<String>,
+    /// Argument updates that failed; the steps ran directly.
+    pub failed_updates: u64,
+    /// The driver's message for the last failed update.
+    pub last_update_error: Option<String>,
     /// Kernel launches in the last recorded step.
     pub launches_per_step: usize,
 }
 
-/// The replay setting and cache of one graph.
+/// The replay setting and caches of one graph.
 #[derive(Debug, Default)]
 pub(crate) struct ReplayState {
     pub(crate) mode: StepReplay,
-    seen: HashMap<StepKey, ()>,
+    /// Keys seen once, waiting for a second sight.
+    seen: HashSet<StepKey>,
+    /// Shapes seen once, waiting for a second sight.
+    seen_shapes: HashSet<StepShape>,
+    /// Graphs of one key each.
     graphs: HashMap<StepKey, GpuGraph>,
+    /// Per shape, the graph updated to each new step of that shape.
+    updated: HashMap<StepShape, GpuGraph>,
+    /// Shapes whose update failed: never updated again.
+    not_updatable: HashSet<StepShape>,
     statistics: ReplayStatistics,
 }
 
 impl ReplayState {
-    /// Drops the captured graphs and the remembered keys.
+    /// Drops the captured graphs and the remembered keys and shapes.
     pub(crate) fn forget_steps(&mut self) {
         self.seen.clear();
+        self.seen_shapes.clear();
         self.graphs.clear();
+        self.updated.clear();
+        self.not_updatable.clear();
+    }
+
+    /// Captures `step` as a graph and launches it; the graph, or `None`
+    /// after a failed capture (the step then ran directly).
+    fn capture_and_launch(&mut self, step: RecordedStep) -> GraphResult<Option<GpuGraph>> {
+        match step.capture() {
+            Ok(graph) => {
+                graph.launch(step)?;
+                self.statistics.captures += 1;
+                Ok(Some(graph))
+            }
+            Err(error) => {
+                self.statistics.failed_captures += 1;
+                self.statistics.last_capture_error = Some(error.to_string());
+                self.statistics.direct += 1;
+                step.run_directly()?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Enqueues a recorded step: replayed, captured, updated and replayed,
+    /// or run directly (see the module documentation).
+    fn enqueue(&mut self, step: RecordedStep) -> GraphResult<()> {
+        self.statistics.recorded += 1;
+        self.statistics.launches_per_step = step.launches();
+        let exact = self.graphs.get(step.key()).or_else(|| {
+            self.updated
+                .get(step.shape())
+                .filter(|graph| graph.key() == step.key())
+        });
+        if let Some(graph) = exact {
+            graph.launch(step)?;
+            self.statistics.replays += 1;
+            return Ok(());
+        }
+        if self.seen.remove(step.key()) {
+            if let Some(graph) = self.capture_and_launch(step)? {
+                if self.graphs.len() >= MAX_CAPTURED_STEPS {
+                    self.graphs.clear();
+                }
+                self.graphs.insert(graph.key().clone(), graph);
+            }
+            return Ok(());
+        }
+        if self.seen.len() >= MAX_SEEN_STEPS {
+            self.seen.clear();
+        }
+        self.seen.insert(step.key().clone());
+        if let Some(graph) = self.updated.get_mut(step.shape()) {
+            match graph.update_arguments(&step) {
+                Ok(kernels) => {
+                    graph.launch(step)?;
+                    self.statistics.updated_replays += 1;
+                    self.statistics.kernels_updated += kernels as u64;
+                }
+                Err(error) => {
+                    self.statistics.failed_updates += 1;
+                    self.statistics.last_update_error = Some(error.to_string());
+                    self.updated.remove(step.shape());
+                    self.not_updatable.insert(step.shape().clone());
+                    self.statistics.direct += 1;
+                    step.run_directly()?;
+                }
+            }
+            return Ok(());
+        }
+        if self.seen_shapes.remove(step.shape()) && !self.not_updatable.contains(step.shape()) {
+            let shape = step.shape().clone();
+            if let Some(graph) = self.capture_and_launch(step)? {
+                if self.updated.len() >= MAX_UPDATED_SHAPES {
+                    self.updated.clear();
+                }
+                self.updated.insert(shape, graph);
+            }
+            return Ok(());
+        }
+        if self.seen_shapes.len() >= MAX_SEEN_STEPS {
+            self.seen_shapes.clear();
+        }
+        self.seen_shapes.insert(step.shape().clone());
+        self.statistics.direct += 1;
+        step.run_directly()?;
+        Ok(())
     }
 }
 
@@ -166,41 +282,9 @@ impl ExpressionGraph {
         })
     }
 
-    /// Enqueues a recorded step: directly, captured, or replayed.
+    /// Enqueues a recorded step: replayed, captured, updated and replayed,
+    /// or run directly (see the module documentation).
     pub(crate) fn enqueue_recorded(&self, step: RecordedStep) -> GraphResult<()> {
-        let mut state = self.replay_state();
-        state.statistics.recorded += 1;
-        state.statistics.launches_per_step = step.launches();
-        if let Some(graph) = state.graphs.get(step.key()) {
-            graph.launch(step)?;
-            state.statistics.replays += 1;
-            return Ok(());
-        }
-        if state.seen.remove(step.key()).is_none() {
-            if state.seen.len() >= MAX_SEEN_STEPS {
-                state.seen.clear();
-            }
-            state.seen.insert(step.key().clone(), ());
-            state.statistics.direct += 1;
-            step.run_directly()?;
-            return Ok(());
-        }
-        match step.capture() {
-            Ok(graph) => {
-                graph.launch(step)?;
-                state.statistics.captures += 1;
-                if state.graphs.len() >= MAX_CAPTURED_STEPS {
-                    state.graphs.clear();
-                }
-                state.graphs.insert(graph.key().clone(), graph);
-            }
-            Err(error) => {
-                state.statistics.failed_captures += 1;
-                state.statistics.last_capture_error = Some(error.to_string());
-                state.statistics.direct += 1;
-                step.run_directly()?;
-            }
-        }
-        Ok(())
+        self.replay_state().enqueue(step)
     }
 }

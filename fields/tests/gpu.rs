@@ -256,6 +256,54 @@ fn a_captured_graph_replays_only_its_own_step() {
     }
 }
 
+#[test]
+fn a_graph_takes_the_arguments_only_of_a_step_of_its_shape() {
+    let Some(k) = gpu_for_tests("a_graph_takes_the_arguments_only_of_a_step_of_its_shape") else {
+        return;
+    };
+    let pool = MemoryPool::gpu(k).unwrap();
+    let bytes = 1024;
+    let (a, b, c) = (
+        pool.allocate(bytes, "a").unwrap(),
+        pool.allocate(bytes, "b").unwrap(),
+        pool.allocate(bytes, "c").unwrap(),
+    );
+    let (origin, other) = (GpuStream::new(k).unwrap(), GpuStream::new(k).unwrap());
+    let first = record_memset_then_copy(&origin, &other, (a.address(), b.address()), 0x33, bytes);
+    let mut graph = first.capture().unwrap();
+    graph.launch(first).unwrap();
+    // A copy to another address is another shape (only kernel argument
+    // bytes may differ): refused, naming the operation, graph untouched.
+    let elsewhere =
+        record_memset_then_copy(&origin, &other, (a.address(), c.address()), 0x33, bytes);
+    assert_ne!(elsewhere.shape(), graph.key().shape());
+    let before = graph.key().clone();
+    let error = graph.update_arguments(&elsewhere).unwrap_err();
+    assert!(
+        matches!(&error, FieldError::Cuda { message, .. } if message.contains("shape differs") && message.contains("operation 3 differs")),
+        "{error}"
+    );
+    assert_eq!(graph.key(), &before);
+    elsewhere.run_directly().unwrap();
+    origin.synchronize().unwrap();
+    assert!(
+        read_device(k, c.address(), bytes)
+            .iter()
+            .all(|&x| x == 0x33)
+    );
+    // The same step: nothing to update, and it replays.
+    let same = record_memset_then_copy(&origin, &other, (a.address(), b.address()), 0x33, bytes);
+    assert_eq!(graph.update_arguments(&same).unwrap(), 0);
+    memset_now(&origin, b.address(), 0, bytes);
+    graph.launch(same).unwrap();
+    origin.synchronize().unwrap();
+    assert!(
+        read_device(k, b.address(), bytes)
+            .iter()
+            .all(|&x| x == 0x33)
+    );
+}
+
 /// A memset enqueued outside any recording.
 fn memset_now(stream: &GpuStream, address: usize, byte: u8, bytes: usize) {
     // SAFETY: the caller's GPU memory, `bytes` long.

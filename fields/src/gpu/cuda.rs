@@ -338,6 +338,8 @@ pub(crate) fn pinned_free(address: usize) {
 /// every captured operation, in the captured order, on that stream.
 pub(crate) struct Graph {
     graph: cudarc::driver::CudaGraph,
+    /// The stream it was captured from (whose context its updates bind).
+    stream: Arc<CudaStream>,
 }
 
 // SAFETY: a CUDA graph and its executable are driver objects not tied to
@@ -379,12 +381,74 @@ impl Stream {
             .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
             .map_err(|e| cuda_error(device, "ending a stream capture", e))?;
         graph
-            .map(|graph| Graph { graph })
+            .map(|graph| Graph {
+                graph,
+                stream: self.stream.clone(),
+            })
             .ok_or_else(|| FieldError::Cuda {
                 device,
                 action: "ending a stream capture".into(),
                 message: "the capture recorded no work".into(),
             })
+    }
+}
+
+/// The oldest driver (as `cuDriverGetVersion` numbers it) that tells
+/// which node a captured operation became (`cuStreamGetCaptureInfo_v3`);
+/// cudarc panics on a missing symbol, so an older one is never asked.
+const CAPTURE_NODES_DRIVER: i32 = 12030;
+
+/// The driver's version number, or 0 when it cannot say.
+fn driver_version() -> i32 {
+    static VERSION: OnceLock<i32> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let mut version = 0;
+        // SAFETY: only called once the driver is loaded and initialised
+        // (a stream exists); writes one integer.
+        let result = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) };
+        if result.result().is_ok() { version } else { 0 }
+    })
+}
+
+impl Stream {
+    /// In a stream capture, the graph node the last operation enqueued on
+    /// this stream became: the stream's one capture dependency. `None`
+    /// when the stream is not capturing, has no or several dependencies,
+    /// or the driver is older than CUDA 12.3.
+    pub(crate) fn last_captured_node(&self, device: Device) -> FieldResult<Option<usize>> {
+        use cudarc::driver::sys;
+        if driver_version() < CAPTURE_NODES_DRIVER {
+            return Ok(None);
+        }
+        self.bind(device)?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut dependencies: *const sys::CUgraphNode = std::ptr::null();
+        let mut count: usize = 0;
+        // SAFETY: the stream is alive; the driver writes the status, a
+        // pointer to its own array of dependencies (valid until the next
+        // operation on the stream, read at once below) and their count.
+        // The optional outputs left null are allowed by the API.
+        unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                self.stream.cu_stream(),
+                &mut status,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut dependencies,
+                std::ptr::null_mut(),
+                &mut count,
+            )
+        }
+        .result()
+        .map_err(|e| cuda_error(device, "asking which node a captured kernel became", e))?;
+        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+            || count != 1
+            || dependencies.is_null()
+        {
+            return Ok(None);
+        }
+        // SAFETY: the driver said the array holds one node.
+        Ok(Some(unsafe { *dependencies } as usize))
     }
 }
 
@@ -396,6 +460,72 @@ impl Function {
 }
 
 impl Graph {
+    /// Sets the arguments of kernel node `node` (a node of the captured
+    /// graph, from [`Stream::last_captured_node`]) in the instantiated
+    /// graph: later launches of the graph pass `arguments`; launches
+    /// already enqueued keep theirs.
+    ///
+    /// # Safety
+    /// `node` must be a kernel node of this graph captured from a launch
+    /// of `function` with parameter blocks of the sizes of `arguments`,
+    /// and the addresses among them must be valid for any launch of the
+    /// graph made after this call.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn set_kernel_arguments(
+        &self,
+        device: Device,
+        node: usize,
+        function: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        arguments: &[&[u8]],
+        action: &str,
+    ) -> FieldResult<()> {
+        use cudarc::driver::sys;
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| cuda_error(device, "binding the context", e))?;
+        // The driver reads each parameter's bytes through these pointers
+        // before it returns; it never writes them.
+        let mut parameters: Vec<*mut std::ffi::c_void> = arguments
+            .iter()
+            .map(|a| a.as_ptr() as *mut std::ffi::c_void)
+            .collect();
+        let params = sys::CUDA_KERNEL_NODE_PARAMS {
+            func: function.function.cu_function(),
+            gridDimX: grid[0],
+            gridDimY: grid[1],
+            gridDimZ: grid[2],
+            blockDimX: block[0],
+            blockDimY: block[1],
+            blockDimZ: block[2],
+            sharedMemBytes: 0,
+            kernelParams: parameters.as_mut_ptr(),
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        };
+        // SAFETY: the graph and node are alive (the graph owns the node's
+        // graph); the parameter blocks outlive the call, which copies them;
+        // the rest is guaranteed by the caller.
+        unsafe {
+            sys::cuGraphExecKernelNodeSetParams_v2(
+                self.graph.cu_graph_exec(),
+                node as sys::CUgraphNode,
+                &params,
+            )
+        }
+        .result()
+        .map_err(|e| {
+            cuda_error(
+                device,
+                format!("updating the arguments of {action} in a CUDA graph"),
+                e,
+            )
+        })
+    }
+
     /// Enqueues the whole graph on the stream it was captured from.
     pub(crate) fn launch(&self, device: Device) -> FieldResult<()> {
         self.graph

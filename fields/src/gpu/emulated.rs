@@ -27,6 +27,7 @@
 //!   `cuLaunchKernel` receives them and runs every thread of every block.
 //!   Libraries are cached on disk by a hash of their source.
 
+use super::replay::StepOperation;
 use crate::Device;
 use crate::error::{FieldError, FieldResult};
 use std::alloc::Layout;
@@ -388,34 +389,34 @@ impl Stream {
                 // SAFETY: forwarded from the caller of `launch_graph`.
                 unsafe {
                     match operation {
-                        GraphOperation::Launch {
+                        StepOperation::Launch {
                             stream,
-                            function,
                             grid,
                             block,
-                            arguments,
+                            kernel,
                         } => private[*stream].enqueue_checked(
-                            function,
+                            &kernel.function,
                             *grid,
                             *block,
-                            arguments.clone(),
+                            kernel.arguments.clone(),
                         ),
-                        GraphOperation::Copy {
+                        StepOperation::Copy {
                             stream,
                             source,
                             destination,
                             bytes,
-                        } => private[*stream].copy(*source, *destination, *bytes),
-                        GraphOperation::Memset {
+                        } => private[*stream].copy(source.1, destination.1, *bytes),
+                        StepOperation::Memset {
                             stream,
                             destination,
                             byte,
                             bytes,
                         } => private[*stream].memset(*destination, *byte, *bytes),
-                        GraphOperation::Record { stream, event } => {
+                        StepOperation::Record { stream, event } => {
                             events.insert(*event, private[*stream].record());
                         }
-                        GraphOperation::Wait { stream, event } => {
+                        StepOperation::WaitBefore { .. } => {}
+                        StepOperation::Wait { stream, event } => {
                             // The operation list was checked when the graph
                             // was made: every wait follows its record.
                             if let Some(event) = events.get(event) {
@@ -432,38 +433,19 @@ impl Stream {
     }
 }
 
-/// One operation of an emulated graph; streams and events are numbered
-/// within the graph.
+/// A kernel launch of an emulated graph: a kernel that passed
+/// [`Function::check`], with its parameter blocks.
 #[derive(Debug, Clone)]
-pub(crate) enum GraphOperation {
-    /// A kernel that passed [`Function::check`] (grid and block as it
-    /// returned them).
-    Launch {
-        stream: usize,
-        function: Function,
-        grid: [u32; 3],
-        block: [u32; 3],
-        arguments: Vec<Vec<u8>>,
-    },
-    /// A copy between two addresses.
-    Copy {
-        stream: usize,
-        source: usize,
-        destination: usize,
-        bytes: usize,
-    },
-    /// A memset.
-    Memset {
-        stream: usize,
-        destination: usize,
-        byte: u8,
-        bytes: usize,
-    },
-    /// An event recorded on a stream of the graph.
-    Record { stream: usize, event: usize },
-    /// A stream of the graph waits for an event recorded earlier in it.
-    Wait { stream: usize, event: usize },
+pub(crate) struct GraphKernel {
+    pub(crate) function: Function,
+    pub(crate) arguments: Vec<Vec<u8>>,
 }
+
+/// One operation of an emulated graph (grid and block as
+/// [`Function::check`] returned them); streams and events are numbered
+/// within the graph, and a wait on an event from before the graph is
+/// satisfied before it starts.
+pub(crate) type GraphOperation = StepOperation<GraphKernel, ()>;
 
 /// Graphs launched on emulated GPUs so far, in this process.
 static GRAPH_LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -36,7 +36,7 @@ use stub as backend;
 mod emulated;
 mod replay;
 
-pub use replay::{GpuGraph, RecordedStep, StepKey, StepRecording};
+pub use replay::{GpuGraph, RecordedStep, StepKey, StepRecording, StepShape};
 
 use crate::Device;
 use crate::error::{FieldError, FieldResult};
@@ -437,6 +437,17 @@ impl GpuStream {
         }
         // SAFETY: forwarded from the caller.
         unsafe { self.launch_now(function, grid, block, arguments, action) }
+    }
+
+    /// In a stream capture, the graph node the last operation enqueued on
+    /// this stream became (the stream's one capture dependency); `None`
+    /// where the driver cannot tell (or the GPU is emulated, whose graphs
+    /// are updated by position).
+    fn last_captured_node(&self) -> FieldResult<Option<usize>> {
+        match &self.stream {
+            StreamImpl::Hardware(stream) => stream.last_captured_node(self.device),
+            StreamImpl::Emulated(_) => Ok(None),
+        }
     }
 
     /// [`GpuStream::launch`], enqueued even inside a recording.

@@ -17,24 +17,37 @@
 //!    the recording) is refused until the step is enqueued. A stream
 //!    synchronisation inside a recording is refused, since the work it
 //!    would wait for is not enqueued yet.
-//! 2. **Key.** The finished [`RecordedStep`] has a [`StepKey`]: each
-//!    operation with its stream (streams numbered by first use), the
-//!    kernel's identity, grid, block, and every argument byte, address and
-//!    size. A wait on an event from before the step enters the key as a
-//!    wait, without the event: it is satisfied before the step starts.
+//! 2. **Shape and key.** The finished [`RecordedStep`] has a [`StepShape`]:
+//!    each operation with its stream (streams numbered by first use), the
+//!    kernel's identity, grid, block and parameter sizes, every copy's and
+//!    memset's addresses and sizes, and the event dependencies. Its
+//!    [`StepKey`] is the shape plus every kernel argument byte (so every
+//!    pointer and parameter value a kernel receives). A wait on an event
+//!    from before the step enters both as a wait, without the event: it is
+//!    satisfied before the step starts.
 //! 3. **Run or replay.** A recorded step is either run directly (each
 //!    operation enqueued where it was asked for, exactly as without a
 //!    recording; [`RecordedStep::run_directly`]) or launched through a
-//!    [`GpuGraph`] captured from a step with an equal key
-//!    ([`GpuGraph::launch`], which compares the keys and runs a different
-//!    step directly, with an error). Either way every pending event
-//!    resolves to a real one: the event recorded where it was asked for,
-//!    or, for a graph, one event after the whole graph.
+//!    [`GpuGraph`] whose key equals the step's ([`GpuGraph::launch`], which
+//!    compares the keys and runs a different step directly, with an
+//!    error). Either way every pending event resolves to a real one: the
+//!    event recorded where it was asked for, or, for a graph, one event
+//!    after the whole graph.
+//! 4. **Update.** A graph can take the kernel arguments of a step of the
+//!    same shape ([`GpuGraph::update_arguments`]; on a real GPU
+//!    `cuGraphExecKernelNodeSetParams` on the kernels whose bytes differ,
+//!    which leaves launches already enqueued as they were). The graph's key
+//!    follows each kernel as it is updated, so even an update that fails
+//!    midway leaves a graph that launches only the step its key describes.
+//!    A step whose parameter (a time) or whose pointers change every time
+//!    is thus replayed without a new capture.
 //!
 //! Capture on a real GPU replays the operations between
 //! `cuStreamBeginCapture` and `cuStreamEndCapture` on the origin stream;
 //! the other streams fork from the origin (they wait on an event recorded
-//! there first) and join it at the end. An emulated GPU's graph is the
+//! there first) and join it at the end. After each kernel the capturing
+//! stream's one dependency is that kernel's node, which is how a graph
+//! knows the node to update. An emulated GPU's graph is the checked
 //! operation list, which runs on private queues when the origin stream
 //! reaches it.
 
@@ -74,16 +87,19 @@ impl PendingEvent {
     }
 }
 
-/// One logged operation; `stream` indexes the recording's streams.
-#[derive(Debug, Clone)]
-enum Operation {
+/// One stream operation of a step. Streams are numbered by first use in
+/// the step, events by the order they are recorded in it. `K` is what a
+/// kernel launch carries (the kernel and its arguments as logged, the
+/// kernel's identity and parameter sizes in a [`StepShape`], the checked
+/// kernel in an emulated graph); `W` is what a wait on an event from
+/// before the step carries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum StepOperation<K, W> {
     Launch {
         stream: usize,
-        function: GpuFunction,
         grid: [u32; 3],
         block: [u32; 3],
-        arguments: Vec<Vec<u8>>,
-        action: String,
+        kernel: K,
     },
     Copy {
         stream: usize,
@@ -97,15 +113,94 @@ enum Operation {
         byte: u8,
         bytes: usize,
     },
-    /// Records pending event `event` (an index into the recording's).
+    /// Records event `event` of the step.
     Record { stream: usize, event: usize },
-    /// Waits on pending event `event` of this recording.
+    /// Waits on event `event` of the step.
     Wait { stream: usize, event: usize },
     /// Waits on an event recorded before the step.
-    WaitBefore {
-        stream: usize,
-        event: ValidationEvent,
-    },
+    WaitBefore { stream: usize, event: W },
+}
+
+impl<K, W> StepOperation<K, W> {
+    /// The same operation with the launch's kernel (and possibly its grid
+    /// and block) made by `kernel`, and a wait from before the step
+    /// carrying `before`'s value.
+    fn try_map<K2, W2, E>(
+        &self,
+        kernel: impl FnOnce(&K, [u32; 3], [u32; 3]) -> Result<(K2, [u32; 3], [u32; 3]), E>,
+        before: impl FnOnce(&W) -> W2,
+    ) -> Result<StepOperation<K2, W2>, E> {
+        Ok(match self {
+            StepOperation::Launch {
+                stream,
+                grid,
+                block,
+                kernel: k,
+            } => {
+                let (kernel, grid, block) = kernel(k, *grid, *block)?;
+                StepOperation::Launch {
+                    stream: *stream,
+                    grid,
+                    block,
+                    kernel,
+                }
+            }
+            StepOperation::Copy {
+                stream,
+                source,
+                destination,
+                bytes,
+            } => StepOperation::Copy {
+                stream: *stream,
+                source: *source,
+                destination: *destination,
+                bytes: *bytes,
+            },
+            StepOperation::Memset {
+                stream,
+                destination,
+                byte,
+                bytes,
+            } => StepOperation::Memset {
+                stream: *stream,
+                destination: *destination,
+                byte: *byte,
+                bytes: *bytes,
+            },
+            StepOperation::Record { stream, event } => StepOperation::Record {
+                stream: *stream,
+                event: *event,
+            },
+            StepOperation::Wait { stream, event } => StepOperation::Wait {
+                stream: *stream,
+                event: *event,
+            },
+            StepOperation::WaitBefore { stream, event } => StepOperation::WaitBefore {
+                stream: *stream,
+                event: before(event),
+            },
+        })
+    }
+}
+
+/// A logged kernel launch: the kernel, its parameter blocks (copied, as
+/// `cuLaunchKernel` copies them) and what the launch is for.
+#[derive(Debug, Clone)]
+struct LoggedKernel {
+    function: GpuFunction,
+    arguments: Vec<Vec<u8>>,
+    action: String,
+}
+
+/// An operation as a recording logs it.
+type LoggedOperation = StepOperation<LoggedKernel, ValidationEvent>;
+
+/// A kernel launch in a [`StepShape`]: which kernel, and the size of each
+/// of its parameter blocks (not their bytes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct KernelShape {
+    function: usize,
+    parameter_sizes: Vec<usize>,
 }
 
 /// What a recording holds.
@@ -114,7 +209,7 @@ struct Recording {
     id: u64,
     origin: GpuStream,
     streams: Vec<GpuStream>,
-    operations: Vec<Operation>,
+    operations: Vec<LoggedOperation>,
     events: Vec<Arc<PendingEvent>>,
 }
 
@@ -144,7 +239,7 @@ impl Recording {
     fn log(
         &mut self,
         stream: &GpuStream,
-        make: impl FnOnce(usize) -> Operation,
+        make: impl FnOnce(usize) -> LoggedOperation,
     ) -> FieldResult<()> {
         let index = self.stream_index(stream)?;
         self.operations.push(make(index));
@@ -178,7 +273,7 @@ pub(crate) fn log_record(stream: &GpuStream) -> FieldResult<Option<ValidationEve
             real: OnceLock::new(),
         });
         let event = pending.index;
-        recording.log(stream, |stream| Operation::Record { stream, event })?;
+        recording.log(stream, |stream| StepOperation::Record { stream, event })?;
         recording.events.push(pending.clone());
         Ok(ValidationEvent {
             device: stream.device,
@@ -203,12 +298,12 @@ pub(crate) fn log_wait(stream: &GpuStream, event: &ValidationEvent) -> FieldResu
                                 .into(),
                     });
                 }
-                Operation::Wait {
+                StepOperation::Wait {
                     stream: index,
                     event: pending.index,
                 }
             }
-            _ => Operation::WaitBefore {
+            _ => StepOperation::WaitBefore {
                 stream: index,
                 event: event.clone(),
             },
@@ -227,7 +322,7 @@ pub(crate) fn log_copy(
     bytes: usize,
 ) -> FieldResult<bool> {
     with_recording(|recording| {
-        recording.log(stream, |stream| Operation::Copy {
+        recording.log(stream, |stream| StepOperation::Copy {
             stream,
             source,
             destination,
@@ -245,7 +340,7 @@ pub(crate) fn log_memset(
     bytes: usize,
 ) -> FieldResult<bool> {
     with_recording(|recording| {
-        recording.log(stream, |stream| Operation::Memset {
+        recording.log(stream, |stream| StepOperation::Memset {
             stream,
             destination,
             byte,
@@ -266,13 +361,15 @@ pub(crate) fn log_launch(
     action: &str,
 ) -> FieldResult<bool> {
     with_recording(|recording| {
-        recording.log(stream, |stream| Operation::Launch {
+        recording.log(stream, |stream| StepOperation::Launch {
             stream,
-            function: function.clone(),
             grid,
             block,
-            arguments: arguments.iter().map(|a| a.to_vec()).collect(),
-            action: action.to_string(),
+            kernel: LoggedKernel {
+                function: function.clone(),
+                arguments: arguments.iter().map(|a| a.to_vec()).collect(),
+                action: action.to_string(),
+            },
         })
     })
     .map_or(Ok(false), |logged| logged.map(|()| true))
@@ -359,57 +456,23 @@ impl Drop for StepRecording {
     }
 }
 
-/// The key of one logged operation (see [`StepKey`]).
+/// Everything a recorded step does on its GPU except the bytes of its
+/// kernel arguments: the same kernels with the same grids, blocks and
+/// parameter sizes, the same copies and memsets (addresses and sizes), on
+/// the same streams in the same order, with the same event dependencies.
+/// A captured graph can take the arguments of any step of its shape
+/// ([`GpuGraph::update_arguments`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum KeyOperation {
-    Launch {
-        stream: usize,
-        function: usize,
-        grid: [u32; 3],
-        block: [u32; 3],
-        arguments: Vec<Vec<u8>>,
-    },
-    Copy {
-        stream: usize,
-        source: (Device, usize),
-        destination: (Device, usize),
-        bytes: usize,
-    },
-    Memset {
-        stream: usize,
-        destination: usize,
-        byte: u8,
-        bytes: usize,
-    },
-    Record {
-        stream: usize,
-        event: usize,
-    },
-    Wait {
-        stream: usize,
-        event: usize,
-    },
-    WaitBefore {
-        stream: usize,
-    },
-}
-
-/// Everything a recorded step does on its GPU, as data that compares
-/// equal only for steps that enqueue the same work: the same kernels with
-/// the same grids, blocks and argument bytes (so the same pointers and
-/// parameter values), the same copies and memsets, on the same streams in
-/// the same order, with the same event dependencies.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StepKey {
+pub struct StepShape {
     device: Device,
     origin: usize,
-    operations: Vec<KeyOperation>,
+    operations: Vec<StepOperation<KernelShape, ()>>,
 }
 
-impl StepKey {
+impl StepShape {
     /// A sentence naming the first operation where `self` and `other`
     /// differ (or the device or origin stream).
-    pub fn first_difference(&self, other: &StepKey) -> String {
+    pub fn first_difference(&self, other: &StepShape) -> String {
         if self.device != other.device || self.origin != other.origin {
             return format!(
                 "the steps run on different devices or origin streams ({} and {})",
@@ -431,8 +494,43 @@ impl StepKey {
                 self.operations.len(),
                 other.operations.len()
             ),
-            None => "the steps are the same".into(),
+            None => "the steps have the same shape".into(),
         }
+    }
+}
+
+/// Everything a recorded step does on its GPU, as data that compares
+/// equal only for steps that enqueue the same work: its [`StepShape`] and
+/// the bytes of every kernel argument (so the same pointers and parameter
+/// values).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StepKey {
+    shape: StepShape,
+    /// Per kernel launch, in order: its parameter blocks.
+    arguments: Vec<Vec<Vec<u8>>>,
+}
+
+impl StepKey {
+    /// The step's shape (its key without the argument bytes).
+    pub fn shape(&self) -> &StepShape {
+        &self.shape
+    }
+
+    /// A sentence naming the first operation where `self` and `other`
+    /// differ: in shape, or in the bytes of a kernel's parameter.
+    pub fn first_difference(&self, other: &StepKey) -> String {
+        if self.shape != other.shape {
+            return self.shape.first_difference(&other.shape);
+        }
+        for (launch, (mine, theirs)) in self.arguments.iter().zip(&other.arguments).enumerate() {
+            if let Some(parameter) = mine.iter().zip(theirs).position(|(a, b)| a != b) {
+                return format!(
+                    "kernel launch {launch} differs in parameter {parameter}: bytes {:?} against {:?}",
+                    mine[parameter], theirs[parameter]
+                );
+            }
+        }
+        "the steps are the same".into()
     }
 }
 
@@ -447,63 +545,38 @@ pub struct RecordedStep {
 
 impl RecordedStep {
     fn new(recording: Recording) -> Self {
+        let mut arguments = Vec::new();
         let operations = recording
             .operations
             .iter()
-            .map(|operation| match operation {
-                Operation::Launch {
-                    stream,
-                    function,
-                    grid,
-                    block,
-                    arguments,
-                    ..
-                } => KeyOperation::Launch {
-                    stream: *stream,
-                    function: function.identity(),
-                    grid: *grid,
-                    block: *block,
-                    arguments: arguments.clone(),
-                },
-                Operation::Copy {
-                    stream,
-                    source,
-                    destination,
-                    bytes,
-                } => KeyOperation::Copy {
-                    stream: *stream,
-                    source: *source,
-                    destination: *destination,
-                    bytes: *bytes,
-                },
-                Operation::Memset {
-                    stream,
-                    destination,
-                    byte,
-                    bytes,
-                } => KeyOperation::Memset {
-                    stream: *stream,
-                    destination: *destination,
-                    byte: *byte,
-                    bytes: *bytes,
-                },
-                Operation::Record { stream, event } => KeyOperation::Record {
-                    stream: *stream,
-                    event: *event,
-                },
-                Operation::Wait { stream, event } => KeyOperation::Wait {
-                    stream: *stream,
-                    event: *event,
-                },
-                Operation::WaitBefore { stream, .. } => {
-                    KeyOperation::WaitBefore { stream: *stream }
+            .map(|operation| {
+                let shaped: Result<_, std::convert::Infallible> = operation.try_map(
+                    |kernel, grid, block| {
+                        arguments.push(kernel.arguments.clone());
+                        Ok((
+                            KernelShape {
+                                function: kernel.function.identity(),
+                                parameter_sizes: kernel.arguments.iter().map(Vec::len).collect(),
+                            },
+                            grid,
+                            block,
+                        ))
+                    },
+                    |_| (),
+                );
+                match shaped {
+                    Ok(shaped) => shaped,
+                    Err(never) => match never {},
                 }
             })
             .collect();
         let key = StepKey {
-            device: recording.origin.device,
-            origin: recording.origin.identity(),
-            operations,
+            shape: StepShape {
+                device: recording.origin.device,
+                origin: recording.origin.identity(),
+                operations,
+            },
+            arguments,
         };
         RecordedStep { recording, key }
     }
@@ -513,6 +586,11 @@ impl RecordedStep {
         &self.key
     }
 
+    /// The step's shape (its key without the argument bytes).
+    pub fn shape(&self) -> &StepShape {
+        &self.key.shape
+    }
+
     /// The GPU the step runs on.
     pub fn device(&self) -> Device {
         self.recording.origin.device
@@ -520,11 +598,7 @@ impl RecordedStep {
 
     /// The kernel launches it holds.
     pub fn launches(&self) -> usize {
-        self.recording
-            .operations
-            .iter()
-            .filter(|o| matches!(o, Operation::Launch { .. }))
-            .count()
+        self.key.arguments.len()
     }
 
     /// The operations it holds (launches, copies, memsets, event records
@@ -539,7 +613,7 @@ impl RecordedStep {
     /// the streams are drained and the events still pending resolve to
     /// one recorded after everything, so that nothing waits forever.
     pub fn run_directly(self) -> FieldResult<()> {
-        let outcome = self.enqueue(Mode::Direct);
+        let outcome = self.enqueue(Mode::Direct).map(|_| ());
         if outcome.is_err() {
             self.resolve_rest_after_draining();
         }
@@ -560,8 +634,11 @@ impl RecordedStep {
                 // The capture is ended in every case, so that the stream
                 // leaves the capture state.
                 let captured = origin.end_capture(device);
-                enqueued?;
-                GraphImpl::Hardware(captured?)
+                let nodes = enqueued?;
+                GraphImpl::Hardware {
+                    graph: captured?,
+                    nodes,
+                }
             }
         };
         Ok(GpuGraph {
@@ -575,73 +652,28 @@ impl RecordedStep {
     /// `cuLaunchKernel` would check it.
     fn emulated_graph(&self) -> FieldResult<Arc<Vec<emulated::GraphOperation>>> {
         let device = self.device();
-        let mut operations = Vec::with_capacity(self.recording.operations.len());
-        for operation in &self.recording.operations {
-            operations.push(match operation {
-                Operation::Launch {
-                    stream,
-                    function,
-                    grid,
-                    block,
-                    arguments,
-                    action,
-                } => {
-                    let FunctionImpl::Emulated(host) = &function.function else {
-                        return Err(mixed(device));
-                    };
-                    let blocks: Vec<&[u8]> = arguments.iter().map(Vec::as_slice).collect();
-                    let (grid, block) = host.check(device, *grid, *block, &blocks, action)?;
-                    emulated::GraphOperation::Launch {
-                        stream: *stream,
-                        function: host.clone(),
-                        grid,
-                        block,
-                        arguments: arguments.clone(),
-                    }
-                }
-                Operation::Copy {
-                    stream,
-                    source,
-                    destination,
-                    bytes,
-                } => emulated::GraphOperation::Copy {
-                    stream: *stream,
-                    source: source.1,
-                    destination: destination.1,
-                    bytes: *bytes,
-                },
-                Operation::Memset {
-                    stream,
-                    destination,
-                    byte,
-                    bytes,
-                } => emulated::GraphOperation::Memset {
-                    stream: *stream,
-                    destination: *destination,
-                    byte: *byte,
-                    bytes: *bytes,
-                },
-                Operation::Record { stream, event } => emulated::GraphOperation::Record {
-                    stream: *stream,
-                    event: *event,
-                },
-                Operation::Wait { stream, event } => emulated::GraphOperation::Wait {
-                    stream: *stream,
-                    event: *event,
-                },
-                // Satisfied on the origin stream before the graph starts.
-                Operation::WaitBefore { .. } => continue,
-            });
-        }
+        let operations = self
+            .recording
+            .operations
+            .iter()
+            .map(|operation| {
+                operation.try_map(
+                    |kernel, grid, block| emulated_kernel(device, kernel, grid, block),
+                    |_| (),
+                )
+            })
+            .collect::<FieldResult<Vec<_>>>()?;
         Ok(Arc::new(operations))
     }
 
     /// Enqueues the operations: directly (pending events resolve to the
     /// events recorded), or inside a capture (fresh events, forked from and
-    /// joined to the origin; waits on earlier events left out).
-    fn enqueue(&self, mode: Mode) -> FieldResult<()> {
+    /// joined to the origin; waits on earlier events left out). In a
+    /// capture, returns each launch's graph node where the driver tells it.
+    fn enqueue(&self, mode: Mode) -> FieldResult<Vec<Option<usize>>> {
         let streams = &self.recording.streams;
         let origin = &self.recording.origin;
+        let mut nodes = Vec::new();
         if mode == Mode::Capture {
             let fork = origin.record_now()?;
             for stream in streams.iter().filter(|s| s.identity() != origin.identity()) {
@@ -651,23 +683,30 @@ impl RecordedStep {
         let mut captured: Vec<Option<ValidationEvent>> = vec![None; self.recording.events.len()];
         for operation in &self.recording.operations {
             match operation {
-                Operation::Launch {
+                StepOperation::Launch {
                     stream,
-                    function,
                     grid,
                     block,
-                    arguments,
-                    action,
+                    kernel,
                 } => {
-                    let blocks: Vec<&[u8]> = arguments.iter().map(Vec::as_slice).collect();
+                    let blocks: Vec<&[u8]> = kernel.arguments.iter().map(Vec::as_slice).collect();
                     // SAFETY: the caller of `GpuStream::launch` vouched for
                     // the blocks and for the addresses until the kernel
                     // completes; it is enqueued now, as it would have been.
                     unsafe {
-                        streams[*stream].launch_now(function, *grid, *block, &blocks, action)?
+                        streams[*stream].launch_now(
+                            &kernel.function,
+                            *grid,
+                            *block,
+                            &blocks,
+                            &kernel.action,
+                        )?
                     };
+                    if mode == Mode::Capture {
+                        nodes.push(streams[*stream].last_captured_node()?);
+                    }
                 }
-                Operation::Copy {
+                StepOperation::Copy {
                     stream,
                     source,
                     destination,
@@ -684,7 +723,7 @@ impl RecordedStep {
                         )?
                     };
                 }
-                Operation::Memset {
+                StepOperation::Memset {
                     stream,
                     destination,
                     byte,
@@ -701,7 +740,7 @@ impl RecordedStep {
                         )?
                     };
                 }
-                Operation::Record { stream, event } => {
+                StepOperation::Record { stream, event } => {
                     let real = streams[*stream].record_now()?;
                     match mode {
                         Mode::Direct => {
@@ -710,7 +749,7 @@ impl RecordedStep {
                         Mode::Capture => captured[*event] = Some(real),
                     }
                 }
-                Operation::Wait { stream, event } => match mode {
+                StepOperation::Wait { stream, event } => match mode {
                     Mode::Direct => {
                         let pending = &self.recording.events[*event];
                         let real = ValidationEvent {
@@ -726,7 +765,7 @@ impl RecordedStep {
                         streams[*stream].wait_now(real)?;
                     }
                 },
-                Operation::WaitBefore { stream, event } => {
+                StepOperation::WaitBefore { stream, event } => {
                     if mode == Mode::Direct {
                         streams[*stream].wait_now(event)?;
                     }
@@ -739,7 +778,7 @@ impl RecordedStep {
                 origin.wait_now(&join)?;
             }
         }
-        Ok(())
+        Ok(nodes)
     }
 
     /// After an error: waits for every stream of the step, then resolves
@@ -761,6 +800,29 @@ impl RecordedStep {
             let _ = pending.real.set(end.event.clone());
         }
     }
+}
+
+/// A logged launch as an emulated graph runs it, checked as
+/// `cuLaunchKernel` would check it.
+fn emulated_kernel(
+    device: Device,
+    kernel: &LoggedKernel,
+    grid: [u32; 3],
+    block: [u32; 3],
+) -> FieldResult<(emulated::GraphKernel, [u32; 3], [u32; 3])> {
+    let FunctionImpl::Emulated(host) = &kernel.function.function else {
+        return Err(mixed(device));
+    };
+    let blocks: Vec<&[u8]> = kernel.arguments.iter().map(Vec::as_slice).collect();
+    let (grid, block) = host.check(device, grid, block, &blocks, &kernel.action)?;
+    Ok((
+        emulated::GraphKernel {
+            function: host.clone(),
+            arguments: kernel.arguments.clone(),
+        },
+        grid,
+        block,
+    ))
 }
 
 /// How [`RecordedStep::enqueue`] enqueues.
@@ -791,14 +853,22 @@ fn out_of_order(origin: &GpuStream) -> FieldError {
 /// A captured graph of a real or of an emulated GPU.
 #[derive(Debug)]
 enum GraphImpl {
-    Hardware(backend::Graph),
+    /// The instantiated graph, and the node of each kernel launch in it
+    /// (`None` where the driver did not tell).
+    Hardware {
+        graph: backend::Graph,
+        nodes: Vec<Option<usize>>,
+    },
+    /// The checked operations, replaced whole by an update (launches
+    /// already enqueued keep the list they were given).
     Emulated(Arc<Vec<emulated::GraphOperation>>),
 }
 
 /// A step captured as a graph ([`RecordedStep::capture`]): launching it
 /// enqueues all of the step's work on the origin stream in one call. It
-/// only ever launches steps whose [`StepKey`] equals the one it was
-/// captured from.
+/// only ever launches steps whose [`StepKey`] equals its own: the key of
+/// the step it was captured from, with the arguments of the last
+/// [`update_arguments`](GpuGraph::update_arguments).
 #[derive(Debug)]
 pub struct GpuGraph {
     key: StepKey,
@@ -807,7 +877,8 @@ pub struct GpuGraph {
 }
 
 impl GpuGraph {
-    /// The key of the step it was captured from.
+    /// The key of the step the graph launches: the one it was captured
+    /// from, with the arguments of its updates.
     pub fn key(&self) -> &StepKey {
         &self.key
     }
@@ -829,26 +900,28 @@ impl GpuGraph {
                 device,
                 action: "replaying a captured step".into(),
                 message: format!(
-                    "the step differs from the one the graph was captured from ({difference}); it ran directly instead"
+                    "the step differs from the one the graph launches ({difference}); it ran directly instead"
                 ),
             });
         }
         let origin = &step.recording.origin;
         let launched = (|| {
             for operation in &step.recording.operations {
-                if let Operation::WaitBefore { event, .. } = operation {
+                if let StepOperation::WaitBefore { event, .. } = operation {
                     origin.wait_now(event)?;
                 }
             }
             match (&self.graph, &origin.stream) {
-                (GraphImpl::Hardware(graph), StreamImpl::Hardware(_)) => graph.launch(device),
+                (GraphImpl::Hardware { graph, .. }, StreamImpl::Hardware(_)) => {
+                    graph.launch(device)
+                }
                 (GraphImpl::Emulated(operations), StreamImpl::Emulated(stream)) => {
                     // SAFETY: every launch was checked when the graph was
-                    // made; the operations are those of `step` (equal keys:
-                    // the same kernels, arguments, addresses and sizes),
-                    // whose callers vouched for the addresses until the
-                    // work completes, which is before the event recorded
-                    // after the graph.
+                    // made or updated; the operations are those of `step`
+                    // (equal keys: the same kernels, arguments, addresses
+                    // and sizes), whose callers vouched for the addresses
+                    // until the work completes, which is before the event
+                    // recorded after the graph.
                     unsafe { stream.launch_graph(operations.clone(), self.streams) };
                     Ok(())
                 }
@@ -869,5 +942,114 @@ impl GpuGraph {
                 Err(error)
             }
         }
+    }
+
+    /// Gives the graph the kernel arguments of `step`, a step of the same
+    /// [`StepShape`], so that [`GpuGraph::launch`] then replays it: only
+    /// the kernels whose argument bytes differ are updated (on a real GPU
+    /// with `cuGraphExecKernelNodeSetParams`; launches of the graph
+    /// already enqueued keep their arguments). Returns how many kernels
+    /// were updated. Nothing runs.
+    ///
+    /// A step of another shape is refused with [`FieldError::Cuda`] naming
+    /// the first difference, and the graph is left as it was. The graph's
+    /// key follows each kernel as it is updated, so after an error midway
+    /// (the driver refusing an update) the graph launches only the step
+    /// its key now describes, which is no step at all in practice: such a
+    /// graph is best dropped.
+    pub fn update_arguments(&mut self, step: &RecordedStep) -> FieldResult<usize> {
+        let device = step.device();
+        if step.key.shape != self.key.shape {
+            return Err(FieldError::Cuda {
+                device,
+                action: "updating a captured step's arguments".into(),
+                message: format!(
+                    "the step's shape differs from the graph's ({}); capture it instead",
+                    self.key.shape.first_difference(&step.key.shape)
+                ),
+            });
+        }
+        let mut updated = 0;
+        let mut outcome = Ok(());
+        let mut replaced: Option<Vec<emulated::GraphOperation>> = None;
+        let launches =
+            step.recording
+                .operations
+                .iter()
+                .enumerate()
+                .filter_map(|(position, operation)| match operation {
+                    StepOperation::Launch {
+                        grid,
+                        block,
+                        kernel,
+                        ..
+                    } => Some((position, *grid, *block, kernel)),
+                    _ => None,
+                });
+        for (launch, (position, grid, block, kernel)) in launches.enumerate() {
+            if self.key.arguments[launch] == kernel.arguments {
+                continue;
+            }
+            let done = match &self.graph {
+                GraphImpl::Hardware { graph, nodes } => {
+                    match (
+                        nodes.get(launch).copied().flatten(),
+                        &kernel.function.function,
+                    ) {
+                        (Some(node), FunctionImpl::Hardware(function)) => {
+                            let blocks: Vec<&[u8]> =
+                                kernel.arguments.iter().map(Vec::as_slice).collect();
+                            // SAFETY: the node is a kernel node of this
+                            // graph, captured from a launch of this very
+                            // kernel (equal shapes), and the blocks match
+                            // its parameters in number and size. Nothing
+                            // runs with them until `launch` is given a step
+                            // with this key, whose caller vouched for them.
+                            unsafe {
+                                graph.set_kernel_arguments(
+                                    device,
+                                    node,
+                                    function,
+                                    grid,
+                                    block,
+                                    &blocks,
+                                    &kernel.action,
+                                )
+                            }
+                        }
+                        (None, _) => Err(FieldError::Cuda {
+                            device,
+                            action: kernel.action.clone(),
+                            message: format!(
+                                "the driver did not tell which graph node kernel launch {launch} became (in-place updates need a CUDA 12.3 driver or newer); capture the step instead"
+                            ),
+                        }),
+                        (Some(_), FunctionImpl::Emulated(_)) => Err(mixed(device)),
+                    }
+                }
+                GraphImpl::Emulated(operations) => emulated_kernel(device, kernel, grid, block)
+                    .map(|(kernel, grid, block)| {
+                        let list = replaced.get_or_insert_with(|| operations.as_ref().clone());
+                        if let Some(StepOperation::Launch { stream, .. }) = list.get(position) {
+                            list[position] = StepOperation::Launch {
+                                stream: *stream,
+                                grid,
+                                block,
+                                kernel,
+                            };
+                        }
+                    }),
+            };
+            if let Err(error) = done {
+                outcome = Err(error);
+                break;
+            }
+            self.key.arguments[launch] = kernel.arguments.clone();
+            updated += 1;
+        }
+        if let (Some(list), GraphImpl::Emulated(operations)) = (replaced, &mut self.graph) {
+            *operations = Arc::new(list);
+        }
+        outcome.map(|()| updated)
     }
 }

@@ -161,6 +161,10 @@ impl Stream {
     pub(crate) fn end_capture(&self, _device: Device) -> FieldResult<Graph> {
         match self.never {}
     }
+
+    pub(crate) fn last_captured_node(&self, _device: Device) -> FieldResult<Option<usize>> {
+        match self.never {}
+    }
 }
 
 impl Function {
@@ -172,6 +176,22 @@ impl Function {
 
 impl Graph {
     pub(crate) fn launch(&self, _device: Device) -> FieldResult<()> {
+        match self.never {}
+    }
+
+    /// # Safety
+    /// Never callable: no graph exists in this build.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn set_kernel_arguments(
+        &self,
+        _device: Device,
+        _node: usize,
+        _function: &Function,
+        _grid: [u32; 3],
+        _block: [u32; 3],
+        _arguments: &[&[u8]],
+        _action: &str,
+    ) -> FieldResult<()> {
         match self.never {}
     }
 }
