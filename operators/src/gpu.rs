@@ -218,18 +218,27 @@ impl GpuLaunch {
 
 /// The kernel `kernel` loaded on GPU `ordinal`, loading it on first use.
 pub(crate) fn loaded_function(ordinal: usize, kernel: &CudaKernel) -> OperatorResult<GpuFunction> {
-    type Loaded = Mutex<HashMap<(usize, String), GpuFunction>>;
+    // Per GPU, by kernel name: looked up by `&str`, so that the lookup
+    // before every launch allocates nothing.
+    type Loaded = Mutex<HashMap<usize, HashMap<String, GpuFunction>>>;
     static LOADED: OnceLock<Loaded> = OnceLock::new();
-    let key = (ordinal, kernel.name.clone());
     let loaded = LOADED.get_or_init(Default::default);
-    if let Some(found) = loaded.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-        return Ok(found.clone());
+    let found = loaded
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&ordinal)
+        .and_then(|kernels| kernels.get(kernel.name.as_str()))
+        .cloned();
+    if let Some(found) = found {
+        return Ok(found);
     }
     let function = GpuFunction::load(ordinal, &kernel.ptx, &kernel.source, &kernel.name)?;
     loaded
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(key, function.clone());
+        .entry(ordinal)
+        .or_default()
+        .insert(kernel.name.clone(), function.clone());
     Ok(function)
 }
 

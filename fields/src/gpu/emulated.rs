@@ -445,7 +445,7 @@ pub(crate) struct GraphKernel {
 /// [`Function::check`] returned them); streams and events are numbered
 /// within the graph, and a wait on an event from before the graph is
 /// satisfied before it starts.
-pub(crate) type GraphOperation = StepOperation<GraphKernel, ()>;
+pub(crate) type GraphOperation = StepOperation<GraphKernel>;
 
 /// Graphs launched on emulated GPUs so far, in this process.
 static GRAPH_LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -486,7 +486,8 @@ impl GpuStream {
 #[derive(Debug, Clone)]
 pub struct GpuFunction {
     device: Device,
-    name: String,
+    /// Shared, so that a clone per launch allocates nothing.
+    name: Arc<str>,
     function: FunctionImpl,
 }
 
@@ -504,7 +505,7 @@ impl GpuFunction {
         }
         Ok(GpuFunction {
             device: Device::Gpu(ordinal),
-            name: name.to_string(),
+            name: Arc::from(name),
             function: if emulated::active() {
                 FunctionImpl::Emulated(emulated::load_function(ordinal, source, name)?)
             } else {

@@ -89,12 +89,11 @@ impl PendingEvent {
 
 /// One stream operation of a step. Streams are numbered by first use in
 /// the step, events by the order they are recorded in it. `K` is what a
-/// kernel launch carries (the kernel and its arguments as logged, the
-/// kernel's identity and parameter sizes in a [`StepShape`], the checked
-/// kernel in an emulated graph); `W` is what a wait on an event from
-/// before the step carries.
+/// kernel launch carries: the kernel's identity and parameter count in a
+/// [`StepShape`] (its argument bytes are kept beside it), the checked
+/// kernel with its arguments in an emulated graph.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum StepOperation<K, W> {
+pub(crate) enum StepOperation<K> {
     Launch {
         stream: usize,
         grid: [u32; 3],
@@ -117,99 +116,46 @@ pub(crate) enum StepOperation<K, W> {
     Record { stream: usize, event: usize },
     /// Waits on event `event` of the step.
     Wait { stream: usize, event: usize },
-    /// Waits on an event recorded before the step.
-    WaitBefore { stream: usize, event: W },
+    /// Waits on an event recorded before the step (satisfied before the
+    /// step starts; the events are kept beside the operations, in order).
+    WaitBefore { stream: usize },
 }
 
-impl<K, W> StepOperation<K, W> {
-    /// The same operation with the launch's kernel (and possibly its grid
-    /// and block) made by `kernel`, and a wait from before the step
-    /// carrying `before`'s value.
-    fn try_map<K2, W2, E>(
-        &self,
-        kernel: impl FnOnce(&K, [u32; 3], [u32; 3]) -> Result<(K2, [u32; 3], [u32; 3]), E>,
-        before: impl FnOnce(&W) -> W2,
-    ) -> Result<StepOperation<K2, W2>, E> {
-        Ok(match self {
-            StepOperation::Launch {
-                stream,
-                grid,
-                block,
-                kernel: k,
-            } => {
-                let (kernel, grid, block) = kernel(k, *grid, *block)?;
-                StepOperation::Launch {
-                    stream: *stream,
-                    grid,
-                    block,
-                    kernel,
-                }
-            }
-            StepOperation::Copy {
-                stream,
-                source,
-                destination,
-                bytes,
-            } => StepOperation::Copy {
-                stream: *stream,
-                source: *source,
-                destination: *destination,
-                bytes: *bytes,
-            },
-            StepOperation::Memset {
-                stream,
-                destination,
-                byte,
-                bytes,
-            } => StepOperation::Memset {
-                stream: *stream,
-                destination: *destination,
-                byte: *byte,
-                bytes: *bytes,
-            },
-            StepOperation::Record { stream, event } => StepOperation::Record {
-                stream: *stream,
-                event: *event,
-            },
-            StepOperation::Wait { stream, event } => StepOperation::Wait {
-                stream: *stream,
-                event: *event,
-            },
-            StepOperation::WaitBefore { stream, event } => StepOperation::WaitBefore {
-                stream: *stream,
-                event: before(event),
-            },
-        })
-    }
-}
-
-/// A logged kernel launch: the kernel, its parameter blocks (copied, as
-/// `cuLaunchKernel` copies them) and what the launch is for.
-#[derive(Debug, Clone)]
-struct LoggedKernel {
-    function: GpuFunction,
-    arguments: Vec<Vec<u8>>,
-    action: String,
-}
-
-/// An operation as a recording logs it.
-type LoggedOperation = StepOperation<LoggedKernel, ValidationEvent>;
-
-/// A kernel launch in a [`StepShape`]: which kernel, and the size of each
-/// of its parameter blocks (not their bytes).
+/// A kernel launch in a [`StepShape`]: which kernel, and how many
+/// parameter blocks it takes (their sizes are in the shape too, their
+/// bytes in the [`StepKey`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct KernelShape {
     function: usize,
-    parameter_sizes: Vec<usize>,
+    parameters: usize,
 }
 
-/// What a recording holds.
+/// What a logged launch keeps beside its shape: the kernel itself and
+/// what the launch is for.
+#[derive(Debug, Clone)]
+struct LoggedLaunch {
+    function: GpuFunction,
+    action: Arc<str>,
+}
+
+/// What a recording holds: the step's operations as its shape describes
+/// them, and beside them what only the recording needs.
 #[derive(Debug)]
 struct Recording {
     id: u64,
     origin: GpuStream,
     streams: Vec<GpuStream>,
-    operations: Vec<LoggedOperation>,
+    operations: Vec<StepOperation<KernelShape>>,
+    /// The size of every parameter block, launch after launch.
+    parameter_sizes: Vec<u32>,
+    /// Every launch's parameter blocks, one after the other.
+    arguments: Vec<u8>,
+    /// Per launch: where its blocks end in `arguments`.
+    argument_ends: Vec<usize>,
+    /// Per launch: the kernel and the action.
+    launches: Vec<LoggedLaunch>,
+    /// Per wait on an event from before the step: the event.
+    waits_before: Vec<ValidationEvent>,
     events: Vec<Arc<PendingEvent>>,
 }
 
@@ -239,11 +185,20 @@ impl Recording {
     fn log(
         &mut self,
         stream: &GpuStream,
-        make: impl FnOnce(usize) -> LoggedOperation,
+        make: impl FnOnce(usize) -> StepOperation<KernelShape>,
     ) -> FieldResult<()> {
         let index = self.stream_index(stream)?;
         self.operations.push(make(index));
         Ok(())
+    }
+
+    /// The action of a launch, shared with the launch before when equal
+    /// (callers pass the same words for every launch).
+    fn action(&self, action: &str) -> Arc<str> {
+        match self.launches.last() {
+            Some(last) if &*last.action == action => last.action.clone(),
+            _ => Arc::from(action),
+        }
     }
 }
 
@@ -303,10 +258,10 @@ pub(crate) fn log_wait(stream: &GpuStream, event: &ValidationEvent) -> FieldResu
                     event: pending.index,
                 }
             }
-            _ => StepOperation::WaitBefore {
-                stream: index,
-                event: event.clone(),
-            },
+            _ => {
+                recording.waits_before.push(event.clone());
+                StepOperation::WaitBefore { stream: index }
+            }
         };
         recording.operations.push(operation);
         Ok(true)
@@ -361,16 +316,37 @@ pub(crate) fn log_launch(
     action: &str,
 ) -> FieldResult<bool> {
     with_recording(|recording| {
+        let too_large = || FieldError::Cuda {
+            device: stream.device,
+            action: action.to_string(),
+            message: "a kernel parameter block of 4 GiB or more cannot be launched".into(),
+        };
+        if arguments.iter().any(|a| u32::try_from(a.len()).is_err()) {
+            return Err(too_large());
+        }
         recording.log(stream, |stream| StepOperation::Launch {
             stream,
             grid,
             block,
-            kernel: LoggedKernel {
-                function: function.clone(),
-                arguments: arguments.iter().map(|a| a.to_vec()).collect(),
-                action: action.to_string(),
+            kernel: KernelShape {
+                function: function.identity(),
+                parameters: arguments.len(),
             },
-        })
+        })?;
+        // Each fits: checked above.
+        recording
+            .parameter_sizes
+            .extend(arguments.iter().map(|a| a.len() as u32));
+        for block in arguments {
+            recording.arguments.extend_from_slice(block);
+        }
+        recording.argument_ends.push(recording.arguments.len());
+        let action = recording.action(action);
+        recording.launches.push(LoggedLaunch {
+            function: function.clone(),
+            action,
+        });
+        Ok(())
     })
     .map_or(Ok(false), |logged| logged.map(|()| true))
 }
@@ -409,6 +385,11 @@ impl GpuStream {
                 origin: self.clone(),
                 streams: vec![self.clone()],
                 operations: Vec::new(),
+                parameter_sizes: Vec::new(),
+                arguments: Vec::new(),
+                argument_ends: Vec::new(),
+                launches: Vec::new(),
+                waits_before: Vec::new(),
                 events: Vec::new(),
             });
             Ok(StepRecording {
@@ -456,20 +437,98 @@ impl Drop for StepRecording {
     }
 }
 
+/// A fast 64-bit digest (multiply-rotate over 8-byte words), so that the
+/// caches hash a step's key by one word instead of thousands of bytes.
+/// Equality still compares everything.
+#[derive(Default)]
+struct Digest(u64);
+
+impl std::hash::Hasher for Digest {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.write_u64(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 56));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+}
+
+/// `value`'s [`Digest`].
+fn digest_of(value: &impl std::hash::Hash) -> u64 {
+    let mut digest = Digest::default();
+    value.hash(&mut digest);
+    std::hash::Hasher::finish(&digest)
+}
+
 /// Everything a recorded step does on its GPU except the bytes of its
 /// kernel arguments: the same kernels with the same grids, blocks and
 /// parameter sizes, the same copies and memsets (addresses and sizes), on
 /// the same streams in the same order, with the same event dependencies.
 /// A captured graph can take the arguments of any step of its shape
 /// ([`GpuGraph::update_arguments`]).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone)]
 pub struct StepShape {
     device: Device,
     origin: usize,
-    operations: Vec<StepOperation<KernelShape, ()>>,
+    operations: Vec<StepOperation<KernelShape>>,
+    parameter_sizes: Vec<u32>,
+    digest: u64,
+}
+
+impl PartialEq for StepShape {
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest
+            && self.device == other.device
+            && self.origin == other.origin
+            && self.parameter_sizes == other.parameter_sizes
+            && self.operations == other.operations
+    }
+}
+
+impl Eq for StepShape {}
+
+impl std::hash::Hash for StepShape {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.digest);
+    }
 }
 
 impl StepShape {
+    fn new(
+        device: Device,
+        origin: usize,
+        operations: Vec<StepOperation<KernelShape>>,
+        parameter_sizes: Vec<u32>,
+    ) -> Self {
+        let digest = digest_of(&(device, origin, &operations, &parameter_sizes));
+        StepShape {
+            device,
+            origin,
+            operations,
+            parameter_sizes,
+            digest,
+        }
+    }
+
     /// A sentence naming the first operation where `self` and `other`
     /// differ (or the device or origin stream).
     pub fn first_difference(&self, other: &StepShape) -> String {
@@ -494,8 +553,24 @@ impl StepShape {
                 self.operations.len(),
                 other.operations.len()
             ),
+            None if self.parameter_sizes != other.parameter_sizes => {
+                "the kernels' parameter blocks have different sizes".into()
+            }
             None => "the steps have the same shape".into(),
         }
+    }
+
+    /// Per kernel launch, in order: the sizes of its parameter blocks.
+    fn launch_parameter_sizes(&self) -> impl Iterator<Item = &[u32]> {
+        let mut rest = self.parameter_sizes.as_slice();
+        self.operations.iter().filter_map(move |operation| {
+            let StepOperation::Launch { kernel, .. } = operation else {
+                return None;
+            };
+            let (sizes, after) = rest.split_at(kernel.parameters.min(rest.len()));
+            rest = after;
+            Some(sizes)
+        })
     }
 }
 
@@ -503,27 +578,104 @@ impl StepShape {
 /// equal only for steps that enqueue the same work: its [`StepShape`] and
 /// the bytes of every kernel argument (so the same pointers and parameter
 /// values).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone)]
 pub struct StepKey {
     shape: StepShape,
-    /// Per kernel launch, in order: its parameter blocks.
-    arguments: Vec<Vec<Vec<u8>>>,
+    /// Every launch's parameter blocks, one after the other.
+    arguments: Vec<u8>,
+    /// Per launch: where its blocks end in `arguments`.
+    argument_ends: Vec<usize>,
+    digest: u64,
+}
+
+impl PartialEq for StepKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.digest == other.digest
+            && self.argument_ends == other.argument_ends
+            && self.arguments == other.arguments
+            && self.shape == other.shape
+    }
+}
+
+impl Eq for StepKey {}
+
+impl std::hash::Hash for StepKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.digest);
+    }
 }
 
 impl StepKey {
+    fn new(shape: StepShape, arguments: Vec<u8>, argument_ends: Vec<usize>) -> Self {
+        let digest = digest_of(&(shape.digest, &arguments));
+        StepKey {
+            shape,
+            arguments,
+            argument_ends,
+            digest,
+        }
+    }
+
     /// The step's shape (its key without the argument bytes).
     pub fn shape(&self) -> &StepShape {
         &self.shape
     }
 
+    /// The number of kernel launches.
+    fn launches(&self) -> usize {
+        self.argument_ends.len()
+    }
+
+    /// The parameter blocks of kernel launch `launch`, all together.
+    fn launch_bytes(&self, launch: usize) -> &[u8] {
+        let start = launch
+            .checked_sub(1)
+            .map_or(0, |before| self.argument_ends[before]);
+        &self.arguments[start..self.argument_ends[launch]]
+    }
+
+    /// Per kernel launch, in order: its parameter blocks.
+    fn launch_blocks(&self) -> impl Iterator<Item = Vec<&[u8]>> {
+        self.shape
+            .launch_parameter_sizes()
+            .enumerate()
+            .map(|(launch, sizes)| {
+                let mut rest = self.launch_bytes(launch);
+                sizes
+                    .iter()
+                    .map(|&size| {
+                        let (block, after) = rest.split_at((size as usize).min(rest.len()));
+                        rest = after;
+                        block
+                    })
+                    .collect()
+            })
+    }
+
+    /// Sets the bytes of launch `launch` to `other`'s (same shape); call
+    /// [`StepKey::refresh_digest`] after the last.
+    fn set_launch_bytes(&mut self, launch: usize, other: &StepKey) {
+        let start = launch
+            .checked_sub(1)
+            .map_or(0, |before| self.argument_ends[before]);
+        let end = self.argument_ends[launch];
+        self.arguments[start..end].copy_from_slice(other.launch_bytes(launch));
+    }
+
+    /// Recomputes the digest after [`StepKey::set_launch_bytes`].
+    fn refresh_digest(&mut self) {
+        self.digest = digest_of(&(self.shape.digest, &self.arguments));
+    }
+
     /// A sentence naming the first operation where `self` and `other`
-    /// differ: in shape, or in the bytes of a kernel's parameter.
+    /// differ: in shape, or in the bytes of a kernel's parameters.
     pub fn first_difference(&self, other: &StepKey) -> String {
         if self.shape != other.shape {
             return self.shape.first_difference(&other.shape);
         }
-        for (launch, (mine, theirs)) in self.arguments.iter().zip(&other.arguments).enumerate() {
-            if let Some(parameter) = mine.iter().zip(theirs).position(|(a, b)| a != b) {
+        let launches = self.launch_blocks().zip(other.launch_blocks()).enumerate();
+        for (launch, (mine, theirs)) in launches {
+            if let Some(parameter) = mine.iter().zip(&theirs).position(|(a, b)| a != b) {
                 return format!(
                     "kernel launch {launch} differs in parameter {parameter}: bytes {:?} against {:?}",
                     mine[parameter], theirs[parameter]
@@ -544,40 +696,18 @@ pub struct RecordedStep {
 }
 
 impl RecordedStep {
-    fn new(recording: Recording) -> Self {
-        let mut arguments = Vec::new();
-        let operations = recording
-            .operations
-            .iter()
-            .map(|operation| {
-                let shaped: Result<_, std::convert::Infallible> = operation.try_map(
-                    |kernel, grid, block| {
-                        arguments.push(kernel.arguments.clone());
-                        Ok((
-                            KernelShape {
-                                function: kernel.function.identity(),
-                                parameter_sizes: kernel.arguments.iter().map(Vec::len).collect(),
-                            },
-                            grid,
-                            block,
-                        ))
-                    },
-                    |_| (),
-                );
-                match shaped {
-                    Ok(shaped) => shaped,
-                    Err(never) => match never {},
-                }
-            })
-            .collect();
-        let key = StepKey {
-            shape: StepShape {
-                device: recording.origin.device,
-                origin: recording.origin.identity(),
-                operations,
-            },
-            arguments,
-        };
+    fn new(mut recording: Recording) -> Self {
+        let shape = StepShape::new(
+            recording.origin.device,
+            recording.origin.identity(),
+            std::mem::take(&mut recording.operations),
+            std::mem::take(&mut recording.parameter_sizes),
+        );
+        let key = StepKey::new(
+            shape,
+            std::mem::take(&mut recording.arguments),
+            std::mem::take(&mut recording.argument_ends),
+        );
         RecordedStep { recording, key }
     }
 
@@ -598,13 +728,13 @@ impl RecordedStep {
 
     /// The kernel launches it holds.
     pub fn launches(&self) -> usize {
-        self.key.arguments.len()
+        self.key.launches()
     }
 
     /// The operations it holds (launches, copies, memsets, event records
     /// and waits).
     pub fn operations(&self) -> usize {
-        self.recording.operations.len()
+        self.key.shape.operations.len()
     }
 
     /// Enqueues every operation on the stream it was asked for, in the
@@ -652,15 +782,17 @@ impl RecordedStep {
     /// `cuLaunchKernel` would check it.
     fn emulated_graph(&self) -> FieldResult<Arc<Vec<emulated::GraphOperation>>> {
         let device = self.device();
+        let mut launches = self.recording.launches.iter().zip(self.key.launch_blocks());
         let operations = self
-            .recording
+            .key
+            .shape
             .operations
             .iter()
             .map(|operation| {
-                operation.try_map(
-                    |kernel, grid, block| emulated_kernel(device, kernel, grid, block),
-                    |_| (),
-                )
+                operation.try_map(|_, grid, block| {
+                    let (launch, blocks) = launches.next().ok_or_else(|| inconsistent(device))?;
+                    emulated_kernel(device, launch, &blocks, grid, block)
+                })
             })
             .collect::<FieldResult<Vec<_>>>()?;
         Ok(Arc::new(operations))
@@ -673,6 +805,7 @@ impl RecordedStep {
     fn enqueue(&self, mode: Mode) -> FieldResult<Vec<Option<usize>>> {
         let streams = &self.recording.streams;
         let origin = &self.recording.origin;
+        let device = origin.device;
         let mut nodes = Vec::new();
         if mode == Mode::Capture {
             let fork = origin.record_now()?;
@@ -681,25 +814,27 @@ impl RecordedStep {
             }
         }
         let mut captured: Vec<Option<ValidationEvent>> = vec![None; self.recording.events.len()];
-        for operation in &self.recording.operations {
+        let mut launches = self.recording.launches.iter().zip(self.key.launch_blocks());
+        let mut waits_before = self.recording.waits_before.iter();
+        for operation in &self.key.shape.operations {
             match operation {
                 StepOperation::Launch {
                     stream,
                     grid,
                     block,
-                    kernel,
+                    ..
                 } => {
-                    let blocks: Vec<&[u8]> = kernel.arguments.iter().map(Vec::as_slice).collect();
+                    let (launch, blocks) = launches.next().ok_or_else(|| inconsistent(device))?;
                     // SAFETY: the caller of `GpuStream::launch` vouched for
                     // the blocks and for the addresses until the kernel
                     // completes; it is enqueued now, as it would have been.
                     unsafe {
                         streams[*stream].launch_now(
-                            &kernel.function,
+                            &launch.function,
                             *grid,
                             *block,
                             &blocks,
-                            &kernel.action,
+                            &launch.action,
                         )?
                     };
                     if mode == Mode::Capture {
@@ -753,8 +888,8 @@ impl RecordedStep {
                     Mode::Direct => {
                         let pending = &self.recording.events[*event];
                         let real = ValidationEvent {
-                            device: origin.device,
-                            event: pending.resolved(origin.device)?,
+                            device,
+                            event: pending.resolved(device)?,
                         };
                         streams[*stream].wait_now(&real)?;
                     }
@@ -765,7 +900,8 @@ impl RecordedStep {
                         streams[*stream].wait_now(real)?;
                     }
                 },
-                StepOperation::WaitBefore { stream, event } => {
+                StepOperation::WaitBefore { stream } => {
+                    let event = waits_before.next().ok_or_else(|| inconsistent(device))?;
                     if mode == Mode::Direct {
                         streams[*stream].wait_now(event)?;
                     }
@@ -802,23 +938,80 @@ impl RecordedStep {
     }
 }
 
+impl<K> StepOperation<K> {
+    /// The same operation with the launch's kernel (and possibly its grid
+    /// and block) made by `kernel`.
+    fn try_map<K2, E>(
+        &self,
+        kernel: impl FnOnce(&K, [u32; 3], [u32; 3]) -> Result<(K2, [u32; 3], [u32; 3]), E>,
+    ) -> Result<StepOperation<K2>, E> {
+        Ok(match self {
+            StepOperation::Launch {
+                stream,
+                grid,
+                block,
+                kernel: k,
+            } => {
+                let (kernel, grid, block) = kernel(k, *grid, *block)?;
+                StepOperation::Launch {
+                    stream: *stream,
+                    grid,
+                    block,
+                    kernel,
+                }
+            }
+            StepOperation::Copy {
+                stream,
+                source,
+                destination,
+                bytes,
+            } => StepOperation::Copy {
+                stream: *stream,
+                source: *source,
+                destination: *destination,
+                bytes: *bytes,
+            },
+            StepOperation::Memset {
+                stream,
+                destination,
+                byte,
+                bytes,
+            } => StepOperation::Memset {
+                stream: *stream,
+                destination: *destination,
+                byte: *byte,
+                bytes: *bytes,
+            },
+            StepOperation::Record { stream, event } => StepOperation::Record {
+                stream: *stream,
+                event: *event,
+            },
+            StepOperation::Wait { stream, event } => StepOperation::Wait {
+                stream: *stream,
+                event: *event,
+            },
+            StepOperation::WaitBefore { stream } => StepOperation::WaitBefore { stream: *stream },
+        })
+    }
+}
+
 /// A logged launch as an emulated graph runs it, checked as
 /// `cuLaunchKernel` would check it.
 fn emulated_kernel(
     device: Device,
-    kernel: &LoggedKernel,
+    launch: &LoggedLaunch,
+    blocks: &[&[u8]],
     grid: [u32; 3],
     block: [u32; 3],
 ) -> FieldResult<(emulated::GraphKernel, [u32; 3], [u32; 3])> {
-    let FunctionImpl::Emulated(host) = &kernel.function.function else {
+    let FunctionImpl::Emulated(host) = &launch.function.function else {
         return Err(mixed(device));
     };
-    let blocks: Vec<&[u8]> = kernel.arguments.iter().map(Vec::as_slice).collect();
-    let (grid, block) = host.check(device, grid, block, &blocks, &kernel.action)?;
+    let (grid, block) = host.check(device, grid, block, blocks, &launch.action)?;
     Ok((
         emulated::GraphKernel {
             function: host.clone(),
-            arguments: kernel.arguments.clone(),
+            arguments: blocks.iter().map(|b| b.to_vec()).collect(),
         },
         grid,
         block,
@@ -847,6 +1040,15 @@ fn out_of_order(origin: &GpuStream) -> FieldError {
         message:
             "the step waits on an event before recording it (a bug in the caller; please report it)"
                 .into(),
+    }
+}
+
+fn inconsistent(device: Device) -> FieldError {
+    FieldError::Cuda {
+        device,
+        action: "enqueuing a recorded step".into(),
+        message: "the recorded step's operations and launches disagree (a bug; please report it)"
+            .into(),
     }
 }
 
@@ -906,10 +1108,8 @@ impl GpuGraph {
         }
         let origin = &step.recording.origin;
         let launched = (|| {
-            for operation in &step.recording.operations {
-                if let StepOperation::WaitBefore { event, .. } = operation {
-                    origin.wait_now(event)?;
-                }
+            for event in &step.recording.waits_before {
+                origin.wait_now(event)?;
             }
             match (&self.graph, &origin.stream) {
                 (GraphImpl::Hardware { graph, .. }, StreamImpl::Hardware(_)) => {
@@ -972,33 +1172,30 @@ impl GpuGraph {
         let mut updated = 0;
         let mut outcome = Ok(());
         let mut replaced: Option<Vec<emulated::GraphOperation>> = None;
-        let launches =
-            step.recording
+        let positions =
+            step.key
+                .shape
                 .operations
                 .iter()
                 .enumerate()
                 .filter_map(|(position, operation)| match operation {
-                    StepOperation::Launch {
-                        grid,
-                        block,
-                        kernel,
-                        ..
-                    } => Some((position, *grid, *block, kernel)),
+                    StepOperation::Launch { grid, block, .. } => Some((position, *grid, *block)),
                     _ => None,
                 });
-        for (launch, (position, grid, block, kernel)) in launches.enumerate() {
-            if self.key.arguments[launch] == kernel.arguments {
+        let launches = positions
+            .zip(&step.recording.launches)
+            .zip(step.key.launch_blocks());
+        for (index, (((position, grid, block), launch), blocks)) in launches.enumerate() {
+            if self.key.launch_bytes(index) == step.key.launch_bytes(index) {
                 continue;
             }
             let done = match &self.graph {
                 GraphImpl::Hardware { graph, nodes } => {
                     match (
-                        nodes.get(launch).copied().flatten(),
-                        &kernel.function.function,
+                        nodes.get(index).copied().flatten(),
+                        &launch.function.function,
                     ) {
                         (Some(node), FunctionImpl::Hardware(function)) => {
-                            let blocks: Vec<&[u8]> =
-                                kernel.arguments.iter().map(Vec::as_slice).collect();
                             // SAFETY: the node is a kernel node of this
                             // graph, captured from a launch of this very
                             // kernel (equal shapes), and the blocks match
@@ -1013,39 +1210,44 @@ impl GpuGraph {
                                     grid,
                                     block,
                                     &blocks,
-                                    &kernel.action,
+                                    &launch.action,
                                 )
                             }
                         }
                         (None, _) => Err(FieldError::Cuda {
                             device,
-                            action: kernel.action.clone(),
+                            action: launch.action.to_string(),
                             message: format!(
-                                "the driver did not tell which graph node kernel launch {launch} became (in-place updates need a CUDA 12.3 driver or newer); capture the step instead"
+                                "the driver did not tell which graph node kernel launch {index} became (in-place updates need a CUDA 12.3 driver or newer); capture the step instead"
                             ),
                         }),
                         (Some(_), FunctionImpl::Emulated(_)) => Err(mixed(device)),
                     }
                 }
-                GraphImpl::Emulated(operations) => emulated_kernel(device, kernel, grid, block)
-                    .map(|(kernel, grid, block)| {
-                        let list = replaced.get_or_insert_with(|| operations.as_ref().clone());
-                        if let Some(StepOperation::Launch { stream, .. }) = list.get(position) {
-                            list[position] = StepOperation::Launch {
-                                stream: *stream,
-                                grid,
-                                block,
-                                kernel,
-                            };
-                        }
-                    }),
+                GraphImpl::Emulated(operations) => emulated_kernel(
+                    device, launch, &blocks, grid, block,
+                )
+                .map(|(kernel, grid, block)| {
+                    let list = replaced.get_or_insert_with(|| operations.as_ref().clone());
+                    if let Some(StepOperation::Launch { stream, .. }) = list.get(position) {
+                        list[position] = StepOperation::Launch {
+                            stream: *stream,
+                            grid,
+                            block,
+                            kernel,
+                        };
+                    }
+                }),
             };
             if let Err(error) = done {
                 outcome = Err(error);
                 break;
             }
-            self.key.arguments[launch] = kernel.arguments.clone();
+            self.key.set_launch_bytes(index, &step.key);
             updated += 1;
+        }
+        if updated > 0 {
+            self.key.refresh_digest();
         }
         if let (Some(list), GraphImpl::Emulated(operations)) = (replaced, &mut self.graph) {
             *operations = Arc::new(list);
