@@ -201,6 +201,17 @@ impl Stream {
     }
 }
 
+/// The `void **` array the driver takes for a kernel's parameters: one
+/// pointer per parameter block. The driver reads the bytes through them
+/// before the call returns and never writes them, so the blocks need only
+/// outlive the call.
+fn parameter_pointers(arguments: &[&[u8]]) -> Vec<*mut std::ffi::c_void> {
+    arguments
+        .iter()
+        .map(|a| a.as_ptr() as *mut std::ffi::c_void)
+        .collect()
+}
+
 /// A kernel function of a module loaded from PTX (the module stays loaded
 /// while the function lives).
 #[derive(Debug, Clone)]
@@ -254,12 +265,7 @@ impl Stream {
         action: &str,
     ) -> FieldResult<()> {
         self.bind(device)?;
-        // cuLaunchKernel reads each parameter's bytes through these
-        // pointers before it returns; it never writes them.
-        let mut parameters: Vec<*mut std::ffi::c_void> = arguments
-            .iter()
-            .map(|a| a.as_ptr() as *mut std::ffi::c_void)
-            .collect();
+        let mut parameters = parameter_pointers(arguments);
         // SAFETY: guaranteed by the caller; the parameter blocks outlive
         // the call, which copies them.
         unsafe {
@@ -486,12 +492,7 @@ impl Graph {
             .context()
             .bind_to_thread()
             .map_err(|e| cuda_error(device, "binding the context", e))?;
-        // The driver reads each parameter's bytes through these pointers
-        // before it returns; it never writes them.
-        let mut parameters: Vec<*mut std::ffi::c_void> = arguments
-            .iter()
-            .map(|a| a.as_ptr() as *mut std::ffi::c_void)
-            .collect();
+        let mut parameters = parameter_pointers(arguments);
         let params = sys::CUDA_KERNEL_NODE_PARAMS {
             func: function.function.cu_function(),
             gridDimX: grid[0],
