@@ -27,7 +27,12 @@
 //!   with each execution's launches enqueued one by one against the same
 //!   step replayed as a CUDA graph, 16^3 to 64^3 (`WATERSHED_REPLAY_SIZES`),
 //!   asynchronous and synchronous streams, after checking that both give
-//!   the same bits.
+//!   the same bits;
+//! * **allocation**: the coupled ExprLib graph (10 PDEs), fused and a node
+//!   per expression, on GPU 0 with its scratch fields from the size-class
+//!   pool against allocated in stream order (`cuMemAllocAsync` on each
+//!   node's stream, `cuMemFreeAsync` at the end of the execution), 16^3 to
+//!   128^3: ms per execution, measured alternately, identical bits checked.
 //!
 //! Every GPU result is first compared with the CPU's (largest relative
 //! difference printed) so that a fast wrong answer is never reported.
@@ -39,7 +44,7 @@ use watershed_cases::cases::scalability::{
 };
 use watershed_cases::common::fill_graph_field;
 use watershed_exprgraph::{
-    ExecutionMode, ExpressionGraph, PlacementPolicy, StepReplay, StreamMode, Tag,
+    ExecutionMode, ExpressionGraph, GpuScratch, PlacementPolicy, StepReplay, StreamMode, Tag,
 };
 use watershed_fields::gpu::{GpuStream, gpu_unavailable_reason};
 use watershed_fields::{
@@ -532,6 +537,63 @@ fn replay(gpu: usize) {
     }
 }
 
+/// Size-class pool vs stream-ordered allocation of the GPU scratch fields,
+/// on the ExprLib graph (coupled variant) fused and fine-grained (a node,
+/// hence a scratch field, per expression): time per execution with each,
+/// measured alternately in two rounds (the faster round of each counts),
+/// and the scratch allocations per execution.
+fn allocation(gpu: usize) {
+    println!(
+        "\n## allocation: GPU scratch from the size-class pool vs in stream order (cuMemAllocAsync), coupled ExprLib graph on GPU {gpu} (ms per execution)\n"
+    );
+    println!(
+        "| graph | cells | PDEs | scratch fields per execution | size-class pool | stream-ordered | stream-ordered / pool | identical bits | max rel. diff vs CPU |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let pdes = pdes().min(10);
+    let tags: Vec<Tag> = (0..pdes).map(phi_next).collect();
+    let ordered = MemoryPool::stream_ordered(gpu).expect("stream-ordered pool");
+    for n in sizes() {
+        let cpu = graph(n, pdes, "coupled", PlacementPolicy::Cpu);
+        cpu.execute(ExecutionMode::Serial)
+            .expect("execute on the CPU");
+        let on_cpu = results(&cpu, &tags);
+        for fusion in [true, false] {
+            let pooled = graph_fused(n, pdes, "coupled", PlacementPolicy::Gpu(gpu), fusion);
+            let in_order = graph_fused(n, pdes, "coupled", PlacementPolicy::Gpu(gpu), fusion);
+            in_order
+                .set_gpu_scratch(GpuScratch::StreamOrdered)
+                .expect("stream-ordered scratch");
+            let runs = if n >= 128 { 7 } else { 21 };
+            let mode = ExecutionMode::Serial;
+            let (mut t_pool, mut t_ordered) = (f64::INFINITY, f64::INFINITY);
+            let mut per_execution = 0.0;
+            for _ in 0..2 {
+                t_pool = t_pool.min(seconds_per_execution(&pooled, mode, runs));
+                let before = ordered.statistics().misses;
+                t_ordered = t_ordered.min(seconds_per_execution(&in_order, mode, runs));
+                per_execution = (ordered.statistics().misses - before) as f64 / (runs + 2) as f64;
+            }
+            let with_order = results(&in_order, &tags);
+            let same = results(&pooled, &tags) == with_order;
+            println!(
+                "| {} | {n}^3 | {pdes} | {per_execution:.0} | {:.3} | {:.3} | {:.2}x | {} | {:.1e} |",
+                if fusion {
+                    "fused"
+                } else {
+                    "a node per expression"
+                },
+                t_pool * 1e3,
+                t_ordered * 1e3,
+                t_ordered / t_pool,
+                if same { "yes" } else { "NO" },
+                largest_relative_difference(&with_order, &on_cpu)
+            );
+            assert!(same, "stream-ordered scratch changed the results");
+        }
+    }
+}
+
 fn main() {
     if let Some(reason) = gpu_unavailable_reason(0) {
         println!("skipped: the GPU benchmarks need a CUDA device ({reason})");
@@ -568,5 +630,8 @@ fn main() {
     }
     if wants("replay") {
         replay(0);
+    }
+    if wants("allocation") {
+        allocation(0);
     }
 }

@@ -133,7 +133,9 @@ pub struct RunReport {
     pub cpu_memory_high_water: Option<u64>,
     /// Per GPU whose memory the run used (ordinal, bytes): the most the
     /// process-wide pool of that GPU held from the driver at once (fields,
-    /// scratch and cached blocks). Empty when no GPU memory was used.
+    /// scratch and cached blocks; plus the peak of its stream-ordered pool
+    /// when scratch memory was allocated in stream order). Empty when no
+    /// GPU memory was used.
     pub gpu_memory_high_water: Vec<(usize, usize)>,
     /// Recorded node executions (with `record_trace`).
     pub trace: Vec<RecordedEvent>,
@@ -410,15 +412,25 @@ pub fn run<S: Simulation + ?Sized>(
         graphs,
         graph_time,
         cpu_memory_high_water: process_memory_high_water(),
-        gpu_memory_high_water: MemoryPool::global_gpu_statistics()
-            .into_iter()
-            .filter(|(_, statistics)| statistics.high_water_bytes_total > 0)
-            .map(|(gpu, statistics)| (gpu, statistics.high_water_bytes_total))
-            .collect(),
+        gpu_memory_high_water: gpu_memory_high_water(),
         trace,
         trace_dropped,
         last_checkpoint,
     })
+}
+
+/// Per GPU used, the bytes its process-wide pools held at most: the
+/// size-class pool's peak plus the stream-ordered pool's (an upper bound
+/// of the joint peak when a run used both).
+fn gpu_memory_high_water() -> Vec<(usize, usize)> {
+    let mut peaks: std::collections::BTreeMap<usize, usize> = Default::default();
+    for (gpu, statistics) in MemoryPool::global_gpu_statistics()
+        .into_iter()
+        .chain(MemoryPool::global_stream_ordered_statistics())
+    {
+        *peaks.entry(gpu).or_default() += statistics.high_water_bytes_total;
+    }
+    peaks.into_iter().filter(|&(_, bytes)| bytes > 0).collect()
 }
 
 /// The end-of-run summary: wall time, time per step, throughput, memory,

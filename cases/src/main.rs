@@ -128,6 +128,13 @@ struct RunArgs {
     /// (a reduction, a solve).
     #[arg(long)]
     cuda_graphs: bool,
+    /// (on a GPU) Where GPU nodes take their scratch fields' memory: the
+    /// engine's size-class pool, or the driver's stream-ordered allocator
+    /// (cuMemAllocAsync / cuMemFreeAsync on each node's stream). Both give
+    /// the same values; stream-ordered cannot be combined with
+    /// --cuda-graphs.
+    #[arg(long, value_name = "ALLOCATOR", value_parser = ["pool", "stream-ordered"], default_value = "pool")]
+    gpu_scratch: String,
     /// Replace the results of an earlier run in the output directory.
     #[arg(long)]
     overwrite: bool,
@@ -345,6 +352,17 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
                 .map_err(|e| {
                     usage(CaseError::Usage(format!(
                         "--cuda-graphs: graph `{name}` cannot replay its steps: {e}"
+                    )))
+                })?;
+        }
+    }
+    if args.gpu_scratch == "stream-ordered" {
+        for (name, graph) in prepared.simulation.graphs() {
+            graph
+                .set_gpu_scratch(watershed_exprgraph::GpuScratch::StreamOrdered)
+                .map_err(|e| {
+                    usage(CaseError::Usage(format!(
+                        "--gpu-scratch stream-ordered: graph `{name}`: {e}"
                     )))
                 })?;
         }

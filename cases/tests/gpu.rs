@@ -12,8 +12,8 @@ use watershed_cases::cases::scalability::{
 use watershed_cases::common::fill_graph_field;
 use watershed_exprgraph::GraphError;
 use watershed_exprgraph::{
-    ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, LanguageReduction,
-    NativeExpression, PlacementPolicy, StepReplay, StreamMode, Tag, Target,
+    ExecutionMode, ExpressionGraph, Factory, GpuScratch, GraphOptions, LanguageExpression,
+    LanguageReduction, NativeExpression, PlacementPolicy, StepReplay, StreamMode, Tag, Target,
 };
 use watershed_fields::gpu::gpu_for_tests;
 use watershed_fields::{CellCentre, Device, Grid, HostMemory, LocationKind, MemoryPool, Patch};
@@ -879,4 +879,100 @@ fn replayed_executions_leak_no_gpu_memory_and_keep_one_graph() {
     // every one after is a replay of that one graph.
     assert_eq!(statistics.captures, 1, "{statistics:?}");
     assert_eq!(statistics.replays, executions + 1, "{statistics:?}");
+}
+
+#[test]
+fn scratch_allocated_in_stream_order_gives_the_pools_bits_and_frees_every_block() {
+    let Some((gpu, _alone)) =
+        gpu_alone("scratch_allocated_in_stream_order_gives_the_pools_bits_and_frees_every_block")
+    else {
+        return;
+    };
+    let patch = patch(16);
+    let pdes = 2;
+    let cpu = exprlib(
+        &patch,
+        pdes,
+        "coupled",
+        PlacementPolicy::Cpu,
+        StreamMode::default(),
+    );
+    cpu.execute(ExecutionMode::Serial).unwrap();
+    let ordered = MemoryPool::stream_ordered(gpu).unwrap();
+    let sized = MemoryPool::global(Device::Gpu(gpu)).unwrap();
+    for streams in [StreamMode::default(), StreamMode::Synchronous] {
+        let graph = exprlib(&patch, pdes, "coupled", PlacementPolicy::Gpu(gpu), streams);
+        graph.set_gpu_scratch(GpuScratch::StreamOrdered).unwrap();
+        assert_eq!(graph.gpu_scratch(), GpuScratch::StreamOrdered);
+        // The first execution copies the persistent fields over.
+        graph.execute(ExecutionMode::Threaded(2)).unwrap();
+        let (before, sized_before) = (ordered.statistics(), sized.statistics());
+        let executions = 5;
+        for _ in 0..executions {
+            graph.execute(ExecutionMode::Threaded(2)).unwrap();
+        }
+        let (after, sized_after) = (ordered.statistics(), sized.statistics());
+        eprintln!(
+            "{streams:?}: stream-ordered {before:?} -> {after:?}\nsize-class {sized_before:?} -> {sized_after:?}"
+        );
+        // The coupled variant's hoisted source is a scratch field: each
+        // execution allocates it in stream order and frees it at its end.
+        assert!(
+            after.misses >= before.misses + executions,
+            "each execution allocates its scratch in stream order: {after:?}"
+        );
+        assert_eq!(after.blocks_active, before.blocks_active, "{after:?}");
+        assert_eq!(after.bytes_total, before.bytes_total, "{after:?}");
+        assert_eq!(
+            (sized_after.hits, sized_after.misses),
+            (sized_before.hits, sized_before.misses),
+            "no scratch field came from the size-class pool"
+        );
+        for i in 0..pdes {
+            let (worst, differing) =
+                difference(&values(&graph, &phi_next(i)), &values(&cpu, &phi_next(i)));
+            assert!(
+                worst <= 1e-12,
+                "{streams:?}: phi_next{i} differs by {worst:e} at {differing} points"
+            );
+        }
+        // The size-class pool gives the same bits.
+        let pooled = exprlib(&patch, pdes, "coupled", PlacementPolicy::Gpu(gpu), streams);
+        pooled.execute(ExecutionMode::Threaded(2)).unwrap();
+        for i in 0..pdes {
+            let (worst, differing) = difference(
+                &values(&graph, &phi_next(i)),
+                &values(&pooled, &phi_next(i)),
+            );
+            assert_eq!(differing, 0, "phi_next{i} differs by up to {worst:e}");
+        }
+    }
+}
+
+#[test]
+fn stream_ordered_scratch_and_step_replay_refuse_each_other() {
+    let Some((gpu, _alone)) = gpu_alone("stream_ordered_scratch_and_step_replay_refuse_each_other")
+    else {
+        return;
+    };
+    let p = Parameter::new("p", 1.0);
+    let graph = scaled_graph(&patch(8), PlacementPolicy::Gpu(gpu), &p);
+    let names_both = |error: &GraphError| {
+        matches!(error, GraphError::Usage(message)
+            if message.contains("GpuScratch::StreamOrdered") && message.contains("StepReplay::CudaGraph"))
+    };
+    graph.set_step_replay(StepReplay::CudaGraph).unwrap();
+    let error = graph
+        .set_gpu_scratch(GpuScratch::StreamOrdered)
+        .unwrap_err();
+    assert!(names_both(&error), "{error}");
+    assert_eq!(graph.gpu_scratch(), GpuScratch::SizeClassPool);
+    graph.set_step_replay(StepReplay::Off).unwrap();
+    graph.set_gpu_scratch(GpuScratch::StreamOrdered).unwrap();
+    let error = graph.set_step_replay(StepReplay::CudaGraph).unwrap_err();
+    assert!(names_both(&error), "{error}");
+    assert_eq!(graph.step_replay(), StepReplay::Off);
+    // Back to the pool, replay is accepted again.
+    graph.set_gpu_scratch(GpuScratch::SizeClassPool).unwrap();
+    graph.set_step_replay(StepReplay::CudaGraph).unwrap();
 }

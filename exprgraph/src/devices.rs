@@ -46,6 +46,70 @@ use watershed_operators::gpu::{GpuLaunch, GpuTarget, gpu_launches, gpu_launches_
 use watershed_operators::ir::Node;
 use watershed_operators::{BoundField, MaskedAssignment, Region};
 
+/// Where an execution takes the memory of the scratch fields of its GPU
+/// nodes ([`ExpressionGraph::set_gpu_scratch`]). Both give the same values;
+/// the GPU benchmark's `allocation` section measures which is faster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GpuScratch {
+    /// The GPU's size-class pool ([`MemoryPool::global`]): a freed block
+    /// waits in the engine's free lists until the next request of its size,
+    /// so a repeating step reuses its blocks with a host-side lookup and
+    /// always at the same addresses (which step replay needs).
+    #[default]
+    SizeClassPool,
+    /// Stream-ordered allocation ([`MemoryPool::stream_ordered`]): each
+    /// scratch field is allocated on its node's stream (`cuMemAllocAsync`)
+    /// and freed on it once the execution has finished (`cuMemFreeAsync`);
+    /// the driver's pool of the device caches the memory. Cannot be combined
+    /// with [`crate::StepReplay::CudaGraph`].
+    StreamOrdered,
+}
+
+impl ExpressionGraph {
+    /// Sets where GPU nodes take their scratch fields' memory (default:
+    /// [`GpuScratch::SizeClassPool`]). Takes effect at the next execution;
+    /// a graph without GPU nodes ignores it.
+    ///
+    /// Errors with [`GraphError::Usage`] for [`GpuScratch::StreamOrdered`]
+    /// while step replay is on: a replayed step keeps its addresses, which
+    /// stream-ordered memory does not promise.
+    ///
+    /// ```
+    /// use watershed_exprgraph::{ExpressionGraph, GpuScratch};
+    /// # fn choose(graph: &ExpressionGraph) -> watershed_exprgraph::GraphResult<()> {
+    /// graph.set_gpu_scratch(GpuScratch::StreamOrdered)?;
+    /// assert_eq!(graph.gpu_scratch(), GpuScratch::StreamOrdered);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_gpu_scratch(&self, scratch: GpuScratch) -> GraphResult<()> {
+        let replay = self.replay_state();
+        if scratch == GpuScratch::StreamOrdered && replay.mode == crate::StepReplay::CudaGraph {
+            return Err(GraphError::Usage(
+                "GPU scratch memory in stream order (GpuScratch::StreamOrdered) cannot be combined with step replay (StepReplay::CudaGraph): a replayed step must find its scratch fields at the addresses it was captured with; turn replay off first, or keep the size-class pool".into(),
+            ));
+        }
+        self.stream_ordered_scratch.store(
+            scratch == GpuScratch::StreamOrdered,
+            std::sync::atomic::Ordering::Release,
+        );
+        drop(replay);
+        Ok(())
+    }
+
+    /// Where GPU nodes take their scratch fields' memory.
+    pub fn gpu_scratch(&self) -> GpuScratch {
+        if self
+            .stream_ordered_scratch
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            GpuScratch::StreamOrdered
+        } else {
+            GpuScratch::SizeClassPool
+        }
+    }
+}
+
 /// The streams of a graph's plan, created on first use and reused across
 /// executions.
 pub(crate) type StreamPool = std::sync::Mutex<HashMap<StreamId, GpuStream>>;

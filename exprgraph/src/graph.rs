@@ -338,6 +338,9 @@ pub struct ExpressionGraph {
     pub(crate) finite_watches: crate::devices::FiniteWatches,
     /// Replay of steps as CUDA graphs ([`crate::StepReplay`]).
     pub(crate) replay: Mutex<crate::step_replay::ReplayState>,
+    /// Scratch fields of GPU nodes are allocated in stream order
+    /// ([`crate::GpuScratch::StreamOrdered`]); changed under the replay lock.
+    pub(crate) stream_ordered_scratch: AtomicBool,
 }
 
 thread_local! {
@@ -589,6 +592,7 @@ impl ExpressionGraph {
             gpu_streams: Default::default(),
             finite_watches: Default::default(),
             replay: Default::default(),
+            stream_ordered_scratch: AtomicBool::new(false),
         };
         graph.device_plan = placement::all_cpu(&graph);
         if options.placement != PlacementPolicy::Cpu || options.streams != StreamMode::default() {

@@ -63,6 +63,7 @@ pub mod store;
 pub mod tag;
 pub mod trace;
 
+pub use devices::GpuScratch;
 pub use error::{GraphError, GraphResult};
 pub use expression::{
     EvaluationContext, Expression, ExpressionKind, LanguageExpression, LanguageModifier,

@@ -527,6 +527,7 @@ impl ExpressionGraph {
                     Lifetime::Scratch,
                     stream.device(),
                     &self.pool,
+                    (self.gpu_scratch() == crate::GpuScratch::StreamOrdered).then_some(stream),
                 )?;
                 // Zeroed, as on the CPU below.
                 field.zero_on(stream)?;

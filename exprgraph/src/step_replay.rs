@@ -200,7 +200,7 @@ impl ReplayState {
 }
 
 impl ExpressionGraph {
-    fn replay_state(&self) -> std::sync::MutexGuard<'_, ReplayState> {
+    pub(crate) fn replay_state(&self) -> std::sync::MutexGuard<'_, ReplayState> {
         self.replay.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -213,6 +213,11 @@ impl ExpressionGraph {
             self.replay_obstacle()?;
         }
         let mut state = self.replay_state();
+        if mode == StepReplay::CudaGraph && self.gpu_scratch() == crate::GpuScratch::StreamOrdered {
+            return Err(GraphError::Usage(
+                "step replay (StepReplay::CudaGraph) cannot be combined with GPU scratch memory in stream order (GpuScratch::StreamOrdered): a replayed step must find its scratch fields at the addresses it was captured with; set GpuScratch::SizeClassPool first".into(),
+            ));
+        }
         if state.mode != mode {
             state.forget_steps();
         }

@@ -176,9 +176,11 @@ impl AnyField {
     pub fn bytes(&self) -> usize {
         self.as_bound().layout().allocated_len() * std::mem::size_of::<f64>()
     }
-    /// A new field of `kind` on GPU `device`, from that GPU's pool, not
-    /// initialised (zero it on a stream with [`Self::zero_on`]); a CPU
-    /// copy, if one is made, comes from `host_pool`.
+    /// A new field of `kind` on GPU `device`, not initialised (zero it on
+    /// a stream with [`Self::zero_on`]): from that GPU's size-class pool,
+    /// or, given `stream_order`, allocated in that stream's order (see
+    /// [`watershed_fields::FieldBuilder::in_stream_order`]). A CPU copy,
+    /// if one is made, comes from `host_pool`.
     pub fn new_on_gpu(
         kind: LocationKind,
         name: &str,
@@ -186,6 +188,7 @@ impl AnyField {
         lifetime: Lifetime,
         device: Device,
         host_pool: &MemoryPool,
+        stream_order: Option<&GpuStream>,
     ) -> FieldResult<AnyField> {
         fn build<L: GraphLocation>(
             name: &str,
@@ -193,22 +196,26 @@ impl AnyField {
             lifetime: Lifetime,
             device: Device,
             host_pool: &MemoryPool,
+            stream_order: Option<&GpuStream>,
         ) -> FieldResult<AnyField> {
-            Ok(L::wrap(
-                SpatialField::<L>::builder(name, patch)
-                    .device(device)
-                    .lifetime(lifetime)
-                    .cpu_pool(host_pool.clone())
-                    .init(FieldInit::Unspecified)
-                    .build()?,
-            ))
+            let mut builder = SpatialField::<L>::builder(name, patch)
+                .device(device)
+                .lifetime(lifetime)
+                .cpu_pool(host_pool.clone())
+                .init(FieldInit::Unspecified);
+            if let Some(stream) = stream_order {
+                builder = builder.in_stream_order(stream);
+            }
+            Ok(L::wrap(builder.build()?))
         }
-        let pool = host_pool;
+        let (pool, order) = (host_pool, stream_order);
         match kind {
-            LocationKind::CellCentre => build::<CellCentre>(name, patch, lifetime, device, pool),
-            LocationKind::XFace => build::<XFace>(name, patch, lifetime, device, pool),
-            LocationKind::YFace => build::<YFace>(name, patch, lifetime, device, pool),
-            LocationKind::ZFace => build::<ZFace>(name, patch, lifetime, device, pool),
+            LocationKind::CellCentre => {
+                build::<CellCentre>(name, patch, lifetime, device, pool, order)
+            }
+            LocationKind::XFace => build::<XFace>(name, patch, lifetime, device, pool, order),
+            LocationKind::YFace => build::<YFace>(name, patch, lifetime, device, pool, order),
+            LocationKind::ZFace => build::<ZFace>(name, patch, lifetime, device, pool, order),
         }
     }
 

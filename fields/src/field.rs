@@ -154,6 +154,7 @@ pub struct FieldBuilder<L: Location, T: FieldScalar = f64> {
     lifetime: Lifetime,
     init: FieldInit,
     pool: Option<MemoryPool>,
+    stream_order: Option<GpuStream>,
     _types: PhantomData<(L, T)>,
 }
 
@@ -179,6 +180,18 @@ impl<L: Location, T: FieldScalar> FieldBuilder<L, T> {
     /// Take CPU memory from `pool` instead of the global CPU pool.
     pub fn cpu_pool(mut self, pool: MemoryPool) -> Self {
         self.pool = Some(pool);
+        self
+    }
+
+    /// Allocate the first location (on a GPU) in `stream`'s order from
+    /// that GPU's stream-ordered pool ([`MemoryPool::stream_ordered`])
+    /// instead of its size-class pool. The field must then be dropped only
+    /// once every use of that memory is enqueued on `stream` or waited for
+    /// by it, since the memory is freed on `stream`. Refused by
+    /// [`FieldBuilder::build`] for a CPU field, a stream of another GPU,
+    /// or [`FieldInit::Zero`] (zero it with a memset on the stream instead).
+    pub fn in_stream_order(mut self, stream: &GpuStream) -> Self {
+        self.stream_order = Some(stream.clone());
         self
     }
 
@@ -209,7 +222,34 @@ impl<L: Location, T: FieldScalar> FieldBuilder<L, T> {
             cpu_pool: self.pool,
             _location: PhantomData,
         };
-        let memory = field.allocate(self.device)?;
+        let memory = match &self.stream_order {
+            None => field.allocate(self.device)?,
+            Some(stream) => {
+                let refuse = |reason: String| FieldError::Allocation {
+                    device: self.device,
+                    bytes: field.bytes(),
+                    reason: format!(
+                        "field '{}' cannot be allocated in stream order: {reason}",
+                        field.name
+                    ),
+                };
+                let Device::Gpu(ordinal) = self.device else {
+                    return Err(refuse(
+                        "it lives on the CPU, which has no streams; drop in_stream_order".into(),
+                    ));
+                };
+                if self.init == FieldInit::Zero {
+                    return Err(refuse(
+                        "zero-filling it would wait for the stream; build it with FieldInit::Unspecified and zero it with a memset on the stream".into(),
+                    ));
+                }
+                Memory::Pool(MemoryPool::stream_ordered(ordinal)?.allocate_on(
+                    stream,
+                    field.bytes(),
+                    field.name.clone(),
+                )?)
+            }
+        };
         field.locations.push(FieldLocation {
             device: self.device,
             memory,
@@ -232,6 +272,7 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
             lifetime: Lifetime::Scratch,
             init: FieldInit::Zero,
             pool: None,
+            stream_order: None,
             _types: PhantomData,
         }
     }

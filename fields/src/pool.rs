@@ -15,10 +15,19 @@
 //! Host pools allocate page-locked (pinned) memory when a GPU is in use, which
 //! makes host<->device copies asynchronous; when pinning fails they fall back
 //! to pageable memory and count the fallback.
+//!
+//! A GPU can also serve blocks in *stream order* ([`MemoryPool::stream_ordered`]):
+//! each request is a `cuMemAllocAsync` on a stream and each returned block a
+//! `cuMemFreeAsync` on the same stream, so the driver's own pool does the
+//! caching and a block may be reused by later work as soon as the stream
+//! reaches the free. It has the same statistics and leak checks; every
+//! request counts as a miss, since this pool keeps no free lists. Which of
+//! the two is faster for a time step is measured by the GPU benchmark's
+//! `allocation` section.
 
 use crate::Device;
 use crate::error::{FieldError, FieldResult};
-use crate::gpu;
+use crate::gpu::{self, GpuStream};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -96,19 +105,25 @@ struct RawBlock {
     address: usize,
     bytes: usize,
     pinned: bool,
+    /// The stream a stream-ordered block was allocated on, and is freed on.
+    stream: Option<GpuStream>,
 }
 
 /// Where a pool's blocks come from.
 enum BlockSource {
     Host(HostMemory),
     Gpu(usize),
+    /// `cuMemAllocAsync` / `cuMemFreeAsync` on GPU `ordinal`.
+    StreamOrdered(usize),
 }
 
 impl BlockSource {
     fn device(&self) -> Device {
         match self {
             BlockSource::Host(_) => Device::Cpu,
-            BlockSource::Gpu(ordinal) => Device::Gpu(*ordinal),
+            BlockSource::Gpu(ordinal) | BlockSource::StreamOrdered(ordinal) => {
+                Device::Gpu(*ordinal)
+            }
         }
     }
 
@@ -123,6 +138,7 @@ impl BlockSource {
                         address,
                         bytes,
                         pinned: true,
+                        stream: None,
                     });
                 }
                 let layout = host_layout(bytes)?;
@@ -139,12 +155,19 @@ impl BlockSource {
                     address: pointer as usize,
                     bytes,
                     pinned: false,
+                    stream: None,
                 })
             }
             BlockSource::Gpu(ordinal) => Ok(RawBlock {
                 address: gpu::device_alloc_zeroed(*ordinal, bytes)?,
                 bytes,
                 pinned: false,
+                stream: None,
+            }),
+            BlockSource::StreamOrdered(ordinal) => Err(FieldError::Allocation {
+                device: Device::Gpu(*ordinal),
+                bytes,
+                reason: "this pool allocates in stream order: ask it with MemoryPool::allocate_on and the stream that first uses the block".into(),
             }),
         }
     }
@@ -160,6 +183,18 @@ impl BlockSource {
                 }
             }
             BlockSource::Gpu(ordinal) => gpu::device_free(*ordinal, block.address),
+            BlockSource::StreamOrdered(_) => {
+                if let Some(stream) = &block.stream {
+                    // SAFETY: the block came from `allocate_in_order` on this
+                    // stream's GPU and is freed once (its `PoolBlock` is
+                    // gone). Its holder's uses are ordered before this point
+                    // of the stream: the contract of `allocate_on` asks that
+                    // a block be dropped only once every use of it is
+                    // enqueued on, or waited for by, its stream. Errors are
+                    // ignored: this runs in destructors.
+                    let _ = unsafe { stream.free_in_order(block.address) };
+                }
+            }
         }
     }
 }
@@ -228,6 +263,15 @@ impl std::fmt::Debug for MemoryPool {
     }
 }
 
+/// The process-wide stream-ordered GPU pools ([`MemoryPool::stream_ordered`]), by ordinal.
+fn stream_ordered_pools() -> MutexGuard<'static, HashMap<usize, MemoryPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, MemoryPool>>> = OnceLock::new();
+    POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
 /// The process-wide GPU pools ([`MemoryPool::global`]), by ordinal.
 fn global_gpu_pools() -> MutexGuard<'static, HashMap<usize, MemoryPool>> {
     static GPUS: OnceLock<Mutex<HashMap<usize, MemoryPool>>> = OnceLock::new();
@@ -291,6 +335,106 @@ impl MemoryPool {
         }
     }
 
+    /// GPU `ordinal`'s process-wide stream-ordered pool, created on first
+    /// use: every block is allocated on the stream given to
+    /// [`MemoryPool::allocate_on`] (`cuMemAllocAsync`) and freed on that
+    /// stream when dropped (`cuMemFreeAsync`); the driver's pool of the
+    /// device caches the memory. Errors with [`FieldError::NoCudaDevice`]
+    /// when that GPU cannot be used.
+    ///
+    /// ```
+    /// use watershed_fields::{gpu, GpuStream, MemoryPool};
+    /// # if gpu::gpu_count() > 0 {
+    /// let pool = MemoryPool::stream_ordered(0)?;
+    /// let stream = GpuStream::new(0)?;
+    /// let block = pool.allocate_on(&stream, 4096, "flux")?;
+    /// // ... enqueue work using `block.address()` on `stream` ...
+    /// drop(block); // freed when the stream gets there
+    /// stream.synchronize()?;
+    /// # }
+    /// # Ok::<(), watershed_fields::FieldError>(())
+    /// ```
+    pub fn stream_ordered(ordinal: usize) -> FieldResult<Self> {
+        gpu::require_gpu(ordinal)?;
+        let mut pools = stream_ordered_pools();
+        if let Some(pool) = pools.get(&ordinal) {
+            return Ok(pool.clone());
+        }
+        let pool = MemoryPool::with_source(BlockSource::StreamOrdered(ordinal));
+        pools.insert(ordinal, pool.clone());
+        Ok(pool)
+    }
+
+    /// True for a pool that allocates in stream order
+    /// ([`MemoryPool::stream_ordered`]).
+    pub fn is_stream_ordered(&self) -> bool {
+        matches!(self.inner.source, BlockSource::StreamOrdered(_))
+    }
+
+    /// A block of at least `bytes` bytes for work that starts on `stream`.
+    /// A stream-ordered pool allocates it in `stream`'s order, contents
+    /// unspecified: work on another stream must wait on an event recorded
+    /// on `stream` after this call before touching it, and the block must
+    /// be dropped only once every use of it is enqueued on `stream` or
+    /// waited for by it (it is freed on `stream`). Any other pool ignores
+    /// the stream and behaves as [`MemoryPool::allocate`].
+    ///
+    /// Errors when `stream` belongs to another GPU than the pool, or the
+    /// allocation fails.
+    pub fn allocate_on(
+        &self,
+        stream: &GpuStream,
+        bytes: usize,
+        label: impl Into<Arc<str>>,
+    ) -> FieldResult<PoolBlock> {
+        if !self.is_stream_ordered() {
+            return self.allocate(bytes, label);
+        }
+        let label = label.into();
+        if stream.device() != self.device() {
+            return Err(FieldError::Allocation {
+                device: self.device(),
+                bytes,
+                reason: format!(
+                    "block '{label}' was asked of the stream-ordered pool of {} on a stream of {}; use a stream of the pool's GPU",
+                    self.device(),
+                    stream.device()
+                ),
+            });
+        }
+        let address = stream.allocate_in_order(bytes)?;
+        let raw = RawBlock {
+            address,
+            bytes: bytes.max(1),
+            pinned: false,
+            stream: Some(stream.clone()),
+        };
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut state = self.lock();
+        let stats = &mut state.statistics;
+        stats.misses += 1;
+        stats.bytes_active += raw.bytes;
+        stats.blocks_active += 1;
+        stats.bytes_total += raw.bytes;
+        stats.blocks_total += 1;
+        stats.high_water_bytes_active = stats.high_water_bytes_active.max(stats.bytes_active);
+        stats.high_water_bytes_total = stats.high_water_bytes_total.max(stats.bytes_total);
+        state.outstanding.insert(
+            id,
+            OutstandingBlock {
+                label,
+                bytes: raw.bytes,
+            },
+        );
+        drop(state);
+        Ok(PoolBlock {
+            pool: self.clone(),
+            raw: Some(raw),
+            requested_bytes: bytes,
+            id,
+        })
+    }
+
     /// The statistics of every process-wide GPU pool created so far
     /// ([`MemoryPool::global`]), by GPU ordinal; empty when no GPU memory
     /// was ever taken. Creates nothing and makes no CUDA call.
@@ -303,6 +447,19 @@ impl MemoryPool {
     /// ```
     pub fn global_gpu_statistics() -> Vec<(usize, PoolStatistics)> {
         let pools = global_gpu_pools();
+        let mut all: Vec<(usize, PoolStatistics)> = pools
+            .iter()
+            .map(|(&ordinal, pool)| (ordinal, pool.statistics()))
+            .collect();
+        all.sort_by_key(|&(ordinal, _)| ordinal);
+        all
+    }
+
+    /// The statistics of every process-wide stream-ordered pool created so
+    /// far ([`MemoryPool::stream_ordered`]), by GPU ordinal. Creates nothing
+    /// and makes no CUDA call.
+    pub fn global_stream_ordered_statistics() -> Vec<(usize, PoolStatistics)> {
+        let pools = stream_ordered_pools();
         let mut all: Vec<(usize, PoolStatistics)> = pools
             .iter()
             .map(|(&ordinal, pool)| (ordinal, pool.statistics()))
@@ -324,9 +481,21 @@ impl MemoryPool {
 
     /// A block of at least `bytes` bytes (zero-filled when newly allocated,
     /// holding stale data when reused), labelled for leak reports.
+    ///
+    /// Refused by a stream-ordered pool, which needs a stream
+    /// ([`MemoryPool::allocate_on`]).
     pub fn allocate(&self, bytes: usize, label: impl Into<Arc<str>>) -> FieldResult<PoolBlock> {
         let class = size_class(bytes);
         let label = label.into();
+        if self.is_stream_ordered() {
+            return Err(FieldError::Allocation {
+                device: self.device(),
+                bytes,
+                reason: format!(
+                    "block '{label}' was asked of a stream-ordered pool without a stream; use MemoryPool::allocate_on with the stream that first uses it"
+                ),
+            });
+        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let reused = {
             let mut state = self.lock();
@@ -388,10 +557,32 @@ impl MemoryPool {
 
     fn give_back(&self, id: u64, block: RawBlock) {
         let mut state = self.lock();
+        if self.is_stream_ordered() && gpu::recording_open() {
+            // Work that uses the block may be logged in the recording and
+            // not enqueued yet, so a free in stream order now could run
+            // first. The block stays allocated and outstanding, relabelled
+            // so that a leak check names it and says why.
+            if let Some(held) = state.outstanding.get_mut(&id) {
+                held.label = format!(
+                    "{} (dropped inside a step recording, so never freed)",
+                    held.label
+                )
+                .into();
+            }
+            std::mem::forget(block);
+            return;
+        }
         state.outstanding.remove(&id);
         state.statistics.bytes_active -= block.bytes;
         state.statistics.blocks_active -= 1;
-        state.free.entry(block.bytes).or_default().push(block);
+        if self.is_stream_ordered() {
+            state.statistics.bytes_total -= block.bytes;
+            state.statistics.blocks_total -= 1;
+            drop(state);
+            self.inner.source.release(block);
+        } else {
+            state.free.entry(block.bytes).or_default().push(block);
+        }
     }
 
     /// The counters now.

@@ -354,3 +354,161 @@ fn a_recording_refuses_host_waits_and_a_dropped_one_runs_its_work() {
             .all(|&x| x == 0x7f)
     );
 }
+
+/// The process-wide stream-ordered pool is counted by the test using it:
+/// one such test at a time.
+fn stream_ordered_pool_alone() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[test]
+fn a_stream_ordered_pool_allocates_on_its_stream_and_frees_in_order() {
+    let Some(k) = gpu_for_tests("a_stream_ordered_pool_allocates_on_its_stream_and_frees_in_order")
+    else {
+        return;
+    };
+    let _alone = stream_ordered_pool_alone();
+    let gpu = Device::Gpu(k);
+    let pool = MemoryPool::stream_ordered(k).unwrap();
+    assert!(pool.is_stream_ordered() && pool.device() == gpu);
+    let before = pool.statistics();
+    // Without a stream it cannot allocate, and says so, naming the block.
+    let error = pool.allocate(4096, "flux").unwrap_err();
+    assert!(
+        matches!(&error, FieldError::Allocation { device, bytes: 4096, reason }
+            if *device == gpu && reason.contains("'flux'") && reason.contains("allocate_on")),
+        "{error}"
+    );
+    let stream = GpuStream::new(k).unwrap();
+    let bytes = 4096;
+    let block = pool.allocate_on(&stream, bytes, "flux").unwrap();
+    assert_eq!((block.device(), block.bytes()), (gpu, bytes));
+    let during = pool.statistics();
+    assert_eq!(during.blocks_active, before.blocks_active + 1);
+    assert_eq!(during.bytes_total, before.bytes_total + bytes);
+    assert_eq!(
+        during.misses,
+        before.misses + 1,
+        "every request goes to the driver"
+    );
+    assert!(pool.outstanding().iter().any(|b| &*b.label == "flux"));
+    // Work enqueued on the stream after the allocation uses the block;
+    // dropping it enqueues the free after that work.
+    let mut host = vec![0u8; bytes];
+    // SAFETY: the block is `bytes` bytes of GPU k; it is freed only after
+    // the copy (same stream), and `host` lives until the synchronisation.
+    unsafe {
+        stream.memset(block.address(), 0x5a, bytes, "fill").unwrap();
+        stream
+            .copy(
+                (gpu, block.address()),
+                (Device::Cpu, host.as_mut_ptr() as usize),
+                bytes,
+                "read back",
+            )
+            .unwrap();
+    }
+    drop(block);
+    stream.synchronize().unwrap();
+    assert!(host.iter().all(|&b| b == 0x5a));
+    let after = pool.statistics();
+    assert_eq!(after.blocks_active, before.blocks_active);
+    assert_eq!(
+        after.bytes_total, before.bytes_total,
+        "freed, not cached here"
+    );
+    assert!(!pool.outstanding().iter().any(|b| &*b.label == "flux"));
+    // A size-class pool ignores the stream.
+    let sized = MemoryPool::gpu(k).unwrap();
+    let block = sized.allocate_on(&stream, 1000, "sized").unwrap();
+    assert_eq!(block.bytes(), watershed_fields::pool::size_class(1000));
+    drop(block);
+    // A stream of another GPU is refused, naming both.
+    if watershed_fields::gpu::gpu_count() > 1 {
+        let other = GpuStream::new((k + 1) % watershed_fields::gpu::gpu_count()).unwrap();
+        let error = pool.allocate_on(&other, 256, "misplaced").unwrap_err();
+        assert!(
+            matches!(&error, FieldError::Allocation { reason, .. }
+                if reason.contains("'misplaced'") && reason.contains(&other.device().to_string())),
+            "{error}"
+        );
+    }
+    // Inside a step recording, whose work is not enqueued yet, nothing is
+    // allocated in stream order, and a block dropped there is never freed
+    // (work logged in the recording may still use it): the leak check
+    // names it.
+    let held = pool.allocate_on(&stream, 256, "held").unwrap();
+    let recording = stream.begin_recording().unwrap();
+    let refused = pool.allocate_on(&stream, 256, "late").unwrap_err();
+    assert!(
+        matches!(&refused, FieldError::Allocation { reason, .. } if reason.contains("step recorded for replay")),
+        "{refused}"
+    );
+    drop(held);
+    drop(recording.finish().unwrap());
+    let kept = pool.outstanding();
+    assert!(
+        kept.iter()
+            .any(|b| b.label.starts_with("held") && b.label.contains("never freed")),
+        "{kept:?}"
+    );
+    let leak = pool.check_no_leaks().unwrap_err();
+    assert!(
+        matches!(&leak, FieldError::Leak { report, .. } if report.contains("held")),
+        "{leak}"
+    );
+}
+
+#[test]
+fn a_field_allocated_in_stream_order_lives_on_its_gpu_and_refuses_what_cannot_be() {
+    let Some(k) = gpu_for_tests(
+        "a_field_allocated_in_stream_order_lives_on_its_gpu_and_refuses_what_cannot_be",
+    ) else {
+        return;
+    };
+    let _alone = stream_ordered_pool_alone();
+    let gpu = Device::Gpu(k);
+    let stream = GpuStream::new(k).unwrap();
+    let refused = |error: FieldError, why: &str| {
+        assert!(
+            matches!(&error, FieldError::Allocation { reason, .. }
+                if reason.contains("field 'rho'") && reason.contains(why)),
+            "{error}"
+        );
+    };
+    // On the CPU: no streams there.
+    let on_cpu = SpatialField::<CellCentre>::builder("rho", &patch())
+        .init(FieldInit::Unspecified)
+        .in_stream_order(&stream)
+        .build();
+    refused(on_cpu.unwrap_err(), "CPU");
+    // Zero-filled: that would wait for the stream.
+    let zeroed = SpatialField::<CellCentre>::builder("rho", &patch())
+        .device(gpu)
+        .in_stream_order(&stream)
+        .build();
+    refused(zeroed.unwrap_err(), "memset on the stream");
+    // On the GPU, unspecified: values written on the stream come back.
+    let mut field = SpatialField::<CellCentre>::builder("rho", &patch())
+        .device(gpu)
+        .init(FieldInit::Unspecified)
+        .in_stream_order(&stream)
+        .build()
+        .unwrap();
+    let buffer = field.gpu_buffer_mut(gpu).unwrap();
+    let pool = MemoryPool::stream_ordered(k).unwrap();
+    assert!(pool.outstanding().iter().any(|b| &*b.label == "rho"));
+    // SAFETY: the field's GPU memory, `len` doubles, kept by `field`.
+    unsafe {
+        stream
+            .memset(buffer.pointer as usize, 0, buffer.len * 8, "zero")
+            .unwrap();
+    }
+    stream.synchronize().unwrap();
+    field.validate_on(Device::Cpu).unwrap();
+    assert!(field.values().unwrap().iter().all(|&v| v == 0.0));
+    drop(field);
+    stream.synchronize().unwrap();
+    assert!(!pool.outstanding().iter().any(|b| &*b.label == "rho"));
+}

@@ -321,6 +321,97 @@ pub(crate) fn device_free(ordinal: usize, address: usize) {
     }
 }
 
+/// Readies GPU `ordinal`'s default memory pool for stream-ordered
+/// allocation, once: refuses a device or driver without memory pools, and
+/// raises the pool's release threshold to the maximum so that memory freed
+/// in stream order stays with the pool for the next step instead of going
+/// back to the driver at every synchronisation (the default threshold is
+/// zero). The attribute belongs to this process's pool, not to the card.
+fn prepare_stream_ordered_pool(ordinal: usize) -> FieldResult<()> {
+    use cudarc::driver::sys;
+    static READY: OnceLock<Mutex<HashMap<usize, bool>>> = OnceLock::new();
+    let device = Device::Gpu(ordinal);
+    let mut ready = READY
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if ready.get(&ordinal) == Some(&true) {
+        return Ok(());
+    }
+    let cu_device = context(ordinal)?.cu_device();
+    let action = "preparing stream-ordered allocation";
+    // SAFETY: `cu_device` is the device of a live context.
+    let supported = unsafe {
+        cudarc::driver::result::device::get_attribute(
+            cu_device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+        )
+    }
+    .map_err(|e| cuda_error(device, action, e))?;
+    if supported == 0 {
+        return Err(FieldError::Cuda {
+            device,
+            action: action.into(),
+            message: "this GPU or its driver has no stream-ordered memory pools; use the size-class pool (the default)".into(),
+        });
+    }
+    // SAFETY: as above; the pool handle is the driver's own default pool.
+    let pool = unsafe { cudarc::driver::result::device::get_default_mem_pool(cu_device) }
+        .map_err(|e| cuda_error(device, action, e))?;
+    let mut threshold = u64::MAX;
+    // SAFETY: the pool is valid and the release threshold is a `cuuint64_t`,
+    // which `threshold` is; the driver reads it during the call.
+    unsafe {
+        cudarc::driver::result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut threshold as *mut u64 as *mut std::ffi::c_void,
+        )
+    }
+    .map_err(|e| cuda_error(device, action, e))?;
+    ready.insert(ordinal, true);
+    Ok(())
+}
+
+impl Stream {
+    /// `bytes` bytes of device memory allocated in this stream's order
+    /// (`cuMemAllocAsync`), contents unspecified.
+    pub(crate) fn allocate_in_order(&self, device: Device, bytes: usize) -> FieldResult<usize> {
+        let Device::Gpu(ordinal) = device else {
+            return Err(FieldError::Cuda {
+                device,
+                action: "allocating in stream order".into(),
+                message: "the host has no streams".into(),
+            });
+        };
+        prepare_stream_ordered_pool(ordinal)?;
+        self.bind(device)?;
+        // SAFETY: the stream is alive and its context current; the memory
+        // is freed with `free_in_order`.
+        let address =
+            unsafe { cudarc::driver::result::malloc_async(self.stream.cu_stream(), bytes) }
+                .map_err(|e| FieldError::Allocation {
+                    device,
+                    bytes,
+                    reason: format!("cuMemAllocAsync failed: {e}"),
+                })?;
+        Ok(address as usize)
+    }
+
+    /// Frees memory from [`Stream::allocate_in_order`] in this stream's
+    /// order (`cuMemFreeAsync`).
+    ///
+    /// # Safety
+    /// `address` came from `allocate_in_order` on this GPU and is not freed
+    /// yet; every use of it is ordered before this point of the stream.
+    pub(crate) unsafe fn free_in_order(&self, device: Device, address: usize) -> FieldResult<()> {
+        self.bind(device)?;
+        // SAFETY: guaranteed by the caller.
+        unsafe { cudarc::driver::result::free_async(address as u64, self.stream.cu_stream()) }
+            .map_err(|e| cuda_error(device, "freeing in stream order", e))
+    }
+}
+
 /// Zeroed page-locked host memory through GPU 0's context, or `None` when
 /// that fails.
 pub(crate) fn pinned_alloc_zeroed(bytes: usize) -> Option<usize> {

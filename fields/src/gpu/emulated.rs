@@ -314,6 +314,35 @@ impl Stream {
         });
     }
 
+    /// `bytes` bytes of "device" memory allocated in this stream's order:
+    /// the host memory exists at once (earlier than CUDA promises, which
+    /// is harmless), zero-filled although callers may not rely on it.
+    pub(crate) fn allocate_in_order(&self, device: Device, bytes: usize) -> FieldResult<usize> {
+        match device {
+            Device::Gpu(ordinal) => device_alloc_zeroed(ordinal, bytes),
+            Device::Cpu => Err(FieldError::Cuda {
+                device,
+                action: "allocating in stream order".into(),
+                message: "the host has no streams".into(),
+            }),
+        }
+    }
+
+    /// Frees memory from [`Stream::allocate_in_order`] when the stream
+    /// reaches this point, after the work queued before it, as
+    /// `cuMemFreeAsync` does.
+    ///
+    /// # Safety
+    /// `address` came from `allocate_in_order` and is not freed yet; every
+    /// use of it is ordered before this point of the stream.
+    pub(crate) unsafe fn free_in_order(&self, address: usize) {
+        let address = Address(address);
+        self.enqueue(move || {
+            let address = address;
+            device_free(address.0);
+        });
+    }
+
     /// Queues `function` over `grid` x `block` threads (the parameter
     /// blocks are copied, as `cuLaunchKernel` copies them).
     ///

@@ -58,6 +58,11 @@ fn driver_problem() -> Option<&'static str> {
     }
 }
 
+/// True when a step recording ([`StepRecording`]) is open on this thread.
+pub(crate) fn recording_open() -> bool {
+    replay::recording_open()
+}
+
 /// True when the GPUs are emulated on the host (`WATERSHED_EMULATE_GPUS`;
 /// see the module documentation).
 pub fn gpus_are_emulated() -> bool {
@@ -395,6 +400,50 @@ impl GpuStream {
                 }
                 StreamImpl::Emulated(stream) => {
                     stream.memset(destination, byte, bytes);
+                    Ok(())
+                }
+            }
+        }
+    }
+}
+
+impl GpuStream {
+    /// `bytes` bytes of this GPU's memory allocated in the stream's order
+    /// (`cuMemAllocAsync`, from the device's default memory pool, whose
+    /// release threshold is raised on first use so that freed memory stays
+    /// for reuse). Work enqueued on this stream afterwards may use it at
+    /// once; work on another stream must first wait on an event recorded
+    /// here after this call. The contents are unspecified. Refused inside
+    /// a [`StepRecording`], whose work is not enqueued yet.
+    pub(crate) fn allocate_in_order(&self, bytes: usize) -> FieldResult<usize> {
+        if recording_open() {
+            return Err(FieldError::Allocation {
+                device: self.device,
+                bytes,
+                reason: "a step recorded for replay cannot allocate in stream order; use the size-class pool for steps replayed as graphs".into(),
+            });
+        }
+        let bytes = bytes.max(1);
+        match &self.stream {
+            StreamImpl::Hardware(stream) => stream.allocate_in_order(self.device, bytes),
+            StreamImpl::Emulated(stream) => stream.allocate_in_order(self.device, bytes),
+        }
+    }
+
+    /// Frees memory from [`GpuStream::allocate_in_order`] when the stream
+    /// reaches this point (`cuMemFreeAsync`). Returns at once.
+    ///
+    /// # Safety
+    /// `address` came from `allocate_in_order` on a stream of this GPU and
+    /// is not freed yet, and every use of it is ordered before this point
+    /// of this stream (enqueued on it earlier, or waited for by it).
+    pub(crate) unsafe fn free_in_order(&self, address: usize) -> FieldResult<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match &self.stream {
+                StreamImpl::Hardware(stream) => stream.free_in_order(self.device, address),
+                StreamImpl::Emulated(stream) => {
+                    stream.free_in_order(address);
                     Ok(())
                 }
             }

@@ -219,6 +219,11 @@ pub(crate) fn refuse_host_wait(device: Device, action: &str) -> FieldResult<()> 
     }
 }
 
+/// True when a step recording is open on this thread.
+pub(crate) fn recording_open() -> bool {
+    with_recording(|_| ()).is_some()
+}
+
 /// Logs an event record; `None` when no recording is open.
 pub(crate) fn log_record(stream: &GpuStream) -> FieldResult<Option<ValidationEvent>> {
     with_recording(|recording| {

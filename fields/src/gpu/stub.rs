@@ -87,6 +87,16 @@ impl Stream {
     ) -> FieldResult<()> {
         match self.never {}
     }
+
+    pub(crate) fn allocate_in_order(&self, _device: Device, _bytes: usize) -> FieldResult<usize> {
+        match self.never {}
+    }
+
+    /// # Safety
+    /// Never callable: no stream exists in this build.
+    pub(crate) unsafe fn free_in_order(&self, _device: Device, _address: usize) -> FieldResult<()> {
+        match self.never {}
+    }
 }
 
 /// A kernel function (none can exist in this build).
