@@ -128,11 +128,11 @@ struct RunArgs {
     /// (a reduction, a solve).
     #[arg(long)]
     cuda_graphs: bool,
-    /// (on a GPU) Where GPU nodes take their scratch fields' memory: the
-    /// engine's size-class pool, or the driver's stream-ordered allocator
-    /// (cuMemAllocAsync / cuMemFreeAsync on each node's stream). Both give
-    /// the same values; stream-ordered cannot be combined with
-    /// --cuda-graphs.
+    /// (on a GPU) Where GPU nodes take the memory they need during a step
+    /// (scratch fields, finiteness-check words): the engine's size-class
+    /// pool, or the driver's stream-ordered allocator (cuMemAllocAsync /
+    /// cuMemFreeAsync on each node's stream). Both give the same values;
+    /// stream-ordered cannot be combined with --cuda-graphs.
     #[arg(long, value_name = "ALLOCATOR", value_parser = ["pool", "stream-ordered"], default_value = "pool")]
     gpu_scratch: String,
     /// Replace the results of an earlier run in the output directory.
@@ -505,6 +505,21 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
                     .unwrap_or_default()
             )?;
         }
+    }
+    if args.gpu_scratch == "stream-ordered" {
+        let allocations: u64 = watershed_fields::MemoryPool::global_stream_ordered_statistics()
+            .iter()
+            .map(|(_, statistics)| statistics.misses)
+            .sum();
+        writeln!(
+            out,
+            "GPU scratch in stream order: {allocations} allocation(s) over the run{}",
+            if allocations == 0 {
+                " (none: no node of these graphs writes a scratch field or checks finiteness on a GPU)"
+            } else {
+                ""
+            }
+        )?;
     }
     if adaptive_threads && threads > 1 {
         writeln!(

@@ -848,3 +848,102 @@ fn cuda_graphs_replay_repeating_steps_with_the_cpus_bits_and_are_refused_where_t
         }
     }
 }
+
+#[test]
+fn gpu_scratch_in_stream_order_is_reported_and_refused_with_cuda_graphs() {
+    // Without a GPU: an allocator that does not exist is a usage error.
+    let stderr = refused(&["run", "heat", "--gpu-scratch", "malloc"]);
+    assert!(
+        stderr.contains("invalid value 'malloc'") && stderr.contains("stream-ordered"),
+        "{stderr}"
+    );
+    let Some(_) = watershed_fields::gpu::gpu_for_tests(
+        "gpu_scratch_in_stream_order_is_reported_and_refused_with_cuda_graphs",
+    ) else {
+        return;
+    };
+    let dir = temp();
+    let out = run_watershed(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--device",
+            "gpu",
+            "--gpu-scratch",
+            "stream-ordered",
+            "--cuda-graphs",
+            "--quiet",
+            "--output",
+            "both",
+        ],
+        true,
+    );
+    assert_eq!(out.code, 2, "{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains("--gpu-scratch stream-ordered: graph `heat`")
+            && out.stderr.contains("StepReplay::CudaGraph"),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.path().join("both").exists());
+    // The advection case on the GPU (every node checks that what it
+    // writes is finite) with its check words allocated in stream order
+    // gives the CPU's bits, and says how many allocations it made: the
+    // same number in each of its 3 steps.
+    let mut results = Vec::new();
+    for (device, scratch) in [("cpu", "pool"), ("gpu", "stream-ordered")] {
+        let output = format!("advection-{device}");
+        let out = run_watershed(
+            dir.path(),
+            &[
+                "run",
+                "advection",
+                "--device",
+                device,
+                "--gpu-scratch",
+                scratch,
+                "--threads",
+                "1",
+                "--quiet",
+                "--steps",
+                "3",
+                "--output",
+                &output,
+            ],
+            true,
+        );
+        assert!(
+            out.code == 0 || out.code == 3,
+            "{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        let reported = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("GPU scratch in stream order: "));
+        assert_eq!(
+            reported.is_some(),
+            scratch == "stream-ordered",
+            "{}",
+            out.stdout
+        );
+        if let Some(line) = reported {
+            let allocations: u64 = line
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{line}"));
+            assert!(allocations > 0 && allocations % 3 == 0, "{line}");
+        }
+        results.push(dumps(&dir.path().join(&output)));
+    }
+    assert!(!results[0].is_empty());
+    assert_eq!(results[0].len(), results[1].len());
+    for ((name, c), (_, g)) in results[0].iter().zip(&results[1]) {
+        let differing = g.iter().zip(c).filter(|(a, b)| a != b).count();
+        assert_eq!(differing, 0, "{name}: {differing} values differ");
+    }
+}

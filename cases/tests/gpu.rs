@@ -441,6 +441,28 @@ fn a_checked_node_on_the_gpu_fails_with_the_cpus_error() {
         .unwrap_err()
         .to_string();
     assert_eq!(got, want);
+    // With its check word and scratch allocated in stream order: the same
+    // error, and every block freed after the failed execution.
+    let ordered = MemoryPool::stream_ordered(gpu).unwrap();
+    let ordered_before = ordered.statistics();
+    on_gpu.set_gpu_scratch(GpuScratch::StreamOrdered).unwrap();
+    for _ in 0..2 {
+        let again = on_gpu
+            .execute(ExecutionMode::Serial)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(again, want);
+    }
+    let ordered_after = ordered.statistics();
+    assert!(
+        ordered_after.misses >= ordered_before.misses + 2,
+        "{ordered_after:?}"
+    );
+    assert_eq!(
+        ordered_after.blocks_active, ordered_before.blocks_active,
+        "{ordered_after:?}"
+    );
+    on_gpu.set_gpu_scratch(GpuScratch::SizeClassPool).unwrap();
     // Replayed as a CUDA graph, the check still reads its own step's words:
     // the same error each time, from the captured step on too.
     on_gpu.set_step_replay(StepReplay::CudaGraph).unwrap();

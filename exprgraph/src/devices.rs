@@ -46,9 +46,10 @@ use watershed_operators::gpu::{GpuLaunch, GpuTarget, gpu_launches, gpu_launches_
 use watershed_operators::ir::Node;
 use watershed_operators::{BoundField, MaskedAssignment, Region};
 
-/// Where an execution takes the memory of the scratch fields of its GPU
-/// nodes ([`ExpressionGraph::set_gpu_scratch`]). Both give the same values;
-/// the GPU benchmark's `allocation` section measures which is faster.
+/// Where an execution takes the memory its GPU nodes need only during it:
+/// their scratch fields and the device words of their finiteness checks
+/// ([`ExpressionGraph::set_gpu_scratch`]). Both give the same values; the
+/// GPU benchmark's `allocation` section measures which is faster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GpuScratch {
     /// The GPU's size-class pool ([`MemoryPool::global`]): a freed block
@@ -58,7 +59,7 @@ pub enum GpuScratch {
     #[default]
     SizeClassPool,
     /// Stream-ordered allocation ([`MemoryPool::stream_ordered`]): each
-    /// scratch field is allocated on its node's stream (`cuMemAllocAsync`)
+    /// block is allocated on its node's stream (`cuMemAllocAsync`)
     /// and freed on it once the execution has finished (`cuMemFreeAsync`);
     /// the driver's pool of the device caches the memory. Cannot be combined
     /// with [`crate::StepReplay::CudaGraph`].
@@ -66,7 +67,7 @@ pub enum GpuScratch {
 }
 
 impl ExpressionGraph {
-    /// Sets where GPU nodes take their scratch fields' memory (default:
+    /// Sets where GPU nodes take their scratch memory (default:
     /// [`GpuScratch::SizeClassPool`]). Takes effect at the next execution;
     /// a graph without GPU nodes ignores it.
     ///
@@ -97,7 +98,7 @@ impl ExpressionGraph {
         Ok(())
     }
 
-    /// Where GPU nodes take their scratch fields' memory.
+    /// Where GPU nodes take their scratch memory.
     pub fn gpu_scratch(&self) -> GpuScratch {
         if self
             .stream_ordered_scratch
@@ -365,12 +366,14 @@ impl ExpressionGraph {
 /// modifiers, a horizontal group, a language modifier, or a reduction; or
 /// a native node or solve with its own GPU evaluation) on the GPU of
 /// `stream`: enqueues its kernels and returns before they finish (a
-/// reduction waits for its value).
+/// reduction waits for its value). The device words of finiteness checks
+/// are allocated as `scratch` says.
 pub(crate) fn evaluate_on_gpu(
     expression: &dyn Expression,
     context: &mut EvaluationContext<'_>,
     stream: &GpuStream,
     watches: &FiniteWatches,
+    scratch: GpuScratch,
 ) -> GraphResult<()> {
     if let Some(reduction) = expression.as_language_reduction() {
         return reduction.evaluate_on_gpu(context, stream);
@@ -458,8 +461,21 @@ pub(crate) fn evaluate_on_gpu(
             len: buffer.len,
         };
         let watch = if checks {
-            let word = MemoryPool::global(device)?
-                .allocate(8, format!("finiteness of {}", target.name))?;
+            let label = format!("finiteness of {}", target.name);
+            // Kept by the watch until it is read after every stream has
+            // finished, so a stream-ordered word is freed after that.
+            let word = match scratch {
+                GpuScratch::SizeClassPool => MemoryPool::global(device)?.allocate(8, label)?,
+                GpuScratch::StreamOrdered => {
+                    let Device::Gpu(ordinal) = device else {
+                        return Err(GraphError::Native(format!(
+                            "the finiteness check of {} runs on the host, not a GPU (a bug; please report it)",
+                            target.name
+                        )));
+                    };
+                    MemoryPool::stream_ordered(ordinal)?.allocate_on(stream, 8, label)?
+                }
+            };
             // SAFETY: `word` is 8 bytes of this GPU's memory that nothing
             // else uses while the watch holds it.
             unsafe {

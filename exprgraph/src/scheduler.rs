@@ -584,6 +584,7 @@ impl ExpressionGraph {
                 &mut context,
                 stream,
                 &self.finite_watches,
+                self.gpu_scratch(),
             ),
         };
         let outcome = evaluated.map_err(|source| GraphError::Expression {
