@@ -442,6 +442,13 @@ impl Drop for StepRecording {
     }
 }
 
+/// Kernel parameters kept inline per launch; generated kernels take an
+/// argument struct, a few field pointers and strides.
+const INLINE_PARAMETERS: usize = 12;
+
+/// The parameter blocks of one kernel launch.
+type ParameterBlocks<'a> = smallvec::SmallVec<[&'a [u8]; INLINE_PARAMETERS]>;
+
 /// A fast 64-bit digest (multiply-rotate over 8-byte words), so that the
 /// caches hash a step's key by one word instead of thousands of bytes.
 /// Equality still compares everything.
@@ -639,8 +646,10 @@ impl StepKey {
         &self.arguments[start..self.argument_ends[launch]]
     }
 
-    /// Per kernel launch, in order: its parameter blocks.
-    fn launch_blocks(&self) -> impl Iterator<Item = Vec<&[u8]>> {
+    /// Per kernel launch, in order: its parameter blocks (inline up to
+    /// [`INLINE_PARAMETERS`], so that enqueuing a step allocates nothing
+    /// per launch).
+    fn launch_blocks(&self) -> impl Iterator<Item = ParameterBlocks<'_>> {
         self.shape
             .launch_parameter_sizes()
             .enumerate()
