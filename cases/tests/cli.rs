@@ -936,7 +936,7 @@ fn gpu_scratch_in_stream_order_is_reported_and_refused_with_cuda_graphs() {
                 .next()
                 .and_then(|n| n.parse().ok())
                 .unwrap_or_else(|| panic!("{line}"));
-            assert!(allocations > 0 && allocations % 3 == 0, "{line}");
+            assert!(allocations > 0 && allocations.is_multiple_of(3), "{line}");
         }
         results.push(dumps(&dir.path().join(&output)));
     }
