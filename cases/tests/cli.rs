@@ -654,6 +654,17 @@ fn bench_writes_a_table_and_charts() {
 }
 
 /// The bits of every dataset of every dump in `dir` (sorted by file name).
+/// Asserts that `got` (a GPU run's datasets) holds `want`'s bits, and that
+/// something was written.
+fn assert_same_dumps(case: &str, got: &[(String, Vec<u64>)], want: &[(String, Vec<u64>)]) {
+    assert!(!want.is_empty(), "{case}: no dump written");
+    assert_eq!(got.len(), want.len(), "{case}: datasets");
+    for ((name, g), (_, w)) in got.iter().zip(want) {
+        let differing = g.iter().zip(w).filter(|(a, b)| a != b).count();
+        assert_eq!(differing, 0, "{case}: {name}: {differing} values differ");
+    }
+}
+
 fn dumps(dir: &Path) -> Vec<(String, Vec<u64>)> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
@@ -734,12 +745,7 @@ fn every_case_on_the_gpu_writes_the_bits_of_its_cpu_run() {
         let (gpu, cpu) = (results.pop().unwrap(), results.pop().unwrap());
         assert_eq!(gpu.0, cpu.0, "{case}: exit codes");
         assert_eq!(gpu.1, cpu.1, "{case}: check lines");
-        assert!(!cpu.2.is_empty(), "{case}: no dump written");
-        assert_eq!(gpu.2.len(), cpu.2.len(), "{case}: datasets");
-        for ((name, g), (_, c)) in gpu.2.iter().zip(&cpu.2) {
-            let differing = g.iter().zip(c).filter(|(a, b)| a != b).count();
-            assert_eq!(differing, 0, "{case}: {name}: {differing} values differ");
-        }
+        assert_same_dumps(case, &gpu.2, &cpu.2);
     }
 }
 
@@ -840,12 +846,7 @@ fn cuda_graphs_replay_repeating_steps_with_the_cpus_bits_and_are_refused_where_t
         let (gpu, cpu) = (results.pop().unwrap(), results.pop().unwrap());
         assert_eq!(gpu.0, cpu.0, "{case}: exit codes");
         assert_eq!(gpu.1, cpu.1, "{case}: check lines");
-        assert!(!cpu.2.is_empty(), "{case}: no dump written");
-        assert_eq!(gpu.2.len(), cpu.2.len(), "{case}: datasets");
-        for ((name, g), (_, c)) in gpu.2.iter().zip(&cpu.2) {
-            let differing = g.iter().zip(c).filter(|(a, b)| a != b).count();
-            assert_eq!(differing, 0, "{case}: {name}: {differing} values differ");
-        }
+        assert_same_dumps(case, &gpu.2, &cpu.2);
     }
 }
 
@@ -940,10 +941,5 @@ fn gpu_scratch_in_stream_order_is_reported_and_refused_with_cuda_graphs() {
         }
         results.push(dumps(&dir.path().join(&output)));
     }
-    assert!(!results[0].is_empty());
-    assert_eq!(results[0].len(), results[1].len());
-    for ((name, c), (_, g)) in results[0].iter().zip(&results[1]) {
-        let differing = g.iter().zip(c).filter(|(a, b)| a != b).count();
-        assert_eq!(differing, 0, "{name}: {differing} values differ");
-    }
+    assert_same_dumps("advection", &results[1], &results[0]);
 }

@@ -263,22 +263,54 @@ impl std::fmt::Debug for MemoryPool {
     }
 }
 
-/// The process-wide stream-ordered GPU pools ([`MemoryPool::stream_ordered`]), by ordinal.
-fn stream_ordered_pools() -> MutexGuard<'static, HashMap<usize, MemoryPool>> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, MemoryPool>>> = OnceLock::new();
-    POOLS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+/// The process-wide pools of one kind, one per GPU ordinal, each made on
+/// first use.
+struct GpuPools(OnceLock<Mutex<HashMap<usize, MemoryPool>>>);
+
+impl GpuPools {
+    const fn new() -> Self {
+        GpuPools(OnceLock::new())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<usize, MemoryPool>> {
+        self.0
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// GPU `ordinal`'s pool, made by `make` the first time.
+    fn get_or_make(
+        &self,
+        ordinal: usize,
+        make: impl FnOnce() -> FieldResult<MemoryPool>,
+    ) -> FieldResult<MemoryPool> {
+        let mut pools = self.lock();
+        if let Some(pool) = pools.get(&ordinal) {
+            return Ok(pool.clone());
+        }
+        let pool = make()?;
+        pools.insert(ordinal, pool.clone());
+        Ok(pool)
+    }
+
+    /// Each pool's statistics, by GPU ordinal (creates nothing).
+    fn statistics(&self) -> Vec<(usize, PoolStatistics)> {
+        let mut all: Vec<(usize, PoolStatistics)> = self
+            .lock()
+            .iter()
+            .map(|(&ordinal, pool)| (ordinal, pool.statistics()))
+            .collect();
+        all.sort_by_key(|&(ordinal, _)| ordinal);
+        all
+    }
 }
 
-/// The process-wide GPU pools ([`MemoryPool::global`]), by ordinal.
-fn global_gpu_pools() -> MutexGuard<'static, HashMap<usize, MemoryPool>> {
-    static GPUS: OnceLock<Mutex<HashMap<usize, MemoryPool>>> = OnceLock::new();
-    GPUS.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
+/// The process-wide size-class GPU pools ([`MemoryPool::global`]).
+static SIZE_CLASS_GPU_POOLS: GpuPools = GpuPools::new();
+
+/// The process-wide stream-ordered GPU pools ([`MemoryPool::stream_ordered`]).
+static STREAM_ORDERED_GPU_POOLS: GpuPools = GpuPools::new();
 
 impl MemoryPool {
     fn with_source(source: BlockSource) -> Self {
@@ -324,13 +356,7 @@ impl MemoryPool {
                 })
                 .clone()),
             Device::Gpu(ordinal) => {
-                let mut pools = global_gpu_pools();
-                if let Some(pool) = pools.get(&ordinal) {
-                    return Ok(pool.clone());
-                }
-                let pool = MemoryPool::gpu(ordinal)?;
-                pools.insert(ordinal, pool.clone());
-                Ok(pool)
+                SIZE_CLASS_GPU_POOLS.get_or_make(ordinal, || MemoryPool::gpu(ordinal))
             }
         }
     }
@@ -356,13 +382,9 @@ impl MemoryPool {
     /// ```
     pub fn stream_ordered(ordinal: usize) -> FieldResult<Self> {
         gpu::require_gpu(ordinal)?;
-        let mut pools = stream_ordered_pools();
-        if let Some(pool) = pools.get(&ordinal) {
-            return Ok(pool.clone());
-        }
-        let pool = MemoryPool::with_source(BlockSource::StreamOrdered(ordinal));
-        pools.insert(ordinal, pool.clone());
-        Ok(pool)
+        STREAM_ORDERED_GPU_POOLS.get_or_make(ordinal, || {
+            Ok(MemoryPool::with_source(BlockSource::StreamOrdered(ordinal)))
+        })
     }
 
     /// True for a pool that allocates in stream order
@@ -446,26 +468,14 @@ impl MemoryPool {
     /// }
     /// ```
     pub fn global_gpu_statistics() -> Vec<(usize, PoolStatistics)> {
-        let pools = global_gpu_pools();
-        let mut all: Vec<(usize, PoolStatistics)> = pools
-            .iter()
-            .map(|(&ordinal, pool)| (ordinal, pool.statistics()))
-            .collect();
-        all.sort_by_key(|&(ordinal, _)| ordinal);
-        all
+        SIZE_CLASS_GPU_POOLS.statistics()
     }
 
     /// The statistics of every process-wide stream-ordered pool created so
     /// far ([`MemoryPool::stream_ordered`]), by GPU ordinal. Creates nothing
     /// and makes no CUDA call.
     pub fn global_stream_ordered_statistics() -> Vec<(usize, PoolStatistics)> {
-        let pools = stream_ordered_pools();
-        let mut all: Vec<(usize, PoolStatistics)> = pools
-            .iter()
-            .map(|(&ordinal, pool)| (ordinal, pool.statistics()))
-            .collect();
-        all.sort_by_key(|&(ordinal, _)| ordinal);
-        all
+        STREAM_ORDERED_GPU_POOLS.statistics()
     }
 
     /// The device this pool allocates on.

@@ -329,13 +329,13 @@ pub(crate) fn device_free(ordinal: usize, address: usize) {
 /// zero). The attribute belongs to this process's pool, not to the card.
 fn prepare_stream_ordered_pool(ordinal: usize) -> FieldResult<()> {
     use cudarc::driver::sys;
-    static READY: OnceLock<Mutex<HashMap<usize, bool>>> = OnceLock::new();
+    static READY: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
     let device = Device::Gpu(ordinal);
     let mut ready = READY
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    if ready.get(&ordinal) == Some(&true) {
+    if ready.contains(&ordinal) {
         return Ok(());
     }
     let cu_device = context(ordinal)?.cu_device();
@@ -369,7 +369,7 @@ fn prepare_stream_ordered_pool(ordinal: usize) -> FieldResult<()> {
         )
     }
     .map_err(|e| cuda_error(device, action, e))?;
-    ready.insert(ordinal, true);
+    ready.insert(ordinal);
     Ok(())
 }
 
