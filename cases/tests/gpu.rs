@@ -998,3 +998,300 @@ fn stream_ordered_scratch_and_step_replay_refuse_each_other() {
     graph.set_gpu_scratch(GpuScratch::SizeClassPool).unwrap();
     graph.set_step_replay(StepReplay::CudaGraph).unwrap();
 }
+
+/// CPU nodes that must run at the same time: each arrival waits (up to
+/// `patience`) until all `expected` nodes of its round have arrived. Run
+/// one after another, the first one's wait ends in an error naming it.
+struct Meeting {
+    arrived: Mutex<usize>,
+    everyone: std::sync::Condvar,
+    expected: usize,
+    patience: std::time::Duration,
+}
+
+impl Meeting {
+    fn new(expected: usize) -> std::sync::Arc<Meeting> {
+        std::sync::Arc::new(Meeting {
+            arrived: Mutex::new(0),
+            everyone: std::sync::Condvar::new(),
+            expected,
+            patience: std::time::Duration::from_secs(20),
+        })
+    }
+
+    fn attend(&self, who: &str) -> Result<(), GraphError> {
+        let mut arrived = self.arrived.lock().unwrap();
+        *arrived += 1;
+        let round_complete = arrived.div_ceil(self.expected) * self.expected;
+        self.everyone.notify_all();
+        let (arrived, waited) = self
+            .everyone
+            .wait_timeout_while(arrived, self.patience, |n| *n < round_complete)
+            .unwrap();
+        if waited.timed_out() {
+            return Err(GraphError::Native(format!(
+                "{who} waited {:?} for the other CPU nodes of its round ({} of {round_complete} arrived): they did not run beside it",
+                self.patience, *arrived
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A native node like [`pointwise_native`] that first attends `meeting`
+/// (when given) and fails while `fail` is set.
+fn meeting_native(
+    name: &'static str,
+    input: &Tag,
+    output: &Tag,
+    meeting: Option<std::sync::Arc<Meeting>>,
+    fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    f: impl Fn(f64) -> f64 + Send + Sync + 'static,
+) -> NativeExpression {
+    let (r, out) = (input.clone(), output.clone());
+    NativeExpression::new(
+        name,
+        vec![(output.clone(), LocationKind::CellCentre)],
+        vec![input.clone()],
+        move |context| {
+            if let Some(meeting) = &meeting {
+                meeting.attend(name)?;
+            }
+            if fail.load(std::sync::atomic::Ordering::Acquire) {
+                return Err(GraphError::Native(format!("{name} failed on purpose")));
+            }
+            let values = context.input::<CellCentre>(&r)?.values()?.to_vec();
+            let written = context.output::<CellCentre>(&out)?.values_mut()?;
+            for (o, v) in written.iter_mut().zip(values) {
+                *o = f(v);
+            }
+            Ok(())
+        },
+    )
+}
+
+/// u -> {lap (GPU), twice (CPU), shifted (CPU)} -> mid = lap/2 + twice
+/// (GPU) -> squared (CPU) -> out = squared + shifted - lap (GPU): fields
+/// cross both ways, two CPU nodes can run at once, and two GPU scratch
+/// fields live through the execution. `meeting` makes the two CPU nodes
+/// wait for each other; `fail` makes "squared" fail.
+fn beside(
+    placement: PlacementPolicy,
+    meeting: Option<std::sync::Arc<Meeting>>,
+    fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> ExpressionGraph {
+    let tags = ["u", "lap", "twice", "shifted", "mid", "squared", "out"].map(Tag::none);
+    let [u, lap, twice, shifted, mid, squared, out] = tags;
+    let never = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut factory = Factory::new();
+    factory
+        .placeholder(u.clone(), LocationKind::CellCentre)
+        .unwrap();
+    let r = u.clone();
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            lap.clone(),
+            move |s| laplacian(s.field::<CellCentre>(&r)),
+        ))
+        .unwrap();
+    factory
+        .register(meeting_native(
+            "twice",
+            &u,
+            &twice,
+            meeting.clone(),
+            never.clone(),
+            |v| 2.0 * v,
+        ))
+        .unwrap();
+    factory
+        .register(meeting_native(
+            "shifted",
+            &u,
+            &shifted,
+            meeting,
+            never,
+            |v| v + 1.0,
+        ))
+        .unwrap();
+    let (a, b) = (lap.clone(), twice.clone());
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            mid.clone(),
+            move |s| s.field::<CellCentre>(&a) * 0.5 + s.field::<CellCentre>(&b),
+        ))
+        .unwrap();
+    factory
+        .register(meeting_native(
+            "squared", &mid, &squared, None, fail, |v| v * v,
+        ))
+        .unwrap();
+    let (a, b, c) = (squared.clone(), shifted.clone(), lap.clone());
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            out.clone(),
+            move |s| {
+                s.field::<CellCentre>(&a) + s.field::<CellCentre>(&b) - s.field::<CellCentre>(&c)
+            },
+        ))
+        .unwrap();
+    let options = GraphOptions {
+        no_fusion: true,
+        persistent: vec![out.clone()],
+        placement,
+        ..Default::default()
+    };
+    let graph = ExpressionGraph::build(&factory, &[out], &patch(12), &options).unwrap();
+    fill_graph_field::<CellCentre>(&graph, &u, |[x, y, z]| (x * 5.0).cos() + y - z * z).unwrap();
+    graph
+}
+
+/// With more than one thread, the CPU nodes of a plan with GPU nodes run
+/// as tasks beside each other and beside the enqueueing of GPU nodes (the
+/// thesis' hybrid scheduler), not one after another on the thread that
+/// walks the plan: two CPU nodes that wait for each other both finish,
+/// the result is the CPU's to the bit, and a failing CPU node stops the
+/// execution with its own error, every GPU scratch block back in the pool.
+#[test]
+fn cpu_nodes_of_a_gpu_plan_run_beside_each_other_and_give_the_cpus_bits() {
+    let Some((gpu, _alone)) =
+        gpu_alone("cpu_nodes_of_a_gpu_plan_run_beside_each_other_and_give_the_cpus_bits")
+    else {
+        return;
+    };
+    let out = Tag::none("out");
+    let ok = || std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cpu = beside(PlacementPolicy::Cpu, None, ok());
+    cpu.execute(ExecutionMode::Serial).unwrap();
+    let want = values(&cpu, &out);
+    let fail = ok();
+    let mixed = beside(
+        PlacementPolicy::Heterogeneous(gpu),
+        Some(Meeting::new(2)),
+        fail.clone(),
+    );
+    for (name, target) in [
+        ("lap", Target::Gpu(gpu)),
+        ("twice", Target::Cpu),
+        ("shifted", Target::Cpu),
+        ("mid", Target::Gpu(gpu)),
+        ("squared", Target::Cpu),
+        ("out", Target::Gpu(gpu)),
+    ] {
+        assert_eq!(mixed.target_of(name), Some(target), "{name}");
+    }
+    let pool = MemoryPool::global(Device::Gpu(gpu)).unwrap();
+    for threads in [2, 3] {
+        for execution in 0..3 {
+            mixed.execute(ExecutionMode::Threaded(threads)).unwrap();
+            let (worst, differing) = difference(&values(&mixed, &out), &want);
+            assert_eq!(
+                differing, 0,
+                "{threads} threads, execution {execution}: out differs at {differing} points (max relative {worst:e})"
+            );
+        }
+        let threads_used: std::collections::BTreeSet<usize> =
+            mixed.last_trace().iter().map(|e| e.thread).collect();
+        assert!(threads_used.len() >= 2, "{:?}", mixed.last_trace());
+    }
+    // A failing CPU node: its error, and no GPU block kept.
+    let warm = pool.statistics();
+    fail.store(true, std::sync::atomic::Ordering::Release);
+    let error = mixed.execute(ExecutionMode::Threaded(2)).unwrap_err();
+    assert!(
+        matches!(&error, GraphError::Expression { expression, .. } if expression == "squared"),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("squared failed on purpose"),
+        "{error}"
+    );
+    let failed = pool.statistics();
+    assert_eq!(failed.blocks_active, warm.blocks_active, "{failed:?}");
+    fail.store(false, std::sync::atomic::Ordering::Release);
+    mixed.execute(ExecutionMode::Threaded(2)).unwrap();
+    let (worst, differing) = difference(&values(&mixed, &out), &want);
+    assert_eq!(
+        differing, 0,
+        "after the failure: out differs at {differing} points (max relative {worst:e})"
+    );
+}
+
+/// When two checked GPU nodes both write values that are not finite, a
+/// concurrent walk (which may enqueue them in another order than the
+/// plan's) reports the first in plan order, as the walk in plan order and
+/// the CPU do.
+#[test]
+fn a_concurrent_walk_reports_the_first_bad_check_in_plan_order() {
+    let (u, slow, early, late, out) = (
+        Tag::none("u"),
+        Tag::none("slow copy"),
+        Tag::none("log of slow copy"),
+        Tag::none("log u"),
+        Tag::none("out"),
+    );
+    let build = |placement: PlacementPolicy| {
+        let mut factory = Factory::new();
+        factory
+            .placeholder(u.clone(), LocationKind::CellCentre)
+            .unwrap();
+        // CPU only, and slow: the checked node after it is enqueued last by
+        // a concurrent walk, though it may come first in the plan.
+        factory
+            .register(pointwise_native("slow copy", &u, &slow, |v| {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+                v
+            }))
+            .unwrap();
+        for (target, input) in [(&early, &slow), (&late, &u)] {
+            let input = input.clone();
+            factory
+                .register(
+                    LanguageExpression::new::<CellCentre>(target.clone(), move |s| {
+                        watershed_operators::log(s.field::<CellCentre>(&input))
+                    })
+                    .checking_finite(),
+                )
+                .unwrap();
+        }
+        let (a, b) = (early.clone(), late.clone());
+        factory
+            .register(LanguageExpression::new::<CellCentre>(out.clone(), move |s| {
+                s.field::<CellCentre>(&a) + s.field::<CellCentre>(&b)
+            }))
+            .unwrap();
+        let options = GraphOptions {
+            no_fusion: true,
+            persistent: vec![out.clone()],
+            placement,
+            ..Default::default()
+        };
+        let graph =
+            ExpressionGraph::build(&factory, std::slice::from_ref(&out), &patch(8), &options)
+                .unwrap();
+        fill_graph_field::<CellCentre>(&graph, &u, |[x, _, _]| x - 0.5).unwrap();
+        graph
+    };
+    let cpu = build(PlacementPolicy::Cpu);
+    let order = cpu.execution_order();
+    let position = |name: &str| order.iter().position(|n| n == name).unwrap();
+    assert!(
+        position("log of slow copy") < position("log u"),
+        "the plan must put the slow branch's check first for this test to mean anything: {order:?}"
+    );
+    let want = cpu.execute(ExecutionMode::Serial).unwrap_err().to_string();
+    assert!(want.contains("'log of slow copy' is not finite"), "{want}");
+    let Some((gpu, _alone)) =
+        gpu_alone("a_concurrent_walk_reports_the_first_bad_check_in_plan_order")
+    else {
+        return;
+    };
+    let mixed = build(PlacementPolicy::Heterogeneous(gpu));
+    assert_eq!(mixed.target_of("slow copy"), Some(Target::Cpu));
+    assert_eq!(mixed.target_of("log u"), Some(Target::Gpu(gpu)));
+    assert_eq!(mixed.execution_order(), order);
+    for mode in [ExecutionMode::Serial, ExecutionMode::Threaded(2)] {
+        let got = mixed.execute(mode).unwrap_err().to_string();
+        assert_eq!(got, want, "{mode:?}");
+    }
+}

@@ -131,10 +131,14 @@ impl ExpressionGraph {
     pub(crate) fn run_steps(
         &self,
         steps: &[Step],
-        events: &mut [Option<ValidationEvent>],
+        events: &std::sync::Mutex<Vec<Option<ValidationEvent>>>,
     ) -> GraphResult<()> {
-        let recorded = |events: &[Option<ValidationEvent>], event: usize| {
+        // The event is cloned out, so no lock is held while the host or a
+        // stream waits on it.
+        let recorded = |event: usize| {
             events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
                 .get(event)
                 .and_then(Option::as_ref)
                 .cloned()
@@ -160,15 +164,19 @@ impl ExpressionGraph {
                 }
                 Step::Record { event, stream } => {
                     let recorded_event = self.gpu_stream(stream)?.record()?;
-                    if let Some(slot) = events.get_mut(event) {
+                    if let Some(slot) = events
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_mut(event)
+                    {
                         *slot = Some(recorded_event);
                     }
                 }
                 Step::Wait { stream, event } => {
-                    let event = recorded(events, event)?;
+                    let event = recorded(event)?;
                     self.gpu_stream(stream)?.wait(&event)?;
                 }
-                Step::HostWait { event } => recorded(events, event)?.synchronize()?,
+                Step::HostWait { event } => recorded(event)?.synchronize()?,
                 Step::Synchronize { stream } => self.gpu_stream(stream)?.synchronize()?,
             }
         }
@@ -251,6 +259,8 @@ type Assignment<'f> = (
 /// host copy enqueued after it. Read once every stream has finished
 /// ([`ExpressionGraph::first_not_finite`]).
 pub(crate) struct FiniteWatch {
+    /// The node's index in the graph, which orders the watches by plan.
+    plan_node: usize,
     node: String,
     target: String,
     launch: GpuLaunch,
@@ -262,7 +272,9 @@ pub(crate) struct FiniteWatch {
 }
 
 /// The watches of the execution in progress, in the order their kernels
-/// were enqueued (plan order), and the host words of earlier executions'
+/// were enqueued (plan order when one thread walks the plan; a concurrent
+/// walk may enqueue in another topological order, so they are read in plan
+/// order), and the host words of earlier executions'
 /// watches, reused so that a repeating step copies its checks to the same
 /// host addresses (which lets it be replayed as a CUDA graph).
 #[derive(Default)]
@@ -310,13 +322,22 @@ impl ExpressionGraph {
     /// naming the node, the target, the first bad point in storage order
     /// and its value). Clears the watches.
     pub(crate) fn first_not_finite(&self) -> GraphResult<()> {
-        let watches = std::mem::take(
+        let mut watches = std::mem::take(
             &mut *self
                 .finite_watches
                 .active
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
         );
+        if !watches.is_empty() {
+            // Plan order (a no-op after a walk in plan order; stable, so a
+            // node's own watches keep their order).
+            let mut position = vec![usize::MAX; self.nodes.len()];
+            for (place, &node) in self.order.iter().enumerate() {
+                position[node] = place;
+            }
+            watches.sort_by_key(|w| position.get(w.plan_node).copied().unwrap_or(usize::MAX));
+        }
         let mut bad = None;
         let mut keys = Vec::with_capacity(watches.len());
         for mut watch in watches {
@@ -362,13 +383,14 @@ impl ExpressionGraph {
     }
 }
 
-/// Runs `expression` (a language node: an expression with its fused
+/// Runs `expression`, the graph's node `node` (a language node: an expression with its fused
 /// modifiers, a horizontal group, a language modifier, or a reduction; or
 /// a native node or solve with its own GPU evaluation) on the GPU of
 /// `stream`: enqueues its kernels and returns before they finish (a
 /// reduction waits for its value). The device words of finiteness checks
 /// are allocated as `scratch` says.
 pub(crate) fn evaluate_on_gpu(
+    node: usize,
     expression: &dyn Expression,
     context: &mut EvaluationContext<'_>,
     stream: &GpuStream,
@@ -534,6 +556,7 @@ pub(crate) fn evaluate_on_gpu(
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(FiniteWatch {
+                    plan_node: node,
                     node: context_name.clone(),
                     target: target.name.to_string(),
                     launch: main.clone(),

@@ -286,16 +286,21 @@ impl ExpressionGraph {
         };
         match mode {
             ExecutionMode::Serial if on_devices => {
-                self.run_on_devices(&shared, Parallelism::Serial)
+                self.run_on_devices(&shared, Parallelism::Serial, HostWalk::PlanOrder)
             }
             ExecutionMode::Threaded(_) | ExecutionMode::Adaptive(_) if on_devices => {
                 let pool = thread_pool(threads)?;
-                pool.install(|| self.run_on_devices(&shared, Parallelism::Rayon));
+                let walk = if self.runs_cpu_nodes_beside_gpu_nodes(threads) {
+                    HostWalk::Concurrent(&priority)
+                } else {
+                    HostWalk::PlanOrder
+                };
+                pool.install(|| self.run_on_devices(&shared, Parallelism::Rayon, walk));
             }
             ExecutionMode::Serial => self.run_serial(&shared, &priority),
             ExecutionMode::Threaded(_) | ExecutionMode::Adaptive(_) => {
                 let pool = thread_pool(threads)?;
-                pool.install(|| rayon::scope(|scope| dispatch(&shared, scope, &priority)));
+                pool.install(|| rayon::scope(|scope| dispatch(&shared, scope, &priority, None)));
             }
         }
         let state = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -361,14 +366,29 @@ impl ExpressionGraph {
         Ok(())
     }
 
-    /// Runs a plan with GPU nodes: the host walks the nodes in plan order
-    /// and carries out the stream protocol (see `devices.rs`). CPU nodes
-    /// run with `parallelism`; GPU nodes only enqueue their kernels.
-    fn run_on_devices(&self, shared: &Shared<'_>, parallelism: Parallelism) {
+    /// True when a plan with GPU nodes runs its nodes as tasks on the
+    /// pool's `threads` threads ([`HostWalk::Concurrent`]) rather than in
+    /// plan order on one: it has CPU nodes, more than one thread to run
+    /// them on, no memory budget (which needs the plan order) and no step
+    /// replay (which records the stream work of one thread).
+    fn runs_cpu_nodes_beside_gpu_nodes(&self, threads: usize) -> bool {
+        threads > 1
+            && self.device_plan.gpu_nodes() < self.nodes.len()
+            && self.budget.is_none()
+            && self.step_replay() != crate::StepReplay::CudaGraph
+    }
+
+    /// Runs a plan with GPU nodes, carrying out the stream protocol (see
+    /// `devices.rs`): the prologue, each node's steps before it, the node
+    /// (a GPU node only enqueues its kernels; CPU nodes run with
+    /// `parallelism`), its steps after it, and the epilogue. `walk` says
+    /// whether one thread walks the nodes in plan order or the pool runs
+    /// them as tasks as they become ready.
+    fn run_on_devices(&self, shared: &Shared<'_>, parallelism: Parallelism, walk: HostWalk<'_>) {
         let plan = self.device_plan.streams();
-        let mut events = vec![None; plan.events];
+        let events = Mutex::new(vec![None; plan.events]);
         let replay = self.step_replay() == crate::StepReplay::CudaGraph;
-        let mut run = || -> GraphResult<()> {
+        let run = || -> GraphResult<()> {
             // With replay, the stream work up to the epilogue is recorded
             // and enqueued as one step (`step_replay.rs`); an error drops
             // the recording, which enqueues what it logged.
@@ -387,28 +407,46 @@ impl ExpressionGraph {
             } else {
                 None
             };
-            self.run_steps(&plan.prologue, &mut events)?;
-            for &node in &self.order {
-                let steps = &plan.nodes[node];
-                self.run_steps(&steps.before, &mut events)?;
-                {
-                    let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-                    state.live_bytes += self.output_bytes(node);
-                    state.peak_bytes = state.peak_bytes.max(state.live_bytes);
+            self.run_steps(&plan.prologue, &events)?;
+            match walk {
+                HostWalk::PlanOrder => {
+                    for &node in &self.order {
+                        {
+                            let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                            state.live_bytes += self.output_bytes(node);
+                            state.peak_bytes = state.peak_bytes.max(state.live_bytes);
+                        }
+                        self.run_node_on_devices(node, parallelism, shared, 0, &events, None)?;
+                        shared
+                            .state
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .finished += 1;
+                    }
                 }
-                let stream = steps.stream.map(|id| self.gpu_stream(id)).transpose()?;
-                self.launch_on(node, parallelism, shared, 0, stream.as_ref())?;
-                shared
-                    .state
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .finished += 1;
-                self.run_steps(&steps.after, &mut events)?;
+                HostWalk::Concurrent(priority) => {
+                    let lane = Mutex::new(());
+                    let on_devices = OnDevices {
+                        events: &events,
+                        lane: &lane,
+                    };
+                    rayon::scope(|scope| dispatch(shared, scope, priority, Some(on_devices)));
+                    // A node's error is in the state; the walk stops there.
+                    let failed = shared
+                        .state
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .error
+                        .take();
+                    if let Some(error) = failed {
+                        return Err(error);
+                    }
+                }
             }
             if let Some(recording) = recording {
                 self.enqueue_recorded(recording.finish()?)?;
             }
-            self.run_steps(&plan.epilogue, &mut events)?;
+            self.run_steps(&plan.epilogue, &events)?;
             // Every stream has finished: the kernels' finiteness checks
             // can be read.
             self.first_not_finite()
@@ -424,6 +462,40 @@ impl ExpressionGraph {
         if let Err(error) = outcome {
             let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             state.error.get_or_insert(error);
+        }
+    }
+
+    /// One node of a plan with GPU nodes: its steps before it, the node on
+    /// its device, its steps after it. With `lane` (a concurrent walk),
+    /// the stream work of a GPU node, and the steps after a CPU node, are
+    /// enqueued under it, so that one node's waits, kernels and records
+    /// reach a stream together; a CPU node's host waits and its own run
+    /// are outside it, so GPU nodes keep being enqueued meanwhile.
+    fn run_node_on_devices(
+        &self,
+        node: usize,
+        parallelism: Parallelism,
+        shared: &Shared<'_>,
+        thread: usize,
+        events: &Mutex<Vec<Option<watershed_fields::ValidationEvent>>>,
+        lane: Option<&Mutex<()>>,
+    ) -> GraphResult<()> {
+        let enqueue = || lane.map(|lane| lane.lock().unwrap_or_else(|p| p.into_inner()));
+        let steps = &self.device_plan.streams().nodes[node];
+        match steps.stream {
+            Some(id) => {
+                let _lane = enqueue();
+                self.run_steps(&steps.before, events)?;
+                let stream = self.gpu_stream(id)?;
+                self.launch_on(node, parallelism, shared, thread, Some(&stream))?;
+                self.run_steps(&steps.after, events)
+            }
+            None => {
+                self.run_steps(&steps.before, events)?;
+                self.launch_on(node, parallelism, shared, thread, None)?;
+                let _lane = enqueue();
+                self.run_steps(&steps.after, events)
+            }
         }
     }
 
@@ -580,6 +652,7 @@ impl ExpressionGraph {
         let evaluated = match gpu {
             None => graph_node.expression.evaluate(&mut context),
             Some(stream) => crate::devices::evaluate_on_gpu(
+                node,
                 &*graph_node.expression,
                 &mut context,
                 stream,
@@ -644,8 +717,37 @@ impl ExpressionGraph {
     }
 }
 
+/// How the host goes through a plan with GPU nodes.
+#[derive(Clone, Copy)]
+enum HostWalk<'p> {
+    /// One thread, node after node in plan order (the only walk that step
+    /// replay and memory budgets allow).
+    PlanOrder,
+    /// Nodes as tasks on the pool as they become ready, the most critical
+    /// first (these priorities): CPU nodes run beside each other and beside
+    /// the enqueueing of GPU nodes.
+    Concurrent(&'p [f64]),
+}
+
+/// What a concurrent walk of a plan with GPU nodes shares between its
+/// tasks: the events recorded so far, and the lane that keeps one node's
+/// stream work together.
+#[derive(Clone, Copy)]
+struct OnDevices<'a> {
+    events: &'a Mutex<Vec<Option<watershed_fields::ValidationEvent>>>,
+    lane: &'a Mutex<()>,
+}
+
 /// Starts every node that may start now; each completion calls it again.
-fn dispatch<'s>(shared: &'s Shared<'s>, scope: &rayon::Scope<'s>, priority: &'s [f64]) {
+/// With `on_devices`, each node carries out its steps of the stream
+/// protocol around its run, and keeps its scratch fields until the
+/// execution's end (GPU kernels may still read them).
+fn dispatch<'s>(
+    shared: &'s Shared<'s>,
+    scope: &rayon::Scope<'s>,
+    priority: &'s [f64],
+    on_devices: Option<OnDevices<'s>>,
+) {
     let graph = shared.graph;
     loop {
         let node = {
@@ -679,8 +781,23 @@ fn dispatch<'s>(shared: &'s Shared<'s>, scope: &rayon::Scope<'s>, priority: &'s 
         };
         scope.spawn(move |scope| {
             let thread = rayon::current_thread_index().unwrap_or(0);
-            let outcome = graph.launch(node, Parallelism::Rayon, shared, thread);
-            let released = graph.finish(node, &shared.remaining_users);
+            let (outcome, released) = match on_devices {
+                None => (
+                    graph.launch(node, Parallelism::Rayon, shared, thread),
+                    graph.finish(node, &shared.remaining_users),
+                ),
+                Some(on) => (
+                    graph.run_node_on_devices(
+                        node,
+                        Parallelism::Rayon,
+                        shared,
+                        thread,
+                        on.events,
+                        Some(on.lane),
+                    ),
+                    0,
+                ),
+            };
             {
                 let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
                 state.running -= 1;
@@ -703,7 +820,7 @@ fn dispatch<'s>(shared: &'s Shared<'s>, scope: &rayon::Scope<'s>, priority: &'s 
                     }
                 }
             }
-            dispatch(shared, scope, priority);
+            dispatch(shared, scope, priority, on_devices);
         });
     }
 }
