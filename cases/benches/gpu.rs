@@ -13,9 +13,10 @@
 //! * **heterogeneous**: the fine-grained ExprLib graph with CPU-only
 //!   (native) sources placed by the thesis' rule against the same graph on
 //!   one CPU thread and the homogeneous fine-grained graph all on the GPU,
-//!   30 PDEs at 64^3 and 128^3;
-//!   pinned against pageable host memory, and the share of the step that
-//!   the copies of the fields crossing take (the same bytes copied alone);
+//!   30 PDEs at 64^3 and 128^3 (`WATERSHED_HETEROGENEOUS_SIZES`); walked
+//!   by one thread and with the CPU nodes as tasks on every core; pinned
+//!   against pageable host memory, and the share of the step that the
+//!   copies of the fields crossing take (the same bytes copied alone);
 //! * **bandwidth**: the fused diffusion kernel's bytes per second against
 //!   a device-to-device copy of the same bytes, same run;
 //! * **flow**: the lid-driven cavity (Re 100, forward Euler) with its whole
@@ -56,10 +57,15 @@ use watershed_solvers::{
 };
 
 fn sizes() -> Vec<usize> {
-    std::env::var("WATERSHED_SIZES")
+    sizes_from("WATERSHED_SIZES", &[16, 32, 64, 128])
+}
+
+/// The comma-separated sizes in `variable`, else `default`.
+fn sizes_from(variable: &str, default: &[usize]) -> Vec<usize> {
+    std::env::var(variable)
         .ok()
         .map(|s| s.split(',').filter_map(|v| v.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![16, 32, 64, 128])
+        .unwrap_or_else(|| default.to_vec())
 }
 
 fn pdes() -> usize {
@@ -232,17 +238,20 @@ fn heterogeneous(gpu: usize) {
     let pdes = pdes();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "\n## heterogeneous: fine-grained ExprLib graph with CPU-only sources (thesis' rule) vs the homogeneous one all on the GPU, {pdes} PDEs (ms per execution)\n"
+        "\n## heterogeneous: fine-grained ExprLib graph with CPU-only sources (thesis' rule) vs the homogeneous one all on the GPU, {pdes} PDEs (ms per execution; speed-ups against one CPU thread)\n"
     );
     println!(
-        "| variant | cells | CPU 1 thread | homogeneous GPU | speed-up | heterogeneous pinned | speed-up | pageable | pinned, {threads} threads | copies per execution | copy share pinned | copy share pageable | max rel. diff |"
+        "| variant | cells | CPU 1 thread | CPU {threads} threads | homogeneous GPU | speed-up | heterogeneous pinned, 1 thread | speed-up | pinned, {threads} threads | speed-up | pageable, {threads} threads | copies per execution | copy share pinned | copy share pageable | max rel. diff |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
     let tags: Vec<Tag> = (0..pdes).map(phi_next).collect();
+    let many = ExecutionMode::Threaded(threads);
     // The independent sources: a native coupled source would evaluate all
     // the exponentials once per equation (the language graph hoists them).
     for variant in ["independent"] {
-        for n in [64, 128] {
+        for n in sizes_from("WATERSHED_HETEROGENEOUS_SIZES", &[64, 128]) {
             let patch = periodic_patch(n);
             let het = |placement, memory| {
                 exprlib_heterogeneous_graph(
@@ -259,6 +268,7 @@ fn heterogeneous(gpu: usize) {
             let runs = if n >= 128 { 5 } else { 11 };
             let cpu = het(PlacementPolicy::Cpu, HostMemory::Pageable);
             let t_cpu = seconds_per_execution(&cpu, ExecutionMode::Serial, runs);
+            let t_cpu_threads = seconds_per_execution(&cpu, many, runs);
             let homogeneous = graph_fused(n, pdes, variant, PlacementPolicy::Gpu(gpu), false);
             let t_homogeneous =
                 seconds_per_execution(&homogeneous, ExecutionMode::Serial, runs * 4);
@@ -268,13 +278,19 @@ fn heterogeneous(gpu: usize) {
                 "the sources stay on the CPU"
             );
             let t_pinned = seconds_per_execution(&pinned, ExecutionMode::Serial, runs);
-            let t_threads = seconds_per_execution(&pinned, ExecutionMode::Threaded(threads), runs);
+            let mut difference =
+                largest_relative_difference(&results(&pinned, &tags), &results(&cpu, &tags));
+            let t_threads = seconds_per_execution(&pinned, many, runs);
+            difference = difference.max(largest_relative_difference(
+                &results(&pinned, &tags),
+                &results(&cpu, &tags),
+            ));
             let pageable = het(PlacementPolicy::Heterogeneous(gpu), HostMemory::Pageable);
-            let t_pageable = seconds_per_execution(&pageable, ExecutionMode::Serial, runs);
-            let difference =
-                largest_relative_difference(&results(&pinned, &tags), &results(&cpu, &tags)).max(
-                    largest_relative_difference(&results(&pageable, &tags), &results(&cpu, &tags)),
-                );
+            let t_pageable = seconds_per_execution(&pageable, many, runs);
+            difference = difference.max(largest_relative_difference(
+                &results(&pageable, &tags),
+                &results(&cpu, &tags),
+            ));
             // The copies each execution makes: fields written by a node on
             // one device and read on the other.
             let per_execution: Vec<usize> = pinned
@@ -310,17 +326,19 @@ fn heterogeneous(gpu: usize) {
                         bytes,
                         11,
                     );
-                (pinned_copies / t_pinned, pageable_copies / t_pageable)
+                (pinned_copies / t_threads, pageable_copies / t_pageable)
             };
             println!(
-                "| {variant} | {n}^3 | {:.3} | {:.3} | {:.1}x | {:.3} | {:.1}x | {:.3} | {:.3} | {} x {:.1} MB | {:.0}% | {:.0}% | {difference:.1e} |",
+                "| {variant} | {n}^3 | {:.3} | {:.3} | {:.3} | {:.1}x | {:.3} | {:.1}x | {:.3} | {:.1}x | {:.3} | {} x {:.1} MB | {:.0}% | {:.0}% | {difference:.1e} |",
                 t_cpu * 1e3,
+                t_cpu_threads * 1e3,
                 t_homogeneous * 1e3,
                 t_cpu / t_homogeneous,
                 t_pinned * 1e3,
                 t_cpu / t_pinned,
-                t_pageable * 1e3,
                 t_threads * 1e3,
+                t_cpu / t_threads,
+                t_pageable * 1e3,
                 per_execution.len(),
                 bytes as f64 / 1e6,
                 share_pinned * 100.0,
@@ -417,10 +435,7 @@ fn flow(gpu: usize) {
         watershed_exprgraph::scheduler::max_threads()
     );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
-    let sizes: Vec<usize> = std::env::var("WATERSHED_FLOW_SIZES")
-        .ok()
-        .map(|s| s.split(',').filter_map(|v| v.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![64, 128, 256, 512]);
+    let sizes: Vec<usize> = sizes_from("WATERSHED_FLOW_SIZES", &[64, 128, 256, 512]);
     for n in sizes {
         let dt = 0.2 / n as f64;
         let threads = ExecutionMode::Threaded(watershed_exprgraph::scheduler::max_threads());
@@ -469,10 +484,7 @@ fn replay(gpu: usize) {
         "| cells | streams | kernels per step | launched | replayed | launched / replayed | same bits |"
     );
     println!("| --- | --- | --- | --- | --- | --- | --- |");
-    let sizes: Vec<usize> = std::env::var("WATERSHED_REPLAY_SIZES")
-        .ok()
-        .map(|s| s.split(',').filter_map(|v| v.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![16, 32, 64]);
+    let sizes: Vec<usize> = sizes_from("WATERSHED_REPLAY_SIZES", &[16, 32, 64]);
     let pdes = 30;
     let tags: Vec<Tag> = (0..pdes).map(phi_next).collect();
     for n in sizes {

@@ -1,8 +1,10 @@
-//! Executing a graph whose plan puts nodes on GPUs: the host walks the
-//! nodes in plan order and carries out the stream protocol of
-//! [`crate::placement::StreamPlan`] step by step (copies, event records,
-//! stream waits, host waits), launching each GPU node's kernels on its
-//! stream and running each CPU node on the CPU. `placement/design.md`
+//! Executing a graph whose plan puts nodes on GPUs: the host carries out
+//! the stream protocol of [`crate::placement::StreamPlan`] step by step
+//! (copies, event records, stream waits, host waits), launching each GPU
+//! node's kernels on its stream and running each CPU node on the CPU. One
+//! thread walks the nodes in plan order, or (several threads, CPU nodes in
+//! the plan) the scheduler runs each node as a task once its parents have
+//! finished (`scheduler.rs`, `HostWalk`). `placement/design.md`
 //! states the protocol's invariants; this file adds what the plan leaves to
 //! the executor:
 //!
@@ -30,8 +32,9 @@
 //! * **Reductions** launch their kernel, copy the row partials back and
 //!   wait: the host needs the value before it enqueues any reader.
 //!
-//! The host thread does not block between GPU nodes: only where the plan
-//! says so (a CPU node consuming GPU data) and at the end.
+//! The host does not block between GPU nodes: only where the plan says so
+//! (a CPU node consuming GPU data, on the thread running that node) and
+//! at the end.
 
 use crate::error::{GraphError, GraphResult};
 use crate::expression::{EvaluationContext, Expression, ExpressionKind, LanguageExpression};

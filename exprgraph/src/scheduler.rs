@@ -25,6 +25,17 @@
 //! oversubscribes. Every mode computes the same values bit for bit: each
 //! node does the same arithmetic whatever thread runs it.
 //!
+//! ## Plans with GPU nodes
+//!
+//! A GPU node's launch only enqueues its kernels, so it completes at once;
+//! the stream protocol's steps around each node (`devices.rs`) order the
+//! GPU work. Serially, or with a memory budget or step replay, one thread
+//! walks the plan order. Otherwise, when the plan has CPU nodes, every node
+//! is a task of `dispatch` as above, with its steps before and after it:
+//! CPU nodes run beside each other, and GPU nodes are enqueued while they
+//! run. Scratch fields are then kept until the execution's end (a kernel
+//! may still read them), so no budget applies.
+//!
 //! ## Memory budget
 //!
 //! With a budget, nodes start strictly in plan order and a node waits until
