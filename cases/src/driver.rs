@@ -271,6 +271,9 @@ pub fn run<S: Simulation + ?Sized>(
     if control.record_trace {
         for (_, graph) in sim.graphs() {
             graph.start_recording(epoch);
+            // GPU nodes' kernels and copies on their streams too (a graph
+            // without GPU nodes has none).
+            graph.set_gpu_timeline(true);
         }
     }
     let mut progress = Progress::new(control.progress, sim.case());

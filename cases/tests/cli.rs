@@ -943,3 +943,52 @@ fn gpu_scratch_in_stream_order_is_reported_and_refused_with_cuda_graphs() {
     }
     assert_same_dumps("advection", &results[1], &results[0]);
 }
+
+/// `--trace` of a run on the GPU shows the GPU side too: each GPU node's
+/// kernels on a track per stream under a "GPU 0" process, next to the
+/// host threads that enqueued them.
+#[test]
+fn a_trace_of_a_gpu_run_puts_its_kernels_on_stream_tracks() {
+    let Some(_) = watershed_fields::gpu::gpu_for_tests(
+        "a_trace_of_a_gpu_run_puts_its_kernels_on_stream_tracks",
+    ) else {
+        return;
+    };
+    let dir = temp();
+    let trace = dir.path().join("trace.json");
+    let out = run_watershed(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--device",
+            "gpu",
+            "--steps",
+            "3",
+            "--quiet",
+            "--trace",
+            path(&trace),
+        ],
+        true,
+    );
+    assert!(
+        out.code == 0 || out.code == 3,
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let json = std::fs::read_to_string(&trace).unwrap();
+    assert!(json.contains("\"args\":{\"name\":\"GPU 0\"}"), "{json}");
+    assert!(
+        json.contains("\"args\":{\"name\":\"heat: stream 0\"}"),
+        "{json}"
+    );
+    // The heat step's nodes: each one enqueued by the host ("gpu") and run
+    // on a stream ("gpu kernels"), once per step at least.
+    let host = json.matches("\"cat\":\"gpu\",").count();
+    let kernels = json.matches("\"cat\":\"gpu kernels\"").count();
+    assert!(
+        kernels >= 3 && kernels == host,
+        "{kernels} kernel spans, {host} host spans: {json}"
+    );
+}

@@ -1122,9 +1122,9 @@ fn beside(
         ))
         .unwrap();
     factory
-        .register(meeting_native(
-            "squared", &mid, &squared, None, fail, |v| v * v,
-        ))
+        .register(meeting_native("squared", &mid, &squared, None, fail, |v| {
+            v * v
+        }))
         .unwrap();
     let (a, b, c) = (squared.clone(), shifted.clone(), lap.clone());
     factory
@@ -1256,9 +1256,10 @@ fn a_concurrent_walk_reports_the_first_bad_check_in_plan_order() {
         }
         let (a, b) = (early.clone(), late.clone());
         factory
-            .register(LanguageExpression::new::<CellCentre>(out.clone(), move |s| {
-                s.field::<CellCentre>(&a) + s.field::<CellCentre>(&b)
-            }))
+            .register(LanguageExpression::new::<CellCentre>(
+                out.clone(),
+                move |s| s.field::<CellCentre>(&a) + s.field::<CellCentre>(&b),
+            ))
             .unwrap();
         let options = GraphOptions {
             no_fusion: true,
@@ -1293,5 +1294,136 @@ fn a_concurrent_walk_reports_the_first_bad_check_in_plan_order() {
     for mode in [ExecutionMode::Serial, ExecutionMode::Threaded(2)] {
         let got = mixed.execute(mode).unwrap_err().to_string();
         assert_eq!(got, want, "{mode:?}");
+    }
+}
+
+/// The GPU timeline: with it on, an execution of a graph whose fields
+/// cross both ways times each GPU node's kernels and each copy on its
+/// stream. Every GPU node appears once, every copy after a writer once; a
+/// stream's spans never overlap (a stream runs in order); a copy to the GPU
+/// ends before the kernels that read it start; and the Chrome trace puts
+/// them on a track per stream under a "GPU k" process. Off, or replayed as
+/// a CUDA graph, there are no spans.
+#[test]
+fn the_gpu_timeline_shows_each_streams_kernels_and_copies_in_order() {
+    let Some((gpu, _alone)) =
+        gpu_alone("the_gpu_timeline_shows_each_streams_kernels_and_copies_in_order")
+    else {
+        return;
+    };
+    use watershed_exprgraph::{GpuSpan, GpuWork};
+    let graph = crossing(PlacementPolicy::Heterogeneous(gpu));
+    graph.execute(ExecutionMode::Threaded(2)).unwrap();
+    assert!(graph.last_gpu_trace().is_empty(), "off by default");
+    graph.set_gpu_timeline(true);
+    let gpu_nodes: Vec<String> = graph
+        .execution_order()
+        .into_iter()
+        .filter(|name| graph.target_of(name) == Some(Target::Gpu(gpu)))
+        .collect();
+    assert_eq!(gpu_nodes.len(), 3, "{gpu_nodes:?}");
+    let copies_after_writers: Vec<String> = graph
+        .device_plan()
+        .transfers()
+        .iter()
+        .filter(|t| t.after.is_some())
+        .map(|t| format!("copy {} {} -> {}", t.field, t.from, t.to))
+        .collect();
+    assert!(copies_after_writers.len() >= 2, "{copies_after_writers:?}");
+    for mode in [ExecutionMode::Serial, ExecutionMode::Threaded(2)] {
+        let report = graph.execute(mode).unwrap();
+        let spans = graph.last_gpu_trace();
+        let named = |work: GpuWork, name: &str| -> Vec<&GpuSpan> {
+            spans
+                .iter()
+                .filter(|s| s.work == work && s.name == name)
+                .collect()
+        };
+        for node in &gpu_nodes {
+            assert_eq!(
+                named(GpuWork::Kernels, node).len(),
+                1,
+                "{mode:?} {node}: {spans:#?}"
+            );
+        }
+        for copy in &copies_after_writers {
+            assert_eq!(
+                named(GpuWork::Copy, copy).len(),
+                1,
+                "{mode:?} {copy}: {spans:#?}"
+            );
+        }
+        assert_eq!(
+            spans.iter().filter(|s| s.work == GpuWork::Kernels).count(),
+            gpu_nodes.len(),
+            "{spans:#?}"
+        );
+        for span in &spans {
+            assert_eq!(span.stream.device, gpu, "{span:?}");
+            assert!(
+                span.start <= span.end && span.end <= report.elapsed,
+                "{span:?} {report:?}"
+            );
+        }
+        let mut by_stream = spans.clone();
+        by_stream.sort_by_key(|s| (s.stream.index, s.start));
+        for pair in by_stream.windows(2) {
+            if pair[0].stream == pair[1].stream {
+                assert!(
+                    pair[0].end <= pair[1].start,
+                    "{mode:?}: overlap on one stream {pair:#?}"
+                );
+            }
+        }
+        // "sum" reads "squared", written on the CPU and copied over.
+        let copy = named(GpuWork::Copy, "copy squared (STATE_NONE) CPU -> GPU 0");
+        let sum = named(GpuWork::Kernels, "sum");
+        assert_eq!((copy.len(), sum.len()), (1, 1), "{spans:#?}");
+        assert!(copy[0].end <= sum[0].start, "{mode:?}: {copy:?} {sum:?}");
+        let json = graph.chrome_trace();
+        for needle in [
+            "\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1000,\"args\":{\"name\":\"GPU 0\"}",
+            "\"cat\":\"gpu kernels\"",
+            "\"cat\":\"gpu copy\"",
+            "\"name\":\"thread_name\"",
+        ] {
+            assert!(json.contains(needle), "{needle} missing from {json}");
+        }
+    }
+    // Recorded runs keep the GPU spans, on a track per graph and stream.
+    let epoch = std::time::Instant::now();
+    graph.start_recording(epoch);
+    for _ in 0..2 {
+        graph.execute(ExecutionMode::Serial).unwrap();
+    }
+    let (events, dropped) = graph.take_recording("crossing");
+    assert_eq!(dropped, 0);
+    let on_streams = events.iter().filter(|e| e.stream.is_some()).count();
+    assert_eq!(
+        on_streams,
+        2 * (gpu_nodes.len() + copies_after_writers.len()),
+        "{events:#?}"
+    );
+    let json = watershed_exprgraph::chrome_trace_of(&events);
+    assert!(
+        json.contains("\"args\":{\"name\":\"crossing: stream "),
+        "{json}"
+    );
+    graph.set_gpu_timeline(false);
+    graph.execute(ExecutionMode::Serial).unwrap();
+    assert!(graph.last_gpu_trace().is_empty());
+    // A step replayed as one CUDA graph is not timed kernel by kernel.
+    let replayed = exprlib(
+        &patch(8),
+        2,
+        "diffusion",
+        PlacementPolicy::Gpu(gpu),
+        StreamMode::default(),
+    );
+    replayed.set_step_replay(StepReplay::CudaGraph).unwrap();
+    replayed.set_gpu_timeline(true);
+    for _ in 0..3 {
+        replayed.execute(ExecutionMode::Serial).unwrap();
+        assert!(replayed.last_gpu_trace().is_empty());
     }
 }

@@ -114,6 +114,13 @@ impl ExpressionGraph {
     }
 }
 
+/// What one execution of a plan with GPU nodes carries from step to step:
+/// the events recorded so far, and the GPU timeline when it is on.
+pub(crate) struct DeviceRun<'t> {
+    pub(crate) events: std::sync::Mutex<Vec<Option<ValidationEvent>>>,
+    pub(crate) timeline: Option<&'t crate::gpu_timeline::Timeline>,
+}
+
 /// The streams of a graph's plan, created on first use and reused across
 /// executions.
 pub(crate) type StreamPool = std::sync::Mutex<HashMap<StreamId, GpuStream>>;
@@ -131,11 +138,8 @@ impl ExpressionGraph {
     }
 
     /// Carries out `steps` of the stream protocol.
-    pub(crate) fn run_steps(
-        &self,
-        steps: &[Step],
-        events: &std::sync::Mutex<Vec<Option<ValidationEvent>>>,
-    ) -> GraphResult<()> {
+    pub(crate) fn run_steps(&self, steps: &[Step], run: &DeviceRun<'_>) -> GraphResult<()> {
+        let events = &run.events;
         // The event is cloned out, so no lock is held while the host or a
         // stream waits on it.
         let recorded = |event: usize| {
@@ -155,14 +159,25 @@ impl ExpressionGraph {
             match *step {
                 Step::Copy { transfer, stream } => {
                     let copy = &self.device_plan.transfers()[transfer];
-                    let stream = self.gpu_stream(stream)?;
+                    let id = stream;
+                    let stream = self.gpu_stream(id)?;
                     let mut guard = self.store.slots[copy.slot]
                         .write()
                         .unwrap_or_else(|p| p.into_inner());
                     // A slot still empty has nothing to copy; its reader
-                    // then finds it unallocated and says so.
+                    // then finds it unallocated and says so. A field still
+                    // valid there is not copied (nor timed).
                     if let Some(field) = guard.as_mut() {
-                        field.validate_on_async(copy.to, &stream)?;
+                        match run.timeline {
+                            Some(timeline) if !field.is_valid_on(copy.to) => timeline.span(
+                                id,
+                                &stream,
+                                crate::GpuWork::Copy,
+                                || format!("copy {} {} -> {}", copy.field, copy.from, copy.to),
+                                || Ok(field.validate_on_async(copy.to, &stream)?),
+                            )?,
+                            _ => field.validate_on_async(copy.to, &stream)?,
+                        };
                     }
                 }
                 Step::Record { event, stream } => {

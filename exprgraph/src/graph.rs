@@ -341,6 +341,8 @@ pub struct ExpressionGraph {
     /// Scratch fields of GPU nodes are allocated in stream order
     /// ([`crate::GpuScratch::StreamOrdered`]); changed under the replay lock.
     pub(crate) stream_ordered_scratch: AtomicBool,
+    /// Executions time their GPU side ([`crate::gpu_timeline`]).
+    pub(crate) gpu_timeline: AtomicBool,
 }
 
 thread_local! {
@@ -593,6 +595,7 @@ impl ExpressionGraph {
             finite_watches: Default::default(),
             replay: Default::default(),
             stream_ordered_scratch: AtomicBool::new(false),
+            gpu_timeline: AtomicBool::new(false),
         };
         graph.device_plan = placement::all_cpu(&graph);
         if options.placement != PlacementPolicy::Cpu || options.streams != StreamMode::default() {

@@ -41,6 +41,7 @@
 //! | [`scheduler`] | execution: serial or threaded, memory budget, the node protocol |
 //! | [`step_replay`] | a step on one GPU replayed as a CUDA graph, keyed by all it enqueues |
 //! | [`trace`] | Chrome-trace timeline and the timing table |
+//! | [`gpu_timeline`] | when GPU kernels and copies ran on each stream, for the timeline |
 //! | [`store`] | [`AnyField`] and the per-graph field store |
 //! | [`error`] | [`GraphError`] |
 
@@ -52,6 +53,7 @@ mod devices;
 pub mod error;
 pub mod expression;
 pub mod factory;
+pub mod gpu_timeline;
 pub mod graph;
 pub mod passes;
 pub mod placement;
@@ -70,6 +72,7 @@ pub use expression::{
     MaskedAssignment, NativeExpression, Symbols,
 };
 pub use factory::Factory;
+pub use gpu_timeline::{GpuSpan, GpuWork};
 pub use graph::{ExpressionGraph, FieldInfo, GhostPolicy, GraphOptions, Target};
 pub use placement::{CostModel, DevicePlan, MeasuredCost, PlacementPolicy, StreamMode, Transfer};
 pub use reduction::LanguageReduction;

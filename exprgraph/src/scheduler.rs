@@ -44,6 +44,7 @@
 //! memory is what the serial plan has at that point.
 
 use crate::analyses::critical_path::{Ready, priorities};
+use crate::devices::DeviceRun;
 use crate::error::{GraphError, GraphResult};
 use crate::expression::EvaluationContext;
 use crate::graph::ExpressionGraph;
@@ -103,6 +104,8 @@ pub(crate) struct Statistics {
     pub calls: Vec<u64>,
     pub total: Vec<Duration>,
     pub trace: Vec<TraceEvent>,
+    /// The GPU side of the last execution ([`crate::gpu_timeline`]).
+    pub gpu_trace: Vec<crate::GpuSpan>,
     pub last: ExecutionReport,
     /// Every event since `start_recording`, timed from the recording's epoch.
     pub recording: Option<crate::trace::Recording>,
@@ -114,6 +117,7 @@ impl Statistics {
             calls: vec![0; nodes],
             total: vec![Duration::ZERO; nodes],
             trace: Vec::with_capacity(nodes),
+            gpu_trace: Vec::new(),
             last: ExecutionReport::default(),
             recording: None,
         }
@@ -193,6 +197,7 @@ struct RunState {
     peak_bytes: usize,
     error: Option<GraphError>,
     trace: Vec<TraceEvent>,
+    gpu_trace: Vec<crate::GpuSpan>,
 }
 
 struct Shared<'g> {
@@ -282,6 +287,7 @@ impl ExpressionGraph {
             peak_bytes: 0,
             error: None,
             trace: Vec::with_capacity(self.nodes.len()),
+            gpu_trace: Vec::new(),
         };
         for (node, &p) in priority.iter().enumerate() {
             if state.pending[node] == 0 {
@@ -339,7 +345,9 @@ impl ExpressionGraph {
             stats.last = report;
             if let Some(recording) = stats.recording.as_mut() {
                 recording.add(epoch, &state.trace);
+                recording.add_gpu(epoch, &state.gpu_trace);
             }
+            stats.gpu_trace = state.gpu_trace;
         }
         if let Some(error) = state.error {
             self.release_all_scratch();
@@ -397,9 +405,22 @@ impl ExpressionGraph {
     /// them as tasks as they become ready.
     fn run_on_devices(&self, shared: &Shared<'_>, parallelism: Parallelism, walk: HostWalk<'_>) {
         let plan = self.device_plan.streams();
-        let events = Mutex::new(vec![None; plan.events]);
         let replay = self.step_replay() == crate::StepReplay::CudaGraph;
-        let run = || -> GraphResult<()> {
+        let mut timeline = None;
+        let run = |timeline: &mut Option<crate::gpu_timeline::Timeline>| -> GraphResult<()> {
+            // The timeline's origins go down first, on idle streams.
+            if self.gpu_timeline() && !replay {
+                *timeline = Some(crate::gpu_timeline::Timeline::start(
+                    self,
+                    &plan.streams_used(),
+                    shared.epoch,
+                )?);
+            }
+            let device_run = DeviceRun {
+                events: Mutex::new(vec![None; plan.events]),
+                timeline: timeline.as_ref(),
+            };
+            let events = &device_run;
             // With replay, the stream work up to the epilogue is recorded
             // and enqueued as one step (`step_replay.rs`); an error drops
             // the recording, which enqueues what it logged.
@@ -418,7 +439,7 @@ impl ExpressionGraph {
             } else {
                 None
             };
-            self.run_steps(&plan.prologue, &events)?;
+            self.run_steps(&plan.prologue, events)?;
             match walk {
                 HostWalk::PlanOrder => {
                     for &node in &self.order {
@@ -427,7 +448,7 @@ impl ExpressionGraph {
                             state.live_bytes += self.output_bytes(node);
                             state.peak_bytes = state.peak_bytes.max(state.live_bytes);
                         }
-                        self.run_node_on_devices(node, parallelism, shared, 0, &events, None)?;
+                        self.run_node_on_devices(node, parallelism, shared, 0, events, None)?;
                         shared
                             .state
                             .lock()
@@ -438,7 +459,7 @@ impl ExpressionGraph {
                 HostWalk::Concurrent(priority) => {
                     let lane = Mutex::new(());
                     let on_devices = OnDevices {
-                        events: &events,
+                        run: events,
                         lane: &lane,
                     };
                     rayon::scope(|scope| dispatch(shared, scope, priority, Some(on_devices)));
@@ -457,16 +478,30 @@ impl ExpressionGraph {
             if let Some(recording) = recording {
                 self.enqueue_recorded(recording.finish()?)?;
             }
-            self.run_steps(&plan.epilogue, &events)?;
+            self.run_steps(&plan.epilogue, events)?;
             // Every stream has finished: the kernels' finiteness checks
             // can be read.
             self.first_not_finite()
         };
-        let outcome = run();
+        let outcome = run(&mut timeline);
         if outcome.is_err() {
             self.drain_streams();
             self.finite_watches.clear();
         }
+        // Every stream has finished: the GPU's marks can be read.
+        let spans = match (&outcome, timeline) {
+            (Ok(()), Some(timeline)) => timeline.finish(),
+            _ => Ok(Vec::new()),
+        };
+        let outcome = outcome.and_then(|()| {
+            let spans = spans?;
+            shared
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .gpu_trace = spans;
+            Ok(())
+        });
         // Every stream has finished (the epilogue synchronised them, or
         // `drain_streams` did): scratch memory can go back to the pools.
         self.release_all_scratch();
@@ -488,17 +523,28 @@ impl ExpressionGraph {
         parallelism: Parallelism,
         shared: &Shared<'_>,
         thread: usize,
-        events: &Mutex<Vec<Option<watershed_fields::ValidationEvent>>>,
+        run: &DeviceRun<'_>,
         lane: Option<&Mutex<()>>,
     ) -> GraphResult<()> {
         let enqueue = || lane.map(|lane| lane.lock().unwrap_or_else(|p| p.into_inner()));
+        let events = run;
         let steps = &self.device_plan.streams().nodes[node];
         match steps.stream {
             Some(id) => {
                 let _lane = enqueue();
                 self.run_steps(&steps.before, events)?;
                 let stream = self.gpu_stream(id)?;
-                self.launch_on(node, parallelism, shared, thread, Some(&stream))?;
+                let launch = || self.launch_on(node, parallelism, shared, thread, Some(&stream));
+                match run.timeline {
+                    None => launch()?,
+                    Some(timeline) => timeline.span(
+                        id,
+                        &stream,
+                        crate::GpuWork::Kernels,
+                        || self.nodes[node].name.clone(),
+                        launch,
+                    )?,
+                }
                 self.run_steps(&steps.after, events)
             }
             None => {
@@ -745,7 +791,7 @@ enum HostWalk<'p> {
 /// stream work together.
 #[derive(Clone, Copy)]
 struct OnDevices<'a> {
-    events: &'a Mutex<Vec<Option<watershed_fields::ValidationEvent>>>,
+    run: &'a DeviceRun<'a>,
     lane: &'a Mutex<()>,
 }
 
@@ -803,7 +849,7 @@ fn dispatch<'s>(
                         Parallelism::Rayon,
                         shared,
                         thread,
-                        on.events,
+                        on.run,
                         Some(on.lane),
                     ),
                     0,

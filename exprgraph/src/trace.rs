@@ -2,6 +2,7 @@
 //! Perfetto or chrome://tracing), and the per-expression timing table.
 
 use crate::graph::ExpressionGraph;
+use crate::placement::StreamId;
 use crate::scheduler::TraceEvent;
 use std::fmt;
 use std::fmt::Write;
@@ -78,31 +79,120 @@ impl ExpressionGraph {
     }
 
     /// The last execution as Chrome trace JSON: one complete ("X") event per
-    /// node, on the thread that ran it, in microseconds.
+    /// node, on the thread that ran it, in microseconds; with the GPU
+    /// timeline on ([`Self::set_gpu_timeline`]) also each GPU node's
+    /// kernels and each copy on its stream, a process per GPU ("GPU k") and
+    /// a track per stream, next to the host's process.
     pub fn chrome_trace(&self) -> String {
         let trace = self.last_trace();
+        let gpu_trace = self.last_gpu_trace();
         let mut json = String::from("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
-        for (i, event) in trace.iter().enumerate() {
-            if i > 0 {
+        let mut first = true;
+        let mut separator = |json: &mut String| {
+            if !first {
                 json.push(',');
             }
+            first = false;
+        };
+        for event in &trace {
+            separator(&mut json);
             let node = &self.nodes[event.node];
-            let name = node.name.replace('\\', "\\\\").replace('"', "\\\"");
             let category = match node.target {
                 crate::graph::Target::Cpu => "cpu",
                 crate::graph::Target::Gpu(_) => "gpu",
             };
             let _ = write!(
                 json,
-                "{{\"name\":\"{name}\",\"cat\":\"{category}\",\"ph\":\"X\",\"pid\":1,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3}}}",
+                "{{\"name\":\"{}\",\"cat\":\"{category}\",\"ph\":\"X\",\"pid\":1,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3}}}",
+                escape(&node.name),
                 event.thread,
                 event.start.as_secs_f64() * 1e6,
                 (event.end - event.start).as_secs_f64() * 1e6
             );
         }
+        if !gpu_trace.is_empty() {
+            separator(&mut json);
+            json.push_str(&name_process(1, "host"));
+            let mut named: Vec<StreamId> = Vec::new();
+            for span in &gpu_trace {
+                let pid = GPU_PROCESSES + span.stream.device;
+                if !named.iter().any(|s| s.device == span.stream.device) {
+                    separator(&mut json);
+                    json.push_str(&name_process(pid, &format!("GPU {}", span.stream.device)));
+                }
+                if !named.contains(&span.stream) {
+                    named.push(span.stream);
+                    separator(&mut json);
+                    json.push_str(&name_thread(
+                        pid,
+                        span.stream.index,
+                        &format!("stream {}", span.stream.index),
+                    ));
+                }
+                separator(&mut json);
+                json.push_str(&complete_event(
+                    &span.name,
+                    gpu_category(span.work),
+                    pid,
+                    span.stream.index,
+                    span.start,
+                    span.end,
+                ));
+            }
+        }
         json.push_str("]}");
         json
     }
+}
+
+/// The first process id of the GPUs in a trace of one graph (GPU k is
+/// process `GPU_PROCESSES + k`; the host is process 1).
+const GPU_PROCESSES: usize = 1000;
+
+/// `text` escaped for a JSON string.
+fn escape(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// The trace category of a GPU span.
+fn gpu_category(work: crate::GpuWork) -> &'static str {
+    match work {
+        crate::GpuWork::Kernels => "gpu kernels",
+        crate::GpuWork::Copy => "gpu copy",
+    }
+}
+
+/// A metadata event naming process `pid`.
+fn name_process(pid: usize, name: &str) -> String {
+    format!(
+        "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"name\":\"{}\"}}}}",
+        escape(name)
+    )
+}
+
+/// A metadata event naming thread (track) `tid` of process `pid`.
+fn name_thread(pid: usize, tid: usize, name: &str) -> String {
+    format!(
+        "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":\"{}\"}}}}",
+        escape(name)
+    )
+}
+
+/// A complete ("X") event, in microseconds.
+fn complete_event(
+    name: &str,
+    category: &str,
+    pid: usize,
+    tid: usize,
+    start: Duration,
+    end: Duration,
+) -> String {
+    format!(
+        "{{\"name\":\"{}\",\"cat\":\"{category}\",\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{:.3},\"dur\":{:.3}}}",
+        escape(name),
+        start.as_secs_f64() * 1e6,
+        end.saturating_sub(start).as_secs_f64() * 1e6
+    )
 }
 
 /// The most events one recording keeps; later ones are counted, not stored.
@@ -114,15 +204,32 @@ pub const MAX_RECORDED_EVENTS: usize = 4_000_000;
 pub(crate) struct Recording {
     epoch: Instant,
     events: Vec<TraceEvent>,
+    gpu_events: Vec<crate::GpuSpan>,
     dropped: u64,
 }
 
 impl Recording {
+    /// Adds one execution's GPU spans (timed from `execution_start`).
+    pub(crate) fn add_gpu(&mut self, execution_start: Instant, spans: &[crate::GpuSpan]) {
+        let offset = execution_start.saturating_duration_since(self.epoch);
+        for span in spans {
+            if self.events.len() + self.gpu_events.len() >= MAX_RECORDED_EVENTS {
+                self.dropped += 1;
+                continue;
+            }
+            self.gpu_events.push(crate::GpuSpan {
+                start: span.start + offset,
+                end: span.end + offset,
+                ..span.clone()
+            });
+        }
+    }
+
     /// Adds one execution's events (timed from `execution_start`).
     pub(crate) fn add(&mut self, execution_start: Instant, events: &[TraceEvent]) {
         let offset = execution_start.saturating_duration_since(self.epoch);
         for event in events {
-            if self.events.len() >= MAX_RECORDED_EVENTS {
+            if self.events.len() + self.gpu_events.len() >= MAX_RECORDED_EVENTS {
                 self.dropped += 1;
                 continue;
             }
@@ -143,10 +250,15 @@ pub struct RecordedEvent {
     pub graph: String,
     /// The node's name.
     pub name: String,
-    /// `cpu` or `gpu`.
+    /// `cpu` or `gpu` for a node's run on the host (a GPU node's is the
+    /// enqueueing of its kernels); `gpu kernels` or `gpu copy` for work on
+    /// a GPU stream (with the GPU timeline on).
     pub category: &'static str,
-    /// The worker thread that ran it.
+    /// The worker thread that ran it (for work on a GPU stream, the
+    /// stream's index).
     pub thread: usize,
+    /// The GPU stream the work ran on (`None`: a host thread).
+    pub stream: Option<StreamId>,
     /// Start, from the epoch given to `start_recording`.
     pub start: Duration,
     /// End, from the same epoch.
@@ -163,6 +275,7 @@ impl ExpressionGraph {
         stats.recording = Some(Recording {
             epoch,
             events: Vec::new(),
+            gpu_events: Vec::new(),
             dropped: 0,
         });
     }
@@ -192,25 +305,48 @@ impl ExpressionGraph {
                         crate::graph::Target::Gpu(_) => "gpu",
                     },
                     thread: event.thread,
+                    stream: None,
                     start: event.start,
                     end: event.end,
                 }
             })
+            .chain(recording.gpu_events.iter().map(|span| RecordedEvent {
+                graph: graph.to_string(),
+                name: span.name.clone(),
+                category: gpu_category(span.work),
+                thread: span.stream.index,
+                stream: Some(span.stream),
+                start: span.start,
+                end: span.end,
+            }))
             .collect();
         (events, recording.dropped)
     }
 }
 
 /// Chrome trace JSON of recorded events: one process per graph (named by a
-/// metadata event), one complete ("X") event per node execution.
+/// metadata event), one complete ("X") event per node execution; work on
+/// GPU streams under one process per GPU ("GPU k"), a track per graph and
+/// stream ("graph: stream s").
 pub fn chrome_trace_of(events: &[RecordedEvent]) -> String {
-    let escape = |text: &str| text.replace('\\', "\\\\").replace('"', "\\\"");
     let mut graphs: Vec<&str> = Vec::new();
+    let mut gpus: Vec<usize> = Vec::new();
+    let mut tracks: Vec<(&str, StreamId)> = Vec::new();
     for event in events {
         if !graphs.contains(&event.graph.as_str()) {
             graphs.push(&event.graph);
         }
+        if let Some(stream) = event.stream {
+            if !gpus.contains(&stream.device) {
+                gpus.push(stream.device);
+            }
+            if !tracks.contains(&(event.graph.as_str(), stream)) {
+                tracks.push((&event.graph, stream));
+            }
+        }
     }
+    let gpu_pid =
+        |device: usize| graphs.len() + 1 + gpus.iter().position(|&g| g == device).unwrap_or(0);
     let mut json = String::from("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
     let mut first = true;
     let mut separator = |json: &mut String| {
@@ -221,25 +357,43 @@ pub fn chrome_trace_of(events: &[RecordedEvent]) -> String {
     };
     for (pid, graph) in graphs.iter().enumerate() {
         separator(&mut json);
-        let _ = write!(
-            json,
-            "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"{}\"}}}}",
-            pid + 1,
-            escape(graph)
-        );
+        json.push_str(&name_process(pid + 1, graph));
+    }
+    for &gpu in &gpus {
+        separator(&mut json);
+        json.push_str(&name_process(gpu_pid(gpu), &format!("GPU {gpu}")));
+    }
+    for (tid, (graph, stream)) in tracks.iter().enumerate() {
+        separator(&mut json);
+        json.push_str(&name_thread(
+            gpu_pid(stream.device),
+            tid,
+            &format!("{graph}: stream {}", stream.index),
+        ));
     }
     for event in events {
         separator(&mut json);
-        let pid = graphs.iter().position(|g| *g == event.graph).unwrap_or(0) + 1;
-        let _ = write!(
-            json,
-            "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{pid},\"tid\":{},\"ts\":{:.3},\"dur\":{:.3}}}",
-            escape(&event.name),
+        let (pid, tid) = match event.stream {
+            None => (
+                graphs.iter().position(|g| *g == event.graph).unwrap_or(0) + 1,
+                event.thread,
+            ),
+            Some(stream) => (
+                gpu_pid(stream.device),
+                tracks
+                    .iter()
+                    .position(|&(g, s)| g == event.graph && s == stream)
+                    .unwrap_or(0),
+            ),
+        };
+        json.push_str(&complete_event(
+            &event.name,
             event.category,
-            event.thread,
-            event.start.as_secs_f64() * 1e6,
-            (event.end - event.start).as_secs_f64() * 1e6
-        );
+            pid,
+            tid,
+            event.start,
+            event.end,
+        ));
     }
     json.push_str("]}");
     json

@@ -512,3 +512,58 @@ fn a_field_allocated_in_stream_order_lives_on_its_gpu_and_refuses_what_cannot_be
     stream.synchronize().unwrap();
     assert!(!pool.outstanding().iter().any(|b| &*b.label == "rho"));
 }
+
+/// Timing marks: the GPU time between two marks bracketing a memset is
+/// measured once the GPU reached both (the later mark first gives zero,
+/// not a negative time); marks of two GPUs are refused by name; a mark
+/// inside a step recording is refused, naming replay.
+#[test]
+fn marks_time_the_work_between_them_and_refuse_what_cannot_be_timed() {
+    let Some(k) = gpu_for_tests("marks_time_the_work_between_them_and_refuse_what_cannot_be_timed")
+    else {
+        return;
+    };
+    let pool = MemoryPool::gpu(k).unwrap();
+    let bytes = 64 << 20;
+    let block = pool.allocate(bytes, "timed memset").unwrap();
+    let stream = GpuStream::new(k).unwrap();
+    let origin = stream.mark().unwrap();
+    let before = stream.mark().unwrap();
+    // SAFETY: `block` is `bytes` bytes of GPU k, alive past the wait below.
+    unsafe {
+        stream
+            .memset(block.address(), 0x5a, bytes, "timed memset")
+            .unwrap()
+    };
+    let after = stream.mark().unwrap();
+    assert_eq!(after.device(), Device::Gpu(k));
+    let memset = after.since(&before).unwrap();
+    assert!(memset > std::time::Duration::ZERO, "{memset:?}");
+    assert!(after.since(&origin).unwrap() >= memset);
+    assert_eq!(before.since(&after).unwrap(), std::time::Duration::ZERO);
+    assert!(
+        read_device(k, block.address(), 4096)
+            .iter()
+            .all(|&b| b == 0x5a)
+    );
+    if watershed_fields::gpu::gpu_count() >= 2 {
+        let other = GpuStream::new(1 - k.min(1)).unwrap().mark().unwrap();
+        let error = other.since(&after).unwrap_err();
+        assert!(matches!(error, FieldError::Cuda { .. }), "{error:?}");
+        assert!(
+            error
+                .to_string()
+                .contains(&format!("the earlier mark is on GPU {k}")),
+            "{error}"
+        );
+    }
+    let recording = stream.begin_recording().unwrap();
+    let refused = stream.mark().unwrap_err();
+    assert!(matches!(refused, FieldError::Cuda { .. }), "{refused:?}");
+    assert!(
+        refused.to_string().contains("turn step replay off"),
+        "{refused}"
+    );
+    drop(recording);
+    stream.synchronize().unwrap();
+}

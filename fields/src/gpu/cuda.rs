@@ -105,6 +105,18 @@ impl Stream {
             .map_err(|e| cuda_error(device, "synchronising a stream", e))
     }
 
+    /// An event that keeps its GPU time (for timelines; plain events are
+    /// created without timing, which is cheaper).
+    pub(crate) fn record_timed(&self, device: Device) -> FieldResult<Event> {
+        let event = self
+            .stream
+            .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| cuda_error(device, "recording a timing event", e))?;
+        Ok(Event {
+            event: Arc::new(event),
+        })
+    }
+
     pub(crate) fn record(&self, device: Device) -> FieldResult<Event> {
         let event = self
             .stream
@@ -283,6 +295,22 @@ impl Stream {
 }
 
 impl Event {
+    /// GPU time from `earlier` to this event (both timed, of one GPU);
+    /// waits for both.
+    pub(crate) fn elapsed_since(
+        &self,
+        earlier: &Event,
+        device: Device,
+    ) -> FieldResult<std::time::Duration> {
+        let milliseconds = earlier
+            .event
+            .elapsed_ms(&self.event)
+            .map_err(|e| cuda_error(device, "reading the time between two events", e))?;
+        Ok(std::time::Duration::from_secs_f64(
+            f64::from(milliseconds.max(0.0)) * 1e-3,
+        ))
+    }
+
     pub(crate) fn synchronize(&self, device: Device) -> FieldResult<()> {
         self.event
             .synchronize()

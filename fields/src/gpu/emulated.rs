@@ -226,11 +226,13 @@ pub(crate) struct Stream {
     queue: Arc<Queue>,
 }
 
-/// An event of an emulated GPU: a position in a stream's queue.
+/// An event of an emulated GPU: a position in a stream's queue; a timed
+/// one also holds the host time at which the stream reached it.
 #[derive(Debug, Clone)]
 pub(crate) struct Event {
     queue: Arc<Queue>,
     position: u64,
+    reached: Option<Arc<OnceLock<std::time::Instant>>>,
 }
 
 /// Kernels launched on emulated GPUs so far, in this process.
@@ -275,6 +277,21 @@ impl Stream {
                 .queue
                 .enqueued
                 .load(std::sync::atomic::Ordering::Acquire),
+            reached: None,
+        }
+    }
+
+    /// An event after the work queued so far that notes the time the
+    /// stream reaches it (the emulated GPU's clock is the host's).
+    pub(crate) fn record_timed(&self) -> Event {
+        let reached = Arc::new(OnceLock::new());
+        let stamp = reached.clone();
+        self.enqueue(move || {
+            let _ = stamp.set(std::time::Instant::now());
+        });
+        Event {
+            reached: Some(reached),
+            ..self.record()
         }
     }
 
@@ -493,6 +510,18 @@ impl Event {
     /// True once the work before the event has run (never runs it).
     pub(crate) fn is_complete(&self) -> bool {
         self.queue.done.load(std::sync::atomic::Ordering::Acquire) >= self.position
+    }
+
+    /// Host time from `earlier` to this event, once the streams have run
+    /// to both (runs them); `None` unless both are timed.
+    pub(crate) fn elapsed_since(&self, earlier: &Event) -> Option<std::time::Duration> {
+        earlier.synchronize();
+        self.synchronize();
+        let (from, to) = (
+            earlier.reached.as_ref()?.get()?,
+            self.reached.as_ref()?.get()?,
+        );
+        Some(to.saturating_duration_since(*from))
     }
 }
 

@@ -282,6 +282,30 @@ impl GpuStream {
         })
     }
 
+    /// Marks the point after the work enqueued so far, keeping the GPU's
+    /// time of it (a timing event): [`GpuMark::since`] gives the GPU time
+    /// between two marks, which is how an execution's timeline times its
+    /// kernels and copies. Returns at once. Refused inside a
+    /// [`StepRecording`]: a replayed step is one graph launch, not timed
+    /// kernel by kernel.
+    pub fn mark(&self) -> FieldResult<GpuMark> {
+        if recording_open() {
+            return Err(FieldError::Cuda {
+                device: self.device,
+                action: "marking a stream for a timeline".into(),
+                message: "a step recorded for replay runs as one graph and cannot time its kernels one by one; turn step replay off to see GPU kernels and copies on the timeline".into(),
+            });
+        }
+        let event = match &self.stream {
+            StreamImpl::Hardware(stream) => EventImpl::Hardware(stream.record_timed(self.device)?),
+            StreamImpl::Emulated(stream) => EventImpl::Emulated(stream.record_timed()),
+        };
+        Ok(GpuMark {
+            device: self.device,
+            event,
+        })
+    }
+
     /// Makes later work on this stream wait for `event`. Returns at once.
     pub fn wait(&self, event: &ValidationEvent) -> FieldResult<()> {
         if replay::log_wait(self, event)? {
@@ -579,6 +603,62 @@ impl GpuFunction {
         match &self.function {
             FunctionImpl::Hardware(function) => function.identity(),
             FunctionImpl::Emulated(function) => function.identity(),
+        }
+    }
+}
+
+/// A point in a stream's work whose GPU time is kept ([`GpuStream::mark`]).
+///
+/// ```
+/// use watershed_fields::GpuStream;
+/// # fn time(stream: &GpuStream) -> watershed_fields::FieldResult<()> {
+/// let before = stream.mark()?;
+/// // ... enqueue a kernel or a copy on `stream` ...
+/// let after = stream.mark()?;
+/// let gpu_time = after.since(&before)?; // waits for both marks
+/// # let _ = gpu_time;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct GpuMark {
+    device: Device,
+    event: EventImpl,
+}
+
+impl GpuMark {
+    /// The GPU whose stream was marked.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The GPU time from `earlier` to this mark (zero when this one came
+    /// first). Blocks until the GPU has reached both. Errors with
+    /// [`FieldError::Cuda`] for marks of two GPUs, or when the host may not
+    /// wait (inside a step recording).
+    pub fn since(&self, earlier: &GpuMark) -> FieldResult<std::time::Duration> {
+        replay::refuse_host_wait(self.device, "reading the time between two marks")?;
+        let mismatch = |why: &str| FieldError::Cuda {
+            device: self.device,
+            action: "reading the time between two marks".into(),
+            message: format!("{why}; time marks of one GPU against each other"),
+        };
+        if earlier.device != self.device {
+            return Err(mismatch(&format!(
+                "the earlier mark is on {}",
+                earlier.device
+            )));
+        }
+        match (&earlier.event, &self.event) {
+            (EventImpl::Hardware(from), EventImpl::Hardware(to)) => {
+                to.elapsed_since(from, self.device)
+            }
+            (EventImpl::Emulated(from), EventImpl::Emulated(to)) => to
+                .elapsed_since(from)
+                .ok_or_else(|| mismatch("a mark without a time (a bug; please report it)")),
+            _ => Err(mismatch(
+                "one mark is of a real GPU, the other of an emulated one",
+            )),
         }
     }
 }

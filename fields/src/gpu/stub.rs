@@ -58,6 +58,10 @@ impl Stream {
         match self.never {}
     }
 
+    pub(crate) fn record_timed(&self, _device: Device) -> FieldResult<Event> {
+        match self.never {}
+    }
+
     pub(crate) fn wait(&self, _event: &Event, _device: Device) -> FieldResult<()> {
         match self.never {}
     }
@@ -128,6 +132,14 @@ impl Stream {
 
 impl Event {
     pub(crate) fn synchronize(&self, _device: Device) -> FieldResult<()> {
+        match self.never {}
+    }
+
+    pub(crate) fn elapsed_since(
+        &self,
+        _earlier: &Event,
+        _device: Device,
+    ) -> FieldResult<std::time::Duration> {
         match self.never {}
     }
 
