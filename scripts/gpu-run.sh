@@ -69,6 +69,13 @@ for case in advection reacting-species; do
         --gpu-scratch stream-ordered --quiet --output "$unpacked/output-$case-ordered" >> "$out/cli.log" 2>&1
     echo "watershed run $case --device gpu --gpu-scratch stream-ordered rc=$? $(($(date +%s) - began))s" >> "$out/summary.txt"
 done
+# A GPU timeline: the ExprLib case traced, its kernels and copies on a
+# track per stream (open trace-exprlib.json in Perfetto).
+began=$(date +%s)
+echo "=== watershed run exprlib-scalability --device gpu --trace" >> "$out/cli.log"
+timeout 300 "$built_at/target/release/watershed" run exprlib-scalability --device gpu --steps 20 \
+    --quiet --trace "$out/trace-exprlib.json" --output "$unpacked/output-exprlib-trace" >> "$out/cli.log" 2>&1
+echo "watershed run exprlib-scalability --device gpu --trace rc=$? $(($(date +%s) - began))s" >> "$out/summary.txt"
 if [ "${GPU_RUN_BENCH:-1}" != 0 ]; then
     timeout 600 "$unpacked/gpubench" > "$out/bench.log" 2>&1
     echo "gpu bench rc=$? at $(($(date +%s) - start))s" >> "$out/summary.txt"
