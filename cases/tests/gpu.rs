@@ -1074,11 +1074,12 @@ fn meeting_native(
 /// (GPU) -> squared (CPU) -> out = squared + shifted - lap (GPU): fields
 /// cross both ways, two CPU nodes can run at once, and two GPU scratch
 /// fields live through the execution. `meeting` makes the two CPU nodes
-/// wait for each other; `fail` makes "squared" fail.
+/// wait for each other; `fail` makes "squared" fail, `panic` panic.
 fn beside(
     placement: PlacementPolicy,
     meeting: Option<std::sync::Arc<Meeting>>,
     fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    panic: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> ExpressionGraph {
     let tags = ["u", "lap", "twice", "shifted", "mid", "squared", "out"].map(Tag::none);
     let [u, lap, twice, shifted, mid, squared, out] = tags;
@@ -1122,9 +1123,19 @@ fn beside(
         ))
         .unwrap();
     factory
-        .register(meeting_native("squared", &mid, &squared, None, fail, |v| {
-            v * v
-        }))
+        .register(meeting_native(
+            "squared",
+            &mid,
+            &squared,
+            None,
+            fail,
+            move |v| {
+                if panic.load(std::sync::atomic::Ordering::Acquire) {
+                    panic!("squared saw {v}");
+                }
+                v * v
+            },
+        ))
         .unwrap();
     let (a, b, c) = (squared.clone(), shifted.clone(), lap.clone());
     factory
@@ -1161,14 +1172,15 @@ fn cpu_nodes_of_a_gpu_plan_run_beside_each_other_and_give_the_cpus_bits() {
     };
     let out = Tag::none("out");
     let ok = || std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let cpu = beside(PlacementPolicy::Cpu, None, ok());
+    let cpu = beside(PlacementPolicy::Cpu, None, ok(), ok());
     cpu.execute(ExecutionMode::Serial).unwrap();
     let want = values(&cpu, &out);
-    let fail = ok();
+    let (fail, panic) = (ok(), ok());
     let mixed = beside(
         PlacementPolicy::Heterogeneous(gpu),
         Some(Meeting::new(2)),
         fail.clone(),
+        panic.clone(),
     );
     for (name, target) in [
         ("lap", Target::Gpu(gpu)),
@@ -1209,6 +1221,35 @@ fn cpu_nodes_of_a_gpu_plan_run_beside_each_other_and_give_the_cpus_bits() {
     let failed = pool.statistics();
     assert_eq!(failed.blocks_active, warm.blocks_active, "{failed:?}");
     fail.store(false, std::sync::atomic::Ordering::Release);
+    // A panicking CPU node, while GPU work is in flight: its error, every
+    // stream drained and every GPU scratch block back, on the concurrent
+    // and on the plan-order walk.
+    panic.store(true, std::sync::atomic::Ordering::Release);
+    let walked = beside(
+        PlacementPolicy::Heterogeneous(gpu),
+        None,
+        ok(),
+        panic.clone(),
+    );
+    for (graph, mode) in [
+        (&mixed, ExecutionMode::Threaded(2)),
+        (&walked, ExecutionMode::Serial),
+    ] {
+        let error = graph.execute(mode).unwrap_err();
+        assert!(
+            matches!(&error, GraphError::Expression { expression, source }
+                if expression == "squared" && matches!(**source, GraphError::Panicked { .. })),
+            "{mode:?}: {error:?}"
+        );
+        assert!(
+            error.to_string().contains("it panicked: squared saw"),
+            "{error}"
+        );
+    }
+    drop(walked);
+    let panicked = pool.statistics();
+    assert_eq!(panicked.blocks_active, warm.blocks_active, "{panicked:?}");
+    panic.store(false, std::sync::atomic::Ordering::Release);
     mixed.execute(ExecutionMode::Threaded(2)).unwrap();
     let (worst, differing) = difference(&values(&mixed, &out), &want);
     assert_eq!(

@@ -220,4 +220,16 @@ pub enum GraphError {
     /// A native expression reported a failure.
     #[error("{0}")]
     Native(String),
+
+    /// An expression's code panicked (typically a native closure). The
+    /// execution stopped as after any error: GPU work was waited for and
+    /// scratch memory returned, and the graph can run again. What the
+    /// expression had written is incomplete.
+    #[error(
+        "it panicked: {message}; the fields it writes are incomplete (fix the expression's code; the graph itself can run again)"
+    )]
+    Panicked {
+        /// The panic's message (or a note that it had none).
+        message: String,
+    },
 }

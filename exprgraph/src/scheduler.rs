@@ -706,7 +706,10 @@ impl ExpressionGraph {
             parallelism,
             region: graph_node.region,
         };
-        let evaluated = match gpu {
+        // A panic in the expression's code (a user's native closure) is
+        // this node's error, so that the execution ends as after any other:
+        // streams drained, scratch returned, the pool's threads alive.
+        let evaluated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match gpu {
             None => graph_node.expression.evaluate(&mut context),
             Some(stream) => crate::devices::evaluate_on_gpu(
                 node,
@@ -716,7 +719,12 @@ impl ExpressionGraph {
                 &self.finite_watches,
                 self.gpu_scratch(),
             ),
-        };
+        }))
+        .unwrap_or_else(|payload| {
+            Err(GraphError::Panicked {
+                message: panic_message(payload.as_ref()),
+            })
+        });
         let outcome = evaluated.map_err(|source| GraphError::Expression {
             expression: graph_node.name.clone(),
             source: Box::new(source),
@@ -772,6 +780,15 @@ impl ExpressionGraph {
             }
         }
     }
+}
+
+/// The text of a panic's payload (`panic!` with a literal or a format).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// How the host goes through a plan with GPU nodes.

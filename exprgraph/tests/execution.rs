@@ -558,7 +558,9 @@ fn repeated_execution_reuses_pool_memory() {
 
 /// A graph `r = 2 * e` where the native `exploder` computes `e = p + 1` and
 /// fails with "boom" while `fail` is set.
-fn exploding_graph(fail: Arc<AtomicBool>) -> (ExpressionGraph, Tag, Tag) {
+/// p -> exploder (native: e = p + 1; fails with "boom" while `fail` is
+/// set, panics while `panic` is set) -> r = 2 e.
+fn exploding_graph(fail: Arc<AtomicBool>, panic: Arc<AtomicBool>) -> (ExpressionGraph, Tag, Tag) {
     let (p, e, r) = (Tag::none("p"), Tag::none("e"), Tag::none("r"));
     let mut factory = Factory::new();
     factory
@@ -573,6 +575,10 @@ fn exploding_graph(fail: Arc<AtomicBool>) -> (ExpressionGraph, Tag, Tag) {
             move |context| {
                 if fail.load(Ordering::SeqCst) {
                     return Err(GraphError::Native("boom".into()));
+                }
+                if panic.load(Ordering::SeqCst) {
+                    let code = 7;
+                    panic!("exploded with code {code}");
                 }
                 let values = context.input::<CellCentre>(&input)?.values()?.to_vec();
                 for (o, v) in context
@@ -603,10 +609,50 @@ fn exploding_graph(fail: Arc<AtomicBool>) -> (ExpressionGraph, Tag, Tag) {
     (graph, p, r)
 }
 
+/// A panic in a native expression's code is that expression's error, in
+/// every mode: the caller gets `GraphError::Expression` around
+/// `GraphError::Panicked` with the panic's message, the scratch memory is
+/// back, and the graph runs again (its thread pool survived).
+#[test]
+fn a_panicking_expression_is_an_error_naming_it_and_the_graph_runs_again() {
+    let panic = Arc::new(AtomicBool::new(true));
+    let (graph, p, r) = exploding_graph(Arc::new(AtomicBool::new(false)), panic.clone());
+    fill(&graph, &p, |[x, _, _]| x);
+    for mode in MODES {
+        panic.store(true, Ordering::SeqCst);
+        let error = graph.execute(mode).unwrap_err();
+        match &error {
+            GraphError::Expression { expression, source } => {
+                assert_eq!(expression, "exploder");
+                assert!(
+                    matches!(**source, GraphError::Panicked { ref message } if message == "exploded with code 7"),
+                    "{source:?}"
+                );
+            }
+            other => panic!("expected an Expression error, got {other:?}"),
+        }
+        assert!(
+            error
+                .to_string()
+                .starts_with("expression exploder failed: it panicked: exploded with code 7;"),
+            "{error}"
+        );
+        assert_only_persistent_blocks(&graph, &format!("{mode:?} after the panic"));
+        panic.store(false, Ordering::SeqCst);
+        graph.execute(mode).unwrap();
+        let layout = FieldLayout::new(graph.patch(), LocationKind::CellCentre);
+        let (input, result) = (values_of(&graph, &p), values_of(&graph, &r));
+        for i in layout.interior() {
+            let at = layout.linear_index(i);
+            assert_eq!(result[at], 2.0 * (input[at] + 1.0), "{mode:?} at {i:?}");
+        }
+    }
+}
+
 #[test]
 fn native_errors_name_the_expression() {
     let fail = Arc::new(AtomicBool::new(true));
-    let (graph, p, r) = exploding_graph(fail.clone());
+    let (graph, p, r) = exploding_graph(fail.clone(), Arc::new(AtomicBool::new(false)));
     assert!(!graph.field_info(&Tag::none("e")).unwrap().persistent);
     fill(&graph, &p, |[x, _, _]| x);
     for mode in MODES {
