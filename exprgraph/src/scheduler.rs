@@ -420,7 +420,6 @@ impl ExpressionGraph {
                 events: Mutex::new(vec![None; plan.events]),
                 timeline: timeline.as_ref(),
             };
-            let events = &device_run;
             // With replay, the stream work up to the epilogue is recorded
             // and enqueued as one step (`step_replay.rs`); an error drops
             // the recording, which enqueues what it logged.
@@ -439,7 +438,7 @@ impl ExpressionGraph {
             } else {
                 None
             };
-            self.run_steps(&plan.prologue, events)?;
+            self.run_steps(&plan.prologue, &device_run)?;
             match walk {
                 HostWalk::PlanOrder => {
                     for &node in &self.order {
@@ -448,7 +447,7 @@ impl ExpressionGraph {
                             state.live_bytes += self.output_bytes(node);
                             state.peak_bytes = state.peak_bytes.max(state.live_bytes);
                         }
-                        self.run_node_on_devices(node, parallelism, shared, 0, events, None)?;
+                        self.run_node_on_devices(node, parallelism, shared, 0, &device_run, None)?;
                         shared
                             .state
                             .lock()
@@ -459,7 +458,7 @@ impl ExpressionGraph {
                 HostWalk::Concurrent(priority) => {
                     let lane = Mutex::new(());
                     let on_devices = OnDevices {
-                        run: events,
+                        run: &device_run,
                         lane: &lane,
                     };
                     rayon::scope(|scope| dispatch(shared, scope, priority, Some(on_devices)));
@@ -478,7 +477,7 @@ impl ExpressionGraph {
             if let Some(recording) = recording {
                 self.enqueue_recorded(recording.finish()?)?;
             }
-            self.run_steps(&plan.epilogue, events)?;
+            self.run_steps(&plan.epilogue, &device_run)?;
             // Every stream has finished: the kernels' finiteness checks
             // can be read.
             self.first_not_finite()
@@ -527,12 +526,11 @@ impl ExpressionGraph {
         lane: Option<&Mutex<()>>,
     ) -> GraphResult<()> {
         let enqueue = || lane.map(|lane| lane.lock().unwrap_or_else(|p| p.into_inner()));
-        let events = run;
         let steps = &self.device_plan.streams().nodes[node];
         match steps.stream {
             Some(id) => {
                 let _lane = enqueue();
-                self.run_steps(&steps.before, events)?;
+                self.run_steps(&steps.before, run)?;
                 let stream = self.gpu_stream(id)?;
                 let launch = || self.launch_on(node, parallelism, shared, thread, Some(&stream));
                 match run.timeline {
@@ -545,13 +543,13 @@ impl ExpressionGraph {
                         launch,
                     )?,
                 }
-                self.run_steps(&steps.after, events)
+                self.run_steps(&steps.after, run)
             }
             None => {
-                self.run_steps(&steps.before, events)?;
+                self.run_steps(&steps.before, run)?;
                 self.launch_on(node, parallelism, shared, thread, None)?;
                 let _lane = enqueue();
-                self.run_steps(&steps.after, events)
+                self.run_steps(&steps.after, run)
             }
         }
     }

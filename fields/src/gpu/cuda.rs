@@ -108,20 +108,28 @@ impl Stream {
     /// An event that keeps its GPU time (for timelines; plain events are
     /// created without timing, which is cheaper).
     pub(crate) fn record_timed(&self, device: Device) -> FieldResult<Event> {
-        let event = self
-            .stream
-            .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(|e| cuda_error(device, "recording a timing event", e))?;
-        Ok(Event {
-            event: Arc::new(event),
-        })
+        self.record_with(
+            Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT),
+            device,
+            "recording a timing event",
+        )
     }
 
     pub(crate) fn record(&self, device: Device) -> FieldResult<Event> {
+        // cudarc's default: an event without timing.
+        self.record_with(None, device, "recording an event")
+    }
+
+    fn record_with(
+        &self,
+        flags: Option<cudarc::driver::sys::CUevent_flags>,
+        device: Device,
+        action: &str,
+    ) -> FieldResult<Event> {
         let event = self
             .stream
-            .record_event(None)
-            .map_err(|e| cuda_error(device, "recording an event", e))?;
+            .record_event(flags)
+            .map_err(|e| cuda_error(device, action, e))?;
         Ok(Event {
             event: Arc::new(event),
         })
