@@ -33,6 +33,6 @@ if [ -z "${WATERSHED_EMULATE_GPUS:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
     # run above, so nothing is built again.
     cargo test --workspace --test gpu --test state_machine --test placement \
         --test execution --test bad_input --test whole_step_graphs \
-        --test multigrid --test cli "$@"
+        --test multigrid --test cli --test stream_progress "$@"
     unset WATERSHED_EMULATE_GPUS
 fi

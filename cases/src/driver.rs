@@ -16,7 +16,7 @@ use crate::progress::{Progress, ProgressMode, StepInfo};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use watershed_exprgraph::{ExpressionGraph, ExpressionTiming, RecordedEvent};
-use watershed_fields::{Grid, MemoryPool};
+use watershed_fields::{GpuCalls, Grid, MemoryPool};
 
 /// A check a case makes at the end of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,6 +137,13 @@ pub struct RunReport {
     /// when scratch memory was allocated in stream order). Empty when no
     /// GPU memory was used.
     pub gpu_memory_high_water: Vec<(usize, usize)>,
+    /// The calls the run's steps made to GPUs (launches, copies, event
+    /// records and waits, host waits...), summed over its steps; all zero
+    /// for a run on the CPU. Dumps and checkpoints are not counted.
+    pub gpu_calls: GpuCalls,
+    /// The same, of the last step alone (the steady state: the first
+    /// step also compiles and places).
+    pub gpu_calls_last_step: GpuCalls,
     /// Recorded node executions (with `record_trace`).
     pub trace: Vec<RecordedEvent>,
     /// Events that did not fit in the recording.
@@ -294,6 +301,8 @@ pub fn run<S: Simulation + ?Sized>(
         _ => f64::INFINITY,
     };
     let mut last_checkpoint = None;
+    let mut gpu_calls = GpuCalls::default();
+    let mut gpu_calls_last_step = GpuCalls::default();
     let started = Instant::now();
     let stop_reason = loop {
         if done(control.stop, sim.time(), sim.steps()) {
@@ -309,7 +318,10 @@ pub fn run<S: Simulation + ?Sized>(
         if let Stop::EndTime(end) = control.stop {
             dt = dt.min(end - sim.time());
         }
+        let calls_before = watershed_fields::gpu_calls();
         sim.step(dt)?;
+        gpu_calls_last_step = watershed_fields::gpu_calls().since(&calls_before);
+        gpu_calls = gpu_calls + gpu_calls_last_step;
         let last_dt = dt;
         observer(sim);
         let steps = sim.steps();
@@ -416,6 +428,8 @@ pub fn run<S: Simulation + ?Sized>(
         graph_time,
         cpu_memory_high_water: process_memory_high_water(),
         gpu_memory_high_water: gpu_memory_high_water(),
+        gpu_calls,
+        gpu_calls_last_step,
         trace,
         trace_dropped,
         last_checkpoint,
@@ -470,6 +484,15 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
         text,
         "memory high-water: CPU {memory} (process peak resident set); GPU: {gpu}"
     );
+    if report.gpu_calls.total() > 0 {
+        let _ = writeln!(
+            text,
+            "GPU calls: {} in the last step ({}); {:.1} per step over the run",
+            report.gpu_calls_last_step.total(),
+            report.gpu_calls_last_step,
+            report.gpu_calls.total() as f64 / report.steps_run.max(1) as f64
+        );
+    }
     let wall = report.wall.as_secs_f64();
     if wall > 0.0 {
         let _ = writeln!(

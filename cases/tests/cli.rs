@@ -289,7 +289,7 @@ fn cases_run_on_the_gpu_pass_their_checks_and_report_its_memory() {
     );
     assert_eq!(on_cpu.code, 0, "{}", on_cpu.stderr);
     assert!(
-        on_cpu.stdout.contains("GPU: none used"),
+        on_cpu.stdout.contains("GPU: none used") && !on_cpu.stdout.contains("GPU calls"),
         "{}",
         on_cpu.stdout
     );
@@ -323,6 +323,19 @@ fn cases_run_on_the_gpu_pass_their_checks_and_report_its_memory() {
             out.stdout.contains("GPU: GPU 0 ") && out.stdout.contains("MiB (pool peak"),
             "{case}: {}",
             out.stdout
+        );
+        // The driver calls of the steady state: kernels launched, and the
+        // host waiting at the step's end.
+        let calls = out
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("GPU calls: "))
+            .unwrap_or_else(|| panic!("{case}: no GPU calls line: {}", out.stdout));
+        assert!(
+            calls.contains(" launches")
+                && calls.contains(" host waits")
+                && calls.contains(" per step over the run"),
+            "{case}: {calls}"
         );
         assert!(dir.path().join(output).join(format!("{case}.xmf")).exists());
     }

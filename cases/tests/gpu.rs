@@ -124,6 +124,72 @@ fn exprlib_graphs_on_the_gpu_match_the_cpu() {
     }
 }
 
+/// A repeated step makes only the driver calls that order something: the
+/// state stays on the GPU (no copy), the waits and records are those of
+/// the dependencies inside the step (the coupled source feeds every
+/// update), the host waits once per stream at the end. Before, every
+/// launch also waited for the events of the previous step and of copies
+/// that did not happen: about 7 calls per node besides its launches.
+#[test]
+fn a_repeated_step_makes_only_the_driver_calls_that_order_something() {
+    let Some((gpu, _alone)) =
+        gpu_alone("a_repeated_step_makes_only_the_driver_calls_that_order_something")
+    else {
+        return;
+    };
+    let patch = patch(12);
+    let pdes = 6;
+    let cpu = exprlib(
+        &patch,
+        pdes,
+        "coupled",
+        PlacementPolicy::Cpu,
+        StreamMode::default(),
+    );
+    cpu.execute(ExecutionMode::Serial).unwrap();
+    for streams in [StreamMode::default(), StreamMode::Synchronous] {
+        let graph = exprlib(&patch, pdes, "coupled", PlacementPolicy::Gpu(gpu), streams);
+        let nodes = graph.node_count() as u64;
+        let mut steps = Vec::new();
+        for _ in 0..3 {
+            let before = watershed_fields::gpu_calls();
+            graph.execute(ExecutionMode::Threaded(2)).unwrap();
+            steps.push(watershed_fields::gpu_calls().since(&before));
+        }
+        let (second, third) = (steps[1], steps[2]);
+        eprintln!("{streams:?}: first {}; third {third}", steps[0]);
+        assert_eq!(second, third, "{streams:?}: repeated steps differ");
+        assert!(third.launches >= nodes, "{streams:?}: {third}");
+        assert_eq!(third.copies, 0, "{streams:?}: the state crossed: {third}");
+        let ordering = third.records + third.waits;
+        match streams {
+            StreamMode::Synchronous => {
+                assert_eq!(
+                    ordering, 0,
+                    "{streams:?}: one stream needs no event: {third}"
+                );
+                assert_eq!(third.host_waits, 1, "{streams:?}: {third}");
+            }
+            _ => {
+                // One record after the coupled source, at most one wait per
+                // update on another stream.
+                assert!(
+                    ordering <= nodes,
+                    "{streams:?}: {ordering} records and waits for {nodes} nodes: {third}"
+                );
+                assert!(third.host_waits <= nodes, "{streams:?}: {third}");
+            }
+        }
+        for i in 0..pdes {
+            let (worst, _) = difference(&values(&graph, &phi_next(i)), &values(&cpu, &phi_next(i)));
+            assert!(
+                worst <= 1e-12,
+                "{streams:?}: phi_next{i} differs by {worst:e}"
+            );
+        }
+    }
+}
+
 /// A native (CPU-only) node named `name` writing `f` of `input` into `output`.
 fn pointwise_native(
     name: &str,

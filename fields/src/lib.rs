@@ -61,7 +61,7 @@ pub use device::Device;
 pub use error::{FieldError, FieldResult};
 pub use external::ExternalBuffer;
 pub use field::{FieldBuilder, FieldInit, GpuBuffer, Lifetime, LocationState, SpatialField};
-pub use gpu::{GpuFunction, GpuMark, GpuStream, ValidationEvent};
+pub use gpu::{GpuCalls, GpuFunction, GpuMark, GpuStream, ValidationEvent, gpu_calls};
 pub use grid::{GhostWidth, Grid, Patch};
 pub use layout::{FieldLayout, IndexBox};
 pub use location::{CellCentre, Location, LocationKind, XFace, YFace, ZFace};

@@ -33,9 +33,12 @@ use cuda as backend;
 mod stub;
 #[cfg(not(feature = "cuda"))]
 use stub as backend;
+mod census;
 mod emulated;
+mod progress;
 mod replay;
 
+pub use census::{GpuCalls, gpu_calls};
 pub use replay::{GpuGraph, RecordedStep, StepKey, StepRecording, StepShape};
 
 use crate::Device;
@@ -147,6 +150,9 @@ enum EventImpl {
     /// Recorded inside a [`StepRecording`]: it becomes a real event when
     /// the recorded step is enqueued.
     Pending(Arc<replay::PendingEvent>),
+    /// Recorded on a stream with no work since the host last waited for
+    /// it: finished from the start, no driver event (`progress.rs`).
+    Finished,
 }
 
 /// A kernel loaded on a real or on an emulated GPU.
@@ -208,6 +214,8 @@ pub fn require_gpu(ordinal: usize) -> FieldResult<()> {
 pub struct GpuStream {
     device: Device,
     stream: StreamImpl,
+    /// What the host knows of the stream's progress (shared by clones).
+    book: Arc<progress::StreamBook>,
 }
 
 impl GpuStream {
@@ -227,6 +235,7 @@ impl GpuStream {
         Ok(GpuStream {
             device: Device::Gpu(ordinal),
             stream,
+            book: progress::StreamBook::new(),
         })
     }
 
@@ -245,25 +254,33 @@ impl GpuStream {
     }
 
     /// Blocks the calling thread until all work enqueued so far has finished.
-    /// Refused while a [`StepRecording`] is open on this thread.
+    /// Refused while a [`StepRecording`] is open on this thread. Returns at
+    /// once, without a driver call, when the host knows it all finished.
     pub fn synchronize(&self) -> FieldResult<()> {
         replay::refuse_host_wait(self.device, "synchronising a stream")?;
         self.synchronize_now()
     }
 
     fn synchronize_now(&self) -> FieldResult<()> {
-        match &self.stream {
-            StreamImpl::Hardware(stream) => stream.synchronize(self.device),
-            StreamImpl::Emulated(stream) => {
-                stream.synchronize();
-                Ok(())
-            }
+        if self.book.idle() {
+            // Everything enqueued on it is known finished.
+            return Ok(());
         }
+        census::count(census::Call::HostWait);
+        let point = self.book.before_synchronising();
+        match &self.stream {
+            StreamImpl::Hardware(stream) => stream.synchronize(self.device)?,
+            StreamImpl::Emulated(stream) => stream.synchronize(),
+        }
+        self.book.finished_up_to(point);
+        Ok(())
     }
 
     /// Records an event after the work enqueued so far. Returns at once.
     /// Inside a [`StepRecording`] the event is pending until the recorded
-    /// step is enqueued.
+    /// step is enqueued. When nothing was enqueued on the stream since the
+    /// host last waited for it, the event is finished from the start and
+    /// costs no driver call.
     pub fn record(&self) -> FieldResult<ValidationEvent> {
         if let Some(event) = replay::log_record(self)? {
             return Ok(event);
@@ -272,6 +289,15 @@ impl GpuStream {
     }
 
     fn record_now(&self) -> FieldResult<ValidationEvent> {
+        if self.book.idle() {
+            return Ok(ValidationEvent {
+                device: self.device,
+                event: EventImpl::Finished,
+                point: None,
+            });
+        }
+        census::count(census::Call::Record);
+        let point = self.book.point();
         let event = match &self.stream {
             StreamImpl::Hardware(stream) => EventImpl::Hardware(stream.record(self.device)?),
             StreamImpl::Emulated(stream) => EventImpl::Emulated(stream.record()),
@@ -279,6 +305,7 @@ impl GpuStream {
         Ok(ValidationEvent {
             device: self.device,
             event,
+            point: Some(point),
         })
     }
 
@@ -296,6 +323,7 @@ impl GpuStream {
                 message: "a step recorded for replay runs as one graph and cannot time its kernels one by one; turn step replay off to see GPU kernels and copies on the timeline".into(),
             });
         }
+        census::count(census::Call::Mark);
         let event = match &self.stream {
             StreamImpl::Hardware(stream) => EventImpl::Hardware(stream.record_timed(self.device)?),
             StreamImpl::Emulated(stream) => EventImpl::Emulated(stream.record_timed()),
@@ -307,7 +335,13 @@ impl GpuStream {
     }
 
     /// Makes later work on this stream wait for `event`. Returns at once.
+    /// A wait that orders nothing is left out (`progress.rs`): on an event
+    /// the host knows finished, recorded on this stream, or at or before
+    /// a point of its stream this one already waits for.
     pub fn wait(&self, event: &ValidationEvent) -> FieldResult<()> {
+        if event.needs_no_wait_by(self) {
+            return Ok(());
+        }
         if replay::log_wait(self, event)? {
             return Ok(());
         }
@@ -315,6 +349,7 @@ impl GpuStream {
     }
 
     fn wait_now(&self, event: &ValidationEvent) -> FieldResult<()> {
+        let event_point = event.point.clone();
         let resolved;
         let event = match &event.event {
             EventImpl::Pending(pending) => {
@@ -323,20 +358,28 @@ impl GpuStream {
             }
             event => event,
         };
+        if matches!(event, EventImpl::Finished) {
+            return Ok(());
+        }
+        census::count(census::Call::Wait);
         match (&self.stream, event) {
             (StreamImpl::Hardware(stream), EventImpl::Hardware(event)) => {
-                stream.wait(event, self.device)
+                stream.wait(event, self.device)?
             }
-            (StreamImpl::Emulated(stream), EventImpl::Emulated(event)) => {
-                stream.wait(event);
-                Ok(())
+            (StreamImpl::Emulated(stream), EventImpl::Emulated(event)) => stream.wait(event),
+            _ => {
+                return Err(FieldError::Cuda {
+                    device: self.device,
+                    action: "waiting on an event".into(),
+                    message: "the event and the stream belong to a real and an emulated GPU".into(),
+                });
             }
-            _ => Err(FieldError::Cuda {
-                device: self.device,
-                action: "waiting on an event".into(),
-                message: "the event and the stream belong to a real and an emulated GPU".into(),
-            }),
         }
+        self.book.enqueued_one();
+        if let Some(point) = &event_point {
+            self.book.waits_now_for(point);
+        }
+        Ok(())
     }
 
     /// Enqueues a copy of `bytes` bytes from `source` to `destination`
@@ -371,18 +414,18 @@ impl GpuStream {
         bytes: usize,
         action: &str,
     ) -> FieldResult<()> {
+        census::count(census::Call::Copy);
         // SAFETY: forwarded from the caller.
         unsafe {
             match &self.stream {
                 StreamImpl::Hardware(stream) => {
-                    stream.copy(self.device, source, destination, bytes, action)
+                    stream.copy(self.device, source, destination, bytes, action)?
                 }
-                StreamImpl::Emulated(stream) => {
-                    stream.copy(source.1, destination.1, bytes);
-                    Ok(())
-                }
+                StreamImpl::Emulated(stream) => stream.copy(source.1, destination.1, bytes),
             }
         }
+        self.book.enqueued_one();
+        Ok(())
     }
 
     /// Enqueues setting `bytes` bytes of device memory at `destination` to
@@ -416,18 +459,18 @@ impl GpuStream {
         bytes: usize,
         action: &str,
     ) -> FieldResult<()> {
+        census::count(census::Call::Memset);
         // SAFETY: forwarded from the caller.
         unsafe {
             match &self.stream {
                 StreamImpl::Hardware(stream) => {
-                    stream.memset(self.device, destination, byte, bytes, action)
+                    stream.memset(self.device, destination, byte, bytes, action)?
                 }
-                StreamImpl::Emulated(stream) => {
-                    stream.memset(destination, byte, bytes);
-                    Ok(())
-                }
+                StreamImpl::Emulated(stream) => stream.memset(destination, byte, bytes),
             }
         }
+        self.book.enqueued_one();
+        Ok(())
     }
 }
 
@@ -448,10 +491,13 @@ impl GpuStream {
             });
         }
         let bytes = bytes.max(1);
-        match &self.stream {
-            StreamImpl::Hardware(stream) => stream.allocate_in_order(self.device, bytes),
-            StreamImpl::Emulated(stream) => stream.allocate_in_order(self.device, bytes),
-        }
+        census::count(census::Call::Allocation);
+        let address = match &self.stream {
+            StreamImpl::Hardware(stream) => stream.allocate_in_order(self.device, bytes)?,
+            StreamImpl::Emulated(stream) => stream.allocate_in_order(self.device, bytes)?,
+        };
+        self.book.enqueued_one();
+        Ok(address)
     }
 
     /// Frees memory from [`GpuStream::allocate_in_order`] when the stream
@@ -462,16 +508,16 @@ impl GpuStream {
     /// is not freed yet, and every use of it is ordered before this point
     /// of this stream (enqueued on it earlier, or waited for by it).
     pub(crate) unsafe fn free_in_order(&self, address: usize) -> FieldResult<()> {
+        census::count(census::Call::Free);
         // SAFETY: forwarded from the caller.
         unsafe {
             match &self.stream {
-                StreamImpl::Hardware(stream) => stream.free_in_order(self.device, address),
-                StreamImpl::Emulated(stream) => {
-                    stream.free_in_order(address);
-                    Ok(())
-                }
+                StreamImpl::Hardware(stream) => stream.free_in_order(self.device, address)?,
+                StreamImpl::Emulated(stream) => stream.free_in_order(address),
             }
         }
+        self.book.enqueued_one();
+        Ok(())
     }
 }
 
@@ -535,23 +581,28 @@ impl GpuStream {
         arguments: &[&[u8]],
         action: &str,
     ) -> FieldResult<()> {
+        census::count(census::Call::Launch);
         // SAFETY: forwarded from the caller.
         unsafe {
             match (&self.stream, &function.function) {
                 (StreamImpl::Hardware(stream), FunctionImpl::Hardware(function)) => {
-                    stream.launch(self.device, function, grid, block, arguments, action)
+                    stream.launch(self.device, function, grid, block, arguments, action)?
                 }
                 (StreamImpl::Emulated(stream), FunctionImpl::Emulated(function)) => {
-                    stream.launch(self.device, function, grid, block, arguments, action)
+                    stream.launch(self.device, function, grid, block, arguments, action)?
                 }
-                _ => Err(FieldError::Cuda {
-                    device: self.device,
-                    action: action.to_string(),
-                    message: "the kernel and the stream belong to a real and an emulated GPU"
-                        .into(),
-                }),
+                _ => {
+                    return Err(FieldError::Cuda {
+                        device: self.device,
+                        action: action.to_string(),
+                        message: "the kernel and the stream belong to a real and an emulated GPU"
+                            .into(),
+                    });
+                }
             }
         }
+        self.book.enqueued_one();
+        Ok(())
     }
 }
 
@@ -670,6 +721,9 @@ impl GpuMark {
 pub struct ValidationEvent {
     device: Device,
     event: EventImpl,
+    /// Where on its stream it was recorded (`None`: finished from the
+    /// start, or a resolved copy made inside the device layer).
+    point: Option<progress::StreamPoint>,
 }
 
 impl ValidationEvent {
@@ -680,35 +734,78 @@ impl ValidationEvent {
 
     /// Blocks until the recorded work has finished. Refused for an event
     /// of a recorded step not yet enqueued (it could never finish).
+    /// An event the host already waited for (or saw complete) returns at
+    /// once, without a driver call.
     pub fn synchronize(&self) -> FieldResult<()> {
+        if self.known_finished() {
+            return Ok(());
+        }
         match &self.event {
-            EventImpl::Hardware(event) => event.synchronize(self.device),
+            EventImpl::Hardware(event) => {
+                census::count(census::Call::HostWait);
+                event.synchronize(self.device)?;
+            }
             EventImpl::Emulated(event) => {
+                census::count(census::Call::HostWait);
                 event.synchronize();
-                Ok(())
             }
             EventImpl::Pending(pending) => ValidationEvent {
                 device: self.device,
                 event: pending.resolved(self.device)?,
+                point: None,
             }
-            .synchronize(),
+            .synchronize()?,
+            EventImpl::Finished => {}
         }
+        self.saw_finished();
+        Ok(())
     }
 
     /// True once the recorded work has finished (false for an event of a
     /// recorded step not yet enqueued). Never blocks.
     pub fn is_complete(&self) -> bool {
-        match &self.event {
+        if self.known_finished() {
+            return true;
+        }
+        let complete = match &self.event {
             EventImpl::Hardware(event) => event.is_complete(),
             EventImpl::Emulated(event) => event.is_complete(),
             EventImpl::Pending(pending) => pending.resolved(self.device).is_ok_and(|event| {
                 ValidationEvent {
                     device: self.device,
                     event,
+                    point: None,
                 }
                 .is_complete()
             }),
+            EventImpl::Finished => true,
+        };
+        if complete {
+            self.saw_finished();
         }
+        complete
+    }
+
+    /// True when the host knows the event's work has finished.
+    fn known_finished(&self) -> bool {
+        matches!(self.event, EventImpl::Finished)
+            || self.point.as_ref().is_some_and(|p| p.known_finished())
+    }
+
+    /// Notes that the host saw the event's work finish.
+    fn saw_finished(&self) {
+        if let Some(point) = &self.point {
+            point.saw_finished();
+        }
+    }
+
+    /// True when a wait on this event by `stream` orders nothing.
+    fn needs_no_wait_by(&self, stream: &GpuStream) -> bool {
+        matches!(self.event, EventImpl::Finished)
+            || self
+                .point
+                .as_ref()
+                .is_some_and(|p| stream.book.needs_no_wait_for(p))
     }
 }
 

@@ -238,6 +238,7 @@ pub(crate) fn log_record(stream: &GpuStream) -> FieldResult<Option<ValidationEve
         Ok(ValidationEvent {
             device: stream.device,
             event: EventImpl::Pending(pending),
+            point: Some(stream.book.pending_point()),
         })
     })
     .transpose()
@@ -774,7 +775,10 @@ impl RecordedStep {
             StreamImpl::Emulated(_) => GraphImpl::Emulated(self.emulated_graph()?),
             StreamImpl::Hardware(origin) => {
                 origin.begin_capture(device)?;
-                let enqueued = self.enqueue(Mode::Capture);
+                let enqueued = {
+                    let _capture = super::progress::CaptureScope::open();
+                    self.enqueue(Mode::Capture)
+                };
                 // The capture is ended in every case, so that the stream
                 // leaves the capture state.
                 let captured = origin.end_capture(device);
@@ -904,6 +908,7 @@ impl RecordedStep {
                         let real = ValidationEvent {
                             device,
                             event: pending.resolved(device)?,
+                            point: None,
                         };
                         streams[*stream].wait_now(&real)?;
                     }
@@ -1125,9 +1130,12 @@ impl GpuGraph {
             for event in &step.recording.waits_before {
                 origin.wait_now(event)?;
             }
+            super::census::count(super::census::Call::GraphLaunch);
             match (&self.graph, &origin.stream) {
                 (GraphImpl::Hardware { graph, .. }, StreamImpl::Hardware(_)) => {
-                    graph.launch(device)
+                    graph.launch(device)?;
+                    origin.book.enqueued_one();
+                    Ok(())
                 }
                 (GraphImpl::Emulated(operations), StreamImpl::Emulated(stream)) => {
                     // SAFETY: every launch was checked when the graph was
@@ -1137,6 +1145,7 @@ impl GpuGraph {
                     // until the work completes, which is before the event
                     // recorded after the graph.
                     unsafe { stream.launch_graph(operations.clone(), self.streams) };
+                    origin.book.enqueued_one();
                     Ok(())
                 }
                 _ => Err(mixed(device)),
@@ -1203,6 +1212,7 @@ impl GpuGraph {
             if self.key.launch_bytes(index) == step.key.launch_bytes(index) {
                 continue;
             }
+            super::census::count(super::census::Call::GraphUpdate);
             let done = match &self.graph {
                 GraphImpl::Hardware { graph, nodes } => {
                     match (
