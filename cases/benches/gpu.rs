@@ -34,6 +34,13 @@
 //!   pool against allocated in stream order (`cuMemAllocAsync` on each
 //!   node's stream, `cuMemFreeAsync` at the end of the execution), 16^3 to
 //!   128^3: ms per execution, measured alternately, identical bits checked.
+//! * **calls**: the ExprLib graph (fused diffusion, asynchronous and
+//!   synchronous streams; the coupled one with a node per expression),
+//!   30 PDEs, 16^3 to 64^3 (`WATERSHED_CALLS_SIZES`), with every stream
+//!   wait, event record and host wait the engine asks for made, against
+//!   those that order nothing left out (the default): the driver calls of
+//!   one execution and ms per execution, alternated, identical bits
+//!   checked.
 //!
 //! Every GPU result is first compared with the CPU's (largest relative
 //! difference printed) so that a fast wrong answer is never reported.
@@ -549,6 +556,84 @@ fn replay(gpu: usize) {
     }
 }
 
+/// The GPU calls of one execution (after `warm` executions) and the
+/// median seconds per execution over `runs`.
+fn calls_and_seconds(graph: &ExpressionGraph, runs: usize) -> (watershed_fields::GpuCalls, f64) {
+    let t = seconds_per_execution(graph, ExecutionMode::Serial, runs);
+    let before = watershed_fields::gpu_calls();
+    graph.execute(ExecutionMode::Serial).expect("execute");
+    (watershed_fields::gpu_calls().since(&before), t)
+}
+
+/// Every stream wait, event record and host wait the engine asks for
+/// against those left out because they order nothing (`progress.rs` in
+/// the device layer): the driver calls of one execution and its time,
+/// the two settings alternated in three rounds (median round kept).
+fn calls(gpu: usize) {
+    println!(
+        "\n## calls: every wait and record made vs those that order nothing left out, ExprLib graph on GPU {gpu} (30 PDEs, ms per execution)\n"
+    );
+    println!(
+        "| graph | cells | streams | calls, all made | calls, elided | all made | elided | all / elided | same bits |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let pdes = 30;
+    let tags: Vec<Tag> = (0..pdes).map(phi_next).collect();
+    for n in sizes_from("WATERSHED_CALLS_SIZES", &[16, 32, 64]) {
+        for (label, variant, fusion, streams) in [
+            ("diffusion, fused", "diffusion", true, StreamMode::default()),
+            (
+                "diffusion, fused",
+                "diffusion",
+                true,
+                StreamMode::Synchronous,
+            ),
+            (
+                "coupled, a node per expression",
+                "coupled",
+                false,
+                StreamMode::default(),
+            ),
+        ] {
+            let build = || {
+                let mut g = graph_fused(n, pdes, variant, PlacementPolicy::Cpu, fusion);
+                g.place(PlacementPolicy::Gpu(gpu), streams)
+                    .expect("placement");
+                g
+            };
+            let (all, elided) = (build(), build());
+            let runs = if n >= 64 { 11 } else { 21 };
+            let mut rounds = Vec::new();
+            for _ in 0..3 {
+                watershed_fields::gpu::set_call_elision(false);
+                let made = calls_and_seconds(&all, runs);
+                watershed_fields::gpu::set_call_elision(true);
+                let left_out = calls_and_seconds(&elided, runs);
+                rounds.push((made, left_out));
+            }
+            rounds.sort_by(|a, b| (a.0.1 / a.1.1).total_cmp(&(b.0.1 / b.1.1)));
+            let ((made, t_all), (left_out, t_elided)) = rounds[1];
+            let same = results(&all, &tags) == results(&elided, &tags);
+            println!(
+                "| {label} | {n}^3 | {} | {} ({}) | {} ({}) | {:.3} | {:.3} | {:.2}x | {} |",
+                match streams {
+                    StreamMode::Synchronous => "sync",
+                    _ => "async",
+                },
+                made.total(),
+                made,
+                left_out.total(),
+                left_out,
+                t_all * 1e3,
+                t_elided * 1e3,
+                t_all / t_elided,
+                if same { "yes" } else { "NO" }
+            );
+            assert!(same, "leaving calls out changed the results");
+        }
+    }
+}
+
 /// Size-class pool vs stream-ordered allocation of the GPU scratch fields,
 /// on the ExprLib graph (coupled variant) fused and fine-grained (a node,
 /// hence a scratch field, per expression): time per execution with each,
@@ -645,5 +730,8 @@ fn main() {
     }
     if wants("allocation") {
         allocation(0);
+    }
+    if wants("calls") {
+        calls(0);
     }
 }

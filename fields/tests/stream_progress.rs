@@ -179,4 +179,22 @@ fn waits_and_records_that_order_nothing_cost_no_driver_call() {
         "b read x before the replayed step wrote it"
     );
     a.synchronize().unwrap();
+
+    // Turned off, every call asked for is made: the baseline for
+    // measuring what the elision saves.
+    watershed_fields::gpu::set_call_elision(false);
+    let calls = calls_of(|| {
+        let idle = a.record().unwrap();
+        a.wait(&idle).unwrap();
+        b.wait(&idle).unwrap();
+        b.wait(&idle).unwrap();
+        idle.synchronize().unwrap();
+        a.synchronize().unwrap();
+    });
+    watershed_fields::gpu::set_call_elision(true);
+    assert_eq!(
+        (calls.records, calls.waits, calls.host_waits),
+        (1, 3, 2),
+        "{calls}"
+    );
 }

@@ -39,6 +39,7 @@ mod progress;
 mod replay;
 
 pub use census::{GpuCalls, gpu_calls};
+pub use progress::set_call_elision;
 pub use replay::{GpuGraph, RecordedStep, StepKey, StepRecording, StepShape};
 
 use crate::Device;

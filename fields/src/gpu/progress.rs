@@ -31,6 +31,10 @@
 //! 3. A record on a stream with nothing enqueued since its last host
 //!    synchronisation returns a finished event without a driver call.
 //!
+//! It can be turned off for the process ([`set_call_elision`],
+//! `WATERSHED_GPU_KEEP_ALL_CALLS=1`), which gives the same results with
+//! every call made: the baseline for measuring the gain on a GPU.
+//!
 //! Counts grow only after the driver accepted an operation, and a host
 //! synchronisation credits only the count read before it, so an operation
 //! racing with a synchronisation is never taken for finished. Events
@@ -74,6 +78,37 @@ impl Drop for CaptureScope {
 /// True while this thread enqueues into a stream capture.
 pub(crate) fn capturing() -> bool {
     CAPTURING.with(Cell::get)
+}
+
+/// Whether calls that order nothing are left out: 0 not decided yet,
+/// 1 yes, 2 no.
+static ELISION: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// True when calls that order nothing are left out (the default;
+/// `WATERSHED_GPU_KEEP_ALL_CALLS=1` or [`set_call_elision`] turn it off).
+pub(crate) fn elision() -> bool {
+    match ELISION.load(Ordering::Acquire) {
+        1 => true,
+        2 => false,
+        _ => {
+            let keep_all = std::env::var("WATERSHED_GPU_KEEP_ALL_CALLS")
+                .is_ok_and(|v| !v.is_empty() && v != "0");
+            let state = if keep_all { 2 } else { 1 };
+            // A concurrent `set_call_elision` wins over the environment.
+            let _ = ELISION.compare_exchange(0, state, Ordering::AcqRel, Ordering::Acquire);
+            ELISION.load(Ordering::Acquire) == 1
+        }
+    }
+}
+
+/// Turns the leaving out of stream waits, event records and host waits
+/// that order nothing on or off for the whole process (on by default;
+/// `WATERSHED_GPU_KEEP_ALL_CALLS=1` starts with it off). Results are the
+/// same either way: off, every wait the engine asks for reaches the
+/// driver, which is what to compare against when measuring the gain or
+/// suspecting the elision. Takes effect for the calls made after it.
+pub fn set_call_elision(enabled: bool) {
+    ELISION.store(if enabled { 1 } else { 2 }, Ordering::Release);
 }
 
 /// Numbers streams for the life of the process (a driver handle may be
@@ -127,6 +162,7 @@ impl StreamBook {
     /// idle: a record now would mark no work.
     pub(crate) fn idle(&self) -> bool {
         !capturing()
+            && elision()
             && self.finished.load(Ordering::Acquire) >= self.enqueued.load(Ordering::Acquire)
     }
 
@@ -152,6 +188,9 @@ impl StreamBook {
     /// True when a wait on `point` by this stream orders nothing (see the
     /// module docs, rule 2).
     pub(crate) fn needs_no_wait_for(&self, point: &StreamPoint) -> bool {
+        if !elision() {
+            return false;
+        }
         if point.known_finished() {
             return true;
         }
@@ -199,10 +238,11 @@ pub(crate) struct StreamPoint {
 impl StreamPoint {
     /// True when the host knows the work before this point has finished.
     pub(crate) fn known_finished(&self) -> bool {
-        self.finished.load(Ordering::Acquire)
-            || self
-                .operations
-                .is_some_and(|n| self.book.finished.load(Ordering::Acquire) >= n)
+        elision()
+            && (self.finished.load(Ordering::Acquire)
+                || self
+                    .operations
+                    .is_some_and(|n| self.book.finished.load(Ordering::Acquire) >= n))
     }
 
     /// Notes that the host saw the event complete: so is everything before
