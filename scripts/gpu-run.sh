@@ -38,7 +38,7 @@ run_binary() { # name, seconds, extra arguments
     status=$?
     echo "$name rc=$status $(($(date +%s) - began))s $(grep -a '^test result' "$out/tests.log" | tail -n 1)" >> "$out/summary.txt"
 }
-gpu_tests="fields__test__gpu fields__test__state_machine cases__test__gpu solvers__test__whole_step_graphs solvers__test__multigrid operators__test__bad_input exprgraph__test__placement operators__test__gpu_launch_on_host cases__test__cli"
+gpu_tests="fields__test__gpu fields__test__stream_progress fields__test__state_machine cases__test__gpu solvers__test__whole_step_graphs solvers__test__multigrid operators__test__bad_input exprgraph__test__placement operators__test__gpu_launch_on_host cases__test__cli"
 for name in $gpu_tests; do
     run_binary "$name" 300 --nocapture
 done
@@ -68,6 +68,16 @@ for case in advection reacting-species; do
     timeout 300 "$built_at/target/release/watershed" run "$case" --device gpu \
         --gpu-scratch stream-ordered --quiet --output "$unpacked/output-$case-ordered" >> "$out/cli.log" 2>&1
     echo "watershed run $case --device gpu --gpu-scratch stream-ordered rc=$? $(($(date +%s) - began))s" >> "$out/summary.txt"
+done
+# Every stream wait and event record made, even those that order
+# nothing (the baseline of the elision): compare the ms/step and the
+# "GPU calls" line with the plain runs above.
+for case in exprlib-scalability taylor-green; do
+    began=$(date +%s)
+    echo "=== WATERSHED_GPU_KEEP_ALL_CALLS=1 watershed run $case --device gpu" >> "$out/cli.log"
+    WATERSHED_GPU_KEEP_ALL_CALLS=1 timeout 300 "$built_at/target/release/watershed" run "$case" \
+        --device gpu --quiet --output "$unpacked/output-$case-all-calls" >> "$out/cli.log" 2>&1
+    echo "WATERSHED_GPU_KEEP_ALL_CALLS=1 watershed run $case --device gpu rc=$? $(($(date +%s) - began))s" >> "$out/summary.txt"
 done
 # A GPU timeline: the ExprLib case traced, its kernels and copies on a
 # track per stream (open trace-exprlib.json in Perfetto).
