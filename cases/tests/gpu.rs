@@ -127,9 +127,10 @@ fn exprlib_graphs_on_the_gpu_match_the_cpu() {
 /// A repeated step makes only the driver calls that order something: the
 /// state stays on the GPU (no copy), the waits and records are those of
 /// the dependencies inside the step (the coupled source feeds every
-/// update), the host waits once per stream at the end. Before, every
-/// launch also waited for the events of the previous step and of copies
-/// that did not happen: about 7 calls per node besides its launches.
+/// update), the host waits once per stream at the end; replayed, one
+/// graph launch. Before, every launch also waited for the events of the
+/// previous step and of copies that did not happen: about 7 calls per
+/// node besides its launches, and 120 waits before each replayed graph.
 #[test]
 fn a_repeated_step_makes_only_the_driver_calls_that_order_something() {
     let Some((gpu, _alone)) =
@@ -187,6 +188,40 @@ fn a_repeated_step_makes_only_the_driver_calls_that_order_something() {
                 "{streams:?}: phi_next{i} differs by {worst:e}"
             );
         }
+    }
+    // Replayed, a step is one graph launch, the event after it and the
+    // host's wait: its fields' events, those of the previous replay, are
+    // known finished, so none is waited for before the graph.
+    let graph = exprlib(
+        &patch,
+        pdes,
+        "coupled",
+        PlacementPolicy::Gpu(gpu),
+        StreamMode::default(),
+    );
+    graph.set_step_replay(StepReplay::CudaGraph).unwrap();
+    for _ in 0..4 {
+        graph.execute(ExecutionMode::Serial).unwrap();
+    }
+    let replays = graph.replay_statistics().replays;
+    let before = watershed_fields::gpu_calls();
+    graph.execute(ExecutionMode::Serial).unwrap();
+    let replayed = watershed_fields::gpu_calls().since(&before);
+    assert_eq!(graph.replay_statistics().replays, replays + 1);
+    assert_eq!(
+        (
+            replayed.graph_launches,
+            replayed.launches,
+            replayed.waits,
+            replayed.host_waits
+        ),
+        (1, 0, 0, 1),
+        "{replayed}"
+    );
+    assert!(replayed.total() <= 3, "{replayed}");
+    for i in 0..pdes {
+        let (worst, _) = difference(&values(&graph, &phi_next(i)), &values(&cpu, &phi_next(i)));
+        assert!(worst <= 1e-12, "replayed: phi_next{i} differs by {worst:e}");
     }
 }
 

@@ -350,7 +350,7 @@ impl GpuStream {
     }
 
     fn wait_now(&self, event: &ValidationEvent) -> FieldResult<()> {
-        let event_point = event.point.clone();
+        let event_point = event.stream_point().cloned();
         let resolved;
         let event = match &event.event {
             EventImpl::Pending(pending) => {
@@ -723,7 +723,8 @@ pub struct ValidationEvent {
     device: Device,
     event: EventImpl,
     /// Where on its stream it was recorded (`None`: finished from the
-    /// start, or a resolved copy made inside the device layer).
+    /// start, logged in a step recording (see [`Self::stream_point`]), or
+    /// a resolved copy made inside the device layer).
     point: Option<progress::StreamPoint>,
 }
 
@@ -790,12 +791,12 @@ impl ValidationEvent {
     /// True when the host knows the event's work has finished.
     fn known_finished(&self) -> bool {
         matches!(self.event, EventImpl::Finished)
-            || self.point.as_ref().is_some_and(|p| p.known_finished())
+            || self.stream_point().is_some_and(|p| p.known_finished())
     }
 
     /// Notes that the host saw the event's work finish.
     fn saw_finished(&self) {
-        if let Some(point) = &self.point {
+        if let Some(point) = self.stream_point() {
             point.saw_finished();
         }
     }
@@ -804,9 +805,18 @@ impl ValidationEvent {
     fn needs_no_wait_by(&self, stream: &GpuStream) -> bool {
         matches!(self.event, EventImpl::Finished)
             || self
-                .point
-                .as_ref()
+                .stream_point()
                 .is_some_and(|p| stream.book.needs_no_wait_for(p))
+    }
+
+    /// Where the event lies on its stream: its own point, or for an event
+    /// logged in a step recording, that of the real event it stands for
+    /// once the step is enqueued (`None` before).
+    fn stream_point(&self) -> Option<&progress::StreamPoint> {
+        match &self.event {
+            EventImpl::Pending(pending) => pending.real_point(),
+            _ => self.point.as_ref(),
+        }
     }
 }
 

@@ -38,10 +38,11 @@
 //! Counts grow only after the driver accepted an operation, and a host
 //! synchronisation credits only the count read before it, so an operation
 //! racing with a synchronisation is never taken for finished. Events
-//! logged in a step recording are pending: a replayed step runs all its
-//! work on its origin stream, whatever stream logged it, so neither stream
-//! order nor counts apply to them; they are known finished once the host
-//! waited for them.
+//! logged in a step recording are pending and have no point until the
+//! step is enqueued: then each takes the point of the real event it
+//! stands for (for a replayed step, the event after the graph on its
+//! origin stream, which runs all the step's work whatever stream logged
+//! it), and the rules apply to that.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -170,17 +171,7 @@ impl StreamBook {
     pub(crate) fn point(self: &Arc<Self>) -> StreamPoint {
         StreamPoint {
             book: self.clone(),
-            operations: Some(self.enqueued.load(Ordering::Acquire)),
-            finished: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// The point of an event logged in a step recording (its work is not
-    /// enqueued yet, so it has no count).
-    pub(crate) fn pending_point(self: &Arc<Self>) -> StreamPoint {
-        StreamPoint {
-            book: self.clone(),
-            operations: None,
+            operations: self.enqueued.load(Ordering::Acquire),
             finished: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -191,23 +182,14 @@ impl StreamBook {
         if !elision() {
             return false;
         }
-        if point.known_finished() {
-            return true;
-        }
-        // A pending event's work may run elsewhere than its stream (a
-        // replayed step runs on its origin), so only a real record's
-        // stream order counts.
-        let Some(operations) = point.operations else {
-            return false;
-        };
-        if point.book.serial == self.serial {
+        if point.known_finished() || point.book.serial == self.serial {
             return true;
         }
         self.waits_for
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&point.book.serial)
-            .is_some_and(|&waited| waited >= operations)
+            .is_some_and(|&waited| waited >= point.operations)
     }
 
     /// Notes that this stream now waits for `point` (after the driver
@@ -216,11 +198,9 @@ impl StreamBook {
         if capturing() {
             return;
         }
-        if let Some(operations) = point.operations {
-            let mut waits = self.waits_for.lock().unwrap_or_else(|p| p.into_inner());
-            let waited = waits.entry(point.book.serial).or_insert(0);
-            *waited = (*waited).max(operations);
-        }
+        let mut waits = self.waits_for.lock().unwrap_or_else(|p| p.into_inner());
+        let waited = waits.entry(point.book.serial).or_insert(0);
+        *waited = (*waited).max(point.operations);
     }
 }
 
@@ -229,8 +209,8 @@ impl StreamBook {
 #[derive(Debug, Clone)]
 pub(crate) struct StreamPoint {
     book: Arc<StreamBook>,
-    /// The stream's count at the record (`None`: logged in a recording).
-    operations: Option<u64>,
+    /// The stream's count at the record.
+    operations: u64,
     /// Set once the host waited for the event itself or saw it complete.
     finished: Arc<AtomicBool>,
 }
@@ -240,17 +220,13 @@ impl StreamPoint {
     pub(crate) fn known_finished(&self) -> bool {
         elision()
             && (self.finished.load(Ordering::Acquire)
-                || self
-                    .operations
-                    .is_some_and(|n| self.book.finished.load(Ordering::Acquire) >= n))
+                || self.book.finished.load(Ordering::Acquire) >= self.operations)
     }
 
     /// Notes that the host saw the event complete: so is everything before
     /// it on its stream.
     pub(crate) fn saw_finished(&self) {
         self.finished.store(true, Ordering::Release);
-        if let Some(operations) = self.operations {
-            self.book.finished_up_to(operations);
-        }
+        self.book.finished_up_to(self.operations);
     }
 }

@@ -73,9 +73,27 @@ pub(crate) struct PendingEvent {
     recording: u64,
     index: usize,
     real: OnceLock<EventImpl>,
+    /// Where the real event lies on its stream (the origin's, for a
+    /// replayed step), once resolved (`progress.rs`).
+    real_point: OnceLock<super::progress::StreamPoint>,
 }
 
 impl PendingEvent {
+    /// Makes `real` the event this one stands for (once; later calls
+    /// change nothing).
+    fn resolve(&self, real: &ValidationEvent) {
+        if self.real.set(real.event.clone()).is_ok()
+            && let Some(point) = &real.point
+        {
+            let _ = self.real_point.set(point.clone());
+        }
+    }
+
+    /// Where the real event lies on its stream, once resolved.
+    pub(crate) fn real_point(&self) -> Option<&super::progress::StreamPoint> {
+        self.real_point.get()
+    }
+
     /// The real event, or an error when the step that records it has not
     /// been enqueued.
     pub(crate) fn resolved(&self, device: Device) -> FieldResult<EventImpl> {
@@ -231,6 +249,7 @@ pub(crate) fn log_record(stream: &GpuStream) -> FieldResult<Option<ValidationEve
             recording: recording.id,
             index: recording.events.len(),
             real: OnceLock::new(),
+            real_point: OnceLock::new(),
         });
         let event = pending.index;
         recording.log(stream, |stream| StepOperation::Record { stream, event })?;
@@ -238,7 +257,7 @@ pub(crate) fn log_record(stream: &GpuStream) -> FieldResult<Option<ValidationEve
         Ok(ValidationEvent {
             device: stream.device,
             event: EventImpl::Pending(pending),
-            point: Some(stream.book.pending_point()),
+            point: None,
         })
     })
     .transpose()
@@ -897,7 +916,7 @@ impl RecordedStep {
                     let real = streams[*stream].record_now()?;
                     match mode {
                         Mode::Direct => {
-                            let _ = self.recording.events[*event].real.set(real.event);
+                            self.recording.events[*event].resolve(&real);
                         }
                         Mode::Capture => captured[*event] = Some(real),
                     }
@@ -944,7 +963,7 @@ impl RecordedStep {
         }
         if let Ok(end) = self.recording.origin.record_now() {
             for pending in &self.recording.events {
-                let _ = pending.real.set(end.event.clone());
+                pending.resolve(&end);
             }
         }
     }
@@ -952,7 +971,7 @@ impl RecordedStep {
     /// Makes every pending event the one recorded after the step's graph.
     fn resolve_all(&self, end: &ValidationEvent) {
         for pending in &self.recording.events {
-            let _ = pending.real.set(end.event.clone());
+            pending.resolve(end);
         }
     }
 }
