@@ -12,7 +12,7 @@
 //! 2. the key was seen before: the step is captured as its own graph and
 //!    launched (a *capture*);
 //! 3. a graph of the same shape exists: its kernels take the step's
-//!    arguments ([`watershed_fields::GpuGraph::update_arguments`]) and it
+//!    arguments ([`watershed_fields::gpu::GpuGraph::update_arguments`]) and it
 //!    is launched (an *updated replay*). This is how a step whose
 //!    parameter (the time) or whose pointers change every time is still
 //!    replayed;
