@@ -1,6 +1,9 @@
 //! GPU location tests. Each runs on GPU 0 when a CUDA device is present and
 //! prints "skipped ... no CUDA device" and passes when it is not.
 
+mod device_bytes;
+
+use device_bytes::read_device;
 use watershed_fields::gpu::gpu_for_tests;
 use watershed_fields::*;
 
@@ -130,26 +133,6 @@ fn gpu_to_gpu_validation_when_two_gpus_exist() {
     let _ = field.gpu_buffer_mut(Device::Gpu(1)).unwrap();
     field.validate_on(Device::Cpu).unwrap();
     assert_eq!(field.values().unwrap(), &expected[..]);
-}
-
-/// The bytes of `bytes` bytes of GPU memory at `address`, read directly.
-fn read_device(k: usize, address: usize, bytes: usize) -> Vec<u8> {
-    let stream = GpuStream::new(k).unwrap();
-    let mut host = vec![0u8; bytes];
-    // SAFETY: `address` is `bytes` bytes of GPU k's memory held by the
-    // caller; `host` lives until the stream is synchronised.
-    unsafe {
-        stream
-            .copy(
-                (Device::Gpu(k), address),
-                (Device::Cpu, host.as_mut_ptr() as usize),
-                bytes,
-                "reading back",
-            )
-            .unwrap();
-    }
-    stream.synchronize().unwrap();
-    host
 }
 
 /// Records on `origin` a memset of `a` to `byte` and, on a second stream

@@ -6,6 +6,9 @@
 //!
 //! One test in this binary: the census counts the whole process.
 
+mod device_bytes;
+
+use device_bytes::read_device;
 use watershed_fields::gpu::gpu_for_tests;
 use watershed_fields::*;
 
@@ -29,26 +32,6 @@ fn copy(stream: &GpuStream, from: usize, to: usize, bytes: usize) {
     // SAFETY: both are `bytes` bytes of the stream's GPU memory, held by
     // the test until every stream is synchronised.
     unsafe { stream.copy((k, from), (k, to), bytes, "copy").unwrap() };
-}
-
-/// The bytes at `address`, read on a fresh stream.
-fn read(k: usize, address: usize, bytes: usize) -> Vec<u8> {
-    let stream = GpuStream::new(k).unwrap();
-    let mut host = vec![0u8; bytes];
-    // SAFETY: `address` is `bytes` bytes of GPU k's memory; `host` lives
-    // until the stream is synchronised.
-    unsafe {
-        stream
-            .copy(
-                (Device::Gpu(k), address),
-                (Device::Cpu, host.as_mut_ptr() as usize),
-                bytes,
-                "read back",
-            )
-            .unwrap();
-    }
-    stream.synchronize().unwrap();
-    host
 }
 
 #[test]
@@ -106,7 +89,7 @@ fn waits_and_records_that_order_nothing_cost_no_driver_call() {
     copy(&b, x, y, bytes);
     b.synchronize().unwrap();
     assert!(
-        read(k, y, bytes).iter().all(|&v| v == 0x22),
+        read_device(k, y, bytes).iter().all(|&v| v == 0x22),
         "b read x early"
     );
 
@@ -127,7 +110,7 @@ fn waits_and_records_that_order_nothing_cost_no_driver_call() {
     copy(&c, x, y, bytes);
     c.synchronize().unwrap();
     assert!(
-        read(k, y, bytes).iter().all(|&v| v == 0x33),
+        read_device(k, y, bytes).iter().all(|&v| v == 0x33),
         "c read x before a wrote it"
     );
 
@@ -175,7 +158,7 @@ fn waits_and_records_that_order_nothing_cost_no_driver_call() {
     copy(&b, x, y, bytes);
     b.synchronize().unwrap();
     assert!(
-        read(k, y, bytes).iter().all(|&v| v == 0x55),
+        read_device(k, y, bytes).iter().all(|&v| v == 0x55),
         "b read x before the replayed step wrote it"
     );
     a.synchronize().unwrap();
