@@ -90,6 +90,59 @@ pub fn laplacian<'a, L: Location>(value: impl IntoExpr<'a, L>) -> Expr<'a, L> {
     unary_stencil(StencilOp::Laplacian, value)
 }
 
+/// Fourth-order gradient of a cell field on the faces normal to `F::AXIS`:
+/// `(27 (c[i] - c[i-1]) - (c[i+1] - c[i-2])) / (24 h)` (two cells each side).
+pub fn gradient4<'a, F: FaceLocation>(cells: impl IntoExpr<'a, CellCentre>) -> Expr<'a, F> {
+    unary_stencil(StencilOp::Gradient4 { axis: F::AXIS }, cells)
+}
+
+/// Fourth-order divergence (derivative along `F::AXIS`) of a face field, at
+/// cell centres: `(27 (a[i+1] - a[i]) - (a[i+2] - a[i-1])) / (24 h)`.
+pub fn divergence4<'a, F: FaceLocation>(faces: impl IntoExpr<'a, F>) -> Expr<'a, CellCentre> {
+    unary_stencil(StencilOp::Divergence4 { axis: F::AXIS }, faces)
+}
+
+/// Fourth-order interpolation of a cell field to the faces normal to
+/// `F::AXIS`: `(9 (c[i-1] + c[i]) - (c[i-2] + c[i+1])) / 16`.
+pub fn interpolate_to_face4<'a, F: FaceLocation>(
+    cells: impl IntoExpr<'a, CellCentre>,
+) -> Expr<'a, F> {
+    unary_stencil(StencilOp::InterpolateToFace4 { axis: F::AXIS }, cells)
+}
+
+/// Fourth-order interpolation of a face field to cell centres:
+/// `(9 (a[i] + a[i+1]) - (a[i-1] + a[i+2])) / 16`.
+pub fn interpolate_to_cell4<'a, F: FaceLocation>(
+    faces: impl IntoExpr<'a, F>,
+) -> Expr<'a, CellCentre> {
+    unary_stencil(StencilOp::InterpolateToCell4 { axis: F::AXIS }, faces)
+}
+
+/// Fourth-order Laplacian over the active axes (five points per axis).
+pub fn laplacian4<'a, L: Location>(value: impl IntoExpr<'a, L>) -> Expr<'a, L> {
+    unary_stencil(StencilOp::Laplacian4, value)
+}
+
+/// `value`'s points at the same indices, read as location `D`
+/// ([`StencilOp::Relabel`]): no arithmetic. It lets staggered operators
+/// combine two locations, e.g. a y-face velocity averaged along x onto
+/// the edges that an x-face index also numbers:
+///
+/// ```
+/// use watershed_fields::{Device, Grid, SpatialField, XFace, YFace};
+/// use watershed_language::{field, relabel, shift};
+/// let patch = Grid::new([8, 8, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+/// let v = SpatialField::<YFace>::new("v", &patch, Device::Cpu)?;
+/// let v_x = relabel::<YFace, XFace>(&v);
+/// // v averaged along x to the edge (x_i, y_j): (v[i-1, j] + v[i, j]) / 2.
+/// let at_edges = 0.5 * (shift(v_x.clone(), [-1, 0, 0]) + v_x);
+/// assert!(at_edges.node().to_string().contains("as_XFace"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn relabel<'a, S: Location, D: Location>(value: impl IntoExpr<'a, S>) -> Expr<'a, D> {
+    unary_stencil(StencilOp::Relabel { to: D::KIND }, value)
+}
+
 /// `value` read at a fixed `offset` (x, y, z) from each point: `a[i + offset]`.
 /// Boundary conditions use it for mirror partners and periodic images.
 pub fn shift<'a, L: Location>(value: impl IntoExpr<'a, L>, offset: [isize; 3]) -> Expr<'a, L> {

@@ -27,7 +27,7 @@
 //! | [`expr`] | the typed front end: [`Expr`], arithmetic, math functions, [`Condition`], [`cond`] |
 //! | [`mask`] | point sets for conditions ([`Mask`], [`Side`]) |
 //! | [`parameter`] | scalar parameters read by expressions ([`Parameter`]) |
-//! | [`calculus`] | gradient, divergence, interpolants, Laplacian, upwind, limited, shifts, restriction and prolongation between grids; [`FaceVector`] |
+//! | [`calculus`] | gradient, divergence, interpolants, Laplacian (second and fourth order), relabelling between locations, upwind, limited, shifts, restriction and prolongation between grids; [`FaceVector`] |
 //! | [`vmath`] | the vectorisable `exp`, `log`, `sin`, `cos`, `tanh`, `pow` shared by the interpreter and the generated code |
 //! | [`error`] | [`OperatorError`], the one error type of the stages up to assignment |
 //!
@@ -46,9 +46,9 @@ pub mod stencil;
 pub mod vmath;
 
 pub use calculus::{
-    FaceLocation, FaceVector, derivative, div, divergence, grad, gradient, interp,
-    interpolate_to_cell, interpolate_to_face, laplacian, limited, prolongate, restrict, shift,
-    upwind,
+    FaceLocation, FaceVector, derivative, div, divergence, divergence4, grad, gradient, gradient4,
+    interp, interpolate_to_cell, interpolate_to_cell4, interpolate_to_face, interpolate_to_face4,
+    laplacian, laplacian4, limited, prolongate, relabel, restrict, shift, upwind,
 };
 pub use error::{CompileFailure, OperatorError, OperatorResult};
 pub use expr::{

@@ -43,6 +43,47 @@ pub enum StencilOp {
     /// Second-order Laplacian over the active axes, any location to itself:
     /// `sum_a (a[i+e] - 2 a[i] + a[i-e]) / h_a^2`.
     Laplacian,
+    /// Fourth-order gradient, cell centres to the faces normal to `axis`
+    /// (Morinishi et al. 1998): `(27 (a[i] - a[i-1]) - (a[i+1] - a[i-2])) /
+    /// (24 h)`.
+    Gradient4 {
+        /// Direction of the derivative.
+        axis: usize,
+    },
+    /// Fourth-order divergence, faces normal to `axis` to cell centres:
+    /// `(27 (a[i+1] - a[i]) - (a[i+2] - a[i-1])) / (24 h)`; minus the
+    /// transpose of [`StencilOp::Gradient4`] on a periodic axis.
+    Divergence4 {
+        /// Direction of the derivative.
+        axis: usize,
+    },
+    /// Fourth-order interpolation of cell centres to the faces normal to
+    /// `axis`: `(9 (a[i-1] + a[i]) - (a[i-2] + a[i+1])) / 16`.
+    InterpolateToFace4 {
+        /// Normal of the destination faces.
+        axis: usize,
+    },
+    /// Fourth-order interpolation of the faces normal to `axis` to cell
+    /// centres: `(9 (a[i] + a[i+1]) - (a[i-1] + a[i+2])) / 16`; the
+    /// transpose of [`StencilOp::InterpolateToFace4`] on a periodic axis.
+    InterpolateToCell4 {
+        /// Normal of the source faces.
+        axis: usize,
+    },
+    /// Fourth-order Laplacian over the active axes, any location to itself:
+    /// `sum_a (-a[i-2e] + 16 a[i-e] - 30 a[i] + 16 a[i+e] - a[i+2e]) / (12
+    /// h_a^2)`.
+    Laplacian4,
+    /// The argument's value at the same index, read as a value of location
+    /// `to`: no arithmetic, no offset. The staggered operators that combine
+    /// two locations (the edge fluxes of the momentum equation's
+    /// conservative forms, the vorticity) use it to bring a face field
+    /// normal to one axis into the index space of another; the index
+    /// convention above says where each point lies.
+    Relabel {
+        /// The location the values are read as.
+        to: LocationKind,
+    },
     /// Upwind interpolation of a cell field (second argument) to the faces
     /// normal to `axis` by the sign of a face velocity (first argument): the
     /// lower cell where the velocity is `>= 0`, the upper cell otherwise.
@@ -102,10 +143,16 @@ pub fn stencil_axis(op: StencilOp) -> Option<usize> {
         | StencilOp::Divergence { axis }
         | StencilOp::InterpolateToFace { axis }
         | StencilOp::InterpolateToCell { axis }
+        | StencilOp::Gradient4 { axis }
+        | StencilOp::Divergence4 { axis }
+        | StencilOp::InterpolateToFace4 { axis }
+        | StencilOp::InterpolateToCell4 { axis }
         | StencilOp::CentredDerivative { axis }
         | StencilOp::Upwind { axis }
         | StencilOp::Limited { axis, .. } => Some(axis),
         StencilOp::Laplacian
+        | StencilOp::Laplacian4
+        | StencilOp::Relabel { .. }
         | StencilOp::Shift { .. }
         | StencilOp::Restrict { .. }
         | StencilOp::Prolongate { .. } => None,
@@ -136,6 +183,14 @@ impl StencilOp {
             StencilOp::InterpolateToCell { axis: a } => format!("interp_{}face_to_cell", axis(a)),
             StencilOp::CentredDerivative { axis: a } => format!("d{}", axis(a)),
             StencilOp::Laplacian => "laplacian".into(),
+            StencilOp::Gradient4 { axis: a } => format!("grad4_{}", axis(a)),
+            StencilOp::Divergence4 { axis: a } => format!("div4_{}", axis(a)),
+            StencilOp::InterpolateToFace4 { axis: a } => format!("interp4_to_{}face", axis(a)),
+            StencilOp::InterpolateToCell4 { axis: a } => {
+                format!("interp4_{}face_to_cell", axis(a))
+            }
+            StencilOp::Laplacian4 => "laplacian4".into(),
+            StencilOp::Relabel { to } => format!("as_{}", to.name()),
             StencilOp::Upwind { axis: a } => format!("upwind_{}", axis(a)),
             StencilOp::Limited { axis: a, limiter } => format!("{}_{}", limiter.name(), axis(a)),
             StencilOp::Shift { offset } => {
@@ -165,12 +220,17 @@ impl StencilOp {
         match self {
             StencilOp::Gradient { .. }
             | StencilOp::InterpolateToFace { .. }
+            | StencilOp::Gradient4 { .. }
+            | StencilOp::InterpolateToFace4 { .. }
             | StencilOp::Restrict { .. }
             | StencilOp::Prolongate { .. } => Some(LocationKind::CellCentre),
-            StencilOp::Divergence { axis } | StencilOp::InterpolateToCell { axis } => {
-                Some(face_of(axis))
-            }
+            StencilOp::Divergence { axis }
+            | StencilOp::InterpolateToCell { axis }
+            | StencilOp::Divergence4 { axis }
+            | StencilOp::InterpolateToCell4 { axis } => Some(face_of(axis)),
             StencilOp::Laplacian
+            | StencilOp::Laplacian4
+            | StencilOp::Relabel { .. }
             | StencilOp::CentredDerivative { .. }
             | StencilOp::Shift { .. } => None,
             StencilOp::Upwind { axis } | StencilOp::Limited { axis, .. } => {
@@ -188,13 +248,19 @@ impl StencilOp {
         match self {
             StencilOp::Gradient { axis }
             | StencilOp::InterpolateToFace { axis }
+            | StencilOp::Gradient4 { axis }
+            | StencilOp::InterpolateToFace4 { axis }
             | StencilOp::Upwind { axis }
             | StencilOp::Limited { axis, .. } => Some(face_of(axis)),
             StencilOp::Divergence { .. }
             | StencilOp::InterpolateToCell { .. }
+            | StencilOp::Divergence4 { .. }
+            | StencilOp::InterpolateToCell4 { .. }
             | StencilOp::Restrict { .. }
             | StencilOp::Prolongate { .. } => Some(LocationKind::CellCentre),
+            StencilOp::Relabel { to } => Some(to),
             StencilOp::Laplacian
+            | StencilOp::Laplacian4
             | StencilOp::CentredDerivative { .. }
             | StencilOp::Shift { .. } => None,
         }
@@ -317,6 +383,51 @@ impl StencilOp {
                 points.push(([0; 3], centre));
                 points
             }
+            StencilOp::Gradient4 { axis } => {
+                let w = 1.0 / (24.0 * spacing[axis]);
+                vec![
+                    (unit(axis, -2), w),
+                    (unit(axis, -1), -27.0 * w),
+                    ([0; 3], 27.0 * w),
+                    (unit(axis, 1), -w),
+                ]
+            }
+            StencilOp::Divergence4 { axis } => {
+                let w = 1.0 / (24.0 * spacing[axis]);
+                vec![
+                    (unit(axis, -1), w),
+                    ([0; 3], -27.0 * w),
+                    (unit(axis, 1), 27.0 * w),
+                    (unit(axis, 2), -w),
+                ]
+            }
+            StencilOp::InterpolateToFace4 { axis } => vec![
+                (unit(axis, -2), -1.0 / 16.0),
+                (unit(axis, -1), 9.0 / 16.0),
+                ([0; 3], 9.0 / 16.0),
+                (unit(axis, 1), -1.0 / 16.0),
+            ],
+            StencilOp::InterpolateToCell4 { axis } => vec![
+                (unit(axis, -1), -1.0 / 16.0),
+                ([0; 3], 9.0 / 16.0),
+                (unit(axis, 1), 9.0 / 16.0),
+                (unit(axis, 2), -1.0 / 16.0),
+            ],
+            StencilOp::Laplacian4 => {
+                let mut points = Vec::new();
+                let mut centre = 0.0;
+                for axis in (0..3).filter(|&a| active[a]) {
+                    let w = 1.0 / (12.0 * spacing[axis] * spacing[axis]);
+                    points.push((unit(axis, -2), -w));
+                    points.push((unit(axis, -1), 16.0 * w));
+                    points.push((unit(axis, 1), 16.0 * w));
+                    points.push((unit(axis, 2), -w));
+                    centre -= 30.0 * w;
+                }
+                points.push(([0; 3], centre));
+                points
+            }
+            StencilOp::Relabel { .. } => vec![([0; 3], 1.0)],
             StencilOp::Shift { offset } => vec![(offset, 1.0)],
             StencilOp::Upwind { .. }
             | StencilOp::Limited { .. }

@@ -896,14 +896,19 @@ impl Lowering<'_> {
                 return match op {
                     StencilOp::Gradient { .. }
                     | StencilOp::Divergence { .. }
+                    | StencilOp::Gradient4 { .. }
+                    | StencilOp::Divergence4 { .. }
                     | StencilOp::CentredDerivative { .. } => Ok(LinearForm::constant(0.0)),
-                    StencilOp::InterpolateToFace { .. } | StencilOp::InterpolateToCell { .. } => {
-                        self.lower(&args[0], row)
-                    }
+                    StencilOp::InterpolateToFace { .. }
+                    | StencilOp::InterpolateToCell { .. }
+                    | StencilOp::InterpolateToFace4 { .. }
+                    | StencilOp::InterpolateToCell4 { .. } => self.lower(&args[0], row),
                     StencilOp::Upwind { .. } | StencilOp::Limited { .. } => {
                         self.lower(&args[1], row)
                     }
                     StencilOp::Laplacian
+                    | StencilOp::Laplacian4
+                    | StencilOp::Relabel { .. }
                     | StencilOp::Shift { .. }
                     | StencilOp::Restrict { .. }
                     | StencilOp::Prolongate { .. } => {

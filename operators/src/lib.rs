@@ -67,9 +67,9 @@ pub use cache::{
     CacheStatistics, LoweredKernel, cache_statistics, lower_cached, lower_specialised,
 };
 pub use calculus::{
-    FaceLocation, FaceVector, derivative, div, divergence, grad, gradient, interp,
-    interpolate_to_cell, interpolate_to_face, laplacian, limited, prolongate, restrict, shift,
-    upwind,
+    FaceLocation, FaceVector, derivative, div, divergence, divergence4, grad, gradient, gradient4,
+    interp, interpolate_to_cell, interpolate_to_cell4, interpolate_to_face, interpolate_to_face4,
+    laplacian, laplacian4, limited, prolongate, relabel, restrict, shift, upwind,
 };
 pub use codegen::Backend;
 pub use error::{CompileFailure, OperatorError, OperatorResult};

@@ -21,6 +21,7 @@
 //! zero length (`u* = u`), which projects the initial velocity.
 
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
+use crate::convection::{ConvectionForm, momentum_convection};
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::{Stage, TimeIntegrator};
 use crate::multigrid::{Multigrid, MultigridOptions, first_non_finite};
@@ -30,6 +31,7 @@ use crate::solver::TimeStep;
 use crate::stages::{
     StageParameters, advance_levels, not_finite_in, reads_start_level, update_expression,
 };
+use crate::staggered::SpaceOrder;
 use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
 use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{
@@ -40,8 +42,7 @@ use watershed_fields::on_face;
 use watershed_fields::{CellCentre, Patch, SpatialField};
 use watershed_operators::{
     BoundField, Expr, FaceLocation, Parallelism, Parameter, PreparedReduction, ReduceRegion,
-    Reduction, abs, derivative, divergence, field, gradient, interior_sum, interpolate_to_cell,
-    interpolate_to_face, laplacian,
+    Reduction, abs, field, interior_sum,
 };
 
 const NAMES: [&str; 3] = ["u", "v", "w"];
@@ -93,6 +94,8 @@ pub struct IncompressibleFlowBuilder {
     /// `None`: [`default_poisson_options`] for the grid's dimensions.
     poisson: Option<MultigridOptions>,
     placement: PlacementPolicy,
+    convection: ConvectionForm,
+    order: SpaceOrder,
 }
 
 impl IncompressibleFlowBuilder {
@@ -109,7 +112,29 @@ impl IncompressibleFlowBuilder {
             mode: ExecutionMode::Serial,
             poisson: None,
             placement: PlacementPolicy::Cpu,
+            convection: ConvectionForm::default(),
+            order: SpaceOrder::Second,
         }
+    }
+
+    /// The form of the convective term (default
+    /// [`ConvectionForm::SkewSymmetric`], which conserves kinetic energy;
+    /// see [`crate::convection`]).
+    pub fn convection(mut self, form: ConvectionForm) -> Self {
+        self.convection = form;
+        self
+    }
+
+    /// The order of every spatial operator of the flow (default second):
+    /// convection, viscous term and projection. Fourth order needs a patch
+    /// with 3 ghost layers ([`SpaceOrder::ghost_layers_for_flow`]); its
+    /// projection solves the wide `div4(grad4(psi)) = div4(u*)` by CG
+    /// preconditioned with the compact second-order multigrid, so that the
+    /// projected velocity's fourth-order divergence vanishes, which the
+    /// conservation of the fourth-order convective forms needs.
+    pub fn space_order(mut self, order: SpaceOrder) -> Self {
+        self.order = order;
+        self
     }
 
     /// Boundary conditions of velocity component `axis` (0 = u on x faces).
@@ -190,13 +215,22 @@ impl IncompressibleFlowBuilder {
         if let Some(f) = self.body_force.iter().find(|f| !f.is_finite()) {
             return setup(format!("the body force {f} is not finite"));
         }
+        if !self.convection.supports(self.order) {
+            return setup(format!(
+                "the {} convection form is second order only; use space_order 2 or another form ({})",
+                self.convection.name(),
+                ConvectionForm::NAMES[..3].join(", ")
+            ));
+        }
         let ghosts = self.patch.ghosts();
+        let needed = self.order.ghost_layers_for_flow();
         for &axis in &active {
             for (side, width) in [("-", ghosts.minus[axis]), ("+", ghosts.plus[axis])] {
-                if width == 0 {
+                if width < needed {
                     return setup(format!(
-                        "the patch has 0 ghost layers on side {side}{}; the momentum stencils and the pressure projection read 1 layer beyond the interior: build the patch with at least 1 ghost layer",
-                        ["x", "y", "z"][axis]
+                        "the patch has {width} ghost layers on side {side}{}; at space order {} the momentum stencils and the pressure projection read {needed} beyond the interior: build the patch with at least {needed} ghost layers",
+                        ["x", "y", "z"][axis],
+                        self.order.number()
                     ));
                 }
             }
@@ -222,11 +256,16 @@ impl IncompressibleFlowBuilder {
             let conditions = self.conditions[axis];
             on_face!(axis, F => attach_conditions::<F>(&mut factory, &now[axis], conditions)?);
             let rhs = Tag::none(&format!("rhs_{}", NAMES[axis]));
-            let (nu, force) = (self.viscosity, self.body_force[axis]);
+            let terms = MomentumTerms {
+                form: self.convection,
+                order: self.order,
+                active: active.clone(),
+                spacing: grid.spacing(),
+                viscosity: self.viscosity,
+                force: self.body_force[axis],
+            };
             let velocity = now.clone();
-            let dims = active.clone();
-            let expression =
-                on_face!(axis, F => momentum::<F>(rhs.clone(), velocity, dims, nu, force));
+            let expression = on_face!(axis, F => momentum::<F>(rhs.clone(), velocity, terms));
             factory.register(expression)?;
             let update = on_face!(axis, F => update_expression::<F>(
                 &now[axis],
@@ -251,20 +290,22 @@ impl IncompressibleFlowBuilder {
             let conditions = self.conditions[axis];
             let (provisional, corrected) = (&provisional_tags[axis], &next[axis]);
             on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions)?);
-            let (from, psi) = (provisional.clone(), psi_tag.clone());
+            let (from, psi, order) = (provisional.clone(), psi_tag.clone(), self.order);
             factory.register(on_face!(axis, F => {
                 LanguageExpression::new::<F>(corrected.clone(), move |s| {
-                    s.field::<F>(&from) - gradient::<F>(s.field::<CellCentre>(&psi))
+                    s.field::<F>(&from) - order.gradient::<F>(s.field::<CellCentre>(&psi))
                 })
                 .checking_finite()
             }))?;
             on_face!(axis, F => attach_conditions::<F>(&mut factory, corrected, conditions)?);
         }
+        let order = self.order;
         let divergence_of = |velocity: [Tag; 3], dims: Vec<usize>| {
             move |s: &mut Symbols| -> Expr<'static, CellCentre> {
                 let mut sum: Expr<'static, CellCentre> = Expr::constant(0.0);
                 for &axis in &dims {
-                    sum = sum + on_face!(axis, F => divergence::<F>(s.field::<F>(&velocity[axis])));
+                    sum = sum
+                        + on_face!(axis, F => order.divergence::<F>(s.field::<F>(&velocity[axis])));
                 }
                 sum
             }
@@ -284,7 +325,7 @@ impl IncompressibleFlowBuilder {
         for side in watershed_operators::Side::ALL {
             walls = walls.with(side, BoundaryCondition::Neumann(0.0));
         }
-        let multigrid = Multigrid::new(&self.patch, walls, poisson)?;
+        let multigrid = Multigrid::with_order(&self.patch, walls, poisson, self.order)?;
         let divergence_kept = divergence_tag.clone();
         let (solve, poisson) = PoissonSolve::new(divergence_tag, psi_tag.clone(), multigrid);
         factory.register(solve)?;
@@ -355,6 +396,8 @@ impl IncompressibleFlowBuilder {
             pressure: pressure_tag,
             conditions: self.conditions,
             walls,
+            order: self.order,
+            convection: self.convection,
             viscosity: self.viscosity,
             integrator: self.integrator,
             mode: self.mode,
@@ -381,34 +424,41 @@ fn attach_conditions<F: GraphLocation>(
     Ok(())
 }
 
-/// Velocity component `b` at the faces `F`.
-fn velocity_at<F: FaceLocation>(
-    s: &mut Symbols,
-    velocity: &[Tag; 3],
-    b: usize,
-) -> Expr<'static, F> {
-    if b == F::AXIS {
-        return s.field(&velocity[b]);
-    }
-    let at_cells: Expr<'static, CellCentre> =
-        on_face!(b, V => interpolate_to_cell::<V>(s.field(&velocity[b])));
-    interpolate_to_face::<F>(at_cells)
+/// The momentum right-hand side of component `F`: `-(u . grad) u_F + nu
+/// lap(u_F) + f`, the convective term in `form` and every operator of
+/// `order`.
+struct MomentumTerms {
+    form: ConvectionForm,
+    order: SpaceOrder,
+    active: Vec<usize>,
+    spacing: [f64; 3],
+    viscosity: f64,
+    force: f64,
 }
 
 fn momentum<F: FaceLocation + GraphLocation>(
     rhs: Tag,
     velocity: [Tag; 3],
-    active: Vec<usize>,
-    viscosity: f64,
-    force: f64,
+    terms: MomentumTerms,
 ) -> LanguageExpression {
     LanguageExpression::new::<F>(rhs, move |s| {
+        let convection = momentum_convection::<F>(
+            terms.form,
+            terms.order,
+            s,
+            &velocity,
+            &terms.active,
+            terms.spacing,
+        );
         let u: Expr<'static, F> = s.field(&velocity[F::AXIS]);
-        let mut convection: Expr<'static, F> = Expr::constant(0.0);
-        for &b in &active {
-            convection = convection + velocity_at::<F>(s, &velocity, b) * derivative(b, u.clone());
+        let mut value = -convection;
+        if terms.viscosity != 0.0 {
+            value = value + terms.viscosity * terms.order.laplacian(u);
         }
-        -convection + viscosity * laplacian(u) + force
+        if terms.force != 0.0 {
+            value = value + terms.force;
+        }
+        value
     })
 }
 
@@ -436,6 +486,8 @@ pub struct IncompressibleFlow {
     pressure: Tag,
     conditions: [BoundaryConditions; 3],
     walls: BoundaryConditions,
+    order: SpaceOrder,
+    convection: ConvectionForm,
     viscosity: f64,
     integrator: TimeIntegrator,
     mode: ExecutionMode,
@@ -489,6 +541,16 @@ impl IncompressibleFlow {
         self.time = time;
         self.steps = steps;
         Ok(())
+    }
+
+    /// The order of the flow's spatial operators.
+    pub fn space_order(&self) -> SpaceOrder {
+        self.order
+    }
+
+    /// The form of the convective term.
+    pub fn convection_form(&self) -> ConvectionForm {
+        self.convection
     }
 
     /// The axes the flow has velocity components on (0 = x, ...).

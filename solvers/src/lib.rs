@@ -8,6 +8,8 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`incompressible`] | [`IncompressibleFlow`]: staggered Navier-Stokes with a multigrid pressure projection every stage |
+//! | [`convection`] | [`ConvectionForm`]: the momentum convection of Morinishi et al. (divergence, advective, skew-symmetric) at second and fourth order |
+//! | [`staggered`] | [`SpaceOrder`] and the half-point averages and differences the conservative forms are built from |
 //! | [`integrator`] | forward Euler, SSP-RK2, SSP-RK3 in Shu-Osher form |
 //! | [`boundary`] | Dirichlet, Neumann, flux and periodic conditions in ghost points |
 //! | [`multigrid`] | [`Multigrid`]: geometric multigrid for `lap(x) = b`, as a solver and as a CG preconditioner |
@@ -22,6 +24,7 @@
 
 pub mod boundary;
 mod coarsest;
+pub mod convection;
 pub mod error;
 pub mod incompressible;
 pub mod integrator;
@@ -30,10 +33,12 @@ mod prepared;
 mod projection;
 pub mod solver;
 pub mod stages;
+pub mod staggered;
 mod stepping;
 pub mod transport;
 
 pub use boundary::{BoundaryCondition, BoundaryConditions};
+pub use convection::ConvectionForm;
 pub use error::{SolverError, SolverResult};
 pub use incompressible::{
     IncompressibleFlow, IncompressibleFlowBuilder, ProjectionReport, default_poisson_options,
@@ -42,5 +47,6 @@ pub use integrator::{Stage, TimeIntegrator};
 pub use multigrid::{Multigrid, MultigridOptions, SolveReport};
 pub use solver::{TimeStep, TransportSolver, TransportSolverBuilder};
 pub use stages::StageParameters;
+pub use staggered::SpaceOrder;
 pub use transport::{ConvectiveScheme, Diffusivity, Source, TransportEquation};
 pub use watershed_exprgraph as exprgraph;
