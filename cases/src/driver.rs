@@ -13,6 +13,7 @@ use crate::checkpoint::{CheckpointHeader, read_checkpoint, write_checkpoint};
 use crate::error::{CaseError, CaseResult};
 use crate::output::{DumpedField, OutputManager};
 use crate::progress::{Progress, ProgressMode, StepInfo};
+use crate::series::{SeriesFile, SeriesLayout};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use watershed_exprgraph::{ExpressionGraph, ExpressionTiming, RecordedEvent};
@@ -63,6 +64,16 @@ pub trait Simulation {
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()>;
     /// The expression graphs, named (for timings and traces).
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)>;
+    /// The case's time series, written into the output directory as the
+    /// run goes (`None`: the case has none): its file name and header.
+    fn series(&self) -> Option<SeriesLayout> {
+        None
+    }
+    /// The complete rows of the series from row `from` on (a row is
+    /// complete when no later step changes it).
+    fn series_rows(&self, _from: usize) -> Vec<Vec<f64>> {
+        Vec::new()
+    }
     /// Ends the run: writes the case's plots and tables into `output` (when
     /// given) and returns its check.
     fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck>;
@@ -294,6 +305,14 @@ pub fn run<S: Simulation + ?Sized>(
     {
         dump(sim, out)?;
     }
+    let mut series = match (output.as_deref(), sim.series()) {
+        (Some(out), Some(layout)) => Some(SeriesFile::create(
+            out.directory(),
+            &layout,
+            &sim.series_rows(0),
+        )?),
+        _ => None,
+    };
     let first_step = sim.steps();
     let first_time = sim.time();
     let mut next_dump_time = match control.dumps {
@@ -323,6 +342,9 @@ pub fn run<S: Simulation + ?Sized>(
         gpu_calls_last_step = watershed_fields::gpu_calls().since(&calls_before);
         gpu_calls = gpu_calls + gpu_calls_last_step;
         let last_dt = dt;
+        if let Some(file) = series.as_mut() {
+            file.append(&sim.series_rows(file.rows_written()))?;
+        }
         observer(sim);
         let steps = sim.steps();
         if let Some(out) = output.as_deref_mut() {

@@ -10,6 +10,7 @@
 //! * [`checkpoint`]: atomic checkpoints and bitwise restarts;
 //! * [`config`]: strict TOML configurations with `--set` overrides;
 //! * [`progress`], [`plot`]: the progress bar and PNG charts;
+//! * [`series`]: a case's time series, written and flushed as the run goes;
 //! * [`cases`]: the cases themselves, listed by [`registered_cases`].
 //!
 //! ```
@@ -44,6 +45,7 @@ pub mod output;
 pub mod plot;
 pub mod progress;
 pub mod registry;
+pub mod series;
 
 pub use error::{CaseError, CaseResult, ConfigOrigin};
 pub use registry::{CaseInfo, find_case, registered_cases};

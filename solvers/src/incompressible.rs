@@ -31,7 +31,7 @@ use crate::solver::TimeStep;
 use crate::stages::{
     StageParameters, advance_levels, not_finite_in, reads_start_level, update_expression,
 };
-use crate::staggered::SpaceOrder;
+use crate::staggered::{SpaceOrder, difference_to_whole, weighted};
 use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
 use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{
@@ -96,6 +96,7 @@ pub struct IncompressibleFlowBuilder {
     placement: PlacementPolicy,
     convection: ConvectionForm,
     order: SpaceOrder,
+    enstrophy: bool,
 }
 
 impl IncompressibleFlowBuilder {
@@ -114,7 +115,19 @@ impl IncompressibleFlowBuilder {
             placement: PlacementPolicy::Cpu,
             convection: ConvectionForm::default(),
             order: SpaceOrder::Second,
+            enstrophy: false,
         }
+    }
+
+    /// Also reduces the enstrophy `Omega = mean |omega|^2 / 2` of every
+    /// stage's projected velocity in the graph ([`IncompressibleFlow::enstrophy`]):
+    /// the vorticity on the cell edges, by differences of the flow's order,
+    /// averaged over the edges. On a periodic box `2 nu Omega` is the
+    /// kinetic-energy dissipation of the viscous term (exactly so at second
+    /// order); what `-dK/dt` has beyond it is the scheme's own.
+    pub fn track_enstrophy(mut self) -> Self {
+        self.enstrophy = true;
+        self
     }
 
     /// The form of the convective term (default
@@ -360,6 +373,23 @@ impl IncompressibleFlowBuilder {
         let mut roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
         roots.extend([pressure_tag.clone(), Tag::none("|div(u*)|"), after]);
         roots.extend(active.iter().map(|&a| speed_tags[a].clone()));
+        let mut vorticity = Vec::new();
+        if self.enstrophy {
+            for (a, b) in edge_pairs(&active) {
+                let sum_of_squares = Parameter::new(&format!("|omega_{a}{b}|^2"), 0.0);
+                let tag = Tag::none(&format!("|omega_{a}{b}|^2"));
+                let velocity = next.clone();
+                let (order, spacing) = (self.order, grid.spacing());
+                factory.register_reduction(on_face!(a, F => LanguageReduction::new::<F>(
+                    tag.clone(),
+                    &sum_of_squares,
+                    Reduction::SumOfSquares,
+                    move |s| edge_vorticity::<F>(s, &velocity, b, order, spacing),
+                )))?;
+                roots.push(tag);
+                vorticity.push(sum_of_squares);
+            }
+        }
         // `div(u*)` is kept rather than taken from the pool per execution:
         // the solve's prepared copy of it into the finest multigrid level
         // binds it by field id, and a scratch field is a new field (a new
@@ -387,6 +417,8 @@ impl IncompressibleFlowBuilder {
             divergence_after,
             speeds,
             speeds_of: [None; 3],
+            vorticity,
+            vorticity_of: None,
             active,
             now,
             next,
@@ -408,6 +440,37 @@ impl IncompressibleFlowBuilder {
             prepared: Mutex::new(Assignments::default()),
         })
     }
+}
+
+/// The pairs `(a, b)`, `a < b`, of active axes: one vorticity component
+/// each, on the edges along the third axis.
+fn edge_pairs(active: &[usize]) -> Vec<(usize, usize)> {
+    let mut pairs = Vec::new();
+    for (n, &a) in active.iter().enumerate() {
+        for &b in &active[n + 1..] {
+            pairs.push((a, b));
+        }
+    }
+    pairs
+}
+
+/// The vorticity component `d u_b / d x_a - d u_a / d x_b` on the edges
+/// whole along `x_a` and `x_b`, numbered like the faces `F` (normal to
+/// `x_a`) below them along `x_b`, by differences of `order`.
+fn edge_vorticity<F: FaceLocation>(
+    s: &mut Symbols,
+    velocity: &[Tag; 3],
+    b: usize,
+    order: SpaceOrder,
+    spacing: [f64; 3],
+) -> Expr<'static, F> {
+    let a = F::AXIS;
+    let along_a: Expr<'static, F> = s.field(&velocity[a]);
+    let along_b: Expr<'static, F> =
+        on_face!(b, G => watershed_operators::relabel::<G, F>(s.field::<G>(&velocity[b])));
+    let d_b_dx_a = weighted(order, |n| difference_to_whole(&along_b, a, n, spacing[a]));
+    let d_a_dx_b = weighted(order, |n| difference_to_whole(&along_a, b, n, spacing[b]));
+    d_b_dx_a - d_a_dx_b
 }
 
 /// The provisional velocity `u*` of a stage, before its projection.
@@ -477,6 +540,11 @@ pub struct IncompressibleFlow {
     /// ([`ExpressionGraph::field_version`]); `None` until a stage ran.
     speeds: [Parameter; 3],
     speeds_of: [Option<u64>; 3],
+    /// With [`IncompressibleFlowBuilder::track_enstrophy`]: the sums of the
+    /// squared vorticity components of the last stage (graph reductions),
+    /// and the version of `u` they hold for.
+    vorticity: Vec<Parameter>,
+    vorticity_of: Option<u64>,
     active: Vec<usize>,
     now: [Tag; 3],
     next: [Tag; 3],
@@ -606,6 +674,26 @@ impl IncompressibleFlow {
         Ok(self.graph.with_field_mut::<F, _>(&self.now[F::AXIS], f)?)
     }
 
+    /// The enstrophy `Omega = mean |omega|^2 / 2` of the current velocity,
+    /// reduced in the graph by the last stage (see
+    /// [`IncompressibleFlowBuilder::track_enstrophy`]); `None` when the flow
+    /// does not track it or the velocity was written since (before the
+    /// first step, after a restart).
+    pub fn enstrophy(&self) -> SolverResult<Option<f64>> {
+        if self.vorticity.is_empty() {
+            return Ok(None);
+        }
+        let version = self.graph.field_version(&self.now[self.active[0]])?;
+        if version.is_none() || version != self.vorticity_of {
+            return Ok(None);
+        }
+        let edges = on_face!(self.active[0], F => self.component::<F, _>(self.active[0], |u| {
+            u.layout().interior_len()
+        })?);
+        let sum: f64 = self.vorticity.iter().map(Parameter::get).sum();
+        Ok(Some(0.5 * sum / edges as f64))
+    }
+
     /// The last projection's solve and divergences.
     pub fn last_projection(&self) -> &ProjectionReport {
         &self.last
@@ -713,6 +801,7 @@ impl IncompressibleFlow {
     /// moves the projected velocity to STATE_N.
     fn run_stage(&mut self, stage: Option<usize>, dt: f64) -> SolverResult<()> {
         self.speeds_of = [None; 3];
+        self.vorticity_of = None;
         if let Err(error) = self.graph.execute(self.mode) {
             if let Some(failure) = lock_state(&self.poisson).take_failure() {
                 return Err(failure);
@@ -744,6 +833,7 @@ impl IncompressibleFlow {
             // The speed reduction read what is now the current velocity.
             self.speeds_of[axis] = self.graph.field_version(&self.now[axis])?;
         }
+        self.vorticity_of = self.speeds_of[self.active[0]];
         let state = lock_state(&self.poisson);
         let report = state.report();
         let first = report.residuals.first().copied().unwrap_or(0.0);

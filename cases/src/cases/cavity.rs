@@ -21,7 +21,8 @@ use watershed_exprgraph::ExpressionGraph;
 use watershed_fields::{Grid, XFace, YFace};
 use watershed_operators::Side;
 use watershed_solvers::{
-    BoundaryCondition, BoundaryConditions, IncompressibleFlow, IncompressibleFlowBuilder,
+    BoundaryCondition, BoundaryConditions, ConvectionForm, IncompressibleFlow,
+    IncompressibleFlowBuilder, SpaceOrder,
 };
 
 /// The case's name.
@@ -58,6 +59,10 @@ pub struct CavityConfig {
     pub integrator: String,
     /// Largest allowed difference from Ghia's points.
     pub ghia_tolerance: f64,
+    /// Form of the momentum convection ([`ConvectionForm::NAMES`]).
+    pub convection: String,
+    /// Order of the spatial operators: 2 or 4.
+    pub space_order: usize,
 }
 
 impl Default for CavityConfig {
@@ -72,6 +77,8 @@ impl Default for CavityConfig {
             steady_window: 1.0,
             integrator: "forward-euler".into(),
             ghia_tolerance: 0.02,
+            convection: "skew-symmetric".into(),
+            space_order: 2,
         }
     }
 }
@@ -89,6 +96,8 @@ impl CaseConfig for CavityConfig {
             .or_else(|| in_range("steady_window", self.steady_window, 1e-6, 1e6))
             .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
             .or_else(|| in_range("ghia_tolerance", self.ghia_tolerance, 1e-6, 1.0))
+            .or_else(|| one_of("convection", &self.convection, &ConvectionForm::NAMES))
+            .or_else(|| one_of("space_order", &self.space_order.to_string(), &["2", "4"]))
     }
 }
 
@@ -130,16 +139,22 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let n = config.cells;
     let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?;
     let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
-    let flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 1.0 / config.re)
-        .velocity_conditions(
-            0,
-            walls.with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
-        )
-        .velocity_conditions(1, walls)
-        .integrator(integrator(&config.integrator))
-        .mode(case_execution_mode(options))
-        .placement(options.placement.clone())
-        .build()?;
+    let order = SpaceOrder::from_number(config.space_order)?;
+    let flow = IncompressibleFlowBuilder::new(
+        &grid.whole_domain(order.ghost_layers_for_flow()),
+        1.0 / config.re,
+    )
+    .convection(ConvectionForm::from_name(&config.convection)?)
+    .space_order(order)
+    .velocity_conditions(
+        0,
+        walls.with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+    )
+    .velocity_conditions(1, walls)
+    .integrator(integrator(&config.integrator))
+    .mode(case_execution_mode(options))
+    .placement(options.placement.clone())
+    .build()?;
     let stop = Stop::EndTime(config.end_time);
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,

@@ -7,3 +7,4 @@ pub mod heat;
 pub mod reacting;
 pub mod scalability;
 pub mod taylor_green;
+pub mod tgv_reference;
