@@ -32,7 +32,7 @@ use crate::stages::{
     StageParameters, advance_levels, not_finite_in, reads_start_level, update_expression,
 };
 use crate::staggered::{SpaceOrder, difference_to_whole, weighted};
-use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
+use crate::stepping::{self, StabilityLimit, Stepping};
 use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
@@ -778,13 +778,27 @@ impl IncompressibleFlow {
     /// The error for velocity component `axis` no longer finite at `cell`
     /// after a stage of step `self.steps + 1`.
     fn diverged(&self, axis: usize, cell: [isize; 3], dt: f64) -> SolverError {
-        let limit = self.stable_time_step(1.0, 0.5).ok();
+        let limit = self.scheme_limit().ok().flatten();
+        let scheme = format!(
+            "{:?} with {} convection at space order {}",
+            self.integrator,
+            self.convection.name(),
+            self.order.number()
+        );
         let cause = match limit {
             Some(limit) if dt > limit => format!(
-                "dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"
+                "dt = {dt:e} exceeds the explicit stability limit of {scheme} (about {limit:e}): reduce the time step (cfl, diffusion_number)"
             ),
-            _ => format!(
-                "dt = {dt:e} is within the explicit stability limit; check the boundary values, the body force and the pressure solve"
+            Some(limit) => format!(
+                "dt = {dt:e} is within the explicit stability limit of {scheme} (about {limit:e}); check the boundary values, the body force and the pressure solve"
+            ),
+            None if self.viscosity == 0.0 && !matches!(self.integrator, TimeIntegrator::SspRk3) => {
+                format!(
+                    "{scheme} and no viscosity: central convection is unstable with this integrator for every dt; use ssp-rk3"
+                )
+            }
+            None => format!(
+                "dt = {dt:e}: {scheme} has no explicit limit that covers this flow's convection without viscous damping; reduce cfl or use ssp-rk3"
             ),
         };
         SolverError::Diverged {
@@ -922,9 +936,11 @@ impl IncompressibleFlow {
     /// written since (initial values, a restart) is reduced on the spot.
     pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
         let grid = self.graph.patch().grid();
-        let mut limit = StabilityLimit::new(smallest_spacing(grid), cfl, diffusion_number)?;
-        let mut speed: f64 = 0.0;
+        let mut limit =
+            StabilityLimit::new(grid, cfl, diffusion_number, self.integrator, self.order)?;
+        let mut speeds = [0.0f64; 3];
         for &axis in &self.active {
+            let speed = &mut speeds[axis];
             let version = self.graph.field_version(&self.now[axis])?;
             let largest = if version.is_some() && version == self.speeds_of[axis] {
                 // The graph's reduction of this very velocity.
@@ -933,16 +949,31 @@ impl IncompressibleFlow {
                 // Written since (initial values, a restart): reduce it now.
                 on_face!(axis, F => self.component::<F, _>(axis, |u| self.max_abs(u))??)
             };
-            speed = speed.max(largest);
+            *speed = speed.max(largest);
             for side in watershed_operators::Side::ALL {
                 if let Some(BoundaryCondition::Dirichlet(value)) = self.conditions[axis].get(side) {
-                    speed = speed.max(value.abs());
+                    *speed = speed.max(value.abs());
                 }
             }
         }
-        limit.convection(speed);
+        limit.convection(speeds, true);
         limit.diffusion(self.viscosity);
         limit.time_step("the flow is at rest and inviscid; use a fixed dt")
+    }
+
+    /// The explicit stability limit of the scheme alone (integrator,
+    /// order, dimension), for the current velocity; `None` when the scheme
+    /// has none for it (see `StabilityLimit::scheme_limit`).
+    fn scheme_limit(&self) -> SolverResult<Option<f64>> {
+        let grid = self.graph.patch().grid();
+        let mut limit = StabilityLimit::new(grid, 1.0, 0.5, self.integrator, self.order)?;
+        let mut speeds = [0.0f64; 3];
+        for &axis in &self.active {
+            speeds[axis] = on_face!(axis, F => self.component::<F, _>(axis, |u| self.max_abs(u))??);
+        }
+        limit.convection(speeds, true);
+        limit.diffusion(self.viscosity);
+        Ok(limit.scheme_limit())
     }
 
     /// Advances to `end_time` with `dt` from [`Self::stable_time_step`];

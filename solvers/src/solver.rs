@@ -21,7 +21,8 @@ use crate::prepared::Assignments;
 use crate::stages::{
     StageParameters, advance_levels, not_finite_in, reads_start_level, update_expression,
 };
-use crate::stepping::{self, StabilityLimit, Stepping, smallest_spacing};
+use crate::staggered::SpaceOrder;
+use crate::stepping::{self, StabilityLimit, Stepping};
 use crate::transport::{Diffusivity, TransportEquation};
 use std::sync::Mutex;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphError, GraphOptions, Tag};
@@ -581,10 +582,11 @@ impl TransportSolver {
                 ));
             }
         }
-        let stable = self.stable_time_step(1.0, 0.5).ok();
+        let stable = self.limits(1.0, 0.5).ok().and_then(|l| l.scheme_limit());
         Ok(match stable {
             Some(limit) if dt > limit => format!(
-                "every input was finite, and dt = {dt:e} exceeds the explicit stability limit (about {limit:e} for a Courant number of 1 and a diffusion number of 0.5): reduce the time step"
+                "every input was finite, and dt = {dt:e} exceeds the explicit stability limit of {:?} on this grid (about {limit:e}): reduce the time step",
+                self.integrator
             ),
             _ => format!(
                 "every input was finite and dt = {dt:e} is within the stability limit, so an expression of the right-hand side {} produced it (a source or a coefficient evaluated outside its domain, e.g. log or sqrt of a negative value, sin or cos of |x| > {:e}, or a division by zero)",
@@ -597,8 +599,21 @@ impl TransportSolver {
     /// The largest stable `dt` for the given Courant and diffusion numbers,
     /// from the interior values of the velocities and diffusivities.
     pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
+        self.limits(cfl, diffusion_number)?.time_step(
+            "no equation limits the time step (no diffusion, no convection); use TimeStep::Fixed",
+        )
+    }
+
+    /// The Courant, diffusion and scheme limits of every equation.
+    fn limits(&self, cfl: f64, diffusion_number: f64) -> SolverResult<StabilityLimit> {
         let grid = self.graph.patch().grid();
-        let mut limit = StabilityLimit::new(smallest_spacing(grid), cfl, diffusion_number)?;
+        let mut limit = StabilityLimit::new(
+            grid,
+            cfl,
+            diffusion_number,
+            self.integrator,
+            SpaceOrder::Second,
+        )?;
         // Equations often share a diffusivity or a velocity: each field's
         // maximum is computed once per call.
         let mut known: Vec<(Tag, f64)> = Vec::new();
@@ -611,17 +626,16 @@ impl TransportSolver {
             }
             if let Some(velocity) = equation.velocity() {
                 let active = grid.active_dimensions();
-                let mut largest: f64 = 0.0;
+                let mut speeds = [0.0f64; 3];
                 for axis in (0..3).filter(|&a| active[a]) {
-                    largest =
-                        largest.max(self.largest_magnitude(&velocity[axis], axis, &mut known)?);
+                    speeds[axis] = self.largest_magnitude(&velocity[axis], axis, &mut known)?;
                 }
-                limit.convection(largest);
+                let central = equation.convective_scheme()
+                    == Some(crate::transport::ConvectiveScheme::Central);
+                limit.convection(speeds, central);
             }
         }
-        limit.time_step(
-            "no equation limits the time step (no diffusion, no convection); use TimeStep::Fixed",
-        )
+        Ok(limit)
     }
 
     /// `max |f|` over the interior of the field `tag` (cells for `axis` 3,

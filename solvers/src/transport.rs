@@ -153,6 +153,11 @@ impl TransportEquation {
         self.diffusivity.as_ref()
     }
 
+    /// The convective scheme, if the equation convects.
+    pub fn convective_scheme(&self) -> Option<ConvectiveScheme> {
+        self.convection.as_ref().map(|(_, scheme)| *scheme)
+    }
+
     /// The face velocities, if the equation convects.
     pub fn velocity(&self) -> Option<&[Tag; 3]> {
         self.convection.as_ref().map(|(v, _)| v)

@@ -508,3 +508,78 @@ fn the_cavity_time_step_uses_interior_velocities_and_the_lid() {
         "dt {dt}, expected {expected}"
     );
 }
+
+/// A 3D forward-Euler heat run at a diffusion number of 0.5: above the
+/// scheme's limit of 1/6 in 3D, so the step is capped there and the run
+/// stays bounded (it diverged before); a step forced above the limit is
+/// diagnosed with the limit of the integrator, not blamed on an expression.
+#[test]
+fn forward_euler_in_3d_is_limited_by_its_own_diffusion_limit() {
+    let grid = Grid::new([8, 8, 8], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true; 3]);
+    let build = || {
+        let solver = TransportSolverBuilder::new(&grid.whole_domain(1))
+            .integrator(TimeIntegrator::ForwardEuler)
+            .equation(TransportEquation::new("T").diffusion(Diffusivity::Constant(1.0)))
+            .build()
+            .unwrap();
+        // The checkerboard: the Laplacian's most negative eigenvalue.
+        solver
+            .set_initial_condition("T", |[x, y, z]| {
+                let cell = |c: f64| (c * 8.0).floor() as i64;
+                if (cell(x) + cell(y) + cell(z)) % 2 == 0 {
+                    1.0
+                } else {
+                    -1.0
+                }
+            })
+            .unwrap();
+        solver
+    };
+    let h2 = (1.0f64 / 8.0).powi(2);
+    let mut solver = build();
+    let dt = solver.stable_time_step(1.0, 0.5).unwrap();
+    assert!(
+        (dt / h2 - 1.0 / 6.0).abs() < 1e-12,
+        "dt / h^2 = {}",
+        dt / h2
+    );
+    solver
+        .advance(
+            40.0 * dt,
+            TimeStep::Limited {
+                cfl: 1.0,
+                diffusion_number: 0.5,
+            },
+        )
+        .unwrap();
+    let largest = solver.with_solution("T", interior_max_abs).unwrap();
+    assert!(largest <= 1.0 + 1e-12, "max |T| = {largest}");
+    let mut solver = build();
+    let mut outcome = Ok(());
+    // Each step multiplies the checkerboard by 1 - 0.5 * 12 = -5.
+    for _ in 0..1000 {
+        outcome = solver.step(0.5 * h2);
+        if outcome.is_err() {
+            break;
+        }
+    }
+    let error = outcome.unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, SolverError::Diverged { .. }), "{error:?}");
+    assert!(
+        message.contains("exceeds the explicit stability limit of ForwardEuler"),
+        "{message}"
+    );
+}
+
+fn interior_max_abs(t: &SpatialField<CellCentre>) -> f64 {
+    let layout = t.layout();
+    let values = t.values().unwrap();
+    layout
+        .interior()
+        .iter()
+        .map(|i| values[layout.linear_index(i)].abs())
+        .fold(0.0, f64::max)
+}
