@@ -607,13 +607,16 @@ impl TransportSolver {
     /// The Courant, diffusion and scheme limits of every equation.
     fn limits(&self, cfl: f64, diffusion_number: f64) -> SolverResult<StabilityLimit> {
         let grid = self.graph.patch().grid();
-        let mut limit = StabilityLimit::new(
-            grid,
-            cfl,
-            diffusion_number,
-            self.integrator,
-            SpaceOrder::Second,
-        )?;
+        let order = if self
+            .equations
+            .iter()
+            .any(|e| e.order() == SpaceOrder::Fourth)
+        {
+            SpaceOrder::Fourth
+        } else {
+            SpaceOrder::Second
+        };
+        let mut limit = StabilityLimit::new(grid, cfl, diffusion_number, self.integrator, order)?;
         // Equations often share a diffusivity or a velocity: each field's
         // maximum is computed once per call.
         let mut known: Vec<(Tag, f64)> = Vec::new();
@@ -630,8 +633,9 @@ impl TransportSolver {
                 for axis in (0..3).filter(|&a| active[a]) {
                     speeds[axis] = self.largest_magnitude(&velocity[axis], axis, &mut known)?;
                 }
-                let central = equation.convective_scheme()
-                    == Some(crate::transport::ConvectiveScheme::Central);
+                let central = equation
+                    .convective_scheme()
+                    .is_some_and(crate::transport::ConvectiveScheme::is_central);
                 limit.convection(speeds, central);
             }
         }

@@ -12,13 +12,12 @@
 
 use crate::boundary::BoundaryConditions;
 use crate::error::{SolverError, SolverResult};
+use crate::staggered::SpaceOrder;
 use std::sync::Arc;
 use watershed_exprgraph::{Context, Factory, GraphLocation, LanguageExpression, Symbols, Tag};
 use watershed_fields::on_face;
 use watershed_fields::{CellCentre, LocationKind, Patch};
-use watershed_operators::{
-    Expr, FaceLocation, Limiter, divergence, gradient, interpolate_to_face, limited, upwind,
-};
+use watershed_operators::{Expr, FaceLocation, Limiter, limited, upwind};
 
 /// The diffusivity of an equation.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +37,35 @@ pub enum ConvectiveScheme {
     Upwind,
     /// Flux-limited (second order where smooth, bounded).
     Limited(Limiter),
+    /// Central, in the skew-symmetric form `(div(u I phi) + I^T(u grad
+    /// phi)) / 2` (`I` the face interpolation, `I^T` its transpose, the
+    /// interpolation back to the cells): conserves the scalar and its
+    /// square for a velocity whose discrete divergence vanishes (at second
+    /// order exactly: the two halves differ by `phi div(u)`), and its
+    /// square for any velocity. Of the equation's order
+    /// ([`TransportEquation::space_order`]).
+    SkewSymmetric,
+}
+
+impl ConvectiveScheme {
+    /// Whether the scheme exists at fourth order (central and
+    /// skew-symmetric do; upwind and limited interpolation are their own,
+    /// lower-order schemes).
+    pub fn supports(self, order: SpaceOrder) -> bool {
+        order == SpaceOrder::Second
+            || matches!(
+                self,
+                ConvectiveScheme::Central | ConvectiveScheme::SkewSymmetric
+            )
+    }
+
+    /// Whether the convection is a central difference (no upwinding).
+    pub fn is_central(self) -> bool {
+        matches!(
+            self,
+            ConvectiveScheme::Central | ConvectiveScheme::SkewSymmetric
+        )
+    }
 }
 
 /// A language source term: builds its expression from tags.
@@ -83,6 +111,7 @@ pub struct TransportEquation {
     convection: Option<([Tag; 3], ConvectiveScheme)>,
     sources: Vec<Source>,
     boundary: BoundaryConditions,
+    order: SpaceOrder,
 }
 
 impl TransportEquation {
@@ -95,7 +124,18 @@ impl TransportEquation {
             convection: None,
             sources: Vec::new(),
             boundary: BoundaryConditions::new(),
+            order: SpaceOrder::Second,
         }
+    }
+
+    /// The order of the diffusion and the central convection (default
+    /// second): fourth order reads 2 ghost layers
+    /// ([`SpaceOrder::ghost_layers_for_transport`]; a patch with fewer is
+    /// the graph's `MissingGhosts` error) and refuses the upwind and
+    /// limited schemes at build.
+    pub fn space_order(mut self, order: SpaceOrder) -> Self {
+        self.order = order;
+        self
     }
 
     /// Divides the right-hand side by the cell field `density`.
@@ -153,6 +193,11 @@ impl TransportEquation {
         self.diffusivity.as_ref()
     }
 
+    /// The order of the diffusion and central convection.
+    pub fn order(&self) -> SpaceOrder {
+        self.order
+    }
+
     /// The convective scheme, if the equation convects.
     pub fn convective_scheme(&self) -> Option<ConvectiveScheme> {
         self.convection.as_ref().map(|(_, scheme)| *scheme)
@@ -207,6 +252,17 @@ impl TransportEquation {
                 ),
             });
         }
+        if let Some((_, scheme)) = &self.convection
+            && !scheme.supports(self.order)
+        {
+            return Err(SolverError::Setup {
+                equation: self.name.clone(),
+                reason: format!(
+                    "the {scheme:?} convective scheme is second order; at space order {} use Central or SkewSymmetric",
+                    self.order.number()
+                ),
+            });
+        }
         let solution = self.solution_tag();
         factory
             .placeholder(solution.clone(), LocationKind::CellCentre)
@@ -225,10 +281,29 @@ impl TransportEquation {
 
         let sources = self.sources.clone();
         let density = self.density.clone();
+        let order = self.order;
+        // The skew-symmetric form's advective half, I^T(u grad phi) / 2,
+        // is no flux: the right-hand side subtracts it beside the fluxes.
+        let advective = match &self.convection {
+            Some((velocity, ConvectiveScheme::SkewSymmetric)) => Some(velocity.clone()),
+            _ => None,
+        };
+        let axes: Vec<usize> = (0..3).filter(|&a| active[a]).collect();
+        let solution_for_rhs = solution.clone();
         let rhs = LanguageExpression::new::<CellCentre>(self.rhs_tag(), move |s| {
             let mut total: Expr<'static, CellCentre> = Expr::constant(0.0);
             for (axis, tag) in &fluxes {
-                total = total - on_face!(*axis, F => divergence::<F>(s.field(tag)));
+                total = total - on_face!(*axis, F => order.divergence::<F>(s.field(tag)));
+            }
+            if let Some(velocity) = &advective {
+                let phi: Expr<'static, CellCentre> = s.field(&solution_for_rhs);
+                for &axis in &axes {
+                    total = total
+                        - 0.5
+                            * on_face!(axis, F => order.to_cell::<F>(
+                                s.field::<F>(&velocity[axis]) * order.gradient::<F>(phi.clone())
+                            ));
+                }
             }
             for source in &sources {
                 total = total
@@ -250,26 +325,32 @@ impl TransportEquation {
         let solution = self.solution_tag();
         let diffusivity = self.diffusivity.clone();
         let convection = self.convection.clone();
+        let order = self.order;
         LanguageExpression::new::<F>(tag, move |s| {
             let phi: Expr<'static, CellCentre> = s.field(&solution);
             let mut flux: Expr<'static, F> = Expr::constant(0.0);
             match &diffusivity {
-                Some(Diffusivity::Constant(k)) => flux = flux - *k * gradient::<F>(phi.clone()),
+                Some(Diffusivity::Constant(k)) => {
+                    flux = flux - *k * order.gradient::<F>(phi.clone())
+                }
                 Some(Diffusivity::Field(k)) => {
                     flux = flux
-                        - interpolate_to_face::<F>(s.field::<CellCentre>(k))
-                            * gradient::<F>(phi.clone())
+                        - order.to_face::<F>(s.field::<CellCentre>(k))
+                            * order.gradient::<F>(phi.clone())
                 }
                 None => {}
             }
             if let Some((velocity, scheme)) = &convection {
                 let u: Expr<'static, F> = s.field(&velocity[F::AXIS]);
-                let face_value = match scheme {
-                    ConvectiveScheme::Central => interpolate_to_face::<F>(phi),
-                    ConvectiveScheme::Upwind => upwind::<F>(u.clone(), phi),
-                    ConvectiveScheme::Limited(limiter) => limited::<F>(*limiter, u.clone(), phi),
+                let convective = match scheme {
+                    ConvectiveScheme::Central => u * order.to_face::<F>(phi),
+                    ConvectiveScheme::SkewSymmetric => 0.5 * (u * order.to_face::<F>(phi)),
+                    ConvectiveScheme::Upwind => u.clone() * upwind::<F>(u, phi),
+                    ConvectiveScheme::Limited(limiter) => {
+                        u.clone() * limited::<F>(*limiter, u, phi)
+                    }
                 };
-                flux = flux + u * face_value;
+                flux = flux + convective;
             }
             flux
         })
