@@ -75,11 +75,13 @@ impl SpaceOrder {
     }
 
     /// The ghost layers a transport equation of this order reads (its
-    /// diffusion and central convection): 1 or 2.
+    /// diffusion and central convection): 1, or 3 at fourth order, where
+    /// the divergence reads the fluxes of two faces beyond the cell and
+    /// each flux the cells two beyond the face.
     pub fn ghost_layers_for_transport(self) -> usize {
         match self {
             SpaceOrder::Second => 1,
-            SpaceOrder::Fourth => 2,
+            SpaceOrder::Fourth => 3,
         }
     }
 

@@ -129,7 +129,7 @@ impl TransportEquation {
     }
 
     /// The order of the diffusion and the central convection (default
-    /// second): fourth order reads 2 ghost layers
+    /// second): fourth order reads 3 ghost layers
     /// ([`SpaceOrder::ghost_layers_for_transport`]; a patch with fewer is
     /// the graph's `MissingGhosts` error) and refuses the upwind and
     /// limited schemes at build.
