@@ -1005,3 +1005,71 @@ fn a_trace_of_a_gpu_run_puts_its_kernels_on_stream_tracks() {
         "{kernels} kernel spans, {host} host spans: {json}"
     );
 }
+
+/// Truncates every cached shared object under `cache` to half its length;
+/// returns how many there were.
+fn truncate_objects(cache: &Path) -> usize {
+    let mut count = 0;
+    let mut stack = vec![cache.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "so") {
+                let bytes = std::fs::read(&path).unwrap();
+                std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+/// A truncated object in a kernel cache (the C back end's, the emulated
+/// GPU's) is rebuilt, not loaded: loading it used to kill the next run
+/// with SIGBUS and no message.
+#[test]
+fn a_truncated_kernel_in_the_cache_is_rebuilt_not_loaded() {
+    let dir = temp();
+    let cache = dir.path().join("cache");
+    let run = |output: &str, gpu: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_watershed"));
+        command
+            .args([
+                "run", "heat", "--set", "cells=8", "--steps", "2", "--output", output,
+            ])
+            .current_dir(dir.path())
+            .env_remove("WATERSHED_KERNEL_CACHE")
+            .env("XDG_CACHE_HOME", &cache)
+            .env("RUST_LOG", "warn");
+        if gpu {
+            command
+                .args(["--device", "gpu"])
+                .env_remove("WATERSHED_DISABLE_CUDA")
+                .env("WATERSHED_EMULATE_GPUS", "1");
+        } else {
+            command.env("WATERSHED_DISABLE_CUDA", "1");
+        }
+        command.output().unwrap()
+    };
+    // Two steps do not reach the heat check's accuracy (exit status 3):
+    // what matters is that the run ends by itself, not by a signal.
+    let ended = |o: &std::process::Output| matches!(o.status.code(), Some(0 | 3));
+    for gpu in [false, true] {
+        let first = run(if gpu { "g1" } else { "c1" }, gpu);
+        assert!(ended(&first), "{first:?}");
+        let truncated = truncate_objects(&cache);
+        assert!(truncated > 0, "the first run cached no kernel");
+        let second = run(if gpu { "g2" } else { "c2" }, gpu);
+        let stderr = String::from_utf8_lossy(&second.stderr);
+        assert!(ended(&second), "gpu {gpu}: {:?} {stderr}", second.status);
+        assert!(stderr.contains("is not whole"), "gpu {gpu}: {stderr}");
+        // The rebuilt objects are whole again: a third run loads them
+        // without a note.
+        let third = run(if gpu { "g3" } else { "c3" }, gpu);
+        let stderr = String::from_utf8_lossy(&third.stderr);
+        assert!(ended(&third), "gpu {gpu}: {:?} {stderr}", third.status);
+        assert!(!stderr.contains("is not whole"), "gpu {gpu}: {stderr}");
+    }
+}

@@ -21,6 +21,7 @@
 //! | [`gpu`] | the narrow device layer: CUDA detection, streams, events, device and pinned memory, copies (cargo feature `cuda`; without it every GPU request is a clear error; never panics without a GPU) |
 //! | [`views`] | ndarray views of CPU data, with and without ghosts |
 //! | [`io`] | HDF5 read and write of fields with their grid attributes |
+//! | [`shared_object`] | the kernel caches' shared objects, installed with a checksum and verified before they are loaded |
 //! | [`error`] | [`FieldError`], naming the field, device or file at fault |
 //!
 //! ## Example
@@ -53,6 +54,7 @@ pub mod layout;
 pub mod location;
 pub mod pool;
 pub mod scalar;
+pub mod shared_object;
 pub mod side;
 pub mod state;
 pub mod views;

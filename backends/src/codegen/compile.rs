@@ -12,9 +12,11 @@
 //!   else `~/.cache/watershed/kernels`. An entry's name is a 128-bit hash
 //!   of the source, the flags, the compiler's version and the CPU's
 //!   features. It is written under a temporary name and renamed into
-//!   place, so a reader sees a whole file or none; an entry that does not
-//!   load (truncated, corrupt, foreign) is a miss: it is rebuilt, never a
-//!   crash.
+//!   place with a checksum file beside it
+//!   (`watershed_fields::shared_object`); an entry that does not match its
+//!   checksum (truncated, overwritten, written before checksums) or does
+//!   not load is a miss: it is rebuilt with a note in the log, never
+//!   loaded (a truncated object would kill the process with SIGBUS).
 //! * Libraries stay loaded for the life of the process (kernels hold their
 //!   function pointers).
 
@@ -26,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use watershed_fields::shared_object;
 
 /// The C signature of every generated CPU kernel (see [`emit::c_function`]).
 pub(crate) type KernelFn = unsafe extern "C" fn(
@@ -134,6 +137,7 @@ pub fn c_compiler() -> Result<&'static Compiler, String> {
             if let Ok(extra) = std::env::var("WATERSHED_CFLAGS") {
                 flags.extend(extra_flags(&extra)?);
             }
+            cache_limit_from(std::env::var("WATERSHED_KERNEL_CACHE_MB").ok().as_deref())?;
             Ok(Compiler {
                 program,
                 version,
@@ -165,6 +169,19 @@ const FORBIDDEN_FLAGS: [&str; 7] = [
 /// result, never whether it is finite.
 pub fn extra_flags(text: &str) -> Result<Vec<String>, String> {
     let flags: Vec<String> = text.split_whitespace().map(String::from).collect();
+    // Only flags themselves can be checked: a response file (`@file`)
+    // would bring in flags unseen, and a word without a dash would be
+    // compiled or linked into every kernel.
+    if let Some(bad) = flags.iter().find(|flag| !flag.starts_with('-')) {
+        return Err(format!(
+            "WATERSHED_CFLAGS contains `{bad}`, which is not a flag{}: give the compiler flags themselves, each starting with `-`",
+            if bad.starts_with('@') {
+                " but a response file, whose flags could not be checked"
+            } else {
+                ""
+            }
+        ));
+    }
     if let Some(bad) = flags
         .iter()
         .find(|flag| FORBIDDEN_FLAGS.contains(&flag.as_str()))
@@ -256,13 +273,28 @@ pub fn cache_directory() -> PathBuf {
 }
 
 /// The most bytes the kernel cache keeps on disk:
-/// `$WATERSHED_KERNEL_CACHE_MB` mebibytes, else 1024.
+/// `$WATERSHED_KERNEL_CACHE_MB` mebibytes, else 1024. A value that is not
+/// a whole number makes [`c_compiler`] refuse, naming the variable (so
+/// the C back end is not used with a cache bound nobody asked for); here
+/// it reads as the default.
 pub fn cache_limit_bytes() -> u64 {
-    std::env::var("WATERSHED_KERNEL_CACHE_MB")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(1024)
-        .saturating_mul(1 << 20)
+    cache_limit_from(std::env::var("WATERSHED_KERNEL_CACHE_MB").ok().as_deref())
+        .unwrap_or(1024 << 20)
+}
+
+/// The cache bound for the variable's value `value` (`None`: unset).
+fn cache_limit_from(value: Option<&str>) -> Result<u64, String> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(1024 << 20),
+        Some(text) => text
+            .parse::<u64>()
+            .map(|mb| mb.saturating_mul(1 << 20))
+            .map_err(|_| {
+                format!(
+                    "WATERSHED_KERNEL_CACHE_MB = `{text}` is not a whole number of mebibytes; give one (e.g. 512) or unset it for 1024"
+                )
+            }),
+    }
 }
 
 /// Bounds the kernel cache in `directory` to `limit` bytes: when its
@@ -280,6 +312,7 @@ pub fn evict(directory: &Path, limit: u64, keep: &str) -> std::io::Result<usize>
         let name = item.file_name().to_string_lossy().into_owned();
         let Some(stem) = name
             .strip_suffix(".so")
+            .or_else(|| name.strip_suffix(".so.sum"))
             .or_else(|| name.strip_suffix(".c"))
             .filter(|stem| stem.starts_with("ws_"))
         else {
@@ -394,8 +427,10 @@ fn build(compiler: &Compiler, source: &str, path: &Path, key: &str) -> OperatorR
     }
     // Keep the source beside the object for inspection (best effort).
     let _ = std::fs::rename(&source_temporary, &source_path);
-    std::fs::rename(&object_temporary, path)
-        .map_err(|e| backend_error(&format!("renaming into {}", path.display()), e))
+    shared_object::install(&object_temporary, path).map_err(|e| {
+        let _ = std::fs::remove_file(&object_temporary);
+        backend_error(&format!("installing {}", path.display()), e)
+    })
 }
 
 /// Loads the library of cache entry `key` holding `source`, building it
@@ -450,7 +485,13 @@ fn load_or_build(key: &str, source: &str) -> OperatorResult<Arc<libloading::Libr
         }
     };
     let library = if path.exists() {
-        match open(&path) {
+        // A truncated or overwritten object would kill the process when
+        // loaded (SIGBUS): check it against its checksum first.
+        let whole = shared_object::verify(&path).map_err(|why| {
+            shared_object::note_rebuilt(&path, &why);
+            why
+        });
+        match whole.and_then(|()| open(&path)) {
             Ok(library) => {
                 DISK_HITS.fetch_add(1, Ordering::Relaxed);
                 // Mark it used, so that eviction keeps it over unused ones.
@@ -585,7 +626,7 @@ pub fn vectorisation_report(source: &str) -> OperatorResult<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{FORBIDDEN_FLAGS, extra_flags};
+    use super::{FORBIDDEN_FLAGS, cache_limit_from, extra_flags};
 
     #[test]
     fn flags_that_assume_finite_values_are_refused_by_name() {
@@ -595,6 +636,29 @@ mod tests {
             assert!(why.contains(&format!("`{flag}`")), "{why}");
             assert!(why.contains("WATERSHED_CFLAGS"), "{why}");
         }
+    }
+
+    #[test]
+    fn response_files_and_words_that_are_not_flags_are_refused() {
+        let why = extra_flags("-O2 @/tmp/flags").unwrap_err();
+        assert!(
+            why.contains("`@/tmp/flags`") && why.contains("response file"),
+            "{why}"
+        );
+        let why = extra_flags("-O2 extra.o").unwrap_err();
+        assert!(why.contains("`extra.o`, which is not a flag:"), "{why}");
+    }
+
+    #[test]
+    fn a_kernel_cache_bound_that_is_not_a_number_is_refused_by_name() {
+        assert_eq!(cache_limit_from(None), Ok(1024 << 20));
+        assert_eq!(cache_limit_from(Some(" 8 ")), Ok(8 << 20));
+        let why = cache_limit_from(Some("lots")).unwrap_err();
+        assert!(
+            why.starts_with("WATERSHED_KERNEL_CACHE_MB = `lots`"),
+            "{why}"
+        );
+        assert!(cache_limit_from(Some("-1")).is_err());
     }
 
     #[test]

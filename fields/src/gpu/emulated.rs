@@ -721,7 +721,18 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
             std::fs::create_dir_all(&directory)
                 .map_err(|e| failed(format!("cannot create {}: {e}", directory.display())))?;
             let path = directory.join(format!("{key:016x}.so"));
-            if !path.exists() {
+            // A truncated or overwritten object would kill the process
+            // when loaded (SIGBUS): one that does not match its checksum
+            // is rebuilt.
+            let whole = path.exists()
+                && match crate::shared_object::verify(&path) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        crate::shared_object::note_rebuilt(&path, &why);
+                        false
+                    }
+                };
+            if !whole {
                 let own = format!("{key:016x}.{}", std::process::id());
                 let source_path = directory.join(format!("{own}.cpp"));
                 std::fs::write(&source_path, &unit)
@@ -741,8 +752,8 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
                         String::from_utf8_lossy(&out.stderr)
                     )));
                 }
-                std::fs::rename(&partial, &path)
-                    .map_err(|e| failed(format!("cannot move {}: {e}", partial.display())))?;
+                crate::shared_object::install(&partial, &path)
+                    .map_err(|e| failed(format!("cannot install {}: {e}", partial.display())))?;
                 let _ = std::fs::remove_file(&source_path);
             }
             // SAFETY: the library was built from the shim above; loading it
