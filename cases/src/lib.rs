@@ -7,6 +7,7 @@
 //!   loop ([`driver::run`]) with dumps, checkpoints, progress, a per-step
 //!   observer, a whole-run trace and the end-of-run summary;
 //! * [`output`]: HDF5 dumps (one file per dump) and the XDMF time series;
+//! * [`output_lock`]: one run per output folder (a lock file);
 //! * [`checkpoint`]: atomic checkpoints and bitwise restarts;
 //! * [`config`]: strict TOML configurations with `--set` overrides;
 //! * [`progress`], [`plot`]: the progress bar and PNG charts;
@@ -42,6 +43,7 @@ pub mod driver;
 pub mod error;
 pub mod inspect;
 pub mod output;
+pub mod output_lock;
 pub mod plot;
 pub mod progress;
 pub mod registry;

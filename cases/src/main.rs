@@ -448,6 +448,13 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         restart_header.as_ref().map(|h| h.step),
     )
     .map_err(usage)?;
+    let (old_dumps, old_checkpoints) = output.replaced();
+    if old_dumps + old_checkpoints > 0 {
+        eprintln!(
+            "--overwrite: removed the earlier run's {old_dumps} dump(s) and {old_checkpoints} checkpoint(s) from {}",
+            directory.display()
+        );
+    }
     if let Some(path) = &args.dot {
         let mut text = String::new();
         for (name, graph) in prepared.simulation.graphs() {

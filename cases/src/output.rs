@@ -18,6 +18,7 @@
 //! always valid and never names a dump that is not complete.
 
 use crate::error::{CaseError, CaseResult};
+use crate::output_lock::OutputLock;
 use hdf5::types::VarLenUnicode;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -249,6 +250,10 @@ pub struct OutputManager {
     case: String,
     grid: Grid,
     dumps: Vec<DumpRecord>,
+    /// What `--overwrite` removed of the earlier run (dumps, checkpoints).
+    replaced: (usize, usize),
+    /// The folder belongs to this run while the manager lives.
+    _lock: OutputLock,
 }
 
 /// The step of a file named `{prefix}_{step}.h5`.
@@ -262,8 +267,10 @@ pub(crate) fn numbered_file_step(name: &str, prefix: &str) -> Option<u64> {
 
 impl OutputManager {
     /// Output of case `case` on `grid` into `directory` (created if
-    /// needed). A directory that already holds this case's results is
-    /// refused unless `overwrite` (the old dumps are then removed), or a
+    /// needed), locked for this run while the manager lives
+    /// ([`OutputLock`]: a second run into it is refused). A directory that
+    /// already holds this case's results is refused unless `overwrite` (the
+    /// old dumps and checkpoints are then removed, [`Self::replaced`]), or a
     /// restart continues from `restart_step`: the dumps up to that step are
     /// kept in the series, later ones are removed.
     pub fn create(
@@ -279,13 +286,18 @@ impl OutputManager {
         };
         std::fs::create_dir_all(directory)
             .map_err(|e| error(format!("cannot create the directory: {e}")))?;
+        // Before anything in it is looked at or removed: one run per folder.
+        let lock = OutputLock::acquire(directory, case)?;
         let mut existing: Vec<(u64, PathBuf)> = Vec::new();
+        let mut checkpoints: Vec<PathBuf> = Vec::new();
         let entries = std::fs::read_dir(directory)
             .map_err(|e| error(format!("cannot list the directory: {e}")))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if let Some(step) = numbered_file_step(&name, case) {
                 existing.push((step, entry.path()));
+            } else if numbered_file_step(&name, "checkpoint").is_some() {
+                checkpoints.push(entry.path());
             }
         }
         existing.sort();
@@ -295,6 +307,16 @@ impl OutputManager {
                 "already holds the results of a `{case}` run ({} dump(s)); choose another --output, continue it with --restart, or pass --overwrite to replace them",
                 existing.len()
             )));
+        }
+        // An overwrite replaces the whole earlier run: its checkpoints
+        // too, or the newest-two rule would delete the new run's instead.
+        let mut replaced = (0, 0);
+        if overwrite && restart_step.is_none() {
+            replaced = (existing.len(), checkpoints.len());
+            for path in &checkpoints {
+                std::fs::remove_file(path)
+                    .map_err(|e| error(format!("cannot remove {}: {e}", path.display())))?;
+            }
         }
         let mut dumps = Vec::new();
         for (step, path) in existing {
@@ -310,6 +332,8 @@ impl OutputManager {
             case: case.into(),
             grid: grid.clone(),
             dumps,
+            replaced,
+            _lock: lock,
         };
         manager.write_xdmf()?;
         Ok(manager)
@@ -357,6 +381,11 @@ impl OutputManager {
             step,
             fields,
         })
+    }
+
+    /// What `overwrite` removed of an earlier run: (dumps, checkpoints).
+    pub fn replaced(&self) -> (usize, usize) {
+        self.replaced
     }
 
     /// The output directory.

@@ -1073,3 +1073,129 @@ fn a_truncated_kernel_in_the_cache_is_rebuilt_not_loaded() {
         assert!(!stderr.contains("is not whole"), "gpu {gpu}: {stderr}");
     }
 }
+
+/// `--overwrite` replaces the whole earlier run, its checkpoints too (they
+/// used to stay, and the newest-two rule then deleted the new run's own,
+/// so the summary named a checkpoint that no longer existed), and says so.
+#[test]
+fn overwrite_removes_the_earlier_runs_checkpoints() {
+    let dir = temp();
+    let args = |steps: &'static str| {
+        vec![
+            "run",
+            "heat",
+            "--set",
+            "cells=8",
+            "--steps",
+            steps,
+            "--checkpoint-every",
+            "1",
+            "--output",
+            "out",
+        ]
+    };
+    let first = watershed_in(dir.path(), &args("4"));
+    assert!(matches!(first.code, 0 | 3), "{}", first.stderr);
+    assert!(dir.path().join("out/checkpoint_00000004.h5").exists());
+    let mut again = args("1");
+    again.push("--overwrite");
+    let second = watershed_in(dir.path(), &again);
+    assert!(matches!(second.code, 0 | 3), "{}", second.stderr);
+    assert!(
+        second
+            .stderr
+            .contains("--overwrite: removed the earlier run's 2 dump(s) and 2 checkpoint(s)"),
+        "{}",
+        second.stderr
+    );
+    let names: Vec<String> = std::fs::read_dir(dir.path().join("out"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("checkpoint_"))
+        .collect();
+    assert_eq!(names, ["checkpoint_00000001.h5"], "{names:?}");
+    assert!(
+        second.stdout.contains("checkpoint_00000001.h5"),
+        "{}",
+        second.stdout
+    );
+}
+
+/// Two runs into one output folder: the second is refused while the first
+/// holds the folder, naming it; when the first is killed, its lock is
+/// stale and a third run takes the folder over (and frees it at its end).
+#[test]
+fn a_second_run_into_a_busy_output_folder_is_refused() {
+    let dir = temp();
+    let mut first = Command::new(env!("CARGO_BIN_EXE_watershed"))
+        .args([
+            "run",
+            "taylor-green",
+            "--set",
+            "dimensions=3",
+            "--set",
+            "cells=16",
+            "--set",
+            "end_time=100000",
+            "--output",
+            "out",
+            "--quiet",
+        ])
+        .current_dir(dir.path())
+        .env("WATERSHED_DISABLE_CUDA", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lock = dir.path().join("out/.watershed.lock");
+    let started = std::time::Instant::now();
+    while !lock.exists() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the first run never took the folder"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let second = watershed_in(
+        dir.path(),
+        &["run", "taylor-green", "--output", "out", "--overwrite"],
+    );
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first run ended before the second was refused"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_ne!(second.code, 0, "{}", second.stderr);
+    assert!(
+        second
+            .stderr
+            .contains("is being written by another run (`taylor-green`, pid"),
+        "{}",
+        second.stderr
+    );
+    // Killed: its lock is stale, and the next run takes the folder over.
+    assert!(lock.exists());
+    let mut third = Command::new(env!("CARGO_BIN_EXE_watershed"));
+    third
+        .args([
+            "run",
+            "taylor-green",
+            "--set",
+            "cells=8",
+            "--steps",
+            "2",
+            "--output",
+            "out",
+            "--overwrite",
+        ])
+        .current_dir(dir.path())
+        .env("WATERSHED_DISABLE_CUDA", "1")
+        .env("RUST_LOG", "warn");
+    let third = third.output().unwrap();
+    let stderr = String::from_utf8_lossy(&third.stderr);
+    assert!(matches!(third.status.code(), Some(0 | 3)), "{stderr}");
+    assert!(stderr.contains("taking the folder over"), "{stderr}");
+    assert!(!lock.exists(), "the lock outlived its run");
+}
