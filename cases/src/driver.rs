@@ -161,6 +161,9 @@ pub struct RunReport {
     pub trace_dropped: u64,
     /// The last checkpoint written.
     pub last_checkpoint: Option<PathBuf>,
+    /// The signal that ended the run after its last step
+    /// ([`crate::interrupt`]), if one did.
+    pub interrupted: Option<i32>,
 }
 
 /// The make-up of one graph: what could run on a GPU and how many kernels
@@ -320,6 +323,8 @@ pub fn run<S: Simulation + ?Sized>(
         _ => f64::INFINITY,
     };
     let mut last_checkpoint = None;
+    let mut interrupted = None;
+    let mut last_dt_taken = 0.0;
     let mut gpu_calls = GpuCalls::default();
     let mut gpu_calls_last_step = GpuCalls::default();
     let started = Instant::now();
@@ -333,6 +338,10 @@ pub fn run<S: Simulation + ?Sized>(
         if let Some(reason) = sim.stop_reason() {
             break reason;
         }
+        if let Some(signum) = crate::interrupt::received() {
+            interrupted = Some(signum);
+            break format!("interrupted by {}", crate::interrupt::name(signum));
+        }
         let mut dt = sim.next_dt()?;
         if let Stop::EndTime(end) = control.stop {
             dt = dt.min(end - sim.time());
@@ -342,6 +351,7 @@ pub fn run<S: Simulation + ?Sized>(
         gpu_calls_last_step = watershed_fields::gpu_calls().since(&calls_before);
         gpu_calls = gpu_calls + gpu_calls_last_step;
         let last_dt = dt;
+        last_dt_taken = dt;
         if let Some(file) = series.as_mut() {
             file.append(&sim.series_rows(file.rows_written()))?;
         }
@@ -407,6 +417,28 @@ pub fn run<S: Simulation + ?Sized>(
     };
     let wall = started.elapsed();
     progress.finish();
+    if interrupted.is_some()
+        && let Some(out) = output.as_deref()
+        && last_checkpoint.as_ref()
+            != Some(
+                &out.directory()
+                    .join(format!("checkpoint_{:08}.h5", sim.steps())),
+            )
+    {
+        // Stopped by a signal: a checkpoint of the state reached, so that
+        // the run can continue from it.
+        let header = CheckpointHeader {
+            case: sim.case().to_string(),
+            time: sim.time(),
+            step: sim.steps(),
+            last_dt: last_dt_taken,
+            grid_cells: sim.grid().cells().map(|c| c as u64),
+            config: control.config_text.clone(),
+        };
+        last_checkpoint = Some(write_checkpoint(out.directory(), &header, |g| {
+            sim.save_state(g)
+        })?);
+    }
     if let Some(out) = output
         && !out.dumps().iter().any(|d| d.step == sim.steps())
     {
@@ -455,6 +487,7 @@ pub fn run<S: Simulation + ?Sized>(
         trace,
         trace_dropped,
         last_checkpoint,
+        interrupted,
     })
 }
 

@@ -8,6 +8,7 @@
 //!   observer, a whole-run trace and the end-of-run summary;
 //! * [`output`]: HDF5 dumps (one file per dump) and the XDMF time series;
 //! * [`output_lock`]: one run per output folder (a lock file);
+//! * [`interrupt`]: SIGINT and SIGTERM end a run after its step, with a checkpoint;
 //! * [`checkpoint`]: atomic checkpoints and bitwise restarts;
 //! * [`config`]: strict TOML configurations with `--set` overrides;
 //! * [`progress`], [`plot`]: the progress bar and PNG charts;
@@ -42,6 +43,7 @@ pub mod config;
 pub mod driver;
 pub mod error;
 pub mod inspect;
+pub mod interrupt;
 pub mod output;
 pub mod output_lock;
 pub mod plot;

@@ -156,6 +156,8 @@ fn long_version() -> &'static str {
 enum Outcome {
     Done,
     CheckFailed,
+    /// Ended by this signal after a step, with a checkpoint.
+    Interrupted(i32),
 }
 
 /// Errors of the program: usage and configuration problems (exit 2) and
@@ -475,6 +477,8 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         },
         record_trace: args.trace.is_some(),
     };
+    // SIGINT and SIGTERM end the run after its step, with a checkpoint.
+    watershed_cases::interrupt::install();
     tracing::info!(case = info.name, threads, device = %device, "run starts");
     let simulation = prepared.simulation.as_mut();
     let report = run(simulation, &control, Some(&mut output), &mut |_| {}).map_err(runtime)?;
@@ -551,6 +555,21 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
             path.display()
         )?;
     }
+    if let Some(signum) = report.interrupted {
+        let checkpoint = report
+            .last_checkpoint
+            .as_ref()
+            .map_or_else(|| "none".to_string(), |p| p.display().to_string());
+        writeln!(
+            out,
+            "interrupted by {} after step {} (t = {:e}); the check above is of the run so far. Checkpoint: {checkpoint}; continue with `watershed run {} --restart {checkpoint}` and the same --config / --set options",
+            watershed_cases::interrupt::name(signum),
+            report.step,
+            report.time,
+            info.name,
+        )?;
+        return Ok(Outcome::Interrupted(signum));
+    }
     Ok(if check.passed {
         Outcome::Done
     } else {
@@ -618,6 +637,7 @@ fn main() -> ExitCode {
     let _ = stdout.lock().flush();
     match result {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
+        Ok(Outcome::Interrupted(signum)) => ExitCode::from((128 + signum).clamp(0, 255) as u8),
         Ok(Outcome::CheckFailed) => {
             let _ = writeln!(std::io::stderr(), "watershed: the case's check FAILED");
             ExitCode::from(3)

@@ -1199,3 +1199,96 @@ fn a_second_run_into_a_busy_output_folder_is_refused() {
     assert!(stderr.contains("taking the folder over"), "{stderr}");
     assert!(!lock.exists(), "the lock outlived its run");
 }
+
+/// SIGINT and SIGTERM end a run after its step: a checkpoint of the state
+/// reached, the message says where it stopped and how to continue, the
+/// exit status is 130 / 143, and the run continues from the checkpoint.
+#[test]
+fn a_signal_ends_the_run_with_a_checkpoint_to_continue_from() {
+    for (signal, status) in [("INT", 130), ("TERM", 143)] {
+        let dir = temp();
+        let child = Command::new(env!("CARGO_BIN_EXE_watershed"))
+            .args([
+                "run",
+                "taylor-green",
+                "--set",
+                "dimensions=3",
+                "--set",
+                "cells=16",
+                "--set",
+                "end_time=100000",
+                "--output",
+                "out",
+                "--quiet",
+            ])
+            .current_dir(dir.path())
+            .env("WATERSHED_DISABLE_CUDA", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait until a few steps are on disk (the energy series).
+        let csv = dir.path().join("out/taylor-green_energy.csv");
+        let started = std::time::Instant::now();
+        while std::fs::read_to_string(&csv).map_or(0, |t| t.lines().count()) < 4 {
+            assert!(started.elapsed() < std::time::Duration::from_secs(120));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let sent = Command::new("kill")
+            .args([format!("-{signal}"), child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), Some(status), "{signal}: {stdout}");
+        assert!(
+            stdout.contains(&format!("interrupted by SIG{signal} after step")),
+            "{stdout}"
+        );
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("interrupted"))
+            .unwrap();
+        let checkpoint = line
+            .split("Checkpoint: ")
+            .nth(1)
+            .and_then(|rest| rest.split(';').next())
+            .unwrap()
+            .to_string();
+        assert!(dir.path().join(&checkpoint).exists(), "{checkpoint}");
+        assert!(!dir.path().join("out/.watershed.lock").exists());
+        // Continue from it for two more steps.
+        let step: u64 = line
+            .split("after step ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        let again = watershed_in(
+            dir.path(),
+            &[
+                "run",
+                "taylor-green",
+                "--set",
+                "dimensions=3",
+                "--set",
+                "cells=16",
+                "--set",
+                "end_time=100000",
+                "--output",
+                "out",
+                "--restart",
+                &checkpoint,
+                "--steps",
+                &(step + 2).to_string(),
+            ],
+        );
+        assert!(matches!(again.code, 0 | 3), "{}", again.stderr);
+        assert!(
+            again.stdout.contains(&format!("reached step {}", step + 2)),
+            "{}",
+            again.stdout
+        );
+    }
+}
