@@ -487,10 +487,8 @@ fn load_or_build(key: &str, source: &str) -> OperatorResult<Arc<libloading::Libr
     let library = if path.exists() {
         // A truncated or overwritten object would kill the process when
         // loaded (SIGBUS): check it against its checksum first.
-        let whole = shared_object::verify(&path).map_err(|why| {
-            shared_object::note_rebuilt(&path, &why);
-            why
-        });
+        let whole =
+            shared_object::verify(&path).inspect_err(|why| shared_object::note_rebuilt(&path, why));
         match whole.and_then(|()| open(&path)) {
             Ok(library) => {
                 DISK_HITS.fetch_add(1, Ordering::Relaxed);
