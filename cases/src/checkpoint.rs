@@ -4,7 +4,9 @@
 //! run: every solution field with its ghosts (written by the simulation's
 //! [`Simulation::save_state`](crate::driver::Simulation::save_state)), and
 //! root attributes `case`, `time`, `step`, `last_dt`, `grid_cells`,
-//! `config` (the TOML text) and `watershed_version`. It is written
+//! `config` (the TOML text), `watershed_version`, and the run's
+//! `dump_schedule` and `checkpoint_every` (which a restart keeps unless it
+//! is given others). It is written
 //! atomically; after each one only the newest two are kept. A restart reads
 //! the header, refuses a file of another case, and the simulation refuses
 //! fields whose grid or layout differ from its own, naming both.
@@ -34,6 +36,12 @@ pub struct CheckpointHeader {
     pub grid_cells: [u64; 3],
     /// The configuration (TOML) of the run.
     pub config: String,
+    /// The run's dump schedule as text (`DumpSchedule::to_text`), so
+    /// that a restart that does not give one keeps it; `None` in
+    /// checkpoints written before it was stored.
+    pub dump_schedule: Option<String>,
+    /// The run's `--checkpoint-every`, likewise (0: none).
+    pub checkpoint_every: Option<u64>,
 }
 
 /// Keeps at most this many checkpoints.
@@ -61,6 +69,12 @@ pub fn write_checkpoint(
                 .create("grid_cells")
                 .map_err(|e| hdf5_error(&path, "grid_cells", e))?;
             write_text_attribute(file, "config", &header.config)?;
+            if let Some(schedule) = &header.dump_schedule {
+                write_text_attribute(file, "dump_schedule", schedule)?;
+            }
+            if let Some(every) = header.checkpoint_every {
+                write_number_attribute(file, "checkpoint_every", every)?;
+            }
             write_text_attribute(file, "watershed_version", env!("CARGO_PKG_VERSION"))?;
             save(file)
         };
@@ -134,6 +148,19 @@ pub fn read_checkpoint(path: &Path) -> CaseResult<(hdf5::File, CheckpointHeader)
     if !time.is_finite() {
         return Err(refuse(format!("its time {time} is not finite")));
     }
+    // Stored since 2026-11-28; older checkpoints have neither.
+    let dump_schedule = file
+        .attr("dump_schedule")
+        .is_ok()
+        .then(|| read_text_attribute(&file, "dump_schedule"))
+        .transpose()
+        .map_err(not_checkpoint)?;
+    let checkpoint_every = file
+        .attr("checkpoint_every")
+        .is_ok()
+        .then(|| read_number_attribute::<u64>(&file, "checkpoint_every"))
+        .transpose()
+        .map_err(not_checkpoint)?;
     Ok((
         file,
         CheckpointHeader {
@@ -143,6 +170,8 @@ pub fn read_checkpoint(path: &Path) -> CaseResult<(hdf5::File, CheckpointHeader)
             last_dt,
             grid_cells,
             config,
+            dump_schedule,
+            checkpoint_every,
         },
     ))
 }

@@ -101,6 +101,35 @@ pub enum DumpSchedule {
     Interval(f64),
 }
 
+impl DumpSchedule {
+    /// `start-and-end`, `every N` or `interval T` (stored in checkpoints).
+    pub fn to_text(self) -> String {
+        match self {
+            DumpSchedule::StartAndEnd => "start-and-end".into(),
+            DumpSchedule::EverySteps(n) => format!("every {n}"),
+            DumpSchedule::Interval(t) => format!("interval {t:e}"),
+        }
+    }
+
+    /// The schedule [`Self::to_text`] wrote; `None` for anything else.
+    pub fn from_text(text: &str) -> Option<Self> {
+        match text.split_once(' ') {
+            None if text == "start-and-end" => Some(DumpSchedule::StartAndEnd),
+            Some(("every", n)) => n
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .map(DumpSchedule::EverySteps),
+            Some(("interval", t)) => t
+                .parse()
+                .ok()
+                .filter(|t: &f64| t.is_finite() && *t > 0.0)
+                .map(DumpSchedule::Interval),
+            _ => None,
+        }
+    }
+}
+
 /// How a run is driven.
 #[derive(Debug, Clone)]
 pub struct RunControl {
@@ -382,6 +411,8 @@ pub fn run<S: Simulation + ?Sized>(
                     last_dt,
                     grid_cells: sim.grid().cells().map(|c| c as u64),
                     config: control.config_text.clone(),
+                    dump_schedule: Some(control.dumps.to_text()),
+                    checkpoint_every: Some(control.checkpoint_every.unwrap_or(0)),
                 };
                 let path = write_checkpoint(out.directory(), &header, |g| sim.save_state(g))?;
                 tracing::info!(file = %path.display(), step = steps, "checkpoint written");
@@ -434,6 +465,8 @@ pub fn run<S: Simulation + ?Sized>(
             last_dt: last_dt_taken,
             grid_cells: sim.grid().cells().map(|c| c as u64),
             config: control.config_text.clone(),
+            dump_schedule: Some(control.dumps.to_text()),
+            checkpoint_every: Some(control.checkpoint_every.unwrap_or(0)),
         };
         last_checkpoint = Some(write_checkpoint(out.directory(), &header, |g| {
             sim.save_state(g)

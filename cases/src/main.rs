@@ -414,6 +414,28 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         (None, Some(t)) => Stop::EndTime(t),
         (None, None) => prepared.stop,
     };
+    if let Some(header) = &restart_header {
+        // Steps and times count from the start of the run: a stop the
+        // checkpoint has already passed would "reach" it at once.
+        let passed = match stop {
+            Stop::Steps(n) => (n <= header.step).then(|| {
+                format!(
+                    "--steps {n}: the checkpoint is at step {}, and steps count from the start of the run; give a larger number (e.g. --steps {})",
+                    header.step,
+                    header.step + 10
+                )
+            }),
+            Stop::EndTime(t) => (t <= header.time).then(|| {
+                format!(
+                    "the end time {t} is not after the checkpoint's time {}; give a later --end-time",
+                    header.time
+                )
+            }),
+        };
+        if let Some(reason) = passed {
+            return Err(usage(CaseError::Usage(reason)));
+        }
+    }
     if let Stop::EndTime(t) = stop
         && !(t.is_finite() && t >= prepared.simulation.time())
     {
@@ -435,19 +457,66 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
             ))));
         }
         (None, Some(t)) => DumpSchedule::Interval(t),
-        (None, None) => DumpSchedule::StartAndEnd,
+        // A restart keeps the schedule of the run it continues, so that
+        // the dumps after its step are written again.
+        (None, None) => restart_header
+            .as_ref()
+            .and_then(|h| h.dump_schedule.as_deref())
+            .and_then(DumpSchedule::from_text)
+            .unwrap_or(DumpSchedule::StartAndEnd),
     };
+    let checkpoint_every = args.checkpoint_every.or_else(|| {
+        restart_header
+            .as_ref()
+            .and_then(|h| h.checkpoint_every)
+            .filter(|&n| n > 0)
+    });
     if args.checkpoint_every == Some(0) {
         return Err(usage(CaseError::Usage(
             "--checkpoint-every must be at least 1".into(),
         )));
+    }
+    // A restart continues its own run's folder. Into another run's
+    // folder it would remove that run's dumps after the step: refused
+    // without --overwrite, and with it that folder is replaced whole.
+    let mut continues_here = restart_header.is_some();
+    if let Some(checkpoint) = &args.restart {
+        let own = checkpoint
+            .parent()
+            .map(|p| {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            })
+            .and_then(|p| p.canonicalize().ok());
+        let target = directory.canonicalize().ok();
+        let holds_results = directory.join(format!("{}.xmf", info.name)).exists();
+        if target.is_some() && own != target && holds_results {
+            if !args.overwrite {
+                return Err(usage(CaseError::Output {
+                    path: directory.clone(),
+                    reason: format!(
+                        "holds another run's results, and --restart {} continues the run in {}: its dumps after the restart step would be removed; continue in {}, choose an empty --output, or pass --overwrite to replace this folder",
+                        checkpoint.display(),
+                        own.as_deref().unwrap_or(Path::new("?")).display(),
+                        own.as_deref().unwrap_or(Path::new("?")).display()
+                    ),
+                }));
+            }
+            continues_here = false;
+        }
     }
     let mut output = OutputManager::create(
         &directory,
         info.name,
         prepared.simulation.grid(),
         args.overwrite,
-        restart_header.as_ref().map(|h| h.step),
+        restart_header
+            .as_ref()
+            .filter(|_| continues_here)
+            .map(|h| h.step),
     )
     .map_err(usage)?;
     let (old_dumps, old_checkpoints) = output.replaced();
@@ -468,7 +537,7 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
     let control = RunControl {
         stop,
         dumps,
-        checkpoint_every: args.checkpoint_every,
+        checkpoint_every,
         config_text: prepared.config_text.clone(),
         progress: if args.quiet {
             ProgressMode::Quiet

@@ -1292,3 +1292,145 @@ fn a_signal_ends_the_run_with_a_checkpoint_to_continue_from() {
         );
     }
 }
+
+/// The dumps (`heat_<step>.h5`) in `dir`, by step.
+fn dump_steps(dir: &Path) -> Vec<u64> {
+    let mut steps: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("heat_")?
+                .strip_suffix(".h5")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    steps.sort();
+    steps
+}
+
+/// A restart keeps the run's dump and checkpoint schedule (stored in the
+/// checkpoint) when it is not given again, so the dumps after the restart
+/// step are written again; a stop the checkpoint has passed is refused;
+/// a restart into another run's folder is refused without --overwrite and
+/// leaves that run whole.
+#[test]
+fn restarts_keep_the_schedule_and_never_touch_another_runs_folder() {
+    let dir = temp();
+    let first = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--set",
+            "cells=8",
+            "--steps",
+            "6",
+            "--dump-every",
+            "2",
+            "--checkpoint-every",
+            "3",
+            "--output",
+            "a",
+        ],
+    );
+    assert!(matches!(first.code, 0 | 3), "{}", first.stderr);
+    assert_eq!(dump_steps(&dir.path().join("a")), [0, 2, 4, 6]);
+    let checkpoint = "a/checkpoint_00000003.h5";
+    // Steps count from the start: 3 is where the checkpoint already is.
+    let early = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--output",
+            "a",
+            "--restart",
+            checkpoint,
+            "--steps",
+            "3",
+        ],
+    );
+    assert_eq!(early.code, 2, "{}", early.stderr);
+    assert!(
+        early
+            .stderr
+            .contains("--steps 3: the checkpoint is at step 3"),
+        "{}",
+        early.stderr
+    );
+    // Without --dump-every the restart keeps the schedule.
+    let again = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--output",
+            "a",
+            "--restart",
+            checkpoint,
+            "--steps",
+            "6",
+        ],
+    );
+    assert!(matches!(again.code, 0 | 3), "{}", again.stderr);
+    // Dumps at 4 and 6 again, and one at the restart's start (step 3).
+    assert_eq!(dump_steps(&dir.path().join("a")), [0, 2, 3, 4, 6]);
+    let xdmf = std::fs::read_to_string(dir.path().join("a/heat.xmf")).unwrap();
+    assert!(xdmf.contains("heat_00000006.h5"), "{xdmf}");
+    // Another run's folder: refused, and that run keeps every dump.
+    let other = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--set",
+            "cells=8",
+            "--steps",
+            "6",
+            "--dump-every",
+            "1",
+            "--output",
+            "b",
+        ],
+    );
+    assert!(matches!(other.code, 0 | 3), "{}", other.stderr);
+    let into_other = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--output",
+            "b",
+            "--restart",
+            checkpoint,
+            "--steps",
+            "6",
+        ],
+    );
+    assert_eq!(into_other.code, 2, "{}", into_other.stderr);
+    assert!(
+        into_other.stderr.contains("holds another run's results"),
+        "{}",
+        into_other.stderr
+    );
+    assert_eq!(dump_steps(&dir.path().join("b")), [0, 1, 2, 3, 4, 5, 6]);
+    // With --overwrite the folder is replaced whole by the continued run.
+    let replaced = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--output",
+            "b",
+            "--restart",
+            checkpoint,
+            "--steps",
+            "6",
+            "--overwrite",
+        ],
+    );
+    assert!(matches!(replaced.code, 0 | 3), "{}", replaced.stderr);
+    assert_eq!(dump_steps(&dir.path().join("b")), [3, 4, 6]);
+}
