@@ -154,6 +154,9 @@ pub struct RunReport {
     pub steps_run: u64,
     /// Wall time of the stepping loop.
     pub wall: Duration,
+    /// Of it, the run's first step (which also compiles the kernels and
+    /// places the nodes); zero when no step ran.
+    pub first_step: Duration,
     /// Cell updates per step.
     pub cell_updates_per_step: u64,
     /// Why the run stopped.
@@ -214,22 +217,36 @@ pub struct GraphCensus {
 }
 
 impl RunReport {
-    /// Seconds per step.
-    pub fn seconds_per_step(&self) -> f64 {
-        if self.steps_run == 0 {
-            0.0
+    /// The steps and wall time of the stepping itself: every step but the
+    /// first (which compiles kernels and places nodes) when there are
+    /// several, else the one step.
+    fn stepping(&self) -> (u64, f64) {
+        if self.steps_run > 1 {
+            (
+                self.steps_run - 1,
+                self.wall.saturating_sub(self.first_step).as_secs_f64(),
+            )
         } else {
-            self.wall.as_secs_f64() / self.steps_run as f64
+            (self.steps_run, self.wall.as_secs_f64())
         }
     }
 
-    /// Cell updates per second.
+    /// Seconds per step of the stepping (the first step, with its kernel
+    /// compilation, left out when there are others).
+    pub fn seconds_per_step(&self) -> f64 {
+        match self.stepping() {
+            (0, _) => 0.0,
+            (steps, seconds) => seconds / steps as f64,
+        }
+    }
+
+    /// Cell updates per second of the stepping (as [`Self::seconds_per_step`]).
     pub fn cell_updates_per_second(&self) -> f64 {
-        let seconds = self.wall.as_secs_f64();
+        let (steps, seconds) = self.stepping();
         if seconds <= 0.0 {
             0.0
         } else {
-            self.cell_updates_per_step as f64 * self.steps_run as f64 / seconds
+            self.cell_updates_per_step as f64 * steps as f64 / seconds
         }
     }
 }
@@ -357,6 +374,7 @@ pub fn run<S: Simulation + ?Sized>(
     let mut gpu_calls = GpuCalls::default();
     let mut gpu_calls_last_step = GpuCalls::default();
     let started = Instant::now();
+    let mut first_step_time: Option<Duration> = None;
     let stop_reason = loop {
         if done(control.stop, sim.time(), sim.steps()) {
             break match control.stop {
@@ -377,6 +395,9 @@ pub fn run<S: Simulation + ?Sized>(
         }
         let calls_before = watershed_fields::gpu_calls();
         sim.step(dt)?;
+        if first_step_time.is_none() {
+            first_step_time = Some(started.elapsed());
+        }
         gpu_calls_last_step = watershed_fields::gpu_calls().since(&calls_before);
         gpu_calls = gpu_calls + gpu_calls_last_step;
         let last_dt = dt;
@@ -506,6 +527,7 @@ pub fn run<S: Simulation + ?Sized>(
     Ok(RunReport {
         steps_run: sim.steps() - first_step,
         wall,
+        first_step: first_step_time.unwrap_or_default(),
         cell_updates_per_step: sim.cell_updates_per_step(),
         stop_reason,
         time: sim.time(),
@@ -544,15 +566,22 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
     use std::fmt::Write;
     let mut text = String::new();
     let _ = writeln!(text, "== {case}: {} ==", report.stop_reason);
+    let (stepping, _) = report.stepping();
     let _ = writeln!(
         text,
-        "steps {} (now at step {}, t = {:.6e}); wall {:.3} s; {:.3} ms/step; {:.3e} cell updates/s",
+        "steps {} (now at step {}, t = {:.6e}); wall {:.3} s, of which the first step (kernel compilation, placement) {:.3} s; stepping: {:.3} ms/step; {:.3e} cell updates/s over {}",
         report.steps_run,
         report.step,
         report.time,
         report.wall.as_secs_f64(),
+        report.first_step.as_secs_f64(),
         report.seconds_per_step() * 1e3,
-        report.cell_updates_per_second()
+        report.cell_updates_per_second(),
+        if stepping == report.steps_run {
+            format!("{stepping} step(s)")
+        } else {
+            format!("the {stepping} steps after the first")
+        }
     );
     let memory = report.cpu_memory_high_water.map_or("unknown".into(), |b| {
         format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
