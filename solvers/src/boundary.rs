@@ -314,9 +314,9 @@ struct CheckedSide {
 /// -x, +x, -y, +y, -z, +z: each side with a condition on the domain's
 /// boundary, and each periodic axis of the grid when the patch spans it.
 /// Errors (naming the field `name`) for a periodic condition on a
-/// non-periodic axis, a flux condition without a finite non-zero
-/// diffusivity, and ghost layers that are missing or outnumber the
-/// interior points they mirror.
+/// non-periodic axis, a boundary value that is not finite, a flux
+/// condition without a finite non-zero diffusivity, and ghost layers that
+/// are missing or outnumber the interior points they mirror.
 fn checked_sides<L: Location>(
     conditions: &BoundaryConditions,
     layout: &FieldLayout,
@@ -357,6 +357,20 @@ fn checked_sides<L: Location>(
             if !on_boundary {
                 continue;
             }
+        }
+        let value = match condition {
+            BoundaryCondition::Dirichlet(v) => Some(("Dirichlet value", v)),
+            BoundaryCondition::Neumann(q) => Some(("Neumann gradient", q)),
+            BoundaryCondition::Flux { flux, .. } => Some(("flux", flux)),
+            BoundaryCondition::Periodic => None,
+        };
+        if let Some((what, v)) = value
+            && !v.is_finite()
+        {
+            return Err(setup(format!(
+                "the {what} on side {} is {v}: boundary values must be finite",
+                side.name()
+            )));
         }
         let h = grid.spacing()[axis];
         let n = layout.interior_extent()[axis] as isize;

@@ -583,3 +583,62 @@ fn interior_max_abs(t: &SpatialField<CellCentre>) -> f64 {
         .map(|i| values[layout.linear_index(i)].abs())
         .fold(0.0, f64::max)
 }
+
+/// A boundary value that is not finite is refused at build, naming the
+/// field, the side and the value (it used to run, and a later error blamed
+/// the right-hand side); the same for a flow's lid speed.
+#[test]
+fn boundary_values_that_are_not_finite_are_refused_by_name() {
+    for (condition, what) in [
+        (BoundaryCondition::Dirichlet(f64::NAN), "Dirichlet value"),
+        (
+            BoundaryCondition::Neumann(f64::INFINITY),
+            "Neumann gradient",
+        ),
+        (
+            BoundaryCondition::Flux {
+                flux: f64::NEG_INFINITY,
+                diffusivity: 1.0,
+            },
+            "flux",
+        ),
+    ] {
+        let error = TransportSolverBuilder::new(&channel(1))
+            .equation(
+                TransportEquation::new("T")
+                    .diffusion(Diffusivity::Constant(1.0))
+                    .boundary_conditions(
+                        BoundaryConditions::all(BoundaryCondition::Neumann(0.0))
+                            .with(Side::PLUS_X, condition),
+                    ),
+            )
+            .build()
+            .unwrap_err();
+        let message = error.to_string();
+        // The condition is a modifier of the graph: its set-up error
+        // comes back through the graph, naming the equation's field.
+        assert!(
+            matches!(&error, SolverError::Graph(GraphError::Native(m)) if m.starts_with("equation 'T (STATE_NP1)'")),
+            "{error:?}"
+        );
+        assert!(
+            message.contains(&format!("the {what} on side +x is")) && message.contains("finite"),
+            "{message}"
+        );
+    }
+    let grid = Grid::new([8, 8, 1], [1.0; 3], [0.0; 3]).unwrap();
+    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let error = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
+        .velocity_conditions(
+            0,
+            walls.with(Side::PLUS_Y, BoundaryCondition::Dirichlet(f64::INFINITY)),
+        )
+        .velocity_conditions(1, walls)
+        .build()
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("the Dirichlet value on side +y is inf"),
+        "{message}"
+    );
+}
