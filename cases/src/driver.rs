@@ -322,6 +322,14 @@ pub fn run<S: Simulation + ?Sized>(
                 "--dump-interval {t} must be finite and positive"
             )));
         }
+        // The dump times are multiples of t: t must be a normal number and
+        // the time / t count representable, or no dump time would come.
+        DumpSchedule::Interval(t) if !t.is_normal() || !(sim.time() / t < 2f64.powi(52)) => {
+            return Err(CaseError::Usage(format!(
+                "--dump-interval {t:e} is too small for the simulated time {:e} (the dump times, multiples of it, cannot be told apart); use --dump-every 1 to dump every step",
+                sim.time()
+            )));
+        }
         _ => {}
     }
     if control.checkpoint_every == Some(0) {

@@ -123,9 +123,24 @@ pub fn read_text_attribute(group: &hdf5::Group, name: &str) -> CaseResult<String
 /// Reads a number attribute of `group`.
 pub fn read_number_attribute<T: hdf5::H5Type>(group: &hdf5::Group, name: &str) -> CaseResult<T> {
     let file = PathBuf::from(group.filename());
-    group
-        .attr(name)
-        .and_then(|a| a.read_scalar())
+    let attribute = group.attr(name).map_err(|e| hdf5_error(&file, name, e))?;
+    // No conversion on reading: HDF5 would clip a stored -1 to an
+    // unsigned 0 (a checkpoint's step) or round a float to an integer.
+    let stored = attribute
+        .dtype()
+        .and_then(|t| t.to_descriptor())
+        .map_err(|e| hdf5_error(&file, name, e))?;
+    let wanted = T::type_descriptor();
+    if stored != wanted {
+        return Err(CaseError::Output {
+            path: file,
+            reason: format!(
+                "attribute `{name}` is stored as {stored:?}, not {wanted:?} as Watershed writes it; the file was not written by this program or was altered"
+            ),
+        });
+    }
+    attribute
+        .read_scalar()
         .map_err(|e| hdf5_error(&file, name, e))
 }
 

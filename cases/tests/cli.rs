@@ -1437,3 +1437,84 @@ fn restarts_keep_the_schedule_and_never_touch_another_runs_folder() {
     assert!(matches!(replaced.code, 0 | 3), "{}", replaced.stderr);
     assert_eq!(dump_steps(&dir.path().join("b")), [3, 4, 6]);
 }
+
+/// A subnormal `--dump-interval` is refused by name (it used to skip every
+/// dump: the dump times overflowed); nothing is written.
+#[test]
+fn a_dump_interval_too_small_to_count_is_refused() {
+    let dir = temp();
+    let out = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--set",
+            "cells=8",
+            "--dump-interval",
+            "1e-310",
+            "--output",
+            "o",
+        ],
+    );
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--dump-interval 1e-310 is too small"),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.path().join("o").exists());
+}
+
+/// A checkpoint whose step is stored as a signed -1 is refused, naming the
+/// attribute (HDF5 used to clip it to step 0 and the run restarted there).
+#[test]
+fn a_checkpoint_step_of_another_type_is_refused() {
+    let dir = temp();
+    let first = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--set",
+            "cells=8",
+            "--steps",
+            "2",
+            "--checkpoint-every",
+            "2",
+            "--output",
+            "o",
+        ],
+    );
+    assert!(matches!(first.code, 0 | 3), "{}", first.stderr);
+    let checkpoint = dir.path().join("o/checkpoint_00000002.h5");
+    {
+        let file = hdf5::File::open_rw(&checkpoint).unwrap();
+        file.delete_attr("step").unwrap();
+        file.new_attr::<i64>()
+            .create("step")
+            .unwrap()
+            .write_scalar(&-1i64)
+            .unwrap();
+    }
+    let restart = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--output",
+            "o",
+            "--restart",
+            "o/checkpoint_00000002.h5",
+            "--steps",
+            "4",
+        ],
+    );
+    assert_eq!(restart.code, 2, "{}", restart.stderr);
+    assert!(
+        restart
+            .stderr
+            .contains("attribute `step` is stored as Integer"),
+        "{}",
+        restart.stderr
+    );
+}
