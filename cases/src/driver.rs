@@ -101,6 +101,13 @@ pub enum DumpSchedule {
     Interval(f64),
 }
 
+/// Whether dump times every `interval` can be told apart from `time` on:
+/// `interval` a normal number and `time / interval` below 2^52.
+pub fn interval_countable(time: f64, interval: f64) -> bool {
+    let count = time / interval;
+    interval.is_normal() && count.is_finite() && count < 2f64.powi(52)
+}
+
 impl DumpSchedule {
     /// `start-and-end`, `every N` or `interval T` (stored in checkpoints).
     pub fn to_text(self) -> String {
@@ -324,7 +331,7 @@ pub fn run<S: Simulation + ?Sized>(
         }
         // The dump times are multiples of t: t must be a normal number and
         // the time / t count representable, or no dump time would come.
-        DumpSchedule::Interval(t) if !t.is_normal() || !(sim.time() / t < 2f64.powi(52)) => {
+        DumpSchedule::Interval(t) if !interval_countable(sim.time(), t) => {
             return Err(CaseError::Usage(format!(
                 "--dump-interval {t:e} is too small for the simulated time {:e} (the dump times, multiples of it, cannot be told apart); use --dump-every 1 to dump every step",
                 sim.time()
