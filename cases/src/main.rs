@@ -456,7 +456,9 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
                 "--dump-interval {t} must be finite and positive"
             ))));
         }
-        (None, Some(t)) if !t.is_normal() || !(prepared.simulation.time() / t < 2f64.powi(52)) => {
+        (None, Some(t))
+            if !watershed_cases::driver::interval_countable(prepared.simulation.time(), t) =>
+        {
             return Err(usage(CaseError::Usage(format!(
                 "--dump-interval {t:e} is too small for the simulated time {:e} (the dump times, multiples of it, cannot be told apart); use --dump-every 1 to dump every step",
                 prepared.simulation.time()
