@@ -15,6 +15,8 @@ pub const SIGINT: i32 = 2;
 /// SIGTERM's number on Linux.
 pub const SIGTERM: i32 = 15;
 
+// SAFETY: both are declared with their C signatures (glibc: `sighandler_t
+// signal(int, sighandler_t)`, a pointer-sized return; `void _exit(int)`).
 unsafe extern "C" {
     /// `signal(2)` of the C library std links (BSD semantics on glibc: the
     /// handler stays installed, system calls restart).

@@ -17,19 +17,24 @@ fn options(sets: &[&str]) -> CaseOptions {
     }
 }
 
+/// A quiet run to `stop` that dumps at the start and the end only.
+fn quiet_control(stop: Stop, config_text: &str) -> RunControl {
+    RunControl {
+        stop,
+        dumps: DumpSchedule::StartAndEnd,
+        checkpoint_every: None,
+        config_text: config_text.to_string(),
+        progress: ProgressMode::Quiet,
+        record_trace: false,
+    }
+}
+
 /// Runs `case` with `sets` to its configured stop (or `stop`); returns the
 /// check's figure after asserting it passed.
 fn passes(case: &str, sets: &[&str], stop: Option<Stop>) -> String {
     let info = find_case(case).unwrap();
     let mut prepared = (info.prepare)(&options(sets)).unwrap();
-    let control = RunControl {
-        stop: stop.unwrap_or(prepared.stop),
-        dumps: DumpSchedule::StartAndEnd,
-        checkpoint_every: None,
-        config_text: prepared.config_text.clone(),
-        progress: ProgressMode::Quiet,
-        record_trace: false,
-    };
+    let control = quiet_control(stop.unwrap_or(prepared.stop), &prepared.config_text);
     let mut observed = 0u64;
     let sim = prepared.simulation.as_mut();
     let report = run(sim, &control, None, &mut |_| observed += 1).unwrap();
@@ -496,14 +501,7 @@ fn taylor_green_at_re_1600_stays_bounded_where_the_old_form_does_not() {
     old.push("convection=\"cell-averaged-advective\"");
     let info = find_case("taylor-green").unwrap();
     let mut prepared = (info.prepare)(&options(&old)).unwrap();
-    let control = RunControl {
-        stop: prepared.stop,
-        dumps: DumpSchedule::StartAndEnd,
-        checkpoint_every: None,
-        config_text: prepared.config_text.clone(),
-        progress: ProgressMode::Quiet,
-        record_trace: false,
-    };
+    let control = quiet_control(prepared.stop, &prepared.config_text);
     let sim = prepared.simulation.as_mut();
     match run(sim, &control, None, &mut |_| ()) {
         Err(error) => eprintln!("the old form diverged: {error}"),
@@ -543,14 +541,7 @@ fn taylor_green_writes_its_history_as_it_runs() {
     let info = find_case("taylor-green").unwrap();
     let sets = ["dimensions=3", "cells=16", "re=100", "end_time=1"];
     let mut prepared = (info.prepare)(&options(&sets)).unwrap();
-    let control = RunControl {
-        stop: Stop::Steps(6),
-        dumps: DumpSchedule::StartAndEnd,
-        checkpoint_every: None,
-        config_text: prepared.config_text.clone(),
-        progress: ProgressMode::Quiet,
-        record_trace: false,
-    };
+    let control = quiet_control(Stop::Steps(6), &prepared.config_text);
     let sim = prepared.simulation.as_mut();
     let mut output =
         OutputManager::create(dir.path(), "taylor-green", sim.grid(), false, None).unwrap();

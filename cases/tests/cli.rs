@@ -1125,13 +1125,18 @@ fn overwrite_removes_the_earlier_runs_checkpoints() {
     );
 }
 
-/// Two runs into one output folder: the second is refused while the first
-/// holds the folder, naming it; when the first is killed, its lock is
-/// stale and a third run takes the folder over (and frees it at its end).
-#[test]
-fn a_second_run_into_a_busy_output_folder_is_refused() {
-    let dir = temp();
-    let mut first = Command::new(env!("CARGO_BIN_EXE_watershed"))
+/// A 3D Taylor-Green run into `dir/out` that would go on for hours (the
+/// tests stop it); its stdout and stderr are piped with `capture`, else
+/// dropped.
+fn long_run(dir: &Path, capture: bool) -> std::process::Child {
+    let output = || {
+        if capture {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        }
+    };
+    Command::new(env!("CARGO_BIN_EXE_watershed"))
         .args([
             "run",
             "taylor-green",
@@ -1145,12 +1150,21 @@ fn a_second_run_into_a_busy_output_folder_is_refused() {
             "out",
             "--quiet",
         ])
-        .current_dir(dir.path())
+        .current_dir(dir)
         .env("WATERSHED_DISABLE_CUDA", "1")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stdout(output())
+        .stderr(output())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Two runs into one output folder: the second is refused while the first
+/// holds the folder, naming it; when the first is killed, its lock is
+/// stale and a third run takes the folder over (and frees it at its end).
+#[test]
+fn a_second_run_into_a_busy_output_folder_is_refused() {
+    let dir = temp();
+    let mut first = long_run(dir.path(), false);
     let lock = dir.path().join("out/.watershed.lock");
     let started = std::time::Instant::now();
     while !lock.exists() {
@@ -1210,26 +1224,7 @@ fn a_second_run_into_a_busy_output_folder_is_refused() {
 fn a_signal_ends_the_run_with_a_checkpoint_to_continue_from() {
     for (signal, status) in [("INT", 130), ("TERM", 143)] {
         let dir = temp();
-        let child = Command::new(env!("CARGO_BIN_EXE_watershed"))
-            .args([
-                "run",
-                "taylor-green",
-                "--set",
-                "dimensions=3",
-                "--set",
-                "cells=16",
-                "--set",
-                "end_time=100000",
-                "--output",
-                "out",
-                "--quiet",
-            ])
-            .current_dir(dir.path())
-            .env("WATERSHED_DISABLE_CUDA", "1")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = long_run(dir.path(), true);
         // Wait until a few steps are on disk (the energy series).
         let csv = dir.path().join("out/taylor-green_energy.csv");
         let started = std::time::Instant::now();
