@@ -12,6 +12,12 @@ export WATERSHED_REQUIRE_H5PY=1
 # Every generated CUDA kernel must compile to PTX with NVRTC, not skip.
 export WATERSHED_REQUIRE_NVRTC=1
 
+# The viewer test (ParaView opening every case's output) needs ParaView
+# from apt; .ci/run asks for it with WATERSHED_VIEWER_TEST=1.
+if [ "${WATERSHED_VIEWER_TEST:-}" = "1" ]; then
+    source scripts/viewer-tools.sh
+fi
+
 cargo test --workspace "$@"
 
 echo "==> a build without the cuda feature: no cudarc, GPU requests are clear errors"

@@ -84,12 +84,14 @@ pub fn load_config<C: CaseConfig>(case: &str, options: &CaseOptions) -> CaseResu
 }
 
 use crate::checkpoint::{load_field, save_field};
+use crate::derived::dump_derived_flow_fields;
 use crate::output::{DumpedField, dump_field};
 use watershed_fields::on_face;
 use watershed_solvers::IncompressibleFlow;
 
-/// Dumps the velocity components (`u`, `v`, `w` on their faces) and the
-/// pressure `p` of `flow`.
+/// Dumps the velocity components (`u`, `v`, `w` on their faces), the
+/// pressure `p` of `flow`, and the cell-centred fields derived from them
+/// for viewing ([`crate::derived`]).
 pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
     let mut written = Vec::new();
     for &axis in flow.active_axes() {
@@ -99,6 +101,7 @@ pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<V
         }));
     }
     written.push(flow.with_pressure(|p| dump_field(group, "p", p))??);
+    written.extend(dump_derived_flow_fields(flow, group)?);
     Ok(written)
 }
 

@@ -68,16 +68,28 @@ fn group(g: &hdf5::Group, path: &str, text: &mut String) -> CaseResult<()> {
                 .ok()
                 .map(|t| format!("{} bytes", t.size()))
                 .unwrap_or_default();
+            let shape = dataset.shape();
+            let axes = match shape.len() {
+                3 => " (z, y, x)",
+                4 => " (z, y, x, component)",
+                _ => "",
+            };
             let _ = writeln!(
                 text,
-                "dataset {full}: shape {:?} (z, y, x), {dtype} per value",
-                dataset.shape()
+                "dataset {full}: shape {shape:?}{axes}, {dtype} per value"
             );
             attributes(&dataset, "    ", text);
         } else if let Ok(inner) = g.group(&name) {
             let _ = writeln!(text, "group {full}/");
             attributes(&inner, "    ", text);
             group(&inner, &format!("{full}/"), text)?;
+        } else {
+            // A soft link to nothing, an external link to a missing file,
+            // a named datatype: listed, never hidden.
+            let _ = writeln!(
+                text,
+                "other {full}: neither a dataset nor a group that opens (a dangling or external link, or a named type)"
+            );
         }
     }
     Ok(())
@@ -85,6 +97,12 @@ fn group(g: &hdf5::Group, path: &str, text: &mut String) -> CaseResult<()> {
 
 /// Describes the HDF5 file at `path`.
 pub fn describe_file(path: &Path) -> CaseResult<String> {
+    if path.is_dir() {
+        return Err(CaseError::Output {
+            path: path.to_path_buf(),
+            reason: "is a directory; inspect describes one HDF5 file, for example a dump (CASE_00000000.h5) or a checkpoint in it".into(),
+        });
+    }
     if !path.is_file() {
         return Err(CaseError::Output {
             path: path.to_path_buf(),
@@ -100,4 +118,41 @@ pub fn describe_file(path: &Path) -> CaseResult<String> {
     attributes(&file, "    ", &mut text);
     group(&file, "/", &mut text)?;
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_are_named_by_rank_links_are_listed_and_a_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.h5");
+        {
+            let file = hdf5::File::create(&path).unwrap();
+            let line = ndarray::Array1::<f64>::zeros(5);
+            file.new_dataset_builder()
+                .with_data(&line)
+                .create("line")
+                .unwrap();
+            let vectors = ndarray::Array4::<f64>::zeros((1, 2, 3, 3));
+            file.new_dataset_builder()
+                .with_data(&vectors)
+                .create("velocity")
+                .unwrap();
+            file.link_soft("/missing", "dangling").unwrap();
+        }
+        let text = describe_file(&path).unwrap();
+        assert!(text.contains("dataset /line: shape [5], 8 bytes"), "{text}");
+        assert!(
+            text.contains("dataset /velocity: shape [1, 2, 3, 3] (z, y, x, component)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("other /dangling: neither a dataset"),
+            "{text}"
+        );
+        let error = describe_file(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("is a directory"), "{error}");
+    }
 }

@@ -40,6 +40,7 @@ pub mod cases;
 pub mod checkpoint;
 pub mod common;
 pub mod config;
+pub mod derived;
 pub mod driver;
 pub mod error;
 pub mod inspect;
@@ -50,6 +51,7 @@ pub mod plot;
 pub mod progress;
 pub mod registry;
 pub mod series;
+pub mod xdmf;
 
 pub use error::{CaseError, CaseResult, ConfigOrigin};
 pub use registry::{CaseInfo, find_case, registered_cases};

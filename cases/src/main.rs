@@ -619,11 +619,24 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
     }
     writeln!(
         out,
-        "output: {} dump(s) in {} (HDF5, one file per dump); open {} in ParaView (File > Open, XDMF reader) to see every field over time",
+        "output: {} dump(s) in {} (HDF5, one file per dump); open {} in ParaView (File > Open, the default reader) to see the cell-centred fields over time",
         output.dumps().len(),
         directory.display(),
         output.xdmf_path().display()
     )?;
+    let staggered: Vec<String> = output
+        .xdmf_paths()
+        .iter()
+        .skip(1)
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    if !staggered.is_empty() {
+        writeln!(
+            out,
+            "        the staggered fields at their faces: {}",
+            staggered.join(", ")
+        )?;
+    }
     if let Some(path) = &report.last_checkpoint {
         writeln!(
             out,

@@ -8,19 +8,16 @@
 //! `(nz, ny, nx)`) with the attributes of `watershed_fields::io`, and root
 //! attributes `case`, `time` and `step`.
 //!
-//! **`CASE.xmf`** (XDMF 3) lists the dumps in a temporal collection; each
-//! dump is a spatial collection with one `3DCoRectMesh` grid per staggered
-//! location: the cell-centred fields on the cells' mesh, each face field on a
-//! mesh shifted by half a cell along its axis, all `Center="Cell"`, so that
-//! every value sits at its true position. Dimensions, origins and spacings
-//! are in z y x order as XDMF wants. The XDMF is rewritten after every dump
-//! to a temporary file that is synced and renamed over the old one, so it is
-//! always valid and never names a dump that is not complete.
+//! **The XDMF documents** (`CASE.xmf` for the cell-centred fields,
+//! `CASE_xface.xmf` ... for the staggered ones; their layout is
+//! [`crate::xdmf`]'s) are rewritten after every dump to a temporary file
+//! that is synced and renamed over the old one, so each is always valid and
+//! never names a dump that is not complete.
 
 use crate::error::{CaseError, CaseResult};
 use crate::output_lock::OutputLock;
+use crate::xdmf::{dumped_locations, xdmf_document, xdmf_file_name};
 use hdf5::types::VarLenUnicode;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use watershed_exprgraph::{ExpressionGraph, GraphLocation, Tag};
@@ -36,6 +33,13 @@ pub struct DumpedField {
     pub location: LocationKind,
     /// Stored points (x, y, z).
     pub extent: [usize; 3],
+    /// Values per point: 1 for a scalar, 3 for a vector (a dataset of
+    /// shape `(nz, ny, nx, 3)`).
+    pub components: usize,
+    /// For a field derived from the solution for viewing (not part of the
+    /// state): how it was computed. Stored as the dataset's `derived`
+    /// attribute and in the XDMF.
+    pub derived: Option<String>,
 }
 
 /// One completed dump.
@@ -62,6 +66,8 @@ pub fn dump_field<L: Location>(
         name: name.into(),
         location: L::KIND,
         extent: field.layout().interior_extent(),
+        components: 1,
+        derived: None,
     })
 }
 
@@ -176,86 +182,6 @@ pub fn write_text_file_atomically(path: &Path, text: &str) -> CaseResult<()> {
         let _ = std::fs::remove_file(&temporary);
     }
     result
-}
-
-/// The XDMF 3 document for `dumps` on `grid` (see the module docs).
-pub fn xdmf_document(case: &str, grid: &Grid, dumps: &[DumpRecord]) -> String {
-    let zyx = |v: [f64; 3]| format!("{:e} {:e} {:e}", v[2], v[1], v[0]);
-    let mut xml = String::new();
-    let _ = writeln!(xml, "<?xml version=\"1.0\" ?>");
-    let _ = writeln!(xml, "<Xdmf Version=\"3.0\">");
-    let _ = writeln!(xml, "  <Domain>");
-    let _ = writeln!(
-        xml,
-        "    <Grid Name=\"{}\" GridType=\"Collection\" CollectionType=\"Temporal\">",
-        escape(case)
-    );
-    for dump in dumps {
-        let _ = writeln!(
-            xml,
-            "      <Grid Name=\"step_{}\" GridType=\"Collection\" CollectionType=\"Spatial\">",
-            dump.step
-        );
-        let _ = writeln!(xml, "        <Time Value=\"{:e}\"/>", dump.time);
-        for location in LocationKind::ALL {
-            let fields: Vec<&DumpedField> = dump
-                .fields
-                .iter()
-                .filter(|f| f.location == location)
-                .collect();
-            let Some(first) = fields.first() else {
-                continue;
-            };
-            let extent = first.extent;
-            let mut origin = grid.origin();
-            if let Some(axis) = location.face_axis() {
-                origin[axis] -= 0.5 * grid.spacing()[axis];
-            }
-            let _ = writeln!(
-                xml,
-                "        <Grid Name=\"{}\" GridType=\"Uniform\">",
-                location.name()
-            );
-            let _ = writeln!(
-                xml,
-                "          <Topology TopologyType=\"3DCoRectMesh\" Dimensions=\"{} {} {}\"/>",
-                extent[2] + 1,
-                extent[1] + 1,
-                extent[0] + 1
-            );
-            let _ = writeln!(
-                xml,
-                "          <Geometry GeometryType=\"ORIGIN_DXDYDZ\">\n            <DataItem Dimensions=\"3\" NumberType=\"Float\" Precision=\"8\" Format=\"XML\">{}</DataItem>\n            <DataItem Dimensions=\"3\" NumberType=\"Float\" Precision=\"8\" Format=\"XML\">{}</DataItem>\n          </Geometry>",
-                zyx(origin),
-                zyx(grid.spacing())
-            );
-            for field in fields {
-                let _ = writeln!(
-                    xml,
-                    "          <Attribute Name=\"{}\" AttributeType=\"Scalar\" Center=\"Cell\">\n            <DataItem Dimensions=\"{} {} {}\" NumberType=\"Float\" Precision=\"8\" Format=\"HDF\">{}:/{}</DataItem>\n          </Attribute>",
-                    escape(&field.name),
-                    field.extent[2],
-                    field.extent[1],
-                    field.extent[0],
-                    escape(&dump.file),
-                    escape(&field.name)
-                );
-            }
-            let _ = writeln!(xml, "        </Grid>");
-        }
-        let _ = writeln!(xml, "      </Grid>");
-    }
-    let _ = writeln!(xml, "    </Grid>");
-    let _ = writeln!(xml, "  </Domain>");
-    let _ = writeln!(xml, "</Xdmf>");
-    xml
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// Writes the dumps of a run into a directory and keeps its XDMF current.
@@ -375,16 +301,34 @@ impl OutputManager {
                     reason: format!("dataset {name} has an unknown location {location}"),
                 })?;
             let shape = dataset.shape();
-            if shape.len() != 3 {
-                return Err(CaseError::Output {
-                    path: path.to_path_buf(),
-                    reason: format!("dataset {name} has shape {shape:?}, not (nz, ny, nx)"),
-                });
-            }
+            let components = match shape.len() {
+                3 => 1,
+                4 if shape[3] == 3 => 3,
+                _ => {
+                    return Err(CaseError::Output {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                            "dataset {name} has shape {shape:?}, neither (nz, ny, nx) nor (nz, ny, nx, 3)"
+                        ),
+                    });
+                }
+            };
+            let derived = match dataset.attr("derived") {
+                Ok(attribute) => Some(
+                    attribute
+                        .read_scalar::<VarLenUnicode>()
+                        .map_err(|e| hdf5_error(path, &format!("{name}/derived"), e))?
+                        .as_str()
+                        .to_string(),
+                ),
+                Err(_) => None,
+            };
             fields.push(DumpedField {
                 name,
                 location,
                 extent: [shape[2], shape[1], shape[0]],
+                components,
+                derived,
             });
         }
         Ok(DumpRecord {
@@ -408,9 +352,22 @@ impl OutputManager {
         &self.directory
     }
 
-    /// The XDMF file.
+    /// The main XDMF document: the cell-centred fields (see
+    /// [`crate::xdmf`]).
     pub fn xdmf_path(&self) -> PathBuf {
-        self.directory.join(format!("{}.xmf", self.case))
+        self.directory
+            .join(xdmf_file_name(&self.case, LocationKind::CellCentre))
+    }
+
+    /// Every XDMF document the run has: the main one, then one per
+    /// staggered face location the dumps hold.
+    pub fn xdmf_paths(&self) -> Vec<PathBuf> {
+        let locations = dumped_locations(&self.dumps);
+        LocationKind::ALL
+            .into_iter()
+            .filter(|l| *l == LocationKind::CellCentre || locations.contains(l))
+            .map(|l| self.directory.join(xdmf_file_name(&self.case, l)))
+            .collect()
     }
 
     /// The completed dumps.
@@ -469,8 +426,24 @@ impl OutputManager {
         Ok(path)
     }
 
+    /// Writes one XDMF document per location the dumps hold (the main,
+    /// cell-centred one always, empty before the first dump, so that the
+    /// folder says whose it is) and removes a face document no dump needs
+    /// any more (a restart before the dumps that had it).
     fn write_xdmf(&self) -> CaseResult<()> {
-        let document = xdmf_document(&self.case, &self.grid, &self.dumps);
-        write_text_file_atomically(&self.xdmf_path(), &document)
+        let locations = dumped_locations(&self.dumps);
+        for location in LocationKind::ALL {
+            let path = self.directory.join(xdmf_file_name(&self.case, location));
+            if location == LocationKind::CellCentre || locations.contains(&location) {
+                let document = xdmf_document(&self.case, &self.grid, &self.dumps, location);
+                write_text_file_atomically(&path, &document)?;
+            } else if path.exists() {
+                std::fs::remove_file(&path).map_err(|e| CaseError::Output {
+                    path: path.clone(),
+                    reason: format!("cannot remove the XDMF document no dump needs: {e}"),
+                })?;
+            }
+        }
+        Ok(())
     }
 }

@@ -575,3 +575,69 @@ fn taylor_green_writes_its_history_as_it_runs() {
         );
     }
 }
+
+/// The root-mean-square errors of the derived cell-centred `velocity` and
+/// `vorticity` of the 3D Taylor-Green vortex's first dump on `cells`^3,
+/// against u = sin x cos y cos z, v = -cos x sin y cos z, w = 0 and its
+/// curl (-cos x sin y sin z, -sin x cos y sin z, 2 sin x sin y cos z).
+fn taylor_green_derived_errors(cells: usize) -> (f64, f64) {
+    let info = find_case("taylor-green").unwrap();
+    let setting = format!("cells={cells}");
+    let prepared = (info.prepare)(&options(&[&setting, "dimensions=3"])).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = hdf5::File::create(dir.path().join("dump.h5")).unwrap();
+    let written = prepared.simulation.dump(&file).unwrap();
+    let derived: Vec<&str> = written
+        .iter()
+        .filter(|f| f.derived.is_some())
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(derived, ["velocity", "speed", "vorticity"]);
+    let velocity = file.dataset("velocity").unwrap().read_dyn::<f64>().unwrap();
+    let vorticity = file
+        .dataset("vorticity")
+        .unwrap()
+        .read_dyn::<f64>()
+        .unwrap();
+    assert_eq!(velocity.shape(), [cells, cells, cells, 3]);
+    assert_eq!(vorticity.shape(), [cells, cells, cells, 3]);
+    let h = 2.0 * std::f64::consts::PI / cells as f64;
+    let (mut velocity_error, mut vorticity_error) = (0.0f64, 0.0f64);
+    let values = (3 * cells * cells * cells) as f64;
+    for k in 0..cells {
+        for j in 0..cells {
+            for i in 0..cells {
+                let [x, y, z] = [i, j, k].map(|n| (n as f64 + 0.5) * h);
+                let u = [
+                    x.sin() * y.cos() * z.cos(),
+                    -x.cos() * y.sin() * z.cos(),
+                    0.0,
+                ];
+                let omega = [
+                    -x.cos() * y.sin() * z.sin(),
+                    -x.sin() * y.cos() * z.sin(),
+                    2.0 * x.sin() * y.sin() * z.cos(),
+                ];
+                for c in 0..3 {
+                    velocity_error += (velocity[[k, j, i, c]] - u[c]).powi(2) / values;
+                    vorticity_error += (vorticity[[k, j, i, c]] - omega[c]).powi(2) / values;
+                }
+            }
+        }
+    }
+    (velocity_error.sqrt(), vorticity_error.sqrt())
+}
+
+#[test]
+fn the_derived_velocity_and_vorticity_of_taylor_green_converge_at_second_order() {
+    let coarse = taylor_green_derived_errors(8);
+    let fine = taylor_green_derived_errors(16);
+    eprintln!("derived errors: 8^3 {coarse:?}, 16^3 {fine:?}");
+    assert!(fine.0 < 0.01 && fine.1 < 0.03, "{fine:?}");
+    for (name, ratio) in [
+        ("velocity", coarse.0 / fine.0),
+        ("vorticity", coarse.1 / fine.1),
+    ] {
+        assert!((3.5..4.5).contains(&ratio), "{name}: error ratio {ratio}");
+    }
+}

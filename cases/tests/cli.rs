@@ -403,34 +403,47 @@ const XDMF_CHECK: &str = r#"
 import sys, os, h5py
 import xml.etree.ElementTree as ET
 path = sys.argv[1]
+location = sys.argv[2]
 root = ET.parse(path).getroot()
 assert root.tag == "Xdmf" and root.get("Version") == "3.0", root.attrib
 temporal = root.find("Domain/Grid")
 assert temporal.get("CollectionType") == "Temporal"
 times = []
 checked = 0
-for step in temporal.findall("Grid"):
-    times.append(float(step.find("Time").get("Value")))
-    for grid in step.findall("Grid"):
-        topo = [int(v) for v in grid.find("Topology").get("Dimensions").split()]
-        for attribute in grid.findall("Attribute"):
-            assert attribute.get("Center") == "Cell"
-            item = attribute.find("DataItem")
-            shape = [int(v) for v in item.get("Dimensions").split()]
-            assert [s + 1 for s in shape] == topo, (shape, topo)
-            file, dataset = item.text.strip().split(":")
-            with h5py.File(os.path.join(os.path.dirname(path), file), "r") as f:
-                assert list(f[dataset].shape) == shape, (file, dataset, f[dataset].shape, shape)
-                assert abs(f.attrs["time"] - times[-1]) <= 1e-12 * max(1.0, abs(times[-1]))
-            checked += 1
+names = set()
+for grid in temporal.findall("Grid"):
+    # One uniform grid per dump, the same name at every time.
+    assert grid.get("GridType") == "Uniform", grid.attrib
+    names.add(grid.get("Name"))
+    times.append(float(grid.find("Time").get("Value")))
+    topo = [int(v) for v in grid.find("Topology").get("Dimensions").split()]
+    for attribute in grid.findall("Attribute"):
+        assert attribute.get("Center") == "Cell"
+        item = attribute.find("DataItem")
+        shape = [int(v) for v in item.get("Dimensions").split()]
+        vector = attribute.get("AttributeType") == "Vector"
+        assert len(shape) == (4 if vector else 3), (shape, vector)
+        # Points: one more than the cells along a resolved axis, one plane
+        # along an unresolved one.
+        assert [s + 1 if s > 1 else 1 for s in shape[:3]] == topo, (shape, topo)
+        file, dataset = item.text.strip().split(":")
+        with h5py.File(os.path.join(os.path.dirname(path), file), "r") as f:
+            assert list(f[dataset].shape) == shape, (file, dataset, f[dataset].shape, shape)
+            assert f[dataset].attrs["location"] == location, (dataset, f[dataset].attrs["location"])
+            assert abs(f.attrs["time"] - times[-1]) <= 1e-12 * max(1.0, abs(times[-1]))
+        checked += 1
+assert len(names) <= 1, names
 assert times == sorted(times) and len(set(times)) == len(times), times
 print("ok", len(times), checked)
 "#;
 
-fn check_xdmf(python: &str, xdmf: &Path) -> String {
+/// Checks one XDMF document against the HDF5 files it names, whose
+/// datasets must all be at `location`.
+fn check_xdmf(python: &str, xdmf: &Path, location: &str) -> String {
     let out = Command::new(python)
         .args(["-c", XDMF_CHECK])
         .arg(xdmf)
+        .arg(location)
         .output()
         .unwrap();
     let text = format!(
@@ -485,6 +498,7 @@ fn a_run_writes_hdf5_dumps_an_xdmf_series_plots_a_trace_and_a_dot_graph() {
         "\n  momentum/",
         "check: centreline velocities vs Ghia et al. (1982), Re = 100 — FAILED",
         "lid-driven-cavity.xmf",
+        "lid-driven-cavity_xface.xmf, lid-driven-cavity_yface.xmf",
         "threads: 2",
     ] {
         assert!(
@@ -517,9 +531,20 @@ fn a_run_writes_hdf5_dumps_an_xdmf_series_plots_a_trace_and_a_dot_graph() {
     let dot = std::fs::read_to_string(dot).unwrap();
     assert!(dot.contains("digraph watershed") && dot.contains("cluster_legend"));
     if let Some(python) = common::python_with_h5py() {
-        let verdict = check_xdmf(&python, &out_dir.join("lid-driven-cavity.xmf"));
-        // 5 dumps x 3 fields (u, v, p).
-        assert!(verdict.contains("ok 5 15"), "{verdict}");
+        // 5 dumps x (p and the derived velocity, speed, vorticity).
+        let verdict = check_xdmf(
+            &python,
+            &out_dir.join("lid-driven-cavity.xmf"),
+            "CellCentre",
+        );
+        assert!(verdict.contains("ok 5 20"), "{verdict}");
+        // The staggered u and v on their own meshes.
+        for (document, location) in [("xface", "XFace"), ("yface", "YFace")] {
+            let path = out_dir.join(format!("lid-driven-cavity_{document}.xmf"));
+            let verdict = check_xdmf(&python, &path, location);
+            assert!(verdict.contains("ok 5 5"), "{verdict}");
+        }
+        assert!(!out_dir.join("lid-driven-cavity_zface.xmf").exists());
     }
     let inspect = watershed(&[
         "inspect",
