@@ -15,7 +15,7 @@
 //! ```
 //! use watershed_backends::codegen::Backend;
 //! // The default: generated C when a C compiler exists, else the interpreter.
-//! let resolved = Backend::Default.resolved();
+//! let resolved = Backend::Default.resolved()?;
 //! assert!(resolved == Backend::C || resolved == Backend::Interpreter);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

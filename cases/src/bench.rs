@@ -27,6 +27,71 @@ pub struct BenchOptions {
     pub steps: usize,
 }
 
+impl BenchOptions {
+    /// Refuses, naming the setting, what the study cannot run: no size,
+    /// thread count or step, a size below 4 cells, no equation, or more
+    /// memory than the machine has available (estimated from the fields
+    /// per equation of the graphs themselves, built on a tiny grid).
+    pub fn validate(&self) -> CaseResult<()> {
+        let usage = |text: String| Err(CaseError::Usage(text));
+        if self.pdes == 0 {
+            return usage("--pdes 0: the graphs need at least one equation".into());
+        }
+        if self.sizes.is_empty() {
+            return usage("--sizes is empty: give at least one grid size (cells per side)".into());
+        }
+        if let Some(n) = self.sizes.iter().find(|&&n| n < 4) {
+            return usage(format!(
+                "--sizes {n}: a grid needs at least 4 cells per side"
+            ));
+        }
+        if self.threads.is_empty() {
+            return usage("--threads is empty: give at least one thread count".into());
+        }
+        if let Some(t) = self.threads.iter().find(|&&t| t == 0) {
+            return usage(format!("--threads {t}: a thread count must be at least 1"));
+        }
+        if self.steps == 0 {
+            return usage("--steps 0: at least one timed step is needed".into());
+        }
+        let largest = self.sizes.iter().copied().max().unwrap_or(4);
+        let needed = self.memory_estimate(largest)?;
+        if let Some(available) = watershed_fields::host_memory::available_bytes()
+            && needed > available
+        {
+            return usage(format!(
+                "--pdes {} with --sizes {largest} needs about {:.1} GiB for the graph's fields, more than the {:.1} GiB this machine has available; lower --pdes or --sizes",
+                self.pdes,
+                needed as f64 / f64::from(1u32 << 30),
+                available as f64 / f64::from(1u32 << 30)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes of the fields of the largest study graph with `self.pdes`
+    /// equations on `cells`^3 (one ghost layer): the fields per equation
+    /// are counted in the graphs with one and two equations.
+    fn memory_estimate(&self, cells: usize) -> CaseResult<u64> {
+        let tiny = Grid::new([4; 3], [1.0; 3], [0.0; 3])?
+            .with_periodic([true; 3])
+            .whole_domain(1);
+        let mut per_equation = 0usize;
+        let mut shared = 0usize;
+        for variant in ["diffusion", "independent", "coupled"] {
+            let one = exprlib_graph(&tiny, 1, variant, 1e-6, true)?.fields().len();
+            let two = exprlib_graph(&tiny, 2, variant, 1e-6, true)?.fields().len();
+            per_equation = per_equation.max(two.saturating_sub(one));
+            shared = shared.max(one.saturating_sub(two.saturating_sub(one)));
+        }
+        let points = (cells as u64 + 2).pow(3);
+        let fields = (per_equation as u64)
+            .saturating_mul(self.pdes as u64)
+            .saturating_add(shared as u64);
+        Ok(fields.saturating_mul(points).saturating_mul(8))
+    }
+}
+
 /// One measurement.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchRow {
@@ -54,16 +119,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Runs the study; returns the rows and the files written.
 pub fn scaling_study(options: &BenchOptions) -> CaseResult<(Vec<BenchRow>, Vec<PathBuf>)> {
-    if options.sizes.is_empty() || options.threads.is_empty() || options.steps == 0 {
-        return Err(CaseError::Usage(
-            "bench needs at least one size, one thread count and one step".into(),
-        ));
-    }
-    if let Some(&t) = options.threads.iter().find(|&&t| t == 0) {
-        return Err(CaseError::Usage(format!(
-            "thread count {t} must be at least 1"
-        )));
-    }
+    options.validate()?;
     std::fs::create_dir_all(&options.output).map_err(|e| CaseError::Output {
         path: options.output.clone(),
         reason: format!("cannot create the directory: {e}"),

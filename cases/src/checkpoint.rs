@@ -235,8 +235,16 @@ pub fn load_graph_field<L: GraphLocation>(
 /// Saves a series of numbers (a history) as a 1-D dataset.
 pub fn save_series(group: &hdf5::Group, name: &str, values: &[f64]) -> CaseResult<()> {
     let file = PathBuf::from(group.filename());
-    group
-        .new_dataset_builder()
+    let builder = group.new_dataset_builder();
+    // Fletcher-32 checksums, as on the fields (a series such as the
+    // initial mass decides a case's check); HDF5 cannot chunk an empty
+    // dataset, which has nothing to protect.
+    let builder = if values.is_empty() {
+        builder
+    } else {
+        builder.fletcher32()
+    };
+    builder
         .with_data(values)
         .create(name)
         .map(drop)
@@ -246,8 +254,45 @@ pub fn save_series(group: &hdf5::Group, name: &str, values: &[f64]) -> CaseResul
 /// Loads a series saved by [`save_series`].
 pub fn load_series(group: &hdf5::Group, name: &str) -> CaseResult<Vec<f64>> {
     let file = PathBuf::from(group.filename());
-    group
+    let dataset = group
         .dataset(name)
-        .and_then(|d| d.read_raw::<f64>())
-        .map_err(|e| hdf5_error(&file, name, e))
+        .map_err(|e| hdf5_error(&file, name, e))?;
+    dataset
+        .read_raw::<f64>()
+        .map_err(|e| CaseError::Field(watershed_fields::io::read_error(group, name, e)))
+}
+
+#[cfg(test)]
+mod series_tests {
+    use super::{load_series, save_series};
+
+    #[test]
+    fn a_damaged_series_such_as_the_initial_mass_is_a_checksum_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.h5");
+        let mass = 2718.2818125f64;
+        {
+            let file = hdf5::File::create(&path).unwrap();
+            save_series(&file, "initial_mass", &[mass]).unwrap();
+            save_series(&file, "empty", &[]).unwrap();
+        }
+        {
+            let file = hdf5::File::open(&path).unwrap();
+            assert_eq!(load_series(&file, "initial_mass").unwrap(), [mass]);
+            assert!(load_series(&file, "empty").unwrap().is_empty());
+        }
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes
+            .windows(8)
+            .position(|w| w == mass.to_le_bytes())
+            .expect("the value is in the file");
+        bytes[at] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let file = hdf5::File::open(&path).unwrap();
+        let error = load_series(&file, "initial_mass").unwrap_err().to_string();
+        assert!(
+            error.contains("initial_mass") && error.contains("Fletcher-32 checksum"),
+            "{error}"
+        );
+    }
 }

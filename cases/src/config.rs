@@ -45,6 +45,24 @@ pub fn in_range<T: PartialOrd + std::fmt::Display>(
     }
 }
 
+/// `text` as a message quotes it: whole when short, else its first 80
+/// characters and how long it is (a 10 MB value is not echoed back).
+pub fn abbreviated(text: &str) -> String {
+    const SHOWN: usize = 80;
+    let length = text.chars().count();
+    if length <= 2 * SHOWN {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(SHOWN).collect();
+    format!("{head}... ({length} characters)")
+}
+
+/// [`abbreviated`] line by line (a parser's message quotes the line at
+/// fault, which may be a whole 10 MB value).
+pub fn abbreviated_lines(text: &str) -> String {
+    text.lines().map(abbreviated).collect::<Vec<_>>().join("\n")
+}
+
 /// Checks that `value` is one of `allowed`.
 pub fn one_of(key: &str, value: &str, allowed: &[&str]) -> Option<RangeProblem> {
     if allowed.contains(&value) {
@@ -52,7 +70,7 @@ pub fn one_of(key: &str, value: &str, allowed: &[&str]) -> Option<RangeProblem> 
     } else {
         Some((
             key.to_string(),
-            format!("\"{value}\""),
+            format!("\"{}\"", abbreviated(value)),
             format!("one of {allowed:?}"),
         ))
     }
@@ -165,14 +183,14 @@ pub fn load<C: CaseConfig>(
             return Err(CaseError::ConfigSyntax {
                 case: case.into(),
                 origin,
-                message: e.to_string(),
+                message: abbreviated_lines(&e.to_string()),
             });
         }
         let overlay: toml::Table =
             toml::from_str(&file_text).map_err(|e| CaseError::ConfigSyntax {
                 case: case.into(),
                 origin: origin.clone(),
-                message: e.to_string(),
+                message: abbreviated_lines(&e.to_string()),
             })?;
         let mut given = Vec::new();
         key_paths(&overlay, "", &mut given);
@@ -193,14 +211,14 @@ pub fn load<C: CaseConfig>(
             return Err(CaseError::ConfigSyntax {
                 case: case.into(),
                 origin: ConfigOrigin::Set,
-                message: format!("`{set}` is not of the form key=value"),
+                message: format!("`{}` is not of the form key=value", abbreviated(set)),
             });
         };
         let key = key.trim();
         if !known.iter().any(|k| k == key) {
             return Err(CaseError::UnknownKey {
                 case: case.into(),
-                key: key.into(),
+                key: abbreviated(key),
                 origin: ConfigOrigin::Set,
                 known: known.join(", "),
             });
@@ -233,7 +251,11 @@ pub fn load<C: CaseConfig>(
             return Err(CaseError::ConfigSyntax {
                 case: case.into(),
                 origin: ConfigOrigin::Set,
-                message: format!("--set {key}={value}: {}", e.message()),
+                message: format!(
+                    "--set {key}={}: {}",
+                    abbreviated(value),
+                    abbreviated(e.message())
+                ),
             });
         }
         origins.insert(key.to_string(), ConfigOrigin::Set);

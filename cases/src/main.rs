@@ -81,7 +81,7 @@ struct RunArgs {
     #[arg(long, conflicts_with = "end_time")]
     steps: Option<u64>,
     /// Stop at this simulated time (default: the configuration's end time).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     end_time: Option<f64>,
     /// Output directory (default: output/CASE).
     #[arg(long, value_name = "DIR")]
@@ -90,7 +90,7 @@ struct RunArgs {
     #[arg(long, value_name = "N", conflicts_with = "dump_interval")]
     dump_every: Option<u64>,
     /// Dump each time the simulated time passes a multiple of T.
-    #[arg(long, value_name = "T")]
+    #[arg(long, value_name = "T", allow_negative_numbers = true)]
     dump_interval: Option<f64>,
     /// Write a checkpoint every N steps (the newest two are kept).
     #[arg(long, value_name = "N")]
@@ -262,17 +262,79 @@ fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
     watershed_cases::output::write_text_file_atomically(path, text).map_err(runtime)
 }
 
+/// Refuses a thread count above what a graph may use, naming `what`.
+fn check_thread_count(n: usize, what: &str) -> Result<usize, Failure> {
+    let most = watershed_exprgraph::scheduler::max_threads();
+    if n == 0 {
+        return Err(usage(CaseError::Usage(format!(
+            "{what} must be at least 1"
+        ))));
+    }
+    if n > most {
+        return Err(usage(CaseError::Usage(format!(
+            "{what} {n} is more threads than this machine's {} cores can use; give at most {most}",
+            most / 8
+        ))));
+    }
+    Ok(n)
+}
+
+/// The CPU back end the environment asks for, refusing a bad
+/// `WATERSHED_BACKEND`, `WATERSHED_CFLAGS` or `WATERSHED_KERNEL_CACHE_MB`
+/// before anything runs or is written.
+fn check_backend() -> Result<(), Failure> {
+    watershed_operators::codegen::Backend::process_default()
+        .map(drop)
+        .map_err(|e| usage(CaseError::Usage(e.to_string())))
+}
+
+/// Refuses, before the run, a file the run would write at its end but
+/// could not: its folder must exist and take a new file, and the path
+/// must not be a folder. `flag` names the option.
+fn check_writable(path: &Path, flag: &str) -> Result<(), Failure> {
+    let refuse = |reason: String| {
+        usage(CaseError::Output {
+            path: path.to_path_buf(),
+            reason: format!("{reason} (given with {flag}); choose another path"),
+        })
+    };
+    if path.is_dir() {
+        return Err(refuse("is a directory".into()));
+    }
+    let folder = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !folder.is_dir() {
+        return Err(refuse(format!(
+            "its folder {} does not exist",
+            folder.display()
+        )));
+    }
+    let probe = folder.join(format!(".watershed-probe-{}", std::process::id()));
+    std::fs::File::create(&probe).map_err(|e| {
+        refuse(format!(
+            "its folder {} takes no new file: {e}",
+            folder.display()
+        ))
+    })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
     let info = find_case(&args.case).map_err(usage)?;
     let threads = match args.threads {
-        Some(0) => {
-            return Err(usage(CaseError::Usage(
-                "--threads must be at least 1".into(),
-            )));
-        }
-        Some(n) => n,
-        None => default_threads()?,
+        Some(n) => check_thread_count(n, "--threads")?,
+        None => check_thread_count(default_threads()?, "WATERSHED_THREADS")?,
     };
+    check_backend()?;
+    if let Some(path) = &args.dot {
+        check_writable(path, "--dot")?;
+    }
+    if let Some(path) = &args.trace {
+        check_writable(path, "--trace")?;
+    }
     // No count named: up to the cores, one thread where timing says it is
     // faster (small grids).
     let adaptive_threads =
@@ -506,7 +568,7 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
                 return Err(usage(CaseError::Output {
                     path: directory.clone(),
                     reason: format!(
-                        "holds another run's results, and --restart {} continues the run in {}: its dumps after the restart step would be removed; continue in {}, choose an empty --output, or pass --overwrite to replace this folder",
+                        "holds another run's results, and --restart {} continues the run in {}: its dumps would be mixed with this restart's; continue in {}, choose an empty --output, or pass --overwrite to replace this folder",
                         checkpoint.display(),
                         own.as_deref().unwrap_or(Path::new("?")).display(),
                         own.as_deref().unwrap_or(Path::new("?")).display()
@@ -527,6 +589,14 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
             .map(|h| h.step),
     )
     .map_err(usage)?;
+    let (stale, stale_bytes) = output.swept();
+    if stale > 0 {
+        eprintln!(
+            "removed {stale} stale temporary file(s) ({:.1} MiB) that killed writers left in {}",
+            stale_bytes as f64 / f64::from(1u32 << 20),
+            directory.display()
+        );
+    }
     let (old_dumps, old_checkpoints) = output.replaced();
     if old_dumps + old_checkpoints > 0 {
         eprintln!(
@@ -683,15 +753,21 @@ fn execute(command: Command, out: &mut impl Write) -> Result<Outcome, Failure> {
             write!(out, "{text}")?;
         }
         Command::Bench(args) => {
+            let threads = args
+                .threads
+                .unwrap_or_else(watershed_cases::bench::default_thread_counts);
+            for &n in &threads {
+                check_thread_count(n, "--threads")?;
+            }
+            check_backend()?;
             let options = watershed_cases::bench::BenchOptions {
                 output: args.output,
                 pdes: args.pdes,
                 sizes: args.sizes,
-                threads: args
-                    .threads
-                    .unwrap_or_else(watershed_cases::bench::default_thread_counts),
+                threads,
                 steps: args.steps,
             };
+            options.validate().map_err(usage)?;
             let (rows, files) = watershed_cases::bench::scaling_study(&options).map_err(runtime)?;
             for row in rows {
                 writeln!(
@@ -712,6 +788,21 @@ fn execute(command: Command, out: &mut impl Write) -> Result<Outcome, Failure> {
     }
     out.flush()?;
     Ok(Outcome::Done)
+}
+
+/// True when `error`, or an error it was caused by, is a host allocation
+/// refused for want of memory.
+fn ran_out_of_memory(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(watershed_fields::FieldError::MemoryExhausted { .. }) =
+            e.downcast_ref::<watershed_fields::FieldError>()
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 fn main() -> ExitCode {
@@ -738,6 +829,12 @@ fn main() -> ExitCode {
         }
         Err(Failure::Run(e)) => {
             let _ = writeln!(std::io::stderr(), "watershed: {e}");
+            if ran_out_of_memory(e.as_ref()) {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "watershed: a case's size is its `cells` setting (`--set cells=N`; `--print-config` shows it), a benchmark's --sizes and --pdes: lower them"
+                );
+            }
             ExitCode::FAILURE
         }
         // The reader went away (`watershed list | head -1`): nothing to say.

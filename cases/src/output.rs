@@ -193,8 +193,18 @@ pub struct OutputManager {
     dumps: Vec<DumpRecord>,
     /// What `--overwrite` removed of the earlier run (dumps, checkpoints).
     replaced: (usize, usize),
+    /// Temporary files of killed writers removed at the start: (files,
+    /// bytes).
+    swept: (usize, u64),
     /// The folder belongs to this run while the manager lives.
     _lock: OutputLock,
+}
+
+/// True for the name of a temporary file that an atomic writer of this
+/// crate or `watershed_fields::io` writes before renaming it into place:
+/// `.NAME.PID-N.tmp` (HDF5) or `.NAME.PID.tmp` (text).
+pub(crate) fn is_writers_temporary(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp") && name != ".tmp"
 }
 
 /// The step of a file named `{prefix}_{step}.h5`.
@@ -212,8 +222,9 @@ impl OutputManager {
     /// ([`OutputLock`]: a second run into it is refused). A directory that
     /// already holds this case's results is refused unless `overwrite` (the
     /// old dumps and checkpoints are then removed, [`Self::replaced`]), or a
-    /// restart continues from `restart_step`: the dumps up to that step are
-    /// kept in the series, later ones are removed.
+    /// restart continues from `restart_step`: every dump stays in the
+    /// series (the restart reproduces its run bit for bit, and replaces
+    /// each dump it reaches; one it does not reach is never deleted).
     pub fn create(
         directory: &Path,
         case: &str,
@@ -231,11 +242,22 @@ impl OutputManager {
         let lock = OutputLock::acquire(directory, case)?;
         let mut existing: Vec<(u64, PathBuf)> = Vec::new();
         let mut checkpoints: Vec<PathBuf> = Vec::new();
+        let mut swept = (0usize, 0u64);
         let entries = std::fs::read_dir(directory)
             .map_err(|e| error(format!("cannot list the directory: {e}")))?;
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(step) = numbered_file_step(&name, case) {
+            if is_writers_temporary(&name) {
+                // The folder is this run's (the lock): a temporary file in
+                // it was left by a writer that was killed.
+                let bytes = entry.metadata().map_or(0, |m| m.len());
+                std::fs::remove_file(entry.path()).map_err(|e| {
+                    error(format!(
+                        "cannot remove the stale temporary file {name}: {e}"
+                    ))
+                })?;
+                swept = (swept.0 + 1, swept.1 + bytes);
+            } else if let Some(step) = numbered_file_step(&name, case) {
                 existing.push((step, entry.path()));
             } else if numbered_file_step(&name, "checkpoint").is_some() {
                 checkpoints.push(entry.path());
@@ -259,9 +281,14 @@ impl OutputManager {
                     .map_err(|e| error(format!("cannot remove {}: {e}", path.display())))?;
             }
         }
+        // A restart continues its own run, whose state it reproduces bit
+        // for bit: every dump stays in the series, and each one the
+        // restart reaches is replaced (atomically) by the same values. A
+        // dump the restart does not reach (it stops earlier, or dumps on
+        // another schedule) is never deleted.
         let mut dumps = Vec::new();
-        for (step, path) in existing {
-            if restart_step.is_some_and(|k| step <= k) {
+        for (_, path) in existing {
+            if restart_step.is_some() {
                 dumps.push(Self::read_record(&path)?);
             } else {
                 std::fs::remove_file(&path)
@@ -274,6 +301,7 @@ impl OutputManager {
             grid: grid.clone(),
             dumps,
             replaced,
+            swept,
             _lock: lock,
         };
         manager.write_xdmf()?;
@@ -340,6 +368,12 @@ impl OutputManager {
             step,
             fields,
         })
+    }
+
+    /// Temporary files that killed writers left in the folder, removed at
+    /// the start: (files, bytes).
+    pub fn swept(&self) -> (usize, u64) {
+        self.swept
     }
 
     /// What `overwrite` removed of an earlier run: (dumps, checkpoints).
@@ -422,6 +456,9 @@ impl OutputManager {
             step,
             fields,
         });
+        // A restart's dumps land among kept later ones: the series stays
+        // in step (and time) order.
+        self.dumps.sort_by_key(|d| d.step);
         self.write_xdmf()?;
         Ok(path)
     }

@@ -1335,7 +1335,8 @@ fn dump_steps(dir: &Path) -> Vec<u64> {
 
 /// A restart keeps the run's dump and checkpoint schedule (stored in the
 /// checkpoint) when it is not given again, so the dumps after the restart
-/// step are written again; a stop the checkpoint has passed is refused;
+/// step are written again, and deletes no dump; a stop the checkpoint has
+/// passed is refused;
 /// a restart into another run's folder is refused without --overwrite and
 /// leaves that run whole.
 #[test]
@@ -1402,6 +1403,34 @@ fn restarts_keep_the_schedule_and_never_touch_another_runs_folder() {
     assert_eq!(dump_steps(&dir.path().join("a")), [0, 2, 3, 4, 6]);
     let xdmf = std::fs::read_to_string(dir.path().join("a/heat.xmf")).unwrap();
     assert!(xdmf.contains("heat_00000006.h5"), "{xdmf}");
+    // A restart that stops earlier deletes no dump it does not rewrite:
+    // step 6 stays, in the series after step 4.
+    let six = std::fs::read(dir.path().join("a/heat_00000006.h5")).unwrap();
+    let shorter = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--output",
+            "a",
+            "--restart",
+            checkpoint,
+            "--steps",
+            "4",
+        ],
+    );
+    assert!(matches!(shorter.code, 0 | 3), "{}", shorter.stderr);
+    assert_eq!(dump_steps(&dir.path().join("a")), [0, 2, 3, 4, 6]);
+    assert_eq!(
+        std::fs::read(dir.path().join("a/heat_00000006.h5")).unwrap(),
+        six
+    );
+    let xdmf = std::fs::read_to_string(dir.path().join("a/heat.xmf")).unwrap();
+    let (four, six_at) = (
+        xdmf.find("heat_00000004.h5").unwrap(),
+        xdmf.find("heat_00000006.h5").unwrap(),
+    );
+    assert!(four < six_at, "{xdmf}");
     // Another run's folder: refused, and that run keeps every dump.
     let other = watershed_in(
         dir.path(),
@@ -1536,5 +1565,210 @@ fn a_checkpoint_step_of_another_type_is_refused() {
             .contains("attribute `step` is stored as Integer"),
         "{}",
         restart.stderr
+    );
+}
+
+/// Every dataset of `file` as bits, by name.
+fn dataset_bits(file: &Path) -> Vec<(String, Vec<u64>)> {
+    let file = hdf5::File::open(file).unwrap();
+    let mut names = file.member_names().unwrap();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let values = file.dataset(&name).unwrap().read_raw::<f64>().unwrap();
+            (name, values.iter().map(|v| v.to_bits()).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn the_interpreter_and_the_compiled_c_give_the_same_bits_in_every_flow_and_transport_case() {
+    let dir = temp();
+    for (case, sets, steps) in [
+        ("heat", vec!["cells=12"], 6),
+        ("advection", vec!["cells=16"], 6),
+        ("lid-driven-cavity", vec!["cells=16"], 6),
+        ("taylor-green", vec!["cells=8", "dimensions=3"], 3),
+    ] {
+        let mut dumps = Vec::new();
+        for backend in ["interpreter", "c"] {
+            let output = dir.path().join(format!("{case}-{backend}"));
+            let mut command = Command::new(env!("CARGO_BIN_EXE_watershed"));
+            command
+                .args(["run", case, "--quiet", "--threads", "2", "--output"])
+                .arg(&output)
+                .args(["--steps", &steps.to_string()])
+                .env("WATERSHED_DISABLE_CUDA", "1")
+                .env("WATERSHED_BACKEND", backend);
+            for set in &sets {
+                command.args(["--set", set]);
+            }
+            let out = command.output().unwrap();
+            assert!(
+                matches!(out.status.code(), Some(0 | 3)),
+                "{case} on {backend}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            dumps.push(dataset_bits(&output.join(format!("{case}_{steps:08}.h5"))));
+        }
+        assert!(!dumps[0].is_empty());
+        for ((name, interpreted), (_, compiled)) in dumps[0].iter().zip(&dumps[1]) {
+            let differ = interpreted
+                .iter()
+                .zip(compiled)
+                .filter(|(a, b)| a != b)
+                .count();
+            assert_eq!(differ, 0, "{case}: {differ} values of {name} differ");
+        }
+    }
+}
+
+/// Like [`refused`], with extra environment variables.
+fn refused_with_env(args: &[&str], env: &[(&str, &str)]) -> String {
+    let dir = temp();
+    let output = dir.path().join("out");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_watershed"));
+    command
+        .args(args)
+        .args(["--output", path(&output), "--quiet"])
+        .current_dir(dir.path())
+        .env("WATERSHED_DISABLE_CUDA", "1");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        !output.exists(),
+        "a refused run created its output directory"
+    );
+    stderr
+}
+
+#[test]
+fn settings_a_run_cannot_honour_are_refused_up_front_by_name() {
+    let e = refused(&["run", "heat", "--threads", "100000"]);
+    assert!(
+        e.contains("--threads 100000 is more threads than this machine's")
+            && e.contains("give at most"),
+        "{e}"
+    );
+    let e = refused_with_env(&["run", "heat"], &[("WATERSHED_THREADS", "100000")]);
+    assert!(e.contains("WATERSHED_THREADS 100000"), "{e}");
+    let e = refused_with_env(&["run", "heat"], &[("WATERSHED_BACKEND", "fortran")]);
+    assert!(
+        e.contains("WATERSHED_BACKEND = `fortran` is not a back end")
+            && e.contains("`interpreter` or `c`"),
+        "{e}"
+    );
+    // A forced back end that cannot be honoured is an error, not the
+    // interpreter in disguise.
+    let e = refused_with_env(
+        &["run", "heat"],
+        &[("WATERSHED_BACKEND", "c"), ("CC", "/no/such/compiler")],
+    );
+    assert!(
+        e.contains("WATERSHED_BACKEND=c asks for compiled kernels")
+            && e.contains("/no/such/compiler"),
+        "{e}"
+    );
+    let e = refused_with_env(&["run", "heat"], &[("WATERSHED_KERNEL_CACHE_MB", "lots")]);
+    assert!(e.contains("WATERSHED_KERNEL_CACHE_MB = `lots`"), "{e}");
+    let e = refused_with_env(&["run", "heat"], &[("WATERSHED_CFLAGS", "-O2 -ffast-math")]);
+    assert!(e.contains("WATERSHED_CFLAGS contains `-ffast-math`"), "{e}");
+    // Files written at the end are checked before the run.
+    let e = refused(&["run", "heat", "--dot", "/no/such/folder/graph.dot"]);
+    assert!(
+        e.contains("/no/such/folder/graph.dot")
+            && e.contains("does not exist")
+            && e.contains("--dot"),
+        "{e}"
+    );
+    let e = refused(&["run", "heat", "--trace", "/tmp"]);
+    assert!(e.contains("is a directory") && e.contains("--trace"), "{e}");
+    // A negative time reaches the program's own check, not clap's.
+    let e = refused(&["run", "heat", "--end-time", "-1"]);
+    assert!(e.contains("--end-time -1 must be finite"), "{e}");
+}
+
+#[test]
+fn bench_settings_are_checked_and_its_memory_estimated_before_it_starts() {
+    for (args, needle) in [
+        (vec!["--pdes", "0"], "--pdes 0"),
+        (vec!["--sizes", "0"], "--sizes 0"),
+        (vec!["--threads", "0"], "--threads must be at least 1"),
+        (vec!["--steps", "0"], "--steps 0"),
+        (
+            vec!["--pdes", "100000000", "--sizes", "64"],
+            "--pdes 100000000 with --sizes 64 needs about",
+        ),
+    ] {
+        let dir = temp();
+        let output = dir.path().join("bench");
+        let mut all = vec!["bench", "--output", path(&output)];
+        all.extend(args.iter().copied());
+        let out = watershed_in(dir.path(), &all);
+        assert_eq!(out.code, 2, "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(needle), "{args:?}: {}", out.stderr);
+        assert!(!output.exists(), "{args:?}: the output folder was created");
+    }
+}
+
+#[test]
+fn temporary_files_of_killed_writers_are_swept_at_the_start_with_a_note() {
+    let dir = temp();
+    let output = dir.path().join("out");
+    std::fs::create_dir(&output).unwrap();
+    let stale = output.join(".heat_00000004.h5.4194305-0.tmp");
+    std::fs::write(&stale, vec![0u8; 3 << 20]).unwrap();
+    let other = output.join("notes.txt");
+    std::fs::write(&other, "mine").unwrap();
+    let out = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "heat",
+            "--set",
+            "cells=8",
+            "--steps",
+            "2",
+            "--quiet",
+            "--output",
+            path(&output),
+        ],
+    );
+    assert!(matches!(out.code, 0 | 3), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("removed 1 stale temporary file(s) (3.0 MiB) that killed writers left in"),
+        "{}",
+        out.stderr
+    );
+    assert!(!stale.exists());
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "mine");
+}
+
+#[test]
+fn a_huge_configuration_value_is_not_echoed_whole() {
+    // One argument may hold at most 128 KiB (Linux MAX_ARG_STRLEN).
+    let huge = format!("\"{}\"", "x".repeat(100_000));
+    let e = refused(&["run", "advection", "--set", &format!("scheme={huge}")]);
+    assert!(
+        e.contains("scheme = \"") && e.contains("characters)"),
+        "{}",
+        &e[..e.len().min(600)]
+    );
+    assert!(e.len() < 2_000, "{} bytes of message", e.len());
+    let dir = temp();
+    let file = dir.path().join("big.toml");
+    std::fs::write(&file, format!("cells = {}\n", "9".repeat(1_000_000))).unwrap();
+    let e = refused(&["run", "advection", "--config", path(&file)]);
+    assert!(
+        e.contains("big.toml") && e.len() < 4_000,
+        "{} bytes: {}",
+        e.len(),
+        &e[..e.len().min(600)]
     );
 }

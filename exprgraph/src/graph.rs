@@ -734,11 +734,17 @@ impl ExpressionGraph {
         Ok(result)
     }
 
-    /// The execution lock when the plan has GPU nodes (whose kernels run
-    /// after their node returns), else nothing.
+    /// The execution lock, so that a host access waits for a running
+    /// execution (on the CPU an input changed between two nodes of one
+    /// execution gave torn results; with GPU nodes kernels run after their
+    /// node returns); nothing when this thread is already inside an access
+    /// to this graph, whose outer access holds the lock (a nested access
+    /// would otherwise wait for itself).
     fn waits_for_execution(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
-        (self.device_plan.gpu_nodes() > 0)
-            .then(|| self.execution.lock().unwrap_or_else(|p| p.into_inner()))
+        if in_field_access(self) {
+            return None;
+        }
+        Some(self.execution.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Makes the CPU copy of the field in `slot` current (and, for

@@ -107,6 +107,22 @@ pub enum FieldError {
         reason: String,
     },
 
+    /// A host allocation would take more memory than the machine has
+    /// available ([`crate::host_memory`]): refused before it is tried.
+    #[error(
+        "field `{field}` needs {} MiB, more than the {} MiB this machine has available; make the problem smaller (fewer cells or fields) or free memory",
+        bytes >> 20,
+        available >> 20
+    )]
+    MemoryExhausted {
+        /// What asked for the memory (a field's name).
+        field: String,
+        /// Bytes asked for.
+        bytes: usize,
+        /// Bytes the machine had available.
+        available: u64,
+    },
+
     /// Blocks are still outstanding when the caller required none.
     #[error(
         "memory pool on {device} still has {blocks} outstanding block(s), {bytes} bytes: {report}"

@@ -55,6 +55,50 @@ fn hdf5_error(group: &hdf5::Group, object: &str, source: hdf5::Error) -> FieldEr
     }
 }
 
+/// The error for reading dataset `name` of `group`, where HDF5 reports a
+/// Fletcher-32 checksum that does not match as "filter returned failure":
+/// that becomes [`FieldError::Hdf5Format`] saying the data is corrupted.
+pub fn read_error(group: &hdf5::Group, name: &str, source: hdf5::Error) -> FieldError {
+    let text = source.to_string();
+    if text.contains("filter returned failure") || text.to_ascii_lowercase().contains("fletcher") {
+        return FieldError::Hdf5Format {
+            file: PathBuf::from(group.filename()),
+            dataset: name.to_string(),
+            reason: format!(
+                "its data fails its Fletcher-32 checksum: the bytes in the file were changed or damaged after writing (HDF5: {text}); restore the file from a copy or write it again"
+            ),
+        };
+    }
+    hdf5_error(group, name, source)
+}
+
+/// Names `path`, the file the caller asked for, in an error that names
+/// the `temporary` file it was written through (the caller never sees
+/// that name, and it is removed after the error).
+fn name_the_callers_file(error: FieldError, temporary: &Path, path: &Path) -> FieldError {
+    match error {
+        FieldError::Hdf5 {
+            file,
+            object,
+            source,
+        } if file == temporary => FieldError::Hdf5 {
+            file: path.to_path_buf(),
+            object,
+            source,
+        },
+        FieldError::Hdf5Format {
+            file,
+            dataset,
+            reason,
+        } if file == temporary => FieldError::Hdf5Format {
+            file: path.to_path_buf(),
+            dataset,
+            reason,
+        },
+        other => other,
+    }
+}
+
 /// Refuses empty names, names with NUL, and names already in `group`
 /// (nothing already written is overwritten).
 fn check_dataset_name(group: &hdf5::Group, name: &str) -> FieldResult<()> {
@@ -331,7 +375,7 @@ pub fn read_field<L: Location, T: FieldScalar>(
             dataset.shape()
         )));
     }
-    let data: Vec<T> = dataset.read_raw().map_err(|e| hdf5_error(group, name, e))?;
+    let data: Vec<T> = dataset.read_raw().map_err(|e| read_error(group, name, e))?;
     let mut field = SpatialField::<L, T>::new(&field_name, &patch, Device::Cpu)?;
     let values = field.values_mut()?;
     for (index, value) in stored.iter().zip(data) {
@@ -459,7 +503,7 @@ fn atomic_write(
     if result.is_err() {
         let _ = std::fs::remove_file(&temporary);
     }
-    result
+    result.map_err(|e| name_the_callers_file(e, &temporary, path))
 }
 
 /// Reads dataset `name` from the HDF5 file at `path` (see [`read_field`]).

@@ -49,6 +49,7 @@ pub mod external;
 pub mod field;
 pub mod gpu;
 pub mod grid;
+pub mod host_memory;
 pub mod io;
 pub mod layout;
 pub mod location;

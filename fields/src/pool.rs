@@ -531,6 +531,9 @@ impl MemoryPool {
             Some(block) => block,
             None => {
                 // Allocate outside the lock: device allocation can be slow.
+                if let BlockSource::Host(_) = self.inner.source {
+                    crate::host_memory::check_host_allocation(class, &label)?;
+                }
                 let block = self.inner.source.allocate(class)?;
                 let mut state = self.lock();
                 let stats = &mut state.statistics;

@@ -235,3 +235,22 @@ with h5py.File(sys.argv[1], "r") as f:
     // h5py index [k, j, i] is our [i, j, k].
     assert_eq!(numbers[2], interior[[3, 1, 2]]);
 }
+
+#[test]
+fn a_failed_write_names_the_callers_file_not_the_temporary_one() {
+    let _files = files_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fields.h5");
+    let field = numbered::<CellCentre>("rho", &patch());
+    let error = watershed_fields::io::replace_file(&path, |file| {
+        write_field(file, "rho", &field, GhostSelection::Interior)?;
+        // The same name twice: refused inside the write.
+        write_field(file, "rho", &field, GhostSelection::Interior)
+    })
+    .unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    assert!(!text.contains(".fields.h5."), "{text}");
+    // And nothing is left behind.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -223,8 +223,20 @@ fn corrupted_bytes_are_detected_by_the_checksum() {
         .expect("the values are stored uncompressed");
     bytes[at + 3] ^= 0x5a;
     std::fs::write(&path, &bytes).unwrap();
-    let error = read_field_from_file::<CellCentre, f64>(&path, "phi").unwrap_err();
-    assert!(matches!(error, FieldError::Hdf5 { .. }), "{error:?}");
+    // Named as what it is (HDF5 says "filter returned failure"), with the
+    // file and the dataset.
+    match read_field_from_file::<CellCentre, f64>(&path, "phi") {
+        Err(FieldError::Hdf5Format {
+            file,
+            dataset,
+            reason,
+        }) => {
+            assert_eq!(file, path);
+            assert_eq!(dataset, "phi");
+            assert!(reason.contains("Fletcher-32 checksum"), "{reason}");
+        }
+        other => panic!("expected a checksum error, got {other:?}"),
+    }
 }
 
 /// The child side of the process tests (run by them, not on its own).

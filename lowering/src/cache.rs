@@ -79,8 +79,6 @@ struct Shared {
     parameter_order: Vec<usize>,
 }
 
-type ValuesKey = (usize, GridKey, Vec<u64>);
-
 /// A multiply-rotate hasher (FxHash's scheme) for the identity map: its
 /// keys are pointers and small integers that no one chooses adversarially,
 /// and every assignment looks one up, so SipHash's cost showed in profiles.
@@ -117,7 +115,6 @@ type CachedKernel = (Arc<Node>, Arc<LoweredKernel>);
 #[derive(Default)]
 struct Cache {
     by_identity: HashMap<(usize, GridKey), CachedKernel, QuickHash>,
-    by_values: HashMap<ValuesKey, CachedKernel>,
     by_structure: HashMap<(u64, GridKey), Vec<Arc<Shared>>>,
 }
 
@@ -161,75 +158,6 @@ fn bind_to(shared: &Shared, root: &Node) -> LoweredKernel {
             .map(|&i| parameters[i].clone())
             .collect(),
     }
-}
-
-/// The kernel the CPU evaluator runs for `root`: [`lower_cached`]'s kernel
-/// with the parameters' current values folded in as constants, so that
-/// `b * (u + dt * rhs)` becomes one linear form with numeric weights, as
-/// fast as if the values had been written in. Specialised kernels are
-/// cached by tree and values: a fixed `dt` and the few stage weights of a
-/// Runge-Kutta scheme are lowered once each; a value seen for the first
-/// time (a new CFL-limited `dt`, the stage time of a time-dependent
-/// source) costs one lowering of the nodes that read it.
-pub fn lower_specialised(
-    root: &Arc<Node>,
-    patch: &Patch,
-    into_target: bool,
-) -> OperatorResult<Arc<LoweredKernel>> {
-    Ok(lower_specialised_folding(root, patch, into_target)?.0)
-}
-
-/// Parameters folded into a specialised kernel, with the bits of the
-/// values it was specialised for: the kernel is right only while every
-/// parameter still holds its value.
-pub type Folded = Vec<(Arc<ParameterCell>, u64)>;
-
-/// [`lower_specialised`], and the parameters it folded with their values.
-pub fn lower_specialised_folding(
-    root: &Arc<Node>,
-    patch: &Patch,
-    into_target: bool,
-) -> OperatorResult<(Arc<LoweredKernel>, Folded)> {
-    let generic = lower_cached(root, patch, into_target)?;
-    if generic.parameters.is_empty() {
-        return Ok((generic, Vec::new()));
-    }
-    let values = generic.parameter_values();
-    let folded: Folded = generic
-        .parameters
-        .iter()
-        .zip(&values)
-        .map(|(p, v)| (p.clone(), v.to_bits()))
-        .collect();
-    let key: ValuesKey = (
-        Arc::as_ptr(root) as usize,
-        GridKey::of(patch, into_target),
-        values.iter().map(|v| v.to_bits()).collect(),
-    );
-    if let Some((_, found)) = cache().by_values.get(&key) {
-        return Ok((found.clone(), folded));
-    }
-    let snapshot: Vec<(u64, f64)> = generic
-        .parameters
-        .iter()
-        .zip(&values)
-        .map(|(p, v)| (p.id(), *v))
-        .collect();
-    let folded_tree = root.with_parameter_values(&|cell| {
-        snapshot
-            .iter()
-            .find(|(id, _)| *id == cell.id())
-            .map_or(f64::NAN, |(_, v)| *v)
-    });
-    let specialised = lower_cached(&folded_tree, patch, into_target)?;
-    let mut cache = cache();
-    if cache.by_values.len() >= CAPACITY {
-        cache.by_values.clear();
-    }
-    cache
-        .by_values
-        .insert(key, (root.clone(), specialised.clone()));
-    Ok((specialised, folded))
 }
 
 /// The kernel of `root` on `patch` (see [`Kernel::compile`]), lowered at most

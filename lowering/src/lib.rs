@@ -34,9 +34,7 @@
 pub mod cache;
 pub mod kernel;
 
-pub use cache::{
-    CacheStatistics, LoweredKernel, cache_statistics, lower_cached, lower_specialised,
-};
+pub use cache::{CacheStatistics, LoweredKernel, cache_statistics, lower_cached};
 
 // The language's modules under their own names, so that paths in this
 // crate read as they do in the facade (`crate::ir`, `crate::error`).

@@ -2,7 +2,7 @@
 //! reductions: binding an expression's fields, checking grids, aliasing and
 //! ghost layers, choosing the region, and running the fused kernel.
 
-use crate::cache::{LoweredKernel, lower_specialised};
+use crate::cache::{LoweredKernel, lower_cached};
 use crate::codegen::{Backend, FiniteCheck, Runnable, lower_for};
 use crate::error::{OperatorError, OperatorResult};
 use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Plan, Reduction};
@@ -346,7 +346,7 @@ pub fn row_epilogue_count(
 ) -> OperatorResult<usize> {
     let mut count = 0;
     for (region, node) in then {
-        let lowered = lower_specialised(node, layout.patch(), false)?;
+        let lowered = lower_cached(node, layout.patch(), false)?;
         if !is_row_epilogue(main_region, lowered.as_ref(), target_leaf, region) {
             break;
         }
@@ -746,16 +746,11 @@ impl CheckedReduction {
     }
 
     /// True when `fields` still fit: every slot's field is there with the
-    /// same layout, and every folded parameter has its folded value.
+    /// same layout.
     pub(crate) fn fits(&self, fields: &[&dyn BoundField]) -> bool {
-        self.runnable
-            .folded
+        self.slots
             .iter()
-            .all(|(parameter, bits)| parameter.value().to_bits() == *bits)
-            && self
-                .slots
-                .iter()
-                .all(|(id, layout)| fields.iter().any(|f| f.id() == *id && f.layout() == layout))
+            .all(|(id, layout)| fields.iter().any(|f| f.id() == *id && f.layout() == layout))
     }
 
     /// Each slot's data, from `fields` (which must fit).

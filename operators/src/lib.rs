@@ -63,9 +63,7 @@ pub use assign::{
     interior_max, interior_min, interior_norm_l2, interior_sum, norm_l2, reduce,
     row_epilogue_count, sum, update, update_with,
 };
-pub use cache::{
-    CacheStatistics, LoweredKernel, cache_statistics, lower_cached, lower_specialised,
-};
+pub use cache::{CacheStatistics, LoweredKernel, cache_statistics, lower_cached};
 pub use calculus::{
     FaceLocation, FaceVector, derivative, div, divergence, divergence4, grad, gradient, gradient4,
     interp, interpolate_to_cell, interpolate_to_cell4, interpolate_to_face, interpolate_to_face4,

@@ -13,9 +13,9 @@
 //!
 //! Every check of [`crate::assign_node_then`] depends only on the tree,
 //! the target's layout and location, the layouts of the fields each slot
-//! reads, the region asked for and, for the interpreter, the parameter
-//! values folded into the kernel. A run compares exactly these (the target
-//! layout, each slot's field by id and layout, each folded value); the
+//! reads and the region asked for (parameters are read as values on every
+//! run, by every back end). A run compares exactly these (the target
+//! layout, each slot's field by id and layout); the
 //! first difference re-prepares the whole assignment with the fields
 //! given, with the errors of an unprepared call. What can change from run
 //! to run without any re-check is only data: the values, and whether the
@@ -27,7 +27,7 @@ use crate::AssignOptions;
 use crate::assign::{
     Binding, MaskedAssignment, Region, bind_slots, checked_region, is_row_epilogue, outside_rows,
 };
-use crate::cache::{Folded, LoweredKernel, ParameterValues};
+use crate::cache::{LoweredKernel, ParameterValues};
 use crate::codegen::{Backend, FiniteCheck, NativeKernel, lower_for};
 use crate::error::{OperatorError, OperatorResult};
 use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Plan, TargetData};
@@ -78,8 +78,6 @@ pub(crate) struct Checked {
     pub(crate) lowered: Arc<LoweredKernel>,
     /// The compiled kernel, when the back end has one.
     pub(crate) native: Option<Arc<NativeKernel>>,
-    /// Parameter values folded into `lowered` (interpreter kernels).
-    folded: Folded,
     /// Per kernel slot: the field it read (`None`: the target).
     slots: Vec<Option<SlotKey>>,
     /// The points written.
@@ -171,7 +169,6 @@ impl Checked {
         Ok(Checked {
             lowered: runnable.lowered,
             native: runnable.native,
-            folded: runnable.folded,
             slots: slots
                 .into_iter()
                 .map(|slot| {
@@ -188,20 +185,12 @@ impl Checked {
     /// The data of each slot, from `fields`, into `bound` (written in
     /// place: a returned vector of bindings was moved several times per
     /// run); `Ok(false)` when a slot's field is missing or has another
-    /// layout, or a folded parameter has another value (the kernel must be
-    /// checked again). Errors when a field's CPU copy cannot be read.
+    /// layout (the kernel must be checked again). Errors when a field's CPU copy cannot be read.
     fn bind<'f>(
         &self,
         fields: &[&'f dyn BoundField],
         bound: &mut Bound<'f>,
     ) -> OperatorResult<bool> {
-        if self
-            .folded
-            .iter()
-            .any(|(parameter, bits)| parameter.value().to_bits() != *bits)
-        {
-            return Ok(false);
-        }
         bound.clear();
         for slot in &self.slots {
             let Some(key) = slot else {
@@ -233,9 +222,8 @@ fn reads_rows_of(field: &KernelField, region: &IndexBox) -> bool {
 /// regions and checks are found once: [`crate::assign_node_then`] for a
 /// loop that runs the same assignment many times. Each
 /// [`run`](Self::run) re-checks only what can make the preparation stale
-/// (the target's layout, each field's id and layout, parameter values
-/// folded into interpreter kernels) and prepares again when something
-/// changed, so it refuses and computes exactly what an unprepared call
+/// (the target's layout, each field's id and layout) and prepares again
+/// when something changed, so it refuses and computes exactly what an unprepared call
 /// would.
 ///
 /// ```

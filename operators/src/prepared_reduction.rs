@@ -6,8 +6,8 @@
 //! and plans the rows on every call; on a small grid that costs more than
 //! the sum itself. A [`PreparedReduction`] does that once. Like
 //! [`crate::PreparedAssignment`], a run re-checks only what those checks
-//! depend on besides the tree (each slot's field by id and layout, and the
-//! parameter values folded into an interpreter kernel) and prepares again,
+//! depend on besides the tree (each slot's field by id and layout) and
+//! prepares again,
 //! with the errors of a fresh call, at the first difference; so it refuses
 //! what [`crate::reduce`] refuses and returns the same bits.
 

@@ -102,7 +102,7 @@ fn repeated_runs_match_unprepared_calls_bit_for_bit_on_both_back_ends() {
 }
 
 #[test]
-fn a_parameter_folded_into_an_interpreter_kernel_is_read_again_when_it_changes() {
+fn a_parameter_is_read_on_every_run_of_an_interpreted_assignment() {
     let p = patch(1);
     let x = ramp("x", &p, 0.4);
     let scale = Parameter::new("scale", 2.0);

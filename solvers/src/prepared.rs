@@ -4,8 +4,8 @@
 //! arithmetic. Solvers keep each assignment here as a
 //! [`PreparedAssignment`], keyed by what it computes and the ids of the
 //! fields involved, so a repeated call only binds data pointers and runs
-//! (the prepared assignment itself prepares again if a field's layout or a
-//! folded parameter changed). Reductions (dot products, norms, means,
+//! (the prepared assignment itself prepares again if a field's layout
+//! changed). Reductions (dot products, norms, means,
 //! maxima) are kept the same way as [`PreparedReduction`]s.
 //!
 //! **On a GPU.** An assignment whose target is active on a GPU runs there:

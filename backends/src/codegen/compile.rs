@@ -134,10 +134,10 @@ pub fn c_compiler() -> Result<&'static Compiler, String> {
                     .into_iter()
                     .map(String::from),
             );
+            check_settings()?;
             if let Ok(extra) = std::env::var("WATERSHED_CFLAGS") {
                 flags.extend(extra_flags(&extra)?);
             }
-            cache_limit_from(std::env::var("WATERSHED_KERNEL_CACHE_MB").ok().as_deref())?;
             Ok(Compiler {
                 program,
                 version,
@@ -147,6 +147,17 @@ pub fn c_compiler() -> Result<&'static Compiler, String> {
         })
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// Checks the variables that shape compiled kernels, `WATERSHED_CFLAGS`
+/// ([`extra_flags`]) and `WATERSHED_KERNEL_CACHE_MB`: `Err` names the one
+/// whose value cannot be used, and why.
+pub fn check_settings() -> Result<(), String> {
+    if let Ok(extra) = std::env::var("WATERSHED_CFLAGS") {
+        extra_flags(&extra)?;
+    }
+    cache_limit_from(std::env::var("WATERSHED_KERNEL_CACHE_MB").ok().as_deref())?;
+    Ok(())
 }
 
 /// Flags that let the compiler assume values are finite or reassociate
@@ -305,6 +316,7 @@ fn cache_limit_from(value: Option<&str>) -> Result<u64, String> {
 /// stays); one it is about to load is rebuilt ([`library_for`] treats an
 /// entry that fails to load as a miss). Returns how many entries went.
 pub fn evict(directory: &Path, limit: u64, keep: &str) -> std::io::Result<usize> {
+    sweep_orphaned_temporaries(directory);
     let mut entries: HashMap<String, (u64, std::time::SystemTime, Vec<PathBuf>)> = HashMap::new();
     let mut total = 0u64;
     for item in std::fs::read_dir(directory)? {
@@ -350,6 +362,36 @@ pub fn evict(directory: &Path, limit: u64, keep: &str) -> std::io::Result<usize>
         evicted += 1;
     }
     Ok(evicted)
+}
+
+/// Removes the temporary files (`NAME.tmp-PID-N`, see [`temporary`]) that
+/// a compiling process killed mid-way left in `directory`: those whose
+/// process no longer runs (where that can be told: Linux's `/proc`).
+/// Best effort; returns how many went.
+pub fn sweep_orphaned_temporaries(directory: &Path) -> usize {
+    let Ok(items) = std::fs::read_dir(directory) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for item in items.flatten() {
+        let name = item.file_name().to_string_lossy().into_owned();
+        let Some(pid) = orphan_pid(&name) else {
+            continue;
+        };
+        let running = !Path::new("/proc").is_dir() || Path::new(&format!("/proc/{pid}")).exists();
+        if !running && std::fs::remove_file(item.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The writer's process id in a temporary's name `NAME.tmp-PID-N`.
+fn orphan_pid(name: &str) -> Option<u32> {
+    let (_, tail) = name.rsplit_once(".tmp-")?;
+    let (pid, counter) = tail.split_once('-')?;
+    counter.parse::<u64>().ok()?;
+    pid.parse().ok()
 }
 
 /// Libraries loaded in this process, by cache key.
@@ -442,6 +484,14 @@ pub fn library_for(key: &str, source: &str) -> OperatorResult<Arc<libloading::Li
     if let Some(found) = loaded().get(key) {
         return Ok(found.clone());
     }
+    // Threads that ask for one new kernel at once wait for the first one's
+    // compilation instead of each running the compiler (8 threads asking
+    // for 3 new kernels ran it 24 times).
+    let gate = build_gate(key);
+    let _building = gate.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(found) = loaded().get(key) {
+        return Ok(found.clone());
+    }
     if let Some(failure) = rejected().get(key) {
         return Err(OperatorError::Compile(Box::new(failure.clone())));
     }
@@ -454,6 +504,20 @@ pub fn library_for(key: &str, source: &str) -> OperatorResult<Arc<libloading::Li
         rejected().insert(key.to_string(), (**failure).clone());
     }
     result
+}
+
+/// The lock that one compilation of the kernel `key` holds in this
+/// process. Gates are never removed: one small entry per kernel, as in
+/// [`loaded`].
+fn build_gate(key: &str) -> Arc<Mutex<()>> {
+    static GATES: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
+    GATES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(key.to_string())
+        .or_default()
+        .clone()
 }
 
 /// Sources the compiler refused in this process, by cache key.
@@ -624,7 +688,31 @@ pub fn vectorisation_report(source: &str) -> OperatorResult<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{FORBIDDEN_FLAGS, cache_limit_from, extra_flags};
+    use super::{
+        FORBIDDEN_FLAGS, cache_limit_from, extra_flags, orphan_pid, sweep_orphaned_temporaries,
+    };
+
+    #[test]
+    fn temporaries_of_processes_that_are_gone_are_swept_and_others_kept() {
+        assert_eq!(orphan_pid("ws_ab.so.tmp-4242-7"), Some(4242));
+        assert_eq!(orphan_pid("ws_ab.so"), None);
+        assert_eq!(orphan_pid("ws_ab.so.tmp-x-7"), None);
+        let dir = tempfile::tempdir().unwrap();
+        // No process has pid 4194305: Linux's pid_max is at most 2^22.
+        let gone = dir.path().join("ws_ab.so.tmp-4194305-0");
+        let mine = dir
+            .path()
+            .join(format!("ws_cd.c.tmp-{}-3", std::process::id()));
+        let kept = dir.path().join("ws_ef.so");
+        for path in [&gone, &mine, &kept] {
+            std::fs::write(path, b"x").unwrap();
+        }
+        if std::path::Path::new("/proc").is_dir() {
+            assert_eq!(sweep_orphaned_temporaries(dir.path()), 1);
+            assert!(!gone.exists());
+        }
+        assert!(mine.exists() && kept.exists());
+    }
 
     #[test]
     fn flags_that_assume_finite_values_are_refused_by_name() {

@@ -9,12 +9,13 @@
 //! [`statistics`]. `WATERSHED_BACKEND=interpreter|c` chooses for the
 //! whole process; `AssignOptions::backend` (in `watershed-operators`) for one assignment.
 //!
-//! The C back end compiles the *generic* kernel of an expression
-//! ([`watershed_lowering::lower_cached`]: parameters are arguments), so a new `dt` or a
-//! stage coefficient never triggers a compilation; the interpreter runs
-//! kernels specialised to the parameters' values, where folding them into
-//! constants pays. Without parameters both run the same kernel and give
-//! the same bits.
+//! Every back end runs the *generic* kernel of an expression
+//! ([`watershed_lowering::lower_cached`]: parameters are arguments), so a
+//! new `dt` or a stage coefficient never triggers a compilation, and the
+//! interpreter, the compiled C and CUDA (`--fmad=false`) give the same
+//! bits. (The interpreter once ran kernels with the parameters' values
+//! folded in as constants: the lowering then merged them into other
+//! weights, which changed the last bit against C.)
 //!
 //! Design note (the emitter's shape, the compile cache, the safety
 //! argument):
@@ -41,8 +42,7 @@ pub enum Backend {
     /// when a C compiler is found, else the interpreter.
     #[default]
     Default,
-    /// The row interpreter (reference; specialises kernels to parameter
-    /// values).
+    /// The row interpreter (the reference).
     Interpreter,
     /// C kernels compiled at run time; kernels the emitter does not support
     /// run on the interpreter.
@@ -50,37 +50,56 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// The process default ([`Backend::Default`] resolved once).
-    pub fn process_default() -> Backend {
-        static CHOSEN: OnceLock<Backend> = OnceLock::new();
-        *CHOSEN.get_or_init(|| {
-            match std::env::var("WATERSHED_BACKEND").ok().as_deref() {
-                Some("interpreter") => return Backend::Interpreter,
-                Some("c") | Some("C") => return Backend::C,
-                Some(other) if !other.is_empty() => {
-                    eprintln!(
-                        "watershed: WATERSHED_BACKEND={other} is not a back end (use `interpreter` or `c`); using the default"
-                    );
-                }
-                _ => {}
-            }
-            match c_compiler() {
-                Ok(_) => Backend::C,
-                Err(why) => {
-                    eprintln!(
-                        "watershed: kernels run on the row interpreter: {why}."
-                    );
-                    Backend::Interpreter
-                }
-            }
-        })
+    /// The process default ([`Backend::Default`] resolved once):
+    /// `WATERSHED_BACKEND` (`interpreter` or `c`) when set, else compiled C
+    /// when a C compiler is found, else the interpreter after one notice.
+    /// An error, naming the variable, when `WATERSHED_BACKEND`,
+    /// `WATERSHED_CFLAGS` or `WATERSHED_KERNEL_CACHE_MB` has a value that
+    /// cannot be used, or when `WATERSHED_BACKEND=c` asks for compiled
+    /// kernels and there is no C compiler: a setting is never ignored.
+    pub fn process_default() -> OperatorResult<Backend> {
+        static CHOSEN: OnceLock<Result<Backend, String>> = OnceLock::new();
+        CHOSEN
+            .get_or_init(|| Backend::choose(std::env::var("WATERSHED_BACKEND").ok().as_deref()))
+            .clone()
+            .map_err(|reason| OperatorError::Backend {
+                what: "choosing the CPU back end".into(),
+                reason,
+            })
     }
 
-    /// This choice with [`Backend::Default`] resolved.
-    pub fn resolved(self) -> Backend {
+    /// The back end for the value `requested` of `WATERSHED_BACKEND`
+    /// (`None`: unset), or why it cannot be had.
+    fn choose(requested: Option<&str>) -> Result<Backend, String> {
+        compile::check_settings()?;
+        let forced = match requested.map(str::trim) {
+            None | Some("") => None,
+            Some("interpreter") => return Ok(Backend::Interpreter),
+            Some("c") | Some("C") => Some(Backend::C),
+            Some(other) => {
+                return Err(format!(
+                    "WATERSHED_BACKEND = `{other}` is not a back end; use `interpreter` or `c`, or unset it for compiled C where a C compiler exists"
+                ));
+            }
+        };
+        match (c_compiler(), forced) {
+            (Ok(_), _) => Ok(Backend::C),
+            (Err(why), Some(_)) => Err(format!(
+                "WATERSHED_BACKEND=c asks for compiled kernels, but {why}; or use WATERSHED_BACKEND=interpreter"
+            )),
+            (Err(why), None) => {
+                eprintln!("watershed: kernels run on the row interpreter: {why}.");
+                Ok(Backend::Interpreter)
+            }
+        }
+    }
+
+    /// This choice with [`Backend::Default`] resolved (see
+    /// [`Self::process_default`] for its errors).
+    pub fn resolved(self) -> OperatorResult<Backend> {
         match self {
             Backend::Default => Backend::process_default(),
-            chosen => chosen,
+            chosen => Ok(chosen),
         }
     }
 }
@@ -94,11 +113,6 @@ pub struct Runnable {
     pub lowered: Arc<LoweredKernel>,
     /// The compiled kernel, or `None` to interpret.
     pub native: Option<Arc<NativeKernel>>,
-    /// Parameters whose values were folded into `lowered` as constants,
-    /// with the value bits (empty for compiled kernels, which read
-    /// parameters as arguments): the kernel is right only while each
-    /// parameter keeps that value.
-    pub folded: crate::cache::Folded,
 }
 
 /// The compiled form of `kernel`, compiling it on first use (process-wide
@@ -131,10 +145,10 @@ fn as_native(form: CompiledForm) -> OperatorResult<Arc<NativeKernel>> {
         })
 }
 
-/// Lowers `root` for `backend`: the generic kernel and its compiled form
-/// for C (testing what it writes for finiteness with
-/// [`FiniteCheck::Checked`]), the value-specialised kernel for the
-/// interpreter (and for kernels C does not support).
+/// Lowers `root` for `backend`: the generic kernel (parameters read as
+/// values at run time), with its compiled form for C (testing what it
+/// writes for finiteness with [`FiniteCheck::Checked`]); the interpreter
+/// (and a kernel C does not support) runs the same kernel.
 pub fn lower_for(
     root: &Arc<Node>,
     patch: &Patch,
@@ -142,21 +156,24 @@ pub fn lower_for(
     backend: Backend,
     finite_check: FiniteCheck,
 ) -> OperatorResult<Runnable> {
-    if backend.resolved() == Backend::C {
+    if backend.resolved()? == Backend::C {
         let generic = lower_cached(root, patch, into_target)?;
         if let Some(native) = native_of(&generic.kernel, finite_check)? {
             return Ok(Runnable {
                 lowered: generic,
                 native: Some(native),
-                folded: Vec::new(),
             });
         }
     }
-    let (lowered, folded) = crate::cache::lower_specialised_folding(root, patch, into_target)?;
+    // The interpreter runs the same generic kernel: folding parameter
+    // values into constants let the lowering merge them into other
+    // weights (`b * (u + dt * rhs)` into `b u + (b dt) rhs`), which
+    // changed the last bit against the compiled C (2.8e-17 in the heat
+    // case): one kernel, one rounding, the same bits on every back end.
+    let lowered = lower_cached(root, patch, into_target)?;
     Ok(Runnable {
         lowered,
         native: None,
-        folded,
     })
 }
 
