@@ -1012,7 +1012,7 @@ fn solver_cases(cases: &mut Vec<Case>) {
             "max_iterations",
         ),
     ];
-    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let walls = || BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
     for (label, options, word) in options {
         case(
             cases,
@@ -1022,7 +1022,7 @@ fn solver_cases(cases: &mut Vec<Case>) {
             move || {
                 err(Multigrid::new(
                     &grid([16, 16, 1]).whole_domain(1),
-                    walls,
+                    walls(),
                     options,
                 ))
             },
@@ -1036,7 +1036,7 @@ fn solver_cases(cases: &mut Vec<Case>) {
         move || {
             err(Multigrid::new(
                 &grid([1, 1, 1]).whole_domain(1),
-                walls,
+                walls(),
                 MultigridOptions::default(),
             ))
         },
@@ -1062,7 +1062,7 @@ fn solver_cases(cases: &mut Vec<Case>) {
             "right-hand side",
             move || {
                 let patch = grid([16, 16, 1]).whole_domain(1);
-                let mut mg = Multigrid::new(&patch, walls, MultigridOptions::default()).unwrap();
+                let mut mg = Multigrid::new(&patch, walls(), MultigridOptions::default()).unwrap();
                 let rhs =
                     SpatialField::<CellCentre>::new("b", &grid(cells).whole_domain(1), Device::Cpu)
                         .unwrap();
@@ -1079,7 +1079,7 @@ fn solver_cases(cases: &mut Vec<Case>) {
             "not finite",
             move || {
                 let patch = grid([16, 16, 1]).whole_domain(1);
-                let mut mg = Multigrid::new(&patch, walls, MultigridOptions::default()).unwrap();
+                let mut mg = Multigrid::new(&patch, walls(), MultigridOptions::default()).unwrap();
                 let mut rhs = SpatialField::<CellCentre>::new("b", &patch, Device::Cpu).unwrap();
                 rhs.fill(bad).unwrap();
                 let mut x = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();

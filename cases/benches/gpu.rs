@@ -396,7 +396,9 @@ fn cavity(n: usize, placement: PlacementPolicy, mode: ExecutionMode) -> Incompre
     IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
         .velocity_conditions(
             0,
-            walls.with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+            walls
+                .clone()
+                .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
         )
         .velocity_conditions(1, walls)
         .integrator(TimeIntegrator::ForwardEuler)

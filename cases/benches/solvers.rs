@@ -217,7 +217,7 @@ fn cavity(cells: usize, integrator: TimeIntegrator, steps: usize) -> (f64, usize
     let mut flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
         .velocity_conditions(
             0,
-            wall.with(
+            wall.clone().with(
                 watershed_operators::Side::PLUS_Y,
                 BoundaryCondition::Dirichlet(1.0),
             ),
@@ -253,7 +253,7 @@ fn v_cycle(cells: usize) -> f64 {
         max_iterations: 1,
         ..Default::default()
     };
-    let mut solver = Multigrid::new(&patch, walls, options).expect("multigrid");
+    let mut solver = Multigrid::new(&patch, walls.clone(), options).expect("multigrid");
     let mut rhs = SpatialField::<CellCentre>::new("b", &patch, Device::Cpu).expect("b");
     let layout = rhs.layout().clone();
     let values = rhs.values_mut().expect("cpu");

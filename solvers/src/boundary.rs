@@ -25,14 +25,19 @@
 //! fields the CPU back end runs such copies and mirrors as one ghost fill
 //! (`watershed-operators`, `ghost_fill.rs`).
 
+use crate::boundary_value::BoundaryExpression;
 use crate::error::{SolverError, SolverResult};
 use smallvec::SmallVec;
 use watershed_exprgraph::{GraphError, LanguageModifier, MaskedAssignment, Tag};
-use watershed_fields::{FieldLayout, IndexBox, Location, SpatialField};
-use watershed_operators::{AssignOptions, Expr, PreparedAssignment, Region, Side, shift};
+use watershed_fields::{CellCentre, FieldLayout, IndexBox, Location, SpatialField};
+use watershed_operators::{
+    AssignOptions, Expr, Parameter, PreparedAssignment, Region, Side, shift,
+};
 
-/// A condition on one side of the domain.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A condition on one side of the domain. The values are numbers, or
+/// expressions of position and time ([`BoundaryExpression`], the
+/// `...Expression` variants).
+#[derive(Debug, Clone, PartialEq)]
 pub enum BoundaryCondition {
     /// The value on the boundary.
     Dirichlet(f64),
@@ -47,12 +52,36 @@ pub enum BoundaryCondition {
     },
     /// Periodic (the grid must be periodic along the side's axis).
     Periodic,
+    /// The value on the boundary, an expression of position and time.
+    DirichletExpression(BoundaryExpression),
+    /// The outward normal derivative, an expression of position and time.
+    NeumannExpression(BoundaryExpression),
+    /// The outward diffusive flux `-k dphi/dn`, an expression of position
+    /// and time, with the diffusivity `k`.
+    FluxExpression {
+        /// Outward flux.
+        flux: BoundaryExpression,
+        /// Diffusivity `k` (non-zero).
+        diffusivity: f64,
+    },
 }
 
-/// Conditions on the six sides (`None`: the ghosts are left as they are).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// Conditions on the six sides (`None`: the ghosts are left as they are),
+/// and the time at which values given as expressions are evaluated
+/// ([`Self::with_time`]; solvers set it to the time of the state they
+/// bound).
+#[derive(Debug, Clone, Default)]
 pub struct BoundaryConditions {
     sides: [Option<BoundaryCondition>; 6],
+    time: Option<Parameter>,
+}
+
+/// Equal when every side has the same condition (the time parameter is
+/// the solver's, not part of the conditions).
+impl PartialEq for BoundaryConditions {
+    fn eq(&self, other: &Self) -> bool {
+        self.sides == other.sides
+    }
 }
 
 fn side_index(side: Side) -> usize {
@@ -68,7 +97,8 @@ impl BoundaryConditions {
     /// The same condition on every side.
     pub fn all(condition: BoundaryCondition) -> Self {
         BoundaryConditions {
-            sides: [Some(condition); 6],
+            sides: std::array::from_fn(|_| Some(condition.clone())),
+            time: None,
         }
     }
 
@@ -79,8 +109,23 @@ impl BoundaryConditions {
     }
 
     /// The condition of `side`.
-    pub fn get(&self, side: Side) -> Option<BoundaryCondition> {
-        self.sides[side_index(side)]
+    pub fn get(&self, side: Side) -> Option<&BoundaryCondition> {
+        self.sides[side_index(side)].as_ref()
+    }
+
+    /// The time at which values given as expressions are evaluated: the
+    /// parameter's value when the conditions are applied. Solvers set it
+    /// to each stage's state time; a caller applying conditions with an
+    /// expression of time itself gives one. Without it, an expression
+    /// that reads the time is refused when the conditions are applied.
+    pub fn with_time(mut self, time: &Parameter) -> Self {
+        self.time = Some(time.clone());
+        self
+    }
+
+    /// The time parameter given with [`Self::with_time`].
+    pub fn time(&self) -> Option<&Parameter> {
+        self.time.as_ref()
     }
 
     /// Fills the ghost points of `field` (CPU, active) on every side with a
@@ -203,7 +248,7 @@ impl BoundaryConditions {
     /// assignments to the ghost layers (and boundary faces) that read the
     /// field's interior, so they run wherever the language runs.
     pub fn modifier<L: Location>(&self, tag: &Tag) -> LanguageModifier {
-        let conditions = *self;
+        let conditions = self.clone();
         let target = tag.clone();
         LanguageModifier::new(
             &format!("boundary conditions of {}", tag.name),
@@ -231,6 +276,11 @@ impl BoundaryConditions {
         name: &str,
     ) -> SolverResult<Vec<MaskedAssignment>> {
         let field: Expr<'static, L> = Expr::symbol(target, name);
+        // Expressions of time read this parameter; without one given, a
+        // stand-in whose use is refused below.
+        let unset_time = Parameter::new("t (not given: BoundaryConditions::with_time)", f64::NAN);
+        let time = self.time.as_ref().unwrap_or(&unset_time);
+        let grid = layout.patch().grid();
         let mut out = Vec::new();
         for checked in checked_sides::<L>(self, layout, name)? {
             let CheckedSide {
@@ -243,8 +293,48 @@ impl BoundaryConditions {
                 gradient,
             } = checked;
             let axis = side.axis;
-            let face_value = match condition {
-                BoundaryCondition::Dirichlet(v) if on_face => Some(v),
+            // The boundary's position along the axis.
+            let boundary = grid.origin()[axis] + if side.plus { grid.lengths()[axis] } else { 0.0 };
+            let expression = |e: &BoundaryExpression| -> SolverResult<Expr<'static, L>> {
+                let value = e.at::<L>(
+                    side,
+                    boundary,
+                    grid.spacing(),
+                    time.expr::<CellCentre>(),
+                    name,
+                )?;
+                if self.time.is_none()
+                    && value
+                        .node()
+                        .parameters()
+                        .iter()
+                        .any(|p| p.id() == unset_time.id())
+                {
+                    return Err(SolverError::Setup {
+                        equation: name.to_string(),
+                        reason: format!(
+                            "the boundary value `{}` on side {} reads the time, but no time was given; solvers give theirs, and a direct caller gives one with BoundaryConditions::with_time",
+                            e.name(),
+                            side.name()
+                        ),
+                    });
+                }
+                Ok(value)
+            };
+            // The value written on a boundary face (Dirichlet on a face
+            // field normal to the side); the value a ghost layer at
+            // `distance` from its partner gets, from the partner.
+            let face_value: Option<Expr<'static, L>> = match &condition {
+                BoundaryCondition::Dirichlet(v) if on_face => Some(Expr::constant(*v)),
+                BoundaryCondition::DirichletExpression(e) if on_face => Some(expression(e)?),
+                _ => None,
+            };
+            let ghost_value = match &condition {
+                BoundaryCondition::DirichletExpression(e) => Some(2.0 * expression(e)?),
+                BoundaryCondition::NeumannExpression(e) => Some(expression(e)?),
+                BoundaryCondition::FluxExpression { flux, diffusivity } => {
+                    Some(expression(flux)? * (-1.0 / diffusivity))
+                }
                 _ => None,
             };
             // The layer at index `at` along the axis, across the whole
@@ -264,7 +354,7 @@ impl BoundaryConditions {
             // direction out of the domain.
             let (first, outward) = if side.plus { (n - 1, 1) } else { (0, -1) };
             if let Some(v) = face_value {
-                out.push((slab(first), Expr::<L>::constant(v).node().clone()));
+                out.push((slab(first), v.node().clone()));
             }
             for l in 1..=layers {
                 let ghost = first + outward * l;
@@ -275,17 +365,24 @@ impl BoundaryConditions {
                     (first - outward * (l - 1), (2 * l - 1) as f64 * h)
                 };
                 let mirror = shift(field.clone(), along(partner - ghost));
-                let value: Expr<'static, L> = match condition {
-                    BoundaryCondition::Dirichlet(v) => Expr::constant(2.0 * v) - mirror,
-                    BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
+                let value: Expr<'static, L> = match (&condition, &ghost_value) {
+                    (BoundaryCondition::Dirichlet(v), _) => Expr::constant(2.0 * v) - mirror,
+                    (BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. }, _) => {
                         mirror + Expr::constant(distance * gradient)
                     }
-                    BoundaryCondition::Periodic => {
+                    (BoundaryCondition::Periodic, _) => {
                         // Beyond the plus end: interior point l - 1; beyond
                         // the minus end: n - l.
                         let image = if side.plus { l - 1 } else { n - l };
                         shift(field.clone(), along(image - ghost))
                     }
+                    // Twice the value minus the partner.
+                    (BoundaryCondition::DirichletExpression(_), Some(twice)) => {
+                        twice.clone() - mirror
+                    }
+                    // The partner plus the distance times the gradient.
+                    (_, Some(gradient)) => mirror + distance * gradient.clone(),
+                    (_, None) => unreachable!("every expression condition has a ghost value"),
                 };
                 out.push((slab(ghost), value.node().clone()));
             }
@@ -299,7 +396,7 @@ impl BoundaryConditions {
 /// ghost layers to write, whether the field has a point on the boundary
 /// itself (a face field normal to the side), and the normal derivative a
 /// Neumann or flux condition imposes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct CheckedSide {
     side: Side,
     condition: BoundaryCondition,
@@ -335,7 +432,7 @@ fn checked_sides<L: Location>(
         let condition = if periodic_axis {
             Some(BoundaryCondition::Periodic)
         } else {
-            conditions.get(side)
+            conditions.get(side).cloned()
         };
         let Some(condition) = condition else { continue };
         if condition == BoundaryCondition::Periodic {
@@ -362,7 +459,7 @@ fn checked_sides<L: Location>(
             BoundaryCondition::Dirichlet(v) => Some(("Dirichlet value", v)),
             BoundaryCondition::Neumann(q) => Some(("Neumann gradient", q)),
             BoundaryCondition::Flux { flux, .. } => Some(("flux", flux)),
-            BoundaryCondition::Periodic => None,
+            _ => None,
         };
         if let Some((what, v)) = value
             && !v.is_finite()
@@ -380,20 +477,29 @@ fn checked_sides<L: Location>(
             layout.ghosts().minus[axis]
         } as isize;
         let on_face = L::KIND.face_axis() == Some(axis) && condition != BoundaryCondition::Periodic;
+        let diffusivity = match condition {
+            BoundaryCondition::Flux { diffusivity, .. }
+            | BoundaryCondition::FluxExpression { diffusivity, .. } => Some(diffusivity),
+            _ => None,
+        };
+        if let Some(k) = diffusivity
+            && (k == 0.0 || !k.is_finite())
+        {
+            return Err(setup(format!(
+                "a flux condition on side {} needs a finite, non-zero diffusivity",
+                side.name()
+            )));
+        }
         let gradient = match condition {
             BoundaryCondition::Neumann(q) => q,
-            BoundaryCondition::Flux { flux, diffusivity } => {
-                if diffusivity == 0.0 || !diffusivity.is_finite() {
-                    return Err(setup(format!(
-                        "a flux condition on side {} needs a finite, non-zero diffusivity",
-                        side.name()
-                    )));
-                }
-                -flux / diffusivity
-            }
+            BoundaryCondition::Flux { flux, diffusivity } => -flux / diffusivity,
             _ => 0.0,
         };
-        let writes_face = on_face && matches!(condition, BoundaryCondition::Dirichlet(_));
+        let writes_face = on_face
+            && matches!(
+                condition,
+                BoundaryCondition::Dirichlet(_) | BoundaryCondition::DirichletExpression(_)
+            );
         if layers == 0 && !writes_face {
             // Nothing would be written: the condition would be silently dropped.
             return Err(setup(format!(
@@ -436,7 +542,7 @@ mod tests {
     /// The conditions applied at once (a small field: the CPU back end's
     /// ghost fill) and one masked assignment at a time through the general
     /// kernel path: the same bits.
-    fn same<L: Location>(patch: &Patch, conditions: BoundaryConditions) {
+    fn same<L: Location>(patch: &Patch, conditions: &BoundaryConditions) {
         let (mut separate, mut at_once) = (filled::<L>(patch), filled::<L>(patch));
         let leaf = separate.id();
         let assignments = conditions
@@ -475,9 +581,9 @@ mod tests {
         for ghosts in [1, 2] {
             let grid = Grid::new([5, 4, 1], [0.5, 0.25, 1.0], [0.0; 3]).unwrap();
             let patch = Patch::new(&grid, [0; 3], [5, 4, 1], GhostWidth::uniform(ghosts)).unwrap();
-            same::<CellCentre>(&patch, walls);
-            same::<XFace>(&patch, walls);
-            same::<YFace>(&patch, walls);
+            same::<CellCentre>(&patch, &walls);
+            same::<XFace>(&patch, &walls);
+            same::<YFace>(&patch, &walls);
             let periodic = Grid::new([4, 6, 1], [1.0; 3], [0.0; 3])
                 .unwrap()
                 .with_periodic([true, false, false]);
@@ -485,7 +591,9 @@ mod tests {
                 Patch::new(&periodic, [0; 3], [4, 6, 1], GhostWidth::uniform(ghosts)).unwrap();
             same::<CellCentre>(
                 &patch,
-                walls.with(Side::MINUS_X, BoundaryCondition::Periodic),
+                &walls
+                    .clone()
+                    .with(Side::MINUS_X, BoundaryCondition::Periodic),
             );
         }
     }

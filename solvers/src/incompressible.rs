@@ -106,7 +106,7 @@ impl IncompressibleFlowBuilder {
         IncompressibleFlowBuilder {
             patch: patch.clone(),
             viscosity,
-            conditions: [BoundaryConditions::new(); 3],
+            conditions: std::array::from_fn(|_| BoundaryConditions::new()),
             invalid_axis: None,
             body_force: [0.0; 3],
             integrator: TimeIntegrator::SspRk3,
@@ -266,7 +266,8 @@ impl IncompressibleFlowBuilder {
             if reads_start_level(self.integrator) {
                 factory.placeholder(start[axis].clone(), location)?;
             }
-            let conditions = self.conditions[axis];
+            // The state a stage reads is at the right-hand side's time.
+            let conditions = self.conditions[axis].clone().with_time(&parameters.time);
             on_face!(axis, F => attach_conditions::<F>(&mut factory, &now[axis], conditions)?);
             let rhs = Tag::none(&format!("rhs_{}", NAMES[axis]));
             let terms = MomentumTerms {
@@ -300,9 +301,12 @@ impl IncompressibleFlowBuilder {
         let pressure_scale = Parameter::new("1/(b dt)", 0.0);
         let provisional_tags = provisional_tags();
         for &axis in &active {
-            let conditions = self.conditions[axis];
+            // What a stage writes is at the state time.
+            let conditions = self.conditions[axis]
+                .clone()
+                .with_time(&parameters.state_time);
             let (provisional, corrected) = (&provisional_tags[axis], &next[axis]);
-            on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions)?);
+            on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions.clone())?);
             let (from, psi, order) = (provisional.clone(), psi_tag.clone(), self.order);
             factory.register(on_face!(axis, F => {
                 LanguageExpression::new::<F>(corrected.clone(), move |s| {
@@ -336,9 +340,9 @@ impl IncompressibleFlowBuilder {
         ))?;
         let mut walls = BoundaryConditions::new();
         for side in watershed_operators::Side::ALL {
-            walls = walls.with(side, BoundaryCondition::Neumann(0.0));
+            walls = walls.clone().with(side, BoundaryCondition::Neumann(0.0));
         }
-        let multigrid = Multigrid::with_order(&self.patch, walls, poisson, self.order)?;
+        let multigrid = Multigrid::with_order(&self.patch, walls.clone(), poisson, self.order)?;
         let divergence_kept = divergence_tag.clone();
         let (solve, poisson) = PoissonSolve::new(divergence_tag, psi_tag.clone(), multigrid);
         factory.register(solve)?;
@@ -902,7 +906,8 @@ impl IncompressibleFlow {
             self.run_stage(None, dt)?;
         }
         for (index, stage) in self.integrator.stages().iter().enumerate() {
-            self.parameters.set(stage, self.time, dt);
+            self.parameters
+                .set_stage(self.integrator, index, self.time, dt);
             let factor = stage.b * dt;
             self.pressure_scale
                 .set(if factor > 0.0 { 1.0 / factor } else { 0.0 });
@@ -1055,7 +1060,7 @@ mod tests {
             .whole_domain(1);
         let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
         let flow = IncompressibleFlowBuilder::new(&patch, 1e-6)
-            .velocity_conditions(0, walls)
+            .velocity_conditions(0, walls.clone())
             .velocity_conditions(1, walls)
             .build()
             .unwrap();

@@ -12,6 +12,7 @@
 //! | [`staggered`] | [`SpaceOrder`] and the half-point averages and differences the conservative forms are built from |
 //! | [`integrator`] | forward Euler, SSP-RK2, SSP-RK3 in Shu-Osher form |
 //! | [`boundary`] | Dirichlet, Neumann, flux and periodic conditions in ghost points |
+//! | [`boundary_value`] | [`BoundaryExpression`]: boundary values as language expressions of position, time and parameters |
 //! | [`multigrid`] | [`Multigrid`]: geometric multigrid for `lap(x) = b`, as a solver and as a CG preconditioner |
 //! | `coarsest` | the step weights that solve the multigrid's coarsest level exactly |
 //! | [`transport`] | [`TransportEquation`]: diffusion, convection (central, upwind, limited), sources, density |
@@ -23,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod boundary;
+pub mod boundary_value;
 mod coarsest;
 pub mod convection;
 pub mod error;
@@ -38,6 +40,7 @@ mod stepping;
 pub mod transport;
 
 pub use boundary::{BoundaryCondition, BoundaryConditions};
+pub use boundary_value::{BoundaryExpression, BoundaryPoint};
 pub use convection::ConvectionForm;
 pub use error::{SolverError, SolverResult};
 pub use incompressible::{

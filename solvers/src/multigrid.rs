@@ -250,10 +250,13 @@ fn homogeneous(conditions: &BoundaryConditions) -> BoundaryConditions {
     for side in watershed_operators::Side::ALL {
         if let Some(condition) = conditions.get(side) {
             let zero = match condition {
-                BoundaryCondition::Dirichlet(_) => BoundaryCondition::Dirichlet(0.0),
-                BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. } => {
-                    BoundaryCondition::Neumann(0.0)
+                BoundaryCondition::Dirichlet(_) | BoundaryCondition::DirichletExpression(_) => {
+                    BoundaryCondition::Dirichlet(0.0)
                 }
+                BoundaryCondition::Neumann(_)
+                | BoundaryCondition::Flux { .. }
+                | BoundaryCondition::NeumannExpression(_)
+                | BoundaryCondition::FluxExpression { .. } => BoundaryCondition::Neumann(0.0),
                 BoundaryCondition::Periodic => BoundaryCondition::Periodic,
             };
             out = out.with(side, zero);
@@ -392,7 +395,7 @@ impl Multigrid {
             return Ok(None);
         }
         let (conditions, singular, sweeps) = (
-            self.homogeneous,
+            self.homogeneous.clone(),
             self.singular,
             self.options.coarsest_sweeps,
         );
@@ -441,7 +444,7 @@ impl Multigrid {
     /// a Jacobi sweep does; with `from_zero` the first reads neither `x`
     /// nor its ghosts.
     fn solve_coarsest(&mut self, level: usize, steps: &[f64], from_zero: bool) -> SolverResult<()> {
-        let conditions = self.homogeneous;
+        let conditions = self.homogeneous.clone();
         let Multigrid {
             levels,
             assignments,
@@ -460,13 +463,13 @@ impl Multigrid {
                     &[b],
                     |t| {
                         let value = coarsest_factor.expr() * field(b);
-                        Recipe::new(value.node().clone(), t.id()).filled(conditions)
+                        Recipe::new(value.node().clone(), t.id()).filled(conditions.clone())
                     },
                 )?;
             } else {
                 assignments.run("coarsest step", [t.id(), x.id(), b.id()], t, &[x, b], |t| {
                     let value = field(x) + coarsest_factor.expr() * (field(b) - laplacian(x));
-                    Recipe::new(value.node().clone(), t.id()).filled(conditions)
+                    Recipe::new(value.node().clone(), t.id()).filled(conditions.clone())
                 })?;
             }
             std::mem::swap(&mut l.x, &mut l.t);
@@ -498,9 +501,9 @@ impl Multigrid {
 
     fn conditions(&self, level: usize, homogeneous: bool) -> BoundaryConditions {
         if level == 0 && !homogeneous {
-            self.conditions
+            self.conditions.clone()
         } else {
-            self.homogeneous
+            self.homogeneous.clone()
         }
     }
 
@@ -553,12 +556,13 @@ impl Multigrid {
                     ["smooth from zero", "smooth from zero, homogeneous"],
                 );
                 assignments.run(purpose, [t.id(), b.id(), 0], t, &[b], |t| {
-                    Recipe::new((factor * field(b)).node().clone(), t.id()).filled(conditions)
+                    Recipe::new((factor * field(b)).node().clone(), t.id())
+                        .filled(conditions.clone())
                 })?;
             } else {
                 assignments.run(purpose, [t.id(), x.id(), b.id()], t, &[x, b], |t| {
                     let value = field(x) + factor * (field(b) - laplacian(x));
-                    Recipe::new(value.node().clone(), t.id()).filled(conditions)
+                    Recipe::new(value.node().clone(), t.id()).filled(conditions.clone())
                 })?;
             }
             std::mem::swap(&mut l.x, &mut l.t);
@@ -655,7 +659,7 @@ impl Multigrid {
             assignments.run(purpose, [own, correction.id(), 0], x, &[correction], |x| {
                 let value =
                     Expr::<CellCentre>::symbol(own, x.name()) + prolongate(correction, ratio);
-                Recipe::new(value.node().clone(), own).filled(conditions)
+                Recipe::new(value.node().clone(), own).filled(conditions.clone())
             })?;
         }
         self.smooth(level, self.options.post_smoothing, homogeneous, false)
@@ -715,7 +719,7 @@ impl Multigrid {
                 ),
             });
         }
-        let conditions = self.conditions;
+        let conditions = self.conditions.clone();
         let Multigrid {
             levels,
             assignments,
@@ -732,7 +736,7 @@ impl Multigrid {
     }
 
     fn store(&mut self, solution: &mut SpatialField<CellCentre>) -> SolverResult<()> {
-        let conditions = self.conditions;
+        let conditions = self.conditions.clone();
         let Multigrid {
             levels,
             assignments,
@@ -981,7 +985,7 @@ impl Multigrid {
             residuals.push(norm(assignments, &cg.r)?);
             iterations += 1;
             self.precondition()?;
-            let homogeneous = self.homogeneous;
+            let homogeneous = self.homogeneous.clone();
             let Multigrid {
                 cg,
                 assignments,
@@ -1175,7 +1179,8 @@ mod tests {
                 (2.0 * std::f64::consts::PI * x).sin() * y + 0.25 * y * y;
         }
         let solve = |poison: bool| {
-            let mut multigrid = Multigrid::new(&patch, walls, MultigridOptions::default()).unwrap();
+            let mut multigrid =
+                Multigrid::new(&patch, walls.clone(), MultigridOptions::default()).unwrap();
             if poison {
                 for level in &mut multigrid.levels {
                     level.x.fill(f64::NAN).unwrap();

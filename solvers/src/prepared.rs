@@ -437,7 +437,7 @@ mod tests {
                 assignments
                     .run("double", ids, target, &[&s], |t| {
                         builds += 1;
-                        Recipe::new((2.0 * field(&s)).node().clone(), t.id()).filled(walls)
+                        Recipe::new((2.0 * field(&s)).node().clone(), t.id()).filled(walls.clone())
                     })
                     .unwrap();
             }

@@ -14,6 +14,7 @@
 //! levels then exchange storage (see [`crate::stages`]) instead of being
 //! copied.
 
+use crate::boundary::BoundaryConditions;
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::first_non_finite;
@@ -146,7 +147,11 @@ impl TransportSolverBuilder {
             // becomes STATE_N without a copy.
             self.factory.attach_modifier(
                 next.clone(),
-                equation.boundary().modifier::<CellCentre>(&next),
+                equation
+                    .boundary()
+                    .clone()
+                    .with_time(&self.parameters.state_time)
+                    .modifier::<CellCentre>(&next),
             )?;
             roots.push(next);
         }
@@ -266,7 +271,7 @@ impl TransportSolver {
         f: impl FnOnce(&mut SpatialField<CellCentre>) -> R,
     ) -> SolverResult<R> {
         let equation = self.equation(equation)?;
-        let conditions = *equation.boundary();
+        let conditions = self.conditions_now(equation);
         self.graph
             .with_field_mut::<CellCentre, _>(&equation.solution_tag(), |field| {
                 let result = f(field);
@@ -322,6 +327,17 @@ impl TransportSolver {
         Ok(())
     }
 
+    /// The boundary conditions of `equation` evaluated now: values given as
+    /// expressions of time read the state time, set to the solver's time
+    /// (each step's stages set it again).
+    fn conditions_now(&self, equation: &TransportEquation) -> BoundaryConditions {
+        self.parameters.state_time.set(self.time);
+        equation
+            .boundary()
+            .clone()
+            .with_time(&self.parameters.state_time)
+    }
+
     fn equation(&self, name: &str) -> SolverResult<&TransportEquation> {
         self.equations
             .iter()
@@ -344,7 +360,7 @@ impl TransportSolver {
         f: impl Fn([f64; 3]) -> f64,
     ) -> SolverResult<()> {
         let equation = self.equation(equation)?;
-        let (tag, conditions) = (equation.solution_tag(), *equation.boundary());
+        let (tag, conditions) = (equation.solution_tag(), self.conditions_now(equation));
         self.graph
             .with_field_mut::<CellCentre, _>(&tag, |field| -> SolverResult<()> {
                 let layout = field.layout().clone();
@@ -388,7 +404,7 @@ impl TransportSolver {
         values: ndarray::ArrayView3<'_, f64>,
     ) -> SolverResult<()> {
         let info = self.equation(equation)?;
-        let (tag, conditions) = (info.solution_tag(), *info.boundary());
+        let (tag, conditions) = (info.solution_tag(), self.conditions_now(info));
         let cells = self.graph.patch().cells();
         if values.shape() != cells {
             return Err(SolverError::Setup {
@@ -429,7 +445,7 @@ impl TransportSolver {
         expression: watershed_operators::Expr<'_, CellCentre>,
     ) -> SolverResult<()> {
         let equation = self.equation(equation)?;
-        let (tag, conditions) = (equation.solution_tag(), *equation.boundary());
+        let (tag, conditions) = (equation.solution_tag(), self.conditions_now(equation));
         self.graph
             .with_field_mut::<CellCentre, _>(&tag, |field| -> SolverResult<()> {
                 let options = AssignOptions {
@@ -472,8 +488,9 @@ impl TransportSolver {
         if self.steps == 0 {
             self.check_inputs_finite("before the first step")?;
         }
-        for (index, stage) in self.integrator.stages().iter().enumerate() {
-            self.parameters.set(stage, self.time, dt);
+        for index in 0..self.integrator.stages().len() {
+            self.parameters
+                .set_stage(self.integrator, index, self.time, dt);
             if let Err(error) = self.graph.execute(self.mode) {
                 return Err(self.diverged_or(error, dt)?);
             }

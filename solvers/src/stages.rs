@@ -29,6 +29,11 @@ pub struct StageParameters {
     pub a: Parameter,
     /// Weight of the stage's forward-Euler update (`b`).
     pub b: Parameter,
+    /// Time of the state the stage writes: the next stage's right-hand
+    /// side time, the step's end after the last stage (SSP-RK3: t + dt,
+    /// t + dt/2, t + dt). Boundary values given as expressions of time
+    /// are evaluated at it, so each stage's ghosts bound its own state.
+    pub state_time: Parameter,
 }
 
 impl Default for StageParameters {
@@ -38,17 +43,34 @@ impl Default for StageParameters {
             dt: Parameter::new("dt", 0.0),
             a: Parameter::new("a", 0.0),
             b: Parameter::new("b", 1.0),
+            state_time: Parameter::new("t_state", 0.0),
         }
     }
 }
 
 impl StageParameters {
-    /// Sets the parameters for `stage` of a step of `dt` starting at `time`.
+    /// Sets the parameters for `stage` of a step of `dt` starting at `time`,
+    /// taken as a stage whose result is the step's end (`state_time` =
+    /// `time + dt`); [`Self::set_stage`] knows the stages that follow.
     pub fn set(&self, stage: &Stage, time: f64, dt: f64) {
         self.time.set(time + stage.c * dt);
         self.dt.set(dt);
         self.a.set(stage.a);
         self.b.set(stage.b);
+        self.state_time.set(time + dt);
+    }
+
+    /// Sets the parameters for stage `index` of `integrator` in a step of
+    /// `dt` starting at `time`, the state time included: the next stage's
+    /// `c`, or the step's end after the last stage.
+    pub fn set_stage(&self, integrator: TimeIntegrator, index: usize, time: f64, dt: f64) {
+        let stages = integrator.stages();
+        let Some(stage) = stages.get(index) else {
+            return;
+        };
+        self.set(stage, time, dt);
+        let state = stages.get(index + 1).map_or(1.0, |next| next.c);
+        self.state_time.set(time + state * dt);
     }
 }
 

@@ -26,7 +26,7 @@ fn options(parallelism: Parallelism) -> AssignOptions {
 fn run<L: Location>(
     grid: &Grid,
     ghosts: usize,
-    conditions: BoundaryConditions,
+    conditions: &BoundaryConditions,
     parallelism: Parallelism,
     fused: bool,
 ) -> Vec<f64> {
@@ -99,19 +99,19 @@ fn fused_conditions_equal_separate_passes_bit_for_bit() {
                     &periodic,
                     BoundaryConditions::all(BoundaryCondition::Periodic),
                 ),
-                (&walls, mixed),
+                (&walls, mixed.clone()),
             ];
             for (grid, conditions) in cases {
-                let fused = run::<CellCentre>(grid, ghosts, conditions, parallelism, true);
-                let plain = run::<CellCentre>(grid, ghosts, conditions, parallelism, false);
+                let fused = run::<CellCentre>(grid, ghosts, &conditions, parallelism, true);
+                let plain = run::<CellCentre>(grid, ghosts, &conditions, parallelism, false);
                 assert!(
                     bitwise_equal(&fused, &plain),
                     "cells, {ghosts} ghosts, {parallelism:?}, {conditions:?}"
                 );
                 // A face field normal to x: the Dirichlet boundary face is a
                 // masked assignment inside the rows, fused too.
-                let fused = run::<XFace>(grid, ghosts, conditions, parallelism, true);
-                let plain = run::<XFace>(grid, ghosts, conditions, parallelism, false);
+                let fused = run::<XFace>(grid, ghosts, &conditions, parallelism, true);
+                let plain = run::<XFace>(grid, ghosts, &conditions, parallelism, false);
                 assert!(
                     bitwise_equal(&fused, &plain),
                     "x faces, {ghosts} ghosts, {parallelism:?}, {conditions:?}"
@@ -127,7 +127,7 @@ fn periodic_ghosts_written_as_epilogues_are_the_images_a_loop_picks() {
         .unwrap()
         .with_periodic([true; 3]);
     let conditions = BoundaryConditions::all(BoundaryCondition::Periodic);
-    let values = run::<CellCentre>(&grid, 2, conditions, Parallelism::Threads(2), true);
+    let values = run::<CellCentre>(&grid, 2, &conditions, Parallelism::Threads(2), true);
     let patch = grid.whole_domain(2);
     let layout =
         watershed_fields::FieldLayout::new(&patch, watershed_fields::LocationKind::CellCentre);

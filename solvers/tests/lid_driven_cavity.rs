@@ -46,7 +46,9 @@ fn centreline_velocities_match_ghia_at_re_100() {
     let mut flow = IncompressibleFlowBuilder::new(&patch, 0.01)
         .velocity_conditions(
             0,
-            walls.with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+            walls
+                .clone()
+                .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
         )
         .velocity_conditions(1, walls)
         .integrator(TimeIntegrator::ForwardEuler)

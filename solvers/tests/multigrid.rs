@@ -244,7 +244,7 @@ fn the_coarsest_level_is_solved_in_as_many_steps_as_it_has_distinct_eigenvalues(
         }
     };
     // 2D Neumann: 0, 1/2 (twice), 1.
-    close(steps([32, 32, 1], neumann, false, 30), &[1.0, 2.0]);
+    close(steps([32, 32, 1], neumann.clone(), false, 30), &[1.0, 2.0]);
     // 2D Dirichlet (ghost = -cell): (4, 6, 6, 8) / 4.
     close(
         steps([32, 32, 1], dirichlet(), false, 30),
@@ -256,7 +256,10 @@ fn the_coarsest_level_is_solved_in_as_many_steps_as_it_has_distinct_eigenvalues(
         &[0.5, 1.0],
     );
     // 3D Neumann: 0, 1/3 (3 times), 2/3 (3 times), 1.
-    close(steps([16, 16, 16], neumann, false, 30), &[1.0, 3.0, 1.5]);
+    close(
+        steps([16, 16, 16], neumann.clone(), false, 30),
+        &[1.0, 3.0, 1.5],
+    );
     // No fewer eigenvalues than the sweeps allowed (2): 2 Chebyshev steps
     // on [1/2, 1] instead, at 3/4 + cos(pi/4) / 4 and 3/4 - cos(pi/4) / 4,
     // the larger first.
@@ -287,7 +290,7 @@ fn chebyshev_coarsest_steps_converge_as_fast_as_the_exact_solve() {
             weight: 6.0 / 7.0,
             ..Default::default()
         };
-        let mut mg = Multigrid::new(&patch, neumann, options).unwrap();
+        let mut mg = Multigrid::new(&patch, neumann.clone(), options).unwrap();
         assert_eq!(mg.coarsest_steps().map(<[f64]>::len), Some(3));
         let mut x = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();
         let report = mg.solve(&rhs, &mut x).unwrap();
@@ -371,7 +374,7 @@ fn a_solver_moved_to_a_gpu_gives_the_cpus_bits() {
     let neumann = BoundaryConditions::all(BoundaryCondition::Neumann(0.0));
     let cases = [
         (false, dirichlet(), "Dirichlet"),
-        (false, neumann, "Neumann"),
+        (false, neumann.clone(), "Neumann"),
         (true, neumann, "periodic"),
     ];
     for (periodic, conditions, name) in cases {
@@ -379,7 +382,8 @@ fn a_solver_moved_to_a_gpu_gives_the_cpus_bits() {
             (2.0 * PI * x).sin() * (PI * y).cos() + x * y
         });
         let patch = rhs.layout().patch().clone();
-        let mut on_cpu = Multigrid::new(&patch, conditions, MultigridOptions::default()).unwrap();
+        let mut on_cpu =
+            Multigrid::new(&patch, conditions.clone(), MultigridOptions::default()).unwrap();
         let mut on_gpu = Multigrid::new(&patch, conditions, MultigridOptions::default()).unwrap();
         assert_eq!(on_gpu.device(), Device::Cpu);
         let mut cpu_solution = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();

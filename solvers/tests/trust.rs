@@ -323,7 +323,7 @@ fn multigrid_inputs_are_checked() {
     // One cell: no problem to solve, and no endless coarsening.
     let single = Multigrid::new(
         &poisson_patch([1, 1, 1]),
-        walls,
+        walls.clone(),
         MultigridOptions::default(),
     )
     .unwrap_err();
@@ -401,7 +401,8 @@ fn multigrid_inputs_are_checked() {
             "max_iterations",
         ),
     ] {
-        let error = Multigrid::new(&poisson_patch([16, 16, 1]), walls, options).unwrap_err();
+        let error =
+            Multigrid::new(&poisson_patch([16, 16, 1]), walls.clone(), options).unwrap_err();
         assert!(
             matches!(&error, SolverError::Setup { reason, .. } if reason.contains(word)),
             "{options:?}: {error:?}"
@@ -409,7 +410,7 @@ fn multigrid_inputs_are_checked() {
     }
 
     let patch = poisson_patch([16, 16, 1]);
-    let mut mg = Multigrid::new(&patch, walls, MultigridOptions::default()).unwrap();
+    let mut mg = Multigrid::new(&patch, walls.clone(), MultigridOptions::default()).unwrap();
     let mut solution = SpatialField::<CellCentre>::new("x", &patch, Device::Cpu).unwrap();
     // Right-hand sides on other grids: never a panic, never a crop.
     for cells in [[8, 8, 1], [32, 32, 1], [16, 8, 1]] {
@@ -472,7 +473,9 @@ fn the_cavity_time_step_uses_interior_velocities_and_the_lid() {
     let mut flow = IncompressibleFlowBuilder::new(&patch, 1e-6)
         .velocity_conditions(
             0,
-            walls.with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+            walls
+                .clone()
+                .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
         )
         .velocity_conditions(1, walls)
         .build()
@@ -631,7 +634,9 @@ fn boundary_values_that_are_not_finite_are_refused_by_name() {
     let error = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
         .velocity_conditions(
             0,
-            walls.with(Side::PLUS_Y, BoundaryCondition::Dirichlet(f64::INFINITY)),
+            walls
+                .clone()
+                .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(f64::INFINITY)),
         )
         .velocity_conditions(1, walls)
         .build()

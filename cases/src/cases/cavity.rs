@@ -148,7 +148,9 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     .space_order(order)
     .velocity_conditions(
         0,
-        walls.with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+        walls
+            .clone()
+            .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
     )
     .velocity_conditions(1, walls)
     .integrator(integrator(&config.integrator))
