@@ -42,7 +42,7 @@ use watershed_fields::on_face;
 use watershed_fields::{CellCentre, Patch, SpatialField};
 use watershed_operators::{
     BoundField, Expr, FaceLocation, Parallelism, Parameter, PreparedReduction, ReduceRegion,
-    Reduction, abs, field, interior_sum,
+    Reduction, Side, abs, field, interior_sum,
 };
 
 const NAMES: [&str; 3] = ["u", "v", "w"];
@@ -97,6 +97,8 @@ pub struct IncompressibleFlowBuilder {
     convection: ConvectionForm,
     order: SpaceOrder,
     enstrophy: bool,
+    /// Open outflow sides, by [`Side`] index (-x, +x, -y, +y, -z, +z).
+    outflow: [bool; 6],
 }
 
 impl IncompressibleFlowBuilder {
@@ -116,7 +118,23 @@ impl IncompressibleFlowBuilder {
             convection: ConvectionForm::default(),
             order: SpaceOrder::Second,
             enstrophy: false,
+            outflow: [false; 6],
         }
+    }
+
+    /// Makes `side` an open outflow with a zero normal gradient of every
+    /// velocity component. The normal component's boundary faces are then
+    /// advanced by the momentum equation like interior faces (their ghosts
+    /// mirror them), and the projection potential is zero on the side
+    /// (Dirichlet): the projection gives every cell zero divergence, the
+    /// last ones included, so the outflow carries out exactly the mass the
+    /// other sides bring in (to the solver's tolerance), and the Poisson
+    /// problem is no longer singular. The pressure is relative to its
+    /// value there. Replaces the side's velocity conditions; a periodic
+    /// side is refused by [`Self::build`].
+    pub fn outflow(mut self, side: Side) -> Self {
+        self.outflow[2 * side.axis + usize::from(side.plus)] = true;
+        self
     }
 
     /// Also reduces the enstrophy `Omega = mean |omega|^2 / 2` of every
@@ -248,6 +266,23 @@ impl IncompressibleFlowBuilder {
                 }
             }
         }
+        let mut conditions = self.conditions.clone();
+        for side in watershed_operators::Side::ALL {
+            if !self.outflow[2 * side.axis + usize::from(side.plus)] {
+                continue;
+            }
+            if grid.periodic()[side.axis] {
+                return setup(format!(
+                    "side {} is an outflow, but the grid is periodic along its axis",
+                    side.name()
+                ));
+            }
+            for axis in 0..3 {
+                conditions[axis] = conditions[axis]
+                    .clone()
+                    .with(side, BoundaryCondition::Neumann(0.0));
+            }
+        }
         let poisson = self
             .poisson
             .unwrap_or_else(|| default_poisson_options(active.len()));
@@ -267,7 +302,7 @@ impl IncompressibleFlowBuilder {
                 factory.placeholder(start[axis].clone(), location)?;
             }
             // The state a stage reads is at the right-hand side's time.
-            let conditions = self.conditions[axis].clone().with_time(&parameters.time);
+            let conditions = conditions[axis].clone().with_time(&parameters.time);
             on_face!(axis, F => attach_conditions::<F>(&mut factory, &now[axis], conditions)?);
             let rhs = Tag::none(&format!("rhs_{}", NAMES[axis]));
             let terms = MomentumTerms {
@@ -302,9 +337,7 @@ impl IncompressibleFlowBuilder {
         let provisional_tags = provisional_tags();
         for &axis in &active {
             // What a stage writes is at the state time.
-            let conditions = self.conditions[axis]
-                .clone()
-                .with_time(&parameters.state_time);
+            let conditions = conditions[axis].clone().with_time(&parameters.state_time);
             let (provisional, corrected) = (&provisional_tags[axis], &next[axis]);
             on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions.clone())?);
             let (from, psi, order) = (provisional.clone(), psi_tag.clone(), self.order);
@@ -338,9 +371,19 @@ impl IncompressibleFlowBuilder {
             Reduction::SumOfSquares,
             move |s| s.field(&div),
         ))?;
+        // The projection potential: zero normal derivative on walls and
+        // inflows (the normal velocity there is given), zero on outflows.
         let mut walls = BoundaryConditions::new();
         for side in watershed_operators::Side::ALL {
-            walls = walls.clone().with(side, BoundaryCondition::Neumann(0.0));
+            let open = self.outflow[2 * side.axis + usize::from(side.plus)];
+            walls = walls.with(
+                side,
+                if open {
+                    BoundaryCondition::Dirichlet(0.0)
+                } else {
+                    BoundaryCondition::Neumann(0.0)
+                },
+            );
         }
         let multigrid = Multigrid::with_order(&self.patch, walls.clone(), poisson, self.order)?;
         let divergence_kept = divergence_tag.clone();
@@ -430,7 +473,7 @@ impl IncompressibleFlowBuilder {
             provisional: provisional_tags,
             psi: psi_tag,
             pressure: pressure_tag,
-            conditions: self.conditions,
+            conditions,
             walls,
             order: self.order,
             convection: self.convection,
