@@ -277,8 +277,8 @@ impl IncompressibleFlowBuilder {
                     side.name()
                 ));
             }
-            for axis in 0..3 {
-                conditions[axis] = conditions[axis]
+            for component in conditions.iter_mut() {
+                *component = component
                     .clone()
                     .with(side, BoundaryCondition::Neumann(0.0));
             }
