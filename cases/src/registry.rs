@@ -81,6 +81,7 @@ pub fn config_text_of<C: CaseConfig>(case: &str, options: &CaseOptions) -> CaseR
 pub fn registered_cases() -> Vec<CaseInfo> {
     let mut cases = vec![
         crate::cases::cavity::INFO,
+        crate::cases::channel::INFO,
         crate::cases::taylor_green::INFO,
         crate::cases::heat::INFO,
         crate::cases::advection::INFO,

@@ -13,8 +13,8 @@ components and the same values, bit for bit; the centre of its first cell
 is the dataset's `origin` attribute along every resolved axis; a case with
 one cell along an axis is an image of that dimension (a 2D case is 2D).
 The rendered image of each main document must show the data: at least 32
-distinct colours, a fifth of the pixels not the background's. Prints one
-line per document and "viewer check: ok N documents, M arrays" at the end;
+distinct colours, and a tenth of the pixels not the background's (a 4:1
+channel fills a fifth of a square view). Prints one line per document and "viewer check: ok N documents, M arrays" at the end;
 exits non-zero with the reason at the first mismatch.
 """
 import glob
@@ -115,7 +115,7 @@ def check_document(path, entry):
 def check_image(path, image):
     if image["distinct_colours"] < 32:
         fail(f"{path}: the rendering {image['png']} coloured by {image['coloured_by']} has {image['distinct_colours']} distinct colours: it does not show the data")
-    if image["data_pixel_share"] < 0.2:
+    if image["data_pixel_share"] < 0.1:
         fail(f"{path}: the data covers {100 * image['data_pixel_share']:.0f}% of the rendering {image['png']}: it is not in view")
 
 

@@ -3,6 +3,7 @@
 
 pub mod advection;
 pub mod cavity;
+pub mod channel;
 pub mod heat;
 pub mod reacting;
 pub mod scalability;

@@ -1,0 +1,341 @@
+//! `channel`: plane Poiseuille flow from a parabolic inflow to an open
+//! outflow, checked against the exact parabola and for mass balance.
+//!
+//! The inflow is a boundary expression of y
+//! ([`watershed_solvers::BoundaryExpression`]); the outflow is the flow
+//! solver's open side ([`IncompressibleFlowBuilder::outflow`]: zero normal
+//! gradient, the projection potential zero there). The steady state is
+//! detected as in the cavity: the kinetic energy changes by at most
+//! `steady_tolerance` (relative) over `steady_window` time units.
+
+use crate::checkpoint::{load_series, save_series};
+use crate::common::{case_execution_mode, dump_flow, integrator, load_flow, save_flow};
+use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
+use crate::driver::{CaseCheck, Simulation, Stop};
+use crate::error::{CaseError, CaseResult};
+use crate::output::DumpedField;
+use crate::plot::{Mark, Series, line_chart, write_csv};
+use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use watershed_exprgraph::ExpressionGraph;
+use watershed_fields::{Grid, XFace};
+use watershed_operators::Side;
+use watershed_solvers::{
+    BoundaryCondition, BoundaryConditions, BoundaryExpression, IncompressibleFlow,
+    IncompressibleFlowBuilder,
+};
+
+/// The case's name.
+pub const NAME: &str = "channel";
+
+/// The registry entry.
+pub const INFO: CaseInfo = CaseInfo {
+    name: NAME,
+    description: "2D channel from a parabolic inflow to an open outflow; developed profile vs the exact parabola, mass in = out (CSV, PNG)",
+    documented_config: ChannelConfig::DOCUMENTED,
+    prepare,
+    config_text: |o| config_text_of::<ChannelConfig>(NAME, o),
+};
+
+/// Configuration (see `cases/configs/channel.toml`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChannelConfig {
+    /// Reynolds number U H / nu (U the inflow's peak speed).
+    pub re: f64,
+    /// Cells across the channel.
+    pub cells: usize,
+    /// Length in heights.
+    pub length: f64,
+    /// Latest end time.
+    pub end_time: f64,
+    /// Courant number.
+    pub cfl: f64,
+    /// Diffusion number.
+    pub diffusion_number: f64,
+    /// Relative kinetic-energy change that counts as steady.
+    pub steady_tolerance: f64,
+    /// Time between steady checks.
+    pub steady_window: f64,
+    /// Time integrator.
+    pub integrator: String,
+    /// Largest allowed RMS difference from the exact parabola.
+    pub profile_tolerance: f64,
+    /// Largest allowed relative difference of the flow rates out and in.
+    pub mass_tolerance: f64,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        ChannelConfig {
+            re: 5.0,
+            cells: 16,
+            length: 4.0,
+            end_time: 30.0,
+            cfl: 0.5,
+            diffusion_number: 0.2,
+            steady_tolerance: 1e-9,
+            steady_window: 0.5,
+            integrator: "ssp-rk3".into(),
+            profile_tolerance: 0.005,
+            mass_tolerance: 1e-8,
+        }
+    }
+}
+
+impl CaseConfig for ChannelConfig {
+    const DOCUMENTED: &'static str = include_str!("../../configs/channel.toml");
+
+    fn check_ranges(&self) -> Option<RangeProblem> {
+        in_range("re", self.re, 0.1, 1000.0)
+            .or_else(|| in_range("cells", self.cells, 4, 1024))
+            .or_else(|| in_range("length", self.length, 1.0, 64.0))
+            .or_else(|| in_range("end_time", self.end_time, 1e-12, 1e6))
+            .or_else(|| in_range("cfl", self.cfl, 1e-6, 1.0))
+            .or_else(|| in_range("diffusion_number", self.diffusion_number, 1e-6, 0.5))
+            .or_else(|| in_range("steady_tolerance", self.steady_tolerance, 1e-14, 1.0))
+            .or_else(|| in_range("steady_window", self.steady_window, 1e-6, 1e6))
+            .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
+            .or_else(|| in_range("profile_tolerance", self.profile_tolerance, 1e-12, 1.0))
+            .or_else(|| in_range("mass_tolerance", self.mass_tolerance, 1e-15, 1.0))
+    }
+}
+
+/// The exact developed profile: u = 4 y (1 - y) (peak 1, height 1).
+pub fn parabola(y: f64) -> f64 {
+    4.0 * y * (1.0 - y)
+}
+
+/// The running channel.
+pub struct Channel {
+    config: ChannelConfig,
+    grid: Grid,
+    flow: IncompressibleFlow,
+    /// Cells along the channel.
+    along: usize,
+    /// [time of the next steady check, energy at the last one, steady (0/1)]
+    controller: [f64; 3],
+}
+
+fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
+    let loaded = crate::common::load_config::<ChannelConfig>(NAME, options)?;
+    let config = loaded.config.clone();
+    let n = config.cells;
+    let along = config.length * n as f64;
+    if (along - along.round()).abs() > 1e-9 {
+        return Err(CaseError::Usage(format!(
+            "length = {} times cells = {n} is not a whole number of cells along the channel; choose a length that is a multiple of 1/{n}",
+            config.length
+        )));
+    }
+    let along = along.round() as usize;
+    let grid = Grid::new([along, n, 1], [config.length, 1.0, 1.0], [0.0; 3])?;
+    let inflow = BoundaryExpression::new("parabolic inflow", |p| {
+        4.0 * p.y.clone() * (1.0 - p.y.clone())
+    });
+    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 1.0 / config.re)
+        .velocity_conditions(
+            0,
+            walls.clone().with(
+                Side::MINUS_X,
+                BoundaryCondition::DirichletExpression(inflow),
+            ),
+        )
+        .velocity_conditions(1, walls)
+        .outflow(Side::PLUS_X)
+        .integrator(integrator(&config.integrator))
+        .mode(case_execution_mode(options))
+        .placement(options.placement.clone())
+        .build()?;
+    Ok(Prepared {
+        config_text: crate::config::to_text(NAME, &loaded)?,
+        simulation: Box::new(Channel {
+            controller: [config.steady_window, 0.0, 0.0],
+            config,
+            grid,
+            flow,
+            along,
+        }),
+        stop: Stop::EndTime(loaded.config.end_time),
+    })
+}
+
+impl Channel {
+    /// The flow rates through the inflow and outflow faces.
+    pub fn flow_rates(&self) -> CaseResult<(f64, f64)> {
+        let (n, along) = (self.config.cells as isize, self.along as isize);
+        let h = 1.0 / self.config.cells as f64;
+        self.flow.with_velocity::<XFace, _>(|u| -> CaseResult<_> {
+            let layout = u.layout();
+            let values = u.values()?;
+            let rate = |i: isize| -> f64 {
+                (0..n)
+                    .map(|j| values[layout.linear_index([i, j, 0])] * h)
+                    .sum()
+            };
+            Ok((rate(0), rate(along)))
+        })?
+    }
+
+    /// (y, u) on the face column nearest x = 3/4 length.
+    pub fn profile(&self) -> CaseResult<Vec<(f64, f64)>> {
+        let column = (3 * self.along / 4) as isize;
+        let n = self.config.cells as isize;
+        self.flow.with_velocity::<XFace, _>(|u| -> CaseResult<_> {
+            let layout = u.layout();
+            let values = u.values()?;
+            Ok((0..n)
+                .map(|j| {
+                    let index = [column, j, 0];
+                    (
+                        layout.coordinate(index)[1],
+                        values[layout.linear_index(index)],
+                    )
+                })
+                .collect())
+        })?
+    }
+
+    fn steady(&self) -> bool {
+        self.controller[2] != 0.0
+    }
+}
+
+impl Simulation for Channel {
+    fn case(&self) -> &str {
+        NAME
+    }
+    fn grid(&self) -> &Grid {
+        &self.grid
+    }
+    fn time(&self) -> f64 {
+        self.flow.time()
+    }
+    fn steps(&self) -> u64 {
+        self.flow.steps()
+    }
+    fn cell_updates_per_step(&self) -> u64 {
+        self.grid.total_cells() as u64
+    }
+    fn next_dt(&self) -> CaseResult<f64> {
+        Ok(self
+            .flow
+            .stable_time_step(self.config.cfl, self.config.diffusion_number)?
+            // The inflow's peak speed, which the stability limit does not
+            // see in a flow still at rest.
+            .min(self.config.cfl / self.config.cells as f64))
+    }
+    fn step(&mut self, dt: f64) -> CaseResult<()> {
+        self.flow.step(dt)?;
+        if self.flow.time() >= self.controller[0] * (1.0 - 1e-12) {
+            let energy = self.flow.kinetic_energy()?;
+            let previous = self.controller[1];
+            if (energy - previous).abs() <= self.config.steady_tolerance * energy {
+                self.controller[2] = 1.0;
+            }
+            self.controller[0] = self.flow.time() + self.config.steady_window;
+            self.controller[1] = energy;
+        }
+        Ok(())
+    }
+    fn stop_reason(&self) -> Option<String> {
+        self.steady().then(|| {
+            format!(
+                "steady state: kinetic energy changed by <= {:e} (relative) over {} time units",
+                self.config.steady_tolerance, self.config.steady_window
+            )
+        })
+    }
+    fn status(&self) -> String {
+        format!("KE = {:.6e}", self.controller[1])
+    }
+    fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+        dump_flow(&self.flow, group)
+    }
+    fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
+        save_flow(&self.flow, group, "")?;
+        save_series(group, "steady_controller", &self.controller)
+    }
+    fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
+        load_flow(&mut self.flow, group, "", time, step)?;
+        if let [a, b, c] = load_series(group, "steady_controller")?[..] {
+            self.controller = [a, b, c];
+        }
+        Ok(())
+    }
+    fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
+        vec![("momentum".into(), self.flow.graph())]
+    }
+    fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck> {
+        let profile = self.profile()?;
+        let (inflow, outflow) = self.flow_rates()?;
+        let rms = (profile
+            .iter()
+            .map(|&(y, u)| (u - parabola(y)).powi(2))
+            .sum::<f64>()
+            / profile.len() as f64)
+            .sqrt();
+        let imbalance = (outflow - inflow).abs() / inflow.abs().max(f64::MIN_POSITIVE);
+        let mut files = Vec::new();
+        if let Some(dir) = output {
+            let csv = dir.join(format!("{NAME}_profile.csv"));
+            let rows: Vec<Vec<f64>> = profile
+                .iter()
+                .map(|&(y, u)| vec![y, u, parabola(y)])
+                .collect();
+            write_csv(&csv, "y,u_at_three_quarters_length,exact_parabola", &rows)?;
+            files.push(csv);
+            let png = dir.join(format!("{NAME}_profile.png"));
+            let mut walls_included = vec![(0.0, 0.0)];
+            walls_included.extend(profile.iter().copied());
+            walls_included.push((1.0, 0.0));
+            let exact: Vec<(f64, f64)> = (0..=100)
+                .map(|k| {
+                    let y = k as f64 / 100.0;
+                    (y, parabola(y))
+                })
+                .collect();
+            line_chart(
+                &png,
+                &format!(
+                    "Channel, Re = {}: u across the channel at x = {}",
+                    self.config.re,
+                    0.75 * self.config.length
+                ),
+                "y",
+                "u",
+                &[
+                    Series {
+                        label: "exact parabola".into(),
+                        points: exact,
+                        mark: Mark::Line,
+                    },
+                    Series {
+                        label: format!("Watershed, {} cells across", self.config.cells),
+                        points: walls_included,
+                        mark: Mark::Points,
+                    },
+                ],
+            )?;
+            files.push(png);
+        }
+        let steady = if self.steady() {
+            "steady".to_string()
+        } else {
+            format!("NOT steady at t = {:.3}", self.flow.time())
+        };
+        Ok(CaseCheck {
+            name: "developed profile vs the exact parabola; flow rate out vs in".into(),
+            passed: self.steady()
+                && rms <= self.config.profile_tolerance
+                && imbalance <= self.config.mass_tolerance,
+            figure: format!(
+                "rms difference {rms:.3e} (allowed {}), rates in {inflow:.9} out {outflow:.9} (relative difference {imbalance:.1e}, allowed {:e}), {steady}",
+                self.config.profile_tolerance, self.config.mass_tolerance
+            ),
+            files,
+        })
+    }
+}
