@@ -762,11 +762,19 @@ impl IncompressibleFlow {
         self.component::<F, R>(F::AXIS, f)
     }
 
-    /// Sets velocity component `F` from `f(x, y, z)` at its face positions.
+    /// Sets velocity component `F` from `f(x, y, z)` at its face positions,
+    /// then applies its boundary conditions at the flow's time (values
+    /// given as expressions of time included).
     pub fn set_velocity<F: GraphLocation + FaceLocation>(
         &self,
         f: impl Fn([f64; 3]) -> f64,
     ) -> SolverResult<()> {
+        // The component's boundary conditions at the flow's time, so that
+        // the state (and a dump of it) holds them from the start.
+        self.parameters.time.set(self.time);
+        let conditions = self.conditions[F::AXIS]
+            .clone()
+            .with_time(&self.parameters.time);
         self.graph
             .with_field_mut::<F, _>(&self.now[F::AXIS], |u| -> SolverResult<()> {
                 let layout = u.layout().clone();
@@ -774,7 +782,7 @@ impl IncompressibleFlow {
                 for index in layout.allocated() {
                     values[layout.linear_index(index)] = f(layout.coordinate(index));
                 }
-                Ok(())
+                conditions.apply(u)
             })?
     }
 

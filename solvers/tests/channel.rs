@@ -206,3 +206,56 @@ fn a_vortex_leaves_through_the_outflow_with_little_reflected() {
         100.0 * left / initial
     );
 }
+
+#[test]
+fn a_pulsating_inflow_is_carried_out_at_every_stage_time() {
+    // Q(t) = Q0 (1 + a sin(w t)) through the inflow: incompressible, the
+    // outflow carries the same rate at every step's end, which holds only
+    // if the inflow faces hold the value of that time (the state time of
+    // the last stage), not of an earlier stage's right-hand side.
+    let n = 8;
+    let h = HEIGHT / n as f64;
+    let patch = Grid::new([2 * n, n, 1], [2.0 * HEIGHT, HEIGHT, 1.0], [0.0; 3])
+        .unwrap()
+        .whole_domain(1);
+    let (amplitude, omega) = (0.5, 2.0 * std::f64::consts::PI);
+    let pulse = |t: f64| 1.0 + amplitude * (omega * t).sin();
+    let inflow = BoundaryExpression::new("pulsating inflow", move |p| {
+        4.0 * PEAK * p.y.clone() * (HEIGHT - p.y.clone()) / (HEIGHT * HEIGHT)
+            * (1.0 + amplitude * watershed_operators::sin(omega * p.t.clone()))
+    });
+    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let mut flow = IncompressibleFlowBuilder::new(&patch, VISCOSITY)
+        .velocity_conditions(
+            0,
+            walls.clone().with(
+                Side::MINUS_X,
+                BoundaryCondition::DirichletExpression(inflow),
+            ),
+        )
+        .velocity_conditions(1, walls)
+        .outflow(Side::PLUS_X)
+        .build()
+        .unwrap();
+    // Setting the velocity applies the inflow at t = 0.
+    flow.set_velocity::<XFace>(|_| 0.0).unwrap();
+    let midpoint = 2.0 / 3.0 * PEAK * HEIGHT + PEAK * h * h / 3.0;
+    let (inflow_rate, _, _, _) = measure(&flow, n);
+    assert!((inflow_rate - midpoint).abs() < 1e-12, "{inflow_rate}");
+    let dt = 2e-3;
+    for _ in 0..60 {
+        flow.step(dt).unwrap();
+        let (inflow_rate, outflow_rate, _, _) = measure(&flow, n);
+        let expected = midpoint * pulse(flow.time());
+        assert!(
+            (inflow_rate - expected).abs() < 1e-12,
+            "t = {}: inflow {inflow_rate} vs {expected}",
+            flow.time()
+        );
+        assert!(
+            (outflow_rate - expected).abs() < 1e-9,
+            "t = {}: outflow {outflow_rate} vs {expected}",
+            flow.time()
+        );
+    }
+}
