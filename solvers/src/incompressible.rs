@@ -41,8 +41,8 @@ use watershed_exprgraph::{
 use watershed_fields::on_face;
 use watershed_fields::{CellCentre, Patch, SpatialField};
 use watershed_operators::{
-    BoundField, Expr, FaceLocation, Parallelism, Parameter, PreparedReduction, ReduceRegion,
-    Reduction, Side, abs, field, interior_sum,
+    BoundField, Expr, FaceLocation, Mask, Parallelism, Parameter, PreparedReduction, ReduceRegion,
+    Reduction, Side, abs, cond, field, interior_sum, on, shift,
 };
 
 const NAMES: [&str; 3] = ["u", "v", "w"];
@@ -82,6 +82,22 @@ pub fn default_poisson_options(dimensions: usize) -> MultigridOptions {
     }
 }
 
+/// What an open side ([`IncompressibleFlowBuilder::outflow`]) does with
+/// the velocity that leaves through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outflow {
+    /// Every component has a zero normal gradient; the normal component's
+    /// boundary faces follow the momentum equation.
+    ZeroGradient,
+    /// The normal component's boundary faces are carried out by
+    /// `du/dt + U_c du/dn = 0` (one-sided difference, the stage's own
+    /// Runge-Kutta weights), `U_c` the mean outward speed through the side
+    /// at the start of the step (Orlanski's condition with a fixed phase
+    /// speed); the tangential components have a zero normal gradient. It
+    /// lets structures leave with less of them reflected.
+    Convective,
+}
+
 /// Options of an incompressible flow.
 pub struct IncompressibleFlowBuilder {
     patch: Patch,
@@ -98,7 +114,7 @@ pub struct IncompressibleFlowBuilder {
     order: SpaceOrder,
     enstrophy: bool,
     /// Open outflow sides, by [`Side`] index (-x, +x, -y, +y, -z, +z).
-    outflow: [bool; 6],
+    outflow: [Option<Outflow>; 6],
 }
 
 impl IncompressibleFlowBuilder {
@@ -118,7 +134,7 @@ impl IncompressibleFlowBuilder {
             convection: ConvectionForm::default(),
             order: SpaceOrder::Second,
             enstrophy: false,
-            outflow: [false; 6],
+            outflow: [None; 6],
         }
     }
 
@@ -132,8 +148,13 @@ impl IncompressibleFlowBuilder {
     /// problem is no longer singular. The pressure is relative to its
     /// value there. Replaces the side's velocity conditions; a periodic
     /// side is refused by [`Self::build`].
-    pub fn outflow(mut self, side: Side) -> Self {
-        self.outflow[2 * side.axis + usize::from(side.plus)] = true;
+    pub fn outflow(self, side: Side) -> Self {
+        self.outflow_of(side, Outflow::ZeroGradient)
+    }
+
+    /// [`Self::outflow`] of the given kind ([`Outflow`]).
+    pub fn outflow_of(mut self, side: Side, kind: Outflow) -> Self {
+        self.outflow[2 * side.axis + usize::from(side.plus)] = Some(kind);
         self
     }
 
@@ -268,7 +289,7 @@ impl IncompressibleFlowBuilder {
         }
         let mut conditions = self.conditions.clone();
         for side in watershed_operators::Side::ALL {
-            if !self.outflow[2 * side.axis + usize::from(side.plus)] {
+            if self.outflow[2 * side.axis + usize::from(side.plus)].is_none() {
                 continue;
             }
             if grid.periodic()[side.axis] {
@@ -283,6 +304,11 @@ impl IncompressibleFlowBuilder {
                     .with(side, BoundaryCondition::Neumann(0.0));
             }
         }
+        let convective: Vec<(Side, Parameter)> = watershed_operators::Side::ALL
+            .into_iter()
+            .filter(|s| self.outflow[2 * s.axis + usize::from(s.plus)] == Some(Outflow::Convective))
+            .map(|s| (s, Parameter::new(&format!("U_c {}", s.name()), 0.0)))
+            .collect();
         let poisson = self
             .poisson
             .unwrap_or_else(|| default_poisson_options(active.len()));
@@ -312,6 +338,7 @@ impl IncompressibleFlowBuilder {
                 spacing: grid.spacing(),
                 viscosity: self.viscosity,
                 force: self.body_force[axis],
+                convective: convective.clone(),
             };
             let velocity = now.clone();
             let expression = on_face!(axis, F => momentum::<F>(rhs.clone(), velocity, terms));
@@ -375,7 +402,7 @@ impl IncompressibleFlowBuilder {
         // inflows (the normal velocity there is given), zero on outflows.
         let mut walls = BoundaryConditions::new();
         for side in watershed_operators::Side::ALL {
-            let open = self.outflow[2 * side.axis + usize::from(side.plus)];
+            let open = self.outflow[2 * side.axis + usize::from(side.plus)].is_some();
             walls = walls.with(
                 side,
                 if open {
@@ -475,6 +502,7 @@ impl IncompressibleFlowBuilder {
             pressure: pressure_tag,
             conditions,
             walls,
+            convective,
             order: self.order,
             convection: self.convection,
             viscosity: self.viscosity,
@@ -544,6 +572,8 @@ struct MomentumTerms {
     spacing: [f64; 3],
     viscosity: f64,
     force: f64,
+    /// Convective outflow sides and their speeds `U_c`.
+    convective: Vec<(Side, Parameter)>,
 }
 
 fn momentum<F: FaceLocation + GraphLocation>(
@@ -567,6 +597,21 @@ fn momentum<F: FaceLocation + GraphLocation>(
         }
         if terms.force != 0.0 {
             value = value + terms.force;
+        }
+        // On a convective outflow normal to this component, its boundary
+        // faces follow du/dt = -U_c du/dn instead (one-sided: the face
+        // and its inner neighbour).
+        for (side, speed) in &terms.convective {
+            if side.axis != F::AXIS {
+                continue;
+            }
+            let mut inward = [0isize; 3];
+            inward[side.axis] = if side.plus { -1 } else { 1 };
+            let u: Expr<'static, F> = s.field(&velocity[F::AXIS]);
+            let outward_derivative =
+                (u.clone() - shift(u, inward)) * (1.0 / terms.spacing[side.axis]);
+            let carried = -1.0 * speed.expr::<F>() * outward_derivative;
+            value = cond(on(&Mask::<F>::boundary(*side)), carried).otherwise(value);
         }
         value
     })
@@ -601,6 +646,9 @@ pub struct IncompressibleFlow {
     pressure: Tag,
     conditions: [BoundaryConditions; 3],
     walls: BoundaryConditions,
+    /// Convective outflow sides and their speeds `U_c`, set before each
+    /// step from the mean outward normal velocity.
+    convective: Vec<(Side, Parameter)>,
     order: SpaceOrder,
     convection: ConvectionForm,
     viscosity: f64,
@@ -934,6 +982,7 @@ impl IncompressibleFlow {
                 self.time
             )));
         }
+        self.set_outflow_speeds()?;
         if self.steps == 0 && self.time == 0.0 {
             if let Some((axis, cell)) = self.first_non_finite_velocity()? {
                 return Err(SolverError::NonFiniteInput {
@@ -1043,6 +1092,27 @@ impl IncompressibleFlow {
                 diffusion_number,
             },
         )
+    }
+
+    /// Sets each convective outflow's `U_c` to the mean outward normal
+    /// velocity through it (0 where the flow goes in).
+    fn set_outflow_speeds(&self) -> SolverResult<()> {
+        for (side, speed) in &self.convective {
+            let axis = side.axis;
+            let mean = on_face!(axis, F => self.component::<F, _>(axis, |u| -> SolverResult<f64> {
+                let layout = u.layout();
+                let values = u.values()?;
+                let mut boundary = layout.interior();
+                let at = if side.plus { boundary.hi[axis] - 1 } else { boundary.lo[axis] };
+                boundary.lo[axis] = at;
+                boundary.hi[axis] = at + 1;
+                let count = boundary.len().max(1) as f64;
+                Ok(boundary.iter().map(|i| values[layout.linear_index(i)]).sum::<f64>() / count)
+            })??);
+            let outward = if side.plus { mean } else { -mean };
+            speed.set(outward.max(0.0));
+        }
+        Ok(())
     }
 
     /// The walls' condition on the projection potential.

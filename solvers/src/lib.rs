@@ -44,7 +44,8 @@ pub use boundary_value::{BoundaryExpression, BoundaryPoint};
 pub use convection::ConvectionForm;
 pub use error::{SolverError, SolverResult};
 pub use incompressible::{
-    IncompressibleFlow, IncompressibleFlowBuilder, ProjectionReport, default_poisson_options,
+    IncompressibleFlow, IncompressibleFlowBuilder, Outflow, ProjectionReport,
+    default_poisson_options,
 };
 pub use integrator::{Stage, TimeIntegrator};
 pub use multigrid::{Multigrid, MultigridOptions, SolveReport};

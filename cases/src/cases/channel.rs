@@ -3,8 +3,8 @@
 //!
 //! The inflow is a boundary expression of y
 //! ([`watershed_solvers::BoundaryExpression`]); the outflow is the flow
-//! solver's open side ([`IncompressibleFlowBuilder::outflow`]: zero normal
-//! gradient, the projection potential zero there). The steady state is
+//! solver's open side ([`IncompressibleFlowBuilder::outflow_of`], convective
+//! by default; the projection potential is zero there). The steady state is
 //! detected as in the cavity: the kinetic energy changes by at most
 //! `steady_tolerance` (relative) over `steady_window` time units.
 
@@ -23,7 +23,7 @@ use watershed_fields::{Grid, XFace};
 use watershed_operators::Side;
 use watershed_solvers::{
     BoundaryCondition, BoundaryConditions, BoundaryExpression, IncompressibleFlow,
-    IncompressibleFlowBuilder,
+    IncompressibleFlowBuilder, Outflow,
 };
 
 /// The case's name.
@@ -64,6 +64,8 @@ pub struct ChannelConfig {
     pub profile_tolerance: f64,
     /// Largest allowed relative difference of the flow rates out and in.
     pub mass_tolerance: f64,
+    /// The outflow: "convective" or "zero-gradient" ([`Outflow`]).
+    pub outflow: String,
 }
 
 impl Default for ChannelConfig {
@@ -80,6 +82,7 @@ impl Default for ChannelConfig {
             integrator: "ssp-rk3".into(),
             profile_tolerance: 0.005,
             mass_tolerance: 1e-8,
+            outflow: "convective".into(),
         }
     }
 }
@@ -99,6 +102,7 @@ impl CaseConfig for ChannelConfig {
             .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
             .or_else(|| in_range("profile_tolerance", self.profile_tolerance, 1e-12, 1.0))
             .or_else(|| in_range("mass_tolerance", self.mass_tolerance, 1e-15, 1.0))
+            .or_else(|| one_of("outflow", &self.outflow, &["convective", "zero-gradient"]))
     }
 }
 
@@ -144,7 +148,14 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
             ),
         )
         .velocity_conditions(1, walls)
-        .outflow(Side::PLUS_X)
+        .outflow_of(
+            Side::PLUS_X,
+            if config.outflow == "convective" {
+                Outflow::Convective
+            } else {
+                Outflow::ZeroGradient
+            },
+        )
         .integrator(integrator(&config.integrator))
         .mode(case_execution_mode(options))
         .placement(options.placement.clone())
