@@ -155,6 +155,18 @@ fn a_restarted_cavity_is_bitwise_identical() {
 }
 
 #[test]
+fn a_restarted_channel_is_bitwise_identical() {
+    // An inflow given as an expression and a convective outflow, whose
+    // speed is set from the state at each step's start.
+    restart_is_bitwise(
+        "channel",
+        &["cells=8"],
+        10,
+        &[("u", 'x'), ("v", 'y'), ("p", 'c')],
+    );
+}
+
+#[test]
 fn wrong_restart_files_are_refused_and_nothing_is_clobbered() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();

@@ -138,6 +138,55 @@ impl BoundaryConditions {
     }
 }
 
+impl BoundaryConditions {
+    /// The first point the conditions write in `field` (ghost layers, and
+    /// the boundary faces of a Dirichlet condition on a face field normal
+    /// to the side; periodic images excluded) whose value is not finite:
+    /// the side, the point, and what gives it (an expression's name, or
+    /// the kind of condition). A value given as an expression evaluated
+    /// outside its domain shows up here, before it spreads.
+    pub fn first_non_finite<L: Location>(
+        &self,
+        field: &SpatialField<L>,
+    ) -> SolverResult<Option<(Side, [isize; 3], String)>> {
+        let layout = field.layout();
+        let values = field.values()?;
+        for checked in checked_sides::<L>(self, layout, field.name())? {
+            let what = match &checked.condition {
+                BoundaryCondition::Periodic => continue,
+                BoundaryCondition::DirichletExpression(e)
+                | BoundaryCondition::NeumannExpression(e)
+                | BoundaryCondition::FluxExpression { flux: e, .. } => {
+                    format!("the value `{}`", e.name())
+                }
+                other => format!("the {other:?} condition"),
+            };
+            let axis = checked.side.axis;
+            let (first, outward) = if checked.side.plus {
+                (checked.n - 1, 1)
+            } else {
+                (0, -1)
+            };
+            let mut slabs: Vec<isize> = (1..=checked.layers).map(|l| first + outward * l).collect();
+            if checked.on_face {
+                slabs.push(first);
+            }
+            for at in slabs {
+                let mut slab = layout.allocated();
+                slab.lo[axis] = at;
+                slab.hi[axis] = at + 1;
+                if let Some(point) = slab
+                    .iter()
+                    .find(|&p| !values[layout.linear_index(p)].is_finite())
+                {
+                    return Ok(Some((checked.side, point, what)));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// The leaf id that stands for the filled field in a [`BoundaryFill`]'s
 /// assignments. Fields' own ids are small counters and tags' ids are
 /// hashes; a fill binds no field but its target, so this id only has to

@@ -830,7 +830,20 @@ impl IncompressibleFlow {
                 for index in layout.allocated() {
                     values[layout.linear_index(index)] = f(layout.coordinate(index));
                 }
-                conditions.apply(u)
+                conditions.apply(u)?;
+                match conditions.first_non_finite(u)? {
+                    None => Ok(()),
+                    Some((side, point, what)) => Err(SolverError::NonFiniteInput {
+                        field: NAMES[F::AXIS].to_string(),
+                        cell: point,
+                        detail: format!(
+                            "the boundary condition of {} on side {}: {what} is not finite at {point:?} at t = {:e}; an expression of the boundary value evaluated outside its domain?",
+                            NAMES[F::AXIS],
+                            side.name(),
+                            self.time
+                        ),
+                    }),
+                }
             })?
     }
 

@@ -275,7 +275,8 @@ impl TransportSolver {
         self.graph
             .with_field_mut::<CellCentre, _>(&equation.solution_tag(), |field| {
                 let result = f(field);
-                conditions.apply(field).map(|()| result)
+                self.apply_checked(&conditions, field, equation.name())
+                    .map(|()| result)
             })?
     }
 
@@ -338,6 +339,29 @@ impl TransportSolver {
             .with_time(&self.parameters.state_time)
     }
 
+    /// Applies `conditions` to `field` (the solution of `equation`) and
+    /// refuses a value they write that is not finite, naming the side.
+    fn apply_checked(
+        &self,
+        conditions: &BoundaryConditions,
+        field: &mut SpatialField<CellCentre>,
+        equation: &str,
+    ) -> SolverResult<()> {
+        conditions.apply(field)?;
+        if let Some((side, point, what)) = conditions.first_non_finite(field)? {
+            return Err(SolverError::NonFiniteInput {
+                field: equation.to_string(),
+                cell: point,
+                detail: format!(
+                    "the boundary condition on side {} of {equation}: {what} is not finite at {point:?} at t = {:e}; an expression of the boundary value evaluated outside its domain?",
+                    side.name(),
+                    self.time
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn equation(&self, name: &str) -> SolverResult<&TransportEquation> {
         self.equations
             .iter()
@@ -368,7 +392,7 @@ impl TransportSolver {
                 for index in layout.allocated() {
                     values[layout.linear_index(index)] = f(layout.coordinate(index));
                 }
-                conditions.apply(field)
+                self.apply_checked(&conditions, field, equation.name())
             })?
     }
 
@@ -431,7 +455,7 @@ impl TransportSolver {
                 for ((i, j, k), v) in values.indexed_iter() {
                     out[layout.linear_index([i as isize, j as isize, k as isize])] = *v;
                 }
-                conditions.apply(field)
+                self.apply_checked(&conditions, field, equation)
             })?
     }
 
@@ -453,7 +477,7 @@ impl TransportSolver {
                     ..Default::default()
                 };
                 field.assign_with(expression, options)?;
-                conditions.apply(field)
+                self.apply_checked(&conditions, field, equation.name())
             })?
     }
 
@@ -587,6 +611,20 @@ impl TransportSolver {
 
     /// Why a solution stopped being finite during the last step.
     fn diagnose(&self, dt: f64, equation: &TransportEquation) -> SolverResult<String> {
+        // A boundary value that is not finite (an expression evaluated
+        // outside its domain) reaches the cells next to the boundary.
+        for tag in [equation.solution_tag(), equation.next_tag()] {
+            let found = self.graph.with_field::<CellCentre, _>(&tag, |field| {
+                equation.boundary().first_non_finite(field)
+            })??;
+            if let Some((side, point, what)) = found {
+                return Ok(format!(
+                    "the boundary condition on side {}: {what} is not finite at {point:?} (by t = {:e}); an expression of the boundary value evaluated outside its domain (e.g. sqrt or log of a negative value)?",
+                    side.name(),
+                    self.time + dt
+                ));
+            }
+        }
         let solutions: Vec<Tag> = self.equations.iter().map(|e| e.solution_tag()).collect();
         for info in self.graph.fields().iter().filter(|f| f.placeholder) {
             if solutions.contains(&info.tag) {

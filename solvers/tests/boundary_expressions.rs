@@ -399,3 +399,51 @@ fn expression_conditions_are_compiled_for_the_cpu_and_for_cuda() {
         }
     }
 }
+
+#[test]
+fn a_boundary_value_that_is_not_finite_is_named_at_the_start_and_when_it_appears() {
+    let patch = Grid::new([8, 8, 1], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .whole_domain(1);
+    let build = |value: BoundaryExpression| {
+        TransportSolverBuilder::new(&patch)
+            .equation(
+                TransportEquation::new("T")
+                    .diffusion(Diffusivity::Constant(0.1))
+                    .boundary_conditions(
+                        BoundaryConditions::new()
+                            .with(Side::MINUS_X, BoundaryCondition::DirichletExpression(value)),
+                    ),
+            )
+            .build()
+            .unwrap()
+    };
+    // Outside its domain from the start: refused when it is first applied.
+    let solver = build(BoundaryExpression::new("bad wall", |p| {
+        watershed_operators::sqrt(p.y.clone() - 2.0)
+    }));
+    match solver.set_initial_condition("T", |_| 0.0) {
+        Err(SolverError::NonFiniteInput { field, detail, .. }) => {
+            assert_eq!(field, "T");
+            assert!(
+                detail.contains("side -x") && detail.contains("`bad wall`"),
+                "{detail}"
+            );
+        }
+        other => panic!("expected NonFiniteInput, got {other:?}"),
+    }
+    // Finite at first, not after t = 0.05: the step that meets it blames
+    // the boundary value, not the right-hand side or dt.
+    let mut solver = build(BoundaryExpression::new("running out", |p| {
+        watershed_operators::sqrt(0.05 - p.t.clone())
+    }));
+    solver.set_initial_condition("T", |_| 0.0).unwrap();
+    let error = solver
+        .advance(0.1, TimeStep::Fixed(0.01))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("boundary condition on side -x") && error.contains("`running out`"),
+        "{error}"
+    );
+}

@@ -302,3 +302,36 @@ fn a_pulsating_inflow_is_carried_out_at_every_stage_time() {
         );
     }
 }
+
+#[test]
+fn a_nan_inflow_is_refused_by_name_when_the_velocity_is_set() {
+    let patch = Grid::new([8, 4, 1], [2.0, 1.0, 1.0], [0.0; 3])
+        .unwrap()
+        .whole_domain(1);
+    let inflow = BoundaryExpression::new("broken inflow", |p| {
+        watershed_operators::log(p.y.clone() - 5.0)
+    });
+    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let flow = IncompressibleFlowBuilder::new(&patch, VISCOSITY)
+        .velocity_conditions(
+            0,
+            walls.clone().with(
+                Side::MINUS_X,
+                BoundaryCondition::DirichletExpression(inflow),
+            ),
+        )
+        .velocity_conditions(1, walls)
+        .outflow(Side::PLUS_X)
+        .build()
+        .unwrap();
+    match flow.set_velocity::<XFace>(|_| 0.0) {
+        Err(SolverError::NonFiniteInput { field, detail, .. }) => {
+            assert_eq!(field, "u");
+            assert!(
+                detail.contains("side -x") && detail.contains("`broken inflow`"),
+                "{detail}"
+            );
+        }
+        other => panic!("expected NonFiniteInput, got {other:?}"),
+    }
+}
