@@ -185,6 +185,24 @@ impl BoundaryConditions {
         }
         Ok(None)
     }
+
+    /// Whether the conditions themselves give a value that is not finite
+    /// on fields with `layout`: they are applied (at the time they carry)
+    /// to a field whose interior is zero, and [`Self::first_non_finite`]
+    /// looks at what they wrote. So a value that is not finite is the
+    /// conditions' own (an expression outside its domain), not a mirror
+    /// of an interior value that already was not.
+    pub fn non_finite_value<L: Location>(
+        &self,
+        layout: &FieldLayout,
+        name: &str,
+    ) -> SolverResult<Option<(Side, [isize; 3], String)>> {
+        let mut probe =
+            SpatialField::<L>::new(name, layout.patch(), watershed_fields::Device::Cpu)?;
+        probe.fill(0.0)?;
+        self.apply(&mut probe)?;
+        self.first_non_finite(&probe)
+    }
 }
 
 /// The leaf id that stands for the filled field in a [`BoundaryFill`]'s

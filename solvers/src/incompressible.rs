@@ -831,7 +831,7 @@ impl IncompressibleFlow {
                     values[layout.linear_index(index)] = f(layout.coordinate(index));
                 }
                 conditions.apply(u)?;
-                match conditions.first_non_finite(u)? {
+                match conditions.non_finite_value::<F>(u.layout(), u.name())? {
                     None => Ok(()),
                     Some((side, point, what)) => Err(SolverError::NonFiniteInput {
                         field: NAMES[F::AXIS].to_string(),

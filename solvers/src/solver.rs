@@ -30,8 +30,8 @@ use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphError, G
 use watershed_fields::on_face;
 use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField};
 use watershed_operators::{
-    Assign, AssignOptions, Parallelism, PreparedReduction, ReduceRegion, Reduction, Region, abs,
-    field, interior_min,
+    Assign, AssignOptions, Parallelism, Parameter, PreparedReduction, ReduceRegion, Reduction,
+    Region, abs, field, interior_min,
 };
 
 /// How `dt` is chosen.
@@ -348,7 +348,8 @@ impl TransportSolver {
         equation: &str,
     ) -> SolverResult<()> {
         conditions.apply(field)?;
-        if let Some((side, point, what)) = conditions.first_non_finite(field)? {
+        let probe = conditions.non_finite_value::<CellCentre>(field.layout(), field.name())?;
+        if let Some((side, point, what)) = probe {
             return Err(SolverError::NonFiniteInput {
                 field: equation.to_string(),
                 cell: point,
@@ -612,16 +613,24 @@ impl TransportSolver {
     /// Why a solution stopped being finite during the last step.
     fn diagnose(&self, dt: f64, equation: &TransportEquation) -> SolverResult<String> {
         // A boundary value that is not finite (an expression evaluated
-        // outside its domain) reaches the cells next to the boundary.
-        for tag in [equation.solution_tag(), equation.next_tag()] {
-            let found = self.graph.with_field::<CellCentre, _>(&tag, |field| {
-                equation.boundary().first_non_finite(field)
-            })??;
-            if let Some((side, point, what)) = found {
+        // outside its domain) reaches the cells next to the boundary: the
+        // conditions alone, at each state time of the step.
+        let layout = self
+            .graph
+            .with_field::<CellCentre, _>(&equation.solution_tag(), |f| f.layout().clone())?;
+        let probe = Parameter::new("t (probe)", self.time);
+        let conditions = equation.boundary().clone().with_time(&probe);
+        let stages = self.integrator.stages();
+        for k in 0..stages.len() {
+            let fraction = stages.get(k + 1).map_or(1.0, |next| next.c);
+            let at = self.time + fraction * dt;
+            probe.set(at);
+            if let Some((side, point, what)) =
+                conditions.non_finite_value::<CellCentre>(&layout, equation.name())?
+            {
                 return Ok(format!(
-                    "the boundary condition on side {}: {what} is not finite at {point:?} (by t = {:e}); an expression of the boundary value evaluated outside its domain (e.g. sqrt or log of a negative value)?",
-                    side.name(),
-                    self.time + dt
+                    "the boundary condition on side {}: {what} is not finite at {point:?} at t = {at:e}; an expression of the boundary value evaluated outside its domain (e.g. sqrt or log of a negative value)?",
+                    side.name()
                 ));
             }
         }
