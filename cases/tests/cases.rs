@@ -77,6 +77,13 @@ fn a_channel_develops_the_parabola_and_carries_out_what_comes_in() {
     // parabola is 0.0065 (rms), within 0.01.
     let figure = passes("channel", &["cells=8", "profile_tolerance=0.01"], None);
     assert!(figure.contains("steady"), "{figure}");
+    // Pulsating: the rate in at every step's own time, and out = in.
+    let figure = passes(
+        "channel",
+        &["cells=8", "pulsation_amplitude=0.5", "end_time=0.5"],
+        None,
+    );
+    assert!(figure.contains("largest |rate in - Q(t)|"), "{figure}");
 }
 
 #[test]

@@ -16,11 +16,12 @@ use crate::error::{CaseError, CaseResult};
 use crate::output::DumpedField;
 use crate::plot::{Mark, Series, line_chart, write_csv};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::series::SeriesLayout;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
 use watershed_fields::{Grid, XFace};
-use watershed_operators::Side;
+use watershed_operators::{Side, sin};
 use watershed_solvers::{
     BoundaryCondition, BoundaryConditions, BoundaryExpression, IncompressibleFlow,
     IncompressibleFlowBuilder, Outflow,
@@ -66,6 +67,11 @@ pub struct ChannelConfig {
     pub mass_tolerance: f64,
     /// The outflow: "convective" or "zero-gradient" ([`Outflow`]).
     pub outflow: String,
+    /// Relative amplitude `a` of a pulsating inflow, the peak speed
+    /// `1 + a sin(2 pi t / T)` (0: steady).
+    pub pulsation_amplitude: f64,
+    /// Period `T` of the pulsation.
+    pub pulsation_period: f64,
 }
 
 impl Default for ChannelConfig {
@@ -83,6 +89,8 @@ impl Default for ChannelConfig {
             profile_tolerance: 0.005,
             mass_tolerance: 1e-8,
             outflow: "convective".into(),
+            pulsation_amplitude: 0.0,
+            pulsation_period: 1.0,
         }
     }
 }
@@ -103,6 +111,8 @@ impl CaseConfig for ChannelConfig {
             .or_else(|| in_range("profile_tolerance", self.profile_tolerance, 1e-12, 1.0))
             .or_else(|| in_range("mass_tolerance", self.mass_tolerance, 1e-15, 1.0))
             .or_else(|| one_of("outflow", &self.outflow, &["convective", "zero-gradient"]))
+            .or_else(|| in_range("pulsation_amplitude", self.pulsation_amplitude, 0.0, 0.9))
+            .or_else(|| in_range("pulsation_period", self.pulsation_period, 1e-6, 1e6))
     }
 }
 
@@ -120,6 +130,8 @@ pub struct Channel {
     along: usize,
     /// [time of the next steady check, energy at the last one, steady (0/1)]
     controller: [f64; 3],
+    /// (time, flow rate in, flow rate out) after every step.
+    history: Vec<[f64; 3]>,
 }
 
 fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
@@ -135,9 +147,18 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     }
     let along = along.round() as usize;
     let grid = Grid::new([along, n, 1], [config.length, 1.0, 1.0], [0.0; 3])?;
-    let inflow = BoundaryExpression::new("parabolic inflow", |p| {
-        4.0 * p.y.clone() * (1.0 - p.y.clone())
-    });
+    let (amplitude, period) = (config.pulsation_amplitude, config.pulsation_period);
+    let inflow = if amplitude == 0.0 {
+        BoundaryExpression::new("parabolic inflow", |p| {
+            4.0 * p.y.clone() * (1.0 - p.y.clone())
+        })
+    } else {
+        BoundaryExpression::new("pulsating parabolic inflow", move |p| {
+            4.0 * p.y.clone()
+                * (1.0 - p.y.clone())
+                * (1.0 + amplitude * sin(2.0 * std::f64::consts::PI / period * p.t.clone()))
+        })
+    };
     let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
     let flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 1.0 / config.re)
         .velocity_conditions(
@@ -164,6 +185,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         config_text: crate::config::to_text(NAME, &loaded)?,
         simulation: Box::new(Channel {
             controller: [config.steady_window, 0.0, 0.0],
+            history: Vec::new(),
             config,
             grid,
             flow,
@@ -212,6 +234,20 @@ impl Channel {
     fn steady(&self) -> bool {
         self.controller[2] != 0.0
     }
+
+    fn pulsating(&self) -> bool {
+        self.config.pulsation_amplitude != 0.0
+    }
+
+    /// The inflow's rate at `t`: the midpoint sum of the parabola on the
+    /// inflow faces, `2/3 + h^2 / 3`, times the pulsation.
+    pub fn inflow_rate(&self, t: f64) -> f64 {
+        let h = 1.0 / self.config.cells as f64;
+        let pulse = 1.0
+            + self.config.pulsation_amplitude
+                * (2.0 * std::f64::consts::PI / self.config.pulsation_period * t).sin();
+        (2.0 / 3.0 + h * h / 3.0) * pulse
+    }
 }
 
 impl Simulation for Channel {
@@ -240,6 +276,12 @@ impl Simulation for Channel {
     }
     fn step(&mut self, dt: f64) -> CaseResult<()> {
         self.flow.step(dt)?;
+        let (inflow, outflow) = self.flow_rates()?;
+        self.history.push([self.flow.time(), inflow, outflow]);
+        if self.pulsating() {
+            // No steady state: the run goes to its end time.
+            return Ok(());
+        }
         if self.flow.time() >= self.controller[0] * (1.0 - 1e-12) {
             let energy = self.flow.kinetic_energy()?;
             let previous = self.controller[1];
@@ -267,14 +309,34 @@ impl Simulation for Channel {
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         save_flow(&self.flow, group, "")?;
-        save_series(group, "steady_controller", &self.controller)
+        save_series(group, "steady_controller", &self.controller)?;
+        let flat: Vec<f64> = self.history.iter().flatten().copied().collect();
+        save_series(group, "flow_rates", &flat)
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
         load_flow(&mut self.flow, group, "", time, step)?;
         if let [a, b, c] = load_series(group, "steady_controller")?[..] {
             self.controller = [a, b, c];
         }
+        self.history = load_series(group, "flow_rates")?
+            .chunks_exact(3)
+            .map(|c| [c[0], c[1], c[2]])
+            .collect();
         Ok(())
+    }
+    fn series(&self) -> Option<SeriesLayout> {
+        Some(SeriesLayout {
+            file_name: format!("{NAME}_flow_rates.csv"),
+            header: "time,inflow_rate,outflow_rate".into(),
+        })
+    }
+    fn series_rows(&self, from: usize) -> Vec<Vec<f64>> {
+        self.history
+            .get(from..)
+            .unwrap_or_default()
+            .iter()
+            .map(|r| r.to_vec())
+            .collect()
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
         vec![("momentum".into(), self.flow.graph())]
@@ -331,6 +393,32 @@ impl Simulation for Channel {
                 ],
             )?;
             files.push(png);
+        }
+        if self.pulsating() {
+            // Every step: the inflow faces hold the rate of the step's end
+            // time, and the outflow carries it out.
+            let worst_in = self
+                .history
+                .iter()
+                .map(|&[t, q, _]| (q - self.inflow_rate(t)).abs())
+                .fold(0.0, f64::max);
+            let worst_balance = self
+                .history
+                .iter()
+                .map(|&[_, q_in, q_out]| (q_out - q_in).abs() / q_in.abs().max(f64::MIN_POSITIVE))
+                .fold(0.0, f64::max);
+            return Ok(CaseCheck {
+                name: "pulsating inflow: the rate in at every step's time, and out = in".into(),
+                passed: !self.history.is_empty()
+                    && worst_in <= 1e-12
+                    && worst_balance <= self.config.mass_tolerance,
+                figure: format!(
+                    "{} steps: largest |rate in - Q(t)| {worst_in:.1e}, largest relative |out - in| {worst_balance:.1e} (allowed {:e})",
+                    self.history.len(),
+                    self.config.mass_tolerance
+                ),
+                files,
+            });
         }
         let steady = if self.steady() {
             "steady".to_string()
