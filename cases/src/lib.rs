@@ -51,6 +51,7 @@ pub mod plot;
 pub mod progress;
 pub mod registry;
 pub mod series;
+pub mod steady;
 pub mod xdmf;
 
 pub use error::{CaseError, CaseResult, ConfigOrigin};

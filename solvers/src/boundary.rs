@@ -434,9 +434,6 @@ impl BoundaryConditions {
                 let mirror = shift(field.clone(), along(partner - ghost));
                 let value: Expr<'static, L> = match (&condition, &ghost_value) {
                     (BoundaryCondition::Dirichlet(v), _) => Expr::constant(2.0 * v) - mirror,
-                    (BoundaryCondition::Neumann(_) | BoundaryCondition::Flux { .. }, _) => {
-                        mirror + Expr::constant(distance * gradient)
-                    }
                     (BoundaryCondition::Periodic, _) => {
                         // Beyond the plus end: interior point l - 1; beyond
                         // the minus end: n - l.
@@ -447,9 +444,10 @@ impl BoundaryConditions {
                     (BoundaryCondition::DirichletExpression(_), Some(twice)) => {
                         twice.clone() - mirror
                     }
-                    // The partner plus the distance times the gradient.
+                    // The partner plus the distance times the gradient:
+                    // an expression's, or the constant one.
                     (_, Some(gradient)) => mirror + distance * gradient.clone(),
-                    (_, None) => unreachable!("every expression condition has a ghost value"),
+                    (_, None) => mirror + Expr::constant(distance * gradient),
                 };
                 out.push((slab(ghost), value.node().clone()));
             }

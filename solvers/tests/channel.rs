@@ -16,17 +16,14 @@ fn parabola(y: f64) -> f64 {
     4.0 * PEAK * y * (HEIGHT - y) / (HEIGHT * HEIGHT)
 }
 
-/// The flow on `n` cells across and `2 n` along a channel of length 2,
-/// run from rest to `end`.
-fn channel(n: usize, end: f64) -> IncompressibleFlow {
+/// The flow through a channel of length 2 on `n` cells across and `2 n`
+/// along: `inflow` on -x, no-slip walls, an outflow of `kind` on +x.
+fn channel_flow(n: usize, inflow: BoundaryExpression, kind: Outflow) -> IncompressibleFlow {
     let patch = Grid::new([2 * n, n, 1], [2.0 * HEIGHT, HEIGHT, 1.0], [0.0; 3])
         .unwrap()
         .whole_domain(1);
-    let inflow = BoundaryExpression::new("parabolic inflow", |p| {
-        4.0 * PEAK * p.y.clone() * (HEIGHT - p.y.clone()) / (HEIGHT * HEIGHT)
-    });
     let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
-    let mut flow = IncompressibleFlowBuilder::new(&patch, VISCOSITY)
+    IncompressibleFlowBuilder::new(&patch, VISCOSITY)
         .velocity_conditions(
             0,
             walls.clone().with(
@@ -35,9 +32,22 @@ fn channel(n: usize, end: f64) -> IncompressibleFlow {
             ),
         )
         .velocity_conditions(1, walls)
-        .outflow(Side::PLUS_X)
+        .outflow_of(Side::PLUS_X, kind)
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// The steady parabola as an inflow.
+fn parabolic_inflow() -> BoundaryExpression {
+    BoundaryExpression::new("parabolic inflow", |p| {
+        4.0 * PEAK * p.y.clone() * (HEIGHT - p.y.clone()) / (HEIGHT * HEIGHT)
+    })
+}
+
+/// The flow on `n` cells across and `2 n` along a channel of length 2,
+/// run from rest to `end`.
+fn channel(n: usize, end: f64) -> IncompressibleFlow {
+    let mut flow = channel_flow(n, parabolic_inflow(), Outflow::ZeroGradient);
     flow.advance(end, 0.5, 0.2).unwrap();
     flow
 }
@@ -217,25 +227,7 @@ fn a_vortex_leaves_through_the_outflow_with_little_reflected() {
 #[test]
 fn a_convective_outflow_keeps_the_channel_s_parabola_and_its_mass() {
     let n = 8;
-    let patch = Grid::new([2 * n, n, 1], [2.0 * HEIGHT, HEIGHT, 1.0], [0.0; 3])
-        .unwrap()
-        .whole_domain(1);
-    let inflow = BoundaryExpression::new("parabolic inflow", |p| {
-        4.0 * PEAK * p.y.clone() * (HEIGHT - p.y.clone()) / (HEIGHT * HEIGHT)
-    });
-    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
-    let mut flow = IncompressibleFlowBuilder::new(&patch, VISCOSITY)
-        .velocity_conditions(
-            0,
-            walls.clone().with(
-                Side::MINUS_X,
-                BoundaryCondition::DirichletExpression(inflow),
-            ),
-        )
-        .velocity_conditions(1, walls)
-        .outflow_of(Side::PLUS_X, Outflow::Convective)
-        .build()
-        .unwrap();
+    let mut flow = channel_flow(n, parabolic_inflow(), Outflow::Convective);
     flow.advance(3.0, 0.5, 0.2).unwrap();
     let (inflow_rate, outflow_rate, rms, discrete) = measure(&flow, n);
     assert!(
@@ -258,28 +250,13 @@ fn a_pulsating_inflow_is_carried_out_at_every_stage_time() {
     // the last stage), not of an earlier stage's right-hand side.
     let n = 8;
     let h = HEIGHT / n as f64;
-    let patch = Grid::new([2 * n, n, 1], [2.0 * HEIGHT, HEIGHT, 1.0], [0.0; 3])
-        .unwrap()
-        .whole_domain(1);
     let (amplitude, omega) = (0.5, 2.0 * std::f64::consts::PI);
     let pulse = |t: f64| 1.0 + amplitude * (omega * t).sin();
     let inflow = BoundaryExpression::new("pulsating inflow", move |p| {
         4.0 * PEAK * p.y.clone() * (HEIGHT - p.y.clone()) / (HEIGHT * HEIGHT)
             * (1.0 + amplitude * watershed_operators::sin(omega * p.t.clone()))
     });
-    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
-    let mut flow = IncompressibleFlowBuilder::new(&patch, VISCOSITY)
-        .velocity_conditions(
-            0,
-            walls.clone().with(
-                Side::MINUS_X,
-                BoundaryCondition::DirichletExpression(inflow),
-            ),
-        )
-        .velocity_conditions(1, walls)
-        .outflow(Side::PLUS_X)
-        .build()
-        .unwrap();
+    let mut flow = channel_flow(n, inflow, Outflow::ZeroGradient);
     // Setting the velocity applies the inflow at t = 0.
     flow.set_velocity::<XFace>(|_| 0.0).unwrap();
     let midpoint = 2.0 / 3.0 * PEAK * HEIGHT + PEAK * h * h / 3.0;
@@ -305,25 +282,11 @@ fn a_pulsating_inflow_is_carried_out_at_every_stage_time() {
 
 #[test]
 fn a_nan_inflow_is_refused_by_name_when_the_velocity_is_set() {
-    let patch = Grid::new([8, 4, 1], [2.0, 1.0, 1.0], [0.0; 3])
-        .unwrap()
-        .whole_domain(1);
+    let n = 4;
     let inflow = BoundaryExpression::new("broken inflow", |p| {
         watershed_operators::log(p.y.clone() - 5.0)
     });
-    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
-    let flow = IncompressibleFlowBuilder::new(&patch, VISCOSITY)
-        .velocity_conditions(
-            0,
-            walls.clone().with(
-                Side::MINUS_X,
-                BoundaryCondition::DirichletExpression(inflow),
-            ),
-        )
-        .velocity_conditions(1, walls)
-        .outflow(Side::PLUS_X)
-        .build()
-        .unwrap();
+    let flow = channel_flow(n, inflow, Outflow::ZeroGradient);
     match flow.set_velocity::<XFace>(|_| 0.0) {
         Err(SolverError::NonFiniteInput { field, detail, .. }) => {
             assert_eq!(field, "u");

@@ -5,7 +5,6 @@
 //! energy is compared with its value one window before; the flow is steady
 //! when the relative change is at most `steady_tolerance`.
 
-use crate::checkpoint::{load_series, save_series};
 use crate::common::{
     case_execution_mode, dump_flow, integrator, interpolate, load_flow, save_flow,
 };
@@ -15,6 +14,7 @@ use crate::error::CaseResult;
 use crate::output::DumpedField;
 use crate::plot::{Mark, Series, line_chart, write_csv};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::steady::SteadyState;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
@@ -129,8 +129,8 @@ pub struct Cavity {
     config: CavityConfig,
     grid: Grid,
     flow: IncompressibleFlow,
-    /// [time of the next steady check, energy at the last one, steady (0/1)]
-    controller: [f64; 3],
+    /// The steady-state test.
+    steady: SteadyState,
 }
 
 fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
@@ -161,7 +161,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,
         simulation: Box::new(Cavity {
-            controller: [config.steady_window, 0.0, 0.0],
+            steady: SteadyState::new(config.steady_tolerance, config.steady_window),
             config,
             grid,
             flow,
@@ -204,10 +204,6 @@ impl Cavity {
         })??;
         Ok((u_line, v_line))
     }
-
-    fn steady(&self) -> bool {
-        self.controller[2] != 0.0
-    }
 }
 
 impl Simulation for Cavity {
@@ -233,41 +229,26 @@ impl Simulation for Cavity {
     }
     fn step(&mut self, dt: f64) -> CaseResult<()> {
         self.flow.step(dt)?;
-        if self.flow.time() >= self.controller[0] * (1.0 - 1e-12) {
-            let energy = self.flow.kinetic_energy()?;
-            let previous = self.controller[1];
-            if (energy - previous).abs() <= self.config.steady_tolerance * energy {
-                self.controller[2] = 1.0;
-            }
-            self.controller[0] = self.flow.time() + self.config.steady_window;
-            self.controller[1] = energy;
-        }
-        Ok(())
+        let flow = &self.flow;
+        self.steady
+            .observe(flow.time(), || Ok(flow.kinetic_energy()?))
     }
     fn stop_reason(&self) -> Option<String> {
-        self.steady().then(|| {
-            format!(
-                "steady state: kinetic energy changed by <= {:e} (relative) over {} time units",
-                self.config.steady_tolerance, self.config.steady_window
-            )
-        })
+        self.steady.stop_reason()
     }
     fn status(&self) -> String {
-        format!("KE = {:.6e}", self.controller[1])
+        self.steady.status()
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
         dump_flow(&self.flow, group)
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         save_flow(&self.flow, group, "")?;
-        save_series(group, "steady_controller", &self.controller)
+        self.steady.save(group)
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
         load_flow(&mut self.flow, group, "", time, step)?;
-        let controller = load_series(group, "steady_controller")?;
-        if let [a, b, c] = controller[..] {
-            self.controller = [a, b, c];
-        }
+        self.steady.load(group)?;
         Ok(())
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
@@ -318,7 +299,7 @@ impl Simulation for Cavity {
                 files.push(png);
             }
         }
-        let steady = if self.steady() {
+        let steady = if self.steady.is_steady() {
             "steady".to_string()
         } else {
             format!("NOT steady at t = {:.3}", self.flow.time())
@@ -329,7 +310,7 @@ impl Simulation for Cavity {
                     "steady state at Re = {} (Ghia's tables: 100, 400, 1000)",
                     self.config.re
                 ),
-                passed: self.steady(),
+                passed: self.steady.is_steady(),
                 figure: steady,
                 files,
             });
@@ -346,7 +327,7 @@ impl Simulation for Cavity {
                 "centreline velocities vs Ghia et al. (1982), Re = {}",
                 self.config.re
             ),
-            passed: self.steady() && worst <= self.config.ghia_tolerance,
+            passed: self.steady.is_steady() && worst <= self.config.ghia_tolerance,
             figure: format!(
                 "max |difference| = {worst:.4} (allowed {}), {steady}",
                 self.config.ghia_tolerance

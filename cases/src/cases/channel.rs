@@ -17,6 +17,7 @@ use crate::output::DumpedField;
 use crate::plot::{Mark, Series, line_chart, write_csv};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
 use crate::series::SeriesLayout;
+use crate::steady::SteadyState;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
@@ -128,8 +129,8 @@ pub struct Channel {
     flow: IncompressibleFlow,
     /// Cells along the channel.
     along: usize,
-    /// [time of the next steady check, energy at the last one, steady (0/1)]
-    controller: [f64; 3],
+    /// The steady-state test.
+    steady: SteadyState,
     /// (time, flow rate in, flow rate out) after every step.
     history: Vec<[f64; 3]>,
 }
@@ -184,7 +185,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,
         simulation: Box::new(Channel {
-            controller: [config.steady_window, 0.0, 0.0],
+            steady: SteadyState::new(config.steady_tolerance, config.steady_window),
             history: Vec::new(),
             config,
             grid,
@@ -229,10 +230,6 @@ impl Channel {
                 })
                 .collect())
         })?
-    }
-
-    fn steady(&self) -> bool {
-        self.controller[2] != 0.0
     }
 
     fn pulsating(&self) -> bool {
@@ -282,42 +279,28 @@ impl Simulation for Channel {
             // No steady state: the run goes to its end time.
             return Ok(());
         }
-        if self.flow.time() >= self.controller[0] * (1.0 - 1e-12) {
-            let energy = self.flow.kinetic_energy()?;
-            let previous = self.controller[1];
-            if (energy - previous).abs() <= self.config.steady_tolerance * energy {
-                self.controller[2] = 1.0;
-            }
-            self.controller[0] = self.flow.time() + self.config.steady_window;
-            self.controller[1] = energy;
-        }
-        Ok(())
+        let flow = &self.flow;
+        self.steady
+            .observe(flow.time(), || Ok(flow.kinetic_energy()?))
     }
     fn stop_reason(&self) -> Option<String> {
-        self.steady().then(|| {
-            format!(
-                "steady state: kinetic energy changed by <= {:e} (relative) over {} time units",
-                self.config.steady_tolerance, self.config.steady_window
-            )
-        })
+        self.steady.stop_reason()
     }
     fn status(&self) -> String {
-        format!("KE = {:.6e}", self.controller[1])
+        self.steady.status()
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
         dump_flow(&self.flow, group)
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         save_flow(&self.flow, group, "")?;
-        save_series(group, "steady_controller", &self.controller)?;
+        self.steady.save(group)?;
         let flat: Vec<f64> = self.history.iter().flatten().copied().collect();
         save_series(group, "flow_rates", &flat)
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
         load_flow(&mut self.flow, group, "", time, step)?;
-        if let [a, b, c] = load_series(group, "steady_controller")?[..] {
-            self.controller = [a, b, c];
-        }
+        self.steady.load(group)?;
         self.history = load_series(group, "flow_rates")?
             .chunks_exact(3)
             .map(|c| [c[0], c[1], c[2]])
@@ -420,14 +403,14 @@ impl Simulation for Channel {
                 files,
             });
         }
-        let steady = if self.steady() {
+        let steady = if self.steady.is_steady() {
             "steady".to_string()
         } else {
             format!("NOT steady at t = {:.3}", self.flow.time())
         };
         Ok(CaseCheck {
             name: "developed profile vs the exact parabola; flow rate out vs in".into(),
-            passed: self.steady()
+            passed: self.steady.is_steady()
                 && rms <= self.config.profile_tolerance
                 && imbalance <= self.config.mass_tolerance,
             figure: format!(
