@@ -20,9 +20,12 @@
 //! one execution of the graph; the first step starts with an execution of
 //! zero length (`u* = u`), which projects the initial velocity.
 
+use crate::body::Body;
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::convection::{ConvectionForm, momentum_convection};
 use crate::error::{SolverError, SolverResult};
+use crate::immersed::Immersed;
+use crate::immersed_nodes::{ForceReductions, ForcingTags};
 use crate::integrator::{Stage, TimeIntegrator};
 use crate::multigrid::{Multigrid, MultigridOptions, first_non_finite};
 use crate::prepared::Assignments;
@@ -115,6 +118,8 @@ pub struct IncompressibleFlowBuilder {
     enstrophy: bool,
     /// Open outflow sides, by [`Side`] index (-x, +x, -y, +y, -z, +z).
     outflow: [Option<Outflow>; 6],
+    /// Immersed bodies.
+    bodies: Vec<Body>,
 }
 
 impl IncompressibleFlowBuilder {
@@ -135,7 +140,21 @@ impl IncompressibleFlowBuilder {
             order: SpaceOrder::Second,
             enstrophy: false,
             outflow: [None; 6],
+            bodies: Vec::new(),
         }
+    }
+
+    /// Immerses a solid body in the flow (see [`crate::body`] and
+    /// `crate::immersed`): faces inside it take its velocity, the fluid
+    /// faces next to it are forced towards it by interpolation (direct
+    /// forcing), and the projection leaves its faces alone, so no flow goes
+    /// through it. Its force ([`IncompressibleFlow::body_force`]) is
+    /// reduced in the graph at every stage. Needs the second-order
+    /// projection; a body may not cut a non-periodic side (it stays two
+    /// cells off it or covers it whole).
+    pub fn body(mut self, body: Body) -> Self {
+        self.bodies.push(body);
+        self
     }
 
     /// Makes `side` an open outflow with a zero normal gradient of every
@@ -309,6 +328,27 @@ impl IncompressibleFlowBuilder {
             .filter(|s| self.outflow[2 * s.axis + usize::from(s.plus)] == Some(Outflow::Convective))
             .map(|s| (s, Parameter::new(&format!("U_c {}", s.name()), 0.0)))
             .collect();
+        let immersed = if self.bodies.is_empty() {
+            None
+        } else {
+            if self.order != SpaceOrder::Second {
+                return setup(format!(
+                    "immersed bodies need space order 2 (this flow has order {}): their forcing and the projection's closed faces are second order",
+                    self.order.number()
+                ));
+            }
+            let immersed = Immersed::new(self.bodies.clone(), grid)?;
+            immersed.check_fluid_regions(self.outflow.map(|o| o.is_some()))?;
+            Some(immersed)
+        };
+        let forcing: Vec<Option<ForcingTags>> = (0..3)
+            .map(|axis| {
+                immersed
+                    .as_ref()
+                    .filter(|_| active.contains(&axis))
+                    .map(|_| ForcingTags::new(axis, &active))
+            })
+            .collect();
         let poisson = self
             .poisson
             .unwrap_or_else(|| default_poisson_options(active.len()));
@@ -343,9 +383,15 @@ impl IncompressibleFlowBuilder {
             let velocity = now.clone();
             let expression = on_face!(axis, F => momentum::<F>(rhs.clone(), velocity, terms));
             factory.register(expression)?;
+            // With bodies the stage writes the unforced velocity, which
+            // the forcing node below turns into u*.
+            let written = match &forcing[axis] {
+                Some(tags) => tags.free.clone(),
+                None => provisional_tags()[axis].clone(),
+            };
             let update = on_face!(axis, F => update_expression::<F>(
                 &now[axis],
-                &provisional_tags()[axis],
+                &written,
                 &start[axis],
                 &rhs,
                 &parameters,
@@ -367,10 +413,22 @@ impl IncompressibleFlowBuilder {
             let conditions = conditions[axis].clone().with_time(&parameters.state_time);
             let (provisional, corrected) = (&provisional_tags[axis], &next[axis]);
             on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions.clone())?);
+            if let Some(tags) = &forcing[axis] {
+                let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
+                tags.declare(&mut factory, location)?;
+                on_face!(axis, F => attach_conditions::<F>(&mut factory, &tags.free, conditions.clone())?);
+                factory.register(on_face!(axis, F => tags.expression::<F>(provisional)))?;
+            }
             let (from, psi, order) = (provisional.clone(), psi_tag.clone(), self.order);
+            let open = forcing[axis].as_ref().map(|tags| tags.open.clone());
             factory.register(on_face!(axis, F => {
                 LanguageExpression::new::<F>(corrected.clone(), move |s| {
-                    s.field::<F>(&from) - order.gradient::<F>(s.field::<CellCentre>(&psi))
+                    let correction = order.gradient::<F>(s.field::<CellCentre>(&psi));
+                    match &open {
+                        // Closed (solid) faces keep their velocity.
+                        Some(open) => s.field::<F>(&from) - s.field::<F>(open) * correction,
+                        None => s.field::<F>(&from) - correction,
+                    }
                 })
                 .checking_finite()
             }))?;
@@ -412,7 +470,10 @@ impl IncompressibleFlowBuilder {
                 },
             );
         }
-        let multigrid = Multigrid::with_order(&self.patch, walls.clone(), poisson, self.order)?;
+        let mut multigrid = Multigrid::with_order(&self.patch, walls.clone(), poisson, self.order)?;
+        if let Some(immersed) = &immersed {
+            multigrid.block_bodies(immersed)?;
+        }
         let divergence_kept = divergence_tag.clone();
         let (solve, poisson) = PoissonSolve::new(divergence_tag, psi_tag.clone(), multigrid);
         factory.register(solve)?;
@@ -447,6 +508,30 @@ impl IncompressibleFlowBuilder {
         let mut roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
         roots.extend([pressure_tag.clone(), Tag::none("|div(u*)|"), after]);
         roots.extend(active.iter().map(|&a| speed_tags[a].clone()));
+        // The force on each body whose band fits (`crate::immersed`).
+        let mut forces = Vec::new();
+        let mut unforced = Vec::new();
+        if let Some(immersed) = &immersed {
+            for (n, body) in immersed.bodies().iter().enumerate() {
+                match immersed.band(n) {
+                    Ok(_) => {
+                        let reductions = ForceReductions::register(
+                            &mut factory,
+                            immersed,
+                            n,
+                            &next,
+                            &pressure_tag,
+                            &active,
+                            grid.spacing(),
+                            self.viscosity,
+                        )?;
+                        roots.extend(reductions.roots.iter().cloned());
+                        forces.push(reductions);
+                    }
+                    Err(why) => unforced.push((body.name().to_string(), why)),
+                }
+            }
+        }
         let mut vorticity = Vec::new();
         if self.enstrophy {
             for (a, b) in edge_pairs(&active) {
@@ -483,6 +568,17 @@ impl IncompressibleFlowBuilder {
             // A flow starts at rest unless its velocity is set.
             graph.fill_placeholder(&now[axis])?;
         }
+        let mut immersed_faces = [(0, 0); 3];
+        if let Some(immersed) = &immersed {
+            for &axis in &active {
+                if let Some(tags) = &forcing[axis] {
+                    immersed_faces[axis] = on_face!(axis, F => tags.fill::<F>(&graph, immersed)?);
+                }
+            }
+            for reductions in &mut forces {
+                reductions.fill(&graph, immersed, &active)?;
+            }
+        }
         Ok(IncompressibleFlow {
             graph,
             parameters,
@@ -513,6 +609,16 @@ impl IncompressibleFlowBuilder {
             steps: 0,
             last: ProjectionReport::default(),
             prepared: Mutex::new(Assignments::default()),
+            immersed,
+            immersed_faces,
+            free: forcing
+                .iter()
+                .map(|f| f.as_ref().map(|t| t.free.clone()))
+                .collect(),
+            forces,
+            unforced,
+            body_force: self.body_force,
+            last_dt: None,
         })
     }
 }
@@ -663,6 +769,20 @@ pub struct IncompressibleFlow {
     /// once ([`crate::prepared`]); a mutex because those queries take
     /// `&self`.
     prepared: Mutex<Assignments>,
+    /// The immersed bodies on the grid, if any, and per component the
+    /// counts of solid and forced interior faces.
+    immersed: Option<Immersed>,
+    immersed_faces: [(usize, usize); 3],
+    /// Per component, the unforced stage result (with bodies).
+    free: Vec<Option<Tag>>,
+    /// The force reductions of the bodies whose band fits, and why the
+    /// others have none.
+    forces: Vec<ForceReductions>,
+    unforced: Vec<(String, String)>,
+    body_force: [f64; 3],
+    /// The last step's dt, when its forces are valid (the step started
+    /// from a velocity whose weighted momentum the graph had reduced).
+    last_dt: Option<f64>,
 }
 
 impl std::fmt::Debug for IncompressibleFlow {
@@ -939,7 +1059,11 @@ impl IncompressibleFlow {
             // The stage updates and the corrections check what they write.
             if let Some((node, cell)) = not_finite_in(&error)
                 && let Some(axis) = (0..3).find(|&a| {
-                    node == self.next[a].name.as_ref() || node == self.provisional[a].name.as_ref()
+                    node == self.next[a].name.as_ref()
+                        || node == self.provisional[a].name.as_ref()
+                        || self.free[a]
+                            .as_ref()
+                            .is_some_and(|t| node == t.name.as_ref())
                 })
             {
                 return Err(self.diverged(axis, cell, dt));
@@ -1018,6 +1142,15 @@ impl IncompressibleFlow {
             self.pressure_scale.set(0.0);
             self.run_stage(None, dt)?;
         }
+        // The bodies' weighted momentum at the start of the step, when the
+        // graph reduced it from this very velocity.
+        let first = self.active[0];
+        let version = self.graph.field_version(&self.now[first])?;
+        let momentum_known = version.is_some() && version == self.speeds_of[first];
+        for reductions in &mut self.forces {
+            reductions.previous = reductions.momentum();
+        }
+        self.last_dt = None;
         for (index, stage) in self.integrator.stages().iter().enumerate() {
             self.parameters
                 .set_stage(self.integrator, index, self.time, dt);
@@ -1028,7 +1161,53 @@ impl IncompressibleFlow {
         }
         self.time += dt;
         self.steps += 1;
+        self.last_dt = momentum_known.then_some(dt);
         Ok(())
+    }
+
+    /// The immersed bodies (empty without).
+    pub fn bodies(&self) -> &[Body] {
+        self.immersed.as_ref().map_or(&[], Immersed::bodies)
+    }
+
+    /// The smallest signed distance to the bodies at `x` (negative inside
+    /// one), or `None` without bodies.
+    pub fn body_distance(&self, x: [f64; 3]) -> Option<f64> {
+        self.immersed.as_ref().map(|i| i.nearest(x).0)
+    }
+
+    /// Per velocity component, the interior faces inside bodies (which
+    /// hold the body's velocity) and the forced ones next to them.
+    pub fn immersed_faces(&self) -> [(usize, usize); 3] {
+        self.immersed_faces
+    }
+
+    /// The force per unit density the fluid exerts on body `name` over
+    /// the last step (per unit depth in 2D), from the graph's reductions
+    /// of the step's last stage (`crate::immersed`). An error names why
+    /// there is none: no such body, its force band does not fit, or no
+    /// step has run from a velocity the graph reduced (before the first
+    /// step, right after a restart or a write to the velocity).
+    pub fn body_force(&self, name: &str) -> SolverResult<[f64; 3]> {
+        let unavailable = |reason: String| SolverError::Setup {
+            equation: format!("force on body '{name}'"),
+            reason,
+        };
+        if let Some((_, why)) = self.unforced.iter().find(|(n, _)| n == name) {
+            return Err(unavailable(why.clone()));
+        }
+        let Some(reductions) = self.forces.iter().find(|f| f.name == name) else {
+            let known: Vec<&str> = self.bodies().iter().map(Body::name).collect();
+            return Err(unavailable(format!(
+                "the flow has no body of that name (its bodies: {known:?})"
+            )));
+        };
+        let Some(dt) = self.last_dt else {
+            return Err(unavailable(
+                "no step has run since the velocity was set: the force needs the weighted momentum at a step's start and end".into(),
+            ));
+        };
+        Ok(reductions.force(dt, self.body_force, &self.active))
     }
 
     /// The first velocity component (its axis) and interior point that is

@@ -11,6 +11,9 @@
 //! | [`convection`] | [`ConvectionForm`]: the momentum convection of Morinishi et al. (divergence, advective, skew-symmetric) at second and fourth order |
 //! | [`staggered`] | [`SpaceOrder`] and the half-point averages and differences the conservative forms are built from |
 //! | [`integrator`] | forward Euler, SSP-RK2, SSP-RK3 in Shu-Osher form |
+//! | [`body`] | [`Body`], [`Shape`]: solid bodies by signed distance, at rest or spinning |
+//! | `immersed_nodes` | the graph nodes of bodies: forcing of the provisional velocity, force reductions |
+//! | `immersed` | what the grid makes of bodies: solid and forced faces (direct forcing), the projection's closed faces, the force weights |
 //! | [`boundary`] | Dirichlet, Neumann, flux and periodic conditions in ghost points |
 //! | [`boundary_value`] | [`BoundaryExpression`]: boundary values as language expressions of position, time and parameters |
 //! | [`multigrid`] | [`Multigrid`]: geometric multigrid for `lap(x) = b`, as a solver and as a CG preconditioner |
@@ -23,11 +26,14 @@
 
 #![warn(missing_docs)]
 
+pub mod body;
 pub mod boundary;
 pub mod boundary_value;
 mod coarsest;
 pub mod convection;
 pub mod error;
+mod immersed;
+mod immersed_nodes;
 pub mod incompressible;
 pub mod integrator;
 pub mod multigrid;
@@ -39,6 +45,7 @@ pub mod staggered;
 mod stepping;
 pub mod transport;
 
+pub use body::{Body, Shape};
 pub use boundary::{BoundaryCondition, BoundaryConditions};
 pub use boundary_value::{BoundaryExpression, BoundaryPoint};
 pub use convection::ConvectionForm;

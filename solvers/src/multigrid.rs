@@ -14,12 +14,16 @@
 
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
+use crate::immersed::Immersed;
 use crate::prepared::{Assignments, Recipe};
 use crate::staggered::SpaceOrder;
-use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField, on_face};
+use watershed_fields::{
+    CellCentre, Device, Grid, Patch, SpatialField, XFace, YFace, ZFace, on_face,
+};
 use watershed_operators::{
-    AssignOptions, Expr, Parallelism, Parameter, PreparedReduction, ReduceRegion, Reduction,
-    Region, divergence4, field, gradient4, laplacian, prolongate, restrict,
+    AssignOptions, BoundField, Expr, Parallelism, Parameter, PreparedReduction, ReduceRegion,
+    Reduction, Region, divergence, divergence4, field, gradient, gradient4, laplacian, prolongate,
+    restrict,
 };
 
 /// Multigrid settings.
@@ -219,6 +223,113 @@ pub struct Multigrid {
     coarsest_factor: Parameter,
     /// The operator CG solves on the finest grid ([`Multigrid::with_order`]).
     order: SpaceOrder,
+    /// Faces the solution's gradient may not cross (immersed bodies,
+    /// [`Multigrid::block_bodies`]): CG then solves the operator with those
+    /// faces closed, still preconditioned by the open V-cycle.
+    blocked: Option<Blocked>,
+}
+
+/// The finest level's closed faces: CG's operator is
+/// `sum_a D_a(open_a G_a(x))`, closed (`open = 0`) on the solid faces
+/// that bound a cell with fluid. Solid faces between two enclosed cells
+/// (all faces solid) stay open: the body's inside keeps the Laplacian,
+/// which the V-cycle preconditions well, and its values never reach the
+/// fluid.
+struct Blocked {
+    open_x: Option<SpatialField<XFace>>,
+    open_y: Option<SpatialField<YFace>>,
+    open_z: Option<SpatialField<ZFace>>,
+    /// 1 on cells that are not enclosed: where a singular problem's
+    /// null space lives.
+    fluid: SpatialField<CellCentre>,
+    /// The number of fluid cells.
+    fluid_cells: f64,
+}
+
+/// A field of any location, moved between devices.
+trait MovableField {
+    fn validate(&mut self, device: Device) -> watershed_fields::FieldResult<()>;
+    fn activate(&mut self, device: Device) -> watershed_fields::FieldResult<()>;
+    fn remove(&mut self, device: Device) -> watershed_fields::FieldResult<()>;
+}
+
+impl<L: watershed_fields::Location> MovableField for SpatialField<L> {
+    fn validate(&mut self, device: Device) -> watershed_fields::FieldResult<()> {
+        self.validate_on(device)
+    }
+    fn activate(&mut self, device: Device) -> watershed_fields::FieldResult<()> {
+        self.set_active(device)
+    }
+    fn remove(&mut self, device: Device) -> watershed_fields::FieldResult<()> {
+        self.remove_location(device)
+    }
+}
+
+impl Blocked {
+    /// Every field the operator reads besides `x`.
+    fn fields(&self) -> Vec<&dyn BoundField> {
+        let mut fields: Vec<&dyn BoundField> = Vec::new();
+        if let Some(f) = &self.open_x {
+            fields.push(f);
+        }
+        if let Some(f) = &self.open_y {
+            fields.push(f);
+        }
+        if let Some(f) = &self.open_z {
+            fields.push(f);
+        }
+        fields
+    }
+
+    /// Copies every field to `device` (keeping the old copies); on an
+    /// error the copies made are removed.
+    fn validate_on(&mut self, device: Device) -> SolverResult<()> {
+        let outcome = self.each(|f| f.validate(device));
+        if outcome.is_err() {
+            let _ = self.each(|f| f.remove(device));
+        }
+        outcome
+    }
+
+    /// Makes `device` the fields' active location and frees `from`.
+    fn settle_on(&mut self, device: Device, from: Device) -> SolverResult<()> {
+        self.each(|f| {
+            f.activate(device)?;
+            f.remove(from)
+        })
+    }
+
+    fn each(
+        &mut self,
+        mut f: impl FnMut(&mut dyn MovableField) -> watershed_fields::FieldResult<()>,
+    ) -> SolverResult<()> {
+        f(&mut self.fluid)?;
+        if let Some(x) = &mut self.open_x {
+            f(x)?;
+        }
+        if let Some(y) = &mut self.open_y {
+            f(y)?;
+        }
+        if let Some(z) = &mut self.open_z {
+            f(z)?;
+        }
+        Ok(())
+    }
+
+    /// The operator with the closed faces, applied to `x`.
+    fn operator<'a>(&'a self, x: &'a SpatialField<CellCentre>) -> Expr<'a, CellCentre> {
+        let mut sum: Expr<'a, CellCentre> = Expr::constant(0.0);
+        if let Some(open) = &self.open_x {
+            sum = sum + divergence::<XFace>(field(open) * gradient::<XFace>(x));
+        }
+        if let Some(open) = &self.open_y {
+            sum = sum + divergence::<YFace>(field(open) * gradient::<YFace>(x));
+        }
+        if let Some(open) = &self.open_z {
+            sum = sum + divergence::<ZFace>(field(open) * gradient::<ZFace>(x));
+        }
+        sum
+    }
 }
 
 /// The vectors and scalars of preconditioned CG on the finest grid. The
@@ -378,9 +489,76 @@ impl Multigrid {
             coarsest_steps: None,
             coarsest_factor: Parameter::new("coarsest step", 0.0),
             order,
+            blocked: None,
         };
         multigrid.coarsest_steps = multigrid.assemble_coarsest_steps()?;
         Ok(multigrid)
+    }
+
+    /// Closes the faces of `immersed`'s bodies that bound fluid cells for
+    /// [`Self::solve_preconditioned_cg`]: the solution's gradient does not
+    /// act across them, so the fluid's equations are those of the open
+    /// faces only. The V-cycle preconditioner stays the open Laplacian's.
+    /// Second order only.
+    pub(crate) fn block_bodies(&mut self, immersed: &Immersed) -> SolverResult<()> {
+        if self.order != SpaceOrder::Second {
+            return Err(SolverError::Setup {
+                equation: "Poisson".into(),
+                reason: "immersed bodies need the second-order projection".into(),
+            });
+        }
+        let patch = self.levels[0].x.layout().patch().clone();
+        let active = patch.grid().active_dimensions();
+        fn open<F: watershed_fields::Location>(
+            patch: &Patch,
+            axis: usize,
+            immersed: &Immersed,
+        ) -> SolverResult<SpatialField<F>> {
+            let mut open = SpatialField::<F>::new("open faces", patch, Device::Cpu)?;
+            let layout = open.layout().clone();
+            let values = open.values_mut()?;
+            for index in layout.allocated().iter() {
+                values[layout.linear_index(index)] = if immersed.closed_face(axis, index) {
+                    0.0
+                } else {
+                    1.0
+                };
+            }
+            Ok(open)
+        }
+        let mut fluid = SpatialField::<CellCentre>::new("fluid cells", &patch, Device::Cpu)?;
+        let layout = fluid.layout().clone();
+        let mut fluid_cells = 0.0;
+        {
+            let f = fluid.values_mut()?;
+            for index in layout.allocated().iter() {
+                let enclosed = immersed.enclosed_cell(index);
+                f[layout.linear_index(index)] = if enclosed { 0.0 } else { 1.0 };
+                if !enclosed && layout.interior().contains(index) {
+                    fluid_cells += 1.0;
+                }
+            }
+        }
+        self.blocked = Some(Blocked {
+            open_x: if active[0] {
+                Some(open::<XFace>(&patch, 0, immersed)?)
+            } else {
+                None
+            },
+            open_y: if active[1] {
+                Some(open::<YFace>(&patch, 1, immersed)?)
+            } else {
+                None
+            },
+            open_z: if active[2] {
+                Some(open::<ZFace>(&patch, 2, immersed)?)
+            } else {
+                None
+            },
+            fluid,
+            fluid_cells,
+        });
+        Ok(())
     }
 
     /// The weights of the coarsest-level steps (`crate::coarsest`: an
@@ -730,7 +908,17 @@ impl Multigrid {
         copy_interior(rhs, &mut finest.b, assignments, None)?;
         copy_interior(guess, &mut finest.x, assignments, Some(conditions))?;
         if self.singular {
-            remove_mean(&mut finest.b, mean, assignments, "remove mean", None)?;
+            match &self.blocked {
+                Some(blocked) => remove_fluid_mean(
+                    &mut finest.b,
+                    blocked,
+                    mean,
+                    assignments,
+                    "remove mean",
+                    None,
+                )?,
+                None => remove_mean(&mut finest.b, mean, assignments, "remove mean", None)?,
+            }
         }
         norm(assignments, &finest.b)
     }
@@ -745,7 +933,12 @@ impl Multigrid {
         } = self;
         let x = &mut levels[0].x;
         if self.singular {
-            remove_mean(x, mean, assignments, "remove mean", None)?;
+            match &self.blocked {
+                Some(blocked) => {
+                    remove_fluid_mean(x, blocked, mean, assignments, "remove mean", None)?
+                }
+                None => remove_mean(x, mean, assignments, "remove mean", None)?,
+            }
         }
         assignments.run("fill finest", [x.id(), 0, 0], x, &[], |x| {
             Recipe::ghosts(x, conditions)
@@ -769,6 +962,12 @@ impl Multigrid {
                     "Multigrid::solve runs V-cycles on the compact second-order Laplacian, but this solver was built for the order-{} operator; use solve_preconditioned_cg",
                     self.order.number()
                 ),
+            });
+        }
+        if self.blocked.is_some() {
+            return Err(SolverError::Setup {
+                equation: "Poisson".into(),
+                reason: "Multigrid::solve runs V-cycles on the open Laplacian, but this solver has faces closed by bodies; use solve_preconditioned_cg".into(),
             });
         }
         let outcome = self.v_cycles(rhs, solution);
@@ -902,9 +1101,20 @@ impl Multigrid {
                 return Err(error.into());
             }
         }
+        if let Some(blocked) = &mut self.blocked
+            && let Err(error) = blocked.validate_on(device)
+        {
+            for field in fields {
+                let _ = field.remove_location(device);
+            }
+            return Err(error);
+        }
         for field in fields {
             field.set_active(device)?;
             field.remove_location(from)?;
+        }
+        if let Some(blocked) = &mut self.blocked {
+            blocked.settle_on(device, from)?;
         }
         // Kernels prepared for the old memory and a stream of the old
         // device are of no use there.
@@ -928,12 +1138,28 @@ impl Multigrid {
                 levels,
                 cg,
                 assignments,
+                blocked,
                 ..
             } = self;
             let (r, b, x) = (&mut cg.r, &levels[0].b, &cg.x);
-            assignments.run("cg residual", [r.id(), b.id(), x.id()], r, &[b, x], |r| {
-                Recipe::new((field(b) - operator(order, x)).node().clone(), r.id())
-            })?;
+            match blocked {
+                Some(blocked) => {
+                    let mut fields: Vec<&dyn BoundField> = vec![b, x];
+                    fields.extend(blocked.fields());
+                    assignments.run(
+                        "cg residual, closed faces",
+                        [r.id(), b.id(), x.id()],
+                        r,
+                        &fields,
+                        |r| Recipe::new((field(b) - blocked.operator(x)).node().clone(), r.id()),
+                    )?;
+                }
+                None => {
+                    assignments.run("cg residual", [r.id(), b.id(), x.id()], r, &[b, x], |r| {
+                        Recipe::new((field(b) - operator(order, x)).node().clone(), r.id())
+                    })?;
+                }
+            }
         }
         let mut residuals = vec![norm(&mut self.assignments, &self.cg.r)?];
         self.precondition()?;
@@ -956,15 +1182,31 @@ impl Multigrid {
                 cg,
                 assignments,
                 mean,
+                blocked,
                 ..
             } = self;
             // p's ghosts hold the homogeneous conditions: filled where p is
             // written below, and copied from z (a V-cycle's x) at the start.
             let (p, q) = (&cg.p, &mut cg.q);
             let order = self.order;
-            assignments.run("cg q", [q.id(), p.id(), 0], q, &[p], |q| {
-                Recipe::new(operator(order, p).node().clone(), q.id())
-            })?;
+            match blocked {
+                Some(blocked) => {
+                    let mut fields: Vec<&dyn BoundField> = vec![p];
+                    fields.extend(blocked.fields());
+                    assignments.run(
+                        "cg q, closed faces",
+                        [q.id(), p.id(), 0],
+                        q,
+                        &fields,
+                        |q| Recipe::new(blocked.operator(p).node().clone(), q.id()),
+                    )?;
+                }
+                None => {
+                    assignments.run("cg q", [q.id(), p.id(), 0], q, &[p], |q| {
+                        Recipe::new(operator(order, p).node().clone(), q.id())
+                    })?;
+                }
+            }
             cg.alpha.set(rz / dot(assignments, &cg.p, &cg.q)?);
             let (alpha, p, q) = (&cg.alpha, &cg.p, &cg.q);
             let x = &mut cg.x;
@@ -980,7 +1222,17 @@ impl Multigrid {
                 Recipe::new(value.node().clone(), own)
             })?;
             if self.singular {
-                remove_mean(&mut cg.r, mean, assignments, "remove mean", None)?;
+                match blocked {
+                    Some(blocked) => remove_fluid_mean(
+                        &mut cg.r,
+                        blocked,
+                        mean,
+                        assignments,
+                        "remove mean",
+                        None,
+                    )?,
+                    None => remove_mean(&mut cg.r, mean, assignments, "remove mean", None)?,
+                }
             }
             residuals.push(norm(assignments, &cg.r)?);
             iterations += 1;
@@ -1082,6 +1334,43 @@ fn remove_mean(
     let own = x.id();
     assignments.run(purpose, [own, 0, 0], x, &[], |x| {
         let value = Expr::<CellCentre>::symbol(own, x.name()) - mean.expr();
+        Recipe {
+            fill,
+            ..Recipe::new(value.node().clone(), own)
+        }
+    })
+}
+
+/// [`remove_mean`] over the fluid cells of `blocked` only: the null space
+/// of a singular problem with closed faces is a constant on the fluid.
+fn remove_fluid_mean(
+    x: &mut SpatialField<CellCentre>,
+    blocked: &Blocked,
+    mean: &Parameter,
+    assignments: &mut Assignments,
+    purpose: &'static str,
+    fill: Option<BoundaryConditions>,
+) -> SolverResult<()> {
+    let fluid = &blocked.fluid;
+    let sum = assignments.reduce(
+        "fluid sum",
+        [x.id(), fluid.id()],
+        x.active_device(),
+        &[&*x, fluid],
+        || {
+            PreparedReduction::new(
+                field(&*x) * field(fluid),
+                Reduction::Sum,
+                ReduceRegion::Interior,
+                Parallelism::Rayon,
+            )
+        },
+    )?;
+    mean.set(sum / blocked.fluid_cells.max(1.0));
+    let own = x.id();
+    let fields: [&dyn BoundField; 1] = [fluid];
+    assignments.run(purpose, [own, fluid.id(), 0], x, &fields, |x| {
+        let value = Expr::<CellCentre>::symbol(own, x.name()) - mean.expr() * field(fluid);
         Recipe {
             fill,
             ..Recipe::new(value.node().clone(), own)
