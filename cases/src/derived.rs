@@ -34,6 +34,11 @@ pub const SPEED_DERIVATION: &str = "derived for viewing: the magnitude of `veloc
 /// How `vorticity` is derived.
 pub const VORTICITY_DERIVATION: &str = "derived for viewing: the curl of `velocity` by second-order differences (central; one-sided next to a wall); dv/dx - du/dy in 2D";
 
+/// How `body_mask` is derived.
+pub const BODY_MASK_DERIVATION: &str = "derived for viewing: 1 where the cell centre lies inside an immersed body (signed distance < 0), else 0";
+/// How `body_distance` is derived.
+pub const BODY_DISTANCE_DERIVATION: &str = "derived for viewing: the signed distance of the cell centre to the nearest immersed body (negative inside; its 0 contour is the surface)";
+
 /// A velocity at the cell centres of a whole grid, each component stored
 /// x fastest (`i + nx (j + ny k)`).
 #[derive(Debug, Clone, PartialEq)]
@@ -210,6 +215,40 @@ pub fn dump_derived_flow_fields(
     ] {
         written.push(write_cell_dataset(
             group, name, &velocity, components, &data, how,
+        )?);
+    }
+    if !flow.bodies().is_empty() {
+        let [nx, ny, nz] = velocity.cells;
+        let mut distance = Vec::with_capacity(nx * ny * nz);
+        for k in 0..nz {
+            for j in 0..ny {
+                for i in 0..nx {
+                    let centre = [0, 1, 2].map(|a| {
+                        velocity.origin[a] + ([i, j, k][a] as f64 + 0.5) * velocity.spacing[a]
+                    });
+                    distance.push(flow.body_distance(centre).unwrap_or(f64::INFINITY));
+                }
+            }
+        }
+        let mask: Vec<f64> = distance
+            .iter()
+            .map(|&d| if d < 0.0 { 1.0 } else { 0.0 })
+            .collect();
+        written.push(write_cell_dataset(
+            group,
+            "body_mask",
+            &velocity,
+            1,
+            &mask,
+            BODY_MASK_DERIVATION,
+        )?);
+        written.push(write_cell_dataset(
+            group,
+            "body_distance",
+            &velocity,
+            1,
+            &distance,
+            BODY_DISTANCE_DERIVATION,
         )?);
     }
     Ok(written)

@@ -82,6 +82,7 @@ pub fn registered_cases() -> Vec<CaseInfo> {
     let mut cases = vec![
         crate::cases::cavity::INFO,
         crate::cases::channel::INFO,
+        crate::cases::cylinder::INFO,
         crate::cases::taylor_green::INFO,
         crate::cases::heat::INFO,
         crate::cases::advection::INFO,

@@ -71,11 +71,13 @@ fn paraview_s_default_reader_shows_every_case_s_fields_where_and_when_they_are()
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).unwrap();
-    let cases: [(&str, &[&str]); 9] = [
+    let cases: [(&str, &[&str]); 10] = [
         // 2D flow: staggered u, v, derived velocity, speed, vorticity.
         ("lid-driven-cavity", &["cells=16"]),
         // Inflow and outflow.
         ("channel", &["cells=8"]),
+        // An immersed body: its mask and distance.
+        ("cylinder", &["cells=16"]),
         // 3D flow, periodic: the vorticity vector.
         ("taylor-green", &["cells=8", "dimensions=3"]),
         // 2D periodic flow.

@@ -1182,6 +1182,21 @@ impl IncompressibleFlow {
         self.immersed_faces
     }
 
+    /// Why the force on body `name` is never computed (no such body, or
+    /// its force band does not fit the grid), or `None` when it is.
+    pub fn force_unavailable(&self, name: &str) -> Option<String> {
+        if let Some((_, why)) = self.unforced.iter().find(|(n, _)| n == name) {
+            return Some(why.clone());
+        }
+        if self.forces.iter().any(|f| f.name == name) {
+            return None;
+        }
+        let known: Vec<&str> = self.bodies().iter().map(Body::name).collect();
+        Some(format!(
+            "the flow has no body of that name (its bodies: {known:?})"
+        ))
+    }
+
     /// The force per unit density the fluid exerts on body `name` over
     /// the last step (per unit depth in 2D), from the graph's reductions
     /// of the step's last stage (`crate::immersed`). An error names why
@@ -1193,14 +1208,11 @@ impl IncompressibleFlow {
             equation: format!("force on body '{name}'"),
             reason,
         };
-        if let Some((_, why)) = self.unforced.iter().find(|(n, _)| n == name) {
-            return Err(unavailable(why.clone()));
+        if let Some(why) = self.force_unavailable(name) {
+            return Err(unavailable(why));
         }
         let Some(reductions) = self.forces.iter().find(|f| f.name == name) else {
-            let known: Vec<&str> = self.bodies().iter().map(Body::name).collect();
-            return Err(unavailable(format!(
-                "the flow has no body of that name (its bodies: {known:?})"
-            )));
+            return Err(unavailable("no force reductions".into()));
         };
         let Some(dt) = self.last_dt else {
             return Err(unavailable(

@@ -4,6 +4,7 @@
 pub mod advection;
 pub mod cavity;
 pub mod channel;
+pub mod cylinder;
 pub mod heat;
 pub mod reacting;
 pub mod scalability;
