@@ -24,17 +24,25 @@ pub struct SteadyState {
     energy: f64,
     /// Whether the flow was found steady.
     steady: bool,
+    /// What is compared, for messages ("kinetic energy", "c_D").
+    quantity: &'static str,
 }
 
 impl SteadyState {
-    /// A test comparing every `window` time units, from t = 0.
+    /// A test of the kinetic energy every `window` time units, from t = 0.
     pub fn new(tolerance: f64, window: f64) -> Self {
+        Self::of("kinetic energy", tolerance, window)
+    }
+
+    /// A test of another `quantity` (its name for messages).
+    pub fn of(quantity: &'static str, tolerance: f64, window: f64) -> Self {
         SteadyState {
             tolerance,
             window,
             next_check: window,
             energy: 0.0,
             steady: false,
+            quantity,
         }
     }
 
@@ -65,15 +73,19 @@ impl SteadyState {
     pub fn stop_reason(&self) -> Option<String> {
         self.steady.then(|| {
             format!(
-                "steady state: kinetic energy changed by <= {:e} (relative) over {} time units",
-                self.tolerance, self.window
+                "steady state: {} changed by <= {:e} (relative) over {} time units",
+                self.quantity, self.tolerance, self.window
             )
         })
     }
 
     /// The progress line's figure.
     pub fn status(&self) -> String {
-        format!("KE = {:.6e}", self.energy)
+        if self.quantity == "kinetic energy" {
+            format!("KE = {:.6e}", self.energy)
+        } else {
+            format!("{} = {:.6e}", self.quantity, self.energy)
+        }
     }
 
     /// Writes the state into a checkpoint.

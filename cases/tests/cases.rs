@@ -97,8 +97,8 @@ fn the_dfg_cylinder_lands_near_the_reference_at_a_coarse_grid() {
         &[
             "cells=32",
             "end_time=6",
-            "steady_tolerance=1e-5",
             "lift_tolerance=0.25",
+            "steady_tolerance=3e-5",
         ],
         None,
     );

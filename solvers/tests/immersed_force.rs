@@ -129,3 +129,34 @@ fn bodies_that_cannot_be_are_refused_with_their_name() {
     let error = flow.body_force("disc").unwrap_err();
     assert!(error.to_string().contains("no step has run"), "{error}");
 }
+
+/// A cylinder on the centre line of a symmetric channel feels no lift:
+/// the grid, the body and the inflow are mirror-symmetric about the
+/// centre line, and so are the forcing and the force's weights.
+#[test]
+fn a_symmetric_channel_gives_no_lift() {
+    let n = 32;
+    let grid = Grid::new([4 * n, n, 1], [2.0, 0.5, 1.0], [0.0; 3]).unwrap();
+    let inflow = BoundaryExpression::new("parabola", |p| {
+        4.0 * p.y.clone() * (0.5 - p.y.clone()) / 0.25
+    });
+    let cylinder = Body::fixed("cylinder", Shape::circle([0.4, 0.25, 0.0], 0.06));
+    let mut flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
+        .velocity_conditions(
+            0,
+            walls().with(Side::MINUS_X, BoundaryCondition::DirichletExpression(inflow)),
+        )
+        .velocity_conditions(1, walls())
+        .outflow(Side::PLUS_X)
+        .body(cylinder)
+        .build()
+        .unwrap();
+    for _ in 0..100 {
+        let dt = flow.stable_time_step(0.5, 0.2).unwrap().min(0.005);
+        flow.step(dt).unwrap();
+    }
+    let force = flow.body_force("cylinder").unwrap();
+    eprintln!("symmetric channel: F = {force:?}");
+    assert!(force[0] > 0.0);
+    assert!(force[1].abs() < 1e-9 * force[0], "{force:?}");
+}

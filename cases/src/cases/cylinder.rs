@@ -84,7 +84,7 @@ pub struct CylinderConfig {
     pub integrator: String,
     /// "convective" or "zero-gradient".
     pub outflow: String,
-    /// 2D-1 steady test: relative kinetic-energy change...
+    /// 2D-1 steady test: relative change of c_D...
     pub steady_tolerance: f64,
     /// ... over this time.
     pub steady_window: f64,
@@ -111,7 +111,7 @@ impl Default for CylinderConfig {
             diffusion_number: 0.2,
             integrator: "ssp-rk3".into(),
             outflow: "convective".into(),
-            steady_tolerance: 1e-6,
+            steady_tolerance: 1e-5,
             steady_window: 0.5,
             statistics_from: 6.0,
             drag_tolerance: 0.02,
@@ -256,7 +256,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,
         simulation: Box::new(Cylinder {
-            steady: SteadyState::new(config.steady_tolerance, config.steady_window),
+            steady: SteadyState::of("c_D", config.steady_tolerance, config.steady_window),
             history: Vec::new(),
             dt: fixed_time_step(&config, h),
             config,
@@ -282,13 +282,19 @@ pub struct Periodic {
 }
 
 /// The periods of `history` (time, c_D, c_L) after `from`: between the
-/// first and the last upward zero crossing of c_L (linearly interpolated).
+/// first and the last upward crossing of c_L through its mean over that
+/// time (linearly interpolated; on coarse grids the lift oscillates about
+/// a mean that is not zero).
 pub fn periodic_statistics(history: &[[f64; 3]], from: f64, mean_speed: f64) -> Option<Periodic> {
     let late: Vec<&[f64; 3]> = history.iter().filter(|r| r[0] >= from).collect();
+    if late.is_empty() {
+        return None;
+    }
+    let mean = late.iter().map(|r| r[2]).sum::<f64>() / late.len() as f64;
     let crossings: Vec<f64> = late
         .windows(2)
-        .filter(|w| w[0][2] < 0.0 && w[1][2] >= 0.0)
-        .map(|w| w[0][0] + (w[1][0] - w[0][0]) * (-w[0][2]) / (w[1][2] - w[0][2]))
+        .filter(|w| w[0][2] < mean && w[1][2] >= mean)
+        .map(|w| w[0][0] + (w[1][0] - w[0][0]) * (mean - w[0][2]) / (w[1][2] - w[0][2]))
         .collect();
     if crossings.len() < 3 {
         return None;
@@ -423,9 +429,13 @@ impl Simulation for Cylinder {
         if !self.config.steady() {
             return Ok(());
         }
-        let flow = &self.flow;
-        self.steady
-            .observe(flow.time(), || Ok(flow.kinetic_energy()?))
+        // Steady when the drag settles (the kinetic energy of the whole
+        // channel kept changing by 1e-5 per 0.5 time units at 32 and 64
+        // cells across long after c_D had settled to 1e-6).
+        let Some(&[time, drag, _]) = self.history.last() else {
+            return Ok(());
+        };
+        self.steady.observe(time, || Ok(drag))
     }
     fn stop_reason(&self) -> Option<String> {
         self.steady.stop_reason()
@@ -434,11 +444,7 @@ impl Simulation for Cylinder {
         let last = self.history.last().map_or(String::new(), |r| {
             format!("c_D {:.4} c_L {:.4}", r[1], r[2])
         });
-        if self.config.steady() {
-            format!("{last} {}", self.steady.status())
-        } else {
-            last
-        }
+        last
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
         dump_flow(&self.flow, group)
@@ -618,7 +624,7 @@ mod tests {
             .map(|n| {
                 let t = n as f64 * 1e-3;
                 let phase = 2.0 * std::f64::consts::PI * t / period;
-                [t, 3.2 + 0.02 * (2.0 * phase).sin(), phase.sin()]
+                [t, 3.2 + 0.02 * (2.0 * phase).sin(), 0.1 + phase.sin()]
             })
             .collect();
         let stats = periodic_statistics(&history, 1.0, 1.0).unwrap();
@@ -627,7 +633,7 @@ mod tests {
             (stats.strouhal - DIAMETER / period).abs() < 1e-6,
             "{stats:?}"
         );
-        assert!((stats.lift_max - 1.0).abs() < 1e-3);
+        assert!((stats.lift_max - 1.1).abs() < 1e-3);
         assert!((stats.drag_max - 3.22).abs() < 1e-3);
         assert!(periodic_statistics(&history[..1100], 1.0, 1.0).is_none());
     }
