@@ -17,6 +17,7 @@
 //! | [`boundary`] | Dirichlet, Neumann, flux and periodic conditions in ghost points |
 //! | [`boundary_value`] | [`BoundaryExpression`]: boundary values as language expressions of position, time and parameters |
 //! | [`multigrid`] | [`Multigrid`]: geometric multigrid for `lap(x) = b`, as a solver and as a CG preconditioner |
+//! | `multigrid_bodies` | the multigrid's faces closed by bodies: open fractions per level, the operator and diagonal with them |
 //! | `coarsest` | the step weights that solve the multigrid's coarsest level exactly |
 //! | [`transport`] | [`TransportEquation`]: diffusion, convection (central, upwind, limited), sources, density |
 //! | [`solver`] | [`TransportSolver`]: the graph, the stages, fixed or stability-limited `dt` |
@@ -37,6 +38,7 @@ mod immersed_nodes;
 pub mod incompressible;
 pub mod integrator;
 pub mod multigrid;
+mod multigrid_bodies;
 mod prepared;
 mod projection;
 pub mod solver;

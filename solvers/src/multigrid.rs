@@ -15,15 +15,13 @@
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::immersed::Immersed;
+use crate::multigrid_bodies::{CLOSED_LEVELS, FaceCoefficients, MovableField, remove_fluid_mean};
 use crate::prepared::{Assignments, Recipe};
 use crate::staggered::SpaceOrder;
-use watershed_fields::{
-    CellCentre, Device, Grid, Patch, SpatialField, XFace, YFace, ZFace, on_face,
-};
+use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField, on_face};
 use watershed_operators::{
     AssignOptions, BoundField, Expr, Parallelism, Parameter, PreparedReduction, ReduceRegion,
-    Reduction, Region, divergence, divergence4, field, gradient, gradient4, laplacian, prolongate,
-    restrict,
+    Reduction, Region, divergence4, field, gradient4, laplacian, prolongate, restrict,
 };
 
 /// Multigrid settings.
@@ -180,6 +178,9 @@ struct Level {
     r: SpatialField<CellCentre>,
     t: SpatialField<CellCentre>,
     diagonal: f64,
+    /// Faces closed by immersed bodies ([`Multigrid::block_bodies`]):
+    /// the level's operator and diagonal with them.
+    coefficients: Option<FaceCoefficients>,
 }
 
 impl Level {
@@ -196,6 +197,7 @@ impl Level {
             r: make("mg_r")?,
             t: make("mg_t")?,
             diagonal,
+            coefficients: None,
         })
     }
 }
@@ -223,113 +225,6 @@ pub struct Multigrid {
     coarsest_factor: Parameter,
     /// The operator CG solves on the finest grid ([`Multigrid::with_order`]).
     order: SpaceOrder,
-    /// Faces the solution's gradient may not cross (immersed bodies,
-    /// [`Multigrid::block_bodies`]): CG then solves the operator with those
-    /// faces closed, still preconditioned by the open V-cycle.
-    blocked: Option<Blocked>,
-}
-
-/// The finest level's closed faces: CG's operator is
-/// `sum_a D_a(open_a G_a(x))`, closed (`open = 0`) on the solid faces
-/// that bound a cell with fluid. Solid faces between two enclosed cells
-/// (all faces solid) stay open: the body's inside keeps the Laplacian,
-/// which the V-cycle preconditions well, and its values never reach the
-/// fluid.
-struct Blocked {
-    open_x: Option<SpatialField<XFace>>,
-    open_y: Option<SpatialField<YFace>>,
-    open_z: Option<SpatialField<ZFace>>,
-    /// 1 on cells that are not enclosed: where a singular problem's
-    /// null space lives.
-    fluid: SpatialField<CellCentre>,
-    /// The number of fluid cells.
-    fluid_cells: f64,
-}
-
-/// A field of any location, moved between devices.
-trait MovableField {
-    fn validate(&mut self, device: Device) -> watershed_fields::FieldResult<()>;
-    fn activate(&mut self, device: Device) -> watershed_fields::FieldResult<()>;
-    fn remove(&mut self, device: Device) -> watershed_fields::FieldResult<()>;
-}
-
-impl<L: watershed_fields::Location> MovableField for SpatialField<L> {
-    fn validate(&mut self, device: Device) -> watershed_fields::FieldResult<()> {
-        self.validate_on(device)
-    }
-    fn activate(&mut self, device: Device) -> watershed_fields::FieldResult<()> {
-        self.set_active(device)
-    }
-    fn remove(&mut self, device: Device) -> watershed_fields::FieldResult<()> {
-        self.remove_location(device)
-    }
-}
-
-impl Blocked {
-    /// Every field the operator reads besides `x`.
-    fn fields(&self) -> Vec<&dyn BoundField> {
-        let mut fields: Vec<&dyn BoundField> = Vec::new();
-        if let Some(f) = &self.open_x {
-            fields.push(f);
-        }
-        if let Some(f) = &self.open_y {
-            fields.push(f);
-        }
-        if let Some(f) = &self.open_z {
-            fields.push(f);
-        }
-        fields
-    }
-
-    /// Copies every field to `device` (keeping the old copies); on an
-    /// error the copies made are removed.
-    fn validate_on(&mut self, device: Device) -> SolverResult<()> {
-        let outcome = self.each(|f| f.validate(device));
-        if outcome.is_err() {
-            let _ = self.each(|f| f.remove(device));
-        }
-        outcome
-    }
-
-    /// Makes `device` the fields' active location and frees `from`.
-    fn settle_on(&mut self, device: Device, from: Device) -> SolverResult<()> {
-        self.each(|f| {
-            f.activate(device)?;
-            f.remove(from)
-        })
-    }
-
-    fn each(
-        &mut self,
-        mut f: impl FnMut(&mut dyn MovableField) -> watershed_fields::FieldResult<()>,
-    ) -> SolverResult<()> {
-        f(&mut self.fluid)?;
-        if let Some(x) = &mut self.open_x {
-            f(x)?;
-        }
-        if let Some(y) = &mut self.open_y {
-            f(y)?;
-        }
-        if let Some(z) = &mut self.open_z {
-            f(z)?;
-        }
-        Ok(())
-    }
-
-    /// The operator with the closed faces, applied to `x`.
-    fn operator<'a>(&'a self, x: &'a SpatialField<CellCentre>) -> Expr<'a, CellCentre> {
-        let mut sum: Expr<'a, CellCentre> = Expr::constant(0.0);
-        if let Some(open) = &self.open_x {
-            sum = sum + divergence::<XFace>(field(open) * gradient::<XFace>(x));
-        }
-        if let Some(open) = &self.open_y {
-            sum = sum + divergence::<YFace>(field(open) * gradient::<YFace>(x));
-        }
-        if let Some(open) = &self.open_z {
-            sum = sum + divergence::<ZFace>(field(open) * gradient::<ZFace>(x));
-        }
-        sum
-    }
 }
 
 /// The vectors and scalars of preconditioned CG on the finest grid. The
@@ -489,16 +384,16 @@ impl Multigrid {
             coarsest_steps: None,
             coarsest_factor: Parameter::new("coarsest step", 0.0),
             order,
-            blocked: None,
         };
         multigrid.coarsest_steps = multigrid.assemble_coarsest_steps()?;
         Ok(multigrid)
     }
 
-    /// Closes the faces of `immersed`'s bodies that bound fluid cells for
-    /// [`Self::solve_preconditioned_cg`]: the solution's gradient does not
-    /// act across them, so the fluid's equations are those of the open
-    /// faces only. The V-cycle preconditioner stays the open Laplacian's.
+    /// Closes the faces of `immersed`'s bodies that bound fluid cells:
+    /// the solution's gradient does not act across them, so the fluid's
+    /// equations are those of the open faces only. The finest levels get
+    /// the closed faces and smooth with their own diagonal
+    /// (`crate::multigrid_bodies`); CG solves the finest level's operator.
     /// Second order only.
     pub(crate) fn block_bodies(&mut self, immersed: &Immersed) -> SolverResult<()> {
         if self.order != SpaceOrder::Second {
@@ -508,56 +403,25 @@ impl Multigrid {
             });
         }
         let patch = self.levels[0].x.layout().patch().clone();
-        let active = patch.grid().active_dimensions();
-        fn open<F: watershed_fields::Location>(
-            patch: &Patch,
-            axis: usize,
-            immersed: &Immersed,
-        ) -> SolverResult<SpatialField<F>> {
-            let mut open = SpatialField::<F>::new("open faces", patch, Device::Cpu)?;
-            let layout = open.layout().clone();
-            let values = open.values_mut()?;
-            for index in layout.allocated().iter() {
-                values[layout.linear_index(index)] = if immersed.closed_face(axis, index) {
-                    0.0
-                } else {
-                    1.0
-                };
-            }
-            Ok(open)
+        self.levels[0].coefficients = Some(FaceCoefficients::finest(
+            &patch,
+            immersed,
+            self.levels[0].diagonal,
+        )?);
+        for level in 1..self.levels.len().min(CLOSED_LEVELS) {
+            let ratio = refinement(&self.levels[level - 1], &self.levels[level]);
+            let coarse = self.levels[level].x.layout().patch().clone();
+            let diagonal = self.levels[level].diagonal;
+            let coefficients = self.levels[level - 1]
+                .coefficients
+                .as_ref()
+                .map(|fine| fine.coarsened(&coarse, ratio, diagonal))
+                .transpose()?;
+            self.levels[level].coefficients = coefficients;
         }
-        let mut fluid = SpatialField::<CellCentre>::new("fluid cells", &patch, Device::Cpu)?;
-        let layout = fluid.layout().clone();
-        let mut fluid_cells = 0.0;
-        {
-            let f = fluid.values_mut()?;
-            for index in layout.allocated().iter() {
-                let enclosed = immersed.enclosed_cell(index);
-                f[layout.linear_index(index)] = if enclosed { 0.0 } else { 1.0 };
-                if !enclosed && layout.interior().contains(index) {
-                    fluid_cells += 1.0;
-                }
-            }
-        }
-        self.blocked = Some(Blocked {
-            open_x: if active[0] {
-                Some(open::<XFace>(&patch, 0, immersed)?)
-            } else {
-                None
-            },
-            open_y: if active[1] {
-                Some(open::<YFace>(&patch, 1, immersed)?)
-            } else {
-                None
-            },
-            open_z: if active[2] {
-                Some(open::<ZFace>(&patch, 2, immersed)?)
-            } else {
-                None
-            },
-            fluid,
-            fluid_cells,
-        });
+        self.coarsest_steps = self.assemble_coarsest_steps()?;
+        // Kernels prepared for the open operator are of no use now.
+        self.assignments = Assignments::default();
         Ok(())
     }
 
@@ -594,13 +458,43 @@ impl Multigrid {
             l.x.fill(0.0)?;
             l.x.values_mut()?[layout.linear_index(cell)] = 1.0;
             conditions.apply(&mut l.x)?;
-            let (r, x) = (&mut l.r, &l.x);
-            assignments.run("coarsest operator", [r.id(), x.id(), 0], r, &[x], |r| {
-                Recipe::new(laplacian(x).node().clone(), r.id())
-            })?;
-            let values = l.r.values()?;
-            for (row, &at) in cells.iter().enumerate() {
-                matrix[row][column] = values[layout.linear_index(at)] / l.diagonal;
+            let Level {
+                r,
+                x,
+                coefficients,
+                diagonal,
+                ..
+            } = &mut *l;
+            match coefficients {
+                // Closed faces: the symmetric `|D|^-1/2 A |D|^-1/2` (each
+                // cell's own diagonal D), similar to `D^-1 A`.
+                Some(closed) => {
+                    let mut fields: Vec<&dyn BoundField> = vec![&*x];
+                    fields.extend(closed.fields());
+                    assignments.run(
+                        "coarsest operator, closed",
+                        [r.id(), x.id(), 0],
+                        r,
+                        &fields,
+                        |r| Recipe::new(closed.operator(x).node().clone(), r.id()),
+                    )?;
+                    let inverse = closed.inverse_diagonal.values()?;
+                    let values = r.values()?;
+                    let scale = |at: [isize; 3]| inverse[layout.linear_index(at)].abs().sqrt();
+                    for (row, &at) in cells.iter().enumerate() {
+                        matrix[row][column] =
+                            -values[layout.linear_index(at)] * scale(at) * scale(cell);
+                    }
+                }
+                None => {
+                    assignments.run("coarsest operator", [r.id(), x.id(), 0], r, &[&*x], |r| {
+                        Recipe::new(laplacian(&*x).node().clone(), r.id())
+                    })?;
+                    let values = r.values()?;
+                    for (row, &at) in cells.iter().enumerate() {
+                        matrix[row][column] = values[layout.linear_index(at)] / *diagonal;
+                    }
+                }
             }
         }
         l.x.fill(0.0)?;
@@ -631,6 +525,38 @@ impl Multigrid {
         } = self;
         let l = &mut levels[level];
         for (k, &weight) in steps.iter().enumerate() {
+            if let Level {
+                t,
+                x,
+                b,
+                coefficients: Some(closed),
+                ..
+            } = l
+            {
+                // Closed faces: `w_k D^-1 (b - A x)` with each cell's own
+                // diagonal.
+                coarsest_factor.set(weight);
+                let inverse = &closed.inverse_diagonal;
+                let mut fields: Vec<&dyn BoundField> = vec![&*x, &*b, inverse];
+                fields.extend(closed.fields());
+                if from_zero && k == 0 {
+                    let purpose = "coarsest step from zero, closed";
+                    assignments.run(purpose, [t.id(), b.id(), 0], t, &fields, |t| {
+                        let value = coarsest_factor.expr() * (field(inverse) * field(&*b));
+                        Recipe::new(value.node().clone(), t.id()).filled(conditions.clone())
+                    })?;
+                } else {
+                    let purpose = "coarsest step, closed";
+                    assignments.run(purpose, [t.id(), x.id(), b.id()], t, &fields, |t| {
+                        let value = field(&*x)
+                            + coarsest_factor.expr()
+                                * (field(inverse) * (field(&*b) - closed.operator(x)));
+                        Recipe::new(value.node().clone(), t.id()).filled(conditions.clone())
+                    })?;
+                }
+                std::mem::swap(&mut l.x, &mut l.t);
+                continue;
+            }
             coarsest_factor.set(weight / l.diagonal);
             let (t, x, b) = (&mut l.t, &l.x, &l.b);
             if from_zero && k == 0 {
@@ -726,6 +652,49 @@ impl Multigrid {
         }
         let factor = weight / l.diagonal;
         for sweep in 0..sweeps {
+            if let Level {
+                t,
+                x,
+                b,
+                coefficients: Some(closed),
+                ..
+            } = l
+            {
+                // Closed faces: each cell's own diagonal.
+                let inverse = &closed.inverse_diagonal;
+                let mut fields: Vec<&dyn BoundField> = vec![&*x, &*b, inverse];
+                fields.extend(closed.fields());
+                if from_zero && sweep == 0 {
+                    let purpose = Self::fill_purpose(
+                        level,
+                        homogeneous,
+                        [
+                            "smooth from zero, closed",
+                            "smooth from zero, homogeneous, closed",
+                        ],
+                    );
+                    assignments.run(purpose, [t.id(), b.id(), 0], t, &fields, |t| {
+                        Recipe::new(
+                            (weight * (field(inverse) * field(&*b))).node().clone(),
+                            t.id(),
+                        )
+                        .filled(conditions.clone())
+                    })?;
+                } else {
+                    let purpose = Self::fill_purpose(
+                        level,
+                        homogeneous,
+                        ["smooth, closed", "smooth, homogeneous, closed"],
+                    );
+                    assignments.run(purpose, [t.id(), x.id(), b.id()], t, &fields, |t| {
+                        let value = field(&*x)
+                            + weight * (field(inverse) * (field(&*b) - closed.operator(x)));
+                        Recipe::new(value.node().clone(), t.id()).filled(conditions.clone())
+                    })?;
+                }
+                std::mem::swap(&mut l.x, &mut l.t);
+                continue;
+            }
             let (t, x, b) = (&mut l.t, &l.x, &l.b);
             if from_zero && sweep == 0 {
                 let purpose = Self::fill_purpose(
@@ -755,11 +724,29 @@ impl Multigrid {
             assignments,
             ..
         } = self;
-        let l = &mut levels[level];
-        let (r, b, x) = (&mut l.r, &l.b, &l.x);
-        assignments.run("residual", [r.id(), b.id(), x.id()], r, &[b, x], |r| {
-            Recipe::new((field(b) - laplacian(x)).node().clone(), r.id())
-        })
+        let Level {
+            r,
+            b,
+            x,
+            coefficients,
+            ..
+        } = &mut levels[level];
+        match coefficients {
+            Some(closed) => {
+                let mut fields: Vec<&dyn BoundField> = vec![&*b, &*x];
+                fields.extend(closed.fields());
+                assignments.run(
+                    "residual, closed",
+                    [r.id(), b.id(), x.id()],
+                    r,
+                    &fields,
+                    |r| Recipe::new((field(&*b) - closed.operator(x)).node().clone(), r.id()),
+                )
+            }
+            None => assignments.run("residual", [r.id(), b.id(), x.id()], r, &[&*b, &*x], |r| {
+                Recipe::new((field(&*b) - laplacian(&*x)).node().clone(), r.id())
+            }),
+        }
     }
 
     /// One V-cycle on `level` for `lap(x) = b` with the level's current `x`
@@ -904,23 +891,20 @@ impl Multigrid {
             mean,
             ..
         } = self;
-        let finest = &mut levels[0];
-        copy_interior(rhs, &mut finest.b, assignments, None)?;
-        copy_interior(guess, &mut finest.x, assignments, Some(conditions))?;
+        let Level {
+            b, x, coefficients, ..
+        } = &mut levels[0];
+        copy_interior(rhs, b, assignments, None)?;
+        copy_interior(guess, x, assignments, Some(conditions))?;
         if self.singular {
-            match &self.blocked {
-                Some(blocked) => remove_fluid_mean(
-                    &mut finest.b,
-                    blocked,
-                    mean,
-                    assignments,
-                    "remove mean",
-                    None,
-                )?,
-                None => remove_mean(&mut finest.b, mean, assignments, "remove mean", None)?,
+            match coefficients {
+                Some(closed) => {
+                    remove_fluid_mean(b, closed, mean, assignments, "remove mean", None)?
+                }
+                None => remove_mean(b, mean, assignments, "remove mean", None)?,
             }
         }
-        norm(assignments, &finest.b)
+        norm(assignments, b)
     }
 
     fn store(&mut self, solution: &mut SpatialField<CellCentre>) -> SolverResult<()> {
@@ -931,11 +915,13 @@ impl Multigrid {
             mean,
             ..
         } = self;
-        let x = &mut levels[0].x;
+        let Level {
+            x, coefficients, ..
+        } = &mut levels[0];
         if self.singular {
-            match &self.blocked {
-                Some(blocked) => {
-                    remove_fluid_mean(x, blocked, mean, assignments, "remove mean", None)?
+            match coefficients {
+                Some(closed) => {
+                    remove_fluid_mean(x, closed, mean, assignments, "remove mean", None)?
                 }
                 None => remove_mean(x, mean, assignments, "remove mean", None)?,
             }
@@ -964,7 +950,7 @@ impl Multigrid {
                 ),
             });
         }
-        if self.blocked.is_some() {
+        if self.levels[0].coefficients.is_some() {
             return Err(SolverError::Setup {
                 equation: "Poisson".into(),
                 reason: "Multigrid::solve runs V-cycles on the open Laplacian, but this solver has faces closed by bodies; use solve_preconditioned_cg".into(),
@@ -1084,37 +1070,38 @@ impl Multigrid {
         self.assignments.synchronize()?;
         let from = self.device;
         let cg = &mut self.cg;
-        let mut fields: Vec<&mut SpatialField<CellCentre>> = self
-            .levels
-            .iter_mut()
-            .flat_map(|l| [&mut l.x, &mut l.b, &mut l.r, &mut l.t])
-            .chain([&mut cg.x, &mut cg.r, &mut cg.p, &mut cg.q])
-            .collect();
+        let mut fields: Vec<&mut dyn MovableField> = Vec::new();
+        for l in self.levels.iter_mut() {
+            fields.extend([
+                &mut l.x as &mut dyn MovableField,
+                &mut l.b,
+                &mut l.r,
+                &mut l.t,
+            ]);
+            if let Some(closed) = &mut l.coefficients {
+                fields.extend(closed.fields_mut());
+            }
+        }
+        fields.extend([
+            &mut cg.x as &mut dyn MovableField,
+            &mut cg.r,
+            &mut cg.p,
+            &mut cg.q,
+        ]);
         // First a copy of every field there, keeping the old ones: if one
         // cannot be made (memory), the copies made are dropped and the
         // solver stays whole where it was.
         for n in 0..fields.len() {
-            if let Err(error) = fields[n].validate_on(device) {
+            if let Err(error) = fields[n].validate(device) {
                 for field in &mut fields[..n] {
-                    let _ = field.remove_location(device);
+                    let _ = field.remove(device);
                 }
                 return Err(error.into());
             }
         }
-        if let Some(blocked) = &mut self.blocked
-            && let Err(error) = blocked.validate_on(device)
-        {
-            for field in fields {
-                let _ = field.remove_location(device);
-            }
-            return Err(error);
-        }
         for field in fields {
-            field.set_active(device)?;
-            field.remove_location(from)?;
-        }
-        if let Some(blocked) = &mut self.blocked {
-            blocked.settle_on(device, from)?;
+            field.activate(device)?;
+            field.remove(from)?;
         }
         // Kernels prepared for the old memory and a stream of the old
         // device are of no use there.
@@ -1138,11 +1125,10 @@ impl Multigrid {
                 levels,
                 cg,
                 assignments,
-                blocked,
                 ..
             } = self;
             let (r, b, x) = (&mut cg.r, &levels[0].b, &cg.x);
-            match blocked {
+            match &levels[0].coefficients {
                 Some(blocked) => {
                     let mut fields: Vec<&dyn BoundField> = vec![b, x];
                     fields.extend(blocked.fields());
@@ -1182,9 +1168,10 @@ impl Multigrid {
                 cg,
                 assignments,
                 mean,
-                blocked,
+                levels,
                 ..
             } = self;
+            let blocked = levels[0].coefficients.as_ref();
             // p's ghosts hold the homogeneous conditions: filled where p is
             // written below, and copied from z (a V-cycle's x) at the start.
             let (p, q) = (&cg.p, &mut cg.q);
@@ -1334,43 +1321,6 @@ fn remove_mean(
     let own = x.id();
     assignments.run(purpose, [own, 0, 0], x, &[], |x| {
         let value = Expr::<CellCentre>::symbol(own, x.name()) - mean.expr();
-        Recipe {
-            fill,
-            ..Recipe::new(value.node().clone(), own)
-        }
-    })
-}
-
-/// [`remove_mean`] over the fluid cells of `blocked` only: the null space
-/// of a singular problem with closed faces is a constant on the fluid.
-fn remove_fluid_mean(
-    x: &mut SpatialField<CellCentre>,
-    blocked: &Blocked,
-    mean: &Parameter,
-    assignments: &mut Assignments,
-    purpose: &'static str,
-    fill: Option<BoundaryConditions>,
-) -> SolverResult<()> {
-    let fluid = &blocked.fluid;
-    let sum = assignments.reduce(
-        "fluid sum",
-        [x.id(), fluid.id()],
-        x.active_device(),
-        &[&*x, fluid],
-        || {
-            PreparedReduction::new(
-                field(&*x) * field(fluid),
-                Reduction::Sum,
-                ReduceRegion::Interior,
-                Parallelism::Rayon,
-            )
-        },
-    )?;
-    mean.set(sum / blocked.fluid_cells.max(1.0));
-    let own = x.id();
-    let fields: [&dyn BoundField; 1] = [fluid];
-    assignments.run(purpose, [own, fluid.id(), 0], x, &fields, |x| {
-        let value = Expr::<CellCentre>::symbol(own, x.name()) - mean.expr() * field(fluid);
         Recipe {
             fill,
             ..Recipe::new(value.node().clone(), own)

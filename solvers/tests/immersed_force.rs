@@ -144,7 +144,10 @@ fn a_symmetric_channel_gives_no_lift() {
     let mut flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
         .velocity_conditions(
             0,
-            walls().with(Side::MINUS_X, BoundaryCondition::DirichletExpression(inflow)),
+            walls().with(
+                Side::MINUS_X,
+                BoundaryCondition::DirichletExpression(inflow),
+            ),
         )
         .velocity_conditions(1, walls())
         .outflow(Side::PLUS_X)
