@@ -441,10 +441,9 @@ impl Simulation for Cylinder {
         self.steady.stop_reason()
     }
     fn status(&self) -> String {
-        let last = self.history.last().map_or(String::new(), |r| {
+        self.history.last().map_or(String::new(), |r| {
             format!("c_D {:.4} c_L {:.4}", r[1], r[2])
-        });
-        last
+        })
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
         dump_flow(&self.flow, group)
