@@ -5,10 +5,10 @@
 //! Run: `cargo run --release --example transport`
 
 use watershed::exprgraph::{ExecutionMode, Tag};
-use watershed::fields::{Grid, LocationKind, XFace, YFace};
+use watershed::fields::{CellCentre, Grid, LocationKind, XFace, YFace};
 use watershed::operators::{Limiter, field, interior_max, interior_min, interior_sum};
 use watershed::solvers::{
-    BoundaryCondition, BoundaryConditions, ConvectiveScheme, Diffusivity, TimeStep,
+    BoundaryCondition, BoundaryConditions, ConvectiveScheme, Diffusivity, SolverSymbols, TimeStep,
     TransportEquation, TransportSolverBuilder,
 };
 
@@ -27,7 +27,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ConvectiveScheme::Limited(Limiter::VanLeer),
         )
         .source_expression(|s| {
-            let y = s.field(&Tag::new("Y", watershed::exprgraph::Context::StateN));
+            // The solution as a right-hand side reads it.
+            let y = s.solution::<CellCentre>("Y");
             0.5 * y.clone() * (1.0 - y)
         })
         .boundary_conditions(

@@ -23,6 +23,7 @@
 //! | [`solver`] | [`TransportSolver`]: the graph, the stages, fixed or stability-limited `dt` |
 //! | `projection` | the projection's Poisson solve as a graph node (`ExpressionKind::IterativeSolve`) |
 //! | [`stages`] | [`StageParameters`], the language update node, the rotation of time levels |
+//! | [`symbols`] | [`SolverSymbols`]: `s.solution("Y")`, `s.given("u")` in user expressions, no `Context` spelled |
 //! | [`error`] | [`SolverError`] |
 
 #![warn(missing_docs)]
@@ -45,6 +46,7 @@ pub mod solver;
 pub mod stages;
 pub mod staggered;
 mod stepping;
+pub mod symbols;
 pub mod transport;
 
 pub use body::{Body, Shape};
@@ -61,5 +63,6 @@ pub use multigrid::{Multigrid, MultigridOptions, SolveReport};
 pub use solver::{TimeStep, TransportSolver, TransportSolverBuilder};
 pub use stages::StageParameters;
 pub use staggered::SpaceOrder;
+pub use symbols::SolverSymbols;
 pub use transport::{ConvectiveScheme, Diffusivity, Source, TransportEquation};
 pub use watershed_exprgraph as exprgraph;

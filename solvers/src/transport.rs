@@ -91,18 +91,41 @@ impl std::fmt::Debug for Source {
 
 /// A scalar transport equation, built step by step.
 ///
+/// The solution is `s.solution("Y")` in an expression ([`SolverSymbols`]),
+/// a field the program provides (the velocity here) `Tag::none`, declared
+/// as a placeholder and filled before the first step:
+///
 /// ```
 /// use watershed_exprgraph::Tag;
-/// use watershed_operators::{Limiter, Side};
-/// use watershed_solvers::{BoundaryCondition, BoundaryConditions, ConvectiveScheme, Diffusivity, TransportEquation};
+/// use watershed_fields::{CellCentre, Grid, LocationKind, XFace};
+/// use watershed_operators::Limiter;
+/// use watershed_solvers::{
+///     BoundaryCondition, BoundaryConditions, ConvectiveScheme, Diffusivity, SolverSymbols,
+///     TimeStep, TransportEquation, TransportSolverBuilder,
+/// };
+/// let patch = Grid::new([32, 1, 1], [1.0; 3], [0.0; 3])?
+///     .with_periodic([true, false, false])
+///     .whole_domain(2); // the limited scheme reads two cells upwind
 /// let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
 /// let equation = TransportEquation::new("Y")
 ///     .diffusion(Diffusivity::Constant(1e-3))
-///     .convection(velocity, ConvectiveScheme::Limited(Limiter::VanLeer))
+///     .convection(velocity.clone(), ConvectiveScheme::Limited(Limiter::VanLeer))
 ///     .boundary_conditions(BoundaryConditions::all(BoundaryCondition::Neumann(0.0)))
-///     .source_expression(|s| 0.1 * s.field(&Tag::none("Y")));
+///     .source_expression(|s| -0.1 * s.solution::<CellCentre>("Y"));
 /// assert_eq!(equation.solution_tag().to_string(), "Y (STATE_N)");
+/// let mut builder = TransportSolverBuilder::new(&patch).equation(equation);
+/// builder.factory_mut().placeholder(velocity[0].clone(), LocationKind::XFace)?;
+/// let mut solver = builder.build()?;
+/// solver.graph().with_field_mut::<XFace, _>(&velocity[0], |u| u.fill(1.0))??;
+/// solver.set_initial_condition("Y", |_| 1.0)?;
+/// solver.advance(0.5, TimeStep::Fixed(0.01))?;
+/// // A uniform Y carried and diffused stays uniform; the source decays it.
+/// let y = solver.with_solution("Y", |y| y.values().map(|v| v[v.len() / 2]))??;
+/// assert!((y - (-0.05f64).exp()).abs() < 1e-4, "{y}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// [`SolverSymbols`]: crate::SolverSymbols
 #[derive(Debug, Clone)]
 pub struct TransportEquation {
     name: String,
