@@ -1023,10 +1023,10 @@ impl IncompressibleFlow {
         );
         let cause = match limit {
             Some(limit) if dt > limit => format!(
-                "dt = {dt:e} exceeds the explicit stability limit of {scheme} (about {limit:e}): reduce the time step (cfl, diffusion_number)"
+                "dt = {dt:e} exceeds the explicit stability limit of {scheme} (about {limit:.3e}): reduce the time step (cfl, diffusion_number)"
             ),
             Some(limit) => format!(
-                "dt = {dt:e} is within the explicit stability limit of {scheme} (about {limit:e}); check the boundary values, the body force and the pressure solve"
+                "dt = {dt:e} is within the explicit stability limit of {scheme} (about {limit:.3e}); check the boundary values, the body force and the pressure solve"
             ),
             None if self.viscosity == 0.0 && !matches!(self.integrator, TimeIntegrator::SspRk3) => {
                 format!(

@@ -649,7 +649,7 @@ impl TransportSolver {
         let stable = self.limits(1.0, 0.5).ok().and_then(|l| l.scheme_limit());
         Ok(match stable {
             Some(limit) if dt > limit => format!(
-                "every input was finite, and dt = {dt:e} exceeds the explicit stability limit of {:?} on this grid (about {limit:e}): reduce the time step",
+                "every input was finite, and dt = {dt:e} exceeds the explicit stability limit of {:?} on this grid (about {limit:.3e}): reduce the time step",
                 self.integrator
             ),
             _ => format!(

@@ -575,6 +575,14 @@ fn forward_euler_in_3d_is_limited_by_its_own_diffusion_limit() {
         message.contains("exceeds the explicit stability limit of ForwardEuler"),
         "{message}"
     );
+    // The limit is printed to four digits, not to all seventeen.
+    let about = message.split("(about ").nth(1).unwrap_or_default();
+    let limit = about.split(')').next().unwrap_or_default();
+    let mantissa = limit.split('e').next().unwrap_or_default();
+    assert!(
+        mantissa.len() == 5 && limit.parse::<f64>().is_ok(),
+        "{limit} in {message}"
+    );
 }
 
 fn interior_max_abs(t: &SpatialField<CellCentre>) -> f64 {
