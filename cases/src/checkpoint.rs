@@ -262,9 +262,68 @@ pub fn load_series(group: &hdf5::Group, name: &str) -> CaseResult<Vec<f64>> {
         .map_err(|e| CaseError::Field(watershed_fields::io::read_error(group, name, e)))
 }
 
+/// Saves rows of `N` numbers (a per-step history) as one flat series.
+pub fn save_rows<const N: usize>(
+    group: &hdf5::Group,
+    name: &str,
+    rows: &[[f64; N]],
+) -> CaseResult<()> {
+    save_series(group, name, rows.as_flattened())
+}
+
+/// Loads what [`save_rows`] saved; a series whose length is not a whole
+/// number of rows is an error naming the file and the dataset.
+pub fn load_rows<const N: usize>(group: &hdf5::Group, name: &str) -> CaseResult<Vec<[f64; N]>> {
+    let flat = load_series(group, name)?;
+    if flat.len() % N != 0 {
+        return Err(CaseError::Usage(format!(
+            "{}: the dataset '{name}' holds {} numbers, not whole rows of {N}: the checkpoint is damaged; restart from another one",
+            group.filename(),
+            flat.len()
+        )));
+    }
+    Ok(flat
+        .chunks_exact(N)
+        .map(|c| std::array::from_fn(|k| c[k]))
+        .collect())
+}
+
+/// The rows of `rows` from index `from` on, as a series writer takes them.
+pub fn rows_from<const N: usize>(rows: &[[f64; N]], from: usize) -> Vec<Vec<f64>> {
+    rows.get(from..)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| r.to_vec())
+        .collect()
+}
+
 #[cfg(test)]
 mod series_tests {
-    use super::{load_series, save_series};
+    use super::{load_rows, load_series, rows_from, save_rows, save_series};
+    use crate::error::CaseError;
+
+    #[test]
+    fn rows_come_back_whole_and_a_partial_row_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rows.h5");
+        let rows = [[0.5, 1.0, 2.0], [1.0, 3.0, -4.0]];
+        {
+            let file = hdf5::File::create(&path).unwrap();
+            save_rows(&file, "history", &rows).unwrap();
+            save_series(&file, "short", &[1.0, 2.0, 3.0, 4.0]).unwrap();
+        }
+        let file = hdf5::File::open(&path).unwrap();
+        assert_eq!(load_rows::<3>(&file, "history").unwrap(), rows);
+        assert_eq!(rows_from(&rows, 1), vec![vec![1.0, 3.0, -4.0]]);
+        assert!(rows_from(&rows, 5).is_empty());
+        let error = load_rows::<3>(&file, "short").unwrap_err();
+        assert!(matches!(error, CaseError::Usage(_)), "{error:?}");
+        let message = error.to_string();
+        assert!(
+            message.contains("'short' holds 4 numbers, not whole rows of 3"),
+            "{message}"
+        );
+    }
 
     #[test]
     fn a_damaged_series_such_as_the_initial_mass_is_a_checksum_error() {

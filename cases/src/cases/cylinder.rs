@@ -8,7 +8,7 @@
 //! (2D-1) or the Strouhal number (2D-2) with the published reference
 //! intervals (`REFERENCE_2D1`, `REFERENCE_2D2`).
 
-use crate::checkpoint::{load_series, save_series};
+use crate::checkpoint::{load_rows, rows_from, save_rows};
 use crate::common::{case_execution_mode, dump_flow, integrator, load_flow, save_flow};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
@@ -451,16 +451,12 @@ impl Simulation for Cylinder {
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         save_flow(&self.flow, group, "")?;
         self.steady.save(group)?;
-        let flat: Vec<f64> = self.history.iter().flatten().copied().collect();
-        save_series(group, "force_coefficients", &flat)
+        save_rows(group, "force_coefficients", &self.history)
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
         load_flow(&mut self.flow, group, "", time, step)?;
         self.steady.load(group)?;
-        self.history = load_series(group, "force_coefficients")?
-            .chunks_exact(3)
-            .map(|c| [c[0], c[1], c[2]])
-            .collect();
+        self.history = load_rows(group, "force_coefficients")?;
         Ok(())
     }
     fn series(&self) -> Option<SeriesLayout> {
@@ -470,12 +466,7 @@ impl Simulation for Cylinder {
         })
     }
     fn series_rows(&self, from: usize) -> Vec<Vec<f64>> {
-        self.history
-            .get(from..)
-            .unwrap_or_default()
-            .iter()
-            .map(|r| r.to_vec())
-            .collect()
+        rows_from(&self.history, from)
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
         vec![("momentum".into(), self.flow.graph())]
