@@ -237,9 +237,14 @@ impl Immersed {
         })
     }
 
-    /// The gradient of the distance at `x` over the active axes (central
-    /// differences of a thousandth of a cell).
+    /// The gradient of the distance to the nearest body at `x`.
     fn normal(&self, x: [f64; 3]) -> [f64; 3] {
+        self.gradient(x, |y| self.nearest(y).0)
+    }
+
+    /// The gradient of `phi` at `x` over the active axes, by central
+    /// differences of a thousandth of a cell.
+    fn gradient(&self, x: [f64; 3], phi: impl Fn([f64; 3]) -> f64) -> [f64; 3] {
         let active = self.grid.active_dimensions();
         let h = self.grid.spacing();
         let mut g = [0.0; 3];
@@ -248,7 +253,7 @@ impl Immersed {
             let (mut plus, mut minus) = (x, x);
             plus[a] += e;
             minus[a] -= e;
-            g[a] = (self.nearest(plus).0 - self.nearest(minus).0) / (2.0 * e);
+            g[a] = (phi(plus) - phi(minus)) / (2.0 * e);
         }
         g
     }
@@ -355,18 +360,8 @@ impl Immersed {
         if slope == 0.0 {
             return (w, [0.0; 3]);
         }
-        let active = self.grid.active_dimensions();
-        let h = self.grid.spacing();
-        let mut g = [0.0; 3];
-        for a in (0..3).filter(|&a| active[a]) {
-            let e = 1e-3 * h[a];
-            let (mut plus, mut minus) = (x, x);
-            plus[a] += e;
-            minus[a] -= e;
-            g[a] = slope / (outer - inner) * (shape.distance(plus) - shape.distance(minus))
-                / (2.0 * e);
-        }
-        (w, g)
+        let normal = self.gradient(x, |y| shape.distance(y));
+        (w, normal.map(|n| slope / (outer - inner) * n))
     }
 
     /// Checks that every region of fluid cells the bodies cut off from the

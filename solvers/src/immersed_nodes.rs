@@ -5,7 +5,7 @@
 //! bodies on each field's own layout).
 
 use crate::error::SolverResult;
-use crate::immersed::Immersed;
+use crate::immersed::{FaceForcing, Immersed};
 use watershed_exprgraph::{
     ExpressionGraph, Factory, GraphLocation, LanguageExpression, LanguageReduction, Tag,
 };
@@ -94,28 +94,40 @@ impl ForcingTags {
         immersed: &Immersed,
     ) -> SolverResult<(usize, usize)> {
         let axis = F::AXIS;
-        let mut counts = (0, 0);
-        let mut write = |tag: &Tag, pick: &dyn Fn(&crate::immersed::FaceForcing) -> Vec<f64>| {
+        // The map is computed once per layout the coefficient fields have
+        // (usually one), not once per field.
+        let mut computed: Option<(FieldLayout, FaceForcing)> = None;
+        // `pick` gives the coefficients, or `None` for zeros (a direction
+        // no face interpolates along).
+        let mut write = |tag: &Tag, pick: &dyn Fn(&FaceForcing) -> Option<&[f64]>| {
             graph.with_field_mut::<F, _>(tag, |field| -> SolverResult<()> {
-                let forcing = immersed.forcing(axis, field.layout())?;
-                counts = (forcing.solid, forcing.forced);
-                field.values_mut()?.copy_from_slice(&pick(&forcing));
+                let layout = field.layout();
+                if computed.as_ref().is_none_or(|(l, _)| l != layout) {
+                    computed = Some((layout.clone(), immersed.forcing(axis, layout)?));
+                }
+                if let Some((_, forcing)) = &computed {
+                    match pick(forcing) {
+                        Some(values) => field.values_mut()?.copy_from_slice(values),
+                        None => field.fill(0.0)?,
+                    }
+                }
                 Ok(())
             })??;
             graph.fill_placeholder(tag)?;
             SolverResult::Ok(())
         };
-        write(&self.keep, &|f| f.keep.clone())?;
-        write(&self.value, &|f| f.value.clone())?;
-        write(&self.open, &|f| f.open.clone())?;
+        write(&self.keep, &|f| Some(&f.keep))?;
+        write(&self.value, &|f| Some(&f.value))?;
+        write(&self.open, &|f| Some(&f.open))?;
         for (offset, tag) in &self.neighbours {
             write(tag, &|f| {
                 f.neighbours
                     .iter()
                     .find(|(o, _)| o == offset)
-                    .map_or_else(|| vec![0.0; f.keep.len()], |(_, c)| c.clone())
+                    .map(|(_, c)| c.as_slice())
             })?;
         }
+        let counts = computed.map_or((0, 0), |(_, f)| (f.solid, f.forced));
         Ok(counts)
     }
 }

@@ -67,8 +67,8 @@ pub(crate) struct FaceCoefficients {
     pub fluid_cells: f64,
 }
 
-/// A face field on `patch` with `value(index)` at every allocated point.
-fn face_field<F: Location>(
+/// A field of location `F` on `patch` with `value(index)` at every allocated point.
+fn filled_field<F: Location>(
     patch: &Patch,
     name: &str,
     value: impl Fn([isize; 3]) -> f64,
@@ -106,7 +106,7 @@ impl FaceCoefficients {
                 }
             }
         };
-        let fluid = face_field::<CellCentre>(patch, "fluid cells", |index| {
+        let fluid = filled_field::<CellCentre>(patch, "fluid cells", |index| {
             if immersed.enclosed_cell(index) {
                 0.0
             } else {
@@ -117,17 +117,17 @@ impl FaceCoefficients {
             patch,
             diagonal,
             if active[0] {
-                Some(face_field(patch, "open x faces", open(0))?)
+                Some(filled_field(patch, "open x faces", open(0))?)
             } else {
                 None
             },
             if active[1] {
-                Some(face_field(patch, "open y faces", open(1))?)
+                Some(filled_field(patch, "open y faces", open(1))?)
             } else {
                 None
             },
             if active[2] {
-                Some(face_field(patch, "open z faces", open(2))?)
+                Some(filled_field(patch, "open z faces", open(2))?)
             } else {
                 None
             },
@@ -141,7 +141,7 @@ impl FaceCoefficients {
         coarse: &Patch,
         r: [isize; 3],
     ) -> SolverResult<SpatialField<CellCentre>> {
-        face_field::<CellCentre>(coarse, "fluid cells", |index| {
+        filled_field::<CellCentre>(coarse, "fluid cells", |index| {
             let mut any = 0.0f64;
             for k in 0..r[2] {
                 for j in 0..r[1] {
@@ -198,19 +198,19 @@ impl FaceCoefficients {
             coarse,
             diagonal,
             match &self.open_x {
-                Some(f) => Some(face_field(coarse, "open x faces", |i| {
+                Some(f) => Some(filled_field(coarse, "open x faces", |i| {
                     mean_open(f, 0, r, i)
                 })?),
                 None => None,
             },
             match &self.open_y {
-                Some(f) => Some(face_field(coarse, "open y faces", |i| {
+                Some(f) => Some(filled_field(coarse, "open y faces", |i| {
                     mean_open(f, 1, r, i)
                 })?),
                 None => None,
             },
             match &self.open_z {
-                Some(f) => Some(face_field(coarse, "open z faces", |i| {
+                Some(f) => Some(filled_field(coarse, "open z faces", |i| {
                     mean_open(f, 2, r, i)
                 })?),
                 None => None,
@@ -248,7 +248,7 @@ impl FaceCoefficients {
             .unwrap_or((0.0, 0.0));
             (lower + upper) / (h[a] * h[a])
         };
-        let inverse_diagonal = face_field::<CellCentre>(patch, "1 / diagonal", |index| {
+        let inverse_diagonal = filled_field::<CellCentre>(patch, "1 / diagonal", |index| {
             let d = -(pair(0, index) + pair(1, index) + pair(2, index));
             1.0 / if d < 0.0 { d } else { diagonal }
         })?;

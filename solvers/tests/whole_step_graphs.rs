@@ -638,19 +638,7 @@ fn the_flow_places_its_whole_step_and_its_pressure_solve_on_a_gpu() {
             flow.step(0.01).unwrap();
         }
     }
-    let fields = |flow: &watershed_solvers::IncompressibleFlow| {
-        let u = flow
-            .with_velocity::<XFace, _>(|f| f.values().unwrap().to_vec())
-            .unwrap();
-        let v = flow
-            .with_velocity::<YFace, _>(|f| f.values().unwrap().to_vec())
-            .unwrap();
-        let p = flow
-            .with_pressure(|f| f.values().unwrap().to_vec())
-            .unwrap();
-        [u, v, p]
-    };
-    let (gpu, cpu) = (fields(&on_gpu), fields(&on_cpu));
+    let (gpu, cpu) = (flow_fields(&on_gpu), flow_fields(&on_cpu));
     for (name, (g, c)) in ["u", "v", "p"].iter().zip(gpu.iter().zip(&cpu)) {
         let worst = g
             .iter()
@@ -907,19 +895,7 @@ fn an_immersed_body_gives_the_cpu_bits_on_a_gpu() {
             flow.step(0.01).unwrap();
         }
     }
-    let fields = |flow: &watershed_solvers::IncompressibleFlow| {
-        let u = flow
-            .with_velocity::<XFace, _>(|f| f.values().unwrap().to_vec())
-            .unwrap();
-        let v = flow
-            .with_velocity::<YFace, _>(|f| f.values().unwrap().to_vec())
-            .unwrap();
-        let p = flow
-            .with_pressure(|f| f.values().unwrap().to_vec())
-            .unwrap();
-        [u, v, p]
-    };
-    let (gpu, cpu) = (fields(&on_gpu), fields(&on_cpu));
+    let (gpu, cpu) = (flow_fields(&on_gpu), flow_fields(&on_cpu));
     for (name, (g, c)) in ["u", "v", "p"].iter().zip(gpu.iter().zip(&cpu)) {
         let differing = g
             .iter()
@@ -939,4 +915,18 @@ fn an_immersed_body_gives_the_cpu_bits_on_a_gpu() {
     );
     assert_eq!(force_gpu.map(f64::to_bits), force_cpu.map(f64::to_bits));
     assert!(force_cpu[0] > 0.0, "{force_cpu:?}");
+}
+
+/// The values of a 2D flow's u, v and pressure, ghosts included.
+fn flow_fields(flow: &watershed_solvers::IncompressibleFlow) -> [Vec<f64>; 3] {
+    let u = flow
+        .with_velocity::<XFace, _>(|f| f.values().unwrap().to_vec())
+        .unwrap();
+    let v = flow
+        .with_velocity::<YFace, _>(|f| f.values().unwrap().to_vec())
+        .unwrap();
+    let p = flow
+        .with_pressure(|f| f.values().unwrap().to_vec())
+        .unwrap();
+    [u, v, p]
 }
