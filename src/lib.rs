@@ -10,7 +10,13 @@
 //! | [`operators`] | `watershed-operators` | the field-expression language |
 //! | [`exprgraph`] | `watershed-exprgraph` | expressions, the DAG, fusion, memory plan, scheduler |
 //! | [`solvers`] | `watershed-solvers` | time integration, transport equations, projection |
-//! | [`cases`] | `watershed-cases` | the case library behind the `watershed` program |
+//! | [`io`] | `watershed-io` | a run's output: HDF5 dumps with their XDMF series, CSV, PNG charts |
+//! | `cases` | `watershed-cases` | the case library behind the `watershed` program (feature `cases`) |
+//!
+//! Features (all on by default): `cuda` (GPU support, loaded at run time),
+//! `hdf5-static` (HDF5 built from source; off, the system library),
+//! `plot` (PNG charts and field images), `cases` (the case library).
+//! `default-features = false` is the light build for your own programs.
 //!
 //! The cross-crate integration tests live in this package's `tests/`.
 //!
@@ -22,9 +28,11 @@
 //! # Ok::<(), watershed::fields::FieldError>(())
 //! ```
 
+#[cfg(feature = "cases")]
 pub use watershed_cases as cases;
 pub use watershed_exprgraph as exprgraph;
 pub use watershed_fields as fields;
+pub use watershed_io as io;
 pub use watershed_operators as operators;
 pub use watershed_solvers as solvers;
 

@@ -5,12 +5,12 @@
 use crate::cases::scalability::exprlib_graph;
 use crate::common::execution_mode;
 use crate::error::{CaseError, CaseResult};
-use crate::plot::{Mark, Series, line_chart};
 use crate::registry::CaseOptions;
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 use watershed_fields::Grid;
+use watershed_io::plot::{Mark, Series, line_chart};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -120,9 +120,11 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Runs the study; returns the rows and the files written.
 pub fn scaling_study(options: &BenchOptions) -> CaseResult<(Vec<BenchRow>, Vec<PathBuf>)> {
     options.validate()?;
-    std::fs::create_dir_all(&options.output).map_err(|e| CaseError::Output {
-        path: options.output.clone(),
-        reason: format!("cannot create the directory: {e}"),
+    std::fs::create_dir_all(&options.output).map_err(|e| {
+        CaseError::Io(watershed_io::OutputError::output(
+            options.output.clone(),
+            format!("cannot create the directory: {e}"),
+        ))
     })?;
     let mut rows: Vec<BenchRow> = Vec::new();
     for &cells in &options.sizes {
@@ -204,7 +206,7 @@ pub fn scaling_study(options: &BenchOptions) -> CaseResult<(Vec<BenchRow>, Vec<P
         );
     }
     let path = options.output.join("scalability.md");
-    crate::output::write_text_file_atomically(&path, &table)?;
+    watershed_io::files::write_text_file_atomically(&path, &table)?;
     files.push(path);
     for study in ["exprlib", "wasatch"] {
         let mut series = Vec::new();

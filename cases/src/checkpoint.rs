@@ -12,14 +12,15 @@
 //! fields whose grid or layout differ from its own, naming both.
 
 use crate::error::{CaseError, CaseResult};
-use crate::output::{
-    hdf5_error, numbered_file_step, read_number_attribute, read_text_attribute,
-    write_number_attribute, write_text_attribute,
-};
 use std::path::{Path, PathBuf};
 use watershed_exprgraph::{ExpressionGraph, GraphLocation, Tag};
 use watershed_fields::io::{GhostSelection, read_field, replace_file, write_field};
 use watershed_fields::{FieldError, Location, SpatialField};
+use watershed_io::attributes::{
+    hdf5_error, read_number_attribute, read_text_attribute, write_number_attribute,
+    write_text_attribute,
+};
+use watershed_io::files::numbered_file_step;
 
 /// What a checkpoint says about itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,9 +97,11 @@ pub fn write_checkpoint(
     }
     result?;
     let mut existing: Vec<(u64, PathBuf)> = std::fs::read_dir(directory)
-        .map_err(|e| CaseError::Output {
-            path: directory.to_path_buf(),
-            reason: format!("cannot list the directory: {e}"),
+        .map_err(|e| {
+            CaseError::Io(watershed_io::OutputError::output(
+                directory.to_path_buf(),
+                format!("cannot list the directory: {e}"),
+            ))
         })?
         .flatten()
         .filter_map(|entry| {
@@ -109,9 +112,11 @@ pub fn write_checkpoint(
     existing.sort();
     let excess = existing.len().saturating_sub(CHECKPOINTS_KEPT);
     for (_, old) in existing.into_iter().take(excess) {
-        std::fs::remove_file(&old).map_err(|e| CaseError::Output {
-            path: old.clone(),
-            reason: format!("cannot remove an old checkpoint: {e}"),
+        std::fs::remove_file(&old).map_err(|e| {
+            CaseError::Io(watershed_io::OutputError::output(
+                old.clone(),
+                format!("cannot remove an old checkpoint: {e}"),
+            ))
         })?;
     }
     Ok(path)
@@ -128,7 +133,7 @@ pub fn read_checkpoint(path: &Path) -> CaseResult<(hdf5::File, CheckpointHeader)
     }
     let file =
         hdf5::File::open(path).map_err(|e| refuse(format!("not a readable HDF5 file ({e})")))?;
-    let not_checkpoint = |e: CaseError| {
+    let not_checkpoint = |e: watershed_io::OutputError| {
         refuse(format!(
             "not a Watershed checkpoint (written by `watershed run --checkpoint-every N`): {e}"
         ))
@@ -141,7 +146,7 @@ pub fn read_checkpoint(path: &Path) -> CaseResult<(hdf5::File, CheckpointHeader)
     let cells: Vec<u64> = file
         .attr("grid_cells")
         .and_then(|a| a.read_raw())
-        .map_err(|e| not_checkpoint(hdf5_error(path, "grid_cells", e)))?;
+        .map_err(|e| not_checkpoint(hdf5_error(path, "grid_cells", e).into()))?;
     let grid_cells: [u64; 3] = cells
         .try_into()
         .map_err(|c: Vec<u64>| refuse(format!("grid_cells has {} values, not 3", c.len())))?;
@@ -248,7 +253,7 @@ pub fn save_series(group: &hdf5::Group, name: &str, values: &[f64]) -> CaseResul
         .with_data(values)
         .create(name)
         .map(drop)
-        .map_err(|e| hdf5_error(&file, name, e))
+        .map_err(|e| hdf5_error(&file, name, e).into())
 }
 
 /// Loads a series saved by [`save_series`].

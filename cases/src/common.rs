@@ -85,8 +85,8 @@ pub fn load_config<C: CaseConfig>(case: &str, options: &CaseOptions) -> CaseResu
 
 use crate::checkpoint::{load_field, save_field};
 use crate::derived::dump_derived_flow_fields;
-use crate::output::{DumpedField, dump_field};
 use watershed_fields::on_face;
+use watershed_io::dumps::{DumpedField, dump_field};
 use watershed_solvers::IncompressibleFlow;
 
 /// Dumps the velocity components (`u`, `v`, `w` on their faces), the
@@ -160,7 +160,7 @@ pub fn dump_solution(
     group: &hdf5::Group,
     name: &str,
 ) -> CaseResult<DumpedField> {
-    solver.with_solution(equation, |field| dump_field(group, name, field))?
+    Ok(solver.with_solution(equation, |field| dump_field(group, name, field))??)
 }
 
 /// Saves the solution of `equation` (with ghosts) as dataset `equation`.

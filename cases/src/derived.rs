@@ -20,10 +20,11 @@
 //! element), with how it was computed.
 
 use crate::error::CaseResult;
-use crate::output::{DumpedField, hdf5_error};
 use hdf5::types::VarLenUnicode;
 use std::path::PathBuf;
 use watershed_fields::{Location, LocationKind, SpatialField, on_face};
+use watershed_io::attributes::hdf5_error;
+use watershed_io::dumps::DumpedField;
 use watershed_solvers::IncompressibleFlow;
 
 /// How `velocity` is derived (its `derived` attribute).

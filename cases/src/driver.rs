@@ -11,13 +11,13 @@
 
 use crate::checkpoint::{CheckpointHeader, read_checkpoint, write_checkpoint};
 use crate::error::{CaseError, CaseResult};
-use crate::output::{DumpedField, OutputManager};
 use crate::progress::{Progress, ProgressMode, StepInfo};
-use crate::series::{SeriesFile, SeriesLayout};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use watershed_exprgraph::{ExpressionGraph, ExpressionTiming, RecordedEvent};
 use watershed_fields::{GpuCalls, Grid, MemoryPool};
+use watershed_io::csv::{SeriesFile, SeriesLayout};
+use watershed_io::dumps::{DumpSeries, DumpedField};
 
 /// A check a case makes at the end of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -309,7 +309,7 @@ fn done(stop: Stop, time: f64, steps: u64) -> bool {
 pub fn run<S: Simulation + ?Sized>(
     sim: &mut S,
     control: &RunControl,
-    mut output: Option<&mut OutputManager>,
+    mut output: Option<&mut DumpSeries>,
     observer: &mut dyn FnMut(&S),
 ) -> CaseResult<RunReport> {
     if let Stop::EndTime(end) = control.stop
@@ -359,7 +359,7 @@ pub fn run<S: Simulation + ?Sized>(
         }
     }
     let mut progress = Progress::new(control.progress, sim.case());
-    let dump = |sim: &S, output: &mut OutputManager| -> CaseResult<()> {
+    let dump = |sim: &S, output: &mut DumpSeries| -> CaseResult<()> {
         let path = output.dump(sim.time(), sim.steps(), |group| sim.dump(group))?;
         tracing::info!(file = %path.display(), step = sim.steps(), time = sim.time(), "dump written");
         Ok(())

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use watershed_exprgraph::GraphError;
 use watershed_fields::FieldError;
+use watershed_io::OutputError;
 use watershed_solvers::SolverError;
 
 /// Where a configuration value came from.
@@ -105,29 +106,15 @@ pub enum CaseError {
         /// Why it cannot be used.
         reason: String,
     },
-    /// An output directory or file that cannot be written or would be
-    /// overwritten.
-    #[error("output {path}: {reason}")]
-    Output {
-        /// The directory or file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
     /// A device that was asked for and is not there.
     #[error("device: {0}")]
     Device(String),
     /// Options that contradict each other or the case.
     #[error("{0}")]
     Usage(String),
-    /// A plot that could not be drawn.
-    #[error("plot {path}: {reason}")]
-    Plot {
-        /// The PNG file.
-        path: PathBuf,
-        /// Why.
-        reason: String,
-    },
+    /// An output folder, file or chart that cannot be written or read.
+    #[error(transparent)]
+    Io(#[from] OutputError),
     /// A solver error.
     #[error(transparent)]
     Solver(#[from] SolverError),

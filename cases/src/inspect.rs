@@ -58,7 +58,7 @@ fn group(g: &hdf5::Group, path: &str, text: &mut String) -> CaseResult<()> {
     let file = std::path::PathBuf::from(g.filename());
     let mut names = g
         .member_names()
-        .map_err(|e| crate::output::hdf5_error(&file, path, e))?;
+        .map_err(|e| watershed_io::attributes::hdf5_error(&file, path, e))?;
     names.sort();
     for name in names {
         let full = format!("{path}{name}");
@@ -98,20 +98,22 @@ fn group(g: &hdf5::Group, path: &str, text: &mut String) -> CaseResult<()> {
 /// Describes the HDF5 file at `path`.
 pub fn describe_file(path: &Path) -> CaseResult<String> {
     if path.is_dir() {
-        return Err(CaseError::Output {
-            path: path.to_path_buf(),
-            reason: "is a directory; inspect describes one HDF5 file, for example a dump (CASE_00000000.h5) or a checkpoint in it".into(),
-        });
+        return Err(CaseError::Io(watershed_io::OutputError::output(
+            path.to_path_buf(),
+            "is a directory; inspect describes one HDF5 file, for example a dump (CASE_00000000.h5) or a checkpoint in it",
+        )));
     }
     if !path.is_file() {
-        return Err(CaseError::Output {
-            path: path.to_path_buf(),
-            reason: "no such file".into(),
-        });
+        return Err(CaseError::Io(watershed_io::OutputError::output(
+            path.to_path_buf(),
+            "no such file",
+        )));
     }
-    let file = hdf5::File::open(path).map_err(|e| CaseError::Output {
-        path: path.to_path_buf(),
-        reason: format!("not a readable HDF5 file ({e})"),
+    let file = hdf5::File::open(path).map_err(|e| {
+        CaseError::Io(watershed_io::OutputError::output(
+            path.to_path_buf(),
+            format!("not a readable HDF5 file ({e})"),
+        ))
     })?;
     let mut text = String::new();
     let _ = writeln!(text, "file {}", path.display());

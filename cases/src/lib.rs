@@ -6,14 +6,15 @@
 //! * [`driver`]: the [`Simulation`](driver::Simulation) trait and the run
 //!   loop ([`driver::run`]) with dumps, checkpoints, progress, a per-step
 //!   observer, a whole-run trace and the end-of-run summary;
-//! * [`output`]: HDF5 dumps (one file per dump) and the XDMF time series;
-//! * [`output_lock`]: one run per output folder (a lock file);
 //! * [`interrupt`]: SIGINT and SIGTERM end a run after its step, with a checkpoint;
 //! * [`checkpoint`]: atomic checkpoints and bitwise restarts;
 //! * [`config`]: strict TOML configurations with `--set` overrides;
-//! * [`progress`], [`plot`]: the progress bar and PNG charts;
-//! * [`series`]: a case's time series, written and flushed as the run goes;
+//! * [`progress`]: the progress bar;
 //! * [`cases`]: the cases themselves, listed by [`registered_cases`].
+//!
+//! The output (HDF5 dumps with their XDMF series, one run per folder, CSV
+//! series, PNG charts) is `watershed_io`'s, usable without a
+//! [`Simulation`](driver::Simulation).
 //!
 //! ```
 //! use watershed_cases::{find_case, registry::CaseOptions};
@@ -45,14 +46,9 @@ pub mod driver;
 pub mod error;
 pub mod inspect;
 pub mod interrupt;
-pub mod output;
-pub mod output_lock;
-pub mod plot;
 pub mod progress;
 pub mod registry;
-pub mod series;
 pub mod steady;
-pub mod xdmf;
 
 pub use error::{CaseError, CaseResult, ConfigOrigin};
 pub use registry::{CaseInfo, find_case, registered_cases};

@@ -7,10 +7,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use watershed_cases::driver::{DumpSchedule, RunControl, Stop, restore, run, summary};
-use watershed_cases::output::OutputManager;
 use watershed_cases::progress::ProgressMode;
 use watershed_cases::registry::CaseOptions;
 use watershed_cases::{CaseError, find_case, registered_cases};
+use watershed_io::dumps::DumpSeries;
 
 /// Watershed: PDE/CFD field computations on CPUs and GPUs.
 #[derive(Debug, Parser)]
@@ -259,7 +259,7 @@ fn check_device(
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), Failure> {
-    watershed_cases::output::write_text_file_atomically(path, text).map_err(runtime)
+    watershed_io::files::write_text_file_atomically(path, text).map_err(|e| runtime(e.into()))
 }
 
 /// Refuses a thread count above what a graph may use, naming `what`.
@@ -293,10 +293,10 @@ fn check_backend() -> Result<(), Failure> {
 /// must not be a folder. `flag` names the option.
 fn check_writable(path: &Path, flag: &str) -> Result<(), Failure> {
     let refuse = |reason: String| {
-        usage(CaseError::Output {
-            path: path.to_path_buf(),
-            reason: format!("{reason} (given with {flag}); choose another path"),
-        })
+        usage(CaseError::Io(watershed_io::OutputError::output(
+            path.to_path_buf(),
+            format!("{reason} (given with {flag}); choose another path"),
+        )))
     };
     if path.is_dir() {
         return Err(refuse("is a directory".into()));
@@ -385,10 +385,10 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         // Validate everything before creating the directory.
         (info.config_text)(&options).map_err(usage)?;
         std::fs::create_dir_all(&directory).map_err(|e| {
-            runtime(CaseError::Output {
-                path: directory.clone(),
-                reason: format!("cannot create the directory: {e}"),
-            })
+            runtime(CaseError::Io(watershed_io::OutputError::output(
+                directory.clone(),
+                format!("cannot create the directory: {e}"),
+            )))
         })?;
         let check = watershed_cases::cases::heat::convergence_study(&options, Some(&directory))
             .map_err(runtime)?;
@@ -565,20 +565,20 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         let holds_results = directory.join(format!("{}.xmf", info.name)).exists();
         if target.is_some() && own != target && holds_results {
             if !args.overwrite {
-                return Err(usage(CaseError::Output {
-                    path: directory.clone(),
-                    reason: format!(
+                return Err(usage(CaseError::Io(watershed_io::OutputError::output(
+                    directory.clone(),
+                    format!(
                         "holds another run's results, and --restart {} continues the run in {}: its dumps would be mixed with this restart's; continue in {}, choose an empty --output, or pass --overwrite to replace this folder",
                         checkpoint.display(),
                         own.as_deref().unwrap_or(Path::new("?")).display(),
                         own.as_deref().unwrap_or(Path::new("?")).display()
                     ),
-                }));
+                ))));
             }
             continues_here = false;
         }
     }
-    let mut output = OutputManager::create(
+    let mut output = DumpSeries::create(
         &directory,
         info.name,
         prepared.simulation.grid(),
@@ -588,7 +588,7 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
             .filter(|_| continues_here)
             .map(|h| h.step),
     )
-    .map_err(usage)?;
+    .map_err(|e| usage(e.into()))?;
     let (stale, stale_bytes) = output.swept();
     if stale > 0 {
         eprintln!(

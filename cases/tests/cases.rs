@@ -571,7 +571,7 @@ fn taylor_green_inviscid_keeps_its_energy() {
 /// -dK/dt and 2 nu Omega agree to the scheme's small numerical share.
 #[test]
 fn taylor_green_writes_its_history_as_it_runs() {
-    use watershed_cases::output::OutputManager;
+    use watershed_io::dumps::DumpSeries;
     let dir = tempfile::tempdir().unwrap();
     let info = find_case("taylor-green").unwrap();
     let sets = ["dimensions=3", "cells=16", "re=100", "end_time=1"];
@@ -579,7 +579,7 @@ fn taylor_green_writes_its_history_as_it_runs() {
     let control = quiet_control(Stop::Steps(6), &prepared.config_text);
     let sim = prepared.simulation.as_mut();
     let mut output =
-        OutputManager::create(dir.path(), "taylor-green", sim.grid(), false, None).unwrap();
+        DumpSeries::create(dir.path(), "taylor-green", sim.grid(), false, None).unwrap();
     let csv = dir.path().join("taylor-green_energy.csv");
     let mut lines_seen = Vec::new();
     run(sim, &control, Some(&mut output), &mut |_| {

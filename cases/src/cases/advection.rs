@@ -8,13 +8,13 @@ use crate::common::{
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
-use crate::output::DumpedField;
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::{ExpressionGraph, Tag};
 use watershed_fields::{Grid, LocationKind, XFace, YFace};
+use watershed_io::dumps::DumpedField;
 use watershed_operators::Limiter;
 use watershed_solvers::{
     ConvectiveScheme, TransportEquation, TransportSolver, TransportSolverBuilder,

@@ -11,14 +11,15 @@ use crate::common::{
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
-use crate::output::DumpedField;
-use crate::plot::{Mark, Series, line_chart, write_csv};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
 use crate::steady::SteadyState;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
 use watershed_fields::{Grid, XFace, YFace};
+use watershed_io::csv::write_csv;
+use watershed_io::dumps::DumpedField;
+use watershed_io::plot::{Mark, Series, line_chart};
 use watershed_operators::Side;
 use watershed_solvers::{
     BoundaryCondition, BoundaryConditions, ConvectionForm, IncompressibleFlow,

@@ -13,15 +13,16 @@ use crate::common::{case_execution_mode, dump_flow, integrator, load_flow, save_
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
-use crate::output::DumpedField;
-use crate::plot::{Mark, Series, line_chart, write_csv};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
-use crate::series::SeriesLayout;
 use crate::steady::SteadyState;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
 use watershed_fields::{Grid, XFace};
+use watershed_io::csv::SeriesLayout;
+use watershed_io::csv::write_csv;
+use watershed_io::dumps::DumpedField;
+use watershed_io::plot::{Mark, Series, line_chart};
 use watershed_operators::Side;
 use watershed_solvers::{
     Body, BoundaryCondition, BoundaryConditions, BoundaryExpression, IncompressibleFlow,

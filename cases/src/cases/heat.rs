@@ -8,8 +8,6 @@ use crate::common::{
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, DumpSchedule, RunControl, Simulation, Stop, run};
 use crate::error::CaseResult;
-use crate::output::DumpedField;
-use crate::plot::{Mark, Series, line_chart, write_csv};
 use crate::progress::ProgressMode;
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
 use serde::{Deserialize, Serialize};
@@ -17,6 +15,9 @@ use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
 use watershed_fields::Grid;
+use watershed_io::csv::write_csv;
+use watershed_io::dumps::DumpedField;
+use watershed_io::plot::{Mark, Series, line_chart};
 use watershed_solvers::{Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder};
 
 /// The case's name.

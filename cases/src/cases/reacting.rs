@@ -9,13 +9,13 @@ use crate::common::{
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
-use crate::output::{DumpedField, dump_graph_field};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::{ExpressionGraph, Tag};
 use watershed_fields::{CellCentre, Grid, LocationKind, XFace, YFace};
+use watershed_io::dumps::{DumpedField, dump_graph_field};
 use watershed_solvers::{
     Diffusivity, IncompressibleFlow, IncompressibleFlowBuilder, TransportEquation, TransportSolver,
     TransportSolverBuilder,

@@ -9,7 +9,6 @@ use crate::common::{
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
-use crate::output::{DumpedField, dump_graph_field};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -19,6 +18,7 @@ use watershed_exprgraph::{
     NativeExpression, PlacementPolicy, Symbols, Tag,
 };
 use watershed_fields::{CellCentre, Grid, HostMemory, LocationKind, Patch, XFace, YFace, ZFace};
+use watershed_io::dumps::{DumpedField, dump_graph_field};
 use watershed_operators::{Expr, FaceLocation, divergence, exp, gradient, interpolate_to_face};
 use watershed_solvers::{
     BoundaryConditions, Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder,
@@ -672,7 +672,8 @@ impl Simulation for ExprLib {
             .map(|i| {
                 dump_graph_field::<CellCentre>(&self.graph, &phi(i), group, &format!("phi{i}"))
             })
-            .collect()
+            .collect::<Result<_, _>>()
+            .map_err(CaseError::from)
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         for i in 0..self.config.pdes {

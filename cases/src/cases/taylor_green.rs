@@ -10,15 +10,16 @@ use crate::common::{case_execution_mode, dump_flow, integrator, load_flow, save_
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
-use crate::output::DumpedField;
-use crate::plot::{Mark, Series, line_chart, write_csv};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
-use crate::series::SeriesLayout;
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
 use watershed_fields::{Grid, XFace, YFace};
+use watershed_io::csv::SeriesLayout;
+use watershed_io::csv::write_csv;
+use watershed_io::dumps::DumpedField;
+use watershed_io::plot::{Mark, Series, line_chart};
 use watershed_solvers::{
     ConvectionForm, IncompressibleFlow, IncompressibleFlowBuilder, SolverError, SpaceOrder,
 };

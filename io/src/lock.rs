@@ -6,7 +6,7 @@
 //! that no longer exists on this host (killed) is taken over, and the
 //! takeover is logged.
 
-use crate::error::{CaseError, CaseResult};
+use crate::error::{OutputError, OutputResult};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -50,9 +50,9 @@ fn holder(text: &str) -> Option<(u32, String, String)> {
 impl OutputLock {
     /// Takes the lock of `directory` (which must exist) for a run of
     /// `case`, or says who holds it.
-    pub fn acquire(directory: &Path, case: &str) -> CaseResult<Self> {
+    pub fn acquire(directory: &Path, case: &str) -> OutputResult<Self> {
         let path = directory.join(LOCK_FILE);
-        let error = |reason: String| CaseError::Output {
+        let error = |reason: String| OutputError::Output {
             path: directory.to_path_buf(),
             reason,
         };
@@ -125,7 +125,7 @@ mod tests {
         let lock = OutputLock::acquire(dir.path(), "heat").unwrap();
         let error = OutputLock::acquire(dir.path(), "heat").unwrap_err();
         let message = error.to_string();
-        assert!(matches!(error, CaseError::Output { .. }), "{error:?}");
+        assert!(matches!(error, OutputError::Output { .. }), "{error:?}");
         assert!(
             message.contains(&format!("pid {}", std::process::id())) && message.contains("`heat`"),
             "{message}"

@@ -1,16 +1,16 @@
-//! A case's time series written as the run goes: one CSV in the output
-//! directory, its header and every complete row written when the run starts
-//! (a restart rewrites the rows its checkpoint holds), then each new row
-//! appended and flushed after the step that completes it, so that a run
-//! that diverges or is interrupted keeps its history up to its last step.
+//! CSV files of numbers: a whole table written atomically ([`write_csv`]),
+//! and a time series written as the run goes ([`SeriesFile`]): its header
+//! and every complete row written when the run starts (a restart rewrites
+//! the rows its checkpoint holds), then each new row appended and flushed
+//! after the step that completes it, so that a run that diverges or is
+//! interrupted keeps its history up to its last step.
 
-use crate::error::{CaseError, CaseResult};
+use crate::error::{OutputError, OutputResult};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-/// The header line and file name of a case's series
-/// ([`crate::driver::Simulation::series`]).
+/// The header line and file name of a time series.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeriesLayout {
     /// File name inside the output directory (e.g. `taylor-green_energy.csv`).
@@ -27,14 +27,14 @@ pub struct SeriesFile {
     written: usize,
 }
 
-fn failed(path: &Path, error: std::io::Error) -> CaseError {
-    CaseError::Output {
+fn failed(path: &Path, error: std::io::Error) -> OutputError {
+    OutputError::Output {
         path: path.to_path_buf(),
         reason: format!("cannot write the time series: {error}"),
     }
 }
 
-/// One row as CSV text (12 significant digits, as [`crate::plot::write_csv`]).
+/// One row as CSV text (12 significant digits, as [`write_csv`]).
 fn line(row: &[f64]) -> String {
     let cells: Vec<String> = row.iter().map(|v| format!("{v:.12e}")).collect();
     cells.join(",")
@@ -43,7 +43,11 @@ fn line(row: &[f64]) -> String {
 impl SeriesFile {
     /// Creates (or replaces) `directory/layout.file_name` with the header
     /// and `rows`, flushed.
-    pub fn create(directory: &Path, layout: &SeriesLayout, rows: &[Vec<f64>]) -> CaseResult<Self> {
+    pub fn create(
+        directory: &Path,
+        layout: &SeriesLayout,
+        rows: &[Vec<f64>],
+    ) -> OutputResult<Self> {
         let path = directory.join(&layout.file_name);
         let file = File::create(&path).map_err(|e| failed(&path, e))?;
         let mut series = SeriesFile {
@@ -57,7 +61,7 @@ impl SeriesFile {
     }
 
     /// Appends `rows` and flushes.
-    pub fn append(&mut self, rows: &[Vec<f64>]) -> CaseResult<()> {
+    pub fn append(&mut self, rows: &[Vec<f64>]) -> OutputResult<()> {
         for row in rows {
             writeln!(self.out, "{}", line(row)).map_err(|e| failed(&self.path, e))?;
         }
@@ -75,6 +79,18 @@ impl SeriesFile {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Writes a CSV file: a header line and one line per row.
+pub fn write_csv(path: &Path, header: &str, rows: &[Vec<f64>]) -> OutputResult<()> {
+    use std::fmt::Write;
+    let mut text = String::from(header);
+    text.push('\n');
+    for row in rows {
+        let line: Vec<String> = row.iter().map(|v| format!("{v:.12e}")).collect();
+        let _ = writeln!(text, "{}", line.join(","));
+    }
+    crate::files::write_text_file_atomically(path, &text)
 }
 
 #[cfg(test)]

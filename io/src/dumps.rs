@@ -14,15 +14,18 @@
 //! that is synced and renamed over the old one, so each is always valid and
 //! never names a dump that is not complete.
 
-use crate::error::{CaseError, CaseResult};
-use crate::output_lock::OutputLock;
+use crate::attributes::{
+    hdf5_error, read_number_attribute, write_number_attribute, write_text_attribute,
+};
+use crate::error::{OutputError, OutputResult};
+use crate::files::{is_writers_temporary, numbered_file_step, write_text_file_atomically};
+use crate::lock::OutputLock;
 use crate::xdmf::{dumped_locations, xdmf_document, xdmf_file_name};
 use hdf5::types::VarLenUnicode;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use watershed_exprgraph::{ExpressionGraph, GraphLocation, Tag};
 use watershed_fields::io::{GhostSelection, replace_file, write_field};
-use watershed_fields::{FieldError, Grid, Location, LocationKind, SpatialField};
+use watershed_fields::{FieldError, FieldScalar, Grid, Location, LocationKind, SpatialField};
 
 /// One field written into a dump.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,11 +59,11 @@ pub struct DumpRecord {
 }
 
 /// Writes the interior of `field` as dataset `name` of `group`.
-pub fn dump_field<L: Location>(
+pub fn dump_field<L: Location, T: FieldScalar>(
     group: &hdf5::Group,
     name: &str,
-    field: &SpatialField<L>,
-) -> CaseResult<DumpedField> {
+    field: &SpatialField<L, T>,
+) -> OutputResult<DumpedField> {
     write_field(group, name, field, GhostSelection::Interior)?;
     Ok(DumpedField {
         name: name.into(),
@@ -77,116 +80,26 @@ pub fn dump_graph_field<L: GraphLocation>(
     tag: &Tag,
     group: &hdf5::Group,
     name: &str,
-) -> CaseResult<DumpedField> {
+) -> OutputResult<DumpedField> {
     graph.with_field::<L, _>(tag, |field| dump_field(group, name, field))?
 }
 
-pub(crate) fn hdf5_error(file: &Path, object: &str, source: hdf5::Error) -> CaseError {
-    CaseError::Field(FieldError::Hdf5 {
-        file: file.to_path_buf(),
-        object: object.into(),
-        source,
-    })
+/// A field that [`DumpSeries::write`] can put into a dump: a
+/// [`SpatialField`] at any location, of `f64` or `f32`.
+pub trait DumpableField {
+    /// Writes the field's interior as dataset `name` of `group`.
+    fn dump_into(&self, group: &hdf5::Group, name: &str) -> OutputResult<DumpedField>;
 }
 
-/// Writes a text attribute on `group`.
-pub fn write_text_attribute(group: &hdf5::Group, name: &str, text: &str) -> CaseResult<()> {
-    let file = PathBuf::from(group.filename());
-    let value: VarLenUnicode = text
-        .parse()
-        .map_err(|e| hdf5_error(&file, name, hdf5::Error::from(format!("{e}"))))?;
-    group
-        .new_attr::<VarLenUnicode>()
-        .create(name)
-        .and_then(|a| a.write_scalar(&value))
-        .map_err(|e| hdf5_error(&file, name, e))
-}
-
-/// Writes a number attribute on `group`.
-pub fn write_number_attribute<T: hdf5::H5Type>(
-    group: &hdf5::Group,
-    name: &str,
-    value: T,
-) -> CaseResult<()> {
-    let file = PathBuf::from(group.filename());
-    group
-        .new_attr::<T>()
-        .create(name)
-        .and_then(|a| a.write_scalar(&value))
-        .map_err(|e| hdf5_error(&file, name, e))
-}
-
-/// Reads a text attribute of `group`.
-pub fn read_text_attribute(group: &hdf5::Group, name: &str) -> CaseResult<String> {
-    let file = PathBuf::from(group.filename());
-    let value: VarLenUnicode = group
-        .attr(name)
-        .and_then(|a| a.read_scalar())
-        .map_err(|e| hdf5_error(&file, name, e))?;
-    Ok(value.as_str().to_string())
-}
-
-/// Reads a number attribute of `group`.
-pub fn read_number_attribute<T: hdf5::H5Type>(group: &hdf5::Group, name: &str) -> CaseResult<T> {
-    let file = PathBuf::from(group.filename());
-    let attribute = group.attr(name).map_err(|e| hdf5_error(&file, name, e))?;
-    // No conversion on reading: HDF5 would clip a stored -1 to an
-    // unsigned 0 (a checkpoint's step) or round a float to an integer.
-    let stored = attribute
-        .dtype()
-        .and_then(|t| t.to_descriptor())
-        .map_err(|e| hdf5_error(&file, name, e))?;
-    let wanted = T::type_descriptor();
-    if stored != wanted {
-        return Err(CaseError::Output {
-            path: file,
-            reason: format!(
-                "attribute `{name}` is stored as {stored:?}, not {wanted:?} as Watershed writes it; the file was not written by this program or was altered"
-            ),
-        });
+impl<L: Location, T: FieldScalar> DumpableField for SpatialField<L, T> {
+    fn dump_into(&self, group: &hdf5::Group, name: &str) -> OutputResult<DumpedField> {
+        dump_field(group, name, self)
     }
-    attribute
-        .read_scalar()
-        .map_err(|e| hdf5_error(&file, name, e))
-}
-
-/// Writes `text` to `path` atomically: a temporary file in the same
-/// directory, synced, renamed over `path`, directory synced.
-pub fn write_text_file_atomically(path: &Path, text: &str) -> CaseResult<()> {
-    let directory = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let temporary = directory.join(format!(
-        ".{}.{}.tmp",
-        path.file_name()
-            .map_or("file".into(), |n| n.to_string_lossy()),
-        std::process::id()
-    ));
-    let error = |action: &str, e: std::io::Error| CaseError::Output {
-        path: path.to_path_buf(),
-        reason: format!("{action}: {e}"),
-    };
-    let result = (|| {
-        let mut file =
-            std::fs::File::create(&temporary).map_err(|e| error("creating a temporary file", e))?;
-        file.write_all(text.as_bytes())
-            .map_err(|e| error("writing", e))?;
-        file.sync_all().map_err(|e| error("syncing", e))?;
-        std::fs::rename(&temporary, path).map_err(|e| error("renaming into place", e))?;
-        std::fs::File::open(directory)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| error("syncing the directory", e))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    result
 }
 
 /// Writes the dumps of a run into a directory and keeps its XDMF current.
 #[derive(Debug)]
-pub struct OutputManager {
+pub struct DumpSeries {
     directory: PathBuf,
     case: String,
     grid: Grid,
@@ -200,23 +113,7 @@ pub struct OutputManager {
     _lock: OutputLock,
 }
 
-/// True for the name of a temporary file that an atomic writer of this
-/// crate or `watershed_fields::io` writes before renaming it into place:
-/// `.NAME.PID-N.tmp` (HDF5) or `.NAME.PID.tmp` (text).
-pub(crate) fn is_writers_temporary(name: &str) -> bool {
-    name.starts_with('.') && name.ends_with(".tmp") && name != ".tmp"
-}
-
-/// The step of a file named `{prefix}_{step}.h5`.
-pub(crate) fn numbered_file_step(name: &str, prefix: &str) -> Option<u64> {
-    name.strip_prefix(prefix)?
-        .strip_prefix('_')?
-        .strip_suffix(".h5")?
-        .parse()
-        .ok()
-}
-
-impl OutputManager {
+impl DumpSeries {
     /// Output of case `case` on `grid` into `directory` (created if
     /// needed), locked for this run while the manager lives
     /// ([`OutputLock`]: a second run into it is refused). A directory that
@@ -231,8 +128,8 @@ impl OutputManager {
         grid: &Grid,
         overwrite: bool,
         restart_step: Option<u64>,
-    ) -> CaseResult<Self> {
-        let error = |reason: String| CaseError::Output {
+    ) -> OutputResult<Self> {
+        let error = |reason: String| OutputError::Output {
             path: directory.to_path_buf(),
             reason,
         };
@@ -295,7 +192,7 @@ impl OutputManager {
                     .map_err(|e| error(format!("cannot remove {}: {e}", path.display())))?;
             }
         }
-        let manager = OutputManager {
+        let manager = DumpSeries {
             directory: directory.to_path_buf(),
             case: case.into(),
             grid: grid.clone(),
@@ -308,7 +205,7 @@ impl OutputManager {
         Ok(manager)
     }
 
-    fn read_record(path: &Path) -> CaseResult<DumpRecord> {
+    fn read_record(path: &Path) -> OutputResult<DumpRecord> {
         let file = hdf5::File::open(path).map_err(|e| hdf5_error(path, "/", e))?;
         let time = read_number_attribute::<f64>(&file, "time")?;
         let step = read_number_attribute::<u64>(&file, "step")?;
@@ -324,7 +221,7 @@ impl OutputManager {
             let location = LocationKind::ALL
                 .into_iter()
                 .find(|l| l.name() == location.as_str())
-                .ok_or_else(|| CaseError::Output {
+                .ok_or_else(|| OutputError::Output {
                     path: path.to_path_buf(),
                     reason: format!("dataset {name} has an unknown location {location}"),
                 })?;
@@ -333,7 +230,7 @@ impl OutputManager {
                 3 => 1,
                 4 if shape[3] == 3 => 3,
                 _ => {
-                    return Err(CaseError::Output {
+                    return Err(OutputError::Output {
                         path: path.to_path_buf(),
                         reason: format!(
                             "dataset {name} has shape {shape:?}, neither (nz, ny, nx) nor (nz, ny, nx, 3)"
@@ -411,36 +308,46 @@ impl OutputManager {
 
     /// Writes one dump at (`time`, `step`): `write` adds the fields to the
     /// new file and returns what it wrote. Then the XDMF is rewritten.
-    pub fn dump(
+    pub fn dump<E: From<OutputError>>(
         &mut self,
         time: f64,
         step: u64,
-        write: impl FnOnce(&hdf5::Group) -> CaseResult<Vec<DumpedField>>,
-    ) -> CaseResult<PathBuf> {
+        write: impl FnOnce(&hdf5::Group) -> Result<Vec<DumpedField>, E>,
+    ) -> Result<PathBuf, E> {
         let name = format!("{}_{step:08}.h5", self.case);
         let path = self.directory.join(&name);
         let mut fields = Vec::new();
-        let mut inner: Option<CaseError> = None;
+        // The writer's own error, returned as it is once replace_file has
+        // removed the half-written temporary file.
+        let mut inner: Option<E> = None;
         let result = replace_file(&path, |file| {
-            let run = || -> CaseResult<Vec<DumpedField>> {
+            let attributes = || -> OutputResult<()> {
                 write_text_attribute(file, "case", &self.case)?;
                 write_number_attribute(file, "time", time)?;
-                write_number_attribute(file, "step", step)?;
-                write(file)
+                write_number_attribute(file, "step", step)
             };
-            match run() {
+            match attributes() {
+                Err(OutputError::Field(e)) => return Err(e),
+                Err(other) => {
+                    return Err(FieldError::Hdf5Format {
+                        file: path.clone(),
+                        dataset: "/".into(),
+                        reason: other.to_string(),
+                    });
+                }
+                Ok(()) => {}
+            }
+            match write(file) {
                 Ok(written) => {
                     fields = written;
                     Ok(())
                 }
-                Err(CaseError::Field(e)) => Err(e),
-                Err(other) => {
-                    let reason = other.to_string();
-                    inner = Some(other);
+                Err(error) => {
+                    inner = Some(error);
                     Err(FieldError::Hdf5Format {
                         file: path.clone(),
                         dataset: "/".into(),
-                        reason,
+                        reason: "the dump's writer failed".into(),
                     })
                 }
             }
@@ -448,7 +355,7 @@ impl OutputManager {
         if let Some(e) = inner {
             return Err(e);
         }
-        result?;
+        result.map_err(|e| E::from(OutputError::from(e)))?;
         self.dumps.retain(|d| d.step != step);
         self.dumps.push(DumpRecord {
             file: name,
@@ -463,11 +370,40 @@ impl OutputManager {
         Ok(path)
     }
 
+    /// Writes one dump at (`time`, `step`) holding `fields`, each under its
+    /// name, at whatever location it has (cell-centred fields go into the
+    /// main XDMF document, face fields into that of their face), then
+    /// rewrites the XDMF. A step already dumped is replaced.
+    pub fn write(
+        &mut self,
+        time: f64,
+        step: u64,
+        fields: &[(&str, &dyn DumpableField)],
+    ) -> OutputResult<PathBuf> {
+        let mut names: Vec<&str> = fields.iter().map(|(name, _)| *name).collect();
+        names.sort_unstable();
+        if let Some(pair) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(OutputError::output(
+                &self.directory,
+                format!(
+                    "two fields of the dump at step {step} are both named `{}`; give each its own name",
+                    pair[0]
+                ),
+            ));
+        }
+        self.dump(time, step, |group| {
+            fields
+                .iter()
+                .map(|(name, field)| field.dump_into(group, name))
+                .collect::<OutputResult<Vec<_>>>()
+        })
+    }
+
     /// Writes one XDMF document per location the dumps hold (the main,
     /// cell-centred one always, empty before the first dump, so that the
     /// folder says whose it is) and removes a face document no dump needs
     /// any more (a restart before the dumps that had it).
-    fn write_xdmf(&self) -> CaseResult<()> {
+    fn write_xdmf(&self) -> OutputResult<()> {
         let locations = dumped_locations(&self.dumps);
         for location in LocationKind::ALL {
             let path = self.directory.join(xdmf_file_name(&self.case, location));
@@ -475,7 +411,7 @@ impl OutputManager {
                 let document = xdmf_document(&self.case, &self.grid, &self.dumps, location);
                 write_text_file_atomically(&path, &document)?;
             } else if path.exists() {
-                std::fs::remove_file(&path).map_err(|e| CaseError::Output {
+                std::fs::remove_file(&path).map_err(|e| OutputError::Output {
                     path: path.clone(),
                     reason: format!("cannot remove the XDMF document no dump needs: {e}"),
                 })?;
