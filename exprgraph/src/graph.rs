@@ -734,6 +734,51 @@ impl ExpressionGraph {
         Ok(result)
     }
 
+    /// Sets every point of the persistent field `tag` of location `L`,
+    /// ghosts included, to `value` (a placeholder's constant: a uniform
+    /// velocity, a coefficient).
+    ///
+    /// ```
+    /// use watershed_exprgraph::{ExpressionGraph, Factory, GraphOptions, Tag};
+    /// use watershed_fields::{Grid, LocationKind, XFace};
+    /// let u = Tag::none("u");
+    /// let mut factory = Factory::new();
+    /// factory.placeholder(u.clone(), LocationKind::XFace)?;
+    /// let patch = Grid::new([4, 4, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+    /// let graph = ExpressionGraph::build(&factory, &[u.clone()], &patch, &GraphOptions::default())?;
+    /// graph.fill_field::<XFace>(&u, 2.0)?;
+    /// graph.set_field::<XFace>(&u, |[x, y, _]| x * y)?;
+    /// let corner = graph.with_field::<XFace, _>(&u, |f| {
+    ///     let layout = f.layout();
+    ///     f.values().map(|v| v[layout.linear_index([1, 1, 0])])
+    /// })??;
+    /// assert_eq!(corner, 0.25 * 0.375); // the face at x = 1/4, y = 3/8
+    /// # Ok::<(), watershed_exprgraph::GraphError>(())
+    /// ```
+    pub fn fill_field<L: GraphLocation>(&self, tag: &Tag, value: f64) -> GraphResult<()> {
+        Ok(self.with_field_mut::<L, _>(tag, |field| field.fill(value))??)
+    }
+
+    /// Sets every point of the persistent field `tag` of location `L`,
+    /// ghosts included, to `value([x, y, z])` at the point's coordinates (a
+    /// face field's points are on its faces).
+    pub fn set_field<L: GraphLocation>(
+        &self,
+        tag: &Tag,
+        value: impl Fn([f64; 3]) -> f64,
+    ) -> GraphResult<()> {
+        Ok(
+            self.with_field_mut::<L, _>(tag, |field| -> GraphResult<()> {
+                let layout = field.layout().clone();
+                let values = field.values_mut()?;
+                for index in layout.allocated().iter() {
+                    values[layout.linear_index(index)] = value(layout.coordinate(index));
+                }
+                Ok(())
+            })??,
+        )
+    }
+
     /// The execution lock, so that a host access waits for a running
     /// execution (on the CPU an input changed between two nodes of one
     /// execution gave torn results; with GPU nodes kernels run after their
