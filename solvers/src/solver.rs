@@ -156,6 +156,26 @@ impl TransportSolverBuilder {
             roots.push(next);
         }
         let graph = ExpressionGraph::build(&self.factory, &roots, &self.patch, &self.options)?;
+        // A side without a condition would keep whatever its ghosts held
+        // (the initial values): a boundary nobody chose.
+        let grid = self.patch.grid();
+        for equation in &self.equations {
+            for side in watershed_operators::Side::ALL {
+                let resolved = grid.active_dimensions()[side.axis];
+                if resolved
+                    && !grid.periodic()[side.axis]
+                    && equation.boundary().get(side).is_none()
+                {
+                    return Err(SolverError::Setup {
+                        equation: equation.name().into(),
+                        reason: format!(
+                            "side {} has no boundary condition and the grid is not periodic along it; give one with BoundaryConditions::with (Neumann(0.0) for an insulated wall) or BoundaryConditions::all",
+                            side.name()
+                        ),
+                    });
+                }
+            }
+        }
         for equation in &self.equations {
             // Receives the step's start value after the first stage, which
             // does not read it (see `crate::stages`).

@@ -411,7 +411,7 @@ fn a_boundary_value_that_is_not_finite_is_named_at_the_start_and_when_it_appears
                 TransportEquation::new("T")
                     .diffusion(Diffusivity::Constant(0.1))
                     .boundary_conditions(
-                        BoundaryConditions::new()
+                        BoundaryConditions::all(BoundaryCondition::Neumann(0.0))
                             .with(Side::MINUS_X, BoundaryCondition::DirichletExpression(value)),
                     ),
             )

@@ -6,14 +6,16 @@
 use watershed_exprgraph::Tag;
 use watershed_fields::{Grid, LocationKind, XFace, YFace};
 use watershed_solvers::{
-    ConvectiveScheme, IncompressibleFlowBuilder, SolverError, TransportEquation, TransportSolver,
-    TransportSolverBuilder,
+    BoundaryCondition, BoundaryConditions, ConvectiveScheme, IncompressibleFlowBuilder,
+    SolverError, TransportEquation, TransportSolver, TransportSolverBuilder,
 };
 
 fn transport(grid: &Grid, ghosts: usize) -> (TransportSolver, [Tag; 3]) {
     let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
     let mut builder = TransportSolverBuilder::new(&grid.whole_domain(ghosts)).equation(
-        TransportEquation::new("c").convection(velocity.clone(), ConvectiveScheme::Upwind),
+        TransportEquation::new("c")
+            .convection(velocity.clone(), ConvectiveScheme::Upwind)
+            .boundary_conditions(BoundaryConditions::all(BoundaryCondition::Neumann(0.0))),
     );
     builder
         .factory_mut()

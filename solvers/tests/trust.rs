@@ -150,6 +150,47 @@ fn a_negative_diffusivity_field_is_refused() {
 }
 
 #[test]
+fn a_side_without_a_condition_is_refused_naming_it() {
+    // Periodic in x: only the y sides need conditions, and -y lacks one.
+    let patch = Grid::new([8, 8, 1], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true, false, false])
+        .whole_domain(1);
+    let equation = TransportEquation::new("T")
+        .diffusion(Diffusivity::Constant(0.1))
+        .boundary_conditions(
+            BoundaryConditions::new().with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+        );
+    match TransportSolverBuilder::new(&patch)
+        .equation(equation)
+        .build()
+    {
+        Err(SolverError::Setup { equation, reason }) => {
+            assert_eq!(equation, "T");
+            assert!(
+                reason.contains("side -y has no boundary condition"),
+                "{reason}"
+            );
+        }
+        other => panic!("a missing condition was accepted: {other:?}"),
+    }
+    // With it, and none on the periodic sides, the solver builds.
+    let equation = TransportEquation::new("T")
+        .diffusion(Diffusivity::Constant(0.1))
+        .boundary_conditions(
+            BoundaryConditions::new()
+                .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0))
+                .with(Side::MINUS_Y, BoundaryCondition::Neumann(0.0)),
+        );
+    assert!(
+        TransportSolverBuilder::new(&patch)
+            .equation(equation)
+            .build()
+            .is_ok()
+    );
+}
+
+#[test]
 fn non_physical_diffusivities_are_refused() {
     for k in [-1.0, f64::NAN, f64::INFINITY] {
         let error = TransportSolverBuilder::new(&channel(1))
