@@ -24,11 +24,6 @@ const Q: f64 = 4.0;
 const TA: f64 = 40.0;
 const A: f64 = 3e5;
 
-/// The reaction rate at progress `c`, as the generated kernel computes it.
-fn rate(c: f64) -> f64 {
-    A * (1.0 - c) * (-TA / (1.0 + Q * c)).exp()
-}
-
 /// `cells` cells on [0, 1], diffusivity `d`, insulated ends, SSP-RK3,
 /// started from `initial(x)`.
 fn build(
@@ -60,16 +55,14 @@ fn build(
 
 /// The interior values of `c`, x fastest.
 fn profile(solver: &TransportSolver) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
-    Ok(
-        solver.with_solution("c", |c| -> Result<Vec<f64>, Box<dyn std::error::Error>> {
-            let (layout, values) = (c.layout(), c.values()?);
-            Ok(layout
-                .interior()
-                .iter()
-                .map(|i| values[layout.linear_index(i)])
-                .collect())
-        })??,
-    )
+    solver.with_solution("c", |c| -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+        let (layout, values) = (c.layout(), c.values()?);
+        Ok(layout
+            .interior()
+            .iter()
+            .map(|i| values[layout.linear_index(i)])
+            .collect())
+    })?
 }
 
 /// Where `c` first falls below one half, by linear interpolation between
@@ -111,6 +104,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reaction rate at progress `c`, as the generated kernel computes it.
+    fn rate(c: f64) -> f64 {
+        A * (1.0 - c) * (-TA / (1.0 + Q * c)).exp()
+    }
 
     /// Without diffusion every cell is a closed reactor: the graph's
     /// compiled source, stepped by SSP-RK3, is the ODE stepped by SSP-RK3

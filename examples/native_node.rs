@@ -90,16 +90,14 @@ fn build(
 
 /// The interior values of T, x fastest.
 fn temperatures(solver: &TransportSolver) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
-    Ok(
-        solver.with_solution("T", |t| -> Result<Vec<f64>, Box<dyn std::error::Error>> {
-            let (layout, values) = (t.layout(), t.values()?);
-            Ok(layout
-                .interior()
-                .iter()
-                .map(|i| values[layout.linear_index(i)])
-                .collect())
-        })??,
-    )
+    solver.with_solution("T", |t| -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+        let (layout, values) = (t.layout(), t.values()?);
+        Ok(layout
+            .interior()
+            .iter()
+            .map(|i| values[layout.linear_index(i)])
+            .collect())
+    })?
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

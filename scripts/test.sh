@@ -20,7 +20,8 @@ fi
 
 cargo test --workspace "$@"
 
-echo "==> a build without the cuda feature: no cudarc, GPU requests are clear errors"
+echo "==> the light build (no default features: no cudarc, GPU requests are clear errors; the system HDF5)"
+source scripts/system-hdf5.sh
 cargo test -p watershed-fields --no-default-features --test without_cuda "$@"
 cargo check --workspace --no-default-features --all-targets
 

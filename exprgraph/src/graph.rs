@@ -767,16 +767,14 @@ impl ExpressionGraph {
         tag: &Tag,
         value: impl Fn([f64; 3]) -> f64,
     ) -> GraphResult<()> {
-        Ok(
-            self.with_field_mut::<L, _>(tag, |field| -> GraphResult<()> {
-                let layout = field.layout().clone();
-                let values = field.values_mut()?;
-                for index in layout.allocated().iter() {
-                    values[layout.linear_index(index)] = value(layout.coordinate(index));
-                }
-                Ok(())
-            })??,
-        )
+        self.with_field_mut::<L, _>(tag, |field| -> GraphResult<()> {
+            let layout = field.layout().clone();
+            let values = field.values_mut()?;
+            for index in layout.allocated().iter() {
+                values[layout.linear_index(index)] = value(layout.coordinate(index));
+            }
+            Ok(())
+        })?
     }
 
     /// The execution lock, so that a host access waits for a running

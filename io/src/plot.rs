@@ -184,7 +184,8 @@ fn viridis(value: f64, low: f64, high: f64) -> RGBColor {
 
 /// Draws `plane` of `field`'s interior as a colour map (viridis, from the
 /// plane's smallest to its largest value, with a colour bar) into a PNG at
-/// `path`. Each point is a cell-sized rectangle at its true position (a face
+/// `path`, under `title` (which names the field: a solver's field name
+/// carries its tag context). Each point is a cell-sized rectangle at its true position (a face
 /// field's points are half a cell off the centres), axes in the grid's
 /// coordinates. The field must be valid on the CPU.
 ///
@@ -314,7 +315,6 @@ pub fn field_image<L: Location, T: FieldScalar>(
     bar.configure_mesh()
         .disable_mesh()
         .disable_x_axis()
-        .y_desc(field.name())
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(|e| draw(&e))?;
