@@ -57,10 +57,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A uniform wind along x, no vertical velocity; a Gaussian blob.
     solver
         .graph()
-        .with_field_mut::<XFace, _>(&velocity[0], |u| u.fill(1.0))??;
+        .fill_field::<XFace>(&velocity[0], 1.0)?;
     solver
         .graph()
-        .with_field_mut::<YFace, _>(&velocity[1], |v| v.fill(0.0))??;
+        .fill_field::<YFace>(&velocity[1], 0.0)?;
     solver.set_initial_condition("Y", |[x, y, _]| {
         (-((x - 0.3).powi(2) + (y - 0.5).powi(2)) / 0.01).exp()
     })?;

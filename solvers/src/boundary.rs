@@ -73,6 +73,9 @@ pub enum BoundaryCondition {
 #[derive(Debug, Clone, Default)]
 pub struct BoundaryConditions {
     sides: [Option<BoundaryCondition>; 6],
+    /// The sides given one by one ([`Self::with`]), not through
+    /// [`Self::all`]: a non-periodic one on a periodic axis is a mistake.
+    named: [bool; 6],
     time: Option<Parameter>,
 }
 
@@ -81,6 +84,22 @@ pub struct BoundaryConditions {
 impl PartialEq for BoundaryConditions {
     fn eq(&self, other: &Self) -> bool {
         self.sides == other.sides
+    }
+}
+
+impl BoundaryCondition {
+    /// The condition's kind and constant value, for messages
+    /// (`Dirichlet(1)`, `Neumann expression`).
+    pub fn describe(&self) -> String {
+        match self {
+            BoundaryCondition::Dirichlet(v) => format!("Dirichlet({v})"),
+            BoundaryCondition::Neumann(q) => format!("Neumann({q})"),
+            BoundaryCondition::Flux { flux, .. } => format!("Flux({flux})"),
+            BoundaryCondition::Periodic => "Periodic".into(),
+            BoundaryCondition::DirichletExpression(_) => "Dirichlet expression".into(),
+            BoundaryCondition::NeumannExpression(_) => "Neumann expression".into(),
+            BoundaryCondition::FluxExpression { .. } => "Flux expression".into(),
+        }
     }
 }
 
@@ -98,14 +117,24 @@ impl BoundaryConditions {
     pub fn all(condition: BoundaryCondition) -> Self {
         BoundaryConditions {
             sides: std::array::from_fn(|_| Some(condition.clone())),
+            named: [false; 6],
             time: None,
         }
     }
 
-    /// Sets the condition of `side`.
+    /// Sets the condition of `side`. (The sides of a periodic grid axis
+    /// take the periodic images whatever [`Self::all`] says; a solver
+    /// refuses a non-periodic condition given for one with this method.)
     pub fn with(mut self, side: Side, condition: BoundaryCondition) -> Self {
         self.sides[side_index(side)] = Some(condition);
+        self.named[side_index(side)] = true;
         self
+    }
+
+    /// Whether `side`'s condition was given with [`Self::with`] (not
+    /// through [`Self::all`]).
+    pub fn is_named(&self, side: Side) -> bool {
+        self.named[side_index(side)]
     }
 
     /// The condition of `side`.

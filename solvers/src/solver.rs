@@ -14,7 +14,7 @@
 //! levels then exchange storage (see [`crate::stages`]) instead of being
 //! copied.
 
-use crate::boundary::BoundaryConditions;
+use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::first_non_finite;
@@ -157,15 +157,30 @@ impl TransportSolverBuilder {
         }
         let graph = ExpressionGraph::build(&self.factory, &roots, &self.patch, &self.options)?;
         // A side without a condition would keep whatever its ghosts held
-        // (the initial values): a boundary nobody chose.
+        // (the initial values): a boundary nobody chose; a condition given
+        // for a periodic side would be silently replaced by the images.
         let grid = self.patch.grid();
         for equation in &self.equations {
             for side in watershed_operators::Side::ALL {
                 let resolved = grid.active_dimensions()[side.axis];
+                let periodic = grid.periodic()[side.axis];
+                let given = equation.boundary().get(side);
                 if resolved
-                    && !grid.periodic()[side.axis]
-                    && equation.boundary().get(side).is_none()
+                    && periodic
+                    && equation.boundary().is_named(side)
+                    && given.is_some_and(|c| *c != BoundaryCondition::Periodic)
                 {
+                    return Err(SolverError::Setup {
+                        equation: equation.name().into(),
+                        reason: format!(
+                            "side {} is given the condition {}, but the grid is periodic along {} and the periodic images fill it; remove the condition or make the grid not periodic along that axis (Grid::with_periodic)",
+                            side.name(),
+                            given.map(|c| c.describe()).unwrap_or_default(),
+                            ["x", "y", "z"][side.axis]
+                        ),
+                    });
+                }
+                if resolved && !periodic && given.is_none() {
                     return Err(SolverError::Setup {
                         equation: equation.name().into(),
                         reason: format!(
