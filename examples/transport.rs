@@ -55,12 +55,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut solver = builder.build()?;
 
     // A uniform wind along x, no vertical velocity; a Gaussian blob.
-    solver
-        .graph()
-        .fill_field::<XFace>(&velocity[0], 1.0)?;
-    solver
-        .graph()
-        .fill_field::<YFace>(&velocity[1], 0.0)?;
+    solver.graph().fill_field::<XFace>(&velocity[0], 1.0)?;
+    solver.graph().fill_field::<YFace>(&velocity[1], 0.0)?;
     solver.set_initial_condition("Y", |[x, y, _]| {
         (-((x - 0.3).powi(2) + (y - 0.5).powi(2)) / 0.01).exp()
     })?;

@@ -14,7 +14,7 @@
 //! kernel does, so the bits are the same (tested against the kernels in
 //! `watershed-operators`).
 
-use crate::evaluate::TargetData;
+use crate::vocabulary::TargetData;
 use watershed_fields::IndexBox;
 
 /// What a [`PointFill`] writes at a point `p`.
@@ -34,7 +34,7 @@ pub enum FillOp {
 /// `t[p] = op(t[p + offset])` at each point of a box.
 ///
 /// ```
-/// use watershed_backends::evaluate::TargetData;
+/// use watershed_backends::vocabulary::TargetData;
 /// use watershed_backends::fill::{FillOp, PointFill};
 /// use watershed_fields::IndexBox;
 ///

@@ -4,13 +4,14 @@
 
 use crate::cache::{LoweredKernel, lower_cached};
 use crate::codegen::{Backend, FiniteCheck, Runnable, lower_for};
+use crate::cpu::{self, Epilogue, Parallelism, Plan};
 use crate::error::{OperatorError, OperatorResult};
-use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Plan, Reduction};
 use crate::expr::{BoundField, Expr, IntoExpr};
 use crate::ir::Node;
 use crate::kernel::Kernel;
 use crate::prepared::{PreparedAssignment, Staged};
 use crate::stencil::StencilOp;
+use crate::vocabulary::{FieldData, Reduction};
 use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -272,11 +273,11 @@ pub fn assign_nodes_then<L: Location>(
     }
     let epilogues: Vec<crate::prepared::Masked<Epilogue<'_>>> =
         staged.iter().map(|s| s.epilogues()).collect();
-    let assignments: Vec<evaluate::Assignment<'_>> = staged
+    let assignments: Vec<cpu::Assignment<'_>> = staged
         .iter()
         .zip(&epilogues)
         .zip(members.iter())
-        .map(|((s, e), m)| evaluate::Assignment {
+        .map(|((s, e), m)| cpu::Assignment {
             kernel: &s.prepared.main.lowered.kernel,
             native: s.prepared.main.native.as_deref(),
             fields: &s.main_data,
@@ -297,7 +298,7 @@ pub fn assign_nodes_then<L: Location>(
     // zero only) and bound data pointers of fields that outlive this call;
     // the loop above refused members whose targets overlap or that read
     // another member's target.
-    let non_finite = unsafe { evaluate::assign_many(&assignments, &patch, parallelism) };
+    let non_finite = unsafe { cpu::assign_many(&assignments, &patch, parallelism) };
     drop(assignments);
     drop(epilogues);
     drop(names);
@@ -311,7 +312,7 @@ pub fn assign_nodes_then<L: Location>(
         .iter()
         .map(|s| s.prepared.layout().allocated().len())
         .sum();
-    let parallel_finish = if points < evaluate::PARALLEL_THRESHOLD {
+    let parallel_finish = if points < cpu::PARALLEL_THRESHOLD {
         Parallelism::Serial
     } else {
         parallelism
@@ -790,7 +791,7 @@ impl CheckedReduction {
         // holds those fields (bound by slot), read-only for this call, and
         // `plan` was made by `Self::plan` for them.
         unsafe {
-            evaluate::reduce(
+            cpu::reduce(
                 &lowered.kernel,
                 self.runnable.native.as_deref(),
                 data,

@@ -18,10 +18,10 @@
 //! the points each box writes).
 
 use crate::assign::MaskedAssignment;
-use crate::evaluate::TargetData;
 use crate::ir::Node;
 use crate::pointwise::BinaryOp;
 use crate::stencil::StencilOp;
+use crate::vocabulary::TargetData;
 use watershed_backends::fill::{FillOp, PointFill};
 use watershed_fields::IndexBox;
 

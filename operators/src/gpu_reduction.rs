@@ -25,10 +25,10 @@ use crate::codegen::emit;
 use crate::codegen::launch::LaunchShape;
 use crate::codegen::nvrtc::{CudaKernel, cuda_reduction_of};
 use crate::error::{OperatorError, OperatorResult};
-use crate::evaluate::Reduction;
 use crate::expr::BoundField;
 use crate::gpu::{check_inside, loaded_function, point_zero, slot_reads};
 use crate::ir::Node;
+use crate::vocabulary::Reduction;
 use std::sync::Arc;
 use watershed_fields::{Device, GpuStream, IndexBox, LocationKind, MemoryPool, ValidationEvent};
 

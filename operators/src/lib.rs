@@ -25,7 +25,7 @@
 //! -> IR tree ([`ir::Node`], `Display`, structural hash)
 //! -> row program ([`kernel::Kernel`], `Display`)
 //! -> generated C, compiled at run time ([`codegen`], the default when a C
-//! compiler exists) or the row interpreter ([`evaluate`]); CUDA C for GPUs.
+//! compiler exists) or the row interpreter ([`cpu`]); CUDA C for GPUs.
 //!
 //! ## Crates, by stage
 //!
@@ -37,7 +37,7 @@
 //! | --- | --- | --- |
 //! | `watershed-language` | [`pointwise`], [`stencil`], [`ir`], [`expr`], [`mask`], [`parameter`], [`calculus`], [`vmath`], [`error`] | the language as data: typed front end, runtime IR, stencil tables, [`OperatorError`] |
 //! | `watershed-lowering` | [`kernel`], [`cache`] | device-neutral lowering to fused row programs with read extents; each structure lowered once |
-//! | `watershed-backends` | [`evaluate`], [`codegen`] | the row interpreter and its parallel executor; C and CUDA C from one kernel, run-time compilation, NVRTC |
+//! | `watershed-backends` | [`cpu`], [`vocabulary`], [`codegen`] | the row interpreter and its parallel executor; C and CUDA C from one kernel, run-time compilation, NVRTC |
 //! | `watershed-operators` (this crate) | [`assign`], [`prepared`], [`prepared_reduction`], [`gpu`], [`gpu_reduction`], `ghost_fill` | [`Assign`], regions, ghost/aliasing/grid checks, reductions; [`PreparedAssignment`] (targets of up to 256 Ki points run boundary-condition masked assignments as one ghost fill; larger ones run those with a copy or mirror shape as plain loops, in row epilogues and after the update); GPU launches of assignments and reductions |
 //!
 //! Expressions are `f64`.
@@ -51,7 +51,7 @@ pub mod gpu_reduction;
 pub mod prepared;
 pub mod prepared_reduction;
 
-pub use watershed_backends::{codegen, evaluate};
+pub use watershed_backends::{codegen, cpu, vocabulary};
 pub use watershed_language::{
     calculus, error, expr, ir, mask, parameter, pointwise, stencil, vmath,
 };
@@ -70,8 +70,8 @@ pub use calculus::{
     laplacian, laplacian4, limited, prolongate, relabel, restrict, shift, upwind,
 };
 pub use codegen::Backend;
+pub use cpu::Parallelism;
 pub use error::{CompileFailure, OperatorError, OperatorResult};
-pub use evaluate::{Parallelism, Reduction};
 pub use expr::{
     BoundField, CondChain, Condition, Expr, IntoExpr, abs, cond, coordinate, cos, exp, field, log,
     max, min, on, pow, sin, sqrt, tanh,
@@ -81,4 +81,5 @@ pub use parameter::Parameter;
 pub use pointwise::{BinaryOp, Limiter, UnaryOp};
 pub use prepared::PreparedAssignment;
 pub use prepared_reduction::PreparedReduction;
+pub use vocabulary::Reduction;
 pub use watershed_fields as fields;

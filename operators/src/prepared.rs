@@ -29,12 +29,13 @@ use crate::assign::{
 };
 use crate::cache::{LoweredKernel, ParameterValues};
 use crate::codegen::{Backend, FiniteCheck, NativeKernel, lower_for};
+use crate::cpu::{self, Epilogue, Parallelism, Plan};
 use crate::error::{OperatorError, OperatorResult};
-use crate::evaluate::{self, Epilogue, FieldData, Parallelism, Plan, TargetData};
 use crate::expr::BoundField;
 use crate::ghost_fill::{self, GhostFill};
 use crate::ir::Node;
 use crate::kernel::KernelField;
+use crate::vocabulary::{FieldData, TargetData};
 use smallvec::SmallVec;
 use std::sync::Arc;
 use watershed_backends::fill::PointFill;
@@ -337,7 +338,7 @@ impl PreparedAssignment {
         // only) and bound the data of fields borrowed for this call; the
         // plans were made for these layouts and regions.
         let non_finite = unsafe {
-            evaluate::assign(
+            cpu::assign(
                 &main.lowered.kernel,
                 main.native.as_deref(),
                 &staged.main_data,
@@ -708,7 +709,7 @@ impl Staged<'_> {
                 // each masked assignment's box and reads against the same
                 // target and fields, and `plan` is its plan for `region`.
                 unsafe {
-                    evaluate::assign(
+                    cpu::assign(
                         &m.lowered.kernel,
                         m.native.as_deref(),
                         &self.masked_data[i],

@@ -12,10 +12,11 @@
 //! what [`crate::reduce`] refuses and returns the same bits.
 
 use crate::assign::{CheckedReduction, ReduceRegion};
+use crate::cpu::{Parallelism, Plan};
 use crate::error::OperatorResult;
-use crate::evaluate::{Parallelism, Plan, Reduction};
 use crate::expr::{BoundField, Expr, IntoExpr};
 use crate::ir::Node;
+use crate::vocabulary::Reduction;
 use std::sync::Arc;
 use watershed_fields::{Location, LocationKind};
 

@@ -760,7 +760,7 @@ fn reference_diffusion(
 
 #[test]
 fn large_grids_split_into_tiles_and_blocks_match_the_reference() {
-    // Rows longer than the evaluator's x tile (`evaluate::TILE`, 512: 1030
+    // Rows longer than the evaluator's x tile (`vocabulary::TILE`, 512: 1030
     // and 600 points make several tiles per row) and planes of thousands of
     // points (several row blocks per plane), with a composite expression of
     // every kind of instruction. The last shape's planes (about 1.7 MB of

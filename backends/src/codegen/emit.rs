@@ -1235,8 +1235,8 @@ pub fn cuda_sequence_function(kernels: &[&Kernel], name: &str) -> Result<String,
 }
 
 /// The CUDA C reduction of `kernel`'s result over a box, one thread per
-/// row, in exactly the CPU's order (`crate::evaluate::reduce`): along x,
-/// blocks of [`crate::evaluate::TILE`] points from the box's start; in a
+/// row, in exactly the CPU's order (`crate::cpu::reduce`): along x,
+/// blocks of [`crate::vocabulary::TILE`] points from the box's start; in a
 /// block, eight interleaved accumulators (point `p` into lane `p mod 8`)
 /// merged pairwise; blocks merged into the row in x order. Each thread
 /// writes its row's partial result; the host folds the partials in row
@@ -1251,9 +1251,9 @@ pub fn cuda_sequence_function(kernels: &[&Kernel], name: &str) -> Result<String,
 pub fn cuda_reduction_function(
     kernel: &Kernel,
     name: &str,
-    reduction: crate::evaluate::Reduction,
+    reduction: crate::vocabulary::Reduction,
 ) -> Result<String, Unsupported> {
-    use crate::evaluate::Reduction;
+    use crate::vocabulary::Reduction;
     let emitter = emitter(kernel, Dialect::Cuda)?;
     let arguments = checked_cuda_arguments(kernel)?;
     let identity = match reduction {
@@ -1312,7 +1312,7 @@ pub fn cuda_reduction_function(
          \x20   }}\n\
          \x20   partials[row] = total;\n\
          }}",
-        tile = crate::evaluate::TILE,
+        tile = crate::vocabulary::TILE,
     );
     Ok(text)
 }

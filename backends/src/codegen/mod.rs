@@ -2,7 +2,7 @@
 //! system compiler (the CPU back end) or CUDA C compiled by NVRTC (the GPU
 //! back end), from one emitter ([`emit`]).
 //!
-//! The row interpreter ([`crate::evaluate`]) stays the reference and the
+//! The row interpreter ([`crate::cpu`]) stays the reference and the
 //! fallback: without a C compiler every kernel runs on it (after one
 //! notice), and a kernel the emitter does not support yet (a mask given as
 //! an explicit point list) runs on it too, counted in

@@ -12,9 +12,9 @@ use super::emit::{self, Unsupported};
 #[cfg(feature = "cuda")]
 use crate::error::CompileFailure;
 use crate::error::{OperatorError, OperatorResult};
-use crate::evaluate::Reduction;
 use crate::kernel::{CompiledForm, Kernel};
 use crate::vmath::Dialect;
+use crate::vocabulary::Reduction;
 use std::sync::Arc;
 #[cfg(feature = "cuda")]
 use std::sync::OnceLock;
