@@ -20,6 +20,7 @@
 //! | [`pool`] | [`MemoryPool`]: per-device size-class pools with statistics and leak checks |
 //! | [`gpu`] | the narrow device layer: CUDA detection, streams, events, device and pinned memory, copies (cargo feature `cuda`; without it every GPU request is a clear error; never panics without a GPU) |
 //! | [`views`] | ndarray views of CPU data, with and without ghosts |
+//! | [`hashing`] | the one fast hasher of the engine's in-memory maps and digests |
 //! | [`io`] | HDF5 read and write of fields with their grid attributes |
 //! | [`shared_object`] | the kernel caches' shared objects, installed with a checksum and verified before they are loaded |
 //! | [`error`] | [`FieldError`], naming the field, device or file at fault |
@@ -49,6 +50,7 @@ pub mod external;
 pub mod field;
 pub mod gpu;
 pub mod grid;
+pub mod hashing;
 pub mod host_memory;
 pub mod io;
 pub mod layout;

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use watershed_fields::Patch;
+use watershed_fields::hashing::QuickHash;
 
 /// Entries kept per level before the level is cleared.
 const CAPACITY: usize = 4096;
@@ -78,36 +79,6 @@ struct Shared {
     /// Per parameter slot: index in the tree's parameter list.
     parameter_order: Vec<usize>,
 }
-
-/// A multiply-rotate hasher (FxHash's scheme) for the identity map: its
-/// keys are pointers and small integers that no one chooses adversarially,
-/// and every assignment looks one up, so SipHash's cost showed in profiles.
-#[derive(Default, Clone, Copy)]
-struct QuickHasher(u64);
-
-impl std::hash::Hasher for QuickHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_usize(&mut self, value: usize) {
-        self.write_u64(value as u64);
-    }
-}
-
-type QuickHash = std::hash::BuildHasherDefault<QuickHasher>;
 
 /// A tree (kept alive, so its address is not reused) and its kernel.
 type CachedKernel = (Arc<Node>, Arc<LoweredKernel>);

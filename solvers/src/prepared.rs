@@ -23,8 +23,8 @@ use crate::boundary::BoundaryConditions;
 use crate::error::SolverResult;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
+use watershed_fields::hashing::QuickHash;
 use watershed_fields::{Device, FieldLayout, GpuStream, Location, SpatialField};
 use watershed_operators::gpu::{GpuTarget, gpu_launches};
 use watershed_operators::gpu_reduction::gpu_reduction;
@@ -125,10 +125,10 @@ type Parts = (Arc<Node>, u64, AssignOptions, Vec<MaskedAssignment>);
 /// Prepared assignments and reductions by use and field ids.
 #[derive(Debug, Default)]
 pub(crate) struct Assignments {
-    built: HashMap<(&'static str, [u64; 3]), PreparedAssignment, BuildHasherDefault<KeyHasher>>,
-    reductions: HashMap<(&'static str, [u64; 2]), PreparedReduction, BuildHasherDefault<KeyHasher>>,
+    built: HashMap<(&'static str, [u64; 3]), PreparedAssignment, QuickHash>,
+    reductions: HashMap<(&'static str, [u64; 2]), PreparedReduction, QuickHash>,
     /// The recipes of assignments whose target was on a GPU.
-    on_gpu: HashMap<(&'static str, [u64; 3]), GpuRecipe, BuildHasherDefault<KeyHasher>>,
+    on_gpu: HashMap<(&'static str, [u64; 3]), GpuRecipe, QuickHash>,
     /// The stream GPU work is enqueued on.
     stream: Option<GpuStream>,
 }
@@ -141,46 +141,6 @@ struct GpuRecipe {
     leaf: u64,
     region: Region,
     then: Vec<MaskedAssignment>,
-}
-
-/// A multiply-rotate hash (as rustc's Fx hash) for the memo's short keys:
-/// a V-cycle looks assignments up hundreds of times per solve, and the
-/// default SipHash cost about as much as a coarse level's kernel call.
-/// The keys come from the solver's own code, not from outside input, so
-/// resistance to crafted collisions is not needed.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct KeyHasher(u64);
-
-impl KeyHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for KeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        for &byte in chunks.remainder() {
-            self.add(u64::from(byte));
-        }
-    }
-    fn write_u8(&mut self, value: u8) {
-        self.add(u64::from(value));
-    }
-    fn write_u64(&mut self, value: u64) {
-        self.add(value);
-    }
-    fn write_usize(&mut self, value: usize) {
-        self.add(value as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 impl Assignments {

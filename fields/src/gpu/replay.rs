@@ -55,6 +55,7 @@ use super::{EventImpl, FunctionImpl, GpuFunction, GpuStream, StreamImpl, Validat
 use super::{backend, emulated};
 use crate::Device;
 use crate::error::{FieldError, FieldResult};
+use crate::hashing::digest_of;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -468,48 +469,6 @@ const INLINE_PARAMETERS: usize = 12;
 
 /// The parameter blocks of one kernel launch.
 type ParameterBlocks<'a> = smallvec::SmallVec<[&'a [u8]; INLINE_PARAMETERS]>;
-
-/// A fast 64-bit digest (multiply-rotate over 8-byte words), so that the
-/// caches hash a step's key by one word instead of thousands of bytes.
-/// Equality still compares everything.
-#[derive(Default)]
-struct Digest(u64);
-
-impl std::hash::Hasher for Digest {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.write_u64(u64::from_le_bytes(word) ^ ((rest.len() as u64) << 56));
-        }
-    }
-
-    fn write_u64(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_usize(&mut self, word: usize) {
-        self.write_u64(word as u64);
-    }
-}
-
-/// `value`'s [`Digest`].
-fn digest_of(value: &impl std::hash::Hash) -> u64 {
-    let mut digest = Digest::default();
-    value.hash(&mut digest);
-    std::hash::Hasher::finish(&digest)
-}
 
 /// Everything a recorded step does on its GPU except the bytes of its
 /// kernel arguments: the same kernels with the same grids, blocks and
