@@ -333,15 +333,15 @@ pub struct ExpressionGraph {
     /// Placement, copies and stream steps ([`crate::placement`]).
     pub(crate) device_plan: DevicePlan,
     /// The plan's GPU streams, reused across executions.
-    pub(crate) gpu_streams: crate::devices::StreamPool,
+    pub(crate) gpu_streams: crate::gpu::executor::StreamPool,
     /// The finiteness checks of GPU kernels in the execution in progress.
-    pub(crate) finite_watches: crate::devices::FiniteWatches,
+    pub(crate) finite_watches: crate::gpu::executor::FiniteWatches,
     /// Replay of steps as CUDA graphs ([`crate::StepReplay`]).
-    pub(crate) replay: Mutex<crate::step_replay::ReplayState>,
+    pub(crate) replay: Mutex<crate::gpu::replay::ReplayState>,
     /// Scratch fields of GPU nodes are allocated in stream order
     /// ([`crate::GpuScratch::StreamOrdered`]); changed under the replay lock.
     pub(crate) stream_ordered_scratch: AtomicBool,
-    /// Executions time their GPU side ([`crate::gpu_timeline`]).
+    /// Executions time their GPU side ([`crate::gpu::timeline`]).
     pub(crate) gpu_timeline: AtomicBool,
 }
 

@@ -39,9 +39,10 @@
 //! | [`passes`] | fusion of language nodes |
 //! | [`placement`] | device per node, copies between devices, the stream protocol as data |
 //! | [`scheduler`] | execution: serial or threaded, memory budget, the node protocol |
-//! | [`step_replay`] | a step on one GPU replayed as a CUDA graph, keyed by all it enqueues |
+//! | [`adaptive`] | `ExecutionMode::Adaptive`: one thread timed against several, the faster kept |
+//! | [`gpu`] | the GPU executor, step replay as CUDA graphs, the GPU timeline |
+//! | [`generated_source`] | the C or CUDA source of a graph's kernels, in execution order |
 //! | [`trace`] | Chrome-trace timeline and the timing table |
-//! | [`gpu_timeline`] | when GPU kernels and copies ran on each stream, for the timeline |
 //! | [`store`] | [`AnyField`] and the per-graph field store |
 //! | [`error`] | [`GraphError`] |
 
@@ -49,35 +50,33 @@
 
 pub mod adaptive;
 pub mod analyses;
-mod devices;
 pub mod error;
 pub mod expression;
 pub mod factory;
-pub mod gpu_timeline;
+pub mod generated_source;
+pub mod gpu;
 pub mod graph;
 pub mod passes;
 pub mod placement;
 pub mod reduction;
 pub mod scheduler;
-pub mod source;
-pub mod step_replay;
 pub mod store;
 pub mod tag;
 pub mod trace;
 
-pub use devices::GpuScratch;
 pub use error::{GraphError, GraphResult};
 pub use expression::{
     EvaluationContext, Expression, ExpressionKind, LanguageExpression, LanguageModifier,
     MaskedAssignment, NativeExpression, Symbols,
 };
 pub use factory::Factory;
-pub use gpu_timeline::{GpuSpan, GpuWork};
+pub use gpu::executor::GpuScratch;
+pub use gpu::replay::{ReplayStatistics, StepReplay};
+pub use gpu::timeline::{GpuSpan, GpuWork};
 pub use graph::{ExpressionGraph, FieldInfo, GhostPolicy, GraphOptions, Target};
 pub use placement::{CostModel, DevicePlan, MeasuredCost, PlacementPolicy, StreamMode, Transfer};
 pub use reduction::LanguageReduction;
 pub use scheduler::{ExecutionMode, ExecutionReport, TraceEvent};
-pub use step_replay::{ReplayStatistics, StepReplay};
 pub use store::{AnyField, GraphLocation};
 pub use tag::{Context, Tag};
 pub use trace::{ExpressionTiming, RecordedEvent, TimingTable, chrome_trace_of};

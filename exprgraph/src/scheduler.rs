@@ -28,7 +28,7 @@
 //! ## Plans with GPU nodes
 //!
 //! A GPU node's launch only enqueues its kernels, so it completes at once;
-//! the stream protocol's steps around each node (`devices.rs`) order the
+//! the stream protocol's steps around each node (`gpu/executor.rs`) order the
 //! GPU work. Serially, or with a memory budget or step replay, one thread
 //! walks the plan order. Otherwise, when the plan has CPU nodes, every node
 //! is a task of `dispatch` as above, with its steps before and after it:
@@ -44,9 +44,9 @@
 //! memory is what the serial plan has at that point.
 
 use crate::analyses::critical_path::{Ready, priorities};
-use crate::devices::DeviceRun;
 use crate::error::{GraphError, GraphResult};
 use crate::expression::EvaluationContext;
+use crate::gpu::executor::DeviceRun;
 use crate::graph::ExpressionGraph;
 use crate::store::AnyField;
 use std::collections::BinaryHeap;
@@ -104,7 +104,7 @@ pub(crate) struct Statistics {
     pub calls: Vec<u64>,
     pub total: Vec<Duration>,
     pub trace: Vec<TraceEvent>,
-    /// The GPU side of the last execution ([`crate::gpu_timeline`]).
+    /// The GPU side of the last execution ([`crate::gpu::timeline`]).
     pub gpu_trace: Vec<crate::GpuSpan>,
     pub last: ExecutionReport,
     /// Every event since `start_recording`, timed from the recording's epoch.
@@ -398,7 +398,7 @@ impl ExpressionGraph {
     }
 
     /// Runs a plan with GPU nodes, carrying out the stream protocol (see
-    /// `devices.rs`): the prologue, each node's steps before it, the node
+    /// `gpu/executor.rs`): the prologue, each node's steps before it, the node
     /// (a GPU node only enqueues its kernels; CPU nodes run with
     /// `parallelism`), its steps after it, and the epilogue. `walk` says
     /// whether one thread walks the nodes in plan order or the pool runs
@@ -407,10 +407,10 @@ impl ExpressionGraph {
         let plan = self.device_plan.streams();
         let replay = self.step_replay() == crate::StepReplay::CudaGraph;
         let mut timeline = None;
-        let run = |timeline: &mut Option<crate::gpu_timeline::Timeline>| -> GraphResult<()> {
+        let run = |timeline: &mut Option<crate::gpu::timeline::Timeline>| -> GraphResult<()> {
             // The timeline's origins go down first, on idle streams.
             if self.gpu_timeline() && !replay {
-                *timeline = Some(crate::gpu_timeline::Timeline::start(
+                *timeline = Some(crate::gpu::timeline::Timeline::start(
                     self,
                     &plan.streams_used(),
                     shared.epoch,
@@ -421,7 +421,7 @@ impl ExpressionGraph {
                 timeline: timeline.as_ref(),
             };
             // With replay, the stream work up to the epilogue is recorded
-            // and enqueued as one step (`step_replay.rs`); an error drops
+            // and enqueued as one step (`gpu/replay.rs`); an error drops
             // the recording, which enqueues what it logged.
             let recording = if replay {
                 let gpu = self.replay_obstacle()?;
@@ -709,7 +709,7 @@ impl ExpressionGraph {
         // streams drained, scratch returned, the pool's threads alive.
         let evaluated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match gpu {
             None => graph_node.expression.evaluate(&mut context),
-            Some(stream) => crate::devices::evaluate_on_gpu(
+            Some(stream) => crate::gpu::executor::evaluate_on_gpu(
                 node,
                 &*graph_node.expression,
                 &mut context,

@@ -118,7 +118,7 @@ impl ExpressionGraph {
 /// the events recorded so far, and the GPU timeline when it is on.
 pub(crate) struct DeviceRun<'t> {
     pub(crate) events: std::sync::Mutex<Vec<Option<ValidationEvent>>>,
-    pub(crate) timeline: Option<&'t crate::gpu_timeline::Timeline>,
+    pub(crate) timeline: Option<&'t crate::gpu::timeline::Timeline>,
 }
 
 /// The streams of a graph's plan, created on first use and reused across
