@@ -50,7 +50,6 @@ use watershed_cases::cases::scalability::{
     exprlib_graph_placed, exprlib_heterogeneous_graph, gamma, gamma_value, initial_phi, phi,
     phi_next,
 };
-use watershed_cases::common::fill_graph_field;
 use watershed_exprgraph::{
     ExecutionMode, ExpressionGraph, GpuScratch, PlacementPolicy, StepReplay, StreamMode, Tag,
 };
@@ -104,9 +103,13 @@ fn graph_fused(
 ) -> ExpressionGraph {
     let graph = exprlib_graph_placed(&periodic_patch(n), pdes, variant, 1e-6, fusion, placement)
         .expect("graph");
-    fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value).expect("gamma");
+    graph
+        .set_field::<CellCentre>(&gamma(), gamma_value)
+        .expect("gamma");
     for i in 0..pdes {
-        fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i)).expect("phi");
+        graph
+            .set_field::<CellCentre>(&phi(i), initial_phi(i))
+            .expect("phi");
     }
     graph
 }

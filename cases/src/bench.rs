@@ -3,9 +3,9 @@
 //! table) and one PNG chart of speedup against threads per study.
 
 use crate::cases::scalability::exprlib_graph;
-use crate::common::execution_mode;
 use crate::error::{CaseError, CaseResult};
 use crate::registry::CaseOptions;
+use crate::setup::execution_mode;
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::time::Instant;

@@ -9,6 +9,9 @@
 //! * [`interrupt`]: SIGINT and SIGTERM end a run after its step, with a checkpoint;
 //! * [`checkpoint`]: atomic checkpoints and bitwise restarts;
 //! * [`config`]: strict TOML configurations with `--set` overrides;
+//! * [`setup`]: a case's graph options, execution mode, integrator and
+//!   configuration from its options;
+//! * [`solver_state`]: a solver's fields in dumps and checkpoints;
 //! * [`progress`]: the progress bar;
 //! * [`cases`]: the cases themselves, listed by [`registered_cases`].
 //!
@@ -39,7 +42,6 @@
 pub mod bench;
 pub mod cases;
 pub mod checkpoint;
-pub mod common;
 pub mod config;
 pub mod derived;
 pub mod driver;
@@ -48,6 +50,8 @@ pub mod inspect;
 pub mod interrupt;
 pub mod progress;
 pub mod registry;
+pub mod setup;
+pub mod solver_state;
 pub mod steady;
 
 pub use error::{CaseError, CaseResult, ConfigOrigin};

@@ -73,7 +73,7 @@ impl std::fmt::Debug for CaseInfo {
 
 /// The effective configuration of `case` as TOML.
 pub fn config_text_of<C: CaseConfig>(case: &str, options: &CaseOptions) -> CaseResult<String> {
-    let loaded = crate::common::load_config::<C>(case, options)?;
+    let loaded = crate::setup::load_config::<C>(case, options)?;
     to_text(case, &loaded)
 }
 

@@ -9,7 +9,6 @@ use std::sync::{Mutex, MutexGuard};
 use watershed_cases::cases::scalability::{
     exprlib_factory, exprlib_heterogeneous_graph, gamma, gamma_value, initial_phi, phi, phi_next,
 };
-use watershed_cases::common::fill_graph_field;
 use watershed_exprgraph::GraphError;
 use watershed_exprgraph::{
     ExecutionMode, ExpressionGraph, Factory, GpuScratch, GraphOptions, LanguageExpression,
@@ -52,9 +51,13 @@ fn exprlib(
     let roots: Vec<Tag> = (0..pdes).map(phi_next).collect();
     let factory = exprlib_factory(pdes, variant, 1e-4).unwrap();
     let graph = ExpressionGraph::build(&factory, &roots, patch, &options).unwrap();
-    fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value).unwrap();
+    graph
+        .set_field::<CellCentre>(&gamma(), gamma_value)
+        .unwrap();
     for i in 0..pdes {
-        fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i)).unwrap();
+        graph
+            .set_field::<CellCentre>(&phi(i), initial_phi(i))
+            .unwrap();
     }
     graph
 }
@@ -297,7 +300,9 @@ fn crossing(placement: PlacementPolicy) -> ExpressionGraph {
         ..Default::default()
     };
     let graph = ExpressionGraph::build(&factory, &[last], &patch(12), &options).unwrap();
-    fill_graph_field::<CellCentre>(&graph, &u, |[x, y, z]| (x * 6.0).sin() + y * z).unwrap();
+    graph
+        .set_field::<CellCentre>(&u, |[x, y, z]| (x * 6.0).sin() + y * z)
+        .unwrap();
     graph
 }
 
@@ -440,10 +445,9 @@ fn reduction_graph(
         ..Default::default()
     };
     let graph = ExpressionGraph::build(&factory, &[scaled], patch, &options).unwrap();
-    fill_graph_field::<CellCentre>(&graph, &u, |[x, y, z]| {
-        (3.0 * x).sin() * (2.0 * y).cos() + z * z
-    })
-    .unwrap();
+    graph
+        .set_field::<CellCentre>(&u, |[x, y, z]| (3.0 * x).sin() * (2.0 * y).cos() + z * z)
+        .unwrap();
     graph
 }
 
@@ -512,16 +516,17 @@ fn a_checked_node_on_the_gpu_fails_with_the_cpus_error() {
             ExpressionGraph::build(&factory, std::slice::from_ref(&after), &patch, &options)
                 .unwrap();
         // Positive except two cells; (2, 7, 3) comes first in storage order.
-        fill_graph_field::<CellCentre>(&graph, &u, |[x, y, z]| {
-            // 12 cells over a side of 1/12.
-            let cell = |c: f64| (c * 144.0).floor() as i64;
-            match (cell(x), cell(y), cell(z)) {
-                (9, 1, 5) => -1.0,
-                (2, 7, 3) => -3.0,
-                _ => 1.0 + x + y + z,
-            }
-        })
-        .unwrap();
+        graph
+            .set_field::<CellCentre>(&u, |[x, y, z]| {
+                // 12 cells over a side of 1/12.
+                let cell = |c: f64| (c * 144.0).floor() as i64;
+                match (cell(x), cell(y), cell(z)) {
+                    (9, 1, 5) => -1.0,
+                    (2, 7, 3) => -3.0,
+                    _ => 1.0 + x + y + z,
+                }
+            })
+            .unwrap();
         graph
     };
     // The CPU's error, checked here with or without a GPU.
@@ -578,7 +583,9 @@ fn a_checked_node_on_the_gpu_fails_with_the_cpus_error() {
     assert!(statistics.replays >= 1, "{statistics:?}");
     // With every value finite both succeed and agree to the bit.
     for graph in [&cpu, &on_gpu] {
-        fill_graph_field::<CellCentre>(graph, &u, |[x, y, z]| 1.0 + x + y + z).unwrap();
+        graph
+            .set_field::<CellCentre>(&u, |[x, y, z]| 1.0 + x + y + z)
+            .unwrap();
         graph.execute(ExecutionMode::Serial).unwrap();
     }
     let (worst, differing) = difference(&values(&on_gpu, &after), &values(&cpu, &after));
@@ -744,10 +751,9 @@ fn scaled_graph(patch: &Patch, placement: PlacementPolicy, p: &Parameter) -> Exp
         ..Default::default()
     };
     let graph = ExpressionGraph::build(&factory, &[scaled], patch, &options).unwrap();
-    fill_graph_field::<CellCentre>(&graph, &u, |[x, y, z]| {
-        (3.0 * x).sin() * (2.0 * y).cos() + z * z
-    })
-    .unwrap();
+    graph
+        .set_field::<CellCentre>(&u, |[x, y, z]| (3.0 * x).sin() * (2.0 * y).cos() + z * z)
+        .unwrap();
     graph
 }
 
@@ -866,10 +872,11 @@ fn exprlib_graphs_replayed_as_cuda_graphs_give_the_cpus_bits() {
                 // the new values.
                 if execution >= 3 {
                     for graph in [&cpu, &replayed] {
-                        fill_graph_field::<CellCentre>(graph, &phi(0), |[x, y, z]| {
-                            initial_phi(0)([x, y, z]) * (1.0 + execution as f64)
-                        })
-                        .unwrap();
+                        graph
+                            .set_field::<CellCentre>(&phi(0), |[x, y, z]| {
+                                initial_phi(0)([x, y, z]) * (1.0 + execution as f64)
+                            })
+                            .unwrap();
                     }
                 }
                 cpu.execute(ExecutionMode::Serial).unwrap();
@@ -1254,7 +1261,9 @@ fn beside(
         ..Default::default()
     };
     let graph = ExpressionGraph::build(&factory, &[out], &patch(12), &options).unwrap();
-    fill_graph_field::<CellCentre>(&graph, &u, |[x, y, z]| (x * 5.0).cos() + y - z * z).unwrap();
+    graph
+        .set_field::<CellCentre>(&u, |[x, y, z]| (x * 5.0).cos() + y - z * z)
+        .unwrap();
     graph
 }
 
@@ -1412,7 +1421,9 @@ fn a_concurrent_walk_reports_the_first_bad_check_in_plan_order() {
         let graph =
             ExpressionGraph::build(&factory, std::slice::from_ref(&out), &patch(8), &options)
                 .unwrap();
-        fill_graph_field::<CellCentre>(&graph, &u, |[x, _, _]| x - 0.5).unwrap();
+        graph
+            .set_field::<CellCentre>(&u, |[x, _, _]| x - 0.5)
+            .unwrap();
         graph
     };
     let cpu = build(PlacementPolicy::Cpu);

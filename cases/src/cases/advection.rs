@@ -1,14 +1,12 @@
 //! `advection`: a scalar carried by a rotating velocity with the central,
 //! upwind or limited scheme; bounds and mass are reported and checked.
 
-use crate::common::{
-    case_execution_mode, dump_solution, fill_graph_field, integrator, load_solution, save_solution,
-    solver_graph_options,
-};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::{case_execution_mode, integrator, solver_graph_options};
+use crate::solver_state::{dump_solution, load_solution, save_solution};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -81,7 +79,7 @@ impl CaseConfig for AdvectionConfig {
             })
             .or_else(|| in_range("end_time", self.end_time, 1e-12, 1e6))
             .or_else(|| in_range("cfl", self.cfl, 1e-6, 1.0))
-            .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
+            .or_else(|| one_of("integrator", &self.integrator, &crate::setup::INTEGRATORS))
             .or_else(|| in_range("mass_tolerance", self.mass_tolerance, 1e-16, 1.0))
     }
 }
@@ -138,7 +136,7 @@ pub struct Advection {
 }
 
 fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::common::load_config::<AdvectionConfig>(NAME, options)?;
+    let loaded = crate::setup::load_config::<AdvectionConfig>(NAME, options)?;
     let config = loaded.config.clone();
     let n = config.cells;
     let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
@@ -158,12 +156,12 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         .mode(case_execution_mode(options))
         .graph_options(solver_graph_options(options))
         .build()?;
-    fill_graph_field::<XFace>(solver.graph(), &velocity[0], |[_, y, _]| {
-        -2.0 * PI * (y - 0.5)
-    })?;
-    fill_graph_field::<YFace>(solver.graph(), &velocity[1], |[x, _, _]| {
-        2.0 * PI * (x - 0.5)
-    })?;
+    solver
+        .graph()
+        .set_field::<XFace>(&velocity[0], |[_, y, _]| -2.0 * PI * (y - 0.5))?;
+    solver
+        .graph()
+        .set_field::<YFace>(&velocity[1], |[x, _, _]| 2.0 * PI * (x - 0.5))?;
     solver.set_initial_condition("c", bell)?;
     let (_, _, initial_mass) = bounds_and_mass(&solver, "c")?;
     Ok(Prepared {

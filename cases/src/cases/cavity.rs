@@ -5,13 +5,12 @@
 //! energy is compared with its value one window before; the flow is steady
 //! when the relative change is at most `steady_tolerance`.
 
-use crate::common::{
-    case_execution_mode, dump_flow, integrator, interpolate, load_flow, save_flow,
-};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::{case_execution_mode, integrator};
+use crate::solver_state::{dump_flow, load_flow, save_flow};
 use crate::steady::SteadyState;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -95,7 +94,7 @@ impl CaseConfig for CavityConfig {
             .or_else(|| in_range("diffusion_number", self.diffusion_number, 1e-6, 0.5))
             .or_else(|| in_range("steady_tolerance", self.steady_tolerance, 1e-12, 1.0))
             .or_else(|| in_range("steady_window", self.steady_window, 1e-6, 1e6))
-            .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
+            .or_else(|| one_of("integrator", &self.integrator, &crate::setup::INTEGRATORS))
             .or_else(|| in_range("ghia_tolerance", self.ghia_tolerance, 1e-6, 1.0))
             .or_else(|| one_of("convection", &self.convection, &ConvectionForm::NAMES))
             .or_else(|| one_of("space_order", &self.space_order.to_string(), &["2", "4"]))
@@ -135,7 +134,7 @@ pub struct Cavity {
 }
 
 fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::common::load_config::<CavityConfig>(NAME, options)?;
+    let loaded = crate::setup::load_config::<CavityConfig>(NAME, options)?;
     let config = loaded.config.clone();
     let n = config.cells;
     let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?;
@@ -336,4 +335,21 @@ impl Simulation for Cavity {
             files,
         })
     }
+}
+
+/// Linear interpolation of (position, value) samples sorted by position.
+fn interpolate(samples: &[(f64, f64)], at: f64) -> f64 {
+    if samples.len() < 2 {
+        return samples.first().map_or(f64::NAN, |s| s.1);
+    }
+    let k = samples
+        .iter()
+        .position(|&(p, _)| p >= at)
+        .unwrap_or(samples.len() - 1)
+        .max(1);
+    let ((p0, v0), (p1, v1)) = (samples[k - 1], samples[k]);
+    if p1 == p0 {
+        return v1;
+    }
+    v0 + (v1 - v0) * (at - p0) / (p1 - p0)
 }

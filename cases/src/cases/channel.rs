@@ -9,11 +9,12 @@
 //! `steady_tolerance` (relative) over `steady_window` time units.
 
 use crate::checkpoint::{load_rows, rows_from, save_rows};
-use crate::common::{case_execution_mode, dump_flow, integrator, load_flow, save_flow};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::{case_execution_mode, integrator};
+use crate::solver_state::{dump_flow, load_flow, save_flow};
 use crate::steady::SteadyState;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -109,7 +110,7 @@ impl CaseConfig for ChannelConfig {
             .or_else(|| in_range("diffusion_number", self.diffusion_number, 1e-6, 0.5))
             .or_else(|| in_range("steady_tolerance", self.steady_tolerance, 1e-14, 1.0))
             .or_else(|| in_range("steady_window", self.steady_window, 1e-6, 1e6))
-            .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
+            .or_else(|| one_of("integrator", &self.integrator, &crate::setup::INTEGRATORS))
             .or_else(|| in_range("profile_tolerance", self.profile_tolerance, 1e-12, 1.0))
             .or_else(|| in_range("mass_tolerance", self.mass_tolerance, 1e-15, 1.0))
             .or_else(|| one_of("outflow", &self.outflow, &["convective", "zero-gradient"]))
@@ -137,7 +138,7 @@ pub struct Channel {
 }
 
 fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::common::load_config::<ChannelConfig>(NAME, options)?;
+    let loaded = crate::setup::load_config::<ChannelConfig>(NAME, options)?;
     let config = loaded.config.clone();
     let n = config.cells;
     let along = config.length * n as f64;

@@ -9,11 +9,12 @@
 //! intervals (`REFERENCE_2D1`, `REFERENCE_2D2`).
 
 use crate::checkpoint::{load_rows, rows_from, save_rows};
-use crate::common::{case_execution_mode, dump_flow, integrator, load_flow, save_flow};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::{case_execution_mode, integrator};
+use crate::solver_state::{dump_flow, load_flow, save_flow};
 use crate::steady::SteadyState;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -132,7 +133,7 @@ impl CaseConfig for CylinderConfig {
             .or_else(|| in_range("end_time", self.end_time, 1e-12, 1e6))
             .or_else(|| in_range("cfl", self.cfl, 1e-6, 1.0))
             .or_else(|| in_range("diffusion_number", self.diffusion_number, 1e-6, 0.5))
-            .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
+            .or_else(|| one_of("integrator", &self.integrator, &crate::setup::INTEGRATORS))
             .or_else(|| one_of("outflow", &self.outflow, &["convective", "zero-gradient"]))
             .or_else(|| in_range("steady_tolerance", self.steady_tolerance, 1e-14, 1.0))
             .or_else(|| in_range("steady_window", self.steady_window, 1e-6, 1e6))
@@ -204,7 +205,7 @@ pub fn fixed_time_step(config: &CylinderConfig, h: f64) -> f64 {
 }
 
 fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::common::load_config::<CylinderConfig>(NAME, options)?;
+    let loaded = crate::setup::load_config::<CylinderConfig>(NAME, options)?;
     let config = loaded.config.clone();
     if !config.steady() && config.statistics_from >= config.end_time {
         return Err(CaseError::Usage(format!(

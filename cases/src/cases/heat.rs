@@ -1,15 +1,13 @@
 //! `heat`: the 3D heat equation against its exact solution, and with
 //! `--convergence` the observed order of accuracy over three grids.
 
-use crate::common::{
-    case_execution_mode, dump_solution, integrator, load_solution, save_solution,
-    solver_graph_options,
-};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, DumpSchedule, RunControl, Simulation, Stop, run};
 use crate::error::CaseResult;
 use crate::progress::ProgressMode;
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::{case_execution_mode, integrator, solver_graph_options};
+use crate::solver_state::{dump_solution, load_solution, save_solution};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -74,7 +72,7 @@ impl CaseConfig for HeatConfig {
             .or_else(|| in_range("diffusivity", self.diffusivity, 1e-12, 1e6))
             .or_else(|| in_range("end_time", self.end_time, 1e-12, 1e6))
             .or_else(|| in_range("diffusion_number", self.diffusion_number, 1e-6, 0.5))
-            .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
+            .or_else(|| one_of("integrator", &self.integrator, &crate::setup::INTEGRATORS))
             .or_else(|| in_range("error_tolerance", self.error_tolerance, 1e-15, 1.0))
             .or_else(|| in_range("minimum_order", self.minimum_order, 0.0, 10.0))
     }
@@ -111,7 +109,7 @@ fn build(config: &HeatConfig, cells: usize, options: &CaseOptions) -> CaseResult
 }
 
 fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::common::load_config::<HeatConfig>(NAME, options)?;
+    let loaded = crate::setup::load_config::<HeatConfig>(NAME, options)?;
     let heat = build(&loaded.config, loaded.config.cells, options)?;
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,
@@ -203,7 +201,7 @@ impl Simulation for Heat {
 /// each to the end time with `dt` proportional to `h^2`; returns the check
 /// on the observed orders and writes a CSV and a PNG into `output`.
 pub fn convergence_study(options: &CaseOptions, output: Option<&Path>) -> CaseResult<CaseCheck> {
-    let loaded = crate::common::load_config::<HeatConfig>(NAME, options)?;
+    let loaded = crate::setup::load_config::<HeatConfig>(NAME, options)?;
     let config = loaded.config;
     let mut rows = Vec::new();
     for factor in [1usize, 2, 4] {

@@ -2,14 +2,14 @@
 //! nonlinear reaction, carried by a prescribed or a computed flow.
 
 use crate::cases::advection::{bounds_and_mass, scheme};
-use crate::common::{
-    case_execution_mode, dump_flow, dump_solution, fill_graph_field, integrator, load_flow,
-    load_solution, save_flow, save_solution, solver_graph_options,
-};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::{case_execution_mode, integrator, solver_graph_options};
+use crate::solver_state::{
+    dump_flow, dump_solution, load_flow, load_solution, save_flow, save_solution,
+};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -107,7 +107,7 @@ impl CaseConfig for ReactingConfig {
             .or_else(|| in_range("end_time", self.end_time, 1e-12, 1e6))
             .or_else(|| in_range("cfl", self.cfl, 1e-6, 1.0))
             .or_else(|| in_range("diffusion_number", self.diffusion_number, 1e-6, 0.5))
-            .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
+            .or_else(|| one_of("integrator", &self.integrator, &crate::setup::INTEGRATORS))
     }
 }
 
@@ -131,7 +131,7 @@ fn velocity_y(speed: f64) -> impl Fn([f64; 3]) -> f64 {
 }
 
 fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::common::load_config::<ReactingConfig>(NAME, options)?;
+    let loaded = crate::setup::load_config::<ReactingConfig>(NAME, options)?;
     let config = loaded.config.clone();
     let n = config.cells;
     let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
@@ -166,8 +166,12 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         .mode(case_execution_mode(options))
         .graph_options(solver_graph_options(options))
         .build()?;
-    fill_graph_field::<XFace>(solver.graph(), &velocity[0], velocity_x(config.speed))?;
-    fill_graph_field::<YFace>(solver.graph(), &velocity[1], velocity_y(config.speed))?;
+    solver
+        .graph()
+        .set_field::<XFace>(&velocity[0], velocity_x(config.speed))?;
+    solver
+        .graph()
+        .set_field::<YFace>(&velocity[1], velocity_y(config.speed))?;
     solver.set_initial_condition("A", |[x, _, _]| 0.5 * (1.0 + (2.0 * PI * x).cos()))?;
     solver.set_initial_condition("B", |[x, _, _]| 0.5 * (1.0 - (2.0 * PI * x).cos()))?;
     solver.set_initial_condition("C", |_| 0.0)?;

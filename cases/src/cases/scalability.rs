@@ -3,13 +3,12 @@
 //! `watershed bench` times.
 
 use crate::checkpoint::{load_graph_field, save_graph_field};
-use crate::common::{
-    case_execution_mode, dump_solution, fill_graph_field, integrator, load_solution, save_solution,
-};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::{case_execution_mode, integrator};
+use crate::solver_state::{dump_solution, load_solution, save_solution};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -114,11 +113,11 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
 
     fn check_ranges(&self) -> Option<RangeProblem> {
         let integrator = match (&self.integrator, K::WASATCH) {
-            (Some(name), true) => one_of("integrator", name, &crate::common::INTEGRATORS),
+            (Some(name), true) => one_of("integrator", name, &crate::setup::INTEGRATORS),
             (None, true) => Some((
                 "integrator".into(),
                 "(missing)".into(),
-                format!("one of {:?}", crate::common::INTEGRATORS),
+                format!("one of {:?}", crate::setup::INTEGRATORS),
             )),
             (Some(name), false) => Some((
                 "integrator".into(),
@@ -509,10 +508,10 @@ fn exprlib_graph_from_options(
     };
     let graph = ExpressionGraph::build(&factory, &roots, patch, &options)?;
     if graph.field_info(&gamma()).is_some() {
-        fill_graph_field::<CellCentre>(&graph, &gamma(), gamma_value)?;
+        graph.set_field::<CellCentre>(&gamma(), gamma_value)?;
     }
     for i in 0..pdes {
-        fill_graph_field::<CellCentre>(&graph, &phi(i), initial_phi(i))?;
+        graph.set_field::<CellCentre>(&phi(i), initial_phi(i))?;
     }
     Ok(graph)
 }
@@ -607,7 +606,7 @@ pub struct ExprLib {
 }
 
 fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::common::load_config::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, options)?;
+    let loaded = crate::setup::load_config::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, options)?;
     let c = loaded.config.clone();
     let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
     let graph = exprlib_stepping_graph(
@@ -821,7 +820,9 @@ fn wasatch_solver(
             ..Default::default()
         })
         .build()?;
-    fill_graph_field::<CellCentre>(solver.graph(), &gamma(), gamma_value)?;
+    solver
+        .graph()
+        .set_field::<CellCentre>(&gamma(), gamma_value)?;
     for i in 0..c.pdes {
         solver.set_initial_condition(&format!("phi{i}"), initial_phi(i))?;
     }
@@ -829,7 +830,7 @@ fn wasatch_solver(
 }
 
 fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::common::load_config::<ScalabilityConfig<WasatchKind>>(WASATCH, options)?;
+    let loaded = crate::setup::load_config::<ScalabilityConfig<WasatchKind>>(WASATCH, options)?;
     let c = loaded.config.clone();
     let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
     let solver = wasatch_solver(
@@ -904,7 +905,7 @@ impl Simulation for Wasatch {
         let mut probe = wasatch_solver(
             c,
             &self.grid,
-            crate::common::execution_mode(self.threads),
+            crate::setup::execution_mode(self.threads),
             "forward-euler",
             self.placement.clone(),
         )?;

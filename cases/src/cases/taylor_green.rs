@@ -6,11 +6,12 @@
 
 use super::tgv_reference;
 use crate::checkpoint::{load_series, save_series};
-use crate::common::{case_execution_mode, dump_flow, integrator, load_flow, save_flow};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
 use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::{case_execution_mode, integrator};
+use crate::solver_state::{dump_flow, load_flow, save_flow};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -102,7 +103,7 @@ impl CaseConfig for TaylorGreenConfig {
             .or_else(|| in_range("end_time", self.end_time, 1e-12, 1e6))
             .or_else(|| in_range("cfl", self.cfl, 1e-6, 1.0))
             .or_else(|| in_range("diffusion_number", self.diffusion_number, 1e-6, 0.5))
-            .or_else(|| one_of("integrator", &self.integrator, &crate::common::INTEGRATORS))
+            .or_else(|| one_of("integrator", &self.integrator, &crate::setup::INTEGRATORS))
             .or_else(|| one_of("convection", &self.convection, &ConvectionForm::NAMES))
             .or_else(|| in_range("space_order", self.space_order, 2, 4))
             .or_else(|| one_of("space_order", &self.space_order.to_string(), &["2", "4"]))
@@ -159,7 +160,7 @@ pub struct TaylorGreen {
 }
 
 fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::common::load_config::<TaylorGreenConfig>(NAME, options)?;
+    let loaded = crate::setup::load_config::<TaylorGreenConfig>(NAME, options)?;
     let config = loaded.config.clone();
     let n = config.cells;
     let three = config.dimensions == 3;

@@ -1,0 +1,67 @@
+//! How a case is set up from its options: its graph options and execution
+//! mode, its integrator by name, its configuration loaded in layers.
+
+use crate::config::{CaseConfig, Loaded, load};
+use crate::error::{CaseError, CaseResult, ConfigOrigin};
+use crate::registry::CaseOptions;
+use watershed_exprgraph::ExecutionMode;
+use watershed_solvers::TimeIntegrator;
+
+/// The graph options of a case's solver: its placement from the command
+/// line (`--device`), everything else the defaults.
+pub fn solver_graph_options(options: &CaseOptions) -> watershed_exprgraph::GraphOptions {
+    watershed_exprgraph::GraphOptions {
+        placement: options.placement.clone(),
+        ..Default::default()
+    }
+}
+
+/// Serial for one thread, threaded otherwise.
+pub fn execution_mode(threads: usize) -> ExecutionMode {
+    if threads <= 1 {
+        ExecutionMode::Serial
+    } else {
+        ExecutionMode::Threaded(threads)
+    }
+}
+
+/// A case's execution mode: [`execution_mode`] of its thread count, or,
+/// with `adaptive_threads`, up to that many threads chosen by timing
+/// (`ExecutionMode::Adaptive`).
+pub fn case_execution_mode(options: &CaseOptions) -> ExecutionMode {
+    if options.adaptive_threads && options.threads > 1 {
+        ExecutionMode::Adaptive(options.threads)
+    } else {
+        execution_mode(options.threads)
+    }
+}
+
+/// The integrators a configuration can name.
+pub const INTEGRATORS: [&str; 3] = ["forward-euler", "ssp-rk2", "ssp-rk3"];
+
+/// The integrator called `name` (one of [`INTEGRATORS`]; configurations are
+/// range-checked before this is called).
+pub fn integrator(name: &str) -> TimeIntegrator {
+    match name {
+        "forward-euler" => TimeIntegrator::ForwardEuler,
+        "ssp-rk2" => TimeIntegrator::SspRk2,
+        _ => TimeIntegrator::SspRk3,
+    }
+}
+
+/// Loads a case's configuration from the options: the checkpoint's stored
+/// text (when restarting), then the file, then the `--set`s.
+pub fn load_config<C: CaseConfig>(case: &str, options: &CaseOptions) -> CaseResult<Loaded<C>> {
+    let base = match &options.checkpoint_config {
+        Some(text) => Some((
+            toml::from_str::<C>(text).map_err(|e| CaseError::ConfigSyntax {
+                case: case.into(),
+                origin: ConfigOrigin::Checkpoint,
+                message: e.to_string(),
+            })?,
+            ConfigOrigin::Checkpoint,
+        )),
+        None => None,
+    };
+    load(case, base, options.config_file.as_deref(), &options.sets)
+}

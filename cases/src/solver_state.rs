@@ -1,0 +1,85 @@
+//! A solver's fields in dumps and checkpoints: an incompressible flow's
+//! velocity and pressure (with the derived fields for viewing), and a
+//! transport equation's solution.
+
+use crate::checkpoint::{load_field, save_field};
+use crate::derived::dump_derived_flow_fields;
+use crate::error::CaseResult;
+use watershed_fields::on_face;
+use watershed_io::dumps::{DumpedField, dump_field};
+use watershed_solvers::IncompressibleFlow;
+
+/// Dumps the velocity components (`u`, `v`, `w` on their faces), the
+/// pressure `p` of `flow`, and the cell-centred fields derived from them
+/// for viewing ([`crate::derived`]).
+pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+    let mut written = Vec::new();
+    for &axis in flow.active_axes() {
+        let name = ["u", "v", "w"][axis];
+        written.push(on_face!(axis, F => {
+            flow.with_velocity::<F, _>(|u| dump_field(group, name, u))??
+        }));
+    }
+    written.push(flow.with_pressure(|p| dump_field(group, "p", p))??);
+    written.extend(dump_derived_flow_fields(flow, group)?);
+    Ok(written)
+}
+
+/// Saves the state of `flow` (velocity, projection potential, pressure,
+/// all with ghosts) under names starting with `prefix`.
+pub fn save_flow(flow: &IncompressibleFlow, group: &hdf5::Group, prefix: &str) -> CaseResult<()> {
+    for &axis in flow.active_axes() {
+        let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
+        on_face!(axis, F => flow.with_velocity::<F, _>(|u| save_field(group, &name, u))??);
+    }
+    let (psi, p) = (format!("{prefix}psi"), format!("{prefix}p"));
+    flow.with_projection_potential(|field| save_field(group, &psi, field))??;
+    flow.with_pressure(|field| save_field(group, &p, field))?
+}
+
+/// Restores what [`save_flow`] saved and sets the clock.
+pub fn load_flow(
+    flow: &mut IncompressibleFlow,
+    group: &hdf5::Group,
+    prefix: &str,
+    time: f64,
+    step: u64,
+) -> CaseResult<()> {
+    for axis in flow.active_axes().to_vec() {
+        let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
+        on_face!(axis, F => flow.with_velocity_mut::<F, _>(|u| load_field(group, &name, u))??);
+    }
+    let (psi, p) = (format!("{prefix}psi"), format!("{prefix}p"));
+    flow.with_projection_potential_mut(|field| load_field(group, &psi, field))??;
+    flow.with_pressure_mut(|field| load_field(group, &p, field))??;
+    flow.set_clock(time, step)?;
+    Ok(())
+}
+
+/// Dumps the solution of `equation` as dataset `name`.
+pub fn dump_solution(
+    solver: &watershed_solvers::TransportSolver,
+    equation: &str,
+    group: &hdf5::Group,
+    name: &str,
+) -> CaseResult<DumpedField> {
+    Ok(solver.with_solution(equation, |field| dump_field(group, name, field))??)
+}
+
+/// Saves the solution of `equation` (with ghosts) as dataset `equation`.
+pub fn save_solution(
+    solver: &watershed_solvers::TransportSolver,
+    equation: &str,
+    group: &hdf5::Group,
+) -> CaseResult<()> {
+    solver.with_solution(equation, |field| save_field(group, equation, field))?
+}
+
+/// Restores the solution of `equation` saved by [`save_solution`].
+pub fn load_solution(
+    solver: &watershed_solvers::TransportSolver,
+    equation: &str,
+    group: &hdf5::Group,
+) -> CaseResult<()> {
+    solver.with_solution_mut(equation, |field| load_field(group, equation, field))?
+}
