@@ -33,6 +33,7 @@
 
 pub mod cache;
 pub mod kernel;
+pub mod lower;
 
 pub use cache::{CacheStatistics, LoweredKernel, cache_statistics, lower_cached};
 
