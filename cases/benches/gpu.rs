@@ -571,7 +571,7 @@ fn calls_and_seconds(graph: &ExpressionGraph, runs: usize) -> (watershed_fields:
 }
 
 /// Every stream wait, event record and host wait the engine asks for
-/// against those left out because they order nothing (`progress.rs` in
+/// against those left out because they order nothing (`stream_book.rs` in
 /// the device layer): the driver calls of one execution and its time,
 /// the two settings alternated in three rounds (median round kept).
 fn calls(gpu: usize) {

@@ -1,5 +1,5 @@
 //! The stream waits, event records and host waits the device layer leaves
-//! out because they order nothing (`fields/src/gpu/progress.rs`), counted
+//! out because they order nothing (`fields/src/gpu/stream_book.rs`), counted
 //! with the call census, and the data showing that each wait it keeps is
 //! needed: on emulated GPUs a stream's work runs only when something waits
 //! for it, so a wait left out wrongly makes a copy read stale bytes.

@@ -20,6 +20,7 @@
 //! one execution of the graph; the first step starts with an execution of
 //! zero length (`u* = u`), which projects the initial velocity.
 
+use crate::assignment_memo::Assignments;
 use crate::body::Body;
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::convection::{ConvectionForm, momentum_convection};
@@ -28,7 +29,6 @@ use crate::immersed::Immersed;
 use crate::immersed_nodes::{ForceReductions, ForcingTags};
 use crate::integrator::{Stage, TimeIntegrator};
 use crate::multigrid::{Multigrid, MultigridOptions, first_non_finite};
-use crate::prepared::Assignments;
 use crate::projection::{PoissonSolve, PoissonState, lock_state};
 use crate::solver::TimeStep;
 use crate::stages::{

@@ -28,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+mod assignment_memo;
 pub mod body;
 pub mod boundary;
 pub mod boundary_value;
@@ -40,7 +41,6 @@ pub mod incompressible;
 pub mod integrator;
 pub mod multigrid;
 mod multigrid_bodies;
-mod prepared;
 mod projection;
 pub mod solver;
 pub mod stages;

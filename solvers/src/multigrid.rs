@@ -12,11 +12,11 @@
 //! the problem is singular: the right-hand side is made mean-free and so is
 //! the solution.
 
+use crate::assignment_memo::{Assignments, Recipe};
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::immersed::Immersed;
 use crate::multigrid_bodies::{CLOSED_LEVELS, FaceCoefficients, MovableField, remove_fluid_mean};
-use crate::prepared::{Assignments, Recipe};
 use crate::staggered::SpaceOrder;
 use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField, on_face};
 use watershed_operators::{

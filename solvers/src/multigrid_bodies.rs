@@ -12,9 +12,9 @@
 //! and each of these levels' weighted Jacobi divides by its own diagonal.
 //! The levels below keep the open Laplacian ([`CLOSED_LEVELS`]).
 
+use crate::assignment_memo::{Assignments, Recipe};
 use crate::error::SolverResult;
 use crate::immersed::Immersed;
-use crate::prepared::{Assignments, Recipe};
 use watershed_fields::{
     CellCentre, Device, FieldResult, Location, Patch, SpatialField, XFace, YFace, ZFace,
 };

@@ -14,11 +14,11 @@
 //! levels then exchange storage (see [`crate::stages`]) instead of being
 //! copied.
 
+use crate::assignment_memo::Assignments;
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::first_non_finite;
-use crate::prepared::Assignments;
 use crate::stages::{
     StageParameters, advance_levels, not_finite_in, reads_start_level, update_expression,
 };

@@ -35,12 +35,12 @@ mod stub;
 use stub as backend;
 mod census;
 mod emulated;
-mod progress;
 mod replay;
+mod stream_book;
 
 pub use census::{GpuCalls, gpu_calls};
-pub use progress::set_call_elision;
 pub use replay::{GpuGraph, RecordedStep, StepKey, StepRecording, StepShape};
+pub use stream_book::set_call_elision;
 
 use crate::Device;
 use crate::error::{FieldError, FieldResult};
@@ -152,7 +152,7 @@ enum EventImpl {
     /// the recorded step is enqueued.
     Pending(Arc<replay::PendingEvent>),
     /// Recorded on a stream with no work since the host last waited for
-    /// it: finished from the start, no driver event (`progress.rs`).
+    /// it: finished from the start, no driver event (`stream_book.rs`).
     Finished,
 }
 
@@ -216,7 +216,7 @@ pub struct GpuStream {
     device: Device,
     stream: StreamImpl,
     /// What the host knows of the stream's progress (shared by clones).
-    book: Arc<progress::StreamBook>,
+    book: Arc<stream_book::StreamBook>,
 }
 
 impl GpuStream {
@@ -236,7 +236,7 @@ impl GpuStream {
         Ok(GpuStream {
             device: Device::Gpu(ordinal),
             stream,
-            book: progress::StreamBook::new(),
+            book: stream_book::StreamBook::new(),
         })
     }
 
@@ -336,7 +336,7 @@ impl GpuStream {
     }
 
     /// Makes later work on this stream wait for `event`. Returns at once.
-    /// A wait that orders nothing is left out (`progress.rs`): on an event
+    /// A wait that orders nothing is left out (`stream_book.rs`): on an event
     /// the host knows finished, recorded on this stream, or at or before
     /// a point of its stream this one already waits for.
     pub fn wait(&self, event: &ValidationEvent) -> FieldResult<()> {
@@ -725,7 +725,7 @@ pub struct ValidationEvent {
     /// Where on its stream it was recorded (`None`: finished from the
     /// start, logged in a step recording (see [`Self::stream_point`]), or
     /// a resolved copy made inside the device layer).
-    point: Option<progress::StreamPoint>,
+    point: Option<stream_book::StreamPoint>,
 }
 
 impl ValidationEvent {
@@ -812,7 +812,7 @@ impl ValidationEvent {
     /// Where the event lies on its stream: its own point, or for an event
     /// logged in a step recording, that of the real event it stands for
     /// once the step is enqueued (`None` before).
-    fn stream_point(&self) -> Option<&progress::StreamPoint> {
+    fn stream_point(&self) -> Option<&stream_book::StreamPoint> {
         match &self.event {
             EventImpl::Pending(pending) => pending.real_point(),
             _ => self.point.as_ref(),

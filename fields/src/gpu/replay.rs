@@ -75,8 +75,8 @@ pub(crate) struct PendingEvent {
     index: usize,
     real: OnceLock<EventImpl>,
     /// Where the real event lies on its stream (the origin's, for a
-    /// replayed step), once resolved (`progress.rs`).
-    real_point: OnceLock<super::progress::StreamPoint>,
+    /// replayed step), once resolved (`stream_book.rs`).
+    real_point: OnceLock<super::stream_book::StreamPoint>,
 }
 
 impl PendingEvent {
@@ -91,7 +91,7 @@ impl PendingEvent {
     }
 
     /// Where the real event lies on its stream, once resolved.
-    pub(crate) fn real_point(&self) -> Option<&super::progress::StreamPoint> {
+    pub(crate) fn real_point(&self) -> Option<&super::stream_book::StreamPoint> {
         self.real_point.get()
     }
 
@@ -754,7 +754,7 @@ impl RecordedStep {
             StreamImpl::Hardware(origin) => {
                 origin.begin_capture(device)?;
                 let enqueued = {
-                    let _capture = super::progress::CaptureScope::open();
+                    let _capture = super::stream_book::CaptureScope::open();
                     self.enqueue(Mode::Capture)
                 };
                 // The capture is ended in every case, so that the stream
