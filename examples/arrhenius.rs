@@ -55,13 +55,10 @@ fn build(
 
 /// The interior values of `c`, x fastest.
 fn profile(solver: &TransportSolver) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    // The interior as an ndarray view [i, j, k]; reversed axes iterate with
+    // x fastest.
     solver.with_solution("c", |c| -> Result<Vec<f64>, Box<dyn std::error::Error>> {
-        let (layout, values) = (c.layout(), c.values()?);
-        Ok(layout
-            .interior()
-            .iter()
-            .map(|i| values[layout.linear_index(i)])
-            .collect())
+        Ok(c.interior_view()?.t().iter().copied().collect())
     })?
 }
 

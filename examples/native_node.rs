@@ -90,13 +90,10 @@ fn build(
 
 /// The interior values of T, x fastest.
 fn temperatures(solver: &TransportSolver) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    // The interior as an ndarray view [i, j, k]; reversed axes iterate with
+    // x fastest.
     solver.with_solution("T", |t| -> Result<Vec<f64>, Box<dyn std::error::Error>> {
-        let (layout, values) = (t.layout(), t.values()?);
-        Ok(layout
-            .interior()
-            .iter()
-            .map(|i| values[layout.linear_index(i)])
-            .collect())
+        Ok(t.interior_view()?.t().iter().copied().collect())
     })?
 }
 

@@ -83,12 +83,11 @@ impl SeriesFile {
 
 /// Writes a CSV file: a header line and one line per row.
 pub fn write_csv(path: &Path, header: &str, rows: &[Vec<f64>]) -> OutputResult<()> {
-    use std::fmt::Write;
     let mut text = String::from(header);
     text.push('\n');
     for row in rows {
-        let line: Vec<String> = row.iter().map(|v| format!("{v:.12e}")).collect();
-        let _ = writeln!(text, "{}", line.join(","));
+        text.push_str(&line(row));
+        text.push('\n');
     }
     crate::files::write_text_file_atomically(path, &text)
 }
