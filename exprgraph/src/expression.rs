@@ -58,19 +58,6 @@ pub trait Expression: Send + Sync {
     fn requires(&self) -> Vec<Tag>;
     /// Language or native.
     fn kind(&self) -> ExpressionKind;
-    /// The language form, for fusion (`None` for native expressions).
-    fn as_language(&self) -> Option<&LanguageExpression> {
-        None
-    }
-    /// The language modifier behind this node, if it is one (fusion folds
-    /// it into its target's producer).
-    fn as_language_modifier(&self) -> Option<&LanguageModifier> {
-        None
-    }
-    /// The reduction behind this node, if it is one.
-    fn as_language_reduction(&self) -> Option<&crate::reduction::LanguageReduction> {
-        None
-    }
     /// The ids of the parameters it reads when its output has `layout`
     /// (its expression's leaves and its boundary values'): it runs after
     /// the graph's reduction writing any of them. Code the graph cannot see
@@ -84,10 +71,6 @@ pub trait Expression: Send + Sync {
     /// The ids of the parameters it writes (a reduction's result).
     fn parameters_written(&self) -> Vec<u64> {
         Vec::new()
-    }
-    /// The group behind this node, if horizontal fusion formed one.
-    fn as_horizontal_group(&self) -> Option<&crate::passes::horizontal::HorizontalGroup> {
-        None
     }
     /// The kernels one execution runs when its output has `layout`: 1 for
     /// a language expression (plus the masked assignments of modifiers
@@ -641,9 +624,6 @@ impl Expression for LanguageExpression {
         ExpressionKind::Language
     }
 
-    fn as_language(&self) -> Option<&LanguageExpression> {
-        Some(self)
-    }
 
     fn parameters_read(&self, layout: &FieldLayout) -> GraphResult<Vec<u64>> {
         let mut ids = parameter_ids(&self.root);
@@ -844,9 +824,6 @@ impl Expression for LanguageModifier {
         ExpressionKind::Language
     }
 
-    fn as_language_modifier(&self) -> Option<&LanguageModifier> {
-        Some(self)
-    }
 
     fn kernels(&self, layout: &FieldLayout) -> usize {
         self.assignments(layout).map_or(0, |a| a.len())

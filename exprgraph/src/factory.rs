@@ -10,6 +10,7 @@
 
 use crate::error::{GraphError, GraphResult};
 use crate::expression::Expression;
+use crate::node::NodeForm;
 use crate::reduction::LanguageReduction;
 use crate::tag::Tag;
 use std::collections::HashMap;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use watershed_fields::LocationKind;
 
 /// Makes an expression for a graph.
-pub type Builder = Arc<dyn Fn() -> Arc<dyn Expression> + Send + Sync>;
+pub type Builder = Arc<dyn Fn() -> NodeForm + Send + Sync>;
 
 /// A registered builder, with its expression's name for messages.
 #[derive(Clone)]
@@ -61,17 +62,23 @@ impl Factory {
 
     /// Registers one expression (shared by every graph built from this factory).
     pub fn register(&mut self, expression: impl Expression + 'static) -> GraphResult<()> {
-        let shared: Arc<dyn Expression> = Arc::new(expression);
-        self.register_builder(move || shared.clone())
+        let shared = NodeForm::from_expression(expression);
+        self.register_node(Arc::new(move || shared.clone()))
     }
 
     /// Registers a builder; it is called once to learn what the expression
     /// computes, and again for each graph that needs it.
-    pub fn register_builder(
+    pub fn register_builder<E: Expression + 'static>(
         &mut self,
-        builder: impl Fn() -> Arc<dyn Expression> + Send + Sync + 'static,
+        builder: impl Fn() -> E + Send + Sync + 'static,
     ) -> GraphResult<()> {
+        self.register_node(Arc::new(move || NodeForm::from_expression(builder())))
+    }
+
+    /// Registers a builder of graph nodes (see [`Self::register_builder`]).
+    fn register_node(&mut self, builder: Builder) -> GraphResult<()> {
         let prototype = builder();
+        let prototype = prototype.expression();
         let name = prototype.name();
         let computes = prototype.computes();
         for (tag, _) in &computes {
@@ -101,10 +108,7 @@ impl Factory {
         for (tag, _) in &computes {
             self.producer_of.insert(tag.clone(), index);
         }
-        self.registrations.push(Registration {
-            builder: Arc::new(builder),
-            name,
-        });
+        self.registrations.push(Registration { builder, name });
         Ok(())
     }
 
@@ -144,7 +148,7 @@ impl Factory {
             });
         }
         self.reduction_writing.insert(parameter.id(), tag.clone());
-        let shared: Arc<dyn Expression> = Arc::new(reduction);
+        let shared = NodeForm::Reduction(Arc::new(reduction));
         self.reductions.insert(
             tag,
             Registration {
@@ -183,19 +187,19 @@ impl Factory {
         target: Tag,
         modifier: impl Expression + 'static,
     ) -> GraphResult<()> {
-        let shared: Arc<dyn Expression> = Arc::new(modifier);
-        let computes = shared.computes();
+        let shared = NodeForm::from_expression(modifier);
+        let computes = shared.expression().computes();
         if !computes.iter().any(|(t, _)| *t == target) {
             return Err(GraphError::UnknownTag {
                 tag: target,
                 what: format!(
                     "modifier {} does not list it among the fields it computes",
-                    shared.name()
+                    shared.expression().name()
                 ),
             });
         }
         let registration = Registration {
-            name: shared.name(),
+            name: shared.expression().name(),
             builder: Arc::new(move || shared.clone()),
         };
         self.modifiers.entry(target).or_default().push(registration);

@@ -86,7 +86,7 @@ impl ExpressionGraph {
         let node = &self.nodes[n];
         let mut kernels: Vec<HeadedKernel> = Vec::new();
         let region = node.region.map_or_else(|| "its interior".into(), describe);
-        if let Some(expression) = node.expression.as_language() {
+        if let Some(expression) = node.form.language() {
             let mut heading = format!(
                 "node `{}`: {} over {region}",
                 node.name,
@@ -96,7 +96,7 @@ impl ExpressionGraph {
                 let _ = write!(heading, " (fused from {})", node.fused_from.join(", "));
             }
             self.language_kernels(heading, &node.name, expression, &mut kernels)?;
-        } else if let Some(group) = node.expression.as_horizontal_group() {
+        } else if let Some(group) = node.form.group() {
             for (m, expression) in group.members().enumerate() {
                 let heading = format!(
                     "node `{}`, member {} of {} (one loop nest): {} over {region}",
@@ -107,7 +107,7 @@ impl ExpressionGraph {
                 );
                 self.language_kernels(heading, &node.name, expression, &mut kernels)?;
             }
-        } else if let Some(modifier) = node.expression.as_language_modifier() {
+        } else if let Some(modifier) = node.form.modifier() {
             let layout = FieldLayout::new(&self.patch, self.fields[node.outputs[0]].location);
             let assignments = modifier.assignments(&layout)?;
             for (k, (region, root)) in assignments.iter().enumerate() {

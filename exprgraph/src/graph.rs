@@ -17,6 +17,7 @@ use crate::analyses::{critical_path, lifetimes};
 use crate::error::{GraphError, GraphResult};
 use crate::expression::{Expression, ExpressionKind};
 use crate::factory::Factory;
+use crate::node::NodeForm;
 use crate::passes::{cse, fusion, horizontal};
 use crate::placement::{self, DevicePlan, PlacementPolicy, StreamMode};
 use crate::scheduler::Statistics;
@@ -25,7 +26,7 @@ use crate::tag::Tag;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use watershed_fields::{
     FieldInit, FieldLayout, GhostWidth, HostMemory, IndexBox, Lifetime, LocationKind, MemoryPool,
     Patch,
@@ -108,7 +109,7 @@ pub struct FieldInfo {
 
 /// A node of the execution graph.
 pub(crate) struct GraphNode {
-    pub expression: Arc<dyn Expression>,
+    pub form: NodeForm,
     pub name: String,
     pub modifier: bool,
     pub outputs: Vec<usize>,
@@ -131,7 +132,7 @@ struct Collector<'f> {
     factory: &'f Factory,
     fields: Vec<FieldInfo>,
     slot_of: HashMap<Tag, usize>,
-    nodes: Vec<(Arc<dyn Expression>, bool)>,
+    nodes: Vec<(NodeForm, bool)>,
     node_of_registration: HashMap<usize, usize>,
     finished: HashMap<Tag, bool>,
     stack: Vec<Tag>,
@@ -197,13 +198,14 @@ impl Collector<'_> {
         if let Some(registration) = self.factory.reductions.get(tag) {
             self.finished.insert(tag.clone(), false);
             self.stack.push(tag.clone());
-            let expression = (registration.builder)();
+            let node = (registration.builder)();
+            self.nodes.push((node.clone(), false));
+            let expression = node.expression();
             let name = expression.name();
-            self.nodes.push((expression.clone(), false));
             for required in expression.requires() {
                 self.visit(&required, &name)?;
             }
-            self.visit_parameter_writers(expression.as_ref(), None)?;
+            self.visit_parameter_writers(expression, None)?;
             self.stack.pop();
             self.finished.insert(tag.clone(), true);
             return Ok(());
@@ -219,23 +221,24 @@ impl Collector<'_> {
         let node = match self.node_of_registration.get(&registration) {
             Some(&node) => node,
             None => {
-                let expression = (self.factory.registrations[registration].builder)();
-                let name = expression.name();
-                for (computed, location) in expression.computes() {
+                let node = (self.factory.registrations[registration].builder)();
+                let name = node.expression().name();
+                for (computed, location) in node.expression().computes() {
                     self.field(&computed, location, false, &name)?;
                 }
-                self.nodes.push((expression, false));
+                self.nodes.push((node, false));
                 self.node_of_registration
                     .insert(registration, self.nodes.len() - 1);
                 self.nodes.len() - 1
             }
         };
-        let expression = self.nodes[node].0.clone();
+        let node = self.nodes[node].0.clone();
+        let expression = node.expression();
         let name = expression.name();
         for required in expression.requires() {
             self.visit(&required, &name)?;
         }
-        self.visit_parameter_writers(expression.as_ref(), None)?;
+        self.visit_parameter_writers(expression, None)?;
         self.visit_modifiers(tag)?;
         self.stack.pop();
         self.finished.insert(tag.clone(), true);
@@ -247,20 +250,21 @@ impl Collector<'_> {
             return Ok(());
         };
         for registration in modifiers {
-            let modifier = (registration.builder)();
+            let node = (registration.builder)();
+            let modifier = node.expression();
             let name = modifier.name();
             for (computed, location) in modifier.computes() {
                 if computed == *tag {
                     self.field(&computed, location, false, &name)?;
                 }
             }
-            self.nodes.push((modifier.clone(), true));
+            self.nodes.push((node.clone(), true));
             for required in modifier.requires() {
                 if required != *tag {
                     self.visit(&required, &name)?;
                 }
             }
-            self.visit_parameter_writers(modifier.as_ref(), Some(tag))?;
+            self.visit_parameter_writers(modifier, Some(tag))?;
         }
         Ok(())
     }
@@ -819,7 +823,7 @@ impl ExpressionGraph {
     pub fn nodes_of_kind(&self, kind: ExpressionKind) -> usize {
         self.nodes
             .iter()
-            .filter(|n| n.expression.kind() == kind)
+            .filter(|n| n.form.expression().kind() == kind)
             .count()
     }
 
@@ -831,11 +835,13 @@ impl ExpressionGraph {
             .iter()
             .map(|n| {
                 let location = n
-                    .expression
+                    .form
+                    .expression()
                     .computes()
                     .first()
                     .map_or(LocationKind::CellCentre, |(_, l)| *l);
-                n.expression
+                n.form
+                    .expression()
                     .kernels(&FieldLayout::new(&self.patch, location))
             })
             .sum()
@@ -847,10 +853,9 @@ impl ExpressionGraph {
     pub fn finite_checked_nodes(&self) -> Vec<String> {
         let mut names = Vec::new();
         for node in &self.nodes {
-            let expression = &node.expression;
-            match (expression.as_language(), expression.as_horizontal_group()) {
-                (Some(l), _) if l.checks_finite() => names.push(expression.name()),
-                (_, Some(group)) => names.extend(
+            match &node.form {
+                NodeForm::Language(l) if l.checks_finite() => names.push(l.name()),
+                NodeForm::Group(group) => names.extend(
                     group
                         .members()
                         .filter(|l| l.checks_finite())
@@ -1134,14 +1139,14 @@ impl ExpressionGraph {
                 .iter()
                 .map(|&s| self.fields[s].tag.to_string())
                 .collect();
-            if let Some(reduction) = node.expression.as_language_reduction() {
+            if let Some(reduction) = node.form.reduction() {
                 tags.push(format!(
                     "{:?} into parameter {}",
                     reduction.reduction(),
                     reduction.parameter().name()
                 ));
             }
-            let shape = match node.expression.kind() {
+            let shape = match node.form.expression().kind() {
                 _ if node.modifier => "diamond",
                 ExpressionKind::Language => "box",
                 ExpressionKind::Reduction => "hexagon",
@@ -1281,12 +1286,13 @@ fn escape(text: &str) -> String {
 
 /// A node for `expression`, with its field slots.
 pub(crate) fn node_of(
-    expression: Arc<dyn Expression>,
+    form: NodeForm,
     modifier: bool,
     slot_of: &HashMap<Tag, usize>,
     fields: &[FieldInfo],
     patch: &Patch,
 ) -> GraphResult<GraphNode> {
+    let expression = form.expression();
     let name = expression.name();
     let slot = |tag: &Tag| {
         slot_of
@@ -1327,7 +1333,7 @@ pub(crate) fn node_of(
         fused_from: Vec::new(),
         parameters_read,
         parameters_written,
-        expression,
+        form,
     })
 }
 
@@ -1351,7 +1357,8 @@ fn refresh_parameter_reads(
             .first()
             .map_or(LocationKind::CellCentre, |&s| fields[s].location);
         node.parameters_read = node
-            .expression
+            .form
+            .expression()
             .parameters_read(&FieldLayout::new(patch, location))?;
         for id in &node.parameters_read {
             if let Some(writer) = factory.reduction_writing.get(id)
@@ -1479,8 +1486,8 @@ fn check_acyclic(
             match node.outputs.first() {
                 Some(&s) => Some(fields[s].tag.clone()),
                 None => node
-                    .expression
-                    .as_language_reduction()
+                    .form
+                    .reduction()
                     .map(|r| r.result().clone()),
             }
         })

@@ -35,6 +35,7 @@
 //! | [`factory`] | [`Factory`]: builders by tag, placeholders, modifiers, reductions |
 //! | [`reduction`] | [`LanguageReduction`]: a reduction node writing a parameter that later nodes read |
 //! | [`graph`] | [`ExpressionGraph`]: building from roots, persistence, introspection, DOT |
+//! | [`node`] | [`NodeForm`]: the form of a node's expression (language, modifier, reduction, group, native) |
 //! | [`analyses`] | critical path and plan order; field lifetimes and the memory plan |
 //! | [`passes`] | fusion of language nodes |
 //! | [`placement`] | device per node, copies between devices, the stream protocol as data |
@@ -56,6 +57,7 @@ pub mod factory;
 pub mod generated_source;
 pub mod gpu;
 pub mod graph;
+pub mod node;
 pub mod passes;
 pub mod placement;
 pub mod reduction;
@@ -74,6 +76,7 @@ pub use gpu::executor::GpuScratch;
 pub use gpu::replay::{ReplayStatistics, StepReplay};
 pub use gpu::timeline::{GpuSpan, GpuWork};
 pub use graph::{ExpressionGraph, FieldInfo, GhostPolicy, GraphOptions, Target};
+pub use node::NodeForm;
 pub use placement::{CostModel, DevicePlan, MeasuredCost, PlacementPolicy, StreamMode, Transfer};
 pub use reduction::LanguageReduction;
 pub use scheduler::{ExecutionMode, ExecutionReport, TraceEvent};

@@ -285,9 +285,6 @@ impl Expression for LanguageReduction {
         ExpressionKind::Reduction
     }
 
-    fn as_language_reduction(&self) -> Option<&LanguageReduction> {
-        Some(self)
-    }
 
     fn kernels(&self, _layout: &FieldLayout) -> usize {
         1

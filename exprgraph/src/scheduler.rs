@@ -708,10 +708,10 @@ impl ExpressionGraph {
         // this node's error, so that the execution ends as after any other:
         // streams drained, scratch returned, the pool's threads alive.
         let evaluated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match gpu {
-            None => graph_node.expression.evaluate(&mut context),
+            None => graph_node.form.expression().evaluate(&mut context),
             Some(stream) => crate::gpu::executor::evaluate_on_gpu(
                 node,
-                &*graph_node.expression,
+                &graph_node.form,
                 &mut context,
                 stream,
                 &self.finite_watches,

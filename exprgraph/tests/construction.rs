@@ -737,7 +737,7 @@ fn builders_are_called_once_per_graph_that_needs_them() {
     factory
         .register_builder(move || {
             counter.fetch_add(1, Ordering::SeqCst);
-            Arc::new(native("b_eval", &target, &[]))
+            native("b_eval", &target, &[])
         })
         .unwrap();
     // Once at registration, to learn what it computes.
@@ -753,7 +753,7 @@ fn builders_are_called_once_per_graph_that_needs_them() {
     // A second producer through a builder is refused like any other.
     let target = b.clone();
     let error = factory
-        .register_builder(move || Arc::new(native("b_again", &target, &[])))
+        .register_builder(move || native("b_again", &target, &[]))
         .unwrap_err();
     assert!(
         matches!(&error, GraphError::DuplicateProducer { first, second, .. }

@@ -148,11 +148,11 @@ pub(crate) fn analyse(
     }
     for &n in order.iter().rev() {
         let node = &nodes[n];
-        let (region, kernel) = if let Some(reduction) = node.expression.as_language_reduction() {
+        let (region, kernel) = if let Some(reduction) = node.form.reduction() {
             let region = FieldLayout::new(patch, reduction.location()).interior();
             (region, Kernel::compile(reduction.root(), patch, false)?)
         } else {
-            let Some(language) = node.expression.as_language() else {
+            let Some(language) = node.form.language() else {
                 continue; // native: inputs read on their interior (the floor)
             };
             let Some(&output) = node.outputs.first() else {

@@ -37,7 +37,8 @@
 //! at the end.
 
 use crate::error::{GraphError, GraphResult};
-use crate::expression::{EvaluationContext, Expression, ExpressionKind, LanguageExpression};
+use crate::expression::{EvaluationContext, LanguageExpression};
+use crate::node::NodeForm;
 use crate::graph::ExpressionGraph;
 use crate::placement::{Step, StreamId};
 use crate::store::AnyField;
@@ -409,22 +410,19 @@ impl ExpressionGraph {
 /// are allocated as `scratch` says.
 pub(crate) fn evaluate_on_gpu(
     node: usize,
-    expression: &dyn Expression,
+    form: &NodeForm,
     context: &mut EvaluationContext<'_>,
     stream: &GpuStream,
     watches: &FiniteWatches,
     scratch: GpuScratch,
 ) -> GraphResult<()> {
-    if let Some(reduction) = expression.as_language_reduction() {
-        return reduction.evaluate_on_gpu(context, stream);
-    }
-    if matches!(
-        expression.kind(),
-        ExpressionKind::Native | ExpressionKind::IterativeSolve
-    ) {
+    let modifier = match form {
+        NodeForm::Reduction(reduction) => return reduction.evaluate_on_gpu(context, stream),
         // Placement asked `gpu_support` before putting it here.
-        return expression.evaluate_on_gpu(context, stream);
-    }
+        NodeForm::Native(native) => return native.evaluate_on_gpu(context, stream),
+        NodeForm::Modifier(modifier) => Some(modifier),
+        NodeForm::Language(_) | NodeForm::Group(_) => None,
+    };
     let device = stream.device();
     let region = match context.region {
         Some(region) => Region::Box(region),
@@ -448,11 +446,8 @@ pub(crate) fn evaluate_on_gpu(
         let (_, field) = outputs.swap_remove(position);
         field.ok_or_else(|| GraphError::Native("an output vanished".into()))
     };
-    let members: Vec<&LanguageExpression> = if let Some(language) = expression.as_language() {
-        vec![language]
-    } else if let Some(group) = expression.as_horizontal_group() {
-        group.members().collect()
-    } else if let Some(modifier) = expression.as_language_modifier() {
+    let members: Vec<&LanguageExpression> = form.language_members();
+    if let Some(modifier) = modifier {
         let field = take_output(modifier.target())?;
         let assignments = modifier.assignments(field.as_bound().layout())?;
         if let Some(((first_box, first), rest)) = assignments.split_first() {
@@ -465,14 +460,7 @@ pub(crate) fn evaluate_on_gpu(
                 false,
             ));
         }
-        Vec::new()
-    } else {
-        return Err(GraphError::NotPlaceable {
-            node: node_name,
-            device,
-            reason: "it is not written in the expression language; place it on the CPU".into(),
-        });
-    };
+    }
     for language in members {
         let field = take_output(language.target())?;
         let then = language.fused_assignments(field.as_bound().layout())?;

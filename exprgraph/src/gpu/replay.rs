@@ -265,7 +265,7 @@ impl ExpressionGraph {
                 }
                 Some(_) => {}
             }
-            let reason = match node.expression.kind() {
+            let reason = match node.form.expression().kind() {
                 ExpressionKind::Language => None,
                 ExpressionKind::Reduction => {
                     Some("it is a reduction, whose value the host waits for")

@@ -34,6 +34,7 @@
 use crate::error::GraphResult;
 use crate::expression::LanguageExpression;
 use crate::graph::{FieldInfo, GraphNode, Target, checked_field_bytes, node_of};
+use crate::node::NodeForm;
 use crate::tag::Tag;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -144,7 +145,7 @@ pub(crate) fn eliminate(
         let mut inputs: Vec<Tag> = Vec::new();
         for &reader in &best.readers {
             // Candidates come from language nodes only.
-            let Some(language) = nodes[reader].expression.as_language() else {
+            let Some(language) = nodes[reader].form.language() else {
                 continue;
             };
             for t in language.requires_tags() {
@@ -153,13 +154,13 @@ pub(crate) fn eliminate(
                 }
             }
             let rewritten = language.with_subtree_read_from(&best.tree, &leaf, &tag);
-            let mut node = node_of(Arc::new(rewritten), false, slot_of, fields, patch)?;
+            let mut node = node_of(NodeForm::Language(Arc::new(rewritten)), false, slot_of, fields, patch)?;
             node.target = nodes[reader].target;
             node.fused_from = std::mem::take(&mut nodes[reader].fused_from);
             nodes[reader] = node;
         }
         let producer = LanguageExpression::hoisted(tag, location, best.tree.clone(), inputs);
-        let mut node = node_of(Arc::new(producer), false, slot_of, fields, patch)?;
+        let mut node = node_of(NodeForm::Language(Arc::new(producer)), false, slot_of, fields, patch)?;
         node.target = best.target;
         // Before its first reader, so that plans listing nodes in order read
         // naturally.
@@ -191,7 +192,7 @@ fn best_candidate(nodes: &[GraphNode]) -> Option<Candidate> {
         if node.modifier {
             continue;
         }
-        let Some(language) = node.expression.as_language() else {
+        let Some(language) = node.form.language() else {
             continue;
         };
         let mut subtrees = Vec::new();

@@ -21,7 +21,7 @@
 //! bound the difference by 1e-14 relative to the field's magnitude.
 
 use crate::error::GraphResult;
-use crate::expression::Expression;
+use crate::node::NodeForm;
 use crate::graph::{FieldInfo, GraphNode, link, node_of};
 use crate::tag::Tag;
 use std::collections::HashMap;
@@ -39,7 +39,7 @@ pub(crate) fn fuse(
     loop {
         let (users, _) = link(nodes, fields.len());
         let candidate = nodes.iter().enumerate().find_map(|(p, producer)| {
-            let language = producer.expression.as_language()?;
+            let language = producer.form.language()?;
             // A producer that checks its values keeps its own node: inlined,
             // its check would be lost (or report the consumer's field), and
             // a consumer could hide the bad value.
@@ -59,9 +59,9 @@ pub(crate) fn fuse(
             if consumer == p || target.modifier || target.target != producer.target {
                 return None;
             }
-            let fused: Arc<dyn Expression> = match target.expression.as_language_reduction() {
-                Some(reduction) => Arc::new(reduction.fuse(language)),
-                None => Arc::new(target.expression.as_language()?.fuse(language)),
+            let fused = match target.form.reduction() {
+                Some(reduction) => NodeForm::Reduction(Arc::new(reduction.fuse(language))),
+                None => NodeForm::Language(Arc::new(target.form.language()?.fuse(language))),
             };
             Some((p, consumer, slot, fused))
         });
@@ -96,7 +96,7 @@ fn fuse_modifier(
 ) -> GraphResult<bool> {
     let (users, producer) = link(nodes, fields.len());
     let candidate = nodes.iter().enumerate().find_map(|(m, node)| {
-        let modifier = node.expression.as_language_modifier()?;
+        let modifier = node.form.modifier()?;
         if !node.modifier || node.outputs.len() != 1 || !node.inputs.is_empty() {
             return None;
         }
@@ -111,13 +111,13 @@ fn fuse_modifier(
         if first != m || target.outputs.len() != 1 || target.target != node.target {
             return None;
         }
-        let language = target.expression.as_language()?;
+        let language = target.form.language()?;
         Some((m, p, language.then_modify(modifier)))
     });
     let Some((m, p, fused)) = candidate else {
         return Ok(false);
     };
-    let mut fused_node = node_of(Arc::new(fused), false, slot_of, fields, patch)?;
+    let mut fused_node = node_of(NodeForm::Language(Arc::new(fused)), false, slot_of, fields, patch)?;
     fused_node.fused_from = nodes[p].fused_from.clone();
     fused_node.fused_from.push(nodes[m].name.clone());
     nodes[p] = fused_node;

@@ -20,6 +20,7 @@
 use crate::error::{GraphError, GraphResult};
 use crate::expression::{EvaluationContext, Expression, ExpressionKind, LanguageExpression};
 use crate::graph::{FieldInfo, GraphNode, Target, edges, link};
+use crate::node::NodeForm;
 use crate::store::{AnyField, GraphLocation};
 use crate::tag::Tag;
 use std::sync::Arc;
@@ -34,14 +35,14 @@ pub const MAX_MEMBERS: usize = 64;
 /// Independent language nodes evaluated as one loop nest (see the module
 /// docs).
 pub struct HorizontalGroup {
-    members: Vec<Arc<dyn Expression>>,
+    members: Vec<Arc<LanguageExpression>>,
     location: LocationKind,
 }
 
 impl HorizontalGroup {
     /// The members' language forms, in evaluation order.
     pub fn members(&self) -> impl Iterator<Item = &LanguageExpression> {
-        self.members.iter().filter_map(|m| m.as_language())
+        self.members.iter().map(|m| m.as_ref())
     }
 
     /// How many expressions run side by side.
@@ -83,9 +84,6 @@ impl Expression for HorizontalGroup {
         self.members.iter().map(|m| m.kernels(layout)).sum()
     }
 
-    fn as_horizontal_group(&self) -> Option<&HorizontalGroup> {
-        Some(self)
-    }
 
     fn parameters_read(&self, layout: &FieldLayout) -> GraphResult<Vec<u64>> {
         let mut ids = Vec::new();
@@ -180,7 +178,7 @@ type GroupKey = (LocationKind, Target, IndexBox);
 
 /// Whether `node` may join a group, with its grouping key.
 fn key(node: &GraphNode, fields: &[FieldInfo]) -> Option<GroupKey> {
-    let language = node.expression.as_language()?;
+    let language = node.form.language()?;
     if node.modifier || node.outputs.len() != 1 || !fields[node.outputs[0]].persistent {
         return None;
     }
@@ -239,15 +237,18 @@ pub(crate) fn group(nodes: &mut Vec<GraphNode>, fields: &[FieldInfo]) -> GraphRe
         let location = keys[chosen[0]]
             .as_ref()
             .map_or(LocationKind::CellCentre, |k| k.0);
-        let members: Vec<Arc<dyn Expression>> = chosen
+        let members: Vec<Arc<LanguageExpression>> = chosen
             .iter()
-            .map(|&n| nodes[n].expression.clone())
+            .filter_map(|&n| match &nodes[n].form {
+                NodeForm::Language(language) => Some(language.clone()),
+                _ => None,
+            })
             .collect();
         let group = HorizontalGroup { members, location };
         let first = &nodes[chosen[0]];
         let mut node = GraphNode {
             name: group.name(),
-            expression: Arc::new(group),
+            form: NodeForm::Group(Arc::new(group)),
             modifier: false,
             outputs: Vec::new(),
             inputs: Vec::new(),

@@ -197,7 +197,8 @@ pub(crate) fn earliest_finish(
     for (n, node) in graph.nodes.iter().enumerate() {
         let measured = model.measured.iter().find(|m| m.node == node.name);
         let kernels = node
-            .expression
+            .form
+            .expression()
             .kernels(&watershed_fields::FieldLayout::new(
                 &graph.patch,
                 node.outputs
@@ -214,7 +215,7 @@ pub(crate) fn earliest_finish(
         if cpu_only[n].is_none() {
             // A reduction on a GPU also copies its row partials back and
             // waits for them: one copy's latency more.
-            let wait = if node.expression.kind() == crate::expression::ExpressionKind::Reduction {
+            let wait = if node.form.expression().kind() == crate::expression::ExpressionKind::Reduction {
                 model.link_latency
             } else {
                 0.0

@@ -371,12 +371,12 @@ impl ExpressionGraph {
     /// Whether node `n` can run on a GPU (see [`Self::gpu_capability`]).
     pub(crate) fn node_capability(&self, n: usize, gpu: usize) -> GraphResult<Result<(), String>> {
         let node = &self.nodes[n];
-        match node.expression.kind() {
+        match node.form.expression().kind() {
             ExpressionKind::Native | ExpressionKind::IterativeSolve => {
-                return Ok(node.expression.gpu_support(gpu));
+                return Ok(node.form.expression().gpu_support(gpu));
             }
             ExpressionKind::Reduction => {
-                let Some(reduction) = node.expression.as_language_reduction() else {
+                let Some(reduction) = node.form.reduction() else {
                     return Ok(Err(
                         "it is a reduction not written in the expression language; it runs on the CPU".into(),
                     ));
