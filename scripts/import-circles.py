@@ -4,7 +4,7 @@
 Usage: scripts/import-circles.py CRATE_SRC_DIR
 
 A module is a file under the crate's `src/` (a folder's `mod.rs` is the
-folder's module). Module A imports B when A's text names `crate::B` (any
+folder's module). Module A imports B when A's code (not its comments or its tests) names `crate::B` (any
 path below B counts as B's own file if it exists, else B). Prints each
 strongly connected component of more than one module, largest first, and
 exits 0; the component sizes are what issue 48 measures.
@@ -103,10 +103,15 @@ graph = {}
 for m, p in known.items():
     with open(p) as f:
         text = f.read()
-    # Drop a module's own tests: they may import anything.
+    # Drop a module's own tests (they may import anything) and comments
+    # (a doc link is not a dependency).
     text = re.split(r"#\[cfg\(test\)\]\s*mod tests", text)[0]
+    text = re.sub(r"//.*", "", text)
     graph[m] = imports(text, m, known)
 circles = sorted((c for c in components(graph) if len(c) > 1), key=len, reverse=True)
 print(f"{src}: {len(known)} modules, {len(circles)} circle(s)")
 for c in circles:
     print(f"  {len(c)}: {' '.join(c)}")
+    if "--edges" in sys.argv:
+        for m in c:
+            print(f"      {m} -> {' '.join(sorted(graph[m] & set(c)))}")

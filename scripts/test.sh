@@ -23,7 +23,9 @@ cargo test --workspace "$@"
 echo "==> the light build (no default features: no cudarc, GPU requests are clear errors; the system HDF5)"
 source scripts/system-hdf5.sh
 cargo test -p watershed-fields --no-default-features --test without_cuda "$@"
-cargo check --workspace --no-default-features --all-targets
+# Clippy checks the light build (every target) and lints it in one pass;
+# .ci/run relies on this instead of linting it again.
+cargo clippy --workspace --no-default-features --all-targets -- -D warnings
 
 echo "==> GPU tests (shown uncaptured so that skips are visible)"
 cargo test -p watershed-fields --test gpu -- --nocapture 2>&1 | grep -E "skipped|test result" || true

@@ -624,7 +624,6 @@ impl Expression for LanguageExpression {
         ExpressionKind::Language
     }
 
-
     fn parameters_read(&self, layout: &FieldLayout) -> GraphResult<Vec<u64>> {
         let mut ids = parameter_ids(&self.root);
         for (_, root) in self.fused_assignments(layout)? {
@@ -823,7 +822,6 @@ impl Expression for LanguageModifier {
     fn kind(&self) -> ExpressionKind {
         ExpressionKind::Language
     }
-
 
     fn kernels(&self, layout: &FieldLayout) -> usize {
         self.assignments(layout).map_or(0, |a| a.len())

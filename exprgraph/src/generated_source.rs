@@ -7,6 +7,7 @@
 use crate::error::GraphResult;
 use crate::expression::LanguageExpression;
 use crate::graph::ExpressionGraph;
+use crate::plan::GraphPlan;
 use std::fmt::Write;
 use watershed_fields::{FieldLayout, IndexBox};
 use watershed_operators::codegen::{emit, kernel_source};
@@ -50,21 +51,21 @@ impl ExpressionGraph {
         };
         let mut functions = String::new();
         let mut count = 0;
-        for &n in &self.order {
-            let Some(kernels) = self.node_kernels(n)? else {
+        for &n in &self.plan.order {
+            let Some(kernels) = self.plan.node_kernels(n)? else {
                 let _ = writeln!(
                     functions,
                     "\n/* node `{}`: native Rust code, no generated source */",
-                    self.nodes[n].name
+                    self.plan.nodes[n].name
                 );
                 continue;
             };
-            let node = &self.nodes[n];
+            let node = &self.plan.nodes[n];
             for (heading, root) in kernels {
                 let name = format!("k{count}_{}", identifier(&node.name));
                 count += 1;
                 let _ = writeln!(functions, "\n/* {heading}\n   = {} */", quoted(&root));
-                match kernel_source(&root, &self.patch, dialect, &name) {
+                match kernel_source(&root, &self.plan.patch, dialect, &name) {
                     Ok(function) => functions.push_str(&function),
                     Err(why) => {
                         let _ = writeln!(functions, "/* not generated: {why} */");
@@ -79,7 +80,7 @@ impl ExpressionGraph {
     }
 }
 
-impl ExpressionGraph {
+impl GraphPlan {
     /// Every kernel node `n` runs, each under a heading comment, in the
     /// order it runs them; `None` for a native node (no generated source).
     pub(crate) fn node_kernels(&self, n: usize) -> GraphResult<Option<Vec<HeadedKernel>>> {

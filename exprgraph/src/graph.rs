@@ -1,341 +1,45 @@
-//! Building the graph from root tags, and looking at it.
-//!
-//! [`ExpressionGraph::build`] asks each expression what it requires,
-//! recursively from the roots, and reports a missing producer (and who
-//! required it) or a cycle (printed tag by tag). It then attaches modifiers,
-//! decides which fields are persistent, fuses language nodes (see
-//! [`crate::passes::fusion`]), links the execution graph, computes critical-path
-//! priorities and the depth-first plan order, and plans memory (see [`crate::analyses`]).
-//!
-//! Persistent fields: placeholders, the roots, fields the user flags, and the
-//! outputs of graph edge nodes (expressions with no parents or no children).
-//! Every other field is scratch: taken from the graph's pool just before its
-//! producer runs and returned after its last consumer.
+//! The graph users hold: a plan ([`crate::plan`]) with its placement
+//! ([`crate::placement`]) and the state of its executions: the field
+//! store and memory pool, statistics, which placeholders were provided,
+//! field versions, the adaptive choice and the GPU streams, finiteness
+//! watches and step replay. This file builds one, gives access to its
+//! fields and answers questions about it; running it is
+//! [`crate::scheduler`]'s job.
 
-use crate::analyses::extents::{self, RegionPlan};
-use crate::analyses::{critical_path, lifetimes};
 use crate::error::{GraphError, GraphResult};
 use crate::expression::{Expression, ExpressionKind};
 use crate::factory::Factory;
-use crate::node::NodeForm;
-use crate::passes::{cse, fusion, horizontal};
-use crate::placement::{self, DevicePlan, PlacementPolicy, StreamMode};
+use crate::node::{FieldInfo, NodeForm};
+use crate::placement::{self, DevicePlan};
+use crate::plan::{GraphOptions, GraphPlan};
 use crate::scheduler::Statistics;
 use crate::store::{AnyField, FieldStore, GraphLocation};
 use crate::tag::Tag;
-use std::collections::HashMap;
-use std::fmt::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use watershed_fields::{
-    FieldInit, FieldLayout, GhostWidth, HostMemory, IndexBox, Lifetime, LocationKind, MemoryPool,
-    Patch,
+    FieldInit, FieldLayout, GhostWidth, IndexBox, Lifetime, LocationKind, MemoryPool, Patch,
 };
-
-/// Where a node runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Target {
-    /// CPU threads.
-    Cpu,
-    /// A CUDA stream on GPU `k` (language nodes, and native nodes or
-    /// solves that can run there; see [`crate::placement`]).
-    Gpu(usize),
-}
-
-/// What the graph does when a field's ghost layers are too few for the
-/// stencils that read it (see [`crate::analyses::extents`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum GhostPolicy {
-    /// Refuse to build, naming the tag, the side, the width needed and the
-    /// width the patch has.
-    #[default]
-    Require,
-    /// Widen the patch's ghost layers to what the analysis asks for (never
-    /// narrow them); [`ExpressionGraph::patch`] tells the result.
-    Grow,
-}
-
-/// Options of [`ExpressionGraph::build`].
-#[derive(Debug, Clone, Default)]
-pub struct GraphOptions {
-    /// Skip fusion (it is on unless this is set).
-    pub no_fusion: bool,
-    /// Disables common-subexpression elimination across expressions
-    /// ([`crate::passes::cse`]): a costly subexpression several language
-    /// nodes compute is otherwise hoisted into a node of its own.
-    pub no_common_subexpressions: bool,
-    /// Enables horizontal fusion ([`crate::passes::horizontal`]):
-    /// independent language nodes over the same box run as one loop nest.
-    /// Off by default: on the 2-core development machine it saved nothing
-    /// measurable on the ExprLib test and serialised the members' ghost
-    /// layers (see `docs/benchmarks.md`). `no_fusion` disables it too.
-    pub horizontal_fusion: bool,
-    /// Tags to keep for the life of the graph (e.g. fields to output).
-    pub persistent: Vec<Tag>,
-    /// Most bytes of scratch fields alive at once; nodes whose outputs do
-    /// not fit wait. Refused up front when no order of execution could fit.
-    pub memory_budget: Option<usize>,
-    /// Whether too few ghost layers are an error (the default) or make the
-    /// graph widen its patch.
-    pub ghosts: GhostPolicy,
-    /// Which device runs each node ([`crate::placement`]; all CPU unless
-    /// set).
-    pub placement: PlacementPolicy,
-    /// How GPU nodes share streams (a stream per node from a pool unless
-    /// set).
-    pub streams: StreamMode,
-    /// Host memory of the graph's fields: `None` chooses page-locked
-    /// (pinned) memory when `placement` puts nodes on a GPU, so copies run
-    /// asynchronously at full speed, and pageable memory otherwise. Pinning
-    /// that fails falls back to pageable memory, counted in the pool's
-    /// statistics ([`ExpressionGraph::pool`]). Set it to compare the two.
-    pub host_memory: Option<HostMemory>,
-}
-
-/// What the graph knows about a field.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FieldInfo {
-    /// Its tag.
-    pub tag: Tag,
-    /// Its location.
-    pub location: LocationKind,
-    /// Kept for the life of the graph.
-    pub persistent: bool,
-    /// Provided from outside.
-    pub placeholder: bool,
-    /// Bytes of storage.
-    pub bytes: usize,
-}
-
-/// A node of the execution graph.
-pub(crate) struct GraphNode {
-    pub form: NodeForm,
-    pub name: String,
-    pub modifier: bool,
-    pub outputs: Vec<usize>,
-    pub inputs: Vec<usize>,
-    pub target: Target,
-    /// The box of its output it computes (language nodes; from the extent
-    /// analysis).
-    pub region: Option<IndexBox>,
-    /// Names of the expressions fusion inlined into this node.
-    pub fused_from: Vec<String>,
-    /// Ids of the parameters it reads: it follows the reductions writing
-    /// them.
-    pub parameters_read: Vec<u64>,
-    /// Ids of the parameters it writes (a reduction's result).
-    pub parameters_written: Vec<u64>,
-}
-
-/// Bookkeeping of the DFS that collects nodes and fields.
-struct Collector<'f> {
-    factory: &'f Factory,
-    fields: Vec<FieldInfo>,
-    slot_of: HashMap<Tag, usize>,
-    nodes: Vec<(NodeForm, bool)>,
-    node_of_registration: HashMap<usize, usize>,
-    finished: HashMap<Tag, bool>,
-    stack: Vec<Tag>,
-    patch: &'f Patch,
-}
-
-impl Collector<'_> {
-    fn field(
-        &mut self,
-        tag: &Tag,
-        location: LocationKind,
-        placeholder: bool,
-        by: &str,
-    ) -> GraphResult<usize> {
-        if let Some(&slot) = self.slot_of.get(tag) {
-            let existing = &self.fields[slot];
-            if existing.location != location {
-                return Err(GraphError::LocationConflict {
-                    tag: tag.clone(),
-                    first: existing.location,
-                    first_by: "its producer".into(),
-                    second: location,
-                    second_by: by.to_string(),
-                });
-            }
-            return Ok(slot);
-        }
-        let mut info = FieldInfo {
-            tag: tag.clone(),
-            location,
-            persistent: placeholder,
-            placeholder,
-            bytes: 0,
-        };
-        info.bytes = checked_field_bytes(self.patch, &info)?;
-        self.fields.push(info);
-        self.slot_of.insert(tag.clone(), self.fields.len() - 1);
-        Ok(self.fields.len() - 1)
-    }
-
-    fn visit(&mut self, tag: &Tag, required_by: &str) -> GraphResult<()> {
-        match self.finished.get(tag) {
-            Some(true) => return Ok(()),
-            Some(false) => {
-                let start = self.stack.iter().position(|t| t == tag).unwrap_or(0);
-                let mut cycle: Vec<Tag> = self.stack[start..].to_vec();
-                cycle.push(tag.clone());
-                return Err(GraphError::Cycle { cycle });
-            }
-            None => {}
-        }
-        if let Some(&location) = self.factory.placeholders.get(tag) {
-            self.field(tag, location, true, "a placeholder")?;
-            // On the stack while its modifiers' requirements are visited, so
-            // a loop through a modifier is reported with the modified tag.
-            self.finished.insert(tag.clone(), false);
-            self.stack.push(tag.clone());
-            self.visit_modifiers(tag)?;
-            self.stack.pop();
-            self.finished.insert(tag.clone(), true);
-            return Ok(());
-        }
-        if let Some(registration) = self.factory.reductions.get(tag) {
-            self.finished.insert(tag.clone(), false);
-            self.stack.push(tag.clone());
-            let node = (registration.builder)();
-            self.nodes.push((node.clone(), false));
-            let expression = node.expression();
-            let name = expression.name();
-            for required in expression.requires() {
-                self.visit(&required, &name)?;
-            }
-            self.visit_parameter_writers(expression, None)?;
-            self.stack.pop();
-            self.finished.insert(tag.clone(), true);
-            return Ok(());
-        }
-        let Some(&registration) = self.factory.producer_of.get(tag) else {
-            return Err(GraphError::MissingProducer {
-                tag: tag.clone(),
-                required_by: required_by.to_string(),
-            });
-        };
-        self.finished.insert(tag.clone(), false);
-        self.stack.push(tag.clone());
-        let node = match self.node_of_registration.get(&registration) {
-            Some(&node) => node,
-            None => {
-                let node = (self.factory.registrations[registration].builder)();
-                let name = node.expression().name();
-                for (computed, location) in node.expression().computes() {
-                    self.field(&computed, location, false, &name)?;
-                }
-                self.nodes.push((node, false));
-                self.node_of_registration
-                    .insert(registration, self.nodes.len() - 1);
-                self.nodes.len() - 1
-            }
-        };
-        let node = self.nodes[node].0.clone();
-        let expression = node.expression();
-        let name = expression.name();
-        for required in expression.requires() {
-            self.visit(&required, &name)?;
-        }
-        self.visit_parameter_writers(expression, None)?;
-        self.visit_modifiers(tag)?;
-        self.stack.pop();
-        self.finished.insert(tag.clone(), true);
-        Ok(())
-    }
-
-    fn visit_modifiers(&mut self, tag: &Tag) -> GraphResult<()> {
-        let Some(modifiers) = self.factory.modifiers.get(tag) else {
-            return Ok(());
-        };
-        for registration in modifiers {
-            let node = (registration.builder)();
-            let modifier = node.expression();
-            let name = modifier.name();
-            for (computed, location) in modifier.computes() {
-                if computed == *tag {
-                    self.field(&computed, location, false, &name)?;
-                }
-            }
-            self.nodes.push((node.clone(), true));
-            for required in modifier.requires() {
-                if required != *tag {
-                    self.visit(&required, &name)?;
-                }
-            }
-            self.visit_parameter_writers(modifier, Some(tag))?;
-        }
-        Ok(())
-    }
-
-    /// Visits the reductions writing the parameters `expression` reads (a
-    /// modifier reads them in the assignments it builds for `modified`'s
-    /// layout), so that they join the graph.
-    fn visit_parameter_writers(
-        &mut self,
-        expression: &dyn Expression,
-        modified: Option<&Tag>,
-    ) -> GraphResult<()> {
-        let location = match modified {
-            Some(tag) => self.slot_of.get(tag).map(|&s| self.fields[s].location),
-            None => expression.computes().first().map(|(_, l)| *l),
-        };
-        let layout = FieldLayout::new(self.patch, location.unwrap_or(LocationKind::CellCentre));
-        let name = expression.name();
-        // Best effort: a modifier's builder may refuse the patch before
-        // `GhostPolicy::Grow` widens it; `refresh_parameter_reads` checks
-        // every node again on the final patch.
-        let read = expression.parameters_read(&layout).unwrap_or_default();
-        for id in read {
-            if let Some(writer) = self.factory.reduction_writing.get(&id) {
-                let writer = writer.clone();
-                self.visit(&writer, &name)?;
-            }
-        }
-        Ok(())
-    }
-}
 
 /// A graph of expressions set up for repeated execution on one patch.
 pub struct ExpressionGraph {
-    pub(crate) patch: Patch,
-    pub(crate) fields: Vec<FieldInfo>,
-    pub(crate) slot_of: HashMap<Tag, usize>,
-    pub(crate) nodes: Vec<GraphNode>,
-    pub(crate) parents: Vec<Vec<usize>>,
-    pub(crate) children: Vec<Vec<usize>>,
-    /// Nodes using each field after its producer (readers and modifiers).
-    pub(crate) users: Vec<Vec<usize>>,
-    /// The node that allocates each scratch field.
-    pub(crate) producer: Vec<Option<usize>>,
-    pub(crate) order: Vec<usize>,
-    pub(crate) priority: Vec<f64>,
-    pub(crate) plan: lifetimes::MemoryPlan,
-    pub(crate) budget: Option<usize>,
+    /// What it computes, in which order, over which boxes.
+    pub(crate) plan: GraphPlan,
+    /// Placement, copies and stream steps ([`crate::placement`]).
+    pub(crate) device_plan: DevicePlan,
     pub(crate) store: FieldStore,
     pub(crate) pool: MemoryPool,
     pub(crate) statistics: Mutex<Statistics>,
-    pub(crate) fusions: usize,
-    /// Subexpressions hoisted by common-subexpression elimination.
-    pub(crate) hoisted: usize,
-    /// Groups of nodes fused horizontally.
-    pub(crate) groups: usize,
-    pub(crate) regions: RegionPlan,
     /// Per field: a placeholder that was bound, written or filled (reading
     /// one that was not is an error at execute).
     pub(crate) provided: Vec<AtomicBool>,
     /// Per field: a count bumped by everything that may write it (see
     /// [`ExpressionGraph::field_version`]).
     pub(crate) versions: Vec<AtomicU64>,
-    /// The fields an execution may write: every node's outputs.
-    pub(crate) written: Vec<usize>,
     /// Serialises executions of this graph.
     pub(crate) execution: Mutex<()>,
     /// Trials and choice of [`crate::ExecutionMode::Adaptive`].
     pub(crate) adaptive: Mutex<crate::adaptive::AdaptiveState>,
-    /// Placement, copies and stream steps ([`crate::placement`]).
-    pub(crate) device_plan: DevicePlan,
     /// The plan's GPU streams, reused across executions.
     pub(crate) gpu_streams: crate::gpu::executor::StreamPool,
     /// The finiteness checks of GPU kernels in the execution in progress.
@@ -387,7 +91,7 @@ impl std::fmt::Debug for ExpressionGraph {
         f.debug_struct("ExpressionGraph")
             .field("nodes", &self.node_count())
             .field("edges", &self.edge_count())
-            .field("fields", &self.fields.len())
+            .field("fields", &self.plan.fields.len())
             .finish()
     }
 }
@@ -400,209 +104,41 @@ impl ExpressionGraph {
         patch: &Patch,
         options: &GraphOptions,
     ) -> GraphResult<Self> {
-        let mut collector = Collector {
-            factory,
-            fields: Vec::new(),
-            slot_of: HashMap::new(),
-            nodes: Vec::new(),
-            node_of_registration: HashMap::new(),
-            finished: HashMap::new(),
-            stack: Vec::new(),
-            patch,
-        };
-        for root in roots {
-            collector.visit(root, "the root list")?;
-        }
-        let mut orphans: Vec<(&Tag, &str)> = factory
-            .modifiers
-            .iter()
-            .filter(|(tag, _)| !collector.slot_of.contains_key(*tag))
-            .flat_map(|(tag, list)| list.iter().map(move |r| (tag, r.name.as_str())))
-            .collect();
-        orphans.sort_by_key(|(tag, _)| tag.to_string());
-        if let Some((tag, name)) = orphans.first() {
-            return Err(GraphError::UnknownTag {
-                tag: (*tag).clone(),
-                what: format!(
-                    "modifier {name} is attached to it, but no expression of the graph computes or reads it; check the tag's name and context, or build the graph from a factory without that modifier"
-                ),
-            });
-        }
-        let Collector {
-            mut fields,
-            mut slot_of,
-            nodes: collected,
-            ..
-        } = collector;
-
-        let mut nodes: Vec<GraphNode> = collected
-            .into_iter()
-            .map(|(expression, modifier)| node_of(expression, modifier, &slot_of, &fields, patch))
-            .collect::<GraphResult<_>>()?;
-
-        // Persistence.
-        for tag in roots.iter().chain(&options.persistent) {
-            if factory.reductions.contains_key(tag) {
-                continue; // a scalar result, not a field
-            }
-            match slot_of.get(tag) {
-                Some(&slot) => fields[slot].persistent = true,
-                None => {
-                    return Err(GraphError::UnknownTag {
-                        tag: tag.clone(),
-                        what: "flagged persistent".into(),
-                    });
-                }
-            }
-        }
-        let (users, _) = link(&nodes, fields.len());
-        for node in nodes.iter().filter(|n| !n.modifier) {
-            // Placeholders count as parents (ExprLib makes them nodes).
-            let has_parents = !node.inputs.is_empty();
-            let has_children = node
-                .outputs
-                .iter()
-                .any(|&s| !users[s].iter().all(|&u| nodes[u].modifier));
-            if !has_parents || !has_children {
-                for &slot in &node.outputs {
-                    fields[slot].persistent = true;
-                }
-            }
-        }
-
-        let mut hoisted = 0;
-        if !options.no_common_subexpressions {
-            hoisted = cse::eliminate(&mut nodes, &mut fields, &mut slot_of, patch)?;
-        }
-        let mut fusions = 0;
-        if !options.no_fusion {
-            fusions = fusion::fuse(&mut nodes, &mut fields, &mut slot_of, patch)?;
-        }
-
-        let (users, producer) = link(&nodes, fields.len());
-        let (parents, children) = edges(&nodes, &users, &producer);
-        check_acyclic(&nodes, &parents, &fields)?;
-        let priority = critical_path::priorities(&children, &vec![1.0; nodes.len()]);
-        let order = critical_path::plan_order(&parents, &children, &priority);
-
-        let regions = extents::analyse(&nodes, &fields, &order, patch)?;
-        let patch = match options.ghosts {
-            GhostPolicy::Require => patch.clone(),
-            GhostPolicy::Grow => {
-                let needed = regions.needed_ghosts(&fields, patch);
-                let have = patch.ghosts();
-                let widened = GhostWidth {
-                    minus: [0, 1, 2].map(|a| have.minus[a].max(needed.minus[a])),
-                    plus: [0, 1, 2].map(|a| have.plus[a].max(needed.plus[a])),
-                };
-                let grown = Patch::new(patch.grid(), patch.offset(), patch.cells(), widened)?;
-                for field in &mut fields {
-                    field.bytes = checked_field_bytes(&grown, field)?;
-                }
-                grown
-            }
-        };
-        for (slot, field) in fields.iter().enumerate() {
-            let layout = FieldLayout::new(&patch, field.location);
-            regions.check_fits(slot, field, &layout, "the graph's patch")?;
-        }
-        for (node, region) in nodes.iter_mut().zip(&regions.node_regions) {
-            node.region = *region;
-        }
-        refresh_parameter_reads(&mut nodes, &fields, &patch, factory)?;
-
-        // Horizontal fusion needs the boxes; the order is planned again
-        // over the grouped nodes.
-        let mut groups = 0;
-        if !options.no_fusion && options.horizontal_fusion {
-            groups = horizontal::group(&mut nodes, &fields)?;
-        }
-        let (users, producer) = link(&nodes, fields.len());
-        let (parents, children) = edges(&nodes, &users, &producer);
-        check_acyclic(&nodes, &parents, &fields)?;
-        let priority = critical_path::priorities(&children, &vec![1.0; nodes.len()]);
-        let order = critical_path::plan_order(&parents, &children, &priority);
-
-        let plan = lifetimes::plan(&nodes, &fields, &users, &producer, &order);
-        if let Some(budget) = options.memory_budget
-            && budget < plan.minimum_budget.max(plan.peak_with_reuse)
-        {
-            // Nodes start in plan order under a budget, so the plan order's
-            // own peak must fit, not only the largest single node.
-            let (needed, expression) = if plan.peak_with_reuse > plan.minimum_budget {
-                (
-                    plan.peak_with_reuse,
-                    "the plan order (its peak of live scratch fields)".to_string(),
-                )
-            } else {
-                (plan.minimum_budget, plan.minimum_budget_expression.clone())
-            };
-            return Err(GraphError::BudgetTooSmall {
-                budget,
-                needed,
-                expression,
-            });
-        }
-
-        let host_memory = options.host_memory.unwrap_or(match options.placement {
-            PlacementPolicy::Cpu => HostMemory::Pageable,
-            _ => HostMemory::Pinned,
-        });
-        let pool = MemoryPool::host(host_memory);
-        let store = FieldStore::with_slots(fields.len());
-        for (slot, field) in fields.iter().enumerate() {
+        let plan = GraphPlan::build(factory, roots, patch, options)?;
+        let pool = MemoryPool::host(GraphPlan::host_memory(options));
+        let store = FieldStore::with_slots(plan.fields.len());
+        for (slot, field) in plan.fields.iter().enumerate() {
             if field.persistent {
-                let lifetime = Lifetime::Persistent;
                 let value = AnyField::new(
                     field.location,
                     &field.tag.name,
-                    &patch,
-                    lifetime,
+                    &plan.patch,
+                    Lifetime::Persistent,
                     &pool,
                     FieldInit::Zero,
                 )?;
                 store.put(slot, Some(value));
             }
         }
-        let node_count = nodes.len();
-        let field_count = fields.len();
-        let mut written: Vec<usize> = nodes.iter().flat_map(|n| n.outputs.clone()).collect();
-        written.sort_unstable();
-        written.dedup();
+        let field_count = plan.fields.len();
+        let device_plan = placement::all_cpu(&plan);
         let mut graph = ExpressionGraph {
-            patch,
-            regions,
-            fields,
-            slot_of,
-            nodes,
-            parents,
-            children,
-            users,
-            producer,
-            order,
-            priority,
+            statistics: Mutex::new(Statistics::new(plan.nodes.len())),
             plan,
-            budget: options.memory_budget,
+            device_plan,
             store,
             pool,
-            statistics: Mutex::new(Statistics::new(node_count)),
-            fusions,
-            hoisted,
-            groups,
             provided: (0..field_count).map(|_| AtomicBool::new(false)).collect(),
             versions: (0..field_count).map(|_| AtomicU64::new(0)).collect(),
-            written,
             execution: Mutex::new(()),
             adaptive: Mutex::new(Default::default()),
-            device_plan: DevicePlan::unplanned(),
             gpu_streams: Default::default(),
             finite_watches: Default::default(),
             replay: Default::default(),
             stream_ordered_scratch: AtomicBool::new(false),
             gpu_timeline: AtomicBool::new(false),
         };
-        graph.device_plan = placement::all_cpu(&graph);
-        if options.placement != PlacementPolicy::Cpu || options.streams != StreamMode::default() {
+        if GraphPlan::wants_placement(options) {
             graph.place(options.placement.clone(), options.streams)?;
         }
         Ok(graph)
@@ -610,52 +146,53 @@ impl ExpressionGraph {
 
     /// Number of expression nodes (modifiers included).
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.plan.nodes.len()
     }
 
     /// Number of dependency edges between nodes.
     pub fn edge_count(&self) -> usize {
-        self.children.iter().map(Vec::len).sum()
+        self.plan.children.iter().map(Vec::len).sum()
     }
 
     /// How many producers fusion inlined into their consumers.
     pub fn fusions(&self) -> usize {
-        self.fusions
+        self.plan.fusions
     }
 
     /// How many shared subexpressions common-subexpression elimination
     /// hoisted into nodes of their own ([`crate::passes::cse`]).
     pub fn common_subexpressions(&self) -> usize {
-        self.hoisted
+        self.plan.hoisted
     }
 
     /// How many groups of independent nodes run as one loop nest
     /// ([`crate::passes::horizontal`]).
     pub fn horizontal_groups(&self) -> usize {
-        self.groups
+        self.plan.groups
     }
 
     /// The fields of the graph.
     pub fn fields(&self) -> &[FieldInfo] {
-        &self.fields
+        &self.plan.fields
     }
 
     /// The field named `tag`, if the graph holds it.
     pub fn field_info(&self, tag: &Tag) -> Option<&FieldInfo> {
-        self.slot_of.get(tag).map(|&s| &self.fields[s])
+        self.plan.slot_of.get(tag).map(|&s| &self.plan.fields[s])
     }
 
     /// Node names in execution (plan) order.
     pub fn execution_order(&self) -> Vec<String> {
-        self.order
+        self.plan
+            .order
             .iter()
-            .map(|&n| self.nodes[n].name.clone())
+            .map(|&n| self.plan.nodes[n].name.clone())
             .collect()
     }
 
     /// The memory plan: peaks with and without reuse.
-    pub fn memory_plan(&self) -> &lifetimes::MemoryPlan {
-        &self.plan
+    pub fn memory_plan(&self) -> &crate::analyses::lifetimes::MemoryPlan {
+        &self.plan.memory
     }
 
     /// The graph's pool (its statistics count this graph's fields).
@@ -665,11 +202,12 @@ impl ExpressionGraph {
 
     /// The patch the graph computes on.
     pub fn patch(&self) -> &Patch {
-        &self.patch
+        &self.plan.patch
     }
 
     fn slot(&self, tag: &Tag, what: &str) -> GraphResult<usize> {
-        self.slot_of
+        self.plan
+            .slot_of
             .get(tag)
             .copied()
             .ok_or_else(|| GraphError::UnknownTag {
@@ -821,7 +359,8 @@ impl ExpressionGraph {
 
     /// Nodes of `kind` (after fusion; modifiers included).
     pub fn nodes_of_kind(&self, kind: ExpressionKind) -> usize {
-        self.nodes
+        self.plan
+            .nodes
             .iter()
             .filter(|n| n.form.expression().kind() == kind)
             .count()
@@ -831,7 +370,8 @@ impl ExpressionGraph {
     /// language node, one per masked assignment of each language modifier
     /// (a boundary condition is one per side and ghost layer).
     pub fn kernel_count(&self) -> usize {
-        self.nodes
+        self.plan
+            .nodes
             .iter()
             .map(|n| {
                 let location = n
@@ -842,7 +382,7 @@ impl ExpressionGraph {
                     .map_or(LocationKind::CellCentre, |(_, l)| *l);
                 n.form
                     .expression()
-                    .kernels(&FieldLayout::new(&self.patch, location))
+                    .kernels(&FieldLayout::new(&self.plan.patch, location))
             })
             .sum()
     }
@@ -852,7 +392,7 @@ impl ExpressionGraph {
     /// in execution order.
     pub fn finite_checked_nodes(&self) -> Vec<String> {
         let mut names = Vec::new();
-        for node in &self.nodes {
+        for node in &self.plan.nodes {
             match &node.form {
                 NodeForm::Language(l) if l.checks_finite() => names.push(l.name()),
                 NodeForm::Group(group) => names.extend(
@@ -915,8 +455,8 @@ impl ExpressionGraph {
                     "rotate_fields: {tag} is named twice; name each time level once"
                 )));
             }
-            let info = &self.fields[slot];
-            let first = &self.fields[slots.first().copied().unwrap_or(slot)];
+            let info = &self.plan.fields[slot];
+            let first = &self.plan.fields[slots.first().copied().unwrap_or(slot)];
             if !(info.persistent || info.placeholder) {
                 return Err(GraphError::FieldUnavailable {
                     tag: tag.clone(),
@@ -999,7 +539,7 @@ impl ExpressionGraph {
         field: watershed_fields::SpatialField<L>,
     ) -> GraphResult<Option<AnyField>> {
         let slot = self.slot(tag, "bound")?;
-        let info = &self.fields[slot];
+        let info = &self.plan.fields[slot];
         if !info.placeholder {
             return Err(GraphError::UnknownTag {
                 tag: tag.clone(),
@@ -1015,16 +555,16 @@ impl ExpressionGraph {
             });
         }
         let patch = field.layout().patch();
-        if patch.grid() != self.patch.grid()
-            || patch.offset() != self.patch.offset()
-            || patch.cells() != self.patch.cells()
+        if patch.grid() != self.plan.patch.grid()
+            || patch.offset() != self.plan.patch.offset()
+            || patch.cells() != self.plan.patch.cells()
         {
             return Err(GraphError::Native(format!(
                 "field '{}' bound to {tag} lives on another patch than the graph's",
                 field.name()
             )));
         }
-        self.regions.check_fits(
+        self.plan.regions.check_fits(
             slot,
             info,
             field.layout(),
@@ -1041,7 +581,7 @@ impl ExpressionGraph {
     /// is otherwise an error at execute.
     pub fn fill_placeholder(&self, tag: &Tag) -> GraphResult<()> {
         let slot = self.slot(tag, "filled")?;
-        if !self.fields[slot].placeholder {
+        if !self.plan.fields[slot].placeholder {
             return Err(GraphError::UnknownTag {
                 tag: tag.clone(),
                 what: "filled as a placeholder, but it is computed by an expression".into(),
@@ -1097,403 +637,15 @@ impl ExpressionGraph {
     pub fn required_ghosts(&self, tag: &Tag) -> GraphResult<GhostWidth> {
         let slot = self.slot(tag, "asked for its ghost width")?;
         Ok(self
+            .plan
             .regions
-            .ghosts_of(slot, &self.fields[slot], &self.patch))
+            .ghosts_of(slot, &self.plan.fields[slot], &self.plan.patch))
     }
 
     /// The box of `tag`'s indices its producer computes each execution
     /// (`None` for placeholders and fields of native expressions).
     pub fn computed_region(&self, tag: &Tag) -> GraphResult<Option<IndexBox>> {
         let slot = self.slot(tag, "asked for its computed region")?;
-        Ok(self.producer[slot].and_then(|n| self.nodes[n].region))
+        Ok(self.plan.producer[slot].and_then(|n| self.plan.nodes[n].region))
     }
-
-    /// The execution graph in Graphviz DOT: one node per expression,
-    /// labelled with its name and the tags it computes, filled by target
-    /// (CPU light blue, GPUs green, khaki, pink, lavender), boxes for
-    /// language expressions,
-    /// ellipses for native ones, diamonds for modifiers, hexagons for
-    /// reductions (an edge to each node reading their parameter); placeholders are
-    /// grey notes; fused nodes have a double border and list the
-    /// expressions inlined into them. Copies between devices
-    /// ([`crate::placement::transfers`]) are dashed red edges from the
-    /// writer (or placeholder) to each reader, labelled with the field, the
-    /// devices and the bytes. A legend cluster explains the shapes.
-    /// Render with `dot -Tpng`.
-    pub fn to_dot(&self) -> String {
-        let mut dot = String::from(
-            "digraph watershed {\n  rankdir=BT;\n  node [style=filled, fontname=\"Helvetica\"];\n",
-        );
-        for (slot, field) in self.fields.iter().enumerate() {
-            if field.placeholder {
-                let _ = writeln!(
-                    dot,
-                    "  f{slot} [label=\"{}\", shape=note, fillcolor=grey85];",
-                    escape(&field.tag.to_string())
-                );
-            }
-        }
-        for (n, node) in self.nodes.iter().enumerate() {
-            let mut tags: Vec<String> = node
-                .outputs
-                .iter()
-                .map(|&s| self.fields[s].tag.to_string())
-                .collect();
-            if let Some(reduction) = node.form.reduction() {
-                tags.push(format!(
-                    "{:?} into parameter {}",
-                    reduction.reduction(),
-                    reduction.parameter().name()
-                ));
-            }
-            let shape = match node.form.expression().kind() {
-                _ if node.modifier => "diamond",
-                ExpressionKind::Language => "box",
-                ExpressionKind::Reduction => "hexagon",
-                ExpressionKind::Native => "ellipse",
-                ExpressionKind::IterativeSolve => "octagon",
-            };
-            let color = target_colour(node.target);
-            if node.fused_from.is_empty() {
-                let _ = writeln!(
-                    dot,
-                    "  n{n} [label=\"{}\\n{}\", shape={shape}, fillcolor={color}];",
-                    escape(&node.name),
-                    escape(&tags.join(", "))
-                );
-            } else {
-                let _ = writeln!(
-                    dot,
-                    "  n{n} [label=\"{}\\n{}\\nfused: {}\", shape={shape}, peripheries=2, fillcolor={color}];",
-                    escape(&node.name),
-                    escape(&tags.join(", ")),
-                    escape(&node.fused_from.join(", "))
-                );
-            }
-            for &input in &node.inputs {
-                if self.fields[input].placeholder && !node.outputs.contains(&input) {
-                    let _ = writeln!(dot, "  f{input} -> n{n};");
-                }
-            }
-        }
-        for (n, children) in self.children.iter().enumerate() {
-            for c in children {
-                let _ = writeln!(dot, "  n{n} -> n{c};");
-            }
-        }
-        // Copies between devices: dashed red edges from the writer (or
-        // the placeholder) to each reader, labelled with what moves.
-        for transfer in self.device_plan.transfers() {
-            let from = match transfer.after_node {
-                Some(w) => format!("n{w}"),
-                None if self.fields[transfer.slot].placeholder => format!("f{}", transfer.slot),
-                None => "start".to_string(),
-            };
-            if from == "start" && !dot.contains("  start [") {
-                dot.push_str(
-                    "  start [label=\"start of the execution\", shape=plaintext, style=\"\"];\n",
-                );
-            }
-            for &reader in &transfer.before_nodes {
-                let _ = writeln!(
-                    dot,
-                    "  {from} -> n{reader} [style=dashed, color=red, fontcolor=red, label=\"{}\\n{} -> {}, {} B\"];",
-                    escape(&transfer.field.to_string()),
-                    transfer.from,
-                    transfer.to,
-                    transfer.bytes
-                );
-            }
-        }
-        dot.push_str(concat!(
-            "  subgraph cluster_legend {\n    label=\"legend\"; fontname=\"Helvetica\";\n",
-            "    legend_language [label=\"language expression\", shape=box, fillcolor=lightblue];\n",
-            "    legend_fused [label=\"fused expressions\\n(fused: the inlined ones)\", shape=box, peripheries=2, fillcolor=lightblue];\n",
-            "    legend_native [label=\"native (CPU-only)\", shape=ellipse, fillcolor=lightblue];\n",
-            "    legend_modifier [label=\"modifier\", shape=diamond, fillcolor=lightblue];\n",
-            "    legend_reduction [label=\"reduction into a parameter\", shape=hexagon, fillcolor=lightblue];\n",
-            "    legend_gpu [label=\"placed on a GPU\\n(GPU 0 green, 1 khaki, 2 pink, 3 lavender)\", shape=box, fillcolor=palegreen];\n",
-            "    legend_copy_from [label=\"writer\", shape=box, fillcolor=palegreen];\n",
-            "    legend_copy_to [label=\"reader on another device\", shape=ellipse, fillcolor=lightblue];\n",
-            "    legend_copy_from -> legend_copy_to [style=dashed, color=red, fontcolor=red, label=\"copy: field,\\nfrom -> to, bytes\"];\n",
-            "    legend_placeholder [label=\"placeholder\", shape=note, fillcolor=grey85];\n",
-            "  }\n}\n"
-        ));
-        dot
-    }
-}
-
-impl ExpressionGraph {
-    /// The dependency graph of the quantities in Graphviz DOT: one node per
-    /// field (placeholders grey, persistent fields bold, scratch fields
-    /// dashed), an edge from each field an expression reads to each field it
-    /// computes, labelled with the expression. Fused fields no longer appear.
-    pub fn dependency_dot(&self) -> String {
-        let mut dot = String::from(
-            "digraph dependencies {\n  rankdir=BT;\n  node [fontname=\"Helvetica\"];\n",
-        );
-        for (slot, field) in self.fields.iter().enumerate() {
-            let style = if field.placeholder {
-                "filled\", fillcolor=\"grey85"
-            } else if field.persistent {
-                "bold"
-            } else {
-                "dashed"
-            };
-            let _ = writeln!(
-                dot,
-                "  f{slot} [label=\"{}\\n{}\", style=\"{style}\"];",
-                escape(&field.tag.to_string()),
-                field.location
-            );
-        }
-        for node in &self.nodes {
-            for &input in &node.inputs {
-                for &output in &node.outputs {
-                    let _ = writeln!(
-                        dot,
-                        "  f{input} -> f{output} [label=\"{}\"];",
-                        escape(&node.name)
-                    );
-                }
-            }
-        }
-        dot.push_str("}\n");
-        dot
-    }
-}
-
-/// Bytes of `field`'s storage on `patch`, refusing sizes that overflow.
-pub(crate) fn checked_field_bytes(patch: &Patch, field: &FieldInfo) -> GraphResult<usize> {
-    FieldLayout::new(patch, field.location)
-        .allocated_len()
-        .checked_mul(std::mem::size_of::<f64>())
-        .ok_or_else(|| {
-            GraphError::Field(watershed_fields::FieldError::InvalidGrid {
-                reason: format!(
-                    "field {} of {:?} cells with {:?} ghost layers needs more bytes than this machine can address",
-                    field.tag,
-                    patch.cells(),
-                    patch.ghosts()
-                ),
-            })
-        })
-}
-
-fn escape(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('"', "\\\"")
-}
-
-/// A node for `expression`, with its field slots.
-pub(crate) fn node_of(
-    form: NodeForm,
-    modifier: bool,
-    slot_of: &HashMap<Tag, usize>,
-    fields: &[FieldInfo],
-    patch: &Patch,
-) -> GraphResult<GraphNode> {
-    let expression = form.expression();
-    let name = expression.name();
-    let slot = |tag: &Tag| {
-        slot_of
-            .get(tag)
-            .copied()
-            .ok_or_else(|| GraphError::UnknownTag {
-                tag: tag.clone(),
-                what: format!("used by {name}"),
-            })
-    };
-    let outputs = expression
-        .computes()
-        .iter()
-        .map(|(t, _)| slot(t))
-        .collect::<GraphResult<Vec<_>>>()?;
-    let mut inputs = Vec::new();
-    for tag in expression.requires() {
-        let s = slot(&tag)?;
-        if !inputs.contains(&s) && !outputs.contains(&s) {
-            inputs.push(s);
-        }
-    }
-    let location = outputs
-        .first()
-        .map_or(LocationKind::CellCentre, |&s| fields[s].location);
-    // Best effort before the patch is final (see `refresh_parameter_reads`).
-    let parameters_read = expression
-        .parameters_read(&FieldLayout::new(patch, location))
-        .unwrap_or_default();
-    let parameters_written = expression.parameters_written();
-    Ok(GraphNode {
-        name,
-        modifier,
-        outputs,
-        inputs,
-        target: Target::Cpu,
-        region: None,
-        fused_from: Vec::new(),
-        parameters_read,
-        parameters_written,
-        form,
-    })
-}
-
-/// Reads again the parameters each node reads, on the final `patch` (a
-/// modifier's builder sees the layout it will run with), and refuses a
-/// node that reads the parameter of a registered reduction the graph does
-/// not hold (it could only have been missed on the unfinished patch).
-fn refresh_parameter_reads(
-    nodes: &mut [GraphNode],
-    fields: &[FieldInfo],
-    patch: &Patch,
-    factory: &Factory,
-) -> GraphResult<()> {
-    let written: Vec<u64> = nodes
-        .iter()
-        .flat_map(|n| n.parameters_written.iter().copied())
-        .collect();
-    for node in nodes.iter_mut() {
-        let location = node
-            .outputs
-            .first()
-            .map_or(LocationKind::CellCentre, |&s| fields[s].location);
-        node.parameters_read = node
-            .form
-            .expression()
-            .parameters_read(&FieldLayout::new(patch, location))?;
-        for id in &node.parameters_read {
-            if let Some(writer) = factory.reduction_writing.get(id)
-                && !written.contains(id)
-            {
-                let name = factory
-                    .reductions
-                    .get(writer)
-                    .map_or_else(|| writer.to_string(), |r| r.name.clone());
-                return Err(GraphError::Usage(format!(
-                    "{} reads the parameter that reduction {name} writes, but the graph does not hold that reduction; add its tag {writer} to the roots",
-                    node.name
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// For each field: the nodes that use it after it is produced (readers and
-/// modifiers), and the node producing it (none for placeholders).
-pub(crate) fn link(
-    nodes: &[GraphNode],
-    field_count: usize,
-) -> (Vec<Vec<usize>>, Vec<Option<usize>>) {
-    let mut users = vec![Vec::new(); field_count];
-    let mut producer = vec![None; field_count];
-    for (n, node) in nodes.iter().enumerate() {
-        for &s in &node.inputs {
-            users[s].push(n);
-        }
-        for &s in &node.outputs {
-            if node.modifier {
-                users[s].push(n);
-            } else {
-                producer[s] = Some(n);
-            }
-        }
-    }
-    (users, producer)
-}
-
-/// The DOT fill colour of a node on `target`.
-fn target_colour(target: Target) -> &'static str {
-    match target {
-        Target::Cpu => "lightblue",
-        Target::Gpu(k) => ["palegreen", "khaki", "pink", "lavender"][k % 4],
-    }
-}
-
-/// Parents and children: each writer of a field follows the previous
-/// writer (producer, then modifiers in order); each reader follows the last;
-/// each reader of a parameter follows the reduction writing it.
-pub(crate) fn edges(
-    nodes: &[GraphNode],
-    users: &[Vec<usize>],
-    producer: &[Option<usize>],
-) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
-    let mut parents = vec![Vec::new(); nodes.len()];
-    for (slot, slot_users) in users.iter().enumerate() {
-        let mut writers: Vec<usize> = producer[slot].into_iter().collect();
-        writers.extend(
-            slot_users
-                .iter()
-                .copied()
-                .filter(|&u| nodes[u].modifier && nodes[u].outputs.contains(&slot)),
-        );
-        for pair in writers.windows(2) {
-            parents[pair[1]].push(pair[0]);
-        }
-        if let Some(&last) = writers.last() {
-            for &reader in slot_users {
-                if !writers.contains(&reader) {
-                    parents[reader].push(last);
-                }
-            }
-        }
-    }
-    for (writer, node) in nodes.iter().enumerate() {
-        for id in &node.parameters_written {
-            for (reader, other) in nodes.iter().enumerate() {
-                if reader != writer && other.parameters_read.contains(id) {
-                    parents[reader].push(writer);
-                }
-            }
-        }
-    }
-    let mut children = vec![Vec::new(); nodes.len()];
-    for (n, ps) in parents.iter_mut().enumerate() {
-        ps.sort_unstable();
-        ps.dedup();
-        for &p in ps.iter() {
-            children[p].push(n);
-        }
-    }
-    (parents, children)
-}
-
-/// Refuses cycles that modifiers or multi-output expressions introduce
-/// (the DFS catches the others), naming the tags around the cycle.
-fn check_acyclic(
-    nodes: &[GraphNode],
-    parents: &[Vec<usize>],
-    fields: &[FieldInfo],
-) -> GraphResult<()> {
-    let mut graph = petgraph::graph::DiGraph::<usize, ()>::new();
-    let indices: Vec<_> = (0..nodes.len()).map(|n| graph.add_node(n)).collect();
-    for (n, ps) in parents.iter().enumerate() {
-        for &p in ps {
-            graph.add_edge(indices[p], indices[n], ());
-        }
-    }
-    if petgraph::algo::toposort(&graph, None).is_ok() {
-        return Ok(());
-    }
-    let components = petgraph::algo::tarjan_scc(&graph);
-    let cycle_nodes = components
-        .into_iter()
-        .find(|c| c.len() > 1)
-        .unwrap_or_default();
-    let mut cycle: Vec<Tag> = cycle_nodes
-        .iter()
-        .filter_map(|i| {
-            let node = &nodes[graph[*i]];
-            match node.outputs.first() {
-                Some(&s) => Some(fields[s].tag.clone()),
-                None => node
-                    .form
-                    .reduction()
-                    .map(|r| r.result().clone()),
-            }
-        })
-        .collect();
-    if let Some(first) = cycle.first().cloned() {
-        cycle.push(first);
-    }
-    Err(GraphError::Cycle { cycle })
 }

@@ -28,38 +28,51 @@
 //!
 //! ## Crate layout
 //!
-//! | module | what it holds |
-//! | --- | --- |
-//! | [`tag`] | [`Tag`] and [`Context`] (STATE_N, STATE_NP1, STATE_NONE, ...) |
-//! | [`expression`] | the [`Expression`] trait, [`LanguageExpression`], [`NativeExpression`] |
-//! | [`factory`] | [`Factory`]: builders by tag, placeholders, modifiers, reductions |
-//! | [`reduction`] | [`LanguageReduction`]: a reduction node writing a parameter that later nodes read |
-//! | [`graph`] | [`ExpressionGraph`]: building from roots, persistence, introspection, DOT |
-//! | [`node`] | [`NodeForm`]: the form of a node's expression (language, modifier, reduction, group, native) |
-//! | [`analyses`] | critical path and plan order; field lifetimes and the memory plan |
-//! | [`passes`] | fusion of language nodes |
-//! | [`placement`] | device per node, copies between devices, the stream protocol as data |
-//! | [`scheduler`] | execution: serial or threaded, memory budget, the node protocol |
-//! | [`adaptive`] | `ExecutionMode::Adaptive`: one thread timed against several, the faster kept |
-//! | [`gpu`] | the GPU executor, step replay as CUDA graphs, the GPU timeline |
-//! | [`generated_source`] | the C or CUDA source of a graph's kernels, in execution order |
-//! | [`trace`] | Chrome-trace timeline and the timing table |
-//! | [`store`] | [`AnyField`] and the per-graph field store |
-//! | [`error`] | [`GraphError`] |
+//! Three layers: what a graph is made of, the plan built from it, and the
+//! executor that runs a plan. Only the executor's modules import each
+//! other in a circle (`scripts/import-circles.py exprgraph/src`).
+//!
+//! | layer | module | what it holds |
+//! | --- | --- | --- |
+//! | parts | [`tag`] | [`Tag`] and [`Context`] (STATE_N, STATE_NP1, STATE_NONE, ...) |
+//! | parts | [`expression`] | the [`Expression`] trait (the node protocol), [`LanguageExpression`], [`LanguageModifier`], [`NativeExpression`] |
+//! | parts | [`reduction`] | [`LanguageReduction`]: a reduction node writing a parameter that later nodes read |
+//! | parts | [`group`] | [`HorizontalGroup`](group::HorizontalGroup): language nodes run side by side as one loop nest |
+//! | parts | [`node`] | [`NodeForm`] (the form of a node's expression: language, modifier, reduction, group, native), the graph's nodes, fields and edges |
+//! | parts | [`factory`] | [`Factory`]: builders by tag, placeholders, modifiers, reductions |
+//! | parts | [`store`] | [`AnyField`] and the per-graph field store |
+//! | parts | [`error`] | [`GraphError`] |
+//! | plan | `collect` | the walk from the roots through the factory: missing producers, cycles |
+//! | plan | [`passes`] | common subexpressions, fusion of language nodes, horizontal groups |
+//! | plan | [`analyses`] | critical path and plan order; extents and ghosts; field lifetimes and the memory plan |
+//! | plan | [`plan`] | [`GraphOptions`], [`GhostPolicy`] and the plan: nodes, edges, order, boxes, memory |
+//! | plan | [`placement`] | device per node, copies between devices, the stream protocol as data ([`placement::policy`]: what users ask for) |
+//! | plan | [`generated_source`] | the C or CUDA source of a graph's kernels, in execution order |
+//! | executor | [`graph`] | [`ExpressionGraph`]: a plan, its placement and its execution state; field access, introspection |
+//! | executor | `placing`, `dot` | placing a built graph again; its Graphviz views |
+//! | executor | [`scheduler`] | execution: serial or threaded, memory budget, the node protocol |
+//! | executor | [`adaptive`] | `ExecutionMode::Adaptive`: one thread timed against several, the faster kept |
+//! | executor | [`gpu`] | the GPU executor, step replay as CUDA graphs, the GPU timeline |
+//! | executor | [`trace`] | Chrome-trace timeline and the timing table |
 
 #![warn(missing_docs)]
 
 pub mod adaptive;
 pub mod analyses;
+mod collect;
+mod dot;
 pub mod error;
 pub mod expression;
 pub mod factory;
 pub mod generated_source;
 pub mod gpu;
 pub mod graph;
+pub mod group;
 pub mod node;
 pub mod passes;
 pub mod placement;
+mod placing;
+pub mod plan;
 pub mod reduction;
 pub mod scheduler;
 pub mod store;
@@ -75,9 +88,11 @@ pub use factory::Factory;
 pub use gpu::executor::GpuScratch;
 pub use gpu::replay::{ReplayStatistics, StepReplay};
 pub use gpu::timeline::{GpuSpan, GpuWork};
-pub use graph::{ExpressionGraph, FieldInfo, GhostPolicy, GraphOptions, Target};
+pub use graph::ExpressionGraph;
 pub use node::NodeForm;
+pub use node::{FieldInfo, Target};
 pub use placement::{CostModel, DevicePlan, MeasuredCost, PlacementPolicy, StreamMode, Transfer};
+pub use plan::{GhostPolicy, GraphOptions};
 pub use reduction::LanguageReduction;
 pub use scheduler::{ExecutionMode, ExecutionReport, TraceEvent};
 pub use store::{AnyField, GraphLocation};

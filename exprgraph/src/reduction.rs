@@ -285,7 +285,6 @@ impl Expression for LanguageReduction {
         ExpressionKind::Reduction
     }
 
-
     fn kernels(&self, _layout: &FieldLayout) -> usize {
         1
     }

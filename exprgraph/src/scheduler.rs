@@ -252,16 +252,16 @@ impl ExpressionGraph {
     /// [`Self::execute`] in `mode` (`Serial` or `Threaded`) on `threads`
     /// threads, with the execution lock held.
     fn execute_locked(&self, mode: ExecutionMode, threads: usize) -> GraphResult<ExecutionReport> {
-        for (slot, info) in self.fields.iter().enumerate() {
+        for (slot, info) in self.plan.fields.iter().enumerate() {
             if info.placeholder
                 && !self.provided[slot].load(std::sync::atomic::Ordering::Acquire)
-                && let Some(&reader) = self.users[slot]
+                && let Some(&reader) = self.plan.users[slot]
                     .iter()
-                    .find(|&&u| !self.nodes[u].outputs.contains(&slot))
+                    .find(|&&u| !self.plan.nodes[u].outputs.contains(&slot))
             {
                 return Err(GraphError::PlaceholderNotSet {
                     tag: info.tag.clone(),
-                    reader: self.nodes[reader].name.clone(),
+                    reader: self.plan.nodes[reader].name.clone(),
                 });
             }
         }
@@ -273,20 +273,21 @@ impl ExpressionGraph {
         self.pool.reset_counters();
         let priority = self.measured_priorities();
         let remaining_users: Vec<AtomicUsize> = self
+            .plan
             .users
             .iter()
             .map(|u| AtomicUsize::new(u.len()))
             .collect();
         let mut state = RunState {
-            pending: self.parents.iter().map(Vec::len).collect(),
-            ready: BinaryHeap::with_capacity(self.nodes.len()),
+            pending: self.plan.parents.iter().map(Vec::len).collect(),
+            ready: BinaryHeap::with_capacity(self.plan.nodes.len()),
             running: 0,
             next_in_plan: 0,
             finished: 0,
             live_bytes: 0,
             peak_bytes: 0,
             error: None,
-            trace: Vec::with_capacity(self.nodes.len()),
+            trace: Vec::with_capacity(self.plan.nodes.len()),
             gpu_trace: Vec::new(),
         };
         for (node, &p) in priority.iter().enumerate() {
@@ -323,7 +324,7 @@ impl ExpressionGraph {
         let state = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
         // Whatever ran (all of it, or part before an error) may have
         // written its outputs.
-        for &slot in &self.written {
+        for &slot in &self.plan.written {
             self.versions[slot].fetch_add(1, Ordering::AcqRel);
         }
         let statistics = self.pool.statistics();
@@ -353,13 +354,13 @@ impl ExpressionGraph {
             self.release_all_scratch();
             return Err(error);
         }
-        if state.finished != self.nodes.len() {
+        if state.finished != self.plan.nodes.len() {
             self.release_all_scratch();
             return Err(GraphError::Native(format!(
                 "the scheduler stopped after {} of {} nodes (memory budget {:?})",
                 state.finished,
-                self.nodes.len(),
-                self.budget
+                self.plan.nodes.len(),
+                self.plan.budget
             )));
         }
         Ok(report)
@@ -368,13 +369,13 @@ impl ExpressionGraph {
     /// Refuses to run a plan with nodes on a GPU this machine cannot use,
     /// naming the first such node, the device, and why.
     fn check_devices(&self) -> GraphResult<()> {
-        for &n in &self.order {
-            let crate::graph::Target::Gpu(ordinal) = self.device_plan.targets[n] else {
+        for &n in &self.plan.order {
+            let crate::node::Target::Gpu(ordinal) = self.device_plan.targets[n] else {
                 continue;
             };
             if let Some(reason) = watershed_fields::gpu::gpu_unavailable_reason(ordinal) {
                 return Err(GraphError::DeviceUnavailable {
-                    node: self.nodes[n].name.clone(),
+                    node: self.plan.nodes[n].name.clone(),
                     device: watershed_fields::Device::Gpu(ordinal),
                     reason: format!(
                         "{reason}; place the graph with PlacementPolicy::Cpu to run it on this machine"
@@ -392,8 +393,8 @@ impl ExpressionGraph {
     /// replay (which records the stream work of one thread).
     fn runs_cpu_nodes_beside_gpu_nodes(&self, threads: usize) -> bool {
         threads > 1
-            && self.device_plan.gpu_nodes() < self.nodes.len()
-            && self.budget.is_none()
+            && self.device_plan.gpu_nodes() < self.plan.nodes.len()
+            && self.plan.budget.is_none()
             && self.step_replay() != crate::StepReplay::CudaGraph
     }
 
@@ -441,7 +442,7 @@ impl ExpressionGraph {
             self.run_steps(&plan.prologue, &device_run)?;
             match walk {
                 HostWalk::PlanOrder => {
-                    for &node in &self.order {
+                    for &node in &self.plan.order {
                         {
                             let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
                             state.live_bytes += self.output_bytes(node);
@@ -539,7 +540,7 @@ impl ExpressionGraph {
                         id,
                         &stream,
                         crate::GpuWork::Kernels,
-                        || self.nodes[node].name.clone(),
+                        || self.plan.nodes[node].name.clone(),
                         launch,
                     )?,
                 }
@@ -559,7 +560,7 @@ impl ExpressionGraph {
     fn measured_priorities(&self) -> Vec<f64> {
         let stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
         if stats.calls.contains(&0) {
-            return self.priority.clone();
+            return self.plan.priority.clone();
         }
         let cost: Vec<f64> = stats
             .total
@@ -567,17 +568,17 @@ impl ExpressionGraph {
             .zip(&stats.calls)
             .map(|(t, &c)| t.as_secs_f64() / c as f64)
             .collect();
-        priorities(&self.children, &cost)
+        priorities(&self.plan.children, &cost)
     }
 
     fn run_serial(&self, shared: &Shared<'_>, _priority: &[f64]) {
-        for &node in &self.order {
+        for &node in &self.plan.order {
             {
                 let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
                 let bytes = self.output_bytes(node);
                 state.live_bytes += bytes;
                 state.peak_bytes = state.peak_bytes.max(state.live_bytes);
-                if let Some(budget) = self.budget
+                if let Some(budget) = self.plan.budget
                     && state.live_bytes > budget
                 {
                     // Cannot happen when the build-time check holds; kept so
@@ -585,7 +586,7 @@ impl ExpressionGraph {
                     state.error = Some(GraphError::BudgetTooSmall {
                         budget,
                         needed: state.live_bytes,
-                        expression: self.nodes[node].name.clone(),
+                        expression: self.plan.nodes[node].name.clone(),
                     });
                     return;
                 }
@@ -604,11 +605,11 @@ impl ExpressionGraph {
 
     /// Bytes of the scratch fields `node` produces.
     fn output_bytes(&self, node: usize) -> usize {
-        self.nodes[node]
+        self.plan.nodes[node]
             .outputs
             .iter()
-            .filter(|&&s| !self.fields[s].persistent && self.producer[s] == Some(node))
-            .map(|&s| self.fields[s].bytes)
+            .filter(|&&s| !self.plan.fields[s].persistent && self.plan.producer[s] == Some(node))
+            .map(|&s| self.plan.fields[s].bytes)
             .sum()
     }
 
@@ -636,21 +637,21 @@ impl ExpressionGraph {
         gpu: Option<&watershed_fields::GpuStream>,
     ) -> GraphResult<()> {
         let start = shared.epoch.elapsed();
-        let graph_node = &self.nodes[node];
+        let graph_node = &self.plan.nodes[node];
         if self.device_plan.gpu_nodes() > 0 {
             let device = gpu.map_or(watershed_fields::Device::Cpu, |s| s.device());
             self.place_fields(node, device, gpu)?;
         }
         for &slot in &graph_node.outputs {
-            let info = &self.fields[slot];
+            let info = &self.plan.fields[slot];
             if let Some(stream) = gpu
                 && !info.persistent
-                && self.producer[slot] == Some(node)
+                && self.plan.producer[slot] == Some(node)
             {
                 let mut field = AnyField::new_on_gpu(
                     info.location,
                     &info.tag.name,
-                    &self.patch,
+                    &self.plan.patch,
                     Lifetime::Scratch,
                     stream.device(),
                     &self.pool,
@@ -659,13 +660,13 @@ impl ExpressionGraph {
                 // Zeroed, as on the CPU below.
                 field.zero_on(stream)?;
                 self.store.put(slot, Some(field));
-            } else if !info.persistent && self.producer[slot] == Some(node) {
+            } else if !info.persistent && self.plan.producer[slot] == Some(node) {
                 // Zero-filled: a consumer's stencil may read ghost points
                 // this expression cannot compute.
                 let field = AnyField::new(
                     info.location,
                     &info.tag.name,
-                    &self.patch,
+                    &self.plan.patch,
                     Lifetime::Scratch,
                     &self.pool,
                     FieldInit::Zero,
@@ -678,7 +679,7 @@ impl ExpressionGraph {
             .iter()
             .map(|&s| {
                 (
-                    &self.fields[s].tag,
+                    &self.plan.fields[s].tag,
                     self.store.slots[s]
                         .read()
                         .unwrap_or_else(|p| p.into_inner()),
@@ -690,7 +691,7 @@ impl ExpressionGraph {
             .iter()
             .map(|&s| {
                 (
-                    &self.fields[s].tag,
+                    &self.plan.fields[s].tag,
                     self.store.slots[s]
                         .write()
                         .unwrap_or_else(|p| p.into_inner()),
@@ -742,17 +743,17 @@ impl ExpressionGraph {
     /// Step 3 (memory part): returns the scratch fields `node` was the last
     /// user of; gives back the bytes released.
     fn finish(&self, node: usize, remaining_users: &[AtomicUsize]) -> usize {
-        let graph_node = &self.nodes[node];
+        let graph_node = &self.plan.nodes[node];
         let used = graph_node
             .inputs
             .iter()
             .chain(graph_node.outputs.iter().filter(|_| graph_node.modifier));
         let mut released = 0;
         for &slot in used {
-            if !self.fields[slot].persistent
+            if !self.plan.fields[slot].persistent
                 && remaining_users[slot].fetch_sub(1, Ordering::AcqRel) == 1
             {
-                released += self.fields[slot].bytes;
+                released += self.plan.fields[slot].bytes;
                 drop(self.store.put(slot, None));
             }
         }
@@ -760,11 +761,11 @@ impl ExpressionGraph {
         // multi-output expression): their producer is their last user, as
         // in the memory plan.
         for &slot in &graph_node.outputs {
-            if !self.fields[slot].persistent
-                && self.producer[slot] == Some(node)
-                && self.users[slot].is_empty()
+            if !self.plan.fields[slot].persistent
+                && self.plan.producer[slot] == Some(node)
+                && self.plan.users[slot].is_empty()
             {
-                released += self.fields[slot].bytes;
+                released += self.plan.fields[slot].bytes;
                 drop(self.store.put(slot, None));
             }
         }
@@ -772,7 +773,7 @@ impl ExpressionGraph {
     }
 
     fn release_all_scratch(&self) {
-        for (slot, info) in self.fields.iter().enumerate() {
+        for (slot, info) in self.plan.fields.iter().enumerate() {
             if !info.persistent {
                 drop(self.store.put(slot, None));
             }
@@ -827,10 +828,10 @@ fn dispatch<'s>(
             if state.error.is_some() || state.running >= shared.threads {
                 return;
             }
-            let chosen = match graph.budget {
+            let chosen = match graph.plan.budget {
                 Some(budget) => {
                     // Strict plan order under a budget (see the module docs).
-                    let Some(&next) = graph.order.get(state.next_in_plan) else {
+                    let Some(&next) = graph.plan.order.get(state.next_in_plan) else {
                         return;
                     };
                     if state.pending[next] != 0
@@ -880,9 +881,9 @@ fn dispatch<'s>(
                         state.error.get_or_insert(error);
                     }
                     Ok(()) => {
-                        for &child in &graph.children[node] {
+                        for &child in &graph.plan.children[node] {
                             state.pending[child] -= 1;
-                            if state.pending[child] == 0 && graph.budget.is_none() {
+                            if state.pending[child] == 0 && graph.plan.budget.is_none() {
                                 state.ready.push(Ready {
                                     priority: priority[child],
                                     node: child,

@@ -51,6 +51,7 @@ impl ExpressionGraph {
     pub fn timing_table(&self) -> TimingTable {
         let stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
         let mut rows: Vec<ExpressionTiming> = self
+            .plan
             .nodes
             .iter()
             .enumerate()
@@ -96,10 +97,10 @@ impl ExpressionGraph {
         };
         for event in &trace {
             separator(&mut json);
-            let node = &self.nodes[event.node];
+            let node = &self.plan.nodes[event.node];
             let category = match node.target {
-                crate::graph::Target::Cpu => "cpu",
-                crate::graph::Target::Gpu(_) => "gpu",
+                crate::node::Target::Cpu => "cpu",
+                crate::node::Target::Gpu(_) => "gpu",
             };
             let _ = write!(
                 json,
@@ -296,13 +297,13 @@ impl ExpressionGraph {
             .events
             .iter()
             .map(|event| {
-                let node = &self.nodes[event.node];
+                let node = &self.plan.nodes[event.node];
                 RecordedEvent {
                     graph: graph.to_string(),
                     name: node.name.clone(),
                     category: match node.target {
-                        crate::graph::Target::Cpu => "cpu",
-                        crate::graph::Target::Gpu(_) => "gpu",
+                        crate::node::Target::Cpu => "cpu",
+                        crate::node::Target::Gpu(_) => "gpu",
                     },
                     thread: event.thread,
                     stream: None,

@@ -28,7 +28,7 @@
 //! its patch to [`RegionPlan::needed_ghosts`]. Nothing is ever clipped.
 
 use crate::error::{GraphError, GraphResult};
-use crate::graph::{FieldInfo, GraphNode};
+use crate::node::{FieldInfo, GraphNode};
 use watershed_fields::{FieldLayout, GhostWidth, IndexBox, Patch};
 use watershed_operators::kernel::Kernel;
 

@@ -7,7 +7,7 @@
 //! The smallest budget any order could work with is the largest set of
 //! scratch fields one node needs at once (its scratch inputs and outputs).
 
-use crate::graph::{FieldInfo, GraphNode};
+use crate::node::{FieldInfo, GraphNode};
 
 /// What the plan says about memory.
 #[derive(Debug, Clone, PartialEq, Eq)]

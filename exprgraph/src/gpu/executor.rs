@@ -38,8 +38,8 @@
 
 use crate::error::{GraphError, GraphResult};
 use crate::expression::{EvaluationContext, LanguageExpression};
-use crate::node::NodeForm;
 use crate::graph::ExpressionGraph;
+use crate::node::NodeForm;
 use crate::placement::{Step, StreamId};
 use crate::store::AnyField;
 use std::collections::HashMap;
@@ -222,7 +222,7 @@ impl ExpressionGraph {
         device: Device,
         stream: Option<&GpuStream>,
     ) -> GraphResult<()> {
-        let graph_node = &self.nodes[node];
+        let graph_node = &self.plan.nodes[node];
         for &slot in &graph_node.inputs {
             let valid = self.store.slots[slot]
                 .read()
@@ -246,7 +246,7 @@ impl ExpressionGraph {
         }
         for &slot in &graph_node.outputs {
             let scratch_of_this_node =
-                !self.fields[slot].persistent && self.producer[slot] == Some(node);
+                !self.plan.fields[slot].persistent && self.plan.producer[slot] == Some(node);
             if scratch_of_this_node {
                 continue;
             }
@@ -351,8 +351,8 @@ impl ExpressionGraph {
         if !watches.is_empty() {
             // Plan order (a no-op after a walk in plan order; stable, so a
             // node's own watches keep their order).
-            let mut position = vec![usize::MAX; self.nodes.len()];
-            for (place, &node) in self.order.iter().enumerate() {
+            let mut position = vec![usize::MAX; self.plan.nodes.len()];
+            for (place, &node) in self.plan.order.iter().enumerate() {
                 position[node] = place;
             }
             watches.sort_by_key(|w| position.get(w.plan_node).copied().unwrap_or(usize::MAX));

@@ -30,7 +30,8 @@
 
 use crate::error::{GraphError, GraphResult};
 use crate::expression::ExpressionKind;
-use crate::graph::{ExpressionGraph, Target};
+use crate::graph::ExpressionGraph;
+use crate::node::Target;
 use std::collections::{HashMap, HashSet};
 use watershed_fields::Device;
 use watershed_fields::gpu::{GpuGraph, RecordedStep, StepKey, StepShape};
@@ -246,8 +247,8 @@ impl ExpressionGraph {
             ),
         };
         let mut gpu = None;
-        for &n in &self.order {
-            let node = &self.nodes[n];
+        for &n in &self.plan.order {
+            let node = &self.plan.nodes[n];
             let ordinal = match self.device_plan.targets[n] {
                 Target::Cpu => {
                     return Err(refuse(&node.name, Device::Cpu, "it runs on the CPU"));

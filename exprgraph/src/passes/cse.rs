@@ -33,8 +33,8 @@
 
 use crate::error::GraphResult;
 use crate::expression::LanguageExpression;
-use crate::graph::{FieldInfo, GraphNode, Target, checked_field_bytes, node_of};
 use crate::node::NodeForm;
+use crate::node::{FieldInfo, GraphNode, Target, checked_field_bytes, node_of};
 use crate::tag::Tag;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -154,13 +154,25 @@ pub(crate) fn eliminate(
                 }
             }
             let rewritten = language.with_subtree_read_from(&best.tree, &leaf, &tag);
-            let mut node = node_of(NodeForm::Language(Arc::new(rewritten)), false, slot_of, fields, patch)?;
+            let mut node = node_of(
+                NodeForm::Language(Arc::new(rewritten)),
+                false,
+                slot_of,
+                fields,
+                patch,
+            )?;
             node.target = nodes[reader].target;
             node.fused_from = std::mem::take(&mut nodes[reader].fused_from);
             nodes[reader] = node;
         }
         let producer = LanguageExpression::hoisted(tag, location, best.tree.clone(), inputs);
-        let mut node = node_of(NodeForm::Language(Arc::new(producer)), false, slot_of, fields, patch)?;
+        let mut node = node_of(
+            NodeForm::Language(Arc::new(producer)),
+            false,
+            slot_of,
+            fields,
+            patch,
+        )?;
         node.target = best.target;
         // Before its first reader, so that plans listing nodes in order read
         // naturally.

@@ -22,7 +22,7 @@
 
 use crate::error::GraphResult;
 use crate::node::NodeForm;
-use crate::graph::{FieldInfo, GraphNode, link, node_of};
+use crate::node::{FieldInfo, GraphNode, link, node_of};
 use crate::tag::Tag;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -117,7 +117,13 @@ fn fuse_modifier(
     let Some((m, p, fused)) = candidate else {
         return Ok(false);
     };
-    let mut fused_node = node_of(NodeForm::Language(Arc::new(fused)), false, slot_of, fields, patch)?;
+    let mut fused_node = node_of(
+        NodeForm::Language(Arc::new(fused)),
+        false,
+        slot_of,
+        fields,
+        patch,
+    )?;
     fused_node.fused_from = nodes[p].fused_from.clone();
     fused_node.fused_from.push(nodes[m].name.clone());
     nodes[p] = fused_node;

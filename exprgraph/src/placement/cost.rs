@@ -19,56 +19,9 @@
 //! host-device link.
 
 use crate::error::{GraphError, GraphResult};
-use crate::graph::{ExpressionGraph, Target};
-
-/// Costs and bandwidths for [`crate::PlacementPolicy::CostModel`]. The
-/// defaults describe a 2020s server with one PCIe GPU.
-///
-/// ```
-/// use watershed_exprgraph::CostModel;
-/// let model = CostModel { link_bandwidth: 25e9, ..CostModel::default() };
-/// assert!(model.check().is_ok());
-/// assert!(CostModel { gpu_bandwidth: 0.0, ..CostModel::default() }.check().is_err());
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct CostModel {
-    /// Bytes per second a CPU node streams (default 10 GB/s).
-    pub cpu_bandwidth: f64,
-    /// Bytes per second a GPU kernel streams (default 2 TB/s).
-    pub gpu_bandwidth: f64,
-    /// Bytes per second of a host-device copy (default 12 GB/s, pinned).
-    pub link_bandwidth: f64,
-    /// Seconds of overhead per copy (default 10 us).
-    pub link_latency: f64,
-    /// Seconds of overhead per GPU kernel launch (default 5 us).
-    pub launch_latency: f64,
-    /// Measured node times that replace the estimates.
-    pub measured: Vec<MeasuredCost>,
-}
-
-impl Default for CostModel {
-    fn default() -> Self {
-        CostModel {
-            cpu_bandwidth: 10e9,
-            gpu_bandwidth: 2e12,
-            link_bandwidth: 12e9,
-            link_latency: 10e-6,
-            launch_latency: 5e-6,
-            measured: Vec::new(),
-        }
-    }
-}
-
-/// A node's measured time per execution on each device (seconds).
-#[derive(Debug, Clone, PartialEq)]
-pub struct MeasuredCost {
-    /// The node's name.
-    pub node: String,
-    /// On the CPU, if measured there.
-    pub cpu: Option<f64>,
-    /// On the GPU, if measured there.
-    pub gpu: Option<f64>,
-}
+use crate::node::Target;
+use crate::placement::policy::CostModel;
+use crate::plan::GraphPlan;
 
 /// One node in the predicted schedule.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,70 +46,13 @@ pub struct PredictedSchedule {
     pub(crate) targets: Vec<Target>,
 }
 
-impl CostModel {
-    /// Refuses a bandwidth that is not a positive finite number, a latency
-    /// that is negative or not finite, and a measured time that is not a
-    /// finite number >= 0; each error names the parameter.
-    pub fn check(&self) -> GraphResult<()> {
-        let bad = |parameter: &str, value: f64, reason: &str| GraphError::PlacementParameter {
-            parameter: parameter.into(),
-            value: value.to_string(),
-            reason: reason.into(),
-        };
-        for (name, value) in [
-            ("cpu_bandwidth", self.cpu_bandwidth),
-            ("gpu_bandwidth", self.gpu_bandwidth),
-            ("link_bandwidth", self.link_bandwidth),
-        ] {
-            if !(value.is_finite() && value > 0.0) {
-                return Err(bad(
-                    name,
-                    value,
-                    "a bandwidth is a finite number of bytes per second above 0",
-                ));
-            }
-        }
-        for (name, value) in [
-            ("link_latency", self.link_latency),
-            ("launch_latency", self.launch_latency),
-        ] {
-            if !(value.is_finite() && value >= 0.0) {
-                return Err(bad(
-                    name,
-                    value,
-                    "a latency is a finite number of seconds >= 0",
-                ));
-            }
-        }
-        for cost in &self.measured {
-            for (device, value) in [("cpu", cost.cpu), ("gpu", cost.gpu)] {
-                if let Some(v) = value
-                    && !(v.is_finite() && v >= 0.0)
-                {
-                    return Err(bad(
-                        &format!("measured[{}].{device}", cost.node),
-                        v,
-                        "a measured time is a finite number of seconds >= 0",
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Seconds to copy `bytes` between host and device.
-    pub fn copy_time(&self, bytes: usize) -> f64 {
-        self.link_latency + bytes as f64 / self.link_bandwidth
-    }
-}
-
 /// Smallest cost a node is given, so that ranks strictly decrease along
 /// every edge (the rank order is then a topological order).
 const TINY: f64 = 1e-12;
 
 /// Places `graph`'s nodes by earliest finish time (see the module docs).
 pub(crate) fn earliest_finish(
-    graph: &ExpressionGraph,
+    graph: &GraphPlan,
     cpu_only: &[Option<String>],
     gpu: usize,
     model: &CostModel,
@@ -215,11 +111,12 @@ pub(crate) fn earliest_finish(
         if cpu_only[n].is_none() {
             // A reduction on a GPU also copies its row partials back and
             // waits for them: one copy's latency more.
-            let wait = if node.form.expression().kind() == crate::expression::ExpressionKind::Reduction {
-                model.link_latency
-            } else {
-                0.0
-            };
+            let wait =
+                if node.form.expression().kind() == crate::expression::ExpressionKind::Reduction {
+                    model.link_latency
+                } else {
+                    0.0
+                };
             let gpu = measured.and_then(|m| m.gpu).unwrap_or(
                 kernels as f64 * model.launch_latency
                     + wait

@@ -23,136 +23,25 @@
 //! states the protocol's invariants.
 
 pub mod cost;
+pub mod policy;
 pub mod streams;
 pub mod transfers;
 
-pub use cost::{CostModel, MeasuredCost, PredictedNode, PredictedSchedule};
-pub use streams::{NodeSteps, Step, StreamId, StreamMode, StreamPlan};
+pub use cost::{PredictedNode, PredictedSchedule};
+pub use policy::{CostModel, MeasuredCost, PlacementPolicy, StreamMode};
+pub use streams::{NodeSteps, Step, StreamId, StreamPlan};
 pub use transfers::Transfer;
 
 use crate::error::{GraphError, GraphResult};
 use crate::expression::ExpressionKind;
-use crate::graph::{ExpressionGraph, Target};
+use crate::node::Target;
+use crate::plan::GraphPlan;
 use std::fmt::Write;
 use watershed_fields::Device;
 use watershed_operators::codegen::kernel_source;
 use watershed_operators::codegen::nvrtc::cuda_reduction_source;
 use watershed_operators::lower_cached;
 use watershed_operators::vmath::Dialect;
-
-/// How [`ExpressionGraph::build`] (or [`ExpressionGraph::place`]) assigns
-/// nodes to devices.
-///
-/// ```
-/// use watershed_exprgraph::{ExpressionGraph, Factory, GraphOptions, LanguageExpression,
-///     NativeExpression, PlacementPolicy, Tag, Target};
-/// use watershed_fields::{CellCentre, Grid, LocationKind};
-/// let (a, b, c, d) = (Tag::none("a"), Tag::none("b"), Tag::none("c"), Tag::none("d"));
-/// let mut factory = Factory::new();
-/// factory.placeholder(a.clone(), LocationKind::CellCentre)?;
-/// let ta = a.clone();
-/// factory.register(LanguageExpression::new::<CellCentre>(b.clone(), move |s| {
-///     2.0 * s.field::<CellCentre>(&ta)
-/// }))?;
-/// let tb = b.clone();
-/// factory.register(LanguageExpression::new::<CellCentre>(c.clone(), move |s| {
-///     s.field::<CellCentre>(&tb) + 1.0
-/// }))?;
-/// factory.register(NativeExpression::new("sum", vec![(d.clone(), LocationKind::CellCentre)], vec![c.clone()],
-///     |_ctx| Ok(())))?;
-/// let patch = Grid::new([8, 8, 8], [1.0; 3], [0.0; 3])?.whole_domain(1);
-/// let options = GraphOptions {
-///     placement: PlacementPolicy::Heterogeneous(0),
-///     no_fusion: true,
-///     ..Default::default()
-/// };
-/// let graph = ExpressionGraph::build(&factory, &[d.clone()], &patch, &options)?;
-/// // The chain of language nodes runs on the GPU; the native node stays on
-/// // the CPU, so `c` is copied back to the host once per execution.
-/// assert_eq!(graph.target_of("b"), Some(Target::Gpu(0)));
-/// assert_eq!(graph.target_of("c"), Some(Target::Gpu(0)));
-/// assert_eq!(graph.target_of("sum"), Some(Target::Cpu));
-/// let copies: Vec<String> = graph.device_plan().transfers().iter().map(|t| t.to_string()).collect();
-/// assert_eq!(copies.len(), 2, "{copies:?}"); // `a` to the GPU, `c` back
-///
-/// // Fused, `b` and `c` are one language node between the host and a native
-/// // node: the rule keeps it on the CPU, and nothing is copied.
-/// let fused = GraphOptions { placement: PlacementPolicy::Heterogeneous(0), ..Default::default() };
-/// let graph = ExpressionGraph::build(&factory, &[d], &patch, &fused)?;
-/// assert_eq!(graph.target_of("c"), Some(Target::Cpu));
-/// assert!(graph.device_plan().transfers().is_empty());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Default)]
-pub enum PlacementPolicy {
-    /// Every node on CPU threads.
-    #[default]
-    Cpu,
-    /// Every node on GPU `k` (a homogeneous GPU graph). A graph with a
-    /// CPU-only node is refused, naming the node and why it cannot run
-    /// there.
-    Gpu(usize),
-    /// The thesis' rule (§3.3.2) with GPU `k`: a GPU-capable node runs on
-    /// the GPU unless every field it reads comes from a CPU-only node or
-    /// from the host (a placeholder) *and* every node that reads what it
-    /// computes is CPU-only (a node whose outputs no node reads counts as
-    /// read by the host). Chains of language nodes therefore stay on the
-    /// GPU, and a language node between CPU-only neighbours stays on the
-    /// CPU, saving two copies.
-    Heterogeneous(usize),
-    /// Earliest finish time with GPU `device`: nodes in critical-path order,
-    /// each put where it would finish first given the model's node costs
-    /// and the time to copy the fields that would cross ([`cost`]).
-    CostModel {
-        /// The GPU the model may use.
-        device: usize,
-        /// Costs and bandwidths.
-        model: CostModel,
-    },
-}
-
-impl std::fmt::Display for PlacementPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            PlacementPolicy::Cpu => write!(f, "all on the CPU"),
-            PlacementPolicy::Gpu(k) => write!(f, "all on GPU {k}"),
-            PlacementPolicy::Heterogeneous(k) => {
-                write!(f, "heterogeneous (the thesis' rule, GPU {k})")
-            }
-            PlacementPolicy::CostModel { device, model } => write!(
-                f,
-                "cost model (earliest finish, GPU {device}, {} measured node(s))",
-                model.measured.len()
-            ),
-        }
-    }
-}
-
-impl PlacementPolicy {
-    /// The GPU ordinal the policy may use (`None` for [`Self::Cpu`]).
-    pub fn gpu(&self) -> Option<usize> {
-        match self {
-            PlacementPolicy::Cpu => None,
-            PlacementPolicy::Gpu(k) | PlacementPolicy::Heterogeneous(k) => Some(*k),
-            PlacementPolicy::CostModel { device, .. } => Some(*device),
-        }
-    }
-
-    /// The GPU a graph (or patch) numbered `index` should use when
-    /// `devices` GPUs are shared round-robin, as ExprLib's hybrid scheduler
-    /// and Wasatch's GPU load balancer do (thesis §3.4.4, §4.2.2.1).
-    /// Refuses `devices == 0`.
-    pub fn round_robin(index: usize, devices: usize) -> GraphResult<usize> {
-        if devices == 0 {
-            return Err(GraphError::PlacementParameter {
-                parameter: "devices".into(),
-                value: "0".into(),
-                reason: "round-robin placement needs at least one GPU; use PlacementPolicy::Cpu on a machine without one".into(),
-            });
-        }
-        Ok(index % devices)
-    }
-}
 
 /// A graph's placement and the plan that follows from it.
 #[derive(Debug, Clone)]
@@ -171,26 +60,6 @@ pub struct DevicePlan {
 }
 
 impl DevicePlan {
-    /// A plan with no nodes (replaced before `build` returns).
-    pub(crate) fn unplanned() -> Self {
-        DevicePlan {
-            policy: PlacementPolicy::Cpu,
-            node_names: Vec::new(),
-            targets: Vec::new(),
-            gpu_node_count: 0,
-            cpu_only: Vec::new(),
-            transfers: Vec::new(),
-            streams: StreamPlan {
-                mode: StreamMode::default(),
-                prologue: Vec::new(),
-                nodes: Vec::new(),
-                epilogue: Vec::new(),
-                events: 0,
-            },
-            predicted: None,
-        }
-    }
-
     /// The policy that made this plan.
     pub fn policy(&self) -> &PlacementPolicy {
         &self.policy
@@ -281,94 +150,9 @@ impl DevicePlan {
     }
 }
 
-impl ExpressionGraph {
-    /// The device plan (placement, copies, stream steps).
-    pub fn device_plan(&self) -> &DevicePlan {
-        &self.device_plan
-    }
-
-    /// Where node `name` runs (`None`: no such node).
-    pub fn target_of(&self, name: &str) -> Option<Target> {
-        self.nodes
-            .iter()
-            .position(|n| n.name == name)
-            .map(|n| self.device_plan.targets[n])
-    }
-
-    /// Whether node `name` can run on GPU `gpu`: `Ok(())`, or why not
-    /// (native code, a solve that cannot run there, or a kernel the CUDA
-    /// emitter does not support). `None`: no such node.
-    pub fn gpu_capability(
-        &self,
-        name: &str,
-        gpu: usize,
-    ) -> Option<GraphResult<Result<(), String>>> {
-        let n = self.nodes.iter().position(|m| m.name == name)?;
-        Some(self.node_capability(n, gpu))
-    }
-
-    /// Places the nodes again under `policy` with `streams`, e.g. with a
-    /// [`CostModel`] fed with [`Self::measured_costs`] after some
-    /// executions. Nothing is run or allocated; a placement all on the CPU
-    /// brings every field whose current values are on a GPU back to the
-    /// CPU (a copy).
-    pub fn place(&mut self, policy: PlacementPolicy, streams: StreamMode) -> GraphResult<()> {
-        let plan = self.device_plan_for(policy, streams)?;
-        for (node, target) in self.nodes.iter_mut().zip(&plan.targets) {
-            node.target = *target;
-        }
-        self.device_plan = plan;
-        if self.device_plan.gpu_nodes() == 0 {
-            // An all-CPU execution writes and reads the CPU locations
-            // only: bring back what earlier GPU executions left there.
-            for slot in &self.store.slots {
-                if let Some(field) = slot.write().unwrap_or_else(|p| p.into_inner()).as_mut() {
-                    field.make_active_on(Device::Cpu, None)?;
-                }
-            }
-        }
-        // Steps captured for the old placement will not recur.
-        self.replay
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .forget_steps();
-        Ok(())
-    }
-
-    /// The plan `policy` and `streams` would give this graph, without
-    /// changing it (what `watershed run CASE --plan POLICY` prints).
-    pub fn device_plan_for(
-        &self,
-        policy: PlacementPolicy,
-        streams: StreamMode,
-    ) -> GraphResult<DevicePlan> {
-        plan(self, policy, streams)
-    }
-
-    /// Mean measured time of each node on the target it ran on (nodes that
-    /// have not run yet are left out), for a [`CostModel`].
-    pub fn measured_costs(&self) -> Vec<MeasuredCost> {
-        let stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
-        let mut costs = Vec::new();
-        for (n, node) in self.nodes.iter().enumerate() {
-            if stats.calls[n] == 0 {
-                continue;
-            }
-            let seconds = stats.total[n].as_secs_f64() / stats.calls[n] as f64;
-            let (cpu, gpu) = match self.device_plan.targets[n] {
-                Target::Cpu => (Some(seconds), None),
-                Target::Gpu(_) => (None, Some(seconds)),
-            };
-            costs.push(MeasuredCost {
-                node: node.name.clone(),
-                cpu,
-                gpu,
-            });
-        }
-        costs
-    }
-
-    /// Whether node `n` can run on a GPU (see [`Self::gpu_capability`]).
+impl GraphPlan {
+    /// Whether node `n` can run on GPU `gpu`: `Ok(())`, or why not
+    /// (see [`ExpressionGraph::gpu_capability`](crate::ExpressionGraph::gpu_capability)).
     pub(crate) fn node_capability(&self, n: usize, gpu: usize) -> GraphResult<Result<(), String>> {
         let node = &self.nodes[n];
         match node.form.expression().kind() {
@@ -412,7 +196,7 @@ impl ExpressionGraph {
 
 /// The plan of a graph with every node on the CPU (what `build` starts
 /// from).
-pub(crate) fn all_cpu(graph: &ExpressionGraph) -> DevicePlan {
+pub(crate) fn all_cpu(graph: &GraphPlan) -> DevicePlan {
     let targets = vec![Target::Cpu; graph.nodes.len()];
     let transfers = Vec::new();
     let streams = streams::plan(graph, &targets, &transfers, StreamMode::default());
@@ -430,7 +214,7 @@ pub(crate) fn all_cpu(graph: &ExpressionGraph) -> DevicePlan {
 
 /// Places `graph`'s nodes under `policy` and plans copies and streams.
 pub(crate) fn plan(
-    graph: &ExpressionGraph,
+    graph: &GraphPlan,
     policy: PlacementPolicy,
     mode: StreamMode,
 ) -> GraphResult<DevicePlan> {
@@ -483,14 +267,14 @@ pub(crate) fn plan(
 }
 
 /// Why each node cannot run on a GPU (`None`: it can).
-fn capabilities(graph: &ExpressionGraph, gpu: usize) -> GraphResult<Vec<Option<String>>> {
+fn capabilities(graph: &GraphPlan, gpu: usize) -> GraphResult<Vec<Option<String>>> {
     (0..graph.nodes.len())
         .map(|n| Ok(graph.node_capability(n, gpu)?.err()))
         .collect()
 }
 
 /// The thesis' rule (see [`PlacementPolicy::Heterogeneous`]).
-fn thesis_rule(graph: &ExpressionGraph, cpu_only: &[Option<String>], gpu: usize) -> Vec<Target> {
+fn thesis_rule(graph: &GraphPlan, cpu_only: &[Option<String>], gpu: usize) -> Vec<Target> {
     (0..graph.nodes.len())
         .map(|n| {
             if cpu_only[n].is_some() {

@@ -20,58 +20,12 @@
 //!   a CPU consumer blocks the host on it. The host also blocks at the end
 //!   of the execution, once per stream used.
 
-use crate::error::{GraphError, GraphResult};
-use crate::graph::{ExpressionGraph, Target};
+use crate::node::Target;
+pub use crate::placement::policy::{DEFAULT_STREAMS, MAX_STREAMS, StreamMode};
 use crate::placement::transfers::Transfer;
+use crate::plan::GraphPlan;
 use std::fmt;
 use watershed_fields::Device;
-
-/// Streams per device in [`StreamMode::default`].
-pub const DEFAULT_STREAMS: usize = 16;
-
-/// Most streams per device a plan may use.
-pub const MAX_STREAMS: usize = 256;
-
-/// How GPU nodes share streams.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamMode {
-    /// A stream per expression, from a pool of this many per device; event
-    /// dependencies between streams (the thesis' asynchronous mode).
-    Asynchronous {
-        /// Streams in each device's pool (1 to [`MAX_STREAMS`]).
-        streams_per_device: usize,
-    },
-    /// One stream per device (the thesis' synchronous mode).
-    Synchronous,
-}
-
-impl Default for StreamMode {
-    fn default() -> Self {
-        StreamMode::Asynchronous {
-            streams_per_device: DEFAULT_STREAMS,
-        }
-    }
-}
-
-impl StreamMode {
-    /// Refuses a pool of 0 streams or more than [`MAX_STREAMS`].
-    pub fn check(self) -> GraphResult<()> {
-        match self {
-            StreamMode::Asynchronous { streams_per_device }
-                if streams_per_device == 0 || streams_per_device > MAX_STREAMS =>
-            {
-                Err(GraphError::PlacementParameter {
-                    parameter: "streams_per_device".into(),
-                    value: streams_per_device.to_string(),
-                    reason: format!(
-                        "a stream pool holds 1 to {MAX_STREAMS} streams per device; use StreamMode::Synchronous for one"
-                    ),
-                })
-            }
-            _ => Ok(()),
-        }
-    }
-}
 
 /// A stream of a device's pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -206,7 +160,7 @@ fn push_once(steps: &mut Vec<Step>, step: Step) {
 
 /// The protocol for `graph` under `targets` and `transfers`.
 pub(crate) fn plan(
-    graph: &ExpressionGraph,
+    graph: &GraphPlan,
     targets: &[Target],
     transfers: &[Transfer],
     mode: StreamMode,
@@ -332,7 +286,7 @@ pub(crate) fn plan(
 
 /// The stream of each GPU node (`None` for CPU nodes).
 fn assign_streams(
-    graph: &ExpressionGraph,
+    graph: &GraphPlan,
     targets: &[Target],
     mode: StreamMode,
 ) -> Vec<Option<StreamId>> {

@@ -15,7 +15,8 @@
 //! when the destination's location is still valid (the location table
 //! knows), so a placeholder bound once is copied once.
 
-use crate::graph::{ExpressionGraph, Target};
+use crate::node::Target;
+use crate::plan::GraphPlan;
 use crate::tag::Tag;
 use std::fmt;
 use watershed_fields::Device;
@@ -66,7 +67,7 @@ fn device(target: Target) -> Device {
 /// The copies one execution of `graph` makes under `targets`, in the order
 /// they are issued (those at the start first, then by writer in plan
 /// order).
-pub(crate) fn plan(graph: &ExpressionGraph, targets: &[Target]) -> Vec<Transfer> {
+pub(crate) fn plan(graph: &GraphPlan, targets: &[Target]) -> Vec<Transfer> {
     let mut transfers = Vec::new();
     let nodes = &graph.nodes;
     let position = {
