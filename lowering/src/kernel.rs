@@ -529,29 +529,22 @@ pub struct Kernel {
     /// Register holding the result when the kernel does not write the
     /// target directly (reductions).
     pub result: Register,
-    /// The compiled C form that checks the values it writes for
-    /// finiteness, once a back end asked for it
-    /// (`watershed_backends::codegen::native_of`): `None` inside when the
-    /// emitter does not support the kernel.
-    pub native: std::sync::OnceLock<Option<CompiledForm>>,
-    /// The compiled C form without that check (for callers that do not
-    /// watch for NaN), once asked for.
-    pub native_unchecked: std::sync::OnceLock<Option<CompiledForm>>,
-    /// The CUDA form, once compiled (`watershed_backends::codegen::nvrtc::cuda_of`).
-    pub cuda: std::sync::OnceLock<CompiledForm>,
-    /// The CUDA form that checks what it writes, once compiled
-    /// (`watershed_backends::codegen::nvrtc::cuda_checked_of`).
-    pub cuda_checked: std::sync::OnceLock<CompiledForm>,
+    /// This kernel's identity in the process, from
+    /// [`Kernel::next_identity`]: never given to another kernel, so the
+    /// back ends key the forms they compile from it by it (lowering knows
+    /// nothing of them). Code that builds a kernel by hand, or changes one
+    /// after lowering, gives it a new identity.
+    pub identity: u64,
 }
 
-/// A back end's compiled form of a [`Kernel`], kept in the kernel so that
-/// every user of one lowering shares it. It is stored without its type
-/// because lowering sits below the back ends (this crate does not know
-/// them); the back end that stored it takes it back with
-/// `Arc::downcast` to its own type.
-pub type CompiledForm = Arc<dyn std::any::Any + Send + Sync>;
-
 impl Kernel {
+    /// A process-wide identity no kernel had before (see
+    /// [`Kernel::identity`]).
+    pub fn next_identity() -> u64 {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Number of instructions run per row.
     pub fn len(&self) -> usize {
         self.instructions.len()

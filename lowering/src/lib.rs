@@ -6,9 +6,10 @@
 //! reads beyond the rows it writes (the analysis that ghost-width checks
 //! use). [`cache`] lowers each structure once per grid spacing. Every back
 //! end (`watershed-backends`: the row interpreter, generated C, CUDA C)
-//! runs these programs; this crate imports none of them, and keeps a back
-//! end's compiled form of a kernel only as an opaque value
-//! ([`kernel::CompiledForm`]).
+//! runs these programs; this crate imports none of them and keeps nothing
+//! of theirs: each kernel has a process-wide identity
+//! ([`kernel::Kernel::identity`]) by which the back ends key the forms they
+//! compile.
 //!
 //! ```
 //! use std::sync::Arc;

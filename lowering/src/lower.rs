@@ -598,10 +598,7 @@ impl Kernel {
             parameters,
             location: root.location(),
             result,
-            native: std::sync::OnceLock::new(),
-            native_unchecked: std::sync::OnceLock::new(),
-            cuda: std::sync::OnceLock::new(),
-            cuda_checked: std::sync::OnceLock::new(),
+            identity: Kernel::next_identity(),
         })
     }
 }

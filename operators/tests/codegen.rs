@@ -19,7 +19,7 @@ use std::sync::Arc;
 use watershed_fields::{
     CellCentre, GhostWidth, Grid, IndexBox, Location, Patch, SpatialField, XFace, YFace,
 };
-use watershed_operators::codegen::{self, Backend};
+use watershed_operators::codegen::{self, Backend, compiled::Form};
 use watershed_operators::ir::Node;
 use watershed_operators::*;
 
@@ -975,10 +975,10 @@ fn compiled_kernels_flag_every_non_finite_value_and_no_finite_one() {
 }
 
 /// Both CUDA forms of a kernel (with and without the finiteness check) are
-/// compiled once and kept in the kernel, so that a launch finds them
-/// without generating the source again.
+/// compiled once and kept (`codegen::compiled`), so that a launch finds
+/// them without generating the source again.
 #[test]
-fn both_cuda_forms_are_kept_in_the_kernel() {
+fn both_cuda_forms_are_kept_for_the_kernel() {
     if let Some(problem) = codegen::nvrtc::nvrtc_problem() {
         eprintln!("skipped: CUDA forms ({problem})");
         return;
@@ -990,14 +990,12 @@ fn both_cuda_forms_are_kept_in_the_kernel() {
     // equal structure, and this one must start with neither form.
     let expr = exp(&phi) * 0.372_915_604_2;
     let kernel = lower_cached(expr.node(), &patch, true).unwrap();
-    assert!(kernel.kernel.cuda.get().is_none());
-    assert!(kernel.kernel.cuda_checked.get().is_none());
+    let kept = |checked| codegen::compiled::is_kept(&kernel.kernel, Form::Cuda { checked });
+    assert!(!kept(false));
+    assert!(!kept(true));
     let checked = codegen::nvrtc::cuda_checked_of(&kernel.kernel).unwrap();
-    assert!(kernel.kernel.cuda_checked.get().is_some());
-    assert!(
-        kernel.kernel.cuda.get().is_none(),
-        "only the form asked for"
-    );
+    assert!(kept(true));
+    assert!(!kept(false), "only the form asked for");
     let plain = codegen::nvrtc::cuda_of(&kernel.kernel).unwrap();
     assert_ne!(checked.name, plain.name);
     assert!(Arc::ptr_eq(

@@ -22,6 +22,7 @@
 #![doc = include_str!("design.md")]
 
 pub mod compile;
+pub mod compiled;
 pub mod emit;
 pub mod launch;
 pub mod nvrtc;
@@ -29,7 +30,7 @@ pub mod nvrtc;
 use crate::cache::{LoweredKernel, lower_cached};
 use crate::error::{OperatorError, OperatorResult};
 use crate::ir::Node;
-use crate::kernel::{CompiledForm, Kernel};
+use crate::kernel::Kernel;
 pub use compile::{CompileStatistics, NativeKernel, c_compiler, statistics};
 pub use emit::FiniteCheck;
 use std::sync::{Arc, OnceLock};
@@ -115,34 +116,16 @@ pub struct Runnable {
     pub native: Option<Arc<NativeKernel>>,
 }
 
-/// The compiled form of `kernel`, compiling it on first use (process-wide
-/// memo in the kernel itself, disk cache below it). `Ok(None)`: the
-/// emitter does not support this kernel.
+/// The compiled form of `kernel`, compiling it on first use (kept by
+/// [`compiled`], disk cache below it). `Ok(None)`: the emitter does not
+/// support this kernel.
 pub fn native_of(
     kernel: &Kernel,
     finite_check: FiniteCheck,
 ) -> OperatorResult<Option<Arc<NativeKernel>>> {
-    let slot = match finite_check {
-        FiniteCheck::Checked => &kernel.native,
-        FiniteCheck::Unchecked => &kernel.native_unchecked,
-    };
-    if let Some(done) = slot.get() {
-        return done.clone().map(as_native).transpose();
-    }
-    let compiled = compile::compile_kernel(kernel, finite_check)?;
-    // Another thread may have compiled it meanwhile; both are equal.
-    let stored = slot.get_or_init(|| compiled.map(|native| native as CompiledForm));
-    stored.clone().map(as_native).transpose()
-}
-
-/// The [`NativeKernel`] that [`native_of`] stored in a kernel; an error if
-/// something else was stored in the public `Kernel::native` slot.
-fn as_native(form: CompiledForm) -> OperatorResult<Arc<NativeKernel>> {
-    form.downcast::<NativeKernel>()
-        .map_err(|_| OperatorError::Backend {
-            what: "reading a kernel's compiled C form".into(),
-            reason: "Kernel::native holds something other than a NativeKernel; leave that slot to native_of".into(),
-        })
+    compiled::c_form(kernel, finite_check, || {
+        compile::compile_kernel(kernel, finite_check)
+    })
 }
 
 /// Lowers `root` for `backend`: the generic kernel (parameters read as

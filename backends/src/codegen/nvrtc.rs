@@ -12,7 +12,7 @@ use super::emit::{self, Unsupported};
 #[cfg(feature = "cuda")]
 use crate::error::CompileFailure;
 use crate::error::{OperatorError, OperatorResult};
-use crate::kernel::{CompiledForm, Kernel};
+use crate::kernel::Kernel;
 use crate::vmath::Dialect;
 use crate::vocabulary::Reduction;
 use std::sync::Arc;
@@ -112,22 +112,18 @@ pub fn cuda_checked_source(kernel: &Kernel) -> Result<(String, String), Unsuppor
 }
 
 /// The kernel of `kernel` that watches for values that are not finite,
-/// compiled with NVRTC on first use and kept for the process (as
-/// [`cuda_reduction_of`]).
+/// compiled with NVRTC on first use and kept for the process (by
+/// [`super::compiled`], so that a launch does not generate the source
+/// again to find the module by name).
 pub fn cuda_checked_of(kernel: &Kernel) -> OperatorResult<Arc<CudaKernel>> {
-    // Kept in the kernel: generating the source again to find the
-    // compiled module by name cost more than the launch (about 80 us).
-    if let Some(done) = kernel.cuda_checked.get() {
-        return as_cuda(done.clone());
-    }
-    let what = "a CUDA kernel that checks its values".to_string();
-    let generated = cuda_checked_source(kernel).map_err(|why| OperatorError::Backend {
-        what: format!("generating {what}"),
-        reason: format!("{}; place the node on the CPU", why.0),
-    })?;
-    let compiled = compiled_once(kernel, &what, generated)?;
-    let stored = kernel.cuda_checked.get_or_init(|| compiled as CompiledForm);
-    as_cuda(stored.clone())
+    super::compiled::cuda_form(kernel, true, || {
+        let what = "a CUDA kernel that checks its values".to_string();
+        let generated = cuda_checked_source(kernel).map_err(|why| OperatorError::Backend {
+            what: format!("generating {what}"),
+            reason: format!("{}; place the node on the CPU", why.0),
+        })?;
+        compiled_once(kernel, &what, generated)
+    })
 }
 
 /// The fill sequence of `kernels` ([`emit::cuda_sequence_function`]),
@@ -276,37 +272,20 @@ fn compile_source(
     }
 }
 
-/// The CUDA form of `kernel`, compiled with NVRTC on first use (kept in
-/// the kernel, like its C form). An error when the emitter does not
-/// support it or NVRTC refuses it.
+/// The CUDA form of `kernel`, compiled with NVRTC on first use (kept by
+/// [`super::compiled`], like its C form). An error when the emitter does
+/// not support it or NVRTC refuses it.
 pub fn cuda_of(kernel: &Kernel) -> OperatorResult<Arc<CudaKernel>> {
-    if let Some(done) = kernel.cuda.get() {
-        return as_cuda(done.clone());
-    }
-    let compiled = match compile_cuda(kernel)? {
-        Some(compiled) => Arc::new(compiled),
+    super::compiled::cuda_form(kernel, false, || match compile_cuda(kernel)? {
+        Some(compiled) => Ok(Arc::new(compiled)),
         None => {
             let why = emit::cuda_function(kernel, "kernel")
                 .err()
                 .map_or_else(|| "unsupported".to_string(), |u| u.0);
-            return Err(OperatorError::Backend {
+            Err(OperatorError::Backend {
                 what: "generating a CUDA kernel".into(),
                 reason: format!("{why}; place the node on the CPU"),
-            });
+            })
         }
-    };
-    let stored = kernel.cuda.get_or_init(|| compiled as CompiledForm);
-    as_cuda(stored.clone())
-}
-
-/// The [`CudaKernel`] that [`cuda_of`] stored in a kernel; an error if
-/// something else was stored in the public `Kernel::cuda` slot.
-fn as_cuda(form: CompiledForm) -> OperatorResult<Arc<CudaKernel>> {
-    form.downcast::<CudaKernel>()
-        .map_err(|_| OperatorError::Backend {
-            what: "reading a kernel's CUDA form".into(),
-            reason:
-                "Kernel::cuda holds something other than a CudaKernel; leave that slot to cuda_of"
-                    .into(),
-        })
+    })
 }

@@ -30,7 +30,6 @@ use crate::kernel::{KernelField, ReadExtent};
 use crate::vocabulary::FieldData;
 use crate::vocabulary::Reduction;
 use smallvec::SmallVec;
-use std::sync::OnceLock;
 use watershed_fields::FieldLayout;
 use watershed_fields::Grid;
 use watershed_fields::IndexBox;
@@ -275,10 +274,7 @@ fn kernel_reading(z: isize) -> Kernel {
         parameters: Vec::new(),
         location: Some(LocationKind::CellCentre),
         result: OUTPUT,
-        native: OnceLock::new(),
-        native_unchecked: OnceLock::new(),
-        cuda: OnceLock::new(),
-        cuda_checked: OnceLock::new(),
+        identity: Kernel::next_identity(),
     }
 }
 
