@@ -12,8 +12,9 @@
 //!   else `~/.cache/watershed/kernels`. An entry's name is a 128-bit hash
 //!   of the source, the flags, the compiler's version and the CPU's
 //!   features. It is written under a temporary name and renamed into
-//!   place with a checksum file beside it
-//!   (`watershed_fields::shared_object`); an entry that does not match its
+//!   place with a checksum file beside it by
+//!   `watershed_fields::shared_object::load_or_build`, the compile-and-load
+//!   path this back end shares with the emulated GPU; an entry that does not match its
 //!   checksum (truncated, overwritten, written before checksums) or does
 //!   not load is a miss: it is rebuilt with a note in the log, never
 //!   loaded (a truncated object would kill the process with SIGBUS).
@@ -27,8 +28,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-use watershed_fields::shared_object;
+use std::sync::{Arc, OnceLock};
+use watershed_fields::shared_object::{self, ObjectError, ObjectSource};
 
 /// The C signature of every generated CPU kernel (see [`emit::c_function`]).
 pub(crate) type KernelFn = unsafe extern "C" fn(
@@ -316,7 +317,7 @@ fn cache_limit_from(value: Option<&str>) -> Result<u64, String> {
 /// stays); one it is about to load is rebuilt ([`library_for`] treats an
 /// entry that fails to load as a miss). Returns how many entries went.
 pub fn evict(directory: &Path, limit: u64, keep: &str) -> std::io::Result<usize> {
-    sweep_orphaned_temporaries(directory);
+    shared_object::sweep_orphaned_temporaries(directory);
     let mut entries: HashMap<String, (u64, std::time::SystemTime, Vec<PathBuf>)> = HashMap::new();
     let mut total = 0u64;
     for item in std::fs::read_dir(directory)? {
@@ -364,228 +365,88 @@ pub fn evict(directory: &Path, limit: u64, keep: &str) -> std::io::Result<usize>
     Ok(evicted)
 }
 
-/// Removes the temporary files (`NAME.tmp-PID-N`, see [`temporary`]) that
-/// a compiling process killed mid-way left in `directory`: those whose
-/// process no longer runs (where that can be told: Linux's `/proc`).
-/// Best effort; returns how many went.
-pub fn sweep_orphaned_temporaries(directory: &Path) -> usize {
-    let Ok(items) = std::fs::read_dir(directory) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for item in items.flatten() {
-        let name = item.file_name().to_string_lossy().into_owned();
-        let Some(pid) = orphan_pid(&name) else {
-            continue;
-        };
-        let running = !Path::new("/proc").is_dir() || Path::new(&format!("/proc/{pid}")).exists();
-        if !running && std::fs::remove_file(item.path()).is_ok() {
-            removed += 1;
-        }
-    }
-    removed
-}
-
-/// The writer's process id in a temporary's name `NAME.tmp-PID-N`.
-fn orphan_pid(name: &str) -> Option<u32> {
-    let (_, tail) = name.rsplit_once(".tmp-")?;
-    let (pid, counter) = tail.split_once('-')?;
-    counter.parse::<u64>().ok()?;
-    pid.parse().ok()
-}
-
-/// Libraries loaded in this process, by cache key.
-fn loaded() -> std::sync::MutexGuard<'static, HashMap<String, Arc<libloading::Library>>> {
-    static LOADED: OnceLock<Mutex<HashMap<String, Arc<libloading::Library>>>> = OnceLock::new();
-    LOADED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
-
-/// A name no other process or thread uses for a temporary file.
-fn temporary(path: &Path, what: &str) -> PathBuf {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{what}-{}-{n}", std::process::id()));
-    path.with_file_name(name)
-}
-
-/// Compiles `source` into the shared object `path` (through a temporary
-/// name, then renamed into place).
-fn build(compiler: &Compiler, source: &str, path: &Path, key: &str) -> OperatorResult<()> {
-    let backend_error = |what: &str, e: std::io::Error| OperatorError::Backend {
-        what: what.to_string(),
-        reason: format!(
-            "{e}; set WATERSHED_KERNEL_CACHE to a writable directory or WATERSHED_BACKEND=interpreter"
-        ),
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| backend_error(&format!("creating {}", dir.display()), e))?;
-    }
-    let source_path = path.with_extension("c");
-    let source_temporary = temporary(&source_path, "tmp");
-    std::fs::write(&source_temporary, source)
-        .map_err(|e| backend_error(&format!("writing {}", source_temporary.display()), e))?;
-    let object_temporary = temporary(path, "tmp");
-    let mut command = Command::new(&compiler.program);
-    command
-        .args(&compiler.flags)
-        .arg("-o")
-        .arg(&object_temporary)
-        .args(["-x", "c"])
-        .arg(&source_temporary)
-        .args(["-x", "none", "-lm"]);
-    let described = format!(
-        "{} {} -o {} -x c {} -x none -lm",
-        compiler.program,
-        compiler.flags.join(" "),
-        object_temporary.display(),
-        source_temporary.display()
-    );
-    let started = std::time::Instant::now();
-    let output = command.output();
-    COMPILE_MS.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-    COMPILATIONS.fetch_add(1, Ordering::Relaxed);
-    let output = match output {
-        Ok(output) => output,
-        Err(e) => {
-            let _ = std::fs::remove_file(&source_temporary);
-            return Err(backend_error(&format!("running `{}`", compiler.program), e));
-        }
-    };
-    if !output.status.success() {
-        let _ = std::fs::remove_file(&source_temporary);
-        let _ = std::fs::remove_file(&object_temporary);
-        return Err(OperatorError::Compile(Box::new(CompileFailure {
-            dialect: "C".to_string(),
-            kernel: key.to_string(),
-            command: described,
-            source_text: source.to_string(),
-            log: String::from_utf8_lossy(&output.stderr).into_owned(),
-        })));
-    }
-    // Keep the source beside the object for inspection (best effort).
-    let _ = std::fs::rename(&source_temporary, &source_path);
-    shared_object::install(&object_temporary, path).map_err(|e| {
-        let _ = std::fs::remove_file(&object_temporary);
-        backend_error(&format!("installing {}", path.display()), e)
-    })
-}
-
-/// Loads the library of cache entry `key` holding `source`, building it
-/// when it is absent or does not load (an entry that loads but lacks the
-/// symbol `key` counts as corrupt). A source the compiler refused is
-/// refused again from memory, with the same source and log, without a
-/// second compiler run.
+/// Loads the library of cache entry `key` holding `source`
+/// ([`shared_object::load_or_build`]: memory, else the cache directory,
+/// else the compiler; an entry that is not whole, does not load or lacks
+/// the symbol `key` is rebuilt). A source the compiler refused is refused
+/// again from memory, with the same source and log, without a second
+/// compiler run.
 pub fn library_for(key: &str, source: &str) -> OperatorResult<Arc<libloading::Library>> {
-    if let Some(found) = loaded().get(key) {
-        return Ok(found.clone());
-    }
-    // Threads that ask for one new kernel at once wait for the first one's
-    // compilation instead of each running the compiler (8 threads asking
-    // for 3 new kernels ran it 24 times).
-    let gate = build_gate(key);
-    let _building = gate.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(found) = loaded().get(key) {
-        return Ok(found.clone());
-    }
-    if let Some(failure) = rejected().get(key) {
-        return Err(OperatorError::Compile(Box::new(failure.clone())));
-    }
-    let result = load_or_build(key, source);
-    if let Err(OperatorError::Compile(failure)) = &result {
-        // The compiler's verdict on this source and these flags does not
-        // change within a process: remember it instead of re-running the
-        // compiler on every assignment. (I/O failures are not remembered:
-        // the directory may become writable.)
-        rejected().insert(key.to_string(), (**failure).clone());
-    }
-    result
-}
-
-/// The lock that one compilation of the kernel `key` holds in this
-/// process. Gates are never removed: one small entry per kernel, as in
-/// [`loaded`].
-fn build_gate(key: &str) -> Arc<Mutex<()>> {
-    static GATES: OnceLock<Mutex<HashMap<String, Arc<Mutex<()>>>>> = OnceLock::new();
-    GATES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(key.to_string())
-        .or_default()
-        .clone()
-}
-
-/// Sources the compiler refused in this process, by cache key.
-fn rejected() -> std::sync::MutexGuard<'static, HashMap<String, CompileFailure>> {
-    static REJECTED: OnceLock<Mutex<HashMap<String, CompileFailure>>> = OnceLock::new();
-    REJECTED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-}
-
-/// [`library_for`] without the memo of refusals.
-fn load_or_build(key: &str, source: &str) -> OperatorResult<Arc<libloading::Library>> {
     let compiler = c_compiler().map_err(|why| OperatorError::Backend {
         what: "compiling a kernel".to_string(),
         reason: why,
     })?;
-    let path = cache_directory().join(format!("{key}.so"));
-    let open = |path: &Path| -> Result<libloading::Library, String> {
-        // SAFETY: the library was written by this module from generated
-        // code that has no initialisers; loading it runs none.
-        let library = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
-        // SAFETY: only looks the symbol up; nothing is called.
-        let has_symbol = unsafe { library.get::<*const ()>(key.as_bytes()) }.is_ok();
-        if has_symbol {
-            Ok(library)
-        } else {
-            Err(format!("it does not define {key}"))
-        }
+    let directory = cache_directory();
+    let command = |source: &Path, object: &Path| {
+        let mut command = Command::new(&compiler.program);
+        command
+            .args(&compiler.flags)
+            .arg("-o")
+            .arg(object)
+            .args(["-x", "c"])
+            .arg(source)
+            .args(["-x", "none", "-lm"]);
+        command
     };
-    let library = if path.exists() {
-        // A truncated or overwritten object would kill the process when
-        // loaded (SIGBUS): check it against its checksum first.
-        let whole =
-            shared_object::verify(&path).inspect_err(|why| shared_object::note_rebuilt(&path, why));
-        match whole.and_then(|()| open(&path)) {
-            Ok(library) => {
-                DISK_HITS.fetch_add(1, Ordering::Relaxed);
-                // Mark it used, so that eviction keeps it over unused ones.
-                if let Ok(file) = std::fs::File::options().append(true).open(&path) {
-                    let _ = file.set_modified(std::time::SystemTime::now());
+    let request = shared_object::ObjectRequest {
+        directory: &directory,
+        key,
+        source,
+        extension: "c",
+        command: &command,
+        symbol: key,
+    };
+    let count = |took: std::time::Duration| {
+        COMPILE_MS.fetch_add(took.as_millis() as u64, Ordering::Relaxed);
+        COMPILATIONS.fetch_add(1, Ordering::Relaxed);
+    };
+    match shared_object::load_or_build(&request) {
+        Ok((library, found)) => {
+            match found {
+                ObjectSource::Memory => {}
+                ObjectSource::Disk => {
+                    DISK_HITS.fetch_add(1, Ordering::Relaxed);
                 }
-                library
+                ObjectSource::Built(took) => {
+                    count(took);
+                    // The cache stays bounded: each new entry may evict the
+                    // oldest. Best effort: a directory that cannot be listed
+                    // or cleaned (another process evicting at the same
+                    // time) only leaves the cache larger.
+                    let _ = evict(&directory, cache_limit_bytes(), key);
+                }
+                ObjectSource::Rebuilt(took) => {
+                    count(took);
+                    REBUILT.fetch_add(1, Ordering::Relaxed);
+                }
             }
-            Err(_) => {
-                // A corrupt or partial entry: rebuild it.
-                REBUILT.fetch_add(1, Ordering::Relaxed);
-                build(compiler, source, &path, key)?;
-                open(&path).map_err(|e| OperatorError::Backend {
-                    what: format!("loading {}", path.display()),
-                    reason: format!("{e} (rebuilt once already)"),
-                })?
-            }
+            Ok(library)
         }
-    } else {
-        build(compiler, source, &path, key)?;
-        let library = open(&path).map_err(|e| OperatorError::Backend {
+        Err(ObjectError::Refused {
+            command, log, ran, ..
+        }) => {
+            if let Some(took) = ran {
+                count(took);
+            }
+            Err(OperatorError::Compile(Box::new(CompileFailure {
+                dialect: "C".to_string(),
+                kernel: key.to_string(),
+                command,
+                source_text: source.to_string(),
+                log,
+            })))
+        }
+        Err(ObjectError::Io { what, reason }) => Err(OperatorError::Backend {
+            what,
+            reason: format!(
+                "{reason}; set WATERSHED_KERNEL_CACHE to a writable directory or WATERSHED_BACKEND=interpreter"
+            ),
+        }),
+        Err(ObjectError::Load { path, reason }) => Err(OperatorError::Backend {
             what: format!("loading {}", path.display()),
-            reason: e.to_string(),
-        })?;
-        // The cache stays bounded: each new entry may evict the oldest.
-        // Best effort: a directory that cannot be listed or cleaned (another
-        // process evicting at the same time) only leaves the cache larger.
-        let _ = evict(&cache_directory(), cache_limit_bytes(), key);
-        library
-    };
-    let library = Arc::new(library);
-    Ok(loaded().entry(key.to_string()).or_insert(library).clone())
+            reason,
+        }),
+    }
 }
 
 /// The cache key and full translation unit for `kernel` (`Err`: the
@@ -663,7 +524,7 @@ pub fn vectorisation_report(source: &str) -> OperatorResult<String> {
     };
     let report = || -> OperatorResult<String> {
         std::fs::create_dir_all(&dir).map_err(io)?;
-        let source_path = temporary(&dir.join("kernel.c"), "report");
+        let source_path = shared_object::temporary(&dir.join("kernel.c"));
         std::fs::write(&source_path, source).map_err(io)?;
         let object = source_path.with_extension("so");
         let output = Command::new(&compiler.program)
@@ -688,31 +549,7 @@ pub fn vectorisation_report(source: &str) -> OperatorResult<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        FORBIDDEN_FLAGS, cache_limit_from, extra_flags, orphan_pid, sweep_orphaned_temporaries,
-    };
-
-    #[test]
-    fn temporaries_of_processes_that_are_gone_are_swept_and_others_kept() {
-        assert_eq!(orphan_pid("ws_ab.so.tmp-4242-7"), Some(4242));
-        assert_eq!(orphan_pid("ws_ab.so"), None);
-        assert_eq!(orphan_pid("ws_ab.so.tmp-x-7"), None);
-        let dir = tempfile::tempdir().unwrap();
-        // No process has pid 4194305: Linux's pid_max is at most 2^22.
-        let gone = dir.path().join("ws_ab.so.tmp-4194305-0");
-        let mine = dir
-            .path()
-            .join(format!("ws_cd.c.tmp-{}-3", std::process::id()));
-        let kept = dir.path().join("ws_ef.so");
-        for path in [&gone, &mine, &kept] {
-            std::fs::write(path, b"x").unwrap();
-        }
-        if std::path::Path::new("/proc").is_dir() {
-            assert_eq!(sweep_orphaned_temporaries(dir.path()), 1);
-            assert!(!gone.exists());
-        }
-        assert!(mine.exists() && kept.exists());
-    }
+    use super::{FORBIDDEN_FLAGS, cache_limit_from, extra_flags};
 
     #[test]
     fn flags_that_assume_finite_values_are_refused_by_name() {

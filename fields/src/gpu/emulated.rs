@@ -676,13 +676,6 @@ pub(crate) fn host_unit_of(source: &str, name: &str) -> Result<(String, usize), 
     Ok((host_unit(source, name, &types), types.len()))
 }
 
-/// FNV-1a over `bytes`: a hash stable across builds, for cache names.
-fn stable_hash(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 /// Where compiled kernels are kept.
 fn cache_directory() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
@@ -704,67 +697,30 @@ pub(crate) fn load_function(ordinal: usize, source: &str, name: &str) -> FieldRe
     };
     let (unit, parameters) = host_unit_of(source, name).map_err(failed)?;
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
-    let key = stable_hash(format!("{compiler}\n{unit}").as_bytes());
-    static LOADED: OnceLock<Mutex<HashMap<u64, Arc<libloading::Library>>>> = OnceLock::new();
-    // Held while a kernel is looked up and compiled: threads of this
-    // process never build the same library twice. Other processes may;
-    // their files have names of their own until renamed into place.
-    let mut loaded = LOADED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    let found = loaded.get(&key).cloned();
-    let library = match found {
-        Some(library) => library,
-        None => {
-            let directory = cache_directory();
-            std::fs::create_dir_all(&directory)
-                .map_err(|e| failed(format!("cannot create {}: {e}", directory.display())))?;
-            let path = directory.join(format!("{key:016x}.so"));
-            // A truncated or overwritten object would kill the process
-            // when loaded (SIGBUS): one that does not match its checksum
-            // is rebuilt.
-            let whole = path.exists()
-                && match crate::shared_object::verify(&path) {
-                    Ok(()) => true,
-                    Err(why) => {
-                        crate::shared_object::note_rebuilt(&path, &why);
-                        false
-                    }
-                };
-            if !whole {
-                let own = format!("{key:016x}.{}", std::process::id());
-                let source_path = directory.join(format!("{own}.cpp"));
-                std::fs::write(&source_path, &unit)
-                    .map_err(|e| failed(format!("cannot write {}: {e}", source_path.display())))?;
-                let partial = directory.join(format!("{own}.tmp"));
-                let out = Command::new(&compiler)
-                    .args(["-O1", "-ffp-contract=off", "-shared", "-fPIC", "-o"])
-                    .arg(&partial)
-                    .arg(&source_path)
-                    .output()
-                    .map_err(|e| failed(format!("cannot run {compiler}: {e}")))?;
-                if !out.status.success() {
-                    // The source is left in place for a look.
-                    return Err(failed(format!(
-                        "{compiler} refused {}:\n{}",
-                        source_path.display(),
-                        String::from_utf8_lossy(&out.stderr)
-                    )));
-                }
-                crate::shared_object::install(&partial, &path)
-                    .map_err(|e| failed(format!("cannot install {}: {e}", partial.display())))?;
-                let _ = std::fs::remove_file(&source_path);
-            }
-            // SAFETY: the library was built from the shim above; loading it
-            // runs no initialiser of ours beyond the C++ runtime's.
-            let library = unsafe { libloading::Library::new(&path) }
-                .map_err(|e| failed(format!("cannot load {}: {e}", path.display())))?;
-            let library = Arc::new(library);
-            loaded.insert(key, library.clone());
-            library
-        }
+    let key = format!(
+        "{:016x}",
+        crate::shared_object::fnv1a(format!("{compiler}\n{unit}").as_bytes())
+    );
+    let directory = cache_directory();
+    let command = |source: &std::path::Path, object: &std::path::Path| {
+        let mut command = Command::new(&compiler);
+        command
+            .args(["-O1", "-ffp-contract=off", "-shared", "-fPIC", "-o"])
+            .arg(object)
+            .args(["-x", "c++"])
+            .arg(source);
+        command
     };
+    let request = crate::shared_object::ObjectRequest {
+        directory: &directory,
+        key: &key,
+        source: &unit,
+        extension: "cpp",
+        command: &command,
+        symbol: "ws_host_launch",
+    };
+    let (library, _) =
+        crate::shared_object::load_or_build(&request).map_err(|e| failed(e.to_string()))?;
     // SAFETY: `ws_host_launch` is defined by the shim with this signature.
     let entry = unsafe { library.get::<HostLaunch>(b"ws_host_launch") }
         .map(|symbol| *symbol)
