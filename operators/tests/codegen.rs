@@ -19,7 +19,7 @@ use std::sync::Arc;
 use watershed_fields::{
     CellCentre, GhostWidth, Grid, IndexBox, Location, Patch, SpatialField, XFace, YFace,
 };
-use watershed_operators::codegen::{self, Backend, compiled::Form};
+use watershed_operators::codegen::{self, Backend, Form};
 use watershed_operators::ir::Node;
 use watershed_operators::*;
 
@@ -990,7 +990,7 @@ fn both_cuda_forms_are_kept_for_the_kernel() {
     // equal structure, and this one must start with neither form.
     let expr = exp(&phi) * 0.372_915_604_2;
     let kernel = lower_cached(expr.node(), &patch, true).unwrap();
-    let kept = |checked| codegen::compiled::is_kept(&kernel.kernel, Form::Cuda { checked });
+    let kept = |checked| codegen::is_compiled(&kernel.kernel, Form::Cuda { checked });
     assert!(!kept(false));
     assert!(!kept(true));
     let checked = codegen::nvrtc::cuda_checked_of(&kernel.kernel).unwrap();

@@ -1,7 +1,9 @@
-//! The compiled forms of lowered kernels, kept in one place for every back
-//! end: the C form with or without its finiteness check and the CUDA form
-//! with or without it, keyed by the kernel's identity
-//! ([`Kernel::identity`], never reused in a process) and the form.
+//! The compiled forms of lowered kernels, kept one way for every back
+//! end: a [`FormTable`] per back end (the C forms with or without the
+//! finiteness check, beside `native_of`; the CUDA forms with or without
+//! it, beside `nvrtc::cuda_of`), keyed by the kernel's identity
+//! ([`Kernel::identity`], never reused in a process) and the [`Form`].
+//! `codegen::is_compiled` asks either.
 //!
 //! Lowering shares one [`Kernel`] among every tree of the same structure on
 //! the same grid spacing, so a form is compiled once per kernel, and a
@@ -12,13 +14,11 @@
 //! cache: when one holds [`CAPACITY`] forms it is emptied, and forms in use
 //! stay alive through the `Arc`s their users hold.
 
-use super::FiniteCheck;
-use super::compile::NativeKernel;
-use super::nvrtc::CudaKernel;
+use super::emit::FiniteCheck;
 use crate::error::OperatorResult;
 use crate::kernel::Kernel;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 /// Forms kept per table before it is emptied.
 pub const CAPACITY: usize = 4096;
@@ -37,14 +37,17 @@ pub enum Form {
     },
 }
 
-/// One table of compiled forms of type `T`.
-struct Table<T> {
+/// A table of compiled forms of type `T`: each back end keeps one, as a
+/// `static`, beside the type it compiles to (`codegen::native_of`'s C
+/// forms, `nvrtc::cuda_of`'s CUDA forms).
+pub(crate) struct FormTable<T> {
     forms: OnceLock<Mutex<HashMap<(u64, Form), T>>>,
 }
 
-impl<T: Clone> Table<T> {
-    const fn new() -> Self {
-        Table {
+impl<T: Clone> FormTable<T> {
+    /// An empty table.
+    pub(crate) const fn new() -> Self {
+        FormTable {
             forms: OnceLock::new(),
         }
     }
@@ -58,8 +61,9 @@ impl<T: Clone> Table<T> {
 
     /// The form of `kernel`, made by `make` on first use. `make` runs
     /// outside the lock: another thread may make the same form meanwhile,
-    /// and the first one stored is kept (both are equal).
-    fn get_or_make(
+    /// and the first one stored is kept (both are equal). An error is
+    /// returned and not kept.
+    pub(crate) fn get_or_make(
         &self,
         kernel: &Kernel,
         form: Form,
@@ -77,42 +81,9 @@ impl<T: Clone> Table<T> {
         Ok(forms.entry(key).or_insert(made).clone())
     }
 
-    fn contains(&self, kernel: &Kernel, form: Form) -> bool {
+    /// Whether the table holds `form` of `kernel`.
+    pub(crate) fn contains(&self, kernel: &Kernel, form: Form) -> bool {
         self.lock().contains_key(&(kernel.identity, form))
-    }
-}
-
-/// C forms; `None`: the emitter does not support the kernel (it runs on
-/// the interpreter), remembered so that it is not generated again.
-static C_FORMS: Table<Option<Arc<NativeKernel>>> = Table::new();
-/// CUDA forms.
-static CUDA_FORMS: Table<Arc<CudaKernel>> = Table::new();
-
-/// The C form of `kernel` with `check`, compiled by `make` on first use.
-pub(crate) fn c_form(
-    kernel: &Kernel,
-    check: FiniteCheck,
-    make: impl FnOnce() -> OperatorResult<Option<Arc<NativeKernel>>>,
-) -> OperatorResult<Option<Arc<NativeKernel>>> {
-    C_FORMS.get_or_make(kernel, Form::C(check), make)
-}
-
-/// The CUDA form of `kernel` (`checked`: watching for values that are not
-/// finite), compiled by `make` on first use.
-pub(crate) fn cuda_form(
-    kernel: &Kernel,
-    checked: bool,
-    make: impl FnOnce() -> OperatorResult<Arc<CudaKernel>>,
-) -> OperatorResult<Arc<CudaKernel>> {
-    CUDA_FORMS.get_or_make(kernel, Form::Cuda { checked }, make)
-}
-
-/// Whether `form` of `kernel` has been compiled (or, for C, found
-/// unsupported) and is kept.
-pub fn is_kept(kernel: &Kernel, form: Form) -> bool {
-    match form {
-        Form::C(_) => C_FORMS.contains(kernel, form),
-        Form::Cuda { .. } => CUDA_FORMS.contains(kernel, form),
     }
 }
 
@@ -137,27 +108,33 @@ mod tests {
 
     #[test]
     fn a_form_is_made_once_per_kernel_and_form() {
+        let table: FormTable<Option<u32>> = FormTable::new();
         let (first, second) = (kernel(), kernel());
+        let checked = Form::C(FiniteCheck::Checked);
         let mut calls = 0;
         for _ in 0..3 {
-            let made = c_form(&first, FiniteCheck::Checked, || {
+            let made = table.get_or_make(&first, checked, || {
                 calls += 1;
                 Ok(None)
             });
             assert!(matches!(made, Ok(None)));
         }
         assert_eq!(calls, 1, "made once, then found");
-        assert!(is_kept(&first, Form::C(FiniteCheck::Checked)));
-        assert!(!is_kept(&first, Form::C(FiniteCheck::Unchecked)));
-        assert!(!is_kept(&second, Form::C(FiniteCheck::Checked)));
+        assert!(table.contains(&first, checked));
+        assert!(!table.contains(&first, Form::C(FiniteCheck::Unchecked)));
+        assert!(!table.contains(&second, checked));
         // An error is returned and not kept: the next call tries again.
-        let failed = c_form(&second, FiniteCheck::Checked, || {
+        let failed = table.get_or_make(&second, checked, || {
             Err(OperatorError::Backend {
                 what: "a test".into(),
                 reason: "refused".into(),
             })
         });
         assert!(matches!(failed, Err(OperatorError::Backend { .. })));
-        assert!(!is_kept(&second, Form::C(FiniteCheck::Checked)));
+        assert!(!table.contains(&second, checked));
+        assert_eq!(
+            table.get_or_make(&second, checked, || Ok(Some(7))).unwrap(),
+            Some(7)
+        );
     }
 }

@@ -32,6 +32,8 @@ use crate::error::{OperatorError, OperatorResult};
 use crate::ir::Node;
 use crate::kernel::Kernel;
 pub use compile::{CompileStatistics, NativeKernel, c_compiler, statistics};
+pub use compiled::Form;
+use compiled::FormTable;
 pub use emit::FiniteCheck;
 use std::sync::{Arc, OnceLock};
 use watershed_fields::Patch;
@@ -123,9 +125,23 @@ pub fn native_of(
     kernel: &Kernel,
     finite_check: FiniteCheck,
 ) -> OperatorResult<Option<Arc<NativeKernel>>> {
-    compiled::c_form(kernel, finite_check, || {
+    C_FORMS.get_or_make(kernel, Form::C(finite_check), || {
         compile::compile_kernel(kernel, finite_check)
     })
+}
+
+/// The C forms compiled so far; `None`: the emitter does not support the
+/// kernel (it runs on the interpreter), remembered so that it is not
+/// generated again.
+static C_FORMS: FormTable<Option<Arc<NativeKernel>>> = FormTable::new();
+
+/// Whether `form` of `kernel` has been compiled (or, for C, found
+/// unsupported) and is kept ([`compiled`]).
+pub fn is_compiled(kernel: &Kernel, form: Form) -> bool {
+    match form {
+        Form::C(_) => C_FORMS.contains(kernel, form),
+        Form::Cuda { .. } => nvrtc::CUDA_FORMS.contains(kernel, form),
+    }
 }
 
 /// Lowers `root` for `backend`: the generic kernel (parameters read as

@@ -8,6 +8,7 @@
 //! Kernels are compiled with `--fmad=false`: no contraction, so a GPU
 //! computes the CPU's bits wherever both use the same operations.
 
+use super::compiled::{Form, FormTable};
 use super::emit::{self, Unsupported};
 #[cfg(feature = "cuda")]
 use crate::error::CompileFailure;
@@ -42,6 +43,9 @@ pub fn nvrtc_problem() -> Option<&'static str> {
         }
     })
 }
+
+/// The CUDA forms compiled so far ([`super::compiled`]).
+pub(crate) static CUDA_FORMS: FormTable<Arc<CudaKernel>> = FormTable::new();
 
 /// A kernel in CUDA C and its PTX.
 #[derive(Debug, Clone)]
@@ -116,7 +120,7 @@ pub fn cuda_checked_source(kernel: &Kernel) -> Result<(String, String), Unsuppor
 /// [`super::compiled`], so that a launch does not generate the source
 /// again to find the module by name).
 pub fn cuda_checked_of(kernel: &Kernel) -> OperatorResult<Arc<CudaKernel>> {
-    super::compiled::cuda_form(kernel, true, || {
+    CUDA_FORMS.get_or_make(kernel, Form::Cuda { checked: true }, || {
         let what = "a CUDA kernel that checks its values".to_string();
         let generated = cuda_checked_source(kernel).map_err(|why| OperatorError::Backend {
             what: format!("generating {what}"),
@@ -276,16 +280,20 @@ fn compile_source(
 /// [`super::compiled`], like its C form). An error when the emitter does
 /// not support it or NVRTC refuses it.
 pub fn cuda_of(kernel: &Kernel) -> OperatorResult<Arc<CudaKernel>> {
-    super::compiled::cuda_form(kernel, false, || match compile_cuda(kernel)? {
-        Some(compiled) => Ok(Arc::new(compiled)),
-        None => {
-            let why = emit::cuda_function(kernel, "kernel")
-                .err()
-                .map_or_else(|| "unsupported".to_string(), |u| u.0);
-            Err(OperatorError::Backend {
-                what: "generating a CUDA kernel".into(),
-                reason: format!("{why}; place the node on the CPU"),
-            })
-        }
-    })
+    CUDA_FORMS.get_or_make(
+        kernel,
+        Form::Cuda { checked: false },
+        || match compile_cuda(kernel)? {
+            Some(compiled) => Ok(Arc::new(compiled)),
+            None => {
+                let why = emit::cuda_function(kernel, "kernel")
+                    .err()
+                    .map_or_else(|| "unsupported".to_string(), |u| u.0);
+                Err(OperatorError::Backend {
+                    what: "generating a CUDA kernel".into(),
+                    reason: format!("{why}; place the node on the CPU"),
+                })
+            }
+        },
+    )
 }
