@@ -2,9 +2,9 @@
 //! Wasatch (5.3) scalability graphs. Writes `scalability.md` (a Markdown
 //! table) and one PNG chart of speedup against threads per study.
 
+use crate::case::CaseOptions;
 use crate::cases::scalability::exprlib_graph;
 use crate::error::{CaseError, CaseResult};
-use crate::registry::CaseOptions;
 use crate::setup::execution_mode;
 use std::fmt::Write;
 use std::path::PathBuf;

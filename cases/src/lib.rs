@@ -13,7 +13,10 @@
 //!   configuration from its options;
 //! * [`solver_state`]: a solver's fields in dumps and checkpoints;
 //! * [`progress`]: the progress bar;
-//! * [`cases`]: the cases themselves, listed by [`registered_cases`].
+//! * [`case`]: what a case is ([`CaseInfo`], [`case::CaseOptions`],
+//!   [`case::Prepared`]);
+//! * [`cases`]: the cases themselves, listed by [`registered_cases`]
+//!   ([`registry`]).
 //!
 //! The output (HDF5 dumps with their XDMF series, one run per folder, CSV
 //! series, PNG charts) is `watershed_io`'s, usable without a
@@ -40,6 +43,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod case;
 pub mod cases;
 pub mod checkpoint;
 pub mod config;

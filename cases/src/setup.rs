@@ -1,9 +1,9 @@
 //! How a case is set up from its options: its graph options and execution
 //! mode, its integrator by name, its configuration loaded in layers.
 
-use crate::config::{CaseConfig, Loaded, load};
+use crate::case::CaseOptions;
+use crate::config::{CaseConfig, Loaded, load, to_text};
 use crate::error::{CaseError, CaseResult, ConfigOrigin};
-use crate::registry::CaseOptions;
 use watershed_exprgraph::ExecutionMode;
 use watershed_solvers::TimeIntegrator;
 
@@ -64,4 +64,10 @@ pub fn load_config<C: CaseConfig>(case: &str, options: &CaseOptions) -> CaseResu
         None => None,
     };
     load(case, base, options.config_file.as_deref(), &options.sets)
+}
+
+/// The effective configuration of `case` as TOML.
+pub fn config_text_of<C: CaseConfig>(case: &str, options: &CaseOptions) -> CaseResult<String> {
+    let loaded = load_config::<C>(case, options)?;
+    to_text(case, &loaded)
 }

@@ -46,6 +46,7 @@ pub mod files;
 pub mod lock;
 #[cfg(feature = "plot")]
 pub mod plot;
+pub mod record;
 pub mod xdmf;
 
 pub use dumps::{DumpRecord, DumpSeries, DumpableField, DumpedField};

@@ -27,7 +27,7 @@
 //! `(nz, ny, nx, 3)` dataset. A derived field carries an `Information`
 //! element `derived` saying how it was computed.
 
-use crate::dumps::{DumpRecord, DumpedField};
+use crate::record::{DumpRecord, DumpedField};
 use std::fmt::Write as _;
 use watershed_fields::{Grid, LocationKind};
 

@@ -9,6 +9,7 @@
 
 use crate::ir::Node;
 use crate::mask::Mask;
+use crate::parameter::Parameter;
 use crate::pointwise::{BinaryOp, UnaryOp};
 use std::marker::PhantomData;
 use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
@@ -77,6 +78,20 @@ pub struct Expr<'a, L: Location> {
     pub(crate) node: Arc<Node>,
     pub(crate) fields: Bindings<'a>,
     _location: PhantomData<L>,
+}
+
+impl Parameter {
+    /// The parameter as an expression of any location (it has the same
+    /// value at every point; the expression's leaf holds its cell, so a
+    /// new value reaches every kernel that reads it).
+    pub fn expr<'a, L: Location>(&self) -> Expr<'a, L> {
+        Expr::new(
+            Node::Parameter {
+                cell: self.cell().clone(),
+            },
+            Vec::new(),
+        )
+    }
 }
 
 impl<L: Location> Clone for Expr<'_, L> {

@@ -12,12 +12,9 @@
 //! by value), so a parameter costs nothing per point once its value has
 //! been seen.
 
-use crate::expr::Expr;
-use crate::ir::Node;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use watershed_fields::Location;
 
 /// The shared state of a parameter.
 pub struct ParameterCell {
@@ -118,17 +115,6 @@ impl Parameter {
     /// The unique id that IR leaves of this parameter carry.
     pub fn id(&self) -> u64 {
         self.cell.id()
-    }
-
-    /// The parameter as an expression of any location (it has the same
-    /// value at every point).
-    pub fn expr<'a, L: Location>(&self) -> Expr<'a, L> {
-        Expr::new(
-            Node::Parameter {
-                cell: self.cell.clone(),
-            },
-            Vec::new(),
-        )
     }
 
     /// The shared cell (what IR leaves hold).

@@ -17,7 +17,7 @@
 //! prepared (regions inside the target, reads of the target only outside
 //! the points each box writes).
 
-use crate::assign::MaskedAssignment;
+use crate::checks::MaskedAssignment;
 use crate::ir::Node;
 use crate::pointwise::BinaryOp;
 use crate::stencil::StencilOp;

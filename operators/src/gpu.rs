@@ -30,8 +30,8 @@
 //!   kernel. The CPU may stop writing sooner; the point reported is the
 //!   same, the first in storage order.
 
-use crate::assign::{MaskedAssignment, Region, bind_slots, checked_region};
 use crate::cache::lower_cached;
+use crate::checks::{MaskedAssignment, Region, bind_slots, checked_region};
 use crate::codegen::emit;
 use crate::codegen::launch::LaunchShape;
 use crate::codegen::nvrtc::{CudaKernel, cuda_checked_of, cuda_of, cuda_sequence_of};

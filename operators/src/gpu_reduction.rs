@@ -19,8 +19,8 @@
 //! tree over each row would be faster but would change the order of the
 //! additions, and with it the last bits.
 
-use crate::assign::{CheckedReduction, ReduceRegion, bind_slots};
 use crate::cache::lower_cached;
+use crate::checks::{CheckedReduction, ReduceRegion, bind_slots};
 use crate::codegen::emit;
 use crate::codegen::launch::LaunchShape;
 use crate::codegen::nvrtc::{CudaKernel, cuda_reduction_of};

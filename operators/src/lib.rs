@@ -38,13 +38,14 @@
 //! | `watershed-language` | [`pointwise`], [`stencil`], [`ir`], [`expr`], [`mask`], [`parameter`], [`calculus`], [`vmath`], [`error`] | the language as data: typed front end, runtime IR, stencil tables, [`OperatorError`] |
 //! | `watershed-lowering` | [`kernel`], [`cache`] | device-neutral lowering to fused row programs with read extents; each structure lowered once |
 //! | `watershed-backends` | [`cpu`], [`vocabulary`], [`codegen`] | the row interpreter and its parallel executor; C and CUDA C from one kernel, run-time compilation, NVRTC |
-//! | `watershed-operators` (this crate) | [`assign`], [`prepared`], [`prepared_reduction`], [`gpu`], [`gpu_reduction`], `ghost_fill` | [`Assign`], regions, ghost/aliasing/grid checks, reductions; [`PreparedAssignment`] (targets of up to 256 Ki points run boundary-condition masked assignments as one ghost fill; larger ones run those with a copy or mirror shape as plain loops, in row epilogues and after the update); GPU launches of assignments and reductions |
+//! | `watershed-operators` (this crate) | [`assign`], [`checks`], [`prepared`], [`prepared_reduction`], [`gpu`], [`gpu_reduction`], `ghost_fill` | [`Assign`], regions, ghost/aliasing/grid checks, reductions; [`PreparedAssignment`] (targets of up to 256 Ki points run boundary-condition masked assignments as one ghost fill; larger ones run those with a copy or mirror shape as plain loops, in row epilogues and after the update); GPU launches of assignments and reductions |
 //!
 //! Expressions are `f64`.
 
 #![warn(missing_docs)]
 
 pub mod assign;
+pub mod checks;
 mod ghost_fill;
 pub mod gpu;
 pub mod gpu_reduction;
@@ -58,10 +59,9 @@ pub use watershed_language::{
 pub use watershed_lowering::{cache, kernel};
 
 pub use assign::{
-    Assign, AssignOptions, MaskedAssignment, NodeAssignment, ReduceRegion, Region, assign_node,
-    assign_node_reading_target, assign_node_then, assign_nodes_then, field_max, field_min,
-    interior_max, interior_min, interior_norm_l2, interior_sum, norm_l2, reduce,
-    row_epilogue_count, sum, update, update_with,
+    Assign, NodeAssignment, assign_node, assign_node_reading_target, assign_node_then,
+    assign_nodes_then, field_max, field_min, interior_max, interior_min, interior_norm_l2,
+    interior_sum, norm_l2, reduce, row_epilogue_count, sum, update, update_with,
 };
 pub use cache::{CacheStatistics, LoweredKernel, cache_statistics, lower_cached};
 pub use calculus::{
@@ -69,6 +69,7 @@ pub use calculus::{
     interp, interpolate_to_cell, interpolate_to_cell4, interpolate_to_face, interpolate_to_face4,
     laplacian, laplacian4, limited, prolongate, relabel, restrict, shift, upwind,
 };
+pub use checks::{AssignOptions, MaskedAssignment, ReduceRegion, Region};
 pub use codegen::Backend;
 pub use cpu::Parallelism;
 pub use error::{CompileFailure, OperatorError, OperatorResult};

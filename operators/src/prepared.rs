@@ -24,10 +24,10 @@
 //! the same values, which `tests/prepared.rs` checks.
 
 use crate::AssignOptions;
-use crate::assign::{
+use crate::cache::{LoweredKernel, ParameterValues};
+use crate::checks::{
     Binding, MaskedAssignment, Region, bind_slots, checked_region, is_row_epilogue, outside_rows,
 };
-use crate::cache::{LoweredKernel, ParameterValues};
 use crate::codegen::{Backend, FiniteCheck, NativeKernel, lower_for};
 use crate::cpu::{self, Epilogue, Parallelism, Plan};
 use crate::error::{OperatorError, OperatorResult};

@@ -11,7 +11,7 @@
 //! with the errors of a fresh call, at the first difference; so it refuses
 //! what [`crate::reduce`] refuses and returns the same bits.
 
-use crate::assign::{CheckedReduction, ReduceRegion};
+use crate::checks::{CheckedReduction, ReduceRegion};
 use crate::cpu::{Parallelism, Plan};
 use crate::error::OperatorResult;
 use crate::expr::{BoundField, Expr, IntoExpr};

@@ -30,12 +30,11 @@ use crate::immersed_nodes::{ForceReductions, ForcingTags};
 use crate::integrator::{Stage, TimeIntegrator};
 use crate::multigrid::{Multigrid, MultigridOptions, first_non_finite};
 use crate::projection::{PoissonSolve, PoissonState, lock_state};
-use crate::solver::TimeStep;
 use crate::stages::{
     StageParameters, advance_levels, not_finite_in, reads_start_level, update_expression,
 };
 use crate::staggered::{SpaceOrder, difference_to_whole, weighted};
-use crate::stepping::{self, StabilityLimit, Stepping};
+use crate::stepping::{self, StabilityLimit, Stepping, TimeStep};
 use std::sync::{Arc, Mutex};
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,

@@ -60,9 +60,10 @@ pub use incompressible::{
 };
 pub use integrator::{Stage, TimeIntegrator};
 pub use multigrid::{Multigrid, MultigridOptions, SolveReport};
-pub use solver::{TimeStep, TransportSolver, TransportSolverBuilder};
+pub use solver::{TransportSolver, TransportSolverBuilder};
 pub use stages::StageParameters;
 pub use staggered::SpaceOrder;
+pub use stepping::TimeStep;
 pub use symbols::SolverSymbols;
 pub use transport::{ConvectiveScheme, Diffusivity, Source, TransportEquation};
 pub use watershed_exprgraph as exprgraph;

@@ -23,7 +23,7 @@ use crate::stages::{
     StageParameters, advance_levels, not_finite_in, reads_start_level, update_expression,
 };
 use crate::staggered::SpaceOrder;
-use crate::stepping::{self, StabilityLimit, Stepping};
+use crate::stepping::{self, StabilityLimit, Stepping, TimeStep};
 use crate::transport::{Diffusivity, TransportEquation};
 use std::sync::Mutex;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphError, GraphOptions, Tag};
@@ -33,21 +33,6 @@ use watershed_operators::{
     Assign, AssignOptions, Parallelism, Parameter, PreparedReduction, ReduceRegion, Reduction,
     Region, abs, field, interior_min,
 };
-
-/// How `dt` is chosen.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum TimeStep {
-    /// The same `dt` every step (the last step is shortened to land on the end time).
-    Fixed(f64),
-    /// The largest `dt` with `max|u| dt / h <= cfl` and
-    /// `max Gamma dt / h^2 <= diffusion_number`, recomputed every step.
-    Limited {
-        /// Courant number.
-        cfl: f64,
-        /// Diffusion number.
-        diffusion_number: f64,
-    },
-}
 
 /// Collects equations, extra expressions and options; builds the solver.
 pub struct TransportSolverBuilder {

@@ -5,9 +5,23 @@
 
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
-use crate::solver::TimeStep;
 use crate::staggered::SpaceOrder;
 use watershed_fields::Grid;
+
+/// How `dt` is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TimeStep {
+    /// The same `dt` every step (the last step is shortened to land on the end time).
+    Fixed(f64),
+    /// The largest `dt` with `max|u| dt / h <= cfl` and
+    /// `max Gamma dt / h^2 <= diffusion_number`, recomputed every step.
+    Limited {
+        /// Courant number.
+        cfl: f64,
+        /// Diffusion number.
+        diffusion_number: f64,
+    },
+}
 
 /// A solver that advances in time one step at a time.
 pub(crate) trait Stepping {

@@ -1,10 +1,11 @@
 //! `advection`: a scalar carried by a rotating velocity with the central,
 //! upwind or limited scheme; bounds and mass are reported and checked.
 
+use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
-use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
 use crate::solver_state::{dump_solution, load_solution, save_solution};
 use serde::{Deserialize, Serialize};

@@ -5,10 +5,11 @@
 //! energy is compared with its value one window before; the flow is steady
 //! when the relative change is at most `steady_tolerance`.
 
+use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
-use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
 use crate::solver_state::{dump_flow, load_flow, save_flow};
 use crate::steady::SteadyState;

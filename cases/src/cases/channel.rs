@@ -8,11 +8,12 @@
 //! detected as in the cavity: the kinetic energy changes by at most
 //! `steady_tolerance` (relative) over `steady_window` time units.
 
+use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::checkpoint::{load_rows, rows_from, save_rows};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
-use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
 use crate::solver_state::{dump_flow, load_flow, save_flow};
 use crate::steady::SteadyState;

@@ -8,11 +8,12 @@
 //! (2D-1) or the Strouhal number (2D-2) with the published reference
 //! intervals (`REFERENCE_2D1`, `REFERENCE_2D2`).
 
+use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::checkpoint::{load_rows, rows_from, save_rows};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
-use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
 use crate::solver_state::{dump_flow, load_flow, save_flow};
 use crate::steady::SteadyState;

@@ -1,11 +1,12 @@
 //! `heat`: the 3D heat equation against its exact solution, and with
 //! `--convergence` the observed order of accuracy over three grids.
 
+use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, DumpSchedule, RunControl, Simulation, Stop, run};
 use crate::error::CaseResult;
 use crate::progress::ProgressMode;
-use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
 use crate::solver_state::{dump_solution, load_solution, save_solution};
 use serde::{Deserialize, Serialize};

@@ -1,11 +1,12 @@
 //! `reacting-species`: coupled species with different diffusivities and a
 //! nonlinear reaction, carried by a prescribed or a computed flow.
 
+use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::cases::advection::{bounds_and_mass, scheme};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
-use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
 use crate::solver_state::{
     dump_flow, dump_solution, load_flow, load_solution, save_flow, save_solution,

@@ -2,11 +2,12 @@
 //! sections 5.2 and 5.3 of the thesis, as runnable cases and as the graphs
 //! `watershed bench` times.
 
+use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::checkpoint::{load_graph_field, save_graph_field};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
-use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
 use crate::solver_state::{dump_solution, load_solution, save_solution};
 use serde::{Deserialize, Serialize};

@@ -5,11 +5,12 @@
 //! inviscid, against the energy it must keep.
 
 use super::tgv_reference;
+use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::checkpoint::{load_series, save_series};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
-use crate::registry::{CaseInfo, CaseOptions, Prepared, config_text_of};
+use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
 use crate::solver_state::{dump_flow, load_flow, save_flow};
 use serde::{Deserialize, Serialize};
