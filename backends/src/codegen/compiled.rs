@@ -18,7 +18,8 @@ use super::emit::FiniteCheck;
 use crate::error::OperatorResult;
 use crate::kernel::Kernel;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{OnceLock, RwLock};
+use watershed_fields::hashing::QuickHash;
 
 /// Forms kept per table before it is emptied.
 pub const CAPACITY: usize = 4096;
@@ -41,8 +42,11 @@ pub enum Form {
 /// `static`, beside the type it compiles to (`codegen::native_of`'s C
 /// forms, `nvrtc::cuda_of`'s CUDA forms).
 pub(crate) struct FormTable<T> {
-    forms: OnceLock<Mutex<HashMap<(u64, Form), T>>>,
+    forms: OnceLock<RwLock<Forms<T>>>,
 }
+
+/// A table's map (read far more often than written: a read lock).
+type Forms<T> = HashMap<(u64, Form), T, QuickHash>;
 
 impl<T: Clone> FormTable<T> {
     /// An empty table.
@@ -52,10 +56,17 @@ impl<T: Clone> FormTable<T> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, Form), T>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Forms<T>> {
         self.forms
             .get_or_init(Default::default)
-            .lock()
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Forms<T>> {
+        self.forms
+            .get_or_init(Default::default)
+            .write()
             .unwrap_or_else(|p| p.into_inner())
     }
 
@@ -70,11 +81,11 @@ impl<T: Clone> FormTable<T> {
         make: impl FnOnce() -> OperatorResult<T>,
     ) -> OperatorResult<T> {
         let key = (kernel.identity, form);
-        if let Some(found) = self.lock().get(&key) {
+        if let Some(found) = self.read().get(&key) {
             return Ok(found.clone());
         }
         let made = make()?;
-        let mut forms = self.lock();
+        let mut forms = self.write();
         if forms.len() >= CAPACITY && !forms.contains_key(&key) {
             forms.clear();
         }
@@ -83,7 +94,7 @@ impl<T: Clone> FormTable<T> {
 
     /// Whether the table holds `form` of `kernel`.
     pub(crate) fn contains(&self, kernel: &Kernel, form: Form) -> bool {
-        self.lock().contains_key(&(kernel.identity, form))
+        self.read().contains_key(&(kernel.identity, form))
     }
 }
 
