@@ -1,9 +1,9 @@
 //! The graph users hold: a plan ([`crate::plan`]) with its placement
-//! ([`crate::placement`]) and the state of its executions: the field
-//! store and memory pool, statistics, which placeholders were provided,
-//! field versions, the adaptive choice and the GPU streams, finiteness
-//! watches and step replay. This file builds one, gives access to its
-//! fields and answers questions about it; running it is
+//! ([`crate::placement`]) and the state of its executions (`state.rs`: the
+//! field store and memory pool, statistics, which placeholders were
+//! provided, field versions, the adaptive choice and the GPU streams,
+//! finiteness watches and step replay). This file builds one, gives access
+//! to its fields and answers questions about it; running it is
 //! [`crate::scheduler`]'s job.
 
 use crate::error::{GraphError, GraphResult};
@@ -12,14 +12,11 @@ use crate::factory::Factory;
 use crate::node::{FieldInfo, NodeForm};
 use crate::placement::{self, DevicePlan};
 use crate::plan::{GraphOptions, GraphPlan};
-use crate::scheduler::Statistics;
-use crate::store::{AnyField, FieldStore, GraphLocation};
+use crate::state::ExecutionState;
+use crate::store::{AnyField, GraphLocation};
 use crate::tag::Tag;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use watershed_fields::{
-    FieldInit, FieldLayout, GhostWidth, IndexBox, Lifetime, LocationKind, MemoryPool, Patch,
-};
+use std::sync::atomic::Ordering;
+use watershed_fields::{FieldLayout, GhostWidth, IndexBox, LocationKind, MemoryPool, Patch};
 
 /// A graph of expressions set up for repeated execution on one patch.
 pub struct ExpressionGraph {
@@ -27,30 +24,8 @@ pub struct ExpressionGraph {
     pub(crate) plan: GraphPlan,
     /// Placement, copies and stream steps ([`crate::placement`]).
     pub(crate) device_plan: DevicePlan,
-    pub(crate) store: FieldStore,
-    pub(crate) pool: MemoryPool,
-    pub(crate) statistics: Mutex<Statistics>,
-    /// Per field: a placeholder that was bound, written or filled (reading
-    /// one that was not is an error at execute).
-    pub(crate) provided: Vec<AtomicBool>,
-    /// Per field: a count bumped by everything that may write it (see
-    /// [`ExpressionGraph::field_version`]).
-    pub(crate) versions: Vec<AtomicU64>,
-    /// Serialises executions of this graph.
-    pub(crate) execution: Mutex<()>,
-    /// Trials and choice of [`crate::ExecutionMode::Adaptive`].
-    pub(crate) adaptive: Mutex<crate::adaptive::AdaptiveState>,
-    /// The plan's GPU streams, reused across executions.
-    pub(crate) gpu_streams: crate::gpu::executor::StreamPool,
-    /// The finiteness checks of GPU kernels in the execution in progress.
-    pub(crate) finite_watches: crate::gpu::executor::FiniteWatches,
-    /// Replay of steps as CUDA graphs ([`crate::StepReplay`]).
-    pub(crate) replay: Mutex<crate::gpu::replay::ReplayState>,
-    /// Scratch fields of GPU nodes are allocated in stream order
-    /// ([`crate::GpuScratch::StreamOrdered`]); changed under the replay lock.
-    pub(crate) stream_ordered_scratch: AtomicBool,
-    /// Executions time their GPU side ([`crate::gpu::timeline`]).
-    pub(crate) gpu_timeline: AtomicBool,
+    /// Its fields and the state its executions keep ([`crate::state`]).
+    pub(crate) state: ExecutionState,
 }
 
 thread_local! {
@@ -105,38 +80,12 @@ impl ExpressionGraph {
         options: &GraphOptions,
     ) -> GraphResult<Self> {
         let plan = GraphPlan::build(factory, roots, patch, options)?;
-        let pool = MemoryPool::host(GraphPlan::host_memory(options));
-        let store = FieldStore::with_slots(plan.fields.len());
-        for (slot, field) in plan.fields.iter().enumerate() {
-            if field.persistent {
-                let value = AnyField::new(
-                    field.location,
-                    &field.tag.name,
-                    &plan.patch,
-                    Lifetime::Persistent,
-                    &pool,
-                    FieldInit::Zero,
-                )?;
-                store.put(slot, Some(value));
-            }
-        }
-        let field_count = plan.fields.len();
+        let state = ExecutionState::new(&plan, options)?;
         let device_plan = placement::all_cpu(&plan);
         let mut graph = ExpressionGraph {
-            statistics: Mutex::new(Statistics::new(plan.nodes.len())),
             plan,
             device_plan,
-            store,
-            pool,
-            provided: (0..field_count).map(|_| AtomicBool::new(false)).collect(),
-            versions: (0..field_count).map(|_| AtomicU64::new(0)).collect(),
-            execution: Mutex::new(()),
-            adaptive: Mutex::new(Default::default()),
-            gpu_streams: Default::default(),
-            finite_watches: Default::default(),
-            replay: Default::default(),
-            stream_ordered_scratch: AtomicBool::new(false),
-            gpu_timeline: AtomicBool::new(false),
+            state,
         };
         if GraphPlan::wants_placement(options) {
             graph.place(options.placement.clone(), options.streams)?;
@@ -197,7 +146,7 @@ impl ExpressionGraph {
 
     /// The graph's pool (its statistics count this graph's fields).
     pub fn pool(&self) -> &MemoryPool {
-        &self.pool
+        &self.state.pool
     }
 
     /// The patch the graph computes on.
@@ -229,7 +178,7 @@ impl ExpressionGraph {
         let _execution = self.waits_for_execution();
         self.current_on_cpu(slot, false)?;
         let _access = FieldAccess::enter(self);
-        let guard = self.store.slots[slot]
+        let guard = self.state.store.slots[slot]
             .read()
             .unwrap_or_else(|p| p.into_inner());
         let field = guard.as_ref().ok_or_else(|| GraphError::FieldUnavailable {
@@ -256,7 +205,7 @@ impl ExpressionGraph {
         let _execution = self.waits_for_execution();
         self.current_on_cpu(slot, true)?;
         let _access = FieldAccess::enter(self);
-        let mut guard = self.store.slots[slot]
+        let mut guard = self.state.store.slots[slot]
             .write()
             .unwrap_or_else(|p| p.into_inner());
         let field = guard.as_mut().ok_or_else(|| GraphError::FieldUnavailable {
@@ -270,9 +219,9 @@ impl ExpressionGraph {
             actual,
             requested: L::KIND,
         })?;
-        self.provided[slot].store(true, Ordering::Release);
+        self.state.provided[slot].store(true, Ordering::Release);
         let result = f(typed);
-        self.versions[slot].fetch_add(1, Ordering::AcqRel);
+        self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
         Ok(result)
     }
 
@@ -329,14 +278,19 @@ impl ExpressionGraph {
         if in_field_access(self) {
             return None;
         }
-        Some(self.execution.lock().unwrap_or_else(|p| p.into_inner()))
+        Some(
+            self.state
+                .execution
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
     }
 
     /// Makes the CPU copy of the field in `slot` current (and, for
     /// `writing`, the active one), copying from a GPU when needed.
     fn current_on_cpu(&self, slot: usize, writing: bool) -> GraphResult<()> {
         let cpu = watershed_fields::Device::Cpu;
-        let ready = self.store.slots[slot]
+        let ready = self.state.store.slots[slot]
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
@@ -344,7 +298,7 @@ impl ExpressionGraph {
         if ready {
             return Ok(());
         }
-        let mut guard = self.store.slots[slot]
+        let mut guard = self.state.store.slots[slot]
             .write()
             .unwrap_or_else(|p| p.into_inner());
         if let Some(field) = guard.as_mut() {
@@ -481,7 +435,11 @@ impl ExpressionGraph {
                 "rotate_fields was called inside with_field of the same graph; call it after the access ends".into(),
             ));
         }
-        let _serial = self.execution.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self
+            .state
+            .execution
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         // Lock in slot order (every multi-slot locker does), so two rotations
         // cannot deadlock.
         let mut order: Vec<usize> = (0..slots.len()).collect();
@@ -490,7 +448,7 @@ impl ExpressionGraph {
             (0..slots.len()).map(|_| None).collect();
         for &i in &order {
             guards[i] = Some(
-                self.store.slots[slots[i]]
+                self.state.store.slots[slots[i]]
                     .write()
                     .unwrap_or_else(|p| p.into_inner()),
             );
@@ -525,8 +483,8 @@ impl ExpressionGraph {
             }
         }
         for &slot in &slots {
-            self.provided[slot].store(true, Ordering::Release);
-            self.versions[slot].fetch_add(1, Ordering::AcqRel);
+            self.state.provided[slot].store(true, Ordering::Release);
+            self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
         }
         Ok(())
     }
@@ -570,9 +528,9 @@ impl ExpressionGraph {
             field.layout(),
             &format!("the bound field '{}'", field.name()),
         )?;
-        let previous = self.store.put(slot, Some(L::wrap(field)));
-        self.provided[slot].store(true, Ordering::Release);
-        self.versions[slot].fetch_add(1, Ordering::AcqRel);
+        let previous = self.state.store.put(slot, Some(L::wrap(field)));
+        self.state.provided[slot].store(true, Ordering::Release);
+        self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
         Ok(previous)
     }
 
@@ -587,7 +545,7 @@ impl ExpressionGraph {
                 what: "filled as a placeholder, but it is computed by an expression".into(),
             });
         }
-        self.provided[slot].store(true, Ordering::Release);
+        self.state.provided[slot].store(true, Ordering::Release);
         Ok(())
     }
 
@@ -624,12 +582,12 @@ impl ExpressionGraph {
     /// ```
     pub fn field_version(&self, tag: &Tag) -> GraphResult<Option<u64>> {
         let slot = self.slot(tag, "asked for its version")?;
-        let external = self.store.slots[slot]
+        let external = self.state.store.slots[slot]
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .is_some_and(AnyField::is_external);
-        Ok((!external).then(|| self.versions[slot].load(Ordering::Acquire)))
+        Ok((!external).then(|| self.state.versions[slot].load(Ordering::Acquire)))
     }
 
     /// The ghost layers per side that the stencils reading `tag` need

@@ -49,6 +49,7 @@
 //! | plan | [`placement`] | device per node, copies between devices, the stream protocol as data ([`placement::policy`]: what users ask for) |
 //! | plan | [`generated_source`] | the C or CUDA source of a graph's kernels, in execution order |
 //! | executor | [`graph`] | [`ExpressionGraph`]: a plan, its placement and its execution state; field access, introspection |
+//! | executor | `state` | the state of a graph's executions: field store and pool, statistics, versions, GPU streams and replay |
 //! | executor | `placing`, `dot` | placing a built graph again; its Graphviz views |
 //! | executor | [`scheduler`] | execution: serial or threaded, memory budget, the node protocol |
 //! | executor | [`adaptive`] | `ExecutionMode::Adaptive`: one thread timed against several, the faster kept |
@@ -75,6 +76,7 @@ mod placing;
 pub mod plan;
 pub mod reduction;
 pub mod scheduler;
+mod state;
 pub mod store;
 pub mod tag;
 pub mod trace;

@@ -50,14 +50,15 @@ impl ExpressionGraph {
         if self.device_plan.gpu_nodes() == 0 {
             // An all-CPU execution writes and reads the CPU locations
             // only: bring back what earlier GPU executions left there.
-            for slot in &self.store.slots {
+            for slot in &self.state.store.slots {
                 if let Some(field) = slot.write().unwrap_or_else(|p| p.into_inner()).as_mut() {
                     field.make_active_on(Device::Cpu, None)?;
                 }
             }
         }
         // Steps captured for the old placement will not recur.
-        self.replay
+        self.state
+            .replay
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .forget_steps();
@@ -77,7 +78,11 @@ impl ExpressionGraph {
     /// Mean measured time of each node on the target it ran on (nodes that
     /// have not run yet are left out), for a [`CostModel`].
     pub fn measured_costs(&self) -> Vec<MeasuredCost> {
-        let stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
+        let stats = self
+            .state
+            .statistics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let mut costs = Vec::new();
         for (n, node) in self.plan.nodes.iter().enumerate() {
             if stats.calls[n] == 0 {

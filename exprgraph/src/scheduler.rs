@@ -224,7 +224,11 @@ impl ExpressionGraph {
             ));
         }
         let threads = checked_threads(mode)?;
-        let _serial = self.execution.lock().unwrap_or_else(|p| p.into_inner());
+        let _serial = self
+            .state
+            .execution
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let ExecutionMode::Adaptive(up_to) = mode {
             let (chosen, timed) = self.adaptive_state().next_mode(up_to);
             let outcome = self.execute_locked(chosen, checked_threads(chosen)?);
@@ -240,7 +244,10 @@ impl ExpressionGraph {
     /// The adaptive schedule's state, also after a panic elsewhere while it
     /// was locked (it holds only times).
     fn adaptive_state(&self) -> std::sync::MutexGuard<'_, crate::adaptive::AdaptiveState> {
-        self.adaptive.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .adaptive
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The mode an [`ExecutionMode::Adaptive`] graph kept after its trials,
@@ -254,7 +261,7 @@ impl ExpressionGraph {
     fn execute_locked(&self, mode: ExecutionMode, threads: usize) -> GraphResult<ExecutionReport> {
         for (slot, info) in self.plan.fields.iter().enumerate() {
             if info.placeholder
-                && !self.provided[slot].load(std::sync::atomic::Ordering::Acquire)
+                && !self.state.provided[slot].load(std::sync::atomic::Ordering::Acquire)
                 && let Some(&reader) = self.plan.users[slot]
                     .iter()
                     .find(|&&u| !self.plan.nodes[u].outputs.contains(&slot))
@@ -270,7 +277,7 @@ impl ExpressionGraph {
             self.check_devices()?;
         }
         let epoch = Instant::now();
-        self.pool.reset_counters();
+        self.state.pool.reset_counters();
         let priority = self.measured_priorities();
         let remaining_users: Vec<AtomicUsize> = self
             .plan
@@ -325,9 +332,9 @@ impl ExpressionGraph {
         // Whatever ran (all of it, or part before an error) may have
         // written its outputs.
         for &slot in &self.plan.written {
-            self.versions[slot].fetch_add(1, Ordering::AcqRel);
+            self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
         }
-        let statistics = self.pool.statistics();
+        let statistics = self.state.pool.statistics();
         let report = ExecutionReport {
             elapsed: epoch.elapsed(),
             pool_hits: statistics.hits,
@@ -336,7 +343,11 @@ impl ExpressionGraph {
             nodes_run: state.finished,
         };
         {
-            let mut stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
+            let mut stats = self
+                .state
+                .statistics
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             for event in &state.trace {
                 stats.calls[event.node] += 1;
                 stats.total[event.node] += event.end - event.start;
@@ -486,7 +497,7 @@ impl ExpressionGraph {
         let outcome = run(&mut timeline);
         if outcome.is_err() {
             self.drain_streams();
-            self.finite_watches.clear();
+            self.state.finite_watches.clear();
         }
         // Every stream has finished: the GPU's marks can be read.
         let spans = match (&outcome, timeline) {
@@ -558,7 +569,11 @@ impl ExpressionGraph {
     /// Critical-path priorities from measured mean times (unit costs until
     /// every node has run once).
     fn measured_priorities(&self) -> Vec<f64> {
-        let stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
+        let stats = self
+            .state
+            .statistics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if stats.calls.contains(&0) {
             return self.plan.priority.clone();
         }
@@ -654,12 +669,12 @@ impl ExpressionGraph {
                     &self.plan.patch,
                     Lifetime::Scratch,
                     stream.device(),
-                    &self.pool,
+                    &self.state.pool,
                     (self.gpu_scratch() == crate::GpuScratch::StreamOrdered).then_some(stream),
                 )?;
                 // Zeroed, as on the CPU below.
                 field.zero_on(stream)?;
-                self.store.put(slot, Some(field));
+                self.state.store.put(slot, Some(field));
             } else if !info.persistent && self.plan.producer[slot] == Some(node) {
                 // Zero-filled: a consumer's stencil may read ghost points
                 // this expression cannot compute.
@@ -668,10 +683,10 @@ impl ExpressionGraph {
                     &info.tag.name,
                     &self.plan.patch,
                     Lifetime::Scratch,
-                    &self.pool,
+                    &self.state.pool,
                     FieldInit::Zero,
                 )?;
-                self.store.put(slot, Some(field));
+                self.state.store.put(slot, Some(field));
             }
         }
         let inputs = graph_node
@@ -680,7 +695,7 @@ impl ExpressionGraph {
             .map(|&s| {
                 (
                     &self.plan.fields[s].tag,
-                    self.store.slots[s]
+                    self.state.store.slots[s]
                         .read()
                         .unwrap_or_else(|p| p.into_inner()),
                 )
@@ -692,7 +707,7 @@ impl ExpressionGraph {
             .map(|&s| {
                 (
                     &self.plan.fields[s].tag,
-                    self.store.slots[s]
+                    self.state.store.slots[s]
                         .write()
                         .unwrap_or_else(|p| p.into_inner()),
                 )
@@ -715,7 +730,7 @@ impl ExpressionGraph {
                 &graph_node.form,
                 &mut context,
                 stream,
-                &self.finite_watches,
+                &self.state.finite_watches,
                 self.gpu_scratch(),
             ),
         }))
@@ -754,7 +769,7 @@ impl ExpressionGraph {
                 && remaining_users[slot].fetch_sub(1, Ordering::AcqRel) == 1
             {
                 released += self.plan.fields[slot].bytes;
-                drop(self.store.put(slot, None));
+                drop(self.state.store.put(slot, None));
             }
         }
         // Scratch outputs nobody reads or modifies (an unused output of a
@@ -766,7 +781,7 @@ impl ExpressionGraph {
                 && self.plan.users[slot].is_empty()
             {
                 released += self.plan.fields[slot].bytes;
-                drop(self.store.put(slot, None));
+                drop(self.state.store.put(slot, None));
             }
         }
         released
@@ -775,7 +790,7 @@ impl ExpressionGraph {
     fn release_all_scratch(&self) {
         for (slot, info) in self.plan.fields.iter().enumerate() {
             if !info.persistent {
-                drop(self.store.put(slot, None));
+                drop(self.state.store.put(slot, None));
             }
         }
     }

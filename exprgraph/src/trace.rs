@@ -49,7 +49,11 @@ impl fmt::Display for TimingTable {
 impl ExpressionGraph {
     /// Per-expression calls, total and mean time over all executions.
     pub fn timing_table(&self) -> TimingTable {
-        let stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
+        let stats = self
+            .state
+            .statistics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let mut rows: Vec<ExpressionTiming> = self
             .plan
             .nodes
@@ -72,7 +76,8 @@ impl ExpressionGraph {
 
     /// Start and end of every node of the last execution.
     pub fn last_trace(&self) -> Vec<crate::scheduler::TraceEvent> {
-        self.statistics
+        self.state
+            .statistics
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .trace
@@ -272,7 +277,11 @@ impl ExpressionGraph {
     /// share an epoch so that their events line up on one timeline. At most
     /// [`MAX_RECORDED_EVENTS`] events are kept; the rest are counted.
     pub fn start_recording(&self, epoch: Instant) {
-        let mut stats = self.statistics.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stats = self
+            .state
+            .statistics
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         stats.recording = Some(Recording {
             epoch,
             events: Vec::new(),
@@ -285,6 +294,7 @@ impl ExpressionGraph {
     /// number of events that did not fit.
     pub fn take_recording(&self, graph: &str) -> (Vec<RecordedEvent>, u64) {
         let recording = self
+            .state
             .statistics
             .lock()
             .unwrap_or_else(|p| p.into_inner())

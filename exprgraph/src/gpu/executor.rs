@@ -94,7 +94,7 @@ impl ExpressionGraph {
                 "GPU scratch memory in stream order (GpuScratch::StreamOrdered) cannot be combined with step replay (StepReplay::CudaGraph): a replayed step must find its scratch fields at the addresses it was captured with; turn replay off first, or keep the size-class pool".into(),
             ));
         }
-        self.stream_ordered_scratch.store(
+        self.state.stream_ordered_scratch.store(
             scratch == GpuScratch::StreamOrdered,
             std::sync::atomic::Ordering::Release,
         );
@@ -105,6 +105,7 @@ impl ExpressionGraph {
     /// Where GPU nodes take their scratch memory.
     pub fn gpu_scratch(&self) -> GpuScratch {
         if self
+            .state
             .stream_ordered_scratch
             .load(std::sync::atomic::Ordering::Acquire)
         {
@@ -129,7 +130,11 @@ pub(crate) type StreamPool = std::sync::Mutex<HashMap<StreamId, GpuStream>>;
 impl ExpressionGraph {
     /// The stream `id` of this graph's pool (created on first use).
     pub(crate) fn gpu_stream(&self, id: StreamId) -> GraphResult<GpuStream> {
-        let mut streams = self.gpu_streams.lock().unwrap_or_else(|p| p.into_inner());
+        let mut streams = self
+            .state
+            .gpu_streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(stream) = streams.get(&id) {
             return Ok(stream.clone());
         }
@@ -162,7 +167,7 @@ impl ExpressionGraph {
                     let copy = &self.device_plan.transfers()[transfer];
                     let id = stream;
                     let stream = self.gpu_stream(id)?;
-                    let mut guard = self.store.slots[copy.slot]
+                    let mut guard = self.state.store.slots[copy.slot]
                         .write()
                         .unwrap_or_else(|p| p.into_inner());
                     // A slot still empty has nothing to copy; its reader
@@ -224,7 +229,7 @@ impl ExpressionGraph {
     ) -> GraphResult<()> {
         let graph_node = &self.plan.nodes[node];
         for &slot in &graph_node.inputs {
-            let valid = self.store.slots[slot]
+            let valid = self.state.store.slots[slot]
                 .read()
                 .unwrap_or_else(|p| p.into_inner())
                 .as_ref()
@@ -232,7 +237,7 @@ impl ExpressionGraph {
             if valid {
                 continue;
             }
-            let mut guard = self.store.slots[slot]
+            let mut guard = self.state.store.slots[slot]
                 .write()
                 .unwrap_or_else(|p| p.into_inner());
             if let Some(field) = guard.as_mut() {
@@ -250,7 +255,7 @@ impl ExpressionGraph {
             if scratch_of_this_node {
                 continue;
             }
-            let mut guard = self.store.slots[slot]
+            let mut guard = self.state.store.slots[slot]
                 .write()
                 .unwrap_or_else(|p| p.into_inner());
             if let Some(field) = guard.as_mut() {
@@ -343,6 +348,7 @@ impl ExpressionGraph {
     pub(crate) fn first_not_finite(&self) -> GraphResult<()> {
         let mut watches = std::mem::take(
             &mut *self
+                .state
                 .finite_watches
                 .active
                 .lock()
@@ -369,7 +375,7 @@ impl ExpressionGraph {
                 keys.push(watch.key);
             }
         }
-        self.finite_watches.keep_keys(keys.into_iter());
+        self.state.finite_watches.keep_keys(keys.into_iter());
         if let Some((point, watch)) = bad {
             let (zero, sy, sz) = watch.launch.target;
             let offset = point[0] as i64 + point[1] as i64 * sy + point[2] as i64 * sz;

@@ -202,7 +202,7 @@ impl ReplayState {
 
 impl ExpressionGraph {
     pub(crate) fn replay_state(&self) -> std::sync::MutexGuard<'_, ReplayState> {
-        self.replay.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.replay.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Sets how executions on a GPU enqueue their work. Turning

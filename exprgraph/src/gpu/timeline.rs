@@ -162,18 +162,19 @@ impl ExpressionGraph {
     /// # }
     /// ```
     pub fn set_gpu_timeline(&self, on: bool) {
-        self.gpu_timeline.store(on, Ordering::Release);
+        self.state.gpu_timeline.store(on, Ordering::Release);
     }
 
     /// Whether executions time their GPU side ([`Self::set_gpu_timeline`]).
     pub fn gpu_timeline(&self) -> bool {
-        self.gpu_timeline.load(Ordering::Acquire)
+        self.state.gpu_timeline.load(Ordering::Acquire)
     }
 
     /// The GPU spans of the last execution, in start order (empty unless
     /// [`Self::set_gpu_timeline`] was on and the execution succeeded).
     pub fn last_gpu_trace(&self) -> Vec<GpuSpan> {
-        self.statistics
+        self.state
+            .statistics
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .gpu_trace
