@@ -22,6 +22,14 @@ pub enum FieldError {
         reason: String,
     },
 
+    /// A decomposition of a grid into patches cannot be used
+    /// ([`crate::decomposition::PatchLayout`]).
+    #[error("invalid patch layout: {reason}")]
+    InvalidLayout {
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+
     /// Caller memory does not match the layout the field needs.
     #[error("field '{field}': external storage does not fit its layout: {reason}")]
     ExternalStorage {

@@ -11,6 +11,7 @@
 //! | --- | --- |
 //! | [`grid`] | [`Grid`] (the domain), [`Patch`] (a window with ghost layers), [`GhostWidth`] |
 //! | [`location`] | zero-sized markers [`CellCentre`], [`XFace`], [`YFace`], [`ZFace`], [`LocationKind`] and [`on_face!`] |
+//! | [`decomposition`] | [`PatchLayout`]: a grid's fixed decomposition into patches, their neighbours and the ranks that own them |
 //! | [`side`] | [`Side`]: an axis and its minus or plus end |
 //! | [`layout`] | [`FieldLayout`]: sizes per location, [`IndexBox`] loops over interior and ghosts |
 //! | [`device`] | [`Device`]: CPU or GPU *k* |
@@ -44,6 +45,7 @@
 
 #![warn(missing_docs)]
 
+pub mod decomposition;
 pub mod device;
 pub mod error;
 pub mod external;
@@ -62,6 +64,7 @@ pub mod side;
 pub mod state;
 pub mod views;
 
+pub use decomposition::PatchLayout;
 pub use device::Device;
 pub use error::{FieldError, FieldResult};
 pub use external::ExternalBuffer;

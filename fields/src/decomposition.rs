@@ -1,0 +1,365 @@
+//! A grid decomposed into a fixed layout of patches, as Uintah decomposes
+//! Wasatch's domains: `counts = [px, py, pz]` boxes of equal size, numbered
+//! with x fastest, each with the same ghost width. The layout, not the
+//! number of processes, defines the arithmetic: processes (ranks) own
+//! contiguous runs of patches ([`PatchLayout::owned_by`]), several each if
+//! there are more patches than ranks, so that 1, 2 or 4 ranks over one
+//! layout compute the same patches.
+//!
+//! A layout is refused, with the axis and the numbers, when a count is 0,
+//! does not divide the grid's cells on its axis, splits an axis the grid
+//! does not use, or leaves patches thinner than their ghost layers (a
+//! ghost layer would then need cells beyond the neighbouring patch). Across
+//! a periodic axis the first and last patches are neighbours; across a
+//! non-periodic one a patch side on the domain boundary has none (its
+//! ghosts are a boundary condition's, see [`Patch::minus_boundary`]).
+
+use crate::error::{FieldError, FieldResult};
+use crate::grid::{GhostWidth, Grid, Patch, axis_name};
+use crate::side::Side;
+use std::ops::Range;
+
+/// A grid's fixed decomposition into patches (see the module docs).
+///
+/// ```
+/// use watershed_fields::{GhostWidth, Grid, PatchLayout, Side};
+/// let grid = Grid::new([32, 16, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, false, false]);
+/// let layout = PatchLayout::new(&grid, [4, 2, 1], GhostWidth::uniform(1))?;
+/// assert_eq!(layout.len(), 8);
+/// let patch = layout.patch(5)?; // x = 1, y = 1
+/// assert_eq!((patch.offset(), patch.cells()), ([8, 8, 0], [8, 8, 1]));
+/// // x is periodic: patch 4 (x = 0) has patch 7 on its minus side.
+/// assert_eq!(layout.neighbour(4, Side { axis: 0, plus: false }), Some(7));
+/// // y is not: the top row has no neighbour above it.
+/// assert_eq!(layout.neighbour(5, Side { axis: 1, plus: true }), None);
+/// // Three ranks own 3, 3 and 2 patches, in order.
+/// assert_eq!(layout.owned_by(0, 3)?, 0..3);
+/// assert_eq!(layout.owner(7, 3)?, 2);
+/// # Ok::<(), watershed_fields::FieldError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatchLayout {
+    grid: Grid,
+    counts: [usize; 3],
+    patch_cells: [usize; 3],
+    ghosts: GhostWidth,
+}
+
+impl PatchLayout {
+    /// `counts[axis]` patches along each axis of `grid`, each with
+    /// `ghosts` layers (zero on axes the grid does not use).
+    pub fn new(grid: &Grid, counts: [usize; 3], ghosts: GhostWidth) -> FieldResult<Self> {
+        let cells = grid.cells();
+        let active = grid.active_dimensions();
+        let ghosts = ghosts.restricted_to(active);
+        let invalid = |reason: String| FieldError::InvalidLayout { reason };
+        let mut patch_cells = [1; 3];
+        for axis in 0..3 {
+            let (count, n, name) = (counts[axis], cells[axis], axis_name(axis));
+            if count == 0 {
+                return Err(invalid(format!("0 patches along {name}; give at least 1")));
+            }
+            if !active[axis] && count > 1 {
+                return Err(invalid(format!(
+                    "{count} patches along {name}, but the grid has 1 cell there; give 1"
+                )));
+            }
+            if n % count != 0 {
+                return Err(invalid(format!(
+                    "{count} patches along {name} do not divide its {n} cells; use a divisor of {n} ({})",
+                    divisors(n)
+                        .iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            patch_cells[axis] = n / count;
+            let needed = ghosts.minus[axis].max(ghosts.plus[axis]);
+            if count > 1 && patch_cells[axis] < needed {
+                return Err(invalid(format!(
+                    "{count} patches along {name} are {} cell(s) thick, fewer than their {needed} ghost layer(s): a ghost layer would reach beyond the neighbouring patch; use at most {} patches along {name}",
+                    patch_cells[axis],
+                    n / needed
+                )));
+            }
+        }
+        Ok(PatchLayout {
+            grid: grid.clone(),
+            counts,
+            patch_cells,
+            ghosts,
+        })
+    }
+
+    /// The grid decomposed.
+    pub fn grid(&self) -> &Grid {
+        &self.grid
+    }
+
+    /// Patches along each axis.
+    pub fn counts(&self) -> [usize; 3] {
+        self.counts
+    }
+
+    /// Cells of every patch along each axis.
+    pub fn patch_cells(&self) -> [usize; 3] {
+        self.patch_cells
+    }
+
+    /// How many patches.
+    pub fn len(&self) -> usize {
+        self.counts.iter().product()
+    }
+
+    /// Always false: a layout has at least one patch.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The position `[i, j, k]` of patch `index` in the layout.
+    pub fn position(&self, index: usize) -> [usize; 3] {
+        let [px, py, _] = self.counts;
+        [index % px, (index / px) % py, index / (px * py)]
+    }
+
+    /// The index of the patch at `position` (x fastest).
+    pub fn index(&self, position: [usize; 3]) -> usize {
+        let [px, py, _] = self.counts;
+        position[0] + px * (position[1] + py * position[2])
+    }
+
+    /// Patch `index`, with the layout's ghost layers. An error naming the
+    /// index when there is no such patch.
+    pub fn patch(&self, index: usize) -> FieldResult<Patch> {
+        self.check_index(index)?;
+        let position = self.position(index);
+        let offset = [0, 1, 2].map(|a| position[a] * self.patch_cells[a]);
+        Patch::new(&self.grid, offset, self.patch_cells, self.ghosts)
+    }
+
+    /// The patch across `side` of patch `index`: the next one along the
+    /// axis, wrapping around a periodic axis; `None` where the side lies on
+    /// a non-periodic domain boundary (or `index` is not a patch).
+    pub fn neighbour(&self, index: usize, side: Side) -> Option<usize> {
+        if index >= self.len() || side.axis > 2 {
+            return None;
+        }
+        let axis = side.axis;
+        let count = self.counts[axis];
+        let mut position = self.position(index);
+        let at = position[axis];
+        let periodic = self.grid.periodic()[axis] && self.grid.active_dimensions()[axis];
+        position[axis] = match (side.plus, at) {
+            (true, at) if at + 1 < count => at + 1,
+            (true, _) if periodic => 0,
+            (false, at) if at > 0 => at - 1,
+            (false, _) if periodic => count - 1,
+            _ => return None,
+        };
+        Some(self.index(position))
+    }
+
+    /// The patches rank `rank` of `ranks` owns: a contiguous run, the first
+    /// `len % ranks` ranks one patch more than the others. Refuses no
+    /// ranks, more ranks than patches (a rank would own nothing) and a rank
+    /// outside `0..ranks`.
+    pub fn owned_by(&self, rank: usize, ranks: usize) -> FieldResult<Range<usize>> {
+        self.check_ranks(ranks)?;
+        if rank >= ranks {
+            return Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "rank {rank} is not one of the {ranks} ranks (0 to {})",
+                    ranks - 1
+                ),
+            });
+        }
+        let (base, extra) = (self.len() / ranks, self.len() % ranks);
+        let start = rank * base + rank.min(extra);
+        let end = start + base + usize::from(rank < extra);
+        Ok(start..end)
+    }
+
+    /// The rank of `ranks` that owns patch `index` (see [`Self::owned_by`]).
+    pub fn owner(&self, index: usize, ranks: usize) -> FieldResult<usize> {
+        self.check_ranks(ranks)?;
+        self.check_index(index)?;
+        let (base, extra) = (self.len() / ranks, self.len() % ranks);
+        // The first `extra` ranks own `base + 1` patches each.
+        let long = extra * (base + 1);
+        Ok(if index < long {
+            index / (base + 1)
+        } else {
+            extra + (index - long) / base
+        })
+    }
+
+    fn check_index(&self, index: usize) -> FieldResult<()> {
+        if index < self.len() {
+            Ok(())
+        } else {
+            Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "patch {index} does not exist: the layout {:?} has {} patches",
+                    self.counts,
+                    self.len()
+                ),
+            })
+        }
+    }
+
+    fn check_ranks(&self, ranks: usize) -> FieldResult<()> {
+        if ranks == 0 || ranks > self.len() {
+            return Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "{ranks} rank(s) for the {} patches of layout {:?}: every rank must own at least one patch; use 1 to {} ranks or more patches",
+                    self.len(),
+                    self.counts,
+                    self.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The divisors of `n`, ascending.
+fn divisors(n: usize) -> Vec<usize> {
+    (1..=n).filter(|&d| n.is_multiple_of(d)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn grid(cells: [usize; 3], periodic: [bool; 3]) -> Grid {
+        Grid::new(cells, [1.0; 3], [0.0; 3])
+            .unwrap()
+            .with_periodic(periodic)
+    }
+
+    fn reason(error: FieldError) -> String {
+        match error {
+            FieldError::InvalidLayout { reason } => reason,
+            other => panic!("expected InvalidLayout, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn layouts_that_cannot_be_used_are_refused_naming_the_axis() {
+        let g = grid([12, 10, 1], [false; 3]);
+        let one = GhostWidth::uniform(1);
+        let why = reason(PatchLayout::new(&g, [5, 1, 1], one).unwrap_err());
+        assert!(
+            why.contains("along x") && why.contains("1, 2, 3, 4, 6, 12"),
+            "{why}"
+        );
+        let why = reason(PatchLayout::new(&g, [1, 0, 1], one).unwrap_err());
+        assert!(why.contains("0 patches along y"), "{why}");
+        let why = reason(PatchLayout::new(&g, [1, 1, 2], one).unwrap_err());
+        assert!(why.contains("along z") && why.contains("1 cell"), "{why}");
+        // 12 cells in 6 patches of 2 cells cannot carry 3 ghost layers.
+        let why = reason(PatchLayout::new(&g, [6, 1, 1], GhostWidth::uniform(3)).unwrap_err());
+        assert!(
+            why.contains("2 cell(s) thick") && why.contains("at most 4 patches"),
+            "{why}"
+        );
+        // One patch along an axis needs no neighbour there.
+        assert!(PatchLayout::new(&grid([2, 10, 1], [false; 3]), [1, 5, 1], one).is_ok());
+    }
+
+    #[test]
+    fn ranks_and_indices_outside_the_layout_are_refused() {
+        let layout = PatchLayout::new(
+            &grid([8, 8, 1], [false; 3]),
+            [2, 2, 1],
+            GhostWidth::uniform(1),
+        )
+        .unwrap();
+        assert!(reason(layout.owned_by(0, 0).unwrap_err()).contains("0 rank(s)"));
+        assert!(reason(layout.owner(0, 5).unwrap_err()).contains("use 1 to 4 ranks"));
+        assert!(reason(layout.owned_by(3, 3).unwrap_err()).contains("rank 3 is not one of the 3"));
+        assert!(reason(layout.patch(4).unwrap_err()).contains("patch 4 does not exist"));
+        assert_eq!(
+            layout.neighbour(
+                4,
+                Side {
+                    axis: 0,
+                    plus: true
+                }
+            ),
+            None
+        );
+    }
+
+    /// The largest divisor of `n` that is at most `limit`.
+    fn divisor_at_most(n: usize, limit: usize) -> usize {
+        (1..=limit.min(n))
+            .rev()
+            .find(|&d| n.is_multiple_of(d))
+            .unwrap_or(1)
+    }
+
+    proptest! {
+        /// Every cell of the grid lies in exactly one patch; patches tile
+        /// the grid in index order; neighbours are symmetric and wrap only
+        /// across periodic axes; owners are contiguous, every rank owns at
+        /// least one patch and owner and owned_by agree.
+        #[test]
+        fn layouts_tile_the_grid_and_ranks_own_contiguous_runs(
+            cells in prop::array::uniform3(1usize..13),
+            wanted in prop::array::uniform3(1usize..5),
+            periodic in prop::array::uniform3(any::<bool>()),
+            ranks_wanted in 1usize..9,
+        ) {
+            let g = grid(cells, periodic);
+            let counts = [0, 1, 2].map(|a| divisor_at_most(cells[a], wanted[a]));
+            let layout = PatchLayout::new(&g, counts, GhostWidth::none()).unwrap();
+            let mut cover = vec![0u8; cells.iter().product()];
+            for index in 0..layout.len() {
+                prop_assert_eq!(layout.index(layout.position(index)), index);
+                let patch = layout.patch(index).unwrap();
+                let (offset, size) = (patch.offset(), patch.cells());
+                for k in offset[2]..offset[2] + size[2] {
+                    for j in offset[1]..offset[1] + size[1] {
+                        for i in offset[0]..offset[0] + size[0] {
+                            cover[i + cells[0] * (j + cells[1] * k)] += 1;
+                        }
+                    }
+                }
+                for axis in 0..3 {
+                    for plus in [false, true] {
+                        let side = Side { axis, plus };
+                        let across = layout.neighbour(index, side);
+                        let back = across.and_then(|n| layout.neighbour(n, Side { axis, plus: !plus }));
+                        if let Some(n) = across {
+                            prop_assert_eq!(back, Some(index));
+                            let (mine, theirs) = (layout.position(index), layout.position(n));
+                            let wraps = mine[axis].abs_diff(theirs[axis]) != 1;
+                            prop_assert!(!wraps || periodic[axis] || counts[axis] == 1);
+                        } else {
+                            // Only a non-periodic domain boundary has no neighbour.
+                            let on_boundary = if plus { patch.plus_boundary() } else { patch.minus_boundary() };
+                            let inactive = !g.active_dimensions()[axis];
+                            prop_assert!(on_boundary[axis] || inactive);
+                        }
+                    }
+                }
+            }
+            prop_assert!(cover.iter().all(|&c| c == 1));
+            let ranks = ranks_wanted.min(layout.len());
+            let mut next = 0;
+            for rank in 0..ranks {
+                let run = layout.owned_by(rank, ranks).unwrap();
+                prop_assert_eq!(run.start, next);
+                prop_assert!(!run.is_empty());
+                for index in run.clone() {
+                    prop_assert_eq!(layout.owner(index, ranks).unwrap(), rank);
+                }
+                next = run.end;
+            }
+            prop_assert_eq!(next, layout.len());
+        }
+    }
+}
