@@ -12,6 +12,7 @@
 //! | [`grid`] | [`Grid`] (the domain), [`Patch`] (a window with ghost layers), [`GhostWidth`] |
 //! | [`location`] | zero-sized markers [`CellCentre`], [`XFace`], [`YFace`], [`ZFace`], [`LocationKind`] and [`on_face!`] |
 //! | [`decomposition`] | [`PatchLayout`]: a grid's fixed decomposition into patches, their neighbours and the ranks that own them |
+//! | [`halo`] | [`halo::exchange_ghosts`]: the ghost points of a layout's patches from the patches owning them, within one process |
 //! | [`side`] | [`Side`]: an axis and its minus or plus end |
 //! | [`layout`] | [`FieldLayout`]: sizes per location, [`IndexBox`] loops over interior and ghosts |
 //! | [`device`] | [`Device`]: CPU or GPU *k* |
@@ -52,6 +53,7 @@ pub mod external;
 pub mod field;
 pub mod gpu;
 pub mod grid;
+pub mod halo;
 pub mod hashing;
 pub mod host_memory;
 pub mod io;

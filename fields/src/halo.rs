@@ -1,0 +1,332 @@
+//! Halo exchange between the patches of one process: every ghost point of
+//! every patch that lies inside the domain (after wrapping periodic axes)
+//! takes the value the patch owning that point holds there. Values are
+//! copied, never computed, so the ghosts of a decomposed field equal what
+//! the whole domain holds at those points, bit for bit: its interior
+//! values, or their periodic images.
+//!
+//! Who owns a point: along each axis, the patch whose interior holds it. A
+//! face normal to an axis on a patch seam belongs to the patch on its plus
+//! side (a patch's interior faces are its minus face and those inside it);
+//! the face on a physical plus boundary belongs to the last patch, whose
+//! interior has that one more face. Ghost points outside the domain on a
+//! non-periodic axis are left alone: they are a boundary condition's.
+//!
+//! Across processes the same points travel as messages (issue 51); here
+//! the source and the destination are fields of one slice, so each
+//! destination's values are gathered first and written after.
+
+use crate::decomposition::PatchLayout;
+use crate::error::{FieldError, FieldResult};
+use crate::field::SpatialField;
+use crate::location::{Location, LocationKind};
+
+/// Fills the ghost points of `fields` (one per patch of `layout`, in patch
+/// order, all valid on the CPU) from the patches owning them (see the
+/// module docs); returns how many points were copied. An error, naming
+/// the field, when their number or a patch differs from the layout's.
+///
+/// ```
+/// use watershed_fields::halo::exchange_ghosts;
+/// use watershed_fields::{CellCentre, Device, GhostWidth, Grid, PatchLayout, SpatialField};
+/// let grid = Grid::new([8, 1, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, false, false]);
+/// let layout = PatchLayout::new(&grid, [2, 1, 1], GhostWidth::uniform(1))?;
+/// let mut fields = Vec::new();
+/// for p in 0..layout.len() {
+///     let mut u = SpatialField::<CellCentre>::new(&format!("u{p}"), &layout.patch(p)?, Device::Cpu)?;
+///     u.fill(p as f64)?;
+///     fields.push(u);
+/// }
+/// assert_eq!(exchange_ghosts(&layout, &mut fields)?, 4);
+/// // Patch 0's ghosts on either side hold patch 1's values (x is periodic).
+/// let first = fields[0].values()?;
+/// assert_eq!((first[0], first[5]), (1.0, 1.0));
+/// # Ok::<(), watershed_fields::FieldError>(())
+/// ```
+pub fn exchange_ghosts<L: Location>(
+    layout: &PatchLayout,
+    fields: &mut [SpatialField<L, f64>],
+) -> FieldResult<usize> {
+    if fields.len() != layout.len() {
+        return Err(FieldError::InvalidLayout {
+            reason: format!(
+                "{} field(s) given for the {} patches of layout {:?}; give one per patch, in patch order",
+                fields.len(),
+                layout.len(),
+                layout.counts()
+            ),
+        });
+    }
+    for (index, field) in fields.iter().enumerate() {
+        let patch = layout.patch(index)?;
+        if *field.layout().patch() != patch {
+            return Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "field '{}' is on a patch at {:?} of {:?} cells with {:?} ghosts, but patch {index} of the layout is at {:?} of {:?} cells with {:?} ghosts",
+                    field.name(),
+                    field.layout().patch().offset(),
+                    field.layout().patch().cells(),
+                    field.layout().patch().ghosts(),
+                    patch.offset(),
+                    patch.cells(),
+                    patch.ghosts()
+                ),
+            });
+        }
+    }
+    let owners = Owners::new(layout, L::KIND);
+    // Gather every destination's values from the sources, then write them.
+    let mut incoming: Vec<Vec<(usize, f64)>> = Vec::with_capacity(fields.len());
+    for field in fields.iter() {
+        let field_layout = field.layout();
+        let offset = field_layout.patch().offset();
+        let interior = field_layout.interior();
+        let mut values = Vec::new();
+        for local in field_layout.allocated().iter() {
+            if interior.contains(local) {
+                continue;
+            }
+            let global = [0, 1, 2].map(|a| offset[a] as isize + local[a]);
+            let Some((source, source_local)) = owners.of(global) else {
+                continue;
+            };
+            let source_field = &fields[source];
+            let value = source_field.values()?[source_field.layout().linear_index(source_local)];
+            values.push((field_layout.linear_index(local), value));
+        }
+        incoming.push(values);
+    }
+    let mut copied = 0;
+    for (field, values) in fields.iter_mut().zip(incoming) {
+        let data = field.values_mut()?;
+        copied += values.len();
+        for (at, value) in values {
+            data[at] = value;
+        }
+    }
+    Ok(copied)
+}
+
+/// Which patch owns each global point of one location.
+struct Owners {
+    counts: [usize; 3],
+    patch_cells: [usize; 3],
+    /// Global points along each axis (cells, or cells + 1 for faces
+    /// normal to a non-periodic axis).
+    points: [isize; 3],
+    periodic: [bool; 3],
+    active: [bool; 3],
+    index_of: Box<dyn Fn([usize; 3]) -> usize>,
+}
+
+impl Owners {
+    fn new(layout: &PatchLayout, kind: LocationKind) -> Self {
+        let grid = layout.grid();
+        let cells = grid.cells();
+        let active = grid.active_dimensions();
+        let periodic = [0, 1, 2].map(|a| grid.periodic()[a] && active[a]);
+        let normal = match kind {
+            LocationKind::CellCentre => None,
+            LocationKind::XFace => Some(0),
+            LocationKind::YFace => Some(1),
+            LocationKind::ZFace => Some(2),
+        };
+        let points = [0, 1, 2].map(|a| {
+            let extra = normal == Some(a) && active[a] && !periodic[a];
+            (cells[a] + usize::from(extra)) as isize
+        });
+        let counts = layout.counts();
+        Owners {
+            counts,
+            patch_cells: layout.patch_cells(),
+            points,
+            periodic,
+            active,
+            index_of: Box::new(move |p: [usize; 3]| p[0] + counts[0] * (p[1] + counts[1] * p[2])),
+        }
+    }
+
+    /// The patch owning global point `global` and the point's index there;
+    /// `None` outside the domain on a non-periodic axis.
+    fn of(&self, global: [isize; 3]) -> Option<(usize, [isize; 3])> {
+        let mut position = [0usize; 3];
+        let mut local = [0isize; 3];
+        for a in 0..3 {
+            if !self.active[a] {
+                // No ghosts along an axis the grid does not use.
+                if global[a] != 0 {
+                    return None;
+                }
+                continue;
+            }
+            let n = self.points[a];
+            let g = if self.periodic[a] {
+                global[a].rem_euclid(n)
+            } else if (0..n).contains(&global[a]) {
+                global[a]
+            } else {
+                return None;
+            };
+            let width = self.patch_cells[a] as isize;
+            let p = ((g / width) as usize).min(self.counts[a] - 1);
+            position[a] = p;
+            local[a] = g - p as isize * width;
+        }
+        Some(((self.index_of)(position), local))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+    use crate::grid::{GhostWidth, Grid};
+    use crate::location::{CellCentre, XFace, YFace};
+    use proptest::prelude::*;
+
+    /// The value every test puts at global point `g` (distinct per point).
+    fn value_at(g: [isize; 3]) -> f64 {
+        (g[0] * 10_000 + g[1] * 100 + g[2]) as f64 + 0.25
+    }
+
+    /// Fields of every patch with their interiors from `value_at` and their
+    /// ghosts NaN; then the exchange; then every ghost point compared with
+    /// a hand-written reference: inside the domain (after wrapping periodic
+    /// axes, faces normal to a non-periodic axis counting the boundary
+    /// face) the value at the wrapped point, NaN outside.
+    fn check<L: Location>(
+        cells: [usize; 3],
+        counts: [usize; 3],
+        periodic: [bool; 3],
+        ghosts: usize,
+    ) {
+        let grid = Grid::new(cells, [1.0; 3], [0.0; 3])
+            .unwrap()
+            .with_periodic(periodic);
+        let layout = PatchLayout::new(&grid, counts, GhostWidth::uniform(ghosts)).unwrap();
+        let mut fields: Vec<SpatialField<L, f64>> = (0..layout.len())
+            .map(|p| {
+                let patch = layout.patch(p).unwrap();
+                let mut field =
+                    SpatialField::<L, f64>::new(&format!("f{p}"), &patch, Device::Cpu).unwrap();
+                let fl = field.layout().clone();
+                let data = field.values_mut().unwrap();
+                for local in fl.allocated().iter() {
+                    let g = [0, 1, 2].map(|a| patch.offset()[a] as isize + local[a]);
+                    data[fl.linear_index(local)] = if fl.interior().contains(local) {
+                        value_at(g)
+                    } else {
+                        f64::NAN
+                    };
+                }
+                field
+            })
+            .collect();
+        exchange_ghosts(&layout, &mut fields).unwrap();
+        let active = grid.active_dimensions();
+        let normal = match L::KIND {
+            LocationKind::XFace => 0,
+            LocationKind::YFace => 1,
+            LocationKind::ZFace => 2,
+            LocationKind::CellCentre => 3,
+        };
+        for (p, field) in fields.iter().enumerate() {
+            let patch = layout.patch(p).unwrap();
+            let fl = field.layout();
+            let data = field.values().unwrap();
+            for local in fl.allocated().iter() {
+                let g = [0, 1, 2].map(|a| patch.offset()[a] as isize + local[a]);
+                let mut wrapped = g;
+                let mut inside = true;
+                for a in 0..3 {
+                    if !active[a] {
+                        continue;
+                    }
+                    if periodic[a] {
+                        wrapped[a] = g[a].rem_euclid(cells[a] as isize);
+                    } else {
+                        let last = cells[a] as isize - if normal == a { 0 } else { 1 };
+                        inside &= g[a] >= 0 && g[a] <= last;
+                    }
+                }
+                let got = data[fl.linear_index(local)];
+                if inside {
+                    assert_eq!(
+                        got.to_bits(),
+                        value_at(wrapped).to_bits(),
+                        "patch {p} point {local:?} (global {g:?})"
+                    );
+                } else {
+                    assert!(
+                        got.is_nan(),
+                        "patch {p} point {local:?} outside the domain was written: {got}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn seams_corners_and_periodic_wraps_take_the_owners_values() {
+        check::<CellCentre>([8, 6, 1], [2, 3, 1], [true, false, false], 2);
+        check::<XFace>([8, 6, 1], [4, 2, 1], [false, true, false], 1);
+        check::<YFace>([6, 8, 4], [3, 2, 2], [false, false, true], 2);
+    }
+
+    #[test]
+    fn fields_that_do_not_match_the_layout_are_refused_by_name() {
+        let grid = Grid::new([8, 8, 1], [1.0; 3], [0.0; 3]).unwrap();
+        let layout = PatchLayout::new(&grid, [2, 1, 1], GhostWidth::uniform(1)).unwrap();
+        let mut one = vec![
+            SpatialField::<CellCentre>::new("only", &layout.patch(0).unwrap(), Device::Cpu)
+                .unwrap(),
+        ];
+        let why = exchange_ghosts(&layout, &mut one).unwrap_err().to_string();
+        assert!(why.contains("1 field(s) given for the 2 patches"), "{why}");
+        let mut swapped = vec![
+            SpatialField::<CellCentre>::new("a", &layout.patch(1).unwrap(), Device::Cpu).unwrap(),
+            SpatialField::<CellCentre>::new("b", &layout.patch(0).unwrap(), Device::Cpu).unwrap(),
+        ];
+        let error = exchange_ghosts(&layout, &mut swapped).unwrap_err();
+        assert!(
+            matches!(&error, FieldError::InvalidLayout { reason } if reason.contains("field 'a'") && reason.contains("patch 0")),
+            "{error}"
+        );
+    }
+
+    /// The largest divisor of `n` that is at most `limit`.
+    fn divisor_at_most(n: usize, limit: usize) -> usize {
+        (1..=limit.min(n))
+            .rev()
+            .find(|&d| n.is_multiple_of(d))
+            .unwrap_or(1)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Random grids, layouts, periodicity, ghost widths and locations.
+        #[test]
+        fn every_ghost_point_equals_the_whole_domain(
+            cells in prop::array::uniform3(1usize..9),
+            wanted in prop::array::uniform3(1usize..4),
+            periodic in prop::array::uniform3(any::<bool>()),
+            ghosts in 0usize..3,
+            location in 0usize..4,
+        ) {
+            let counts = [0, 1, 2].map(|a| {
+                let mut c = divisor_at_most(cells[a], wanted[a]);
+                // Patches at least as thick as their ghosts.
+                while c > 1 && cells[a] / c < ghosts {
+                    c = divisor_at_most(cells[a], c - 1);
+                }
+                c
+            });
+            match location {
+                0 => check::<CellCentre>(cells, counts, periodic, ghosts),
+                1 => check::<XFace>(cells, counts, periodic, ghosts),
+                2 => check::<YFace>(cells, counts, periodic, ghosts),
+                _ => check::<crate::location::ZFace>(cells, counts, periodic, ghosts),
+            }
+        }
+    }
+}
