@@ -58,53 +58,106 @@ pub fn exchange_ghosts<L: Location>(
         });
     }
     for (index, field) in fields.iter().enumerate() {
-        let patch = layout.patch(index)?;
-        if *field.layout().patch() != patch {
-            return Err(FieldError::InvalidLayout {
-                reason: format!(
-                    "field '{}' is on a patch at {:?} of {:?} cells with {:?} ghosts, but patch {index} of the layout is at {:?} of {:?} cells with {:?} ghosts",
-                    field.name(),
-                    field.layout().patch().offset(),
-                    field.layout().patch().cells(),
-                    field.layout().patch().ghosts(),
-                    patch.offset(),
-                    patch.cells(),
-                    patch.ghosts()
-                ),
-            });
-        }
+        check_patch(layout, index, field)?;
     }
-    let owners = Owners::new(layout, L::KIND);
+    let plan = HaloPlan::new(layout, L::KIND)?;
     // Gather every destination's values from the sources, then write them.
-    let mut incoming: Vec<Vec<(usize, f64)>> = Vec::with_capacity(fields.len());
-    for field in fields.iter() {
-        let field_layout = field.layout();
-        let offset = field_layout.patch().offset();
-        let interior = field_layout.interior();
-        let mut values = Vec::new();
-        for local in field_layout.allocated().iter() {
-            if interior.contains(local) {
-                continue;
-            }
-            let global = [0, 1, 2].map(|a| offset[a] as isize + local[a]);
-            let Some((source, source_local)) = owners.of(global) else {
-                continue;
-            };
-            let source_field = &fields[source];
-            let value = source_field.values()?[source_field.layout().linear_index(source_local)];
-            values.push((field_layout.linear_index(local), value));
+    let mut incoming: Vec<Vec<f64>> = Vec::with_capacity(fields.len());
+    for copies in &plan.copies {
+        let mut values = Vec::with_capacity(copies.len());
+        for copy in copies {
+            values.push(fields[copy.source].values()?[copy.from]);
         }
         incoming.push(values);
     }
     let mut copied = 0;
-    for (field, values) in fields.iter_mut().zip(incoming) {
+    for ((field, values), copies) in fields.iter_mut().zip(incoming).zip(&plan.copies) {
         let data = field.values_mut()?;
         copied += values.len();
-        for (at, value) in values {
-            data[at] = value;
+        for (value, copy) in values.into_iter().zip(copies) {
+            data[copy.to] = value;
         }
     }
     Ok(copied)
+}
+
+/// Checks that `field` is on patch `index` of `layout`, naming it if not.
+pub(crate) fn check_patch<L: Location>(
+    layout: &PatchLayout,
+    index: usize,
+    field: &SpatialField<L, f64>,
+) -> FieldResult<()> {
+    let patch = layout.patch(index)?;
+    if *field.layout().patch() == patch {
+        return Ok(());
+    }
+    Err(FieldError::InvalidLayout {
+        reason: format!(
+            "field '{}' is on a patch at {:?} of {:?} cells with {:?} ghosts, but patch {index} of the layout is at {:?} of {:?} cells with {:?} ghosts",
+            field.name(),
+            field.layout().patch().offset(),
+            field.layout().patch().cells(),
+            field.layout().patch().ghosts(),
+            patch.offset(),
+            patch.cells(),
+            patch.ghosts()
+        ),
+    })
+}
+
+/// One ghost point to fill: from point `from` (a linear index) of patch
+/// `source`'s field into point `to` of the destination's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HaloCopy {
+    /// The patch owning the point.
+    pub source: usize,
+    /// Its linear index in the source's field.
+    pub from: usize,
+    /// The ghost point's linear index in the destination's field.
+    pub to: usize,
+}
+
+/// Every ghost point of every patch of a layout for one location, with
+/// the patch it comes from: what an exchange copies, in an order both
+/// ends of a message know (destination patch, then its ghost points in
+/// storage order). Every patch has the same layout, so the linear indices
+/// hold for every field of that location.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HaloPlan {
+    /// Per destination patch, its copies in order.
+    pub copies: Vec<Vec<HaloCopy>>,
+}
+
+impl HaloPlan {
+    /// The plan of `layout` for fields at `kind`.
+    pub fn new(layout: &PatchLayout, kind: LocationKind) -> FieldResult<Self> {
+        let owners = Owners::new(layout, kind);
+        let mut copies = Vec::with_capacity(layout.len());
+        for index in 0..layout.len() {
+            let patch = layout.patch(index)?;
+            let field_layout = crate::layout::FieldLayout::new(&patch, kind);
+            let offset = patch.offset();
+            let interior = field_layout.interior();
+            let mut mine = Vec::new();
+            for local in field_layout.allocated().iter() {
+                if interior.contains(local) {
+                    continue;
+                }
+                let global = [0, 1, 2].map(|a| offset[a] as isize + local[a]);
+                let Some((source, source_local)) = owners.of(global) else {
+                    continue;
+                };
+                let source_layout = crate::layout::FieldLayout::new(&layout.patch(source)?, kind);
+                mine.push(HaloCopy {
+                    source,
+                    from: source_layout.linear_index(source_local),
+                    to: field_layout.linear_index(local),
+                });
+            }
+            copies.push(mine);
+        }
+        Ok(HaloPlan { copies })
+    }
 }
 
 /// Which patch owns each global point of one location.

@@ -13,6 +13,7 @@
 //! | [`location`] | zero-sized markers [`CellCentre`], [`XFace`], [`YFace`], [`ZFace`], [`LocationKind`] and [`on_face!`] |
 //! | [`decomposition`] | [`PatchLayout`]: a grid's fixed decomposition into patches, their neighbours and the ranks that own them |
 //! | [`halo`] | [`halo::exchange_ghosts`]: the ghost points of a layout's patches from the patches owning them, within one process |
+//! | `halo_mpi` (feature `mpi`) | `exchange_ghosts_across`: the same exchange between MPI ranks |
 //! | [`side`] | [`Side`]: an axis and its minus or plus end |
 //! | [`layout`] | [`FieldLayout`]: sizes per location, [`IndexBox`] loops over interior and ghosts |
 //! | [`device`] | [`Device`]: CPU or GPU *k* |
@@ -54,6 +55,8 @@ pub mod field;
 pub mod gpu;
 pub mod grid;
 pub mod halo;
+#[cfg(feature = "mpi")]
+pub mod halo_mpi;
 pub mod hashing;
 pub mod host_memory;
 pub mod io;
