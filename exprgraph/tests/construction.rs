@@ -761,3 +761,38 @@ fn builders_are_called_once_per_graph_that_needs_them() {
         "{error:?}"
     );
 }
+
+/// A builder's language expression is known as one (its node fuses and has
+/// generated source), and a builder's native expression stays native: the
+/// form is named from the expression's type, whatever registers it.
+#[test]
+fn a_builders_expression_keeps_its_form() {
+    let (a, b, c) = (Tag::none("a"), Tag::none("b"), Tag::none("c"));
+    let mut factory = Factory::new();
+    factory
+        .placeholder(a.clone(), LocationKind::CellCentre)
+        .unwrap();
+    let (ta, tb) = (a.clone(), b.clone());
+    factory
+        .register_builder(move || {
+            let ta = ta.clone();
+            LanguageExpression::new::<CellCentre>(tb.clone(), move |s| {
+                s.field::<CellCentre>(&ta) * 2.0
+            })
+        })
+        .unwrap();
+    let (tb, tc) = (b.clone(), c.clone());
+    factory
+        .register_builder(move || native("c_native", &tc, &[&tb]))
+        .unwrap();
+    let graph = build(&factory, std::slice::from_ref(&c)).unwrap();
+    assert_eq!(graph.native_node_count(), 1, "only c is native");
+    let source = graph
+        .generated_source(watershed_operators::vmath::Dialect::C)
+        .unwrap();
+    assert!(source.contains("node `b`"), "{source}");
+    assert!(
+        source.contains("node `c_native`: native Rust code"),
+        "{source}"
+    );
+}
