@@ -19,6 +19,7 @@
 use crate::decomposition::PatchLayout;
 use crate::error::{FieldError, FieldResult};
 use crate::field::SpatialField;
+use crate::layout::FieldLayout;
 use crate::location::{Location, LocationKind};
 
 /// Fills the ghost points of `fields` (one per patch of `layout`, in patch
@@ -132,11 +133,12 @@ impl HaloPlan {
     /// The plan of `layout` for fields at `kind`.
     pub fn new(layout: &PatchLayout, kind: LocationKind) -> FieldResult<Self> {
         let owners = Owners::new(layout, kind);
+        let layouts = (0..layout.len())
+            .map(|index| Ok(FieldLayout::new(&layout.patch(index)?, kind)))
+            .collect::<FieldResult<Vec<_>>>()?;
         let mut copies = Vec::with_capacity(layout.len());
-        for index in 0..layout.len() {
-            let patch = layout.patch(index)?;
-            let field_layout = crate::layout::FieldLayout::new(&patch, kind);
-            let offset = patch.offset();
+        for field_layout in &layouts {
+            let offset = field_layout.patch().offset();
             let interior = field_layout.interior();
             let mut mine = Vec::new();
             for local in field_layout.allocated().iter() {
@@ -147,10 +149,9 @@ impl HaloPlan {
                 let Some((source, source_local)) = owners.of(global) else {
                     continue;
                 };
-                let source_layout = crate::layout::FieldLayout::new(&layout.patch(source)?, kind);
                 mine.push(HaloCopy {
                     source,
-                    from: source_layout.linear_index(source_local),
+                    from: layouts[source].linear_index(source_local),
                     to: field_layout.linear_index(local),
                 });
             }
@@ -232,6 +233,7 @@ impl Owners {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decomposition::tests::divisor_at_most;
     use crate::device::Device;
     use crate::grid::{GhostWidth, Grid};
     use crate::location::{CellCentre, XFace, YFace};
@@ -345,14 +347,6 @@ mod tests {
             matches!(&error, FieldError::InvalidLayout { reason } if reason.contains("field 'a'") && reason.contains("patch 0")),
             "{error}"
         );
-    }
-
-    /// The largest divisor of `n` that is at most `limit`.
-    fn divisor_at_most(n: usize, limit: usize) -> usize {
-        (1..=limit.min(n))
-            .rev()
-            .find(|&d| n.is_multiple_of(d))
-            .unwrap_or(1)
     }
 
     proptest! {
