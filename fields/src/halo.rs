@@ -12,15 +12,17 @@
 //! interior has that one more face. Ghost points outside the domain on a
 //! non-periodic axis are left alone: they are a boundary condition's.
 //!
-//! Across processes the same points travel as messages (issue 51); here
-//! the source and the destination are fields of one slice, so each
-//! destination's values are gathered first and written after.
+//! One algorithm serves one process and many ([`exchange_with`]): each
+//! rank reads every value its patches give, copies those its own patches
+//! need and sends the rest, one buffer per pair of ranks, through a
+//! [`RankLink`] ([`SingleProcess`] here, MPI in `halo_mpi`).
 
 use crate::decomposition::PatchLayout;
 use crate::error::{FieldError, FieldResult};
 use crate::field::SpatialField;
 use crate::layout::FieldLayout;
 use crate::location::{Location, LocationKind};
+use crate::ranks::{RankLink, SingleProcess};
 
 /// Fills the ghost points of `fields` (one per patch of `layout`, in patch
 /// order, all valid on the CPU) from the patches owning them (see the
@@ -58,28 +60,184 @@ pub fn exchange_ghosts<L: Location>(
             ),
         });
     }
-    for (index, field) in fields.iter().enumerate() {
-        check_patch(layout, index, field)?;
-    }
     let plan = HaloPlan::new(layout, L::KIND)?;
-    // Gather every destination's values from the sources, then write them.
-    let mut incoming: Vec<Vec<f64>> = Vec::with_capacity(fields.len());
-    for copies in &plan.copies {
-        let mut values = Vec::with_capacity(copies.len());
-        for copy in copies {
-            values.push(fields[copy.source].values()?[copy.from]);
+    let mut owned = PatchFields::new(layout, 0, fields)?;
+    exchange_with(&plan, layout, &SingleProcess, &mut owned)
+}
+
+/// The fields of the patches one rank holds, as an exchange reads and
+/// writes them: by patch index and linear index, so that a solver keeping
+/// each patch's field inside its own graph can take part.
+pub trait HaloFields {
+    /// Appends to `out` the values at linear indices `at` of patch
+    /// `patch`'s field.
+    fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()>;
+
+    /// Writes `values[k]` at linear index `at[k]` of patch `patch`'s field.
+    fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()>;
+}
+
+/// A slice of fields, one per patch of a contiguous run starting at
+/// patch `first`, as [`HaloFields`].
+#[derive(Debug)]
+pub struct PatchFields<'a, L: Location> {
+    first: usize,
+    fields: &'a mut [SpatialField<L, f64>],
+}
+
+impl<'a, L: Location> PatchFields<'a, L> {
+    /// `fields` for patches `first..first + fields.len()` of `layout`;
+    /// an error, naming the field, when one is on another patch.
+    pub fn new(
+        layout: &PatchLayout,
+        first: usize,
+        fields: &'a mut [SpatialField<L, f64>],
+    ) -> FieldResult<Self> {
+        for (k, field) in fields.iter().enumerate() {
+            check_patch(layout, first + k, field)?;
         }
-        incoming.push(values);
+        Ok(PatchFields { first, fields })
     }
-    let mut copied = 0;
-    for ((field, values), copies) in fields.iter_mut().zip(incoming).zip(&plan.copies) {
+
+    fn field(&self, patch: usize) -> FieldResult<&SpatialField<L, f64>> {
+        patch
+            .checked_sub(self.first)
+            .and_then(|k| self.fields.get(k))
+            .ok_or_else(|| self.missing(patch))
+    }
+
+    fn missing(&self, patch: usize) -> FieldError {
+        FieldError::InvalidLayout {
+            reason: format!(
+                "patch {patch} is not among the patches {}..{} these fields hold",
+                self.first,
+                self.first + self.fields.len()
+            ),
+        }
+    }
+}
+
+impl<L: Location> HaloFields for PatchFields<'_, L> {
+    fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()> {
+        let values = self.field(patch)?.values()?;
+        out.extend(at.iter().map(|&i| values[i]));
+        Ok(())
+    }
+
+    fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()> {
+        let missing = self.missing(patch);
+        let field = patch
+            .checked_sub(self.first)
+            .and_then(|k| self.fields.get_mut(k))
+            .ok_or(missing)?;
         let data = field.values_mut()?;
-        copied += values.len();
-        for (value, copy) in values.into_iter().zip(copies) {
-            data[copy.to] = value;
+        for (&i, &v) in at.iter().zip(values) {
+            data[i] = v;
+        }
+        Ok(())
+    }
+}
+
+/// The exchange of the rank `link` names: fills the ghost points of the
+/// patches it owns ([`PatchLayout::owned_by`]) from the patches owning
+/// those points, on this rank or another, following `plan` (made for
+/// `layout` and the fields' location). Every source value is read before
+/// any ghost is written; values for other ranks travel in one buffer per
+/// pair of ranks, which both ends fill and empty in plan order, so a
+/// message carries values only. Returns how many points this rank wrote.
+/// Every rank must call it with the same plan.
+pub fn exchange_with(
+    plan: &HaloPlan,
+    layout: &PatchLayout,
+    link: &dyn RankLink,
+    fields: &mut dyn HaloFields,
+) -> FieldResult<usize> {
+    let (rank, ranks) = (link.rank(), link.ranks());
+    let mine = layout.owned_by(rank, ranks)?;
+    if plan.copies.len() != layout.len() {
+        return Err(FieldError::InvalidLayout {
+            reason: format!(
+                "the halo plan has {} patch(es), layout {:?} has {}; make the plan from this layout",
+                plan.copies.len(),
+                layout.counts(),
+                layout.len()
+            ),
+        });
+    }
+    let owners = (0..layout.len())
+        .map(|patch| layout.owner(patch, ranks))
+        .collect::<FieldResult<Vec<_>>>()?;
+    // Every value this rank's patches give, per source patch in plan order.
+    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); mine.len()];
+    for copies in &plan.copies {
+        for copy in copies.iter().filter(|c| owners[c.source] == rank) {
+            reads[copy.source - mine.start].push(copy.from);
         }
     }
-    Ok(copied)
+    let mut read = Vec::with_capacity(mine.len());
+    for (k, at) in reads.iter().enumerate() {
+        let mut values = Vec::with_capacity(at.len());
+        fields.read(mine.start + k, at, &mut values)?;
+        read.push(values);
+    }
+    // Route them: to this rank's destinations, or into a message; what
+    // other ranks send is a hole filled after the swap.
+    let mut cursors = vec![0usize; mine.len()];
+    let mut outgoing: Vec<Vec<f64>> = vec![Vec::new(); ranks];
+    let mut incoming_len = vec![0usize; ranks];
+    let mut writes: Vec<Vec<Option<f64>>> = vec![Vec::new(); mine.len()];
+    for (destination, copies) in plan.copies.iter().enumerate() {
+        let to = owners[destination];
+        for copy in copies {
+            let from = owners[copy.source];
+            if from == rank {
+                let k = copy.source - mine.start;
+                let value = read[k][cursors[k]];
+                cursors[k] += 1;
+                if to == rank {
+                    writes[destination - mine.start].push(Some(value));
+                } else {
+                    outgoing[to].push(value);
+                }
+            } else if to == rank {
+                incoming_len[from] += 1;
+                writes[destination - mine.start].push(None);
+            }
+        }
+    }
+    let incoming = link.swap(&outgoing, &incoming_len)?;
+    for (from, (buffer, &expected)) in incoming.iter().zip(&incoming_len).enumerate() {
+        if buffer.len() != expected {
+            return Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "rank {rank} expected {expected} halo value(s) from rank {from} and received {}; every rank must exchange with the same layout",
+                    buffer.len()
+                ),
+            });
+        }
+    }
+    let mut received = vec![0usize; ranks];
+    let mut written = 0;
+    for (k, holes) in writes.into_iter().enumerate() {
+        let destination = mine.start + k;
+        let copies = &plan.copies[destination];
+        let mut at = Vec::with_capacity(copies.len());
+        let mut values = Vec::with_capacity(copies.len());
+        for (copy, value) in copies.iter().zip(holes) {
+            // A hole is a value from another rank (`from != rank`), whose
+            // count was checked against the buffer above.
+            let value = value.unwrap_or_else(|| {
+                let from = owners[copy.source];
+                received[from] += 1;
+                incoming[from][received[from] - 1]
+            });
+            at.push(copy.to);
+            values.push(value);
+        }
+        written += values.len();
+        fields.write(destination, &at, &values)?;
+    }
+    Ok(written)
 }
 
 /// Checks that `field` is on patch `index` of `layout`, naming it if not.

@@ -1,65 +1,92 @@
-//! The halo exchange of [`crate::halo`] across MPI ranks: each rank holds
-//! the fields of the patches it owns ([`PatchLayout::owned_by`]), copies
-//! the ghost points whose owners it holds itself, and sends the others in
-//! one message per pair of ranks. Both ends of a message walk the same
-//! [`HaloPlan`] in the same order (destination patch, then its ghost
-//! points in storage order), so a message carries values only, no indices.
-//! Receives are posted before sends, all non-blocking, and every rank
-//! waits for all of them before writing. Values are copied, so the ghosts
-//! equal those one process gives with the same layout, bit for bit,
-//! whatever the number of ranks.
+//! The halo exchange of [`crate::halo`] across MPI ranks: [`MpiLink`], a
+//! [`RankLink`] over an MPI communicator, and [`exchange_ghosts_across`]
+//! for fields a rank holds in a slice. Each rank holds the fields of the
+//! patches it owns ([`PatchLayout::owned_by`]), copies the ghost points
+//! whose owners it holds itself and sends the others in one message per
+//! pair of ranks. Both ends of a message walk the same [`HaloPlan`] in the
+//! same order (destination patch, then its ghost points in storage
+//! order), so a message carries values only, no indices. Receives are
+//! posted before sends, all non-blocking, and every rank waits for all of
+//! them before writing. Values are copied, so the ghosts equal those one
+//! process gives with the same layout, bit for bit, whatever the number
+//! of ranks.
 
 use crate::decomposition::PatchLayout;
 use crate::error::{FieldError, FieldResult};
 use crate::field::SpatialField;
-use crate::halo::{HaloPlan, check_patch};
+use crate::halo::{HaloPlan, PatchFields, exchange_with};
 use crate::location::Location;
+use crate::ranks::RankLink;
 use mpi::traits::{Communicator, Destination, Source};
 
-/// The tag of halo messages.
+/// The tag of halo and gather messages.
 const HALO_TAG: i32 = 51;
 
-/// Fills the ghost points of the fields of the patches this rank of
-/// `communicator` owns (`owned`, in patch order) from the patches owning
-/// those points, on this rank or another (see the module docs). Every rank
-/// of the communicator must call it with the same layout and location.
-/// Returns how many points this rank wrote. An error, naming the field or
-/// the counts, when `owned` is not this rank's run of patches.
-pub fn exchange_ghosts_across<L: Location, C: Communicator>(
-    layout: &PatchLayout,
+/// A [`RankLink`] over the ranks of an MPI communicator.
+#[derive(Debug)]
+pub struct MpiLink<C: Communicator> {
+    communicator: C,
+}
+
+impl<C: Communicator> MpiLink<C> {
+    /// The link between the ranks of `communicator`.
+    pub fn new(communicator: C) -> Self {
+        MpiLink { communicator }
+    }
+
+    /// The communicator.
+    pub fn communicator(&self) -> &C {
+        &self.communicator
+    }
+}
+
+impl<C: Communicator> RankLink for MpiLink<C> {
+    fn rank(&self) -> usize {
+        self.communicator.rank() as usize
+    }
+
+    fn ranks(&self) -> usize {
+        self.communicator.size() as usize
+    }
+
+    fn swap(&self, outgoing: &[Vec<f64>], incoming_len: &[usize]) -> FieldResult<Vec<Vec<f64>>> {
+        swap_over(&self.communicator, outgoing, incoming_len)
+    }
+}
+
+/// A link over a communicator the caller keeps.
+struct BorrowedLink<'a, C: Communicator>(&'a C);
+
+impl<C: Communicator> RankLink for BorrowedLink<'_, C> {
+    fn rank(&self) -> usize {
+        self.0.rank() as usize
+    }
+
+    fn ranks(&self) -> usize {
+        self.0.size() as usize
+    }
+
+    fn swap(&self, outgoing: &[Vec<f64>], incoming_len: &[usize]) -> FieldResult<Vec<Vec<f64>>> {
+        swap_over(self.0, outgoing, incoming_len)
+    }
+}
+
+/// [`RankLink::swap`] over `communicator`: every receive posted, then
+/// every send, all non-blocking, then all awaited.
+fn swap_over<C: Communicator>(
     communicator: &C,
-    owned: &mut [SpatialField<L, f64>],
-) -> FieldResult<usize> {
+    outgoing: &[Vec<f64>],
+    incoming_len: &[usize],
+) -> FieldResult<Vec<Vec<f64>>> {
     let (rank, ranks) = (communicator.rank() as usize, communicator.size() as usize);
-    let mine = layout.owned_by(rank, ranks)?;
-    if owned.len() != mine.len() {
+    if outgoing.len() != ranks || incoming_len.len() != ranks {
         return Err(FieldError::InvalidLayout {
             reason: format!(
-                "rank {rank} of {ranks} owns patches {mine:?} of layout {:?} but was given {} field(s); give one per owned patch, in order",
-                layout.counts(),
-                owned.len()
+                "rank {rank} of {ranks} was given {} outgoing and {} incoming buffer(s); give one per rank",
+                outgoing.len(),
+                incoming_len.len()
             ),
         });
-    }
-    for (field, index) in owned.iter().zip(mine.clone()) {
-        check_patch(layout, index, field)?;
-    }
-    let plan = HaloPlan::new(layout, L::KIND)?;
-    let owner = |patch: usize| layout.owner(patch, ranks);
-    // What each other rank sends this rank, and what this rank sends it.
-    let mut outgoing: Vec<Vec<f64>> = vec![Vec::new(); ranks];
-    let mut incoming_len = vec![0usize; ranks];
-    for (destination, copies) in plan.copies.iter().enumerate() {
-        let to = owner(destination)?;
-        for copy in copies {
-            let from = owner(copy.source)?;
-            if from == rank && to != rank {
-                let field = &owned[copy.source - mine.start];
-                outgoing[to].push(field.values()?[copy.from]);
-            } else if to == rank && from != rank {
-                incoming_len[from] += 1;
-            }
-        }
     }
     let mut incoming: Vec<Vec<f64>> = incoming_len.iter().map(|&n| vec![0.0; n]).collect();
     mpi::request::scope(|scope| {
@@ -86,32 +113,33 @@ pub fn exchange_ghosts_across<L: Location, C: Communicator>(
             request.wait();
         }
     });
-    // Local values first (read before any write), then everything written
-    // in plan order.
-    let mut cursors = vec![0usize; ranks];
-    let mut writes: Vec<Vec<(usize, f64)>> = Vec::with_capacity(owned.len());
-    for destination in mine.clone() {
-        let mut values = Vec::with_capacity(plan.copies[destination].len());
-        for copy in &plan.copies[destination] {
-            let from = owner(copy.source)?;
-            let value = if from == rank {
-                owned[copy.source - mine.start].values()?[copy.from]
-            } else {
-                let value = incoming[from][cursors[from]];
-                cursors[from] += 1;
-                value
-            };
-            values.push((copy.to, value));
-        }
-        writes.push(values);
+    Ok(incoming)
+}
+
+/// Fills the ghost points of the fields of the patches this rank of
+/// `communicator` owns (`owned`, in patch order) from the patches owning
+/// those points, on this rank or another (see the module docs). Every rank
+/// of the communicator must call it with the same layout and location.
+/// Returns how many points this rank wrote. An error, naming the field or
+/// the counts, when `owned` is not this rank's run of patches.
+pub fn exchange_ghosts_across<L: Location, C: Communicator>(
+    layout: &PatchLayout,
+    communicator: &C,
+    owned: &mut [SpatialField<L, f64>],
+) -> FieldResult<usize> {
+    let link = BorrowedLink(communicator);
+    let (rank, ranks) = (link.rank(), link.ranks());
+    let mine = layout.owned_by(rank, ranks)?;
+    if owned.len() != mine.len() {
+        return Err(FieldError::InvalidLayout {
+            reason: format!(
+                "rank {rank} of {ranks} owns patches {mine:?} of layout {:?} but was given {} field(s); give one per owned patch, in order",
+                layout.counts(),
+                owned.len()
+            ),
+        });
     }
-    let mut written = 0;
-    for (field, values) in owned.iter_mut().zip(writes) {
-        let data = field.values_mut()?;
-        written += values.len();
-        for (at, value) in values {
-            data[at] = value;
-        }
-    }
-    Ok(written)
+    let plan = HaloPlan::new(layout, L::KIND)?;
+    let mut fields = PatchFields::new(layout, mine.start, owned)?;
+    exchange_with(&plan, layout, &link, &mut fields)
 }

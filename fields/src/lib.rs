@@ -12,8 +12,9 @@
 //! | [`grid`] | [`Grid`] (the domain), [`Patch`] (a window with ghost layers), [`GhostWidth`] |
 //! | [`location`] | zero-sized markers [`CellCentre`], [`XFace`], [`YFace`], [`ZFace`], [`LocationKind`] and [`on_face!`] |
 //! | [`decomposition`] | [`PatchLayout`]: a grid's fixed decomposition into patches, their neighbours and the ranks that own them |
-//! | [`halo`] | [`halo::exchange_ghosts`]: the ghost points of a layout's patches from the patches owning them, within one process |
-//! | `halo_mpi` (feature `mpi`) | `exchange_ghosts_across`: the same exchange between MPI ranks |
+//! | [`halo`] | [`halo::exchange_with`]: the ghost points of a rank's patches from the patches owning them, in one process or across ranks; [`halo::exchange_ghosts`] for a slice of every patch's field |
+//! | [`ranks`] | [`ranks::RankLink`]: how the ranks of a decomposed run swap values, [`ranks::SingleProcess`] for one process |
+//! | `halo_mpi` (feature `mpi`) | `MpiLink`, a `RankLink` over an MPI communicator, and `exchange_ghosts_across` |
 //! | [`side`] | [`Side`]: an axis and its minus or plus end |
 //! | [`layout`] | [`FieldLayout`]: sizes per location, [`IndexBox`] loops over interior and ghosts |
 //! | [`device`] | [`Device`]: CPU or GPU *k* |
@@ -63,6 +64,7 @@ pub mod io;
 pub mod layout;
 pub mod location;
 pub mod pool;
+pub mod ranks;
 pub mod scalar;
 pub mod shared_object;
 pub mod side;

@@ -1,0 +1,112 @@
+//! How the ranks of a decomposed run reach each other: [`RankLink`], the
+//! one primitive the halo exchange and the patch-order reductions need
+//! (every rank sends each other rank a buffer of values and receives one
+//! from each), with [`SingleProcess`] for a run in one process and, with
+//! the cargo feature `mpi`, `halo_mpi::MpiLink` over an MPI communicator.
+//!
+//! Keeping the transport behind this trait lets the solvers decompose
+//! without knowing about MPI: what crosses a rank boundary is only ever a
+//! vector of `f64` whose length both ends know from the patch layout.
+
+use crate::error::{FieldError, FieldResult};
+
+/// The ranks of a run and how values travel between them. Every rank of a
+/// run calls the same methods in the same order (collectively).
+pub trait RankLink {
+    /// This rank (0-based).
+    fn rank(&self) -> usize;
+
+    /// How many ranks the run has.
+    fn ranks(&self) -> usize;
+
+    /// Sends `outgoing[r]` to each rank `r` (nothing when empty; this
+    /// rank's own entry must be empty) and receives `incoming_len[r]`
+    /// values from each rank `r`, returned per rank. Both slices have one
+    /// entry per rank.
+    fn swap(&self, outgoing: &[Vec<f64>], incoming_len: &[usize]) -> FieldResult<Vec<Vec<f64>>>;
+
+    /// Every rank's `mine` concatenated in rank order, where rank `r`
+    /// contributes `counts[r]` values: the same vector on every rank. With
+    /// each rank holding a contiguous run of patches and `mine` one value
+    /// per patch, the result is in patch order, so a sum over it does not
+    /// depend on how many ranks there are.
+    fn gather_in_rank_order(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Vec<f64>> {
+        let (rank, ranks) = (self.rank(), self.ranks());
+        if counts.len() != ranks || counts.get(rank) != Some(&mine.len()) {
+            return Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "rank {rank} of {ranks} contributes {} value(s) but the counts {counts:?} say otherwise; give one count per rank, this rank's equal to what it contributes",
+                    mine.len()
+                ),
+            });
+        }
+        let outgoing: Vec<Vec<f64>> = (0..ranks)
+            .map(|r| if r == rank { Vec::new() } else { mine.to_vec() })
+            .collect();
+        let incoming_len: Vec<usize> = (0..ranks)
+            .map(|r| if r == rank { 0 } else { counts[r] })
+            .collect();
+        let mut incoming = self.swap(&outgoing, &incoming_len)?;
+        incoming[rank] = mine.to_vec();
+        Ok(incoming.concat())
+    }
+}
+
+/// A run in one process: rank 0 of 1. Nothing travels.
+///
+/// ```
+/// use watershed_fields::ranks::{RankLink, SingleProcess};
+/// let link = SingleProcess;
+/// assert_eq!((link.rank(), link.ranks()), (0, 1));
+/// assert_eq!(link.gather_in_rank_order(&[1.0, 2.0], &[2])?, vec![1.0, 2.0]);
+/// # Ok::<(), watershed_fields::FieldError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SingleProcess;
+
+impl RankLink for SingleProcess {
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn ranks(&self) -> usize {
+        1
+    }
+
+    fn swap(&self, outgoing: &[Vec<f64>], incoming_len: &[usize]) -> FieldResult<Vec<Vec<f64>>> {
+        if outgoing.len() != 1 || incoming_len.len() != 1 {
+            return Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "a single process has 1 rank, but the exchange gives {} outgoing and {} incoming buffer(s)",
+                    outgoing.len(),
+                    incoming_len.len()
+                ),
+            });
+        }
+        if !outgoing[0].is_empty() || incoming_len[0] != 0 {
+            return Err(FieldError::InvalidLayout {
+                reason: "a rank sends nothing to itself; its own values are copied locally".into(),
+            });
+        }
+        Ok(vec![Vec::new()])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_single_process_refuses_messages_to_itself() {
+        let error = SingleProcess.swap(&[vec![1.0]], &[0]).unwrap_err();
+        assert!(
+            matches!(error, FieldError::InvalidLayout { ref reason } if reason.contains("itself"))
+        );
+        let error = SingleProcess
+            .gather_in_rank_order(&[1.0], &[2])
+            .unwrap_err();
+        assert!(
+            matches!(error, FieldError::InvalidLayout { ref reason } if reason.contains("rank 0 of 1 contributes 1"))
+        );
+    }
+}
