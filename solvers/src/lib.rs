@@ -21,6 +21,7 @@
 //! | `coarsest` | the step weights that solve the multigrid's coarsest level exactly |
 //! | [`transport`] | [`TransportEquation`]: diffusion, convection (central, upwind, limited), sources, density |
 //! | [`solver`] | [`TransportSolver`]: the graph, the stages, fixed or stability-limited `dt` |
+//! | [`patched`] | [`PatchedTransport`]: one transport solver per patch of a decomposed grid, seams exchanged after each stage, reductions in patch order, the whole domain's bits on any number of ranks |
 //! | `projection` | the projection's Poisson solve as a graph node (`ExpressionKind::IterativeSolve`) |
 //! | [`stages`] | [`StageParameters`], the language update node, the rotation of time levels |
 //! | [`symbols`] | [`SolverSymbols`]: `s.solution("Y")`, `s.given("u")` in user expressions, no `Context` spelled |
@@ -41,6 +42,7 @@ pub mod incompressible;
 pub mod integrator;
 pub mod multigrid;
 mod multigrid_bodies;
+pub mod patched;
 mod projection;
 pub mod solver;
 pub mod stages;
@@ -60,6 +62,7 @@ pub use incompressible::{
 };
 pub use integrator::{Stage, TimeIntegrator};
 pub use multigrid::{Multigrid, MultigridOptions, SolveReport};
+pub use patched::PatchedTransport;
 pub use solver::{TransportSolver, TransportSolverBuilder};
 pub use stages::StageParameters;
 pub use staggered::SpaceOrder;

@@ -15,7 +15,7 @@
 //! copied.
 
 use crate::assignment_memo::Assignments;
-use crate::boundary::{BoundaryCondition, BoundaryConditions};
+use crate::boundary::{BoundaryCondition, BoundaryConditions, BoundaryFill};
 use crate::error::{SolverError, SolverResult};
 use crate::integrator::TimeIntegrator;
 use crate::multigrid::first_non_finite;
@@ -192,9 +192,14 @@ impl TransportSolverBuilder {
             time: 0.0,
             steps: 0,
             maxima: Mutex::new(Assignments::default()),
+            fills: Mutex::new(Vec::new()),
         })
     }
 }
+
+/// What [`TransportSolver::stable_time_step`] says when nothing limits the step.
+const UNLIMITED: &str =
+    "no equation limits the time step (no diffusion, no convection); use TimeStep::Fixed";
 
 /// `max |f|` over `f`'s interior (prepared once per field in `maxima`).
 fn max_abs<L: watershed_fields::Location>(
@@ -229,6 +234,10 @@ pub struct TransportSolver {
     /// The time step's `max |k|` and `max |u|` reductions, prepared once
     /// per field (a mutex because the query takes `&self`).
     maxima: Mutex<Assignments>,
+    /// Per equation, its boundary conditions prepared for its solution,
+    /// once a patch's seam ghosts were first written
+    /// ([`Self::with_seam_ghosts_mut`]).
+    fills: Mutex<Vec<Option<BoundaryFill<CellCentre>>>>,
 }
 
 impl std::fmt::Debug for TransportSolver {
@@ -387,13 +396,17 @@ impl TransportSolver {
         self.equations
             .iter()
             .find(|e| e.name() == name)
-            .ok_or_else(|| SolverError::Setup {
-                equation: name.to_string(),
-                reason: format!(
-                    "no such equation; the solver has {:?}",
-                    self.equations.iter().map(|e| e.name()).collect::<Vec<_>>()
-                ),
-            })
+            .ok_or_else(|| self.no_equation(name))
+    }
+
+    fn no_equation(&self, name: &str) -> SolverError {
+        SolverError::Setup {
+            equation: name.to_string(),
+            reason: format!(
+                "no such equation; the solver has {:?}",
+                self.equations.iter().map(|e| e.name()).collect::<Vec<_>>()
+            ),
+        }
     }
 
     /// Sets the solution of `equation` from `f(x, y, z)`: every point, then
@@ -519,6 +532,22 @@ impl TransportSolver {
 
     /// Advances every equation by one step of `dt`.
     pub fn step(&mut self, dt: f64) -> SolverResult<()> {
+        self.begin_step(dt)?;
+        for index in 0..self.stage_count() {
+            self.run_stage(index, dt)?;
+        }
+        self.end_step(dt);
+        Ok(())
+    }
+
+    /// The stages of a step.
+    pub(crate) fn stage_count(&self) -> usize {
+        self.integrator.stages().len()
+    }
+
+    /// What a step checks before its first stage: `dt`, and the inputs
+    /// before the very first step.
+    pub(crate) fn begin_step(&self, dt: f64) -> SolverResult<()> {
         if !(dt.is_finite() && dt > 0.0) {
             return Err(SolverError::TimeStep(format!(
                 "dt = {dt} must be finite and positive"
@@ -533,26 +562,79 @@ impl TransportSolver {
         if self.steps == 0 {
             self.check_inputs_finite("before the first step")?;
         }
-        for index in 0..self.integrator.stages().len() {
-            self.parameters
-                .set_stage(self.integrator, index, self.time, dt);
-            if let Err(error) = self.graph.execute(self.mode) {
-                return Err(self.diverged_or(error, dt)?);
-            }
-            for equation in &self.equations {
-                advance_levels(
-                    &self.graph,
-                    self.integrator,
-                    index,
-                    &equation.start_tag(),
-                    &equation.solution_tag(),
-                    &equation.next_tag(),
-                )?;
-            }
+        Ok(())
+    }
+
+    /// Stage `index` of a step of `dt`: the graph runs once (every update
+    /// and the ghosts its conditions fill), then the time levels move.
+    pub(crate) fn run_stage(&mut self, index: usize, dt: f64) -> SolverResult<()> {
+        self.parameters
+            .set_stage(self.integrator, index, self.time, dt);
+        if let Err(error) = self.graph.execute(self.mode) {
+            return Err(self.diverged_or(error, dt)?);
         }
+        for equation in &self.equations {
+            advance_levels(
+                &self.graph,
+                self.integrator,
+                index,
+                &equation.start_tag(),
+                &equation.solution_tag(),
+                &equation.next_tag(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Ends a step of `dt`: the clock moves.
+    pub(crate) fn end_step(&mut self, dt: f64) {
         self.time += dt;
         self.steps += 1;
-        Ok(())
+    }
+
+    /// Runs `f` on the current solution of `equation` (whose ghost points
+    /// across patch seams `f` writes), then fills the ghosts of its
+    /// boundary conditions again at the time of the state it holds, as the
+    /// last stage wrote them (no clock is set): the corners between a
+    /// physical side and a seam then read the new seam values, as in the
+    /// whole domain.
+    pub(crate) fn with_seam_ghosts_mut<R>(
+        &self,
+        equation: &str,
+        f: impl FnOnce(&mut SpatialField<CellCentre>) -> R,
+    ) -> SolverResult<R> {
+        let index = self
+            .equations
+            .iter()
+            .position(|e| e.name() == equation)
+            .ok_or_else(|| self.no_equation(equation))?;
+        let equation = &self.equations[index];
+        let mut fills = self
+            .fills
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.graph
+            .with_field_mut::<CellCentre, _>(&equation.solution_tag(), |field| {
+                let result = f(field);
+                if fills.len() < self.equations.len() {
+                    fills.resize_with(self.equations.len(), || None);
+                }
+                let fill = match &mut fills[index] {
+                    Some(fill) => fill,
+                    slot => {
+                        let conditions = equation
+                            .boundary()
+                            .clone()
+                            .with_time(&self.parameters.state_time);
+                        slot.insert(BoundaryFill::new(
+                            &conditions,
+                            field.layout(),
+                            equation.name(),
+                        )?)
+                    }
+                };
+                fill.apply(field).map(|()| result)
+            })?
     }
 
     /// `error` as [`SolverError::Diverged`] when it is a stage update's report
@@ -683,13 +765,40 @@ impl TransportSolver {
     /// The largest stable `dt` for the given Courant and diffusion numbers,
     /// from the interior values of the velocities and diffusivities.
     pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
-        self.limits(cfl, diffusion_number)?.time_step(
-            "no equation limits the time step (no diffusion, no convection); use TimeStep::Fixed",
-        )
+        self.limits(cfl, diffusion_number)?.time_step(UNLIMITED)
+    }
+
+    /// [`Self::stable_time_step`] with `largest(tag, axis)` giving `max |f|`
+    /// of each field [`Self::limit_fields`] lists (of every patch of a
+    /// decomposed grid).
+    pub(crate) fn stable_time_step_by(
+        &self,
+        cfl: f64,
+        diffusion_number: f64,
+        largest: impl FnMut(&Tag, usize) -> SolverResult<f64>,
+    ) -> SolverResult<f64> {
+        self.limits_by(cfl, diffusion_number, largest)?
+            .time_step(UNLIMITED)
     }
 
     /// The Courant, diffusion and scheme limits of every equation.
     fn limits(&self, cfl: f64, diffusion_number: f64) -> SolverResult<StabilityLimit> {
+        // Equations often share a diffusivity or a velocity: each field's
+        // maximum is computed once per call.
+        let mut known: Vec<(Tag, f64)> = Vec::new();
+        self.limits_by(cfl, diffusion_number, |tag, axis| {
+            self.largest_magnitude(tag, axis, &mut known)
+        })
+    }
+
+    /// The limits with `largest(tag, axis)` giving `max |f|` of each field
+    /// [`Self::limit_fields`] lists (of this patch, or of every patch).
+    pub(crate) fn limits_by(
+        &self,
+        cfl: f64,
+        diffusion_number: f64,
+        mut largest: impl FnMut(&Tag, usize) -> SolverResult<f64>,
+    ) -> SolverResult<StabilityLimit> {
         let grid = self.graph.patch().grid();
         let order = if self
             .equations
@@ -701,21 +810,18 @@ impl TransportSolver {
             SpaceOrder::Second
         };
         let mut limit = StabilityLimit::new(grid, cfl, diffusion_number, self.integrator, order)?;
-        // Equations often share a diffusivity or a velocity: each field's
-        // maximum is computed once per call.
-        let mut known: Vec<(Tag, f64)> = Vec::new();
         for equation in &self.equations {
             if let Some(diffusivity) = equation.diffusivity() {
                 limit.diffusion(match diffusivity {
                     Diffusivity::Constant(k) => k.abs(),
-                    Diffusivity::Field(tag) => self.largest_magnitude(tag, 3, &mut known)?,
+                    Diffusivity::Field(tag) => largest(tag, 3)?,
                 });
             }
             if let Some(velocity) = equation.velocity() {
                 let active = grid.active_dimensions();
                 let mut speeds = [0.0f64; 3];
                 for axis in (0..3).filter(|&a| active[a]) {
-                    speeds[axis] = self.largest_magnitude(&velocity[axis], axis, &mut known)?;
+                    speeds[axis] = largest(&velocity[axis], axis)?;
                 }
                 let central = equation
                     .convective_scheme()
@@ -724,6 +830,40 @@ impl TransportSolver {
             }
         }
         Ok(limit)
+    }
+
+    /// The fields whose largest magnitude limits the time step, each once,
+    /// with its axis (3: cells; else the faces normal to it): the
+    /// diffusivity fields and the velocity components.
+    pub(crate) fn limit_fields(&self) -> Vec<(Tag, usize)> {
+        let active = self.graph.patch().grid().active_dimensions();
+        let mut fields: Vec<(Tag, usize)> = Vec::new();
+        for equation in &self.equations {
+            if let Some(Diffusivity::Field(tag)) = equation.diffusivity() {
+                fields.push((tag.clone(), 3));
+            }
+            if let Some(velocity) = equation.velocity() {
+                for axis in (0..3).filter(|&a| active[a]) {
+                    fields.push((velocity[axis].clone(), axis));
+                }
+            }
+        }
+        let mut unique: Vec<(Tag, usize)> = Vec::with_capacity(fields.len());
+        for field in fields {
+            if !unique.iter().any(|(tag, _)| *tag == field.0) {
+                unique.push(field);
+            }
+        }
+        unique
+    }
+
+    /// `max |f|` over this patch's interior of each field `fields` lists.
+    pub(crate) fn largest_magnitudes(&self, fields: &[(Tag, usize)]) -> SolverResult<Vec<f64>> {
+        let mut known: Vec<(Tag, f64)> = Vec::new();
+        fields
+            .iter()
+            .map(|(tag, axis)| self.largest_magnitude(tag, *axis, &mut known))
+            .collect()
     }
 
     /// `max |f|` over the interior of the field `tag` (cells for `axis` 3,

@@ -1,0 +1,419 @@
+//! Transport equations on the patches of a decomposed grid (issue 51):
+//! one [`TransportSolver`] per patch a rank owns, each built by the same
+//! recipe on its own [`Patch`], their solutions' ghost points across patch
+//! seams exchanged after every stage, and every reduction combined in
+//! patch order, so that a run gives the bits of the whole domain whatever
+//! the layout, and the same bits on 1, 2 or 4 ranks.
+//!
+//! Why it is bitwise equal to one patch:
+//! * Each patch's graph computes its interior from its ghost layers with
+//!   the arithmetic of the whole domain: coordinates are global
+//!   (`origin + (offset + i) h`), the physical conditions are applied only
+//!   on patch sides on the domain's boundary, and a periodic axis split
+//!   into several patches is not filled from the patch's own far side
+//!   ([`crate::boundary`]).
+//! * After each stage, the seam ghosts take the owning patch's values
+//!   ([`watershed_fields::halo::exchange_with`]), then the physical
+//!   conditions are applied again at the stage's state time, so the ghosts
+//!   where a physical side meets a seam also read the new seam values:
+//!   every allocated point of a patch then holds what the whole domain
+//!   holds there.
+//! * The stable time step takes, per field, the largest magnitude over
+//!   all patches before the limits are formed (a per-patch `dt` and its
+//!   minimum would differ where two axes' maxima lie on different patches).
+//!   Sums ([`PatchedTransport::sum_over_patches`]) add per-patch partial
+//!   results in patch order, the same order on any number of ranks.
+//!
+//! The exchange runs between stages, after every patch's graph (not yet
+//! as graph nodes overlapped with interior work: see issue 51). A rank
+//! that fails returns its error; the caller of a run on several ranks must
+//! end the job (`MPI_Abort`) rather than return, or the others wait in
+//! the next exchange.
+
+use crate::error::{SolverError, SolverResult};
+use crate::solver::TransportSolver;
+use std::cell::RefCell;
+use std::ops::Range;
+use std::rc::Rc;
+use watershed_exprgraph::Tag;
+use watershed_fields::halo::{HaloFields, HaloPlan, exchange_with};
+use watershed_fields::ranks::RankLink;
+use watershed_fields::{FieldError, FieldResult, LocationKind, Patch, PatchLayout};
+
+/// Transport equations on the patches of `layout` this rank owns.
+///
+/// ```
+/// use std::rc::Rc;
+/// use watershed_fields::{GhostWidth, Grid, PatchLayout, ranks::SingleProcess};
+/// use watershed_solvers::{Diffusivity, PatchedTransport, TransportEquation, TransportSolverBuilder};
+/// let grid = Grid::new([16, 8, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
+/// let layout = PatchLayout::new(&grid, [2, 1, 1], GhostWidth::uniform(1))?;
+/// let mut heat = PatchedTransport::build(layout, Rc::new(SingleProcess), |patch| {
+///     TransportSolverBuilder::new(patch)
+///         .equation(TransportEquation::new("T").diffusion(Diffusivity::Constant(0.1)))
+///         .build()
+/// })?;
+/// heat.set_initial_condition("T", |[x, y, _]| (6.28 * x).sin() * (6.28 * y).cos())?;
+/// let dt = heat.stable_time_step(0.5, 0.25)?;
+/// heat.step(dt)?;
+/// assert_eq!(heat.steps(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct PatchedTransport {
+    layout: PatchLayout,
+    link: Rc<dyn RankLink>,
+    owned: Range<usize>,
+    /// One per owned patch, in patch order.
+    solvers: Vec<TransportSolver>,
+    /// The cell-centred exchange of the layout.
+    plan: HaloPlan,
+    equations: Vec<String>,
+    /// The fields limiting the time step, the same on every patch.
+    limit_fields: Vec<(Tag, usize)>,
+}
+
+impl std::fmt::Debug for PatchedTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PatchedTransport")
+            .field("patches", &self.layout.counts())
+            .field("rank", &self.link.rank())
+            .field("ranks", &self.link.ranks())
+            .field("owned", &self.owned)
+            .field("equations", &self.equations)
+            .finish()
+    }
+}
+
+impl PatchedTransport {
+    /// Builds the solver of each patch of `layout` the rank of `link`
+    /// owns with `recipe` (the same recipe a whole-domain run uses, given
+    /// the patch instead of the whole domain). An error when the recipe
+    /// builds on another patch, or gives patches different equations.
+    pub fn build(
+        layout: PatchLayout,
+        link: Rc<dyn RankLink>,
+        mut recipe: impl FnMut(&Patch) -> SolverResult<TransportSolver>,
+    ) -> SolverResult<Self> {
+        let owned = layout.owned_by(link.rank(), link.ranks())?;
+        let mut solvers = Vec::with_capacity(owned.len());
+        for index in owned.clone() {
+            let patch = layout.patch(index)?;
+            let solver = recipe(&patch)?;
+            let built = solver.graph().patch();
+            if *built != patch {
+                return Err(SolverError::Setup {
+                    equation: solver.equation_names().join(", "),
+                    reason: format!(
+                        "the recipe for patch {index} built a solver on cells {:?} at {:?} with {:?} ghosts, but the patch has {:?} at {:?} with {:?}; build on the patch the recipe is given",
+                        built.cells(),
+                        built.offset(),
+                        built.ghosts(),
+                        patch.cells(),
+                        patch.offset(),
+                        patch.ghosts()
+                    ),
+                });
+            }
+            solvers.push(solver);
+        }
+        let Some(first) = solvers.first() else {
+            return Err(SolverError::Field(FieldError::InvalidLayout {
+                reason: format!("rank {} owns no patch", link.rank()),
+            }));
+        };
+        let equations = first.equation_names();
+        let limit_fields = first.limit_fields();
+        for (solver, index) in solvers.iter().zip(owned.clone()) {
+            if solver.equation_names() != equations || solver.limit_fields() != limit_fields {
+                return Err(SolverError::Setup {
+                    equation: solver.equation_names().join(", "),
+                    reason: format!(
+                        "patch {index} has the equations {:?}, patch {} has {equations:?} (or their velocities and diffusivities differ); every patch must be built by the same recipe",
+                        solver.equation_names(),
+                        owned.start
+                    ),
+                });
+            }
+        }
+        let plan = HaloPlan::new(&layout, LocationKind::CellCentre)?;
+        let transport = PatchedTransport {
+            layout,
+            link,
+            owned,
+            solvers,
+            plan,
+            equations,
+            limit_fields,
+        };
+        Ok(transport)
+    }
+
+    /// The patch layout.
+    pub fn layout(&self) -> &PatchLayout {
+        &self.layout
+    }
+
+    /// The patches this rank owns.
+    pub fn owned(&self) -> Range<usize> {
+        self.owned.clone()
+    }
+
+    /// The solvers of the owned patches, in patch order.
+    pub fn solvers(&self) -> &[TransportSolver] {
+        &self.solvers
+    }
+
+    /// The names of the equations.
+    pub fn equation_names(&self) -> &[String] {
+        &self.equations
+    }
+
+    /// The rank link.
+    pub fn link(&self) -> &dyn RankLink {
+        self.link.as_ref()
+    }
+
+    /// Simulated time (the same on every patch).
+    pub fn time(&self) -> f64 {
+        self.solvers[0].time()
+    }
+
+    /// Steps taken.
+    pub fn steps(&self) -> u64 {
+        self.solvers[0].steps()
+    }
+
+    /// Sets the clock of every patch (see [`TransportSolver::set_clock`]).
+    pub fn set_clock(&mut self, time: f64, steps: u64) -> SolverResult<()> {
+        for solver in &mut self.solvers {
+            solver.set_clock(time, steps)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the solution of `equation` from `f(x, y, z)` on every patch
+    /// (see [`TransportSolver::set_initial_condition`]), then exchanges its
+    /// seam ghosts.
+    pub fn set_initial_condition(
+        &self,
+        equation: &str,
+        f: impl Fn([f64; 3]) -> f64,
+    ) -> SolverResult<()> {
+        for solver in &self.solvers {
+            solver.set_initial_condition(equation, &f)?;
+        }
+        self.exchange(equation).map(|_| ())
+    }
+
+    /// Runs `f` on the solution of `equation` of each owned patch (its
+    /// index, its solver), mutably, then refills its ghosts (conditions,
+    /// then seams), as after a restart.
+    pub fn with_solutions_mut(
+        &self,
+        equation: &str,
+        mut f: impl FnMut(
+            usize,
+            &mut watershed_fields::SpatialField<watershed_fields::CellCentre>,
+        ) -> SolverResult<()>,
+    ) -> SolverResult<()> {
+        for (solver, index) in self.solvers.iter().zip(self.owned.clone()) {
+            solver.with_solution_mut(equation, |field| f(index, field))??;
+        }
+        self.exchange(equation).map(|_| ())
+    }
+
+    /// Fills the ghost points of `equation`'s solution across patch seams
+    /// from the patches owning them, then the physical conditions again;
+    /// returns how many seam points this rank wrote.
+    pub fn exchange(&self, equation: &str) -> SolverResult<usize> {
+        let mut fields = SolutionFields {
+            first: self.owned.start,
+            solvers: &self.solvers,
+            equation,
+            failure: RefCell::new(None),
+        };
+        let exchanged = exchange_with(&self.plan, &self.layout, self.link.as_ref(), &mut fields);
+        if let Some(failure) = fields.failure.into_inner() {
+            return Err(failure);
+        }
+        Ok(exchanged?)
+    }
+
+    /// Advances every equation on every owned patch by one step of `dt`,
+    /// exchanging the seams after each stage. An error names the patch
+    /// and gives global cell indices.
+    pub fn step(&mut self, dt: f64) -> SolverResult<()> {
+        let owned = self.owned.clone();
+        for (solver, index) in self.solvers.iter().zip(owned.clone()) {
+            solver
+                .begin_step(dt)
+                .map_err(|e| on_patch(e, &self.layout, index))?;
+        }
+        for stage in 0..self.solvers[0].stage_count() {
+            for (solver, index) in self.solvers.iter_mut().zip(owned.clone()) {
+                solver
+                    .run_stage(stage, dt)
+                    .map_err(|e| on_patch(e, &self.layout, index))?;
+            }
+            for equation in &self.equations {
+                self.exchange(equation)?;
+            }
+        }
+        for solver in &mut self.solvers {
+            solver.end_step(dt);
+        }
+        Ok(())
+    }
+
+    /// The largest stable `dt` over the whole domain (see
+    /// [`TransportSolver::stable_time_step`]): each limiting field's
+    /// largest magnitude over every patch of every rank, then the limits.
+    pub fn stable_time_step(&self, cfl: f64, diffusion_number: f64) -> SolverResult<f64> {
+        let fields = &self.limit_fields;
+        let mut mine = Vec::with_capacity(self.solvers.len() * fields.len());
+        for solver in &self.solvers {
+            mine.extend(solver.largest_magnitudes(fields)?);
+        }
+        let all = self.gather(&mine, fields.len())?;
+        let mut largest = vec![0.0f64; fields.len()];
+        for patch in all.chunks(fields.len().max(1)) {
+            for (l, v) in largest.iter_mut().zip(patch) {
+                // NaN wins, so a field that is not finite is not hidden.
+                *l = if v.is_nan() { *v } else { l.max(*v) };
+            }
+        }
+        self.solvers[0].stable_time_step_by(cfl, diffusion_number, |tag, _| {
+            let k = fields.iter().position(|(t, _)| t == tag).ok_or_else(|| {
+                SolverError::TimeStep(format!("the field {tag} limits no patch's time step"))
+            })?;
+            Ok(largest[k])
+        })
+    }
+
+    /// `partial(patch index, solver)` of every patch, summed in patch order
+    /// over every rank: the same sum on any number of ranks.
+    pub fn sum_over_patches(
+        &self,
+        mut partial: impl FnMut(usize, &TransportSolver) -> SolverResult<f64>,
+    ) -> SolverResult<f64> {
+        let mine = self
+            .solvers
+            .iter()
+            .zip(self.owned.clone())
+            .map(|(solver, index)| partial(index, solver))
+            .collect::<SolverResult<Vec<f64>>>()?;
+        Ok(self.gather(&mine, 1)?.iter().sum())
+    }
+
+    /// `per_patch` values of each owned patch, gathered from every rank in
+    /// patch order.
+    fn gather(&self, mine: &[f64], per_patch: usize) -> SolverResult<Vec<f64>> {
+        let ranks = self.link.ranks();
+        let counts = (0..ranks)
+            .map(|rank| {
+                self.layout
+                    .owned_by(rank, ranks)
+                    .map(|run| run.len() * per_patch)
+            })
+            .collect::<FieldResult<Vec<usize>>>()?;
+        Ok(self.link.gather_in_rank_order(mine, &counts)?)
+    }
+}
+
+/// `error` of patch `index` with its cells made global and the patch named.
+fn on_patch(error: SolverError, layout: &PatchLayout, index: usize) -> SolverError {
+    let offset = layout
+        .patch(index)
+        .map(|p| p.offset().map(|o| o as isize))
+        .unwrap_or_default();
+    let global = |cell: [isize; 3]| [0, 1, 2].map(|a| cell[a] + offset[a]);
+    match error {
+        SolverError::Diverged {
+            equation,
+            cell,
+            step,
+            time,
+            cause,
+        } => SolverError::Diverged {
+            equation,
+            cell: global(cell),
+            step,
+            time,
+            cause: format!("{cause} (on patch {index} of layout {:?})", layout.counts()),
+        },
+        SolverError::NonFiniteInput {
+            field,
+            cell,
+            detail,
+        } => SolverError::NonFiniteInput {
+            field,
+            cell: global(cell),
+            detail: format!(
+                "{detail} (on patch {index} of layout {:?})",
+                layout.counts()
+            ),
+        },
+        other => other,
+    }
+}
+
+/// The solutions of one equation of a rank's solvers, as the exchange
+/// reads and writes them. A solver's error is kept whole in `failure`
+/// (the exchange carries field errors only).
+struct SolutionFields<'a> {
+    first: usize,
+    solvers: &'a [TransportSolver],
+    equation: &'a str,
+    failure: RefCell<Option<SolverError>>,
+}
+
+impl SolutionFields<'_> {
+    fn solver(&self, patch: usize) -> FieldResult<&TransportSolver> {
+        patch
+            .checked_sub(self.first)
+            .and_then(|k| self.solvers.get(k))
+            .ok_or_else(|| FieldError::InvalidLayout {
+                reason: format!(
+                    "patch {patch} is not among this rank's patches {}..{}",
+                    self.first,
+                    self.first + self.solvers.len()
+                ),
+            })
+    }
+
+    /// `result`'s field error, or its solver error kept in `failure`.
+    fn keep<T>(&self, result: SolverResult<FieldResult<T>>) -> FieldResult<T> {
+        match result {
+            Ok(inner) => inner,
+            Err(SolverError::Field(error)) => Err(error),
+            Err(error) => {
+                let reason = error.to_string();
+                *self.failure.borrow_mut() = Some(error);
+                Err(FieldError::InvalidLayout { reason })
+            }
+        }
+    }
+}
+
+impl HaloFields for SolutionFields<'_> {
+    fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()> {
+        let read = self.solver(patch)?.with_solution(self.equation, |field| {
+            let values = field.values()?;
+            out.extend(at.iter().map(|&i| values[i]));
+            Ok(())
+        });
+        self.keep(read)
+    }
+
+    fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()> {
+        let solver = self.solver(patch)?;
+        let written = solver.with_seam_ghosts_mut(self.equation, |field| -> FieldResult<()> {
+            let data = field.values_mut()?;
+            for (&i, &v) in at.iter().zip(values) {
+                data[i] = v;
+            }
+            Ok(())
+        });
+        self.keep(written)
+    }
+}
