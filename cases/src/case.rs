@@ -6,6 +6,8 @@
 use crate::driver::{Simulation, Stop};
 use crate::error::CaseResult;
 use std::path::PathBuf;
+use std::rc::Rc;
+use watershed_fields::ranks::{RankLink, SingleProcess};
 
 /// What a case is built from.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +29,17 @@ pub struct CaseOptions {
     /// GPU, the thesis' heterogeneous rule for the ExprLib test, or the
     /// CPU.
     pub placement: watershed_exprgraph::PlacementPolicy,
+    /// The ranks of a decomposed run and how they reach each other
+    /// (`None`: one process). Cases that decompose (`patches` in their
+    /// configuration) spread their patches over them.
+    pub ranks: Option<Rc<dyn RankLink>>,
+}
+
+impl CaseOptions {
+    /// The rank link of the run: the one given, or a single process.
+    pub fn rank_link(&self) -> Rc<dyn RankLink> {
+        self.ranks.clone().unwrap_or_else(|| Rc::new(SingleProcess))
+    }
 }
 
 /// A case ready to run.

@@ -150,6 +150,25 @@ fn from_table<C: DeserializeOwned>(table: toml::Table) -> Result<C, toml::de::Er
     toml::Value::Table(table).try_into()
 }
 
+/// The value of a `--set key=value`: a TOML value (number, boolean,
+/// quoted string, array), a bare comma-separated list as an array
+/// (`patches=2,2,1` for `patches=[2,2,1]`), else a bare string.
+fn set_value(value: &str) -> toml::Value {
+    let parse = |text: &str| {
+        toml::from_str::<toml::Table>(&format!("v = {text}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+    };
+    parse(value)
+        .or_else(|| {
+            value
+                .contains(',')
+                .then(|| parse(&format!("[{value}]")))
+                .flatten()
+        })
+        .unwrap_or_else(|| toml::Value::String(value.trim().into()))
+}
+
 /// Loads case `case`'s configuration: `base` (the defaults when `None`),
 /// then `file`, then each `key=value` of `sets`; checks every range.
 pub fn load<C: CaseConfig>(
@@ -223,11 +242,7 @@ pub fn load<C: CaseConfig>(
                 known: known.join(", "),
             });
         }
-        // A TOML value (number, boolean, quoted string, array), else a bare string.
-        let parsed: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
-            Ok(mut t) => t.remove("v").unwrap_or(toml::Value::String(value.into())),
-            Err(_) => toml::Value::String(value.trim().into()),
-        };
+        let parsed = set_value(value);
         let mut cursor = &mut table;
         let parts: Vec<&str> = key.split('.').collect();
         for part in &parts[..parts.len() - 1] {

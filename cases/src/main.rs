@@ -353,6 +353,7 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         threads,
         adaptive_threads,
         placement,
+        ranks: None,
     };
     let mut restart_header = None;
     if let Some(path) = &args.restart {

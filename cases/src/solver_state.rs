@@ -1,13 +1,17 @@
 //! A solver's fields in dumps and checkpoints: an incompressible flow's
 //! velocity and pressure (with the derived fields for viewing), and a
-//! transport equation's solution.
+//! transport equation's solution, on one patch or gathered from the
+//! patches of a decomposed run (the same datasets either way, so a
+//! checkpoint restarts on any patch layout).
 
 use crate::checkpoint::{load_field, save_field};
 use crate::derived::dump_derived_flow_fields;
 use crate::error::CaseResult;
+use watershed_exprgraph::ExpressionGraph;
 use watershed_fields::on_face;
+use watershed_fields::{CellCentre, Device, Patch, SpatialField};
 use watershed_io::dumps::{DumpedField, dump_field};
-use watershed_solvers::IncompressibleFlow;
+use watershed_solvers::{IncompressibleFlow, PatchedTransport};
 
 /// Dumps the velocity components (`u`, `v`, `w` on their faces), the
 /// pressure `p` of `flow`, and the cell-centred fields derived from them
@@ -82,4 +86,66 @@ pub fn load_solution(
     group: &hdf5::Group,
 ) -> CaseResult<()> {
     solver.with_solution_mut(equation, |field| load_field(group, equation, field))?
+}
+
+/// Dumps the solution of `equation` of a decomposed run as dataset `name`:
+/// the whole domain's field gathered from every patch (collective).
+pub fn dump_patched_solution(
+    transport: &PatchedTransport,
+    equation: &str,
+    group: &hdf5::Group,
+    name: &str,
+) -> CaseResult<DumpedField> {
+    let whole = transport.whole_solution(equation)?;
+    Ok(dump_field(group, name, &whole)?)
+}
+
+/// Saves the solution of `equation` of a decomposed run, gathered over
+/// the whole domain with its ghosts, as dataset `equation`: what
+/// [`save_solution`] writes for one patch over the whole domain.
+pub fn save_patched_solution(
+    transport: &PatchedTransport,
+    equation: &str,
+    group: &hdf5::Group,
+) -> CaseResult<()> {
+    let whole = transport.whole_solution(equation)?;
+    save_field(group, equation, &whole)
+}
+
+/// Restores what [`save_patched_solution`] (or [`save_solution`]) saved
+/// onto the patches of `transport`, whatever layout wrote it. Set the
+/// clock first: the conditions refill the ghosts at its time.
+pub fn load_patched_solution(
+    transport: &PatchedTransport,
+    equation: &str,
+    group: &hdf5::Group,
+) -> CaseResult<()> {
+    let ghosts = transport.solvers()[0].graph().patch().ghosts();
+    let grid = transport.layout().grid();
+    let whole_patch = Patch::new(grid, [0; 3], grid.cells(), ghosts)?;
+    let mut whole = SpatialField::<CellCentre>::new(equation, &whole_patch, Device::Cpu)?;
+    load_field(group, equation, &mut whole)?;
+    Ok(transport.set_whole_solution(equation, &whole)?)
+}
+
+/// The graphs of a decomposed run's patches on this rank, named `case`
+/// (one patch) or `case patch k`.
+pub fn patch_graphs<'a>(
+    case: &str,
+    transport: &'a PatchedTransport,
+) -> Vec<(String, &'a ExpressionGraph)> {
+    let one = transport.layout().len() == 1;
+    transport
+        .solvers()
+        .iter()
+        .zip(transport.owned())
+        .map(|(solver, index)| {
+            let name = if one {
+                case.to_string()
+            } else {
+                format!("{case} patch {index}")
+            };
+            (name, solver.graph())
+        })
+        .collect()
 }

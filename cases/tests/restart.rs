@@ -144,6 +144,56 @@ fn a_restarted_transport_run_is_bitwise_identical() {
     );
 }
 
+/// A decomposed run gives the bits of one patch, and its checkpoint
+/// restarts on another patch layout with the same bits: advection on one
+/// patch, on 2 x 2 patches with a checkpoint halfway, and from that
+/// checkpoint on 4 x 1 patches.
+#[test]
+fn a_transport_run_restarts_on_another_patch_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let run = |output: &str, extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "advection",
+            "--steps",
+            "10",
+            "--output",
+            output,
+            "--quiet",
+            "--set",
+            "cells=24",
+        ];
+        args.extend(extra);
+        let (code, out, err) = watershed(root, &args);
+        assert!(code == 0 || code == 3, "{out}\n{err}");
+        out
+    };
+    run("one", &["--set", "patches=1,1,1"]);
+    run(
+        "four",
+        &["--set", "patches=2,2,1", "--checkpoint-every", "5"],
+    );
+    let out = run(
+        "moved",
+        &[
+            "--restart",
+            "four/checkpoint_00000005.h5",
+            "--set",
+            "patches=4,1,1",
+        ],
+    );
+    assert!(out.contains("steps 5 (now at step 10"), "{out}");
+    let end = "advection_00000010.h5";
+    let reference = values::<CellCentre>(&root.join("one").join(end), "c");
+    for other in ["four", "moved"] {
+        assert!(
+            values::<CellCentre>(&root.join(other).join(end), "c") == reference,
+            "{other}: the final dump differs from one patch's"
+        );
+    }
+}
+
 #[test]
 fn a_restarted_cavity_is_bitwise_identical() {
     restart_is_bitwise(

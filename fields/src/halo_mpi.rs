@@ -23,9 +23,17 @@ use mpi::traits::{Communicator, Destination, Source};
 const HALO_TAG: i32 = 51;
 
 /// A [`RankLink`] over the ranks of an MPI communicator.
-#[derive(Debug)]
 pub struct MpiLink<C: Communicator> {
     communicator: C,
+}
+
+impl<C: Communicator> std::fmt::Debug for MpiLink<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiLink")
+            .field("rank", &self.communicator.rank())
+            .field("ranks", &self.communicator.size())
+            .finish()
+    }
 }
 
 impl<C: Communicator> MpiLink<C> {
@@ -56,6 +64,15 @@ impl<C: Communicator> RankLink for MpiLink<C> {
 
 /// A link over a communicator the caller keeps.
 struct BorrowedLink<'a, C: Communicator>(&'a C);
+
+impl<C: Communicator> std::fmt::Debug for BorrowedLink<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BorrowedLink")
+            .field("rank", &self.0.rank())
+            .field("ranks", &self.0.size())
+            .finish()
+    }
+}
 
 impl<C: Communicator> RankLink for BorrowedLink<'_, C> {
     fn rank(&self) -> usize {

@@ -12,7 +12,7 @@ use crate::error::{FieldError, FieldResult};
 
 /// The ranks of a run and how values travel between them. Every rank of a
 /// run calls the same methods in the same order (collectively).
-pub trait RankLink {
+pub trait RankLink: std::fmt::Debug {
     /// This rank (0-based).
     fn rank(&self) -> usize;
 

@@ -38,7 +38,10 @@ use std::rc::Rc;
 use watershed_exprgraph::Tag;
 use watershed_fields::halo::{HaloFields, HaloPlan, exchange_with};
 use watershed_fields::ranks::RankLink;
-use watershed_fields::{FieldError, FieldResult, LocationKind, Patch, PatchLayout};
+use watershed_fields::{
+    CellCentre, Device, FieldError, FieldLayout, FieldResult, LocationKind, Patch, PatchLayout,
+    SpatialField,
+};
 
 /// Transport equations on the patches of `layout` this rank owns.
 ///
@@ -211,10 +214,7 @@ impl PatchedTransport {
     pub fn with_solutions_mut(
         &self,
         equation: &str,
-        mut f: impl FnMut(
-            usize,
-            &mut watershed_fields::SpatialField<watershed_fields::CellCentre>,
-        ) -> SolverResult<()>,
+        mut f: impl FnMut(usize, &mut SpatialField<CellCentre>) -> SolverResult<()>,
     ) -> SolverResult<()> {
         for (solver, index) in self.solvers.iter().zip(self.owned.clone()) {
             solver.with_solution_mut(equation, |field| f(index, field))??;
@@ -222,10 +222,96 @@ impl PatchedTransport {
         self.exchange(equation).map(|_| ())
     }
 
+    /// The solution of `equation` on the whole domain, with its ghost
+    /// layers, from every patch of every rank (collective: every rank
+    /// calls it; every rank gets the field). Each patch's allocated points
+    /// hold the whole domain's values there (see the module docs), so the
+    /// field is what one patch over the whole domain holds, bit for bit:
+    /// dumps and checkpoints do not depend on the layout.
+    pub fn whole_solution(&self, equation: &str) -> SolverResult<SpatialField<CellCentre>> {
+        let first = &self.solvers[0];
+        let ghosts = first.graph().patch().ghosts();
+        let whole_patch = Patch::new(
+            self.layout.grid(),
+            [0; 3],
+            self.layout.grid().cells(),
+            ghosts,
+        )?;
+        let mut whole = SpatialField::<CellCentre>::new(equation, &whole_patch, Device::Cpu)?;
+        let per_patch = first.with_solution(equation, |f| f.layout().allocated_len())?;
+        let mut mine = Vec::with_capacity(per_patch * self.solvers.len());
+        for solver in &self.solvers {
+            solver.with_solution(equation, |f| -> SolverResult<()> {
+                mine.extend_from_slice(f.values()?);
+                Ok(())
+            })??;
+        }
+        let all = self.gather(&mine, per_patch)?;
+        let to = whole.layout().clone();
+        let values = whole.values_mut()?;
+        for (index, part) in all.chunks(per_patch.max(1)).enumerate() {
+            let from = FieldLayout::new(&self.layout.patch(index)?, LocationKind::CellCentre);
+            let offset = from.patch().offset().map(|o| o as isize);
+            for local in from.allocated().iter() {
+                let global = [0, 1, 2].map(|a| local[a] + offset[a]);
+                values[to.linear_index(global)] = part[from.linear_index(local)];
+            }
+        }
+        Ok(whole)
+    }
+
+    /// Sets the solution of `equation` on every owned patch, ghosts
+    /// included, from `whole` (a field over the whole domain with at least
+    /// the patches' ghost layers, e.g. read from a checkpoint a run on any
+    /// layout wrote), then refills the ghosts (conditions at the clock's
+    /// time, then seams): set the clock first ([`Self::set_clock`]).
+    pub fn set_whole_solution(
+        &self,
+        equation: &str,
+        whole: &SpatialField<CellCentre>,
+    ) -> SolverResult<()> {
+        let from = whole.layout();
+        let values = whole.values()?;
+        let covered = from.allocated();
+        self.with_solutions_mut(equation, |index, field| {
+            let to = field.layout().clone();
+            let offset = to.patch().offset().map(|o| o as isize);
+            if from.patch().cells() != self.layout.grid().cells()
+                || to
+                    .allocated()
+                    .iter()
+                    .any(|l| !covered.contains([0, 1, 2].map(|a| l[a] + offset[a])))
+            {
+                return Err(SolverError::Setup {
+                    equation: equation.to_string(),
+                    reason: format!(
+                        "the whole-domain field '{}' has {:?} cells with {:?} ghosts; patch {index} needs the grid's {:?} cells with at least {:?} ghosts",
+                        whole.name(),
+                        from.patch().cells(),
+                        from.ghosts(),
+                        self.layout.grid().cells(),
+                        to.ghosts()
+                    ),
+                });
+            }
+            let data = field.values_mut()?;
+            for local in to.allocated().iter() {
+                let global = [0, 1, 2].map(|a| local[a] + offset[a]);
+                data[to.linear_index(local)] = values[from.linear_index(global)];
+            }
+            Ok(())
+        })
+    }
+
     /// Fills the ghost points of `equation`'s solution across patch seams
     /// from the patches owning them, then the physical conditions again;
     /// returns how many seam points this rank wrote.
     pub fn exchange(&self, equation: &str) -> SolverResult<usize> {
+        if self.layout.len() == 1 {
+            // One patch spans every axis: its own conditions fill its
+            // periodic images, and it has no seam.
+            return Ok(0);
+        }
         let mut fields = SolutionFields {
             first: self.owned.start,
             solvers: &self.solvers,
@@ -296,13 +382,34 @@ impl PatchedTransport {
         &self,
         mut partial: impl FnMut(usize, &TransportSolver) -> SolverResult<f64>,
     ) -> SolverResult<f64> {
-        let mine = self
-            .solvers
-            .iter()
-            .zip(self.owned.clone())
-            .map(|(solver, index)| partial(index, solver))
-            .collect::<SolverResult<Vec<f64>>>()?;
-        Ok(self.gather(&mine, 1)?.iter().sum())
+        let all = self.over_patches(1, |index, solver| Ok(vec![partial(index, solver)?]))?;
+        Ok(all.iter().map(|v| v[0]).sum())
+    }
+
+    /// `values(patch index, solver)` (`count` values each) of every patch
+    /// of every rank, in patch order (collective: every rank calls it and
+    /// gets them all).
+    pub fn over_patches(
+        &self,
+        count: usize,
+        mut values: impl FnMut(usize, &TransportSolver) -> SolverResult<Vec<f64>>,
+    ) -> SolverResult<Vec<Vec<f64>>> {
+        let mut mine = Vec::with_capacity(count * self.solvers.len());
+        for (solver, index) in self.solvers.iter().zip(self.owned.clone()) {
+            let v = values(index, solver)?;
+            if v.len() != count {
+                return Err(SolverError::Setup {
+                    equation: self.equations.join(", "),
+                    reason: format!(
+                        "patch {index} gave {} value(s) to combine over the patches, not {count}",
+                        v.len()
+                    ),
+                });
+            }
+            mine.extend(v);
+        }
+        let all = self.gather(&mine, count)?;
+        Ok(all.chunks(count.max(1)).map(<[f64]>::to_vec).collect())
     }
 
     /// `per_patch` values of each owned patch, gathered from every rank in

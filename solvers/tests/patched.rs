@@ -14,7 +14,7 @@ mod case;
 use case::{assert_bitwise_equal, grid, initial, mass, recipe};
 use std::rc::Rc;
 use watershed_fields::ranks::SingleProcess;
-use watershed_fields::{GhostWidth, PatchLayout};
+use watershed_fields::{CellCentre, Device, GhostWidth, Grid, PatchLayout, SpatialField};
 use watershed_solvers::*;
 
 #[test]
@@ -130,4 +130,61 @@ fn a_patch_that_diverges_is_named_with_global_cells() {
         }
         other => panic!("expected Diverged, got {other}"),
     }
+}
+
+#[test]
+fn a_solution_moves_between_layouts_through_the_whole_domain() {
+    let grid = grid();
+    let mut whole = recipe(&grid.whole_domain(2)).unwrap();
+    whole.set_initial_condition("c", initial).unwrap();
+    let layout = |counts| PatchLayout::new(&grid, counts, GhostWidth::uniform(2)).unwrap();
+    let mut before =
+        PatchedTransport::build(layout([3, 2, 1]), Rc::new(SingleProcess), recipe).unwrap();
+    before.set_initial_condition("c", initial).unwrap();
+    for _ in 0..4 {
+        let dt = whole.stable_time_step(0.4, 0.2).unwrap();
+        whole.step(dt).unwrap();
+        before.step(dt).unwrap();
+    }
+    // What a checkpoint holds: the whole domain's field, ghosts included.
+    let saved = before.whole_solution("c").unwrap();
+    let compared = whole
+        .with_solution("c", |w| assert_bitwise_equal(w, &saved, "gathered"))
+        .unwrap();
+    assert_eq!(compared, (24 + 4) * (18 + 4));
+    // A restart on another layout continues with the same bits.
+    let mut after =
+        PatchedTransport::build(layout([2, 3, 1]), Rc::new(SingleProcess), recipe).unwrap();
+    // The clock first: the conditions refill the ghosts at its time.
+    after.set_clock(before.time(), before.steps()).unwrap();
+    after.set_whole_solution("c", &saved).unwrap();
+    for step in 4..8 {
+        let dt = whole.stable_time_step(0.4, 0.2).unwrap();
+        assert_eq!(
+            dt.to_bits(),
+            after.stable_time_step(0.4, 0.2).unwrap().to_bits()
+        );
+        whole.step(dt).unwrap();
+        after.step(dt).unwrap();
+        whole
+            .with_solution("c", |w| {
+                for solver in after.solvers() {
+                    solver
+                        .with_solution("c", |p| {
+                            assert_bitwise_equal(w, p, &format!("after the restart, step {step}"))
+                        })
+                        .unwrap();
+                }
+            })
+            .unwrap();
+    }
+    // A field of another grid is refused, naming it.
+    let small = Grid::new([12, 18, 1], [0.5, 0.75, 1.0], [0.0; 3]).unwrap();
+    let wrong = SpatialField::<CellCentre>::new("c", &small.whole_domain(2), Device::Cpu).unwrap();
+    let error = after.set_whole_solution("c", &wrong).unwrap_err();
+    assert!(
+        matches!(error, SolverError::Setup { ref reason, .. }
+            if reason.contains("the whole-domain field 'c' has [12, 18, 1] cells")),
+        "{error}"
+    );
 }

@@ -7,16 +7,18 @@ use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
-use crate::solver_state::{dump_solution, load_solution, save_solution};
+use crate::solver_state::{
+    dump_patched_solution, load_patched_solution, patch_graphs, save_patched_solution,
+};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::{ExpressionGraph, Tag};
-use watershed_fields::{Grid, LocationKind, XFace, YFace};
+use watershed_fields::{GhostWidth, Grid, LocationKind, Patch, PatchLayout, XFace, YFace};
 use watershed_io::dumps::DumpedField;
 use watershed_operators::Limiter;
 use watershed_solvers::{
-    ConvectiveScheme, TransportEquation, TransportSolver, TransportSolverBuilder,
+    ConvectiveScheme, PatchedTransport, TransportEquation, TransportSolver, TransportSolverBuilder,
 };
 
 /// The case's name.
@@ -49,6 +51,10 @@ pub struct AdvectionConfig {
     pub integrator: String,
     /// Largest allowed relative mass change.
     pub mass_tolerance: f64,
+    /// Patches along x, y, z: the grid decomposed into equal patches (each
+    /// count dividing `cells`), spread over the ranks of the run; the
+    /// layout, not the rank count, fixes the bits.
+    pub patches: [usize; 3],
 }
 
 impl Default for AdvectionConfig {
@@ -61,6 +67,7 @@ impl Default for AdvectionConfig {
             cfl: 0.4,
             integrator: "ssp-rk3".into(),
             mass_tolerance: 1e-10,
+            patches: [1, 1, 1],
         }
     }
 }
@@ -82,6 +89,7 @@ impl CaseConfig for AdvectionConfig {
             .or_else(|| in_range("cfl", self.cfl, 1e-6, 1.0))
             .or_else(|| one_of("integrator", &self.integrator, &crate::setup::INTEGRATORS))
             .or_else(|| in_range("mass_tolerance", self.mass_tolerance, 1e-16, 1.0))
+            .or_else(|| in_range("patches[2]", self.patches[2], 1, 1))
     }
 }
 
@@ -128,21 +136,47 @@ pub fn bounds_and_mass(solver: &TransportSolver, equation: &str) -> CaseResult<(
     })?
 }
 
+/// Interior minimum, maximum and mass of `equation` over every patch:
+/// the bounds of every patch's, the mass summed in patch order.
+pub fn patched_bounds_and_mass(
+    transport: &PatchedTransport,
+    equation: &str,
+) -> CaseResult<(f64, f64, f64)> {
+    let mut failure = None;
+    let parts = transport.over_patches(3, |_, solver| {
+        Ok(match bounds_and_mass(solver, equation) {
+            Ok((lo, hi, mass)) => vec![lo, hi, mass],
+            Err(error) => {
+                failure = Some(error);
+                vec![f64::NAN; 3]
+            }
+        })
+    })?;
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    Ok(parts.iter().fold(
+        (f64::INFINITY, f64::NEG_INFINITY, 0.0),
+        |(lo, hi, mass), p| (lo.min(p[0]), hi.max(p[1]), mass + p[2]),
+    ))
+}
+
 /// The running case.
 pub struct Advection {
     config: AdvectionConfig,
     grid: Grid,
-    solver: TransportSolver,
+    transport: PatchedTransport,
     initial_mass: f64,
 }
 
-fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::setup::load_config::<AdvectionConfig>(NAME, options)?;
-    let config = loaded.config.clone();
-    let n = config.cells;
-    let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
+/// The case's solver on `patch` of the grid, its velocity set.
+fn solver_on(
+    patch: &Patch,
+    config: &AdvectionConfig,
+    options: &CaseOptions,
+) -> watershed_solvers::SolverResult<TransportSolver> {
     let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
-    let mut builder = TransportSolverBuilder::new(&grid.whole_domain(2)).equation(
+    let mut builder = TransportSolverBuilder::new(patch).equation(
         TransportEquation::new("c")
             .convection(velocity.clone(), scheme(&config.scheme, &config.limiter)),
     );
@@ -163,15 +197,27 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     solver
         .graph()
         .set_field::<YFace>(&velocity[1], |[x, _, _]| 2.0 * PI * (x - 0.5))?;
-    solver.set_initial_condition("c", bell)?;
-    let (_, _, initial_mass) = bounds_and_mass(&solver, "c")?;
+    Ok(solver)
+}
+
+fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
+    let loaded = crate::setup::load_config::<AdvectionConfig>(NAME, options)?;
+    let config = loaded.config.clone();
+    let n = config.cells;
+    let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
+    let layout = PatchLayout::new(&grid, config.patches, GhostWidth::uniform(2))?;
+    let transport = PatchedTransport::build(layout, options.rank_link(), |patch| {
+        solver_on(patch, &config, options)
+    })?;
+    transport.set_initial_condition("c", bell)?;
+    let (_, _, initial_mass) = patched_bounds_and_mass(&transport, "c")?;
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,
         stop: Stop::EndTime(config.end_time),
         simulation: Box::new(Advection {
             config,
             grid,
-            solver,
+            transport,
             initial_mass,
         }),
     })
@@ -185,39 +231,45 @@ impl Simulation for Advection {
         &self.grid
     }
     fn time(&self) -> f64 {
-        self.solver.time()
+        self.transport.time()
     }
     fn steps(&self) -> u64 {
-        self.solver.steps()
+        self.transport.steps()
     }
     fn cell_updates_per_step(&self) -> u64 {
         self.grid.total_cells() as u64
     }
     fn next_dt(&self) -> CaseResult<f64> {
-        Ok(self.solver.stable_time_step(self.config.cfl, 0.5)?)
+        Ok(self.transport.stable_time_step(self.config.cfl, 0.5)?)
     }
     fn step(&mut self, dt: f64) -> CaseResult<()> {
-        Ok(self.solver.step(dt)?)
+        Ok(self.transport.step(dt)?)
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-        Ok(vec![dump_solution(&self.solver, "c", group, "c")?])
+        Ok(vec![dump_patched_solution(
+            &self.transport,
+            "c",
+            group,
+            "c",
+        )?])
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
-        save_solution(&self.solver, "c", group)?;
+        save_patched_solution(&self.transport, "c", group)?;
         crate::checkpoint::save_series(group, "initial_mass", &[self.initial_mass])
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
-        load_solution(&self.solver, "c", group)?;
+        self.transport.set_clock(time, step)?;
+        load_patched_solution(&self.transport, "c", group)?;
         if let Some(&mass) = crate::checkpoint::load_series(group, "initial_mass")?.first() {
             self.initial_mass = mass;
         }
-        Ok(self.solver.set_clock(time, step)?)
+        Ok(())
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
-        vec![("advection".into(), self.solver.graph())]
+        patch_graphs(NAME, &self.transport)
     }
     fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
-        let (lo, hi, mass) = bounds_and_mass(&self.solver, "c")?;
+        let (lo, hi, mass) = patched_bounds_and_mass(&self.transport, "c")?;
         let drift = (mass - self.initial_mass).abs() / self.initial_mass;
         let bounded_scheme = self.config.scheme != "central";
         let tolerance = 1e-12;
