@@ -27,15 +27,18 @@ cargo test -p watershed-fields --no-default-features --test without_cuda "$@"
 # .ci/run relies on this instead of linting it again.
 cargo clippy --workspace --no-default-features --all-targets -- -D warnings
 
-echo "==> MPI: the halo exchange and decomposed transport across 1, 2 and 4 ranks (the mpi feature; mpirun --oversubscribe)"
+echo "==> MPI: the halo exchange, decomposed transport and the watershed program across 1, 2 and 4 ranks (the mpi feature; mpirun --oversubscribe)"
 source scripts/mpi-tools.sh
-cargo clippy -p watershed-fields -p watershed-solvers --features mpi --all-targets -- -D warnings
+cargo clippy -p watershed-fields -p watershed-solvers -p watershed-cases --features mpi --all-targets -- -D warnings
 cargo build -p watershed-fields --features mpi --example mpi_halo
 cargo build -p watershed-solvers --features mpi --example mpi_transport
 for ranks in 1 2 4; do
     mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_halo
     mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_transport
 done
+# The watershed program under mpirun: bitwise dumps and checkpoints,
+# a restart on another rank count, errors and a killed rank.
+bash scripts/mpi/cases.sh
 
 echo "==> GPU tests (shown uncaptured so that skips are visible)"
 cargo test -p watershed-fields --test gpu -- --nocapture 2>&1 | grep -E "skipped|test result" || true

@@ -10,11 +10,14 @@
 //! exactly the steps an uninterrupted run takes, bit for bit.
 
 use crate::checkpoint::{CheckpointHeader, read_checkpoint, write_checkpoint};
+use crate::collective::{any_signal, in_memory, is_follower, leader_decides};
 use crate::error::{CaseError, CaseResult};
 use crate::progress::{Progress, ProgressMode, StepInfo};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 use watershed_exprgraph::{ExpressionGraph, ExpressionTiming, RecordedEvent};
+use watershed_fields::ranks::RankLink;
 use watershed_fields::{GpuCalls, Grid, MemoryPool};
 use watershed_io::csv::{SeriesFile, SeriesLayout};
 use watershed_io::dumps::{DumpSeries, DumpedField};
@@ -64,6 +67,12 @@ pub trait Simulation {
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()>;
     /// The expression graphs, named (for timings and traces).
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)>;
+    /// A decomposed case: the wall time this rank spent exchanging patch
+    /// seams and combining reductions across patches (`None`: the case
+    /// runs on one patch of its own).
+    fn exchange_time(&self) -> Option<Duration> {
+        None
+    }
     /// The case's time series, written into the output directory as the
     /// run goes (`None`: the case has none): its file name and header.
     fn series(&self) -> Option<SeriesLayout> {
@@ -152,6 +161,11 @@ pub struct RunControl {
     pub progress: ProgressMode,
     /// Record every node execution of the run for a Chrome trace.
     pub record_trace: bool,
+    /// The ranks of a decomposed run (`None`: one process). Every rank
+    /// runs the driver; only rank 0 is given an output and writes files,
+    /// the others take part in each dump and checkpoint in memory
+    /// ([`crate::collective`]).
+    pub ranks: Option<Rc<dyn RankLink>>,
 }
 
 /// What a run did.
@@ -179,6 +193,10 @@ pub struct RunReport {
     /// Time spent in graph nodes over the whole run (all graphs, summed
     /// over threads).
     pub graph_time: Duration,
+    /// Of a decomposed case, the time this rank spent in exchanges and
+    /// reductions across patches during the stepping (waits for other
+    /// ranks included).
+    pub exchange_time: Option<Duration>,
     /// Peak resident memory of the process (bytes), when the OS says.
     pub cpu_memory_high_water: Option<u64>,
     /// Per GPU whose memory the run used (ordinal, bytes): the most the
@@ -344,7 +362,9 @@ pub fn run<S: Simulation + ?Sized>(
             "--checkpoint-every must be at least 1".into(),
         ));
     }
-    if control.checkpoint_every.is_some() && output.is_none() {
+    let ranks = control.ranks.as_deref();
+    let follower = is_follower(ranks);
+    if control.checkpoint_every.is_some() && output.is_none() && !follower {
         return Err(CaseError::Usage(
             "checkpoints need an output directory".into(),
         ));
@@ -364,10 +384,14 @@ pub fn run<S: Simulation + ?Sized>(
         tracing::info!(file = %path.display(), step = sim.steps(), time = sim.time(), "dump written");
         Ok(())
     };
-    if let Some(out) = output.as_deref_mut()
-        && !out.dumps().iter().any(|d| d.step == sim.steps())
-    {
-        dump(sim, out)?;
+    let first_dump = output
+        .as_deref()
+        .is_some_and(|out| !out.dumps().iter().any(|d| d.step == sim.steps()));
+    if leader_decides(ranks, first_dump)? {
+        match output.as_deref_mut() {
+            Some(out) => dump(sim, out)?,
+            None => in_memory(|group| sim.dump(group).map(|_| ()))?,
+        }
     }
     let mut series = match (output.as_deref(), sim.series()) {
         (Some(out), Some(layout)) => Some(SeriesFile::create(
@@ -384,11 +408,15 @@ pub fn run<S: Simulation + ?Sized>(
         _ => f64::INFINITY,
     };
     let mut last_checkpoint = None;
+    // The step of the last checkpoint (every rank knows it; only rank 0
+    // has its path).
+    let mut checkpoint_step = None;
     let mut interrupted = None;
     let mut last_dt_taken = 0.0;
     let mut gpu_calls = GpuCalls::default();
     let mut gpu_calls_last_step = GpuCalls::default();
     let started = Instant::now();
+    let exchange_before = sim.exchange_time();
     let mut first_step_time: Option<Duration> = None;
     let stop_reason = loop {
         if done(control.stop, sim.time(), sim.steps()) {
@@ -400,7 +428,7 @@ pub fn run<S: Simulation + ?Sized>(
         if let Some(reason) = sim.stop_reason() {
             break reason;
         }
-        if let Some(signum) = crate::interrupt::received() {
+        if let Some(signum) = any_signal(ranks, crate::interrupt::received())? {
             interrupted = Some(signum);
             break format!("interrupted by {}", crate::interrupt::name(signum));
         }
@@ -422,7 +450,7 @@ pub fn run<S: Simulation + ?Sized>(
         }
         observer(sim);
         let steps = sim.steps();
-        if let Some(out) = output.as_deref_mut() {
+        if output.is_some() || follower {
             let due = match control.dumps {
                 DumpSchedule::EverySteps(n) => steps.is_multiple_of(n),
                 DumpSchedule::Interval(t) => {
@@ -435,7 +463,10 @@ pub fn run<S: Simulation + ?Sized>(
                 DumpSchedule::StartAndEnd => false,
             };
             if due {
-                dump(sim, out)?;
+                match output.as_deref_mut() {
+                    Some(out) => dump(sim, out)?,
+                    None => in_memory(|group| sim.dump(group).map(|_| ()))?,
+                }
             }
             if let Some(every) = control.checkpoint_every
                 && steps.is_multiple_of(every)
@@ -450,9 +481,16 @@ pub fn run<S: Simulation + ?Sized>(
                     dump_schedule: Some(control.dumps.to_text()),
                     checkpoint_every: Some(control.checkpoint_every.unwrap_or(0)),
                 };
-                let path = write_checkpoint(out.directory(), &header, |g| sim.save_state(g))?;
-                tracing::info!(file = %path.display(), step = steps, "checkpoint written");
-                last_checkpoint = Some(path);
+                match output.as_deref() {
+                    Some(out) => {
+                        let path =
+                            write_checkpoint(out.directory(), &header, |g| sim.save_state(g))?;
+                        tracing::info!(file = %path.display(), step = steps, "checkpoint written");
+                        last_checkpoint = Some(path);
+                    }
+                    None => in_memory(|group| sim.save_state(group))?,
+                }
+                checkpoint_step = Some(steps);
             }
         }
         let elapsed = started.elapsed().as_secs_f64();
@@ -483,14 +521,13 @@ pub fn run<S: Simulation + ?Sized>(
         });
     };
     let wall = started.elapsed();
+    let exchange_time = sim
+        .exchange_time()
+        .map(|t| t.saturating_sub(exchange_before.unwrap_or_default()));
     progress.finish();
     if interrupted.is_some()
-        && let Some(out) = output.as_deref()
-        && last_checkpoint.as_ref()
-            != Some(
-                &out.directory()
-                    .join(format!("checkpoint_{:08}.h5", sim.steps())),
-            )
+        && (output.is_some() || follower)
+        && checkpoint_step != Some(sim.steps())
     {
         // Stopped by a signal: a checkpoint of the state reached, so that
         // the run can continue from it.
@@ -504,14 +541,23 @@ pub fn run<S: Simulation + ?Sized>(
             dump_schedule: Some(control.dumps.to_text()),
             checkpoint_every: Some(control.checkpoint_every.unwrap_or(0)),
         };
-        last_checkpoint = Some(write_checkpoint(out.directory(), &header, |g| {
-            sim.save_state(g)
-        })?);
+        match output.as_deref() {
+            Some(out) => {
+                last_checkpoint = Some(write_checkpoint(out.directory(), &header, |g| {
+                    sim.save_state(g)
+                })?);
+            }
+            None => in_memory(|group| sim.save_state(group))?,
+        }
     }
-    if let Some(out) = output
-        && !out.dumps().iter().any(|d| d.step == sim.steps())
-    {
-        dump(sim, out)?;
+    let last_dump = output
+        .as_deref()
+        .is_some_and(|out| !out.dumps().iter().any(|d| d.step == sim.steps()));
+    if leader_decides(ranks, last_dump)? {
+        match output {
+            Some(out) => dump(sim, out)?,
+            None => in_memory(|group| sim.dump(group).map(|_| ()))?,
+        }
     }
     let mut slowest: Vec<ExpressionTiming> = Vec::new();
     let mut trace = Vec::new();
@@ -550,6 +596,7 @@ pub fn run<S: Simulation + ?Sized>(
         slowest,
         graphs,
         graph_time,
+        exchange_time,
         cpu_memory_high_water: process_memory_high_water(),
         gpu_memory_high_water: gpu_memory_high_water(),
         gpu_calls,
@@ -633,6 +680,14 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
             report.graph_time.as_secs_f64(),
             100.0 * report.graph_time.as_secs_f64() / wall
         );
+        if let Some(exchange) = report.exchange_time {
+            let _ = writeln!(
+                text,
+                "exchanges and reductions across patches: {:.3} s ({:.1}% of the wall time, waits for other ranks included; not yet overlapped with interior work)",
+                exchange.as_secs_f64(),
+                100.0 * exchange.as_secs_f64() / wall
+            );
+        }
     }
     for graph in &report.graphs {
         let _ = writeln!(

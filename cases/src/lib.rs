@@ -7,6 +7,8 @@
 //!   loop ([`driver::run`]) with dumps, checkpoints, progress, a per-step
 //!   observer, a whole-run trace and the end-of-run summary;
 //! * [`interrupt`]: SIGINT and SIGTERM end a run after its step, with a checkpoint;
+//! * [`collective`]: what the ranks of a decomposed run agree on (rank 0
+//!   writes; the others dump and checkpoint in memory, in step);
 //! * [`checkpoint`]: atomic checkpoints and bitwise restarts;
 //! * [`config`]: strict TOML configurations with `--set` overrides;
 //! * [`setup`]: a case's graph options, execution mode, integrator and
@@ -46,6 +48,7 @@ pub mod bench;
 pub mod case;
 pub mod cases;
 pub mod checkpoint;
+pub mod collective;
 pub mod config;
 pub mod derived;
 pub mod driver;

@@ -6,10 +6,13 @@ use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::rc::Rc;
+use watershed_cases::collective::is_follower;
 use watershed_cases::driver::{DumpSchedule, RunControl, Stop, restore, run, summary};
 use watershed_cases::progress::ProgressMode;
 use watershed_cases::registry::CaseOptions;
 use watershed_cases::{CaseError, find_case, registered_cases};
+use watershed_fields::ranks::RankLink;
 use watershed_io::dumps::DumpSeries;
 
 /// Watershed: PDE/CFD field computations on CPUs and GPUs.
@@ -322,8 +325,44 @@ fn check_writable(path: &Path, flag: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
+/// The output folder of a run, with what was found there said on stderr.
+fn create_output(
+    directory: &Path,
+    case: &str,
+    grid: &watershed_fields::Grid,
+    overwrite: bool,
+    continues_from: Option<u64>,
+) -> Result<DumpSeries, Failure> {
+    let output = DumpSeries::create(directory, case, grid, overwrite, continues_from)
+        .map_err(|e| usage(e.into()))?;
+    let (stale, stale_bytes) = output.swept();
+    if stale > 0 {
+        eprintln!(
+            "removed {stale} stale temporary file(s) ({:.1} MiB) that killed writers left in {}",
+            stale_bytes as f64 / f64::from(1u32 << 20),
+            directory.display()
+        );
+    }
+    let (old_dumps, old_checkpoints) = output.replaced();
+    if old_dumps + old_checkpoints > 0 {
+        eprintln!(
+            "--overwrite: removed the earlier run's {old_dumps} dump(s) and {old_checkpoints} checkpoint(s) from {}",
+            directory.display()
+        );
+    }
+    Ok(output)
+}
+
+fn run_case(
+    args: RunArgs,
+    out: &mut impl Write,
+    ranks: Option<Rc<dyn RankLink>>,
+) -> Result<Outcome, Failure> {
     let info = find_case(&args.case).map_err(usage)?;
+    if let Some(link) = ranks.as_deref().filter(|l| l.ranks() > 1) {
+        check_spreadable(&info, &args, link)?;
+    }
+    let follower = is_follower(ranks.as_deref());
     let threads = match args.threads {
         Some(n) => check_thread_count(n, "--threads")?,
         None => check_thread_count(default_threads()?, "WATERSHED_THREADS")?,
@@ -353,7 +392,7 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         threads,
         adaptive_threads,
         placement,
-        ranks: None,
+        ranks: ranks.clone(),
     };
     let mut restart_header = None;
     if let Some(path) = &args.restart {
@@ -579,32 +618,21 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
             continues_here = false;
         }
     }
-    let mut output = DumpSeries::create(
-        &directory,
-        info.name,
-        prepared.simulation.grid(),
-        args.overwrite,
-        restart_header
-            .as_ref()
-            .filter(|_| continues_here)
-            .map(|h| h.step),
-    )
-    .map_err(|e| usage(e.into()))?;
-    let (stale, stale_bytes) = output.swept();
-    if stale > 0 {
-        eprintln!(
-            "removed {stale} stale temporary file(s) ({:.1} MiB) that killed writers left in {}",
-            stale_bytes as f64 / f64::from(1u32 << 20),
-            directory.display()
-        );
-    }
-    let (old_dumps, old_checkpoints) = output.replaced();
-    if old_dumps + old_checkpoints > 0 {
-        eprintln!(
-            "--overwrite: removed the earlier run's {old_dumps} dump(s) and {old_checkpoints} checkpoint(s) from {}",
-            directory.display()
-        );
-    }
+    // Only rank 0 of a run on several ranks writes files.
+    let mut output = if follower {
+        None
+    } else {
+        Some(create_output(
+            &directory,
+            info.name,
+            prepared.simulation.grid(),
+            args.overwrite,
+            restart_header
+                .as_ref()
+                .filter(|_| continues_here)
+                .map(|h| h.step),
+        )?)
+    };
     if let Some(path) = &args.dot {
         let mut text = String::new();
         for (name, graph) in prepared.simulation.graphs() {
@@ -618,19 +646,30 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         dumps,
         checkpoint_every,
         config_text: prepared.config_text.clone(),
-        progress: if args.quiet {
+        progress: if args.quiet || follower {
             ProgressMode::Quiet
         } else {
             ProgressMode::Auto
         },
         record_trace: args.trace.is_some(),
+        ranks: ranks.clone(),
     };
     // SIGINT and SIGTERM end the run after its step, with a checkpoint.
     watershed_cases::interrupt::install();
     tracing::info!(case = info.name, threads, device = %device, "run starts");
     let simulation = prepared.simulation.as_mut();
-    let report = run(simulation, &control, Some(&mut output), &mut |_| {}).map_err(runtime)?;
-    let check = simulation.finish(Some(&directory)).map_err(runtime)?;
+    let report = run(simulation, &control, output.as_mut(), &mut |_| {}).map_err(runtime)?;
+    let check = simulation
+        .finish((!follower).then_some(directory.as_path()))
+        .map_err(runtime)?;
+    let per_rank = match ranks.as_deref().filter(|l| l.ranks() > 1) {
+        Some(link) => Some(per_rank_times(link, &report)?),
+        None => None,
+    };
+    let Some(output) = output else {
+        // A follower: rank 0 reports for every rank.
+        return Ok(outcome_of(&report, &check));
+    };
     if let Some(path) = &args.trace {
         write_file(path, &watershed_exprgraph::chrome_trace_of(&report.trace))?;
         if report.trace_dropped > 0 {
@@ -641,6 +680,9 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         }
     }
     write!(out, "{}", summary(info.name, &report, &check))?;
+    if let Some(table) = &per_rank {
+        write!(out, "{table}")?;
+    }
     if args.cuda_graphs {
         for (name, graph) in simulation.graphs() {
             let replay = graph.replay_statistics();
@@ -731,16 +773,94 @@ fn run_case(args: RunArgs, out: &mut impl Write) -> Result<Outcome, Failure> {
         )?;
         return Ok(Outcome::Interrupted(signum));
     }
-    Ok(if check.passed {
-        Outcome::Done
-    } else {
-        Outcome::CheckFailed
-    })
+    Ok(outcome_of(&report, &check))
+}
+
+/// How a run ended, for the exit status.
+fn outcome_of(
+    report: &watershed_cases::driver::RunReport,
+    check: &watershed_cases::driver::CaseCheck,
+) -> Outcome {
+    match report.interrupted {
+        Some(signum) => Outcome::Interrupted(signum),
+        None if check.passed => Outcome::Done,
+        None => Outcome::CheckFailed,
+    }
+}
+
+/// A run on several ranks: only cases that decompose, and only the
+/// options that work across ranks.
+fn check_spreadable(
+    info: &watershed_cases::CaseInfo,
+    args: &RunArgs,
+    link: &dyn RankLink,
+) -> Result<(), Failure> {
+    if !info.decomposes {
+        let spreadable: Vec<&str> = registered_cases()
+            .iter()
+            .filter(|c| c.decomposes)
+            .map(|c| c.name)
+            .collect();
+        return Err(usage(CaseError::Usage(format!(
+            "case {} runs on one patch and so on one rank, but mpirun started {} ranks; run it without mpirun, or run a case that decomposes ({}) with --set patches=PX,PY,PZ",
+            info.name,
+            link.ranks(),
+            spreadable.join(", ")
+        ))));
+    }
+    let single_process_only = [
+        (args.convergence, "--convergence"),
+        (args.emit.is_some(), "--emit"),
+        (args.plan.is_some(), "--plan"),
+        (args.dot.is_some(), "--dot"),
+        (args.trace.is_some(), "--trace"),
+        (args.cuda_graphs, "--cuda-graphs"),
+        (args.print_config, "--print-config"),
+    ];
+    if let Some((_, flag)) = single_process_only.iter().find(|(given, _)| *given) {
+        return Err(usage(CaseError::Usage(format!(
+            "{flag} works in one process only; run it without mpirun (the patch layout does not change what it shows)"
+        ))));
+    }
+    Ok(())
+}
+
+/// Each rank's stepping wall time and its time in exchanges across
+/// patches, gathered on every rank (collective); the table rank 0 prints.
+fn per_rank_times(
+    link: &dyn RankLink,
+    report: &watershed_cases::driver::RunReport,
+) -> Result<String, Failure> {
+    let wall = report.wall.as_secs_f64();
+    let exchange = report.exchange_time.unwrap_or_default().as_secs_f64();
+    let ranks = link.ranks();
+    let all = link
+        .gather_in_rank_order(&[wall, exchange], &vec![2; ranks])
+        .map_err(|e| runtime(e.into()))?;
+    let mut table = format!(
+        "ranks: {ranks} (MPI); per rank, the stepping's wall time and the exchanges across patches in it:\n"
+    );
+    for (rank, times) in all.chunks(2).enumerate() {
+        let share = if times[0] > 0.0 {
+            100.0 * times[1] / times[0]
+        } else {
+            0.0
+        };
+        table.push_str(&format!(
+            "  rank {rank}: {:.3} s, exchanges {:.3} s ({share:.1}%; 0% of it hidden behind interior work: exchanges run between stages)\n",
+            times[0], times[1]
+        ));
+    }
+    Ok(table)
 }
 
 /// Writes the command's output; I/O errors are returned, never a panic
 /// (`println!` panics when stdout is a closed pipe, e.g. `| head -0`).
-fn execute(command: Command, out: &mut impl Write) -> Result<Outcome, Failure> {
+fn execute(
+    command: Command,
+    out: &mut impl Write,
+    ranks: Option<Rc<dyn RankLink>>,
+) -> Result<Outcome, Failure> {
     match command {
         Command::List => {
             for case in registered_cases() {
@@ -748,7 +868,7 @@ fn execute(command: Command, out: &mut impl Write) -> Result<Outcome, Failure> {
             }
         }
         Command::Info => writeln!(out, "{}", watershed_cases::build_summary())?,
-        Command::Run(args) => return run_case(args, out),
+        Command::Run(args) => return run_case(args, out, ranks),
         Command::Inspect { file } => {
             let text = watershed_cases::inspect::describe_file(&file).map_err(usage)?;
             write!(out, "{text}")?;
@@ -814,9 +934,50 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+    // Under mpirun (built with the `mpi` feature): every rank runs this
+    // program; `mpi` finalises MPI when dropped, after the run.
+    #[cfg(feature = "mpi")]
+    let (_mpi, ranks) = match watershed_cases::collective::join_mpi_run() {
+        Ok(Some((universe, link))) => (Some(universe), Some(link)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "watershed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    #[cfg(not(feature = "mpi"))]
+    let ranks: Option<Rc<dyn RankLink>> = {
+        if watershed_cases::collective::launched_by_mpirun() {
+            tracing::warn!(
+                "started by mpirun, but this watershed was built without the `mpi` feature: every rank runs the whole case alone (build with --features mpi)"
+            );
+        }
+        None
+    };
     let stdout = std::io::stdout();
-    let result = execute(cli.command, &mut stdout.lock());
+    let result = execute(cli.command, &mut stdout.lock(), ranks.clone());
     let _ = stdout.lock().flush();
+    let failed = result.is_err();
+    let code = exit_code(result);
+    // On several ranks a failing rank ends them all (the others would wait
+    // for it in the next exchange); its message names it. An interrupted
+    // run or a failed check ends on every rank together, normally.
+    if let Some(link) = ranks.as_deref().filter(|l| l.ranks() > 1)
+        && failed
+    {
+        let _ = writeln!(
+            std::io::stderr(),
+            "watershed: rank {} of {} failed; ending every rank",
+            link.rank(),
+            link.ranks()
+        );
+        link.abort(1);
+    }
+    code
+}
+
+/// The exit status of a command's result, its error said on stderr.
+fn exit_code(result: Result<Outcome, Failure>) -> ExitCode {
     match result {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Ok(Outcome::Interrupted(signum)) => ExitCode::from((128 + signum).clamp(0, 255) as u8),

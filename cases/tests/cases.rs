@@ -26,6 +26,7 @@ fn quiet_control(stop: Stop, config_text: &str) -> RunControl {
         config_text: config_text.to_string(),
         progress: ProgressMode::Quiet,
         record_trace: false,
+        ranks: None,
     }
 }
 

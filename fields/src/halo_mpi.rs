@@ -60,6 +60,10 @@ impl<C: Communicator> RankLink for MpiLink<C> {
     fn swap(&self, outgoing: &[Vec<f64>], incoming_len: &[usize]) -> FieldResult<Vec<Vec<f64>>> {
         swap_over(&self.communicator, outgoing, incoming_len)
     }
+
+    fn abort(&self, code: i32) -> ! {
+        self.communicator.abort(code)
+    }
 }
 
 /// A link over a communicator the caller keeps.
@@ -85,6 +89,10 @@ impl<C: Communicator> RankLink for BorrowedLink<'_, C> {
 
     fn swap(&self, outgoing: &[Vec<f64>], incoming_len: &[usize]) -> FieldResult<Vec<Vec<f64>>> {
         swap_over(self.0, outgoing, incoming_len)
+    }
+
+    fn abort(&self, code: i32) -> ! {
+        self.0.abort(code)
     }
 }
 

@@ -25,6 +25,11 @@ pub trait RankLink: std::fmt::Debug {
     /// entry per rank.
     fn swap(&self, outgoing: &[Vec<f64>], incoming_len: &[usize]) -> FieldResult<Vec<Vec<f64>>>;
 
+    /// Ends every rank of the run with exit status `code`: after an error
+    /// on one rank the others would otherwise wait for it forever (MPI:
+    /// `MPI_Abort`; one process: it exits).
+    fn abort(&self, code: i32) -> !;
+
     /// Every rank's `mine` concatenated in rank order, where rank `r`
     /// contributes `counts[r]` values: the same vector on every rank. With
     /// each rank holding a contiguous run of patches and `mine` one value
@@ -89,6 +94,10 @@ impl RankLink for SingleProcess {
             });
         }
         Ok(vec![Vec::new()])
+    }
+
+    fn abort(&self, code: i32) -> ! {
+        std::process::exit(code)
     }
 }
 

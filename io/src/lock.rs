@@ -26,9 +26,18 @@ fn host() -> String {
         .unwrap_or_else(|_| "unknown-host".into())
 }
 
-/// Whether process `pid` runs on this machine (Linux: `/proc/PID`).
+/// Whether process `pid` runs on this machine (Linux: `/proc/PID`, not a
+/// zombie: a run killed with SIGKILL stays one until its parent reaps it,
+/// which in a container without an init may be never).
 fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state != "Z" && state != "X"),
+        Err(_) => Path::new(&format!("/proc/{pid}")).exists(),
+    }
 }
 
 /// The holder recorded in a lock file: (pid, host, case).
@@ -133,6 +142,22 @@ mod tests {
         drop(lock);
         assert!(!dir.path().join(LOCK_FILE).exists());
         OutputLock::acquire(dir.path(), "heat").unwrap();
+    }
+
+    #[test]
+    fn a_zombie_is_not_alive() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("`true` runs");
+        // Not waited for: once it exits it is a zombie until reaped.
+        let gone = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            !alive(child.id())
+        });
+        assert!(Path::new(&format!("/proc/{}", child.id())).exists());
+        assert!(gone, "an exited, unreaped child counts as alive");
+        child.wait().unwrap();
+        assert!(alive(std::process::id()));
     }
 
     #[test]

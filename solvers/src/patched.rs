@@ -32,9 +32,10 @@
 
 use crate::error::{SolverError, SolverResult};
 use crate::solver::TransportSolver;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 use watershed_exprgraph::Tag;
 use watershed_fields::halo::{HaloFields, HaloPlan, exchange_with};
 use watershed_fields::ranks::RankLink;
@@ -73,6 +74,8 @@ pub struct PatchedTransport {
     equations: Vec<String>,
     /// The fields limiting the time step, the same on every patch.
     limit_fields: Vec<(Tag, usize)>,
+    /// Wall time spent in exchanges and reductions across patches.
+    exchange_time: Cell<Duration>,
 }
 
 impl std::fmt::Debug for PatchedTransport {
@@ -147,6 +150,7 @@ impl PatchedTransport {
             plan,
             equations,
             limit_fields,
+            exchange_time: Cell::new(Duration::ZERO),
         };
         Ok(transport)
     }
@@ -312,6 +316,7 @@ impl PatchedTransport {
             // periodic images, and it has no seam.
             return Ok(0);
         }
+        let started = Instant::now();
         let mut fields = SolutionFields {
             first: self.owned.start,
             solvers: &self.solvers,
@@ -319,10 +324,19 @@ impl PatchedTransport {
             failure: RefCell::new(None),
         };
         let exchanged = exchange_with(&self.plan, &self.layout, self.link.as_ref(), &mut fields);
+        self.exchange_time
+            .set(self.exchange_time.get() + started.elapsed());
         if let Some(failure) = fields.failure.into_inner() {
             return Err(failure);
         }
         Ok(exchanged?)
+    }
+
+    /// Wall time this rank spent in seam exchanges and in combining
+    /// reductions across patches, since the solver was built (waits for
+    /// other ranks included).
+    pub fn exchange_time(&self) -> Duration {
+        self.exchange_time.get()
     }
 
     /// Advances every equation on every owned patch by one step of `dt`,
@@ -415,6 +429,7 @@ impl PatchedTransport {
     /// `per_patch` values of each owned patch, gathered from every rank in
     /// patch order.
     fn gather(&self, mine: &[f64], per_patch: usize) -> SolverResult<Vec<f64>> {
+        let started = Instant::now();
         let ranks = self.link.ranks();
         let counts = (0..ranks)
             .map(|rank| {
@@ -423,7 +438,10 @@ impl PatchedTransport {
                     .map(|run| run.len() * per_patch)
             })
             .collect::<FieldResult<Vec<usize>>>()?;
-        Ok(self.link.gather_in_rank_order(mine, &counts)?)
+        let all = self.link.gather_in_rank_order(mine, &counts);
+        self.exchange_time
+            .set(self.exchange_time.get() + started.elapsed());
+        Ok(all?)
     }
 }
 

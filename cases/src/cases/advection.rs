@@ -31,6 +31,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: AdvectionConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<AdvectionConfig>(NAME, o),
+    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/advection.toml`).
@@ -267,6 +268,9 @@ impl Simulation for Advection {
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
         patch_graphs(NAME, &self.transport)
+    }
+    fn exchange_time(&self) -> Option<std::time::Duration> {
+        (self.transport.layout().len() > 1).then(|| self.transport.exchange_time())
     }
     fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
         let (lo, hi, mass) = patched_bounds_and_mass(&self.transport, "c")?;

@@ -41,6 +41,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: ChannelConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<ChannelConfig>(NAME, o),
+    decomposes: false,
 };
 
 /// Configuration (see `cases/configs/channel.toml`).

@@ -41,6 +41,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: CylinderConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<CylinderConfig>(NAME, o),
+    decomposes: false,
 };
 
 /// Channel height.

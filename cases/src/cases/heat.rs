@@ -29,6 +29,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: HeatConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<HeatConfig>(NAME, o),
+    decomposes: false,
 };
 
 /// Configuration (see `cases/configs/heat.toml`).
@@ -217,6 +218,7 @@ pub fn convergence_study(options: &CaseOptions, output: Option<&Path>) -> CaseRe
             config_text: String::new(),
             progress: ProgressMode::Quiet,
             record_trace: false,
+            ranks: None,
         };
         run(&mut heat, &control, None, &mut |_| {})?;
         let error = heat.relative_error()?;

@@ -35,6 +35,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: ReactingConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<ReactingConfig>(NAME, o),
+    decomposes: false,
 };
 
 /// Configuration (see `cases/configs/reacting-species.toml`).

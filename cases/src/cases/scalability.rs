@@ -36,6 +36,7 @@ pub const EXPRLIB_INFO: CaseInfo = CaseInfo {
     documented_config: ScalabilityConfig::<ExprLibKind>::DOCUMENTED,
     prepare: prepare_exprlib,
     config_text: |o| config_text_of::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, o),
+    decomposes: false,
 };
 
 /// The Wasatch registry entry.
@@ -45,6 +46,7 @@ pub const WASATCH_INFO: CaseInfo = CaseInfo {
     documented_config: ScalabilityConfig::<WasatchKind>::DOCUMENTED,
     prepare: prepare_wasatch,
     config_text: |o| config_text_of::<ScalabilityConfig<WasatchKind>>(WASATCH, o),
+    decomposes: false,
 };
 
 /// Which of the two cases a configuration belongs to.

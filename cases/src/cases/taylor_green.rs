@@ -36,6 +36,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: TaylorGreenConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<TaylorGreenConfig>(NAME, o),
+    decomposes: false,
 };
 
 /// Configuration (see `cases/configs/taylor-green.toml`).

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The `watershed` program across MPI ranks (issue 51), run by
+# scripts/test.sh: the advection case on 2 x 2 patches under
+# `mpirun --oversubscribe -np 1, 2, 4` gives, at every dump and in every
+# checkpoint, the bits of one process on one patch; a checkpoint written on
+# 2 ranks restarts on 4 with the same bits; a bad layout, a case that does
+# not decompose, or more ranks than patches is a clear error on every rank
+# (no hang); a rank killed mid-run ends the job (no hang) and the last
+# complete checkpoint restarts. Needs scripts/tools.sh and
+# scripts/mpi-tools.sh sourced (h5py in $WATERSHED_PYTHON, mpirun).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+cargo build -p watershed-cases --features mpi --bin watershed
+mkdir -p target/mpi
+cp target/debug/watershed target/mpi/watershed
+W="$PWD/target/mpi/watershed"
+SAME="$WATERSHED_PYTHON $PWD/scripts/mpi/same-dumps.py"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+run_quietly() { "$@" >"$out/last.log" 2>&1 || { cat "$out/last.log"; return 1; }; }
+common=(--set cells=32 --set scheme=limited --steps 20 --dump-every 5 --quiet)
+
+echo "--> one process, one patch (the reference)"
+run_quietly "$W" run advection "${common[@]}" --set patches=1,1,1 --output "$out/one"
+for ranks in 1 2 4; do
+    echo "--> $ranks rank(s), 2 x 2 patches: every dump and checkpoint"
+    run_quietly mpirun --oversubscribe -np "$ranks" "$W" run advection "${common[@]}" \
+        --set patches=2,2,1 --checkpoint-every 10 --output "$out/np$ranks"
+    # The dumps equal one patch's; the checkpoints (which also hold the
+    # initial mass, summed in patch order: another order than one patch's)
+    # equal those of the same layout on 1 rank.
+    $SAME "$out/one" "$out/np$ranks"
+    if [ "$ranks" != 1 ]; then
+        $SAME "$out/np1" "$out/np$ranks" --checkpoints
+    fi
+done
+grep -q "ranks: 4 (MPI)" "$out/last.log" || { echo "no per-rank table in the summary"; cat "$out/last.log"; exit 1; }
+
+echo "--> a checkpoint written on 2 ranks restarts on 4"
+mkdir "$out/restart4"
+cp "$out/np2/checkpoint_00000010.h5" "$out/restart4/"
+run_quietly mpirun --oversubscribe -np 4 "$W" run advection --restart "$out/restart4/checkpoint_00000010.h5" \
+    --steps 20 --quiet --output "$out/restart4"
+$SAME "$out/one" "$out/restart4" --from-step=10
+
+expect_error() { # expected text, then the command: it must fail within 120 s naming it
+    local expected="$1"; shift
+    local status=0
+    timeout 120 "$@" >"$out/error.log" 2>&1 || status=$?
+    if [ "$status" = 0 ] || [ "$status" = 124 ] || ! grep -q -- "$expected" "$out/error.log"; then
+        echo "expected a failure (not a hang, status 124) saying '$expected'; status $status:"
+        cat "$out/error.log"
+        exit 1
+    fi
+}
+echo "--> errors on every rank end the job with the message"
+expect_error "do not divide its 32 cells" mpirun --oversubscribe -np 2 "$W" run advection --set cells=32 --set patches=3,1,1 --steps 2 --output "$out/bad1"
+expect_error "runs on one patch and so on one rank" mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity --steps 2 --output "$out/bad2"
+expect_error "5 rank(s) for the 4 patches" mpirun --oversubscribe -np 5 "$W" run advection --set cells=32 --set patches=2,2,1 --steps 2 --output "$out/bad3"
+
+echo "--> a rank killed mid-run ends the job; the last complete checkpoint restarts"
+mpirun --oversubscribe -np 2 "$W" run advection --set cells=64 --set patches=2,1,1 --end-time 1000 \
+    --checkpoint-every 5 --quiet --output "$out/killed" >"$out/killed.log" 2>&1 &
+launcher=$!
+for _ in $(seq 600); do
+    # Two checkpoints written (only the newest two are kept).
+    [ "$(ls "$out/killed" 2>/dev/null | grep -c '^checkpoint_.*\.h5$')" -ge 2 ] && break
+    sleep 0.1
+done
+victim=""
+for pid in $(pgrep -f -- "$out/killed" || true); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
+        victim="$pid"
+    fi
+done
+[ -n "$victim" ] || { echo "rank 1 of the run to kill was not found"; cat "$out/killed.log"; exit 1; }
+kill -9 "$victim"
+status=0
+timeout 120 tail --pid="$launcher" -f /dev/null || status=$?
+[ "$status" = 0 ] || { echo "the job did not end within 120 s of rank 1's death"; exit 1; }
+wait "$launcher" && { echo "the job with a killed rank exited 0"; exit 1; } || true
+# Every rank is gone (mpirun ends the others; none is left waiting).
+for _ in $(seq 600); do
+    pgrep -f -- "$out/killed" >/dev/null || break
+    sleep 0.1
+done
+if pgrep -f -- "$out/killed" >/dev/null; then
+    echo "a rank of the killed job still runs 60 s after mpirun ended:"; ps -fp "$(pgrep -d, -f -- "$out/killed")"; exit 1
+fi
+newest="$(ls "$out/killed"/checkpoint_*.h5 | sort | tail -n 1)"
+step="$(basename "$newest" .h5)"; step=$((10#${step#checkpoint_}))
+run_quietly "$W" run advection --restart "$newest" --steps $((step + 3)) --quiet --output "$out/killed"
+grep -q "now at step $((step + 3))" "$out/last.log" || { cat "$out/last.log"; exit 1; }
+echo "MPI cases: bitwise on 1, 2, 4 ranks, restart 2 -> 4, errors and a killed rank end the job"
