@@ -152,6 +152,64 @@ fn advection_limited_and_upwind_stay_bounded_and_conserve_mass() {
 }
 
 #[test]
+fn patch_layouts_that_cannot_run_are_refused_by_name() {
+    let prepare = |case: &str, sets: &[&str]| {
+        (find_case(case).unwrap().prepare)(&options(sets))
+            .map(|_| ())
+            .unwrap_err()
+    };
+    // The hand-built ExprLib graph does not decompose (its Wasatch twin,
+    // the same equations through the transport solver, does).
+    let error = prepare("exprlib-scalability", &["patches=2,1,1"]);
+    assert!(
+        matches!(error, watershed_cases::CaseError::UnknownKey { ref key, .. } if key == "patches"),
+        "{error}"
+    );
+    // A count that does not divide the cells names the divisors.
+    let error = prepare("advection", &["cells=32", "patches=3,1,1"]);
+    assert!(
+        matches!(error, watershed_cases::CaseError::Field(watershed_fields::FieldError::InvalidLayout { ref reason })
+            if reason.contains("3 patches along x do not divide its 32 cells") && reason.contains("1, 2, 4, 8, 16, 32")),
+        "{error}"
+    );
+    // Patches thinner than the limited scheme's two ghost layers.
+    let error = prepare("advection", &["cells=16", "patches=16,1,1"]);
+    assert!(
+        matches!(error, watershed_cases::CaseError::Field(watershed_fields::FieldError::InvalidLayout { ref reason })
+            if reason.contains("ghost")),
+        "{error}"
+    );
+    // Advection is two-dimensional.
+    let error = prepare("advection", &["cells=16", "patches=2,2,2"]);
+    assert!(
+        matches!(error, watershed_cases::CaseError::ConfigValue { ref key, .. } if key == "patches[2]"),
+        "{error}"
+    );
+}
+
+#[test]
+fn advection_and_wasatch_pass_their_checks_on_patches() {
+    // Each case's check passes decomposed (the mass and the reference step
+    // are computed over every patch).
+    passes(
+        "advection",
+        &["cells=32", "end_time=0.05", "patches=4,2,1"],
+        None,
+    );
+    passes(
+        "wasatch-scalability",
+        &[
+            "pdes=3",
+            "cells=8",
+            "variant=\"coupled\"",
+            "steps=4",
+            "patches=2,2,2",
+        ],
+        None,
+    );
+}
+
+#[test]
 fn reacting_species_keep_their_invariants_in_both_flows() {
     passes("reacting-species", &["cells=32", "end_time=0.1"], None);
     passes(

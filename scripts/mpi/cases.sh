@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The `watershed` program across MPI ranks (issue 51), run by
 # scripts/test.sh: the advection case on 2 x 2 patches under
-# `mpirun --oversubscribe -np 1, 2, 4` gives, at every dump and in every
-# checkpoint, the bits of one process on one patch; a checkpoint written on
+# `mpirun --oversubscribe -np 1, 2, 4` gives, at every dump, the bits of
+# one process on one patch, and the same checkpoints on every rank count;
+# so does wasatch-scalability on 2 x 1 x 2 patches on 2 and 4 ranks; a checkpoint written on
 # 2 ranks restarts on 4 with the same bits; a bad layout, a case that does
 # not decompose, or more ranks than patches is a clear error on every rank
 # (no hang); a rank killed mid-run ends the job (no hang) and the last
@@ -36,6 +37,15 @@ for ranks in 1 2 4; do
     fi
 done
 grep -q "ranks: 4 (MPI)" "$out/last.log" || { echo "no per-rank table in the summary"; cat "$out/last.log"; exit 1; }
+
+echo "--> wasatch-scalability (3 coupled ExprLib equations, SSP-RK3, periodic cube) on 2 x 1 x 2 patches"
+wasatch=(--set pdes=3 --set cells=16 --set variant=coupled --set integrator=ssp-rk3 --set dt=2e-4 --steps 6 --dump-every 3 --quiet)
+run_quietly "$W" run wasatch-scalability "${wasatch[@]}" --set patches=1,1,1 --output "$out/wasatch-one"
+for ranks in 2 4; do
+    run_quietly mpirun --oversubscribe -np "$ranks" "$W" run wasatch-scalability "${wasatch[@]}" \
+        --set patches=2,1,2 --output "$out/wasatch-np$ranks"
+    $SAME "$out/wasatch-one" "$out/wasatch-np$ranks"
+done
 
 echo "--> a checkpoint written on 2 ranks restarts on 4"
 mkdir "$out/restart4"

@@ -9,7 +9,9 @@ use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
-use crate::solver_state::{dump_solution, load_solution, save_solution};
+use crate::solver_state::{
+    dump_patched_solution, load_patched_solution, patch_graphs, save_patched_solution,
+};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
@@ -17,11 +19,14 @@ use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression,
     NativeExpression, PlacementPolicy, Symbols, Tag,
 };
-use watershed_fields::{CellCentre, Grid, HostMemory, LocationKind, Patch, XFace, YFace, ZFace};
+use watershed_fields::{
+    CellCentre, GhostWidth, Grid, HostMemory, LocationKind, Patch, PatchLayout, XFace, YFace, ZFace,
+};
 use watershed_io::dumps::{DumpedField, dump_graph_field};
 use watershed_operators::{Expr, FaceLocation, divergence, exp, gradient, interpolate_to_face};
 use watershed_solvers::{
-    BoundaryConditions, Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder,
+    BoundaryConditions, Diffusivity, PatchedTransport, TransportEquation, TransportSolver,
+    TransportSolverBuilder,
 };
 
 /// Name of the ExprLib case.
@@ -46,7 +51,7 @@ pub const WASATCH_INFO: CaseInfo = CaseInfo {
     documented_config: ScalabilityConfig::<WasatchKind>::DOCUMENTED,
     prepare: prepare_wasatch,
     config_text: |o| config_text_of::<ScalabilityConfig<WasatchKind>>(WASATCH, o),
-    decomposes: false,
+    decomposes: true,
 };
 
 /// Which of the two cases a configuration belongs to.
@@ -88,6 +93,10 @@ pub struct ScalabilityConfig<K: Kind> {
     /// Time integrator (Wasatch only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub integrator: Option<String>,
+    /// Patches along x, y, z (Wasatch only: the transport solver's
+    /// equations decompose, the hand-built ExprLib graph does not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patches: Option<[usize; 3]>,
     #[serde(skip)]
     kind: std::marker::PhantomData<K>,
 }
@@ -102,6 +111,7 @@ impl<K: Kind> Default for ScalabilityConfig<K> {
             dt: 1e-6,
             fusion: true,
             integrator: K::WASATCH.then(|| "forward-euler".to_string()),
+            patches: K::WASATCH.then_some([1, 1, 1]),
             kind: std::marker::PhantomData,
         }
     }
@@ -129,12 +139,26 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
             )),
             (None, false) => None,
         };
+        let patches = match (&self.patches, K::WASATCH) {
+            (Some(_), true) | (None, false) => None,
+            (None, true) => Some((
+                "patches".into(),
+                "(missing)".into(),
+                "[px, py, pz], each dividing cells".into(),
+            )),
+            (Some(p), false) => Some((
+                "patches".into(),
+                format!("{p:?}"),
+                "none: exprlib-scalability's hand-built graph runs on one patch (wasatch-scalability, the same equations through the transport solver, decomposes)".into(),
+            )),
+        };
         in_range("pdes", self.pdes, 1, 200)
             .or_else(|| in_range("cells", self.cells, 4, 256))
             .or_else(|| one_of("variant", &self.variant, &VARIANTS))
             .or_else(|| in_range("steps", self.steps, 1, 1_000_000_000))
             .or_else(|| in_range("dt", self.dt, 1e-300, 1.0))
             .or(integrator)
+            .or(patches)
     }
 }
 
@@ -732,7 +756,7 @@ impl Simulation for ExprLib {
 pub struct Wasatch {
     config: ScalabilityConfig<WasatchKind>,
     grid: Grid,
-    solver: TransportSolver,
+    transport: PatchedTransport,
     threads: usize,
     /// Where the solver's nodes run (the probe of the check runs there too).
     placement: PlacementPolicy,
@@ -801,19 +825,16 @@ pub fn exprlib_solver_builder(
     Ok(builder)
 }
 
+/// The Wasatch test's solver on `patch`, its diffusivity set (the
+/// initial values are the caller's: set over every patch, then exchanged).
 fn wasatch_solver(
     c: &ScalabilityConfig<WasatchKind>,
-    grid: &Grid,
+    patch: &Patch,
     mode: ExecutionMode,
     integrator_name: &str,
     placement: PlacementPolicy,
 ) -> CaseResult<TransportSolver> {
-    let builder = exprlib_solver_builder(
-        &grid.whole_domain(1),
-        c.pdes,
-        &c.variant,
-        ExprLibDiffusivity::Field,
-    )?;
+    let builder = exprlib_solver_builder(patch, c.pdes, &c.variant, ExprLibDiffusivity::Field)?;
     let solver = builder
         .integrator(integrator(integrator_name))
         .mode(mode)
@@ -826,9 +847,6 @@ fn wasatch_solver(
     solver
         .graph()
         .set_field::<CellCentre>(&gamma(), gamma_value)?;
-    for i in 0..c.pdes {
-        solver.set_initial_condition(&format!("phi{i}"), initial_phi(i))?;
-    }
     Ok(solver)
 }
 
@@ -836,20 +854,43 @@ fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
     let loaded = crate::setup::load_config::<ScalabilityConfig<WasatchKind>>(WASATCH, options)?;
     let c = loaded.config.clone();
     let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
-    let solver = wasatch_solver(
-        &c,
+    let layout = PatchLayout::new(
         &grid,
-        case_execution_mode(options),
-        c.integrator.as_deref().unwrap_or("forward-euler"),
-        options.placement.clone(),
+        c.patches.unwrap_or([1, 1, 1]),
+        GhostWidth::uniform(1),
     )?;
+    let mut failure = None;
+    let built = PatchedTransport::build(layout, options.rank_link(), |patch| {
+        wasatch_solver(
+            &c,
+            patch,
+            case_execution_mode(options),
+            c.integrator.as_deref().unwrap_or("forward-euler"),
+            options.placement.clone(),
+        )
+        .map_err(|e| {
+            let reason = e.to_string();
+            failure = Some(e);
+            watershed_solvers::SolverError::Setup {
+                equation: "(wasatch-scalability)".into(),
+                reason,
+            }
+        })
+    });
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    let transport = built?;
+    for i in 0..c.pdes {
+        transport.set_initial_condition(&format!("phi{i}"), initial_phi(i))?;
+    }
     Ok(Prepared {
         config_text: crate::config::to_text(WASATCH, &loaded)?,
         stop: Stop::Steps(c.steps),
         simulation: Box::new(Wasatch {
             config: c,
             grid,
-            solver,
+            transport,
             threads: options.threads,
             placement: options.placement.clone(),
         }),
@@ -864,10 +905,10 @@ impl Simulation for Wasatch {
         &self.grid
     }
     fn time(&self) -> f64 {
-        self.solver.time()
+        self.transport.time()
     }
     fn steps(&self) -> u64 {
-        self.solver.steps()
+        self.transport.steps()
     }
     fn cell_updates_per_step(&self) -> u64 {
         (self.grid.total_cells() * self.config.pdes) as u64
@@ -876,30 +917,34 @@ impl Simulation for Wasatch {
         Ok(self.config.dt)
     }
     fn step(&mut self, dt: f64) -> CaseResult<()> {
-        Ok(self.solver.step(dt)?)
+        Ok(self.transport.step(dt)?)
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
         (0..self.config.pdes.min(4))
             .map(|i| {
                 let name = format!("phi{i}");
-                dump_solution(&self.solver, &name, group, &name)
+                dump_patched_solution(&self.transport, &name, group, &name)
             })
             .collect()
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         for i in 0..self.config.pdes {
-            save_solution(&self.solver, &format!("phi{i}"), group)?;
+            save_patched_solution(&self.transport, &format!("phi{i}"), group)?;
         }
         Ok(())
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
+        self.transport.set_clock(time, step)?;
         for i in 0..self.config.pdes {
-            load_solution(&self.solver, &format!("phi{i}"), group)?;
+            load_patched_solution(&self.transport, &format!("phi{i}"), group)?;
         }
-        Ok(self.solver.set_clock(time, step)?)
+        Ok(())
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
-        vec![("wasatch".into(), self.solver.graph())]
+        patch_graphs("wasatch", &self.transport)
+    }
+    fn exchange_time(&self) -> Option<std::time::Duration> {
+        (self.transport.layout().len() > 1).then(|| self.transport.exchange_time())
     }
     fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
         // A forward-Euler copy of the solver, started from the current state,
@@ -907,7 +952,7 @@ impl Simulation for Wasatch {
         let c = &self.config;
         let mut probe = wasatch_solver(
             c,
-            &self.grid,
+            &self.grid.whole_domain(1),
             crate::setup::execution_mode(self.threads),
             "forward-euler",
             self.placement.clone(),
@@ -915,7 +960,7 @@ impl Simulation for Wasatch {
         let mut phis = Vec::new();
         for i in 0..c.pdes {
             let name = format!("phi{i}");
-            let values = self.solver.with_solution(&name, interior)??;
+            let values = interior(&self.transport.whole_solution(&name)?)?;
             probe.with_solution_mut(&name, |field| -> CaseResult<()> {
                 let layout = field.layout().clone();
                 let out = field.values_mut()?;
@@ -926,7 +971,7 @@ impl Simulation for Wasatch {
             })??;
             phis.push(values);
         }
-        probe.set_clock(self.solver.time(), self.solver.steps())?;
+        probe.set_clock(self.transport.time(), self.transport.steps())?;
         let gamma_values = probe
             .graph()
             .with_field::<CellCentre, _>(&gamma(), interior)??;
