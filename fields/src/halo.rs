@@ -15,7 +15,9 @@
 //! One algorithm serves one process and many ([`exchange_with`]): each
 //! rank reads every value its patches give, copies those its own patches
 //! need and sends the rest, one buffer per pair of ranks, through a
-//! [`RankLink`] ([`SingleProcess`] here, MPI in `halo_mpi`).
+//! [`RankLink`] ([`SingleProcess`] here, MPI in `halo_mpi`). What a rank
+//! reads, sends and receives is worked out once ([`HaloRoute`]); several
+//! fields of one location (every equation's solution) travel together.
 
 use crate::decomposition::PatchLayout;
 use crate::error::{FieldError, FieldResult};
@@ -23,6 +25,7 @@ use crate::field::SpatialField;
 use crate::layout::FieldLayout;
 use crate::location::{Location, LocationKind};
 use crate::ranks::{RankLink, SingleProcess};
+use std::ops::Range;
 
 /// Fills the ghost points of `fields` (one per patch of `layout`, in patch
 /// order, all valid on the CPU) from the patches owning them (see the
@@ -61,19 +64,28 @@ pub fn exchange_ghosts<L: Location>(
         });
     }
     let plan = HaloPlan::new(layout, L::KIND)?;
+    let route = HaloRoute::new(&plan, layout, 0, 1)?;
     let mut owned = PatchFields::new(layout, 0, fields)?;
-    exchange_with(&plan, layout, &SingleProcess, &mut owned)
+    exchange_with(&route, &SingleProcess, &mut owned)
 }
 
 /// The fields of the patches one rank holds, as an exchange reads and
 /// writes them: by patch index and linear index, so that a solver keeping
-/// each patch's field inside its own graph can take part.
+/// each patch's field inside its own graph can take part. `width` fields
+/// of one location may travel together (e.g. every equation's solution):
+/// each point then carries `width` values, one per field, point-major.
 pub trait HaloFields {
+    /// Fields exchanged together (1 by default).
+    fn width(&self) -> usize {
+        1
+    }
+
     /// Appends to `out` the values at linear indices `at` of patch
-    /// `patch`'s field.
+    /// `patch`'s fields: for each point, one value per field.
     fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()>;
 
-    /// Writes `values[k]` at linear index `at[k]` of patch `patch`'s field.
+    /// Writes `values` (for each point of `at`, one value per field) at
+    /// linear indices `at` of patch `patch`'s fields.
     fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()>;
 }
 
@@ -138,104 +150,262 @@ impl<L: Location> HaloFields for PatchFields<'_, L> {
     }
 }
 
-/// The exchange of the rank `link` names: fills the ghost points of the
-/// patches it owns ([`PatchLayout::owned_by`]) from the patches owning
-/// those points, on this rank or another, following `plan` (made for
-/// `layout` and the fields' location). Every source value is read before
-/// any ghost is written; values for other ranks travel in one buffer per
-/// pair of ranks, which both ends fill and empty in plan order, so a
-/// message carries values only. Returns how many points this rank wrote.
-/// Every rank must call it with the same plan.
+/// Where a value a destination point receives comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// The `n`-th value this rank reads (over its source patches in order).
+    Read(usize),
+    /// The `n`-th value of the message from rank `from`.
+    Received { from: usize, n: usize },
+}
+
+/// One rank's part of a [`HaloPlan`], worked out once: what it reads from
+/// each patch it owns, what it sends each other rank, how many values it
+/// receives from each, and where every ghost point of its patches takes
+/// its value from. Both ends of a message list its values in plan order
+/// (destination patch, then its ghost points in storage order), so a
+/// message carries values only.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HaloRoute {
+    rank: usize,
+    ranks: usize,
+    owned: Range<usize>,
+    /// Per owned source patch, the linear indices read, in plan order.
+    reads: Vec<Vec<usize>>,
+    /// Per rank, the values sent it (indices into the values read).
+    sends: Vec<Vec<usize>>,
+    /// Per rank, how many values it sends this rank.
+    receives: Vec<usize>,
+    /// Per owned destination patch, its ghost points' linear indices and
+    /// where each one's value comes from.
+    writes: Vec<(Vec<usize>, Vec<Slot>)>,
+}
+
+impl HaloRoute {
+    /// The route of rank `rank` of `ranks` through `plan` (made for
+    /// `layout`).
+    pub fn new(
+        plan: &HaloPlan,
+        layout: &PatchLayout,
+        rank: usize,
+        ranks: usize,
+    ) -> FieldResult<Self> {
+        let owned = layout.owned_by(rank, ranks)?;
+        if plan.copies.len() != layout.len() {
+            return Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "the halo plan has {} patch(es), layout {:?} has {}; make the plan from this layout",
+                    plan.copies.len(),
+                    layout.counts(),
+                    layout.len()
+                ),
+            });
+        }
+        let owners = (0..layout.len())
+            .map(|patch| layout.owner(patch, ranks))
+            .collect::<FieldResult<Vec<_>>>()?;
+        // The values read: per source patch in plan order, numbered over
+        // the sources in patch order.
+        let mut reads: Vec<Vec<usize>> = vec![Vec::new(); owned.len()];
+        for copies in &plan.copies {
+            for copy in copies.iter().filter(|c| owners[c.source] == rank) {
+                reads[copy.source - owned.start].push(copy.from);
+            }
+        }
+        let mut first_of = Vec::with_capacity(reads.len());
+        let mut total = 0;
+        for r in &reads {
+            first_of.push(total);
+            total += r.len();
+        }
+        let mut cursors = vec![0usize; owned.len()];
+        let mut sends: Vec<Vec<usize>> = vec![Vec::new(); ranks];
+        let mut receives = vec![0usize; ranks];
+        let mut writes: Vec<(Vec<usize>, Vec<Slot>)> = vec![(Vec::new(), Vec::new()); owned.len()];
+        for (destination, copies) in plan.copies.iter().enumerate() {
+            let to = owners[destination];
+            for copy in copies {
+                let from = owners[copy.source];
+                let slot = if from == rank {
+                    let k = copy.source - owned.start;
+                    let n = first_of[k] + cursors[k];
+                    cursors[k] += 1;
+                    if to != rank {
+                        sends[to].push(n);
+                        continue;
+                    }
+                    Slot::Read(n)
+                } else if to == rank {
+                    receives[from] += 1;
+                    Slot::Received {
+                        from,
+                        n: receives[from] - 1,
+                    }
+                } else {
+                    continue;
+                };
+                let (at, slots) = &mut writes[destination - owned.start];
+                at.push(copy.to);
+                slots.push(slot);
+            }
+        }
+        Ok(HaloRoute {
+            rank,
+            ranks,
+            owned,
+            reads,
+            sends,
+            receives,
+            writes,
+        })
+    }
+
+    /// The same route without the points a patch takes from itself (its
+    /// own periodic images, along an axis it spans), for fields whose
+    /// periodic conditions already fill those: a transport solver's, whose
+    /// conditions run with every update.
+    pub fn without_own_images(mut self) -> Self {
+        // The owned patch (its index among the owned ones) each value
+        // read comes from.
+        let source_of: Vec<usize> = self
+            .reads
+            .iter()
+            .enumerate()
+            .flat_map(|(k, reads)| std::iter::repeat_n(k, reads.len()))
+            .collect();
+        for (k, (at, slots)) in self.writes.iter_mut().enumerate() {
+            let kept: (Vec<usize>, Vec<Slot>) = at
+                .iter()
+                .zip(slots.iter())
+                .filter(|(_, slot)| !matches!(slot, Slot::Read(n) if source_of[*n] == k))
+                .map(|(&point, &slot)| (point, slot))
+                .unzip();
+            (*at, *slots) = kept;
+        }
+        // Read only what is still sent or written, renumbered.
+        let total = source_of.len();
+        let mut used = vec![false; total];
+        for n in self.sends.iter().flatten() {
+            used[*n] = true;
+        }
+        for (_, slots) in &self.writes {
+            for slot in slots {
+                if let Slot::Read(n) = slot {
+                    used[*n] = true;
+                }
+            }
+        }
+        let mut renumbered = vec![usize::MAX; total];
+        let mut next = 0;
+        let mut n = 0;
+        for reads in &mut self.reads {
+            let mut kept = Vec::with_capacity(reads.len());
+            for &point in reads.iter() {
+                if used[n] {
+                    renumbered[n] = next;
+                    next += 1;
+                    kept.push(point);
+                }
+                n += 1;
+            }
+            *reads = kept;
+        }
+        for n in self.sends.iter_mut().flatten() {
+            *n = renumbered[*n];
+        }
+        for (_, slots) in &mut self.writes {
+            for slot in slots.iter_mut() {
+                if let Slot::Read(n) = slot {
+                    *n = renumbered[*n];
+                }
+            }
+        }
+        self
+    }
+
+    /// How many ghost points of its patches this rank writes.
+    pub fn points_written(&self) -> usize {
+        self.writes.iter().map(|(at, _)| at.len()).sum()
+    }
+}
+
+/// Scratch storage an exchange reuses from call to call (the values read
+/// and each destination's values), so that a stepping loop allocates
+/// nothing per exchange.
+#[derive(Debug, Default)]
+pub struct HaloBuffers {
+    read: Vec<f64>,
+    values: Vec<f64>,
+}
+
+/// The exchange of the rank `link` names along `route` (made for that
+/// rank): fills the ghost points of the patches it owns from the patches
+/// owning those points, on this rank or another. Every source value is
+/// read before any ghost is written; values for other ranks travel in one
+/// buffer per pair of ranks, every field of `fields` together. Returns
+/// how many points this rank wrote. Every rank must call it with routes
+/// of the same plan and fields of the same width.
 pub fn exchange_with(
-    plan: &HaloPlan,
-    layout: &PatchLayout,
+    route: &HaloRoute,
     link: &dyn RankLink,
     fields: &mut dyn HaloFields,
 ) -> FieldResult<usize> {
+    exchange_reusing(route, link, fields, &mut HaloBuffers::default())
+}
+
+/// [`exchange_with`], reusing `buffers` from earlier calls.
+pub fn exchange_reusing(
+    route: &HaloRoute,
+    link: &dyn RankLink,
+    fields: &mut dyn HaloFields,
+    buffers: &mut HaloBuffers,
+) -> FieldResult<usize> {
     let (rank, ranks) = (link.rank(), link.ranks());
-    let mine = layout.owned_by(rank, ranks)?;
-    if plan.copies.len() != layout.len() {
+    if (rank, ranks) != (route.rank, route.ranks) {
         return Err(FieldError::InvalidLayout {
             reason: format!(
-                "the halo plan has {} patch(es), layout {:?} has {}; make the plan from this layout",
-                plan.copies.len(),
-                layout.counts(),
-                layout.len()
+                "a halo route of rank {} of {} was given to rank {rank} of {ranks}; make the route for this rank",
+                route.rank, route.ranks
             ),
         });
     }
-    let owners = (0..layout.len())
-        .map(|patch| layout.owner(patch, ranks))
-        .collect::<FieldResult<Vec<_>>>()?;
-    // Every value this rank's patches give, per source patch in plan order.
-    let mut reads: Vec<Vec<usize>> = vec![Vec::new(); mine.len()];
-    for copies in &plan.copies {
-        for copy in copies.iter().filter(|c| owners[c.source] == rank) {
-            reads[copy.source - mine.start].push(copy.from);
-        }
+    let width = fields.width();
+    let HaloBuffers { read, values } = buffers;
+    read.clear();
+    for (k, at) in route.reads.iter().enumerate() {
+        fields.read(route.owned.start + k, at, read)?;
     }
-    let mut read = Vec::with_capacity(mine.len());
-    for (k, at) in reads.iter().enumerate() {
-        let mut values = Vec::with_capacity(at.len());
-        fields.read(mine.start + k, at, &mut values)?;
-        read.push(values);
-    }
-    // Route them: to this rank's destinations, or into a message; what
-    // other ranks send is a hole filled after the swap.
-    let mut cursors = vec![0usize; mine.len()];
-    let mut outgoing: Vec<Vec<f64>> = vec![Vec::new(); ranks];
-    let mut incoming_len = vec![0usize; ranks];
-    let mut writes: Vec<Vec<Option<f64>>> = vec![Vec::new(); mine.len()];
-    for (destination, copies) in plan.copies.iter().enumerate() {
-        let to = owners[destination];
-        for copy in copies {
-            let from = owners[copy.source];
-            if from == rank {
-                let k = copy.source - mine.start;
-                let value = read[k][cursors[k]];
-                cursors[k] += 1;
-                if to == rank {
-                    writes[destination - mine.start].push(Some(value));
-                } else {
-                    outgoing[to].push(value);
-                }
-            } else if to == rank {
-                incoming_len[from] += 1;
-                writes[destination - mine.start].push(None);
-            }
-        }
-    }
-    let incoming = link.swap(&outgoing, &incoming_len)?;
-    for (from, (buffer, &expected)) in incoming.iter().zip(&incoming_len).enumerate() {
+    let value = |n: usize| &read[n * width..(n + 1) * width];
+    let outgoing: Vec<Vec<f64>> = route
+        .sends
+        .iter()
+        .map(|send| send.iter().flat_map(|&n| value(n)).copied().collect())
+        .collect();
+    let expected: Vec<usize> = route.receives.iter().map(|&n| n * width).collect();
+    let incoming = link.swap(&outgoing, &expected)?;
+    for (from, (buffer, &expected)) in incoming.iter().zip(&expected).enumerate() {
         if buffer.len() != expected {
             return Err(FieldError::InvalidLayout {
                 reason: format!(
-                    "rank {rank} expected {expected} halo value(s) from rank {from} and received {}; every rank must exchange with the same layout",
+                    "rank {rank} expected {expected} halo value(s) from rank {from} and received {}; every rank must exchange the same fields with the same layout",
                     buffer.len()
                 ),
             });
         }
     }
-    let mut received = vec![0usize; ranks];
     let mut written = 0;
-    for (k, holes) in writes.into_iter().enumerate() {
-        let destination = mine.start + k;
-        let copies = &plan.copies[destination];
-        let mut at = Vec::with_capacity(copies.len());
-        let mut values = Vec::with_capacity(copies.len());
-        for (copy, value) in copies.iter().zip(holes) {
-            // A hole is a value from another rank (`from != rank`), whose
-            // count was checked against the buffer above.
-            let value = value.unwrap_or_else(|| {
-                let from = owners[copy.source];
-                received[from] += 1;
-                incoming[from][received[from] - 1]
-            });
-            at.push(copy.to);
-            values.push(value);
+    for (k, (at, slots)) in route.writes.iter().enumerate() {
+        values.clear();
+        for slot in slots {
+            match *slot {
+                Slot::Read(n) => values.extend_from_slice(value(n)),
+                Slot::Received { from, n } => {
+                    values.extend_from_slice(&incoming[from][n * width..(n + 1) * width]);
+                }
+            }
         }
-        written += values.len();
-        fields.write(destination, &at, &values)?;
+        written += at.len();
+        fields.write(route.owned.start + k, at, values)?;
     }
     Ok(written)
 }

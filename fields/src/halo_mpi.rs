@@ -14,7 +14,7 @@
 use crate::decomposition::PatchLayout;
 use crate::error::{FieldError, FieldResult};
 use crate::field::SpatialField;
-use crate::halo::{HaloPlan, PatchFields, exchange_with};
+use crate::halo::{HaloPlan, HaloRoute, PatchFields, exchange_with};
 use crate::location::Location;
 use crate::ranks::RankLink;
 use mpi::traits::{Communicator, Destination, Source};
@@ -165,6 +165,7 @@ pub fn exchange_ghosts_across<L: Location, C: Communicator>(
         });
     }
     let plan = HaloPlan::new(layout, L::KIND)?;
+    let route = HaloRoute::new(&plan, layout, rank, ranks)?;
     let mut fields = PatchFields::new(layout, mine.start, owned)?;
-    exchange_with(&plan, layout, &link, &mut fields)
+    exchange_with(&route, &link, &mut fields)
 }

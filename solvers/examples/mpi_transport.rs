@@ -11,7 +11,7 @@
 #[path = "../tests/support/patched_case.rs"]
 mod case;
 
-use case::{assert_bitwise_equal, grid, initial, mass, recipe};
+use case::{EQUATIONS, assert_bitwise_equal, grid, mass, recipe};
 use mpi::traits::Communicator;
 use std::rc::Rc;
 use watershed_fields::halo_mpi::MpiLink;
@@ -26,12 +26,18 @@ fn check(counts: [usize; 3], link: Rc<dyn RankLink>) -> Result<usize, String> {
     let layout = PatchLayout::new(&grid, counts, GhostWidth::uniform(2))
         .map_err(|e| format!("layout {counts:?}: {e}"))?;
     let mut whole = recipe(&grid.whole_domain(2)).map_err(text)?;
-    whole.set_initial_condition("c", initial).map_err(text)?;
+    for (name, initial) in EQUATIONS {
+        whole.set_initial_condition(name, initial).map_err(text)?;
+    }
     let mut single =
         PatchedTransport::build(layout.clone(), Rc::new(SingleProcess), recipe).map_err(text)?;
-    single.set_initial_condition("c", initial).map_err(text)?;
+    for (name, initial) in EQUATIONS {
+        single.set_initial_condition(name, initial).map_err(text)?;
+    }
     let mut spread = PatchedTransport::build(layout, link, recipe).map_err(text)?;
-    spread.set_initial_condition("c", initial).map_err(text)?;
+    for (name, initial) in EQUATIONS {
+        spread.set_initial_condition(name, initial).map_err(text)?;
+    }
     let mut compared = 0;
     for step in 0..8 {
         let dt = whole.stable_time_step(0.4, 0.2).map_err(text)?;
@@ -44,22 +50,24 @@ fn check(counts: [usize; 3], link: Rc<dyn RankLink>) -> Result<usize, String> {
         whole.step(dt).map_err(text)?;
         single.step(dt).map_err(text)?;
         spread.step(dt).map_err(text)?;
-        whole
-            .with_solution("c", |w| -> Result<(), String> {
-                for solver in spread.solvers() {
-                    solver
-                        .with_solution("c", |p| {
-                            compared += assert_bitwise_equal(
-                                w,
-                                p,
-                                &format!("layout {counts:?}, step {step}"),
-                            );
-                        })
-                        .map_err(text)?;
-                }
-                Ok(())
-            })
-            .map_err(text)??;
+        for (name, _) in EQUATIONS {
+            whole
+                .with_solution(name, |w| -> Result<(), String> {
+                    for solver in spread.solvers() {
+                        solver
+                            .with_solution(name, |p| {
+                                compared += assert_bitwise_equal(
+                                    w,
+                                    p,
+                                    &format!("{name}, layout {counts:?}, step {step}"),
+                                );
+                            })
+                            .map_err(text)?;
+                    }
+                    Ok(())
+                })
+                .map_err(text)??;
+        }
     }
     let one_process = single.sum_over_patches(|_, s| mass(s)).map_err(text)?;
     let across = spread.sum_over_patches(|_, s| mass(s)).map_err(text)?;

@@ -37,7 +37,7 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use watershed_exprgraph::Tag;
-use watershed_fields::halo::{HaloFields, HaloPlan, exchange_with};
+use watershed_fields::halo::{HaloBuffers, HaloFields, HaloPlan, HaloRoute, exchange_reusing};
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
     CellCentre, Device, FieldError, FieldLayout, FieldResult, LocationKind, Patch, PatchLayout,
@@ -69,8 +69,10 @@ pub struct PatchedTransport {
     owned: Range<usize>,
     /// One per owned patch, in patch order.
     solvers: Vec<TransportSolver>,
-    /// The cell-centred exchange of the layout.
-    plan: HaloPlan,
+    /// This rank's part of the layout's cell-centred exchange.
+    route: HaloRoute,
+    /// The exchange's scratch storage, reused.
+    buffers: RefCell<HaloBuffers>,
     equations: Vec<String>,
     /// The fields limiting the time step, the same on every patch.
     limit_fields: Vec<(Tag, usize)>,
@@ -142,12 +144,16 @@ impl PatchedTransport {
             }
         }
         let plan = HaloPlan::new(&layout, LocationKind::CellCentre)?;
+        // A patch's own periodic images are filled by its conditions with
+        // every update (see `crate::boundary`): the exchange skips them.
+        let route = HaloRoute::new(&plan, &layout, link.rank(), link.ranks())?.without_own_images();
         let transport = PatchedTransport {
             layout,
             link,
             owned,
             solvers,
-            plan,
+            route,
+            buffers: RefCell::new(HaloBuffers::default()),
             equations,
             limit_fields,
             exchange_time: Cell::new(Duration::ZERO),
@@ -311,7 +317,13 @@ impl PatchedTransport {
     /// from the patches owning them, then the physical conditions again;
     /// returns how many seam points this rank wrote.
     pub fn exchange(&self, equation: &str) -> SolverResult<usize> {
-        if self.layout.len() == 1 {
+        self.exchange_equations(&[equation])
+    }
+
+    /// [`Self::exchange`] of several equations' solutions at once: one
+    /// message per pair of ranks carries all of them.
+    pub fn exchange_equations(&self, equations: &[&str]) -> SolverResult<usize> {
+        if self.layout.len() == 1 || equations.is_empty() {
             // One patch spans every axis: its own conditions fill its
             // periodic images, and it has no seam.
             return Ok(0);
@@ -320,10 +332,15 @@ impl PatchedTransport {
         let mut fields = SolutionFields {
             first: self.owned.start,
             solvers: &self.solvers,
-            equation,
+            equations,
             failure: RefCell::new(None),
         };
-        let exchanged = exchange_with(&self.plan, &self.layout, self.link.as_ref(), &mut fields);
+        let exchanged = exchange_reusing(
+            &self.route,
+            self.link.as_ref(),
+            &mut fields,
+            &mut self.buffers.borrow_mut(),
+        );
         self.exchange_time
             .set(self.exchange_time.get() + started.elapsed());
         if let Some(failure) = fields.failure.into_inner() {
@@ -355,9 +372,8 @@ impl PatchedTransport {
                     .run_stage(stage, dt)
                     .map_err(|e| on_patch(e, &self.layout, index))?;
             }
-            for equation in &self.equations {
-                self.exchange(equation)?;
-            }
+            let equations: Vec<&str> = self.equations.iter().map(String::as_str).collect();
+            self.exchange_equations(&equations)?;
         }
         for solver in &mut self.solvers {
             solver.end_step(dt);
@@ -482,13 +498,14 @@ fn on_patch(error: SolverError, layout: &PatchLayout, index: usize) -> SolverErr
     }
 }
 
-/// The solutions of one equation of a rank's solvers, as the exchange
-/// reads and writes them. A solver's error is kept whole in `failure`
-/// (the exchange carries field errors only).
+/// The solutions of some equations of a rank's solvers, as the exchange
+/// reads and writes them (one value per equation at each point). A
+/// solver's error is kept whole in `failure` (the exchange carries field
+/// errors only).
 struct SolutionFields<'a> {
     first: usize,
     solvers: &'a [TransportSolver],
-    equation: &'a str,
+    equations: &'a [&'a str],
     failure: RefCell<Option<SolverError>>,
 }
 
@@ -521,24 +538,41 @@ impl SolutionFields<'_> {
 }
 
 impl HaloFields for SolutionFields<'_> {
+    fn width(&self) -> usize {
+        self.equations.len()
+    }
+
     fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()> {
-        let read = self.solver(patch)?.with_solution(self.equation, |field| {
-            let values = field.values()?;
-            out.extend(at.iter().map(|&i| values[i]));
-            Ok(())
-        });
-        self.keep(read)
+        let solver = self.solver(patch)?;
+        let width = self.equations.len();
+        let start = out.len();
+        out.resize(start + at.len() * width, 0.0);
+        for (e, equation) in self.equations.iter().enumerate() {
+            let read = solver.with_solution(equation, |field| {
+                let values = field.values()?;
+                for (slot, &i) in out[start + e..].iter_mut().step_by(width).zip(at) {
+                    *slot = values[i];
+                }
+                Ok(())
+            });
+            self.keep(read)?;
+        }
+        Ok(())
     }
 
     fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()> {
         let solver = self.solver(patch)?;
-        let written = solver.with_seam_ghosts_mut(self.equation, |field| -> FieldResult<()> {
-            let data = field.values_mut()?;
-            for (&i, &v) in at.iter().zip(values) {
-                data[i] = v;
-            }
-            Ok(())
-        });
-        self.keep(written)
+        let width = self.equations.len();
+        for (e, equation) in self.equations.iter().enumerate() {
+            let written = solver.with_seam_ghosts_mut(equation, |field| -> FieldResult<()> {
+                let data = field.values_mut()?;
+                for (&i, &v) in at.iter().zip(values[e..].iter().step_by(width)) {
+                    data[i] = v;
+                }
+                Ok(())
+            });
+            self.keep(written)?;
+        }
+        Ok(())
     }
 }

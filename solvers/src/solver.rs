@@ -593,11 +593,11 @@ impl TransportSolver {
     }
 
     /// Runs `f` on the current solution of `equation` (whose ghost points
-    /// across patch seams `f` writes), then fills the ghosts of its
-    /// boundary conditions again at the time of the state it holds, as the
-    /// last stage wrote them (no clock is set): the corners between a
-    /// physical side and a seam then read the new seam values, as in the
-    /// whole domain.
+    /// across patch seams `f` writes), then, on a patch with a physical
+    /// side, fills the ghosts of its boundary conditions again at the time
+    /// of the state it holds, as the last stage wrote them (no clock is
+    /// set): the corners between a physical side and a seam then read the
+    /// new seam values, as in the whole domain.
     pub(crate) fn with_seam_ghosts_mut<R>(
         &self,
         equation: &str,
@@ -613,9 +613,17 @@ impl TransportSolver {
             .fills
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Only a physical side has ghosts the exchange does not fill:
+        // a periodic axis's images, the patch's own or another's, are
+        // copies of the same values.
+        let patch = self.graph.patch();
+        let physical = (0..3).any(|a| patch.minus_boundary()[a] || patch.plus_boundary()[a]);
         self.graph
             .with_field_mut::<CellCentre, _>(&equation.solution_tag(), |field| {
                 let result = f(field);
+                if !physical {
+                    return Ok(result);
+                }
                 if fills.len() < self.equations.len() {
                     fills.resize_with(self.equations.len(), || None);
                 }

@@ -11,7 +11,7 @@
 #[path = "support/patched_case.rs"]
 mod case;
 
-use case::{assert_bitwise_equal, grid, initial, mass, recipe};
+use case::{EQUATIONS, assert_bitwise_equal, grid, initial, mass, recipe};
 use std::rc::Rc;
 use watershed_fields::ranks::SingleProcess;
 use watershed_fields::{CellCentre, Device, GhostWidth, Grid, PatchLayout, SpatialField};
@@ -20,12 +20,16 @@ use watershed_solvers::*;
 #[test]
 fn patches_give_the_whole_domains_bits_at_every_step() {
     let grid = grid();
-    for counts in [[2, 1, 1], [3, 2, 1], [4, 3, 1]] {
+    for counts in [[2, 1, 1], [3, 2, 1], [4, 3, 1], [1, 3, 1]] {
         let layout = PatchLayout::new(&grid, counts, GhostWidth::uniform(2)).unwrap();
         let mut whole = recipe(&grid.whole_domain(2)).unwrap();
-        whole.set_initial_condition("c", initial).unwrap();
+        for (name, initial) in EQUATIONS {
+            whole.set_initial_condition(name, initial).unwrap();
+        }
         let mut patched = PatchedTransport::build(layout, Rc::new(SingleProcess), recipe).unwrap();
-        patched.set_initial_condition("c", initial).unwrap();
+        for (name, initial) in EQUATIONS {
+            patched.set_initial_condition(name, initial).unwrap();
+        }
         let mut compared = 0;
         for step in 0..8 {
             let dt = whole.stable_time_step(0.4, 0.2).unwrap();
@@ -38,18 +42,23 @@ fn patches_give_the_whole_domains_bits_at_every_step() {
             whole.step(dt).unwrap();
             patched.step(dt).unwrap();
             assert_eq!(whole.time().to_bits(), patched.time().to_bits());
-            whole
-                .with_solution("c", |w| {
-                    for solver in patched.solvers() {
-                        solver
-                            .with_solution("c", |p| {
-                                compared +=
-                                    assert_bitwise_equal(w, p, &format!("{counts:?} step {step}"));
-                            })
-                            .unwrap();
-                    }
-                })
-                .unwrap();
+            for (name, _) in EQUATIONS {
+                whole
+                    .with_solution(name, |w| {
+                        for solver in patched.solvers() {
+                            solver
+                                .with_solution(name, |p| {
+                                    compared += assert_bitwise_equal(
+                                        w,
+                                        p,
+                                        &format!("{name}, {counts:?} step {step}"),
+                                    );
+                                })
+                                .unwrap();
+                        }
+                    })
+                    .unwrap();
+            }
         }
         // The mass in patch order equals the whole domain's only up to
         // rounding (another order of addition); each patch's partial is
@@ -61,7 +70,7 @@ fn patches_give_the_whole_domains_bits_at_every_step() {
             "{counts:?}: mass {whole_mass} vs {patched_mass}"
         );
         let cells_with_ghosts = (24 + 4 * counts[0]) * (18 + 4 * counts[1]);
-        assert_eq!(compared, 8 * cells_with_ghosts, "{counts:?}");
+        assert_eq!(compared, 2 * 8 * cells_with_ghosts, "{counts:?}");
         // The solution moved and stayed bounded.
         let moved = whole
             .with_solution("c", |w| {
@@ -89,7 +98,7 @@ fn a_recipe_that_builds_on_another_patch_is_refused() {
         PatchedTransport::build(layout, Rc::new(SingleProcess), |_| recipe(&whole)).unwrap_err();
     assert!(
         matches!(error, SolverError::Setup { ref equation, ref reason }
-            if equation == "c" && reason.contains("the recipe for patch 0 built a solver on cells [24, 18, 1]")),
+            if equation == "c, d" && reason.contains("the recipe for patch 0 built a solver on cells [24, 18, 1]")),
         "{error}"
     );
 }
@@ -99,7 +108,9 @@ fn a_patch_that_diverges_is_named_with_global_cells() {
     let grid = grid();
     let layout = PatchLayout::new(&grid, [2, 2, 1], GhostWidth::uniform(2)).unwrap();
     let mut patched = PatchedTransport::build(layout, Rc::new(SingleProcess), recipe).unwrap();
-    patched.set_initial_condition("c", initial).unwrap();
+    for (name, initial) in EQUATIONS {
+        patched.set_initial_condition(name, initial).unwrap();
+    }
     let dt = patched.stable_time_step(0.4, 0.2).unwrap();
     let error = (0..200)
         .find_map(|_| patched.step(5000.0 * dt).err())
@@ -136,28 +147,39 @@ fn a_patch_that_diverges_is_named_with_global_cells() {
 fn a_solution_moves_between_layouts_through_the_whole_domain() {
     let grid = grid();
     let mut whole = recipe(&grid.whole_domain(2)).unwrap();
-    whole.set_initial_condition("c", initial).unwrap();
+    for (name, initial) in EQUATIONS {
+        whole.set_initial_condition(name, initial).unwrap();
+    }
     let layout = |counts| PatchLayout::new(&grid, counts, GhostWidth::uniform(2)).unwrap();
     let mut before =
         PatchedTransport::build(layout([3, 2, 1]), Rc::new(SingleProcess), recipe).unwrap();
-    before.set_initial_condition("c", initial).unwrap();
+    for (name, initial) in EQUATIONS {
+        before.set_initial_condition(name, initial).unwrap();
+    }
     for _ in 0..4 {
         let dt = whole.stable_time_step(0.4, 0.2).unwrap();
         whole.step(dt).unwrap();
         before.step(dt).unwrap();
     }
     // What a checkpoint holds: the whole domain's field, ghosts included.
-    let saved = before.whole_solution("c").unwrap();
-    let compared = whole
-        .with_solution("c", |w| assert_bitwise_equal(w, &saved, "gathered"))
-        .unwrap();
-    assert_eq!(compared, (24 + 4) * (18 + 4));
+    let saved: Vec<_> = EQUATIONS
+        .iter()
+        .map(|(name, _)| before.whole_solution(name).unwrap())
+        .collect();
+    for ((name, _), saved) in EQUATIONS.iter().zip(&saved) {
+        let compared = whole
+            .with_solution(name, |w| assert_bitwise_equal(w, saved, "gathered"))
+            .unwrap();
+        assert_eq!(compared, (24 + 4) * (18 + 4));
+    }
     // A restart on another layout continues with the same bits.
     let mut after =
         PatchedTransport::build(layout([2, 3, 1]), Rc::new(SingleProcess), recipe).unwrap();
     // The clock first: the conditions refill the ghosts at its time.
     after.set_clock(before.time(), before.steps()).unwrap();
-    after.set_whole_solution("c", &saved).unwrap();
+    for ((name, _), saved) in EQUATIONS.iter().zip(&saved) {
+        after.set_whole_solution(name, saved).unwrap();
+    }
     for step in 4..8 {
         let dt = whole.stable_time_step(0.4, 0.2).unwrap();
         assert_eq!(
@@ -166,17 +188,23 @@ fn a_solution_moves_between_layouts_through_the_whole_domain() {
         );
         whole.step(dt).unwrap();
         after.step(dt).unwrap();
-        whole
-            .with_solution("c", |w| {
-                for solver in after.solvers() {
-                    solver
-                        .with_solution("c", |p| {
-                            assert_bitwise_equal(w, p, &format!("after the restart, step {step}"))
-                        })
-                        .unwrap();
-                }
-            })
-            .unwrap();
+        for (name, _) in EQUATIONS {
+            whole
+                .with_solution(name, |w| {
+                    for solver in after.solvers() {
+                        solver
+                            .with_solution(name, |p| {
+                                assert_bitwise_equal(
+                                    w,
+                                    p,
+                                    &format!("{name} after the restart, step {step}"),
+                                )
+                            })
+                            .unwrap();
+                    }
+                })
+                .unwrap();
+        }
     }
     // A field of another grid is refused, naming it.
     let small = Grid::new([12, 18, 1], [0.5, 0.75, 1.0], [0.0; 3]).unwrap();

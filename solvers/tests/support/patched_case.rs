@@ -27,15 +27,24 @@ pub fn recipe(patch: &Patch) -> SolverResult<TransportSolver> {
             })),
         )
         .with(Side::PLUS_Y, BoundaryCondition::Neumann(0.5));
-    let mut builder = TransportSolverBuilder::new(patch).equation(
-        TransportEquation::new("c")
-            .diffusion(Diffusivity::Field(k.clone()))
-            .convection(
-                velocity.clone(),
-                ConvectiveScheme::Limited(Limiter::VanLeer),
-            )
-            .boundary_conditions(conditions),
-    );
+    let mut builder = TransportSolverBuilder::new(patch)
+        .equation(
+            TransportEquation::new("c")
+                .diffusion(Diffusivity::Field(k.clone()))
+                .convection(
+                    velocity.clone(),
+                    ConvectiveScheme::Limited(Limiter::VanLeer),
+                )
+                .boundary_conditions(conditions),
+        )
+        // A second equation, exchanged with the first in one message: diffused
+        // with a constant coefficient, insulated in y, fed by the first.
+        .equation(
+            TransportEquation::new("d")
+                .diffusion(Diffusivity::Constant(0.015))
+                .source_expression(|s| 0.5 * s.solution::<CellCentre>("c"))
+                .boundary_conditions(BoundaryConditions::all(BoundaryCondition::Neumann(0.0))),
+        );
     builder
         .factory_mut()
         .placeholder(velocity[0].clone(), LocationKind::XFace)?;
@@ -57,6 +66,17 @@ pub fn recipe(patch: &Patch) -> SolverResult<TransportSolver> {
         .graph()
         .set_field::<CellCentre>(&k, |[x, y, _]| 0.01 + 0.005 * (tau * x).cos() * (y + 1.0))?;
     Ok(solver)
+}
+
+/// A function of the position.
+pub type Profile = fn([f64; 3]) -> f64;
+
+/// The equations, each with its initial value.
+pub const EQUATIONS: [(&str, Profile); 2] = [("c", initial), ("d", initial_d)];
+
+/// The second equation's initial value, smooth and periodic along x.
+pub fn initial_d([x, y, _]: [f64; 3]) -> f64 {
+    (std::f64::consts::TAU * x).cos() * y * y
 }
 
 /// The initial value, smooth and periodic along x.

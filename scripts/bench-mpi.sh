@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Issue 51's benchmarks, in release mode: the cost of a message through
+# OpenMPI's shared-memory and TCP transports (the halo exchange's path),
+# and the wasatch-scalability case (the ExprLib equations through the
+# transport solver) on 1, 2 and 4 ranks, strong (one grid) and near-weak
+# (cells per rank about constant: a cube cannot double), with each rank's
+# stepping and exchange time. Above 2 ranks this 2-core machine is
+# oversubscribed: the figures measure overhead, not speed. Record them in
+# docs/benchmarks.md with the machine and date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/tools.sh
+source scripts/mpi-tools.sh
+cargo build --release -p watershed-fields --features mpi --example mpi_pingpong
+cargo build --release -p watershed-cases --features mpi --bin watershed
+mkdir -p target/mpi-release
+cp target/release/watershed target/mpi-release/watershed
+W="$PWD/target/mpi-release/watershed"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+echo "== one message each way between 2 ranks, shared memory (btl self,vader)"
+mpirun --oversubscribe --mca btl self,vader -np 2 target/release/examples/mpi_pingpong
+echo "== the same through TCP on the loopback (btl self,tcp)"
+mpirun --oversubscribe --mca btl self,tcp -np 2 target/release/examples/mpi_pingpong
+
+# One run: prints ms/step and the per-rank exchange table.
+case_run() { # ranks cells patches
+    local ranks="$1" cells="$2" patches="$3"
+    local args=(run wasatch-scalability --set pdes=10 --set "cells=$cells" --set variant=coupled
+        --set "patches=$patches" --steps 40 --threads 1 --quiet --output "$out/r$ranks-c$cells-p${patches//,/x}")
+    local log="$out/log"
+    if [ "$ranks" = 0 ]; then
+        "$W" "${args[@]}" >"$log" 2>&1
+        ranks=1
+    else
+        mpirun --oversubscribe -np "$ranks" "$W" "${args[@]}" >"$log" 2>&1
+    fi
+    local per_step
+    per_step="$(grep -o 'stepping: [0-9.e+-]* ms/step' "$log" | head -n 1)"
+    echo "ranks $ranks, ${cells}^3 cells, patches $patches: $per_step"
+    grep -E "^  rank [0-9]+:|^exchanges and reductions" "$log" || true
+}
+echo "== wasatch-scalability, 10 coupled equations, 40 forward-Euler steps, 1 thread per rank"
+echo "-- one process, no mpirun: one patch, then 2 x 2 patches (the exchange's cost in one process)"
+case_run 0 32 1,1,1
+case_run 0 32 2,2,1
+echo "-- strong: 32^3 cells on 2 x 2 patches"
+for ranks in 1 2 4; do case_run "$ranks" 32 2,2,1; done
+echo "-- near-weak: about 4096 cells per rank (16^3 on 1, 20^3 on 2, 26^3 on 4)"
+case_run 1 16 1,1,1
+case_run 2 20 2,1,1
+case_run 4 26 2,2,1
