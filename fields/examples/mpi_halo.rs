@@ -9,7 +9,8 @@
 //! on the first difference.
 
 use mpi::traits::Communicator;
-use watershed_fields::halo_mpi::exchange_ghosts_across;
+use watershed_fields::halo_mpi::{MpiLink, exchange_ghosts_across};
+use watershed_fields::ranks::RankLink;
 use watershed_fields::{
     CellCentre, Device, GhostWidth, Grid, Location, LocationKind, PatchLayout, SpatialField, XFace,
     YFace, ZFace,
@@ -93,6 +94,33 @@ fn check<L: Location>(
     Ok(written)
 }
 
+/// Each rank contributes one value per patch it owns (the patch's index
+/// plus a quarter); every rank must get all of them in patch order.
+fn gathered_in_patch_order(world: &mpi::topology::SimpleCommunicator) -> Result<(), String> {
+    let (rank, ranks) = (world.rank() as usize, world.size() as usize);
+    let grid = Grid::new([24, 12, 1], [1.0; 3], [0.0; 3]).map_err(|e| e.to_string())?;
+    let layout =
+        PatchLayout::new(&grid, [6, 2, 1], GhostWidth::uniform(1)).map_err(|e| e.to_string())?;
+    let counts = (0..ranks)
+        .map(|r| layout.owned_by(r, ranks).map(|run| run.len()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let mine: Vec<f64> = layout
+        .owned_by(rank, ranks)
+        .map_err(|e| e.to_string())?
+        .map(|p| p as f64 + 0.25)
+        .collect();
+    let link = MpiLink::new(world.duplicate());
+    let all = link
+        .gather_in_rank_order(&mine, &counts)
+        .map_err(|e| e.to_string())?;
+    let expected: Vec<f64> = (0..layout.len()).map(|p| p as f64 + 0.25).collect();
+    if all != expected {
+        return Err(format!("gathered {all:?}, expected {expected:?}"));
+    }
+    Ok(())
+}
+
 fn main() {
     let Some(universe) = mpi::initialize() else {
         eprintln!("MPI was initialised already");
@@ -107,6 +135,15 @@ fn main() {
         check::<YFace>(&world, [8, 12, 4], [2, 4, 1], [false, false, true], 1),
         check::<ZFace>(&world, [8, 6, 8], [1, 2, 4], [true, false, false], 2),
     ];
+    // Per-patch values gathered from every rank come back in patch order
+    // (what reductions rely on for rank-independent sums).
+    match gathered_in_patch_order(&world) {
+        Ok(()) => {}
+        Err(why) => {
+            eprintln!("rank {rank} of {ranks}: {why}");
+            world.abort(1);
+        }
+    }
     let mut written = 0;
     for case in cases {
         match case {

@@ -17,7 +17,9 @@ use crate::field::SpatialField;
 use crate::halo::{HaloPlan, HaloRoute, PatchFields, exchange_with};
 use crate::location::Location;
 use crate::ranks::RankLink;
-use mpi::traits::{Communicator, Destination, Source};
+use mpi::Count;
+use mpi::datatype::PartitionMut;
+use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Source};
 
 /// The tag of halo and gather messages.
 const HALO_TAG: i32 = 51;
@@ -64,6 +66,10 @@ impl<C: Communicator> RankLink for MpiLink<C> {
     fn abort(&self, code: i32) -> ! {
         self.communicator.abort(code)
     }
+
+    fn gather_in_rank_order(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Vec<f64>> {
+        all_gather_over(&self.communicator, mine, counts)
+    }
 }
 
 /// A link over a communicator the caller keeps.
@@ -94,6 +100,50 @@ impl<C: Communicator> RankLink for BorrowedLink<'_, C> {
     fn abort(&self, code: i32) -> ! {
         self.0.abort(code)
     }
+
+    fn gather_in_rank_order(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Vec<f64>> {
+        all_gather_over(self.0, mine, counts)
+    }
+}
+
+/// [`RankLink::gather_in_rank_order`] over `communicator` as one
+/// `MPI_Allgatherv` (about log2(ranks) message latencies, where the
+/// default through `swap` sends every rank's values to every other).
+fn all_gather_over<C: Communicator>(
+    communicator: &C,
+    mine: &[f64],
+    counts: &[usize],
+) -> FieldResult<Vec<f64>> {
+    let (rank, ranks) = (communicator.rank() as usize, communicator.size() as usize);
+    if counts.len() != ranks || counts.get(rank) != Some(&mine.len()) {
+        return Err(FieldError::InvalidLayout {
+            reason: format!(
+                "rank {rank} of {ranks} contributes {} value(s) but the counts {counts:?} say otherwise; give one count per rank, this rank's equal to what it contributes",
+                mine.len()
+            ),
+        });
+    }
+    let too_many = || FieldError::InvalidLayout {
+        reason: format!(
+            "a gather of {counts:?} values per rank exceeds MPI's count limit ({}); gather fewer values at once",
+            i32::MAX
+        ),
+    };
+    let mut sizes: Vec<Count> = Vec::with_capacity(ranks);
+    let mut offsets: Vec<Count> = Vec::with_capacity(ranks);
+    let mut total: usize = 0;
+    for &count in counts {
+        offsets.push(Count::try_from(total).map_err(|_| too_many())?);
+        sizes.push(Count::try_from(count).map_err(|_| too_many())?);
+        total = total.checked_add(count).ok_or_else(too_many)?;
+    }
+    Count::try_from(total).map_err(|_| too_many())?;
+    let mut all = vec![0.0; total];
+    {
+        let mut partition = PartitionMut::new(&mut all[..], &sizes[..], &offsets[..]);
+        communicator.all_gather_varcount_into(mine, &mut partition);
+    }
+    Ok(all)
 }
 
 /// [`RankLink::swap`] over `communicator`: every receive posted, then
