@@ -78,6 +78,19 @@ pub fn launched_by_mpirun() -> bool {
         .any(|name| std::env::var_os(name).is_some())
 }
 
+/// This process's rank among the ranks on its machine, as the launcher
+/// says (OpenMPI's `OMPI_COMM_WORLD_LOCAL_RANK`, MPICH's `MPI_LOCALRANKID`,
+/// PMIx's `PMIX_LOCAL_RANK`): which GPU of the machine it takes.
+pub fn local_rank() -> Option<usize> {
+    [
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "PMIX_LOCAL_RANK",
+    ]
+    .iter()
+    .find_map(|name| std::env::var(name).ok()?.parse().ok())
+}
+
 /// Joins the MPI run this process was started in: the MPI environment
 /// (keep it until the end: dropping it finalises MPI) and the link over
 /// its world. `None` when not started by `mpirun`.

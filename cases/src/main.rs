@@ -210,8 +210,15 @@ fn default_threads() -> Result<usize, Failure> {
 fn check_device(
     device: &str,
     case: &str,
+    local_rank: usize,
 ) -> Result<(String, watershed_exprgraph::PlacementPolicy), Failure> {
     use watershed_exprgraph::PlacementPolicy;
+    // One rank per GPU: the k-th rank on a machine takes GPU k mod count
+    // when `gpu` or `auto` names none (0 for a run in one process).
+    let first = match watershed_fields::gpu::gpu_count() {
+        0 => 0,
+        count => local_rank % count,
+    };
     let heterogeneous = case == watershed_cases::cases::scalability::EXPRLIB;
     // The cases whose GPU results were compared with the CPU's on a GPU
     // (docs/benchmarks.md); `auto` picks the GPU only for these.
@@ -243,7 +250,7 @@ fn check_device(
                 format!("CPU (auto: no GPU, {reason})"),
                 PlacementPolicy::Cpu,
             )),
-            None if verified_on_gpu => gpu(0),
+            None if verified_on_gpu => gpu(first),
             None => Ok((
                 format!(
                     "CPU (auto: the {case} case's GPU path has not yet been compared with the CPU on a GPU; --device gpu runs it there)"
@@ -251,7 +258,7 @@ fn check_device(
                 PlacementPolicy::Cpu,
             )),
         },
-        "gpu" => gpu(0),
+        "gpu" => gpu(first),
         other => match other.strip_prefix("gpu:").map(str::parse::<usize>) {
             Some(Ok(k)) => gpu(k),
             _ => Err(usage(CaseError::Usage(format!(
@@ -378,7 +385,11 @@ fn run_case(
     // faster (small grids).
     let adaptive_threads =
         args.threads.is_none() && std::env::var_os("WATERSHED_THREADS").is_none();
-    let (device, placement) = check_device(&args.device, info.name)?;
+    let local_rank = match ranks.as_deref().filter(|l| l.ranks() > 1) {
+        Some(_) => watershed_cases::collective::local_rank().unwrap_or(0),
+        None => 0,
+    };
+    let (device, placement) = check_device(&args.device, info.name, local_rank)?;
     if args.convergence && info.name != watershed_cases::cases::heat::NAME {
         return Err(usage(CaseError::Usage(format!(
             "--convergence is an option of the heat case, not of {}",
@@ -663,7 +674,7 @@ fn run_case(
         .finish((!follower).then_some(directory.as_path()))
         .map_err(runtime)?;
     let per_rank = match ranks.as_deref().filter(|l| l.ranks() > 1) {
-        Some(link) => Some(per_rank_times(link, &report)?),
+        Some(link) => Some(per_rank_times(link, &report, &options.placement)?),
         None => None,
     };
     let Some(output) = output else {
@@ -825,29 +836,41 @@ fn check_spreadable(
     Ok(())
 }
 
-/// Each rank's stepping wall time and its time in exchanges across
-/// patches, gathered on every rank (collective); the table rank 0 prints.
+/// Each rank's stepping wall time, its time in exchanges across patches
+/// and its GPU, gathered on every rank (collective); the table rank 0
+/// prints.
 fn per_rank_times(
     link: &dyn RankLink,
     report: &watershed_cases::driver::RunReport,
+    placement: &watershed_exprgraph::PlacementPolicy,
 ) -> Result<String, Failure> {
+    use watershed_exprgraph::PlacementPolicy;
     let wall = report.wall.as_secs_f64();
     let exchange = report.exchange_time.unwrap_or_default().as_secs_f64();
+    let gpu = match *placement {
+        PlacementPolicy::Gpu(k) | PlacementPolicy::Heterogeneous(k) => k as f64,
+        _ => -1.0,
+    };
     let ranks = link.ranks();
     let all = link
-        .gather_in_rank_order(&[wall, exchange], &vec![2; ranks])
+        .gather_in_rank_order(&[wall, exchange, gpu], &vec![3; ranks])
         .map_err(|e| runtime(e.into()))?;
     let mut table = format!(
         "ranks: {ranks} (MPI); per rank, the stepping's wall time and the exchanges across patches in it:\n"
     );
-    for (rank, times) in all.chunks(2).enumerate() {
+    for (rank, times) in all.chunks(3).enumerate() {
         let share = if times[0] > 0.0 {
             100.0 * times[1] / times[0]
         } else {
             0.0
         };
+        let device = if times[2] >= 0.0 {
+            format!(" on GPU {}", times[2] as usize)
+        } else {
+            String::new()
+        };
         table.push_str(&format!(
-            "  rank {rank}: {:.3} s, exchanges {:.3} s ({share:.1}%; 0% of it hidden behind interior work: exchanges run between stages)\n",
+            "  rank {rank}{device}: {:.3} s, exchanges {:.3} s ({share:.1}%; 0% of it hidden behind interior work: exchanges run between stages)\n",
             times[0], times[1]
         ));
     }

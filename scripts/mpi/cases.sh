@@ -3,7 +3,8 @@
 # scripts/test.sh: the advection case on 2 x 2 patches under
 # `mpirun --oversubscribe -np 1, 2, 4` gives, at every dump, the bits of
 # one process on one patch, and the same checkpoints on every rank count;
-# so does wasatch-scalability on 2 x 1 x 2 patches on 2 and 4 ranks; a checkpoint written on
+# so does wasatch-scalability on 2 x 1 x 2 patches on 2 and 4 ranks, and
+# advection with one rank per (emulated) GPU; a checkpoint written on
 # 2 ranks restarts on 4 with the same bits; a bad layout, a case that does
 # not decompose, or more ranks than patches is a clear error on every rank
 # (no hang); a rank killed mid-run ends the job (no hang) and the last
@@ -37,6 +38,12 @@ for ranks in 1 2 4; do
     fi
 done
 grep -q "ranks: 4 (MPI)" "$out/last.log" || { echo "no per-rank table in the summary"; cat "$out/last.log"; exit 1; }
+
+echo "--> one rank per GPU (two emulated GPUs): rank k takes GPU k, the same bits"
+WATERSHED_EMULATE_GPUS=2 run_quietly mpirun --oversubscribe -np 2 "$W" run advection "${common[@]}" \
+    --set patches=2,2,1 --device gpu --output "$out/gpus"
+grep -q "rank 1 on GPU 1" "$out/last.log" || { echo "rank 1 did not take GPU 1"; cat "$out/last.log"; exit 1; }
+$SAME "$out/one" "$out/gpus"
 
 echo "--> wasatch-scalability (3 coupled ExprLib equations, SSP-RK3, periodic cube) on 2 x 1 x 2 patches"
 wasatch=(--set pdes=3 --set cells=16 --set variant=coupled --set integrator=ssp-rk3 --set dt=2e-4 --steps 6 --dump-every 3 --quiet)
