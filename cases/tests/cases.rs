@@ -188,7 +188,7 @@ fn patch_layouts_that_cannot_run_are_refused_by_name() {
 }
 
 #[test]
-fn advection_and_wasatch_pass_their_checks_on_patches() {
+fn decomposed_cases_pass_their_checks_on_patches() {
     // Each case's check passes decomposed (the mass and the reference step
     // are computed over every patch).
     passes(

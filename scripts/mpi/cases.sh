@@ -3,7 +3,8 @@
 # scripts/test.sh: the advection case on 2 x 2 patches under
 # `mpirun --oversubscribe -np 1, 2, 4` gives, at every dump, the bits of
 # one process on one patch, and the same checkpoints on every rank count;
-# so does wasatch-scalability on 2 x 1 x 2 patches on 2 and 4 ranks, and
+# so do wasatch-scalability on 2 x 1 x 2 patches on 2 and 4 ranks, heat on
+# 2 x 2 x 1 patches on 2 ranks, and
 # advection with one rank per (emulated) GPU; a checkpoint written on
 # 2 ranks restarts on 4 with the same bits; a bad layout, a case that does
 # not decompose, or more ranks than patches is a clear error on every rank
@@ -53,6 +54,12 @@ for ranks in 2 4; do
         --set patches=2,1,2 --output "$out/wasatch-np$ranks"
     $SAME "$out/wasatch-one" "$out/wasatch-np$ranks"
 done
+
+echo "--> heat (the 3D periodic heat equation, SSP-RK3) on 2 x 2 x 1 patches"
+run_quietly "$W" run heat --set cells=16 --dump-every 1 --quiet --output "$out/heat-one"
+run_quietly mpirun --oversubscribe -np 2 "$W" run heat --set cells=16 --set patches=2,2,1 --dump-every 4 \
+    --quiet --output "$out/heat-np2"
+$SAME "$out/heat-one" "$out/heat-np2"
 
 echo "--> a checkpoint written on 2 ranks restarts on 4"
 mkdir "$out/restart4"

@@ -8,16 +8,18 @@ use crate::error::CaseResult;
 use crate::progress::ProgressMode;
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
-use crate::solver_state::{dump_solution, load_solution, save_solution};
+use crate::solver_state::{
+    dump_patched_solution, load_patched_solution, patch_graphs, save_patched_solution,
+};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
-use watershed_fields::Grid;
+use watershed_fields::{GhostWidth, Grid, PatchLayout};
 use watershed_io::csv::write_csv;
 use watershed_io::dumps::DumpedField;
 use watershed_io::plot::{Mark, Series, line_chart};
-use watershed_solvers::{Diffusivity, TransportEquation, TransportSolver, TransportSolverBuilder};
+use watershed_solvers::{Diffusivity, PatchedTransport, TransportEquation, TransportSolverBuilder};
 
 /// The case's name.
 pub const NAME: &str = "heat";
@@ -29,7 +31,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: HeatConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<HeatConfig>(NAME, o),
-    decomposes: false,
+    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/heat.toml`).
@@ -50,6 +52,9 @@ pub struct HeatConfig {
     pub error_tolerance: f64,
     /// Smallest allowed observed order (convergence study).
     pub minimum_order: f64,
+    /// Patches along x, y, z (each dividing `cells`): the cube decomposed
+    /// into equal patches, spread over the ranks of an MPI run.
+    pub patches: [usize; 3],
 }
 
 impl Default for HeatConfig {
@@ -62,6 +67,7 @@ impl Default for HeatConfig {
             integrator: "ssp-rk3".into(),
             error_tolerance: 0.01,
             minimum_order: 1.8,
+            patches: [1, 1, 1],
         }
     }
 }
@@ -90,23 +96,28 @@ pub fn exact(alpha: f64, [x, y, z]: [f64; 3], t: f64) -> f64 {
 pub struct Heat {
     config: HeatConfig,
     grid: Grid,
-    solver: TransportSolver,
+    transport: PatchedTransport,
 }
 
 fn build(config: &HeatConfig, cells: usize, options: &CaseOptions) -> CaseResult<Heat> {
     let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
-    let solver = TransportSolverBuilder::new(&grid.whole_domain(1))
-        .equation(TransportEquation::new("T").diffusion(Diffusivity::Constant(config.diffusivity)))
-        .integrator(integrator(&config.integrator))
-        .mode(case_execution_mode(options))
-        .graph_options(solver_graph_options(options))
-        .build()?;
+    let layout = PatchLayout::new(&grid, config.patches, GhostWidth::uniform(1))?;
+    let transport = PatchedTransport::build(layout, options.rank_link(), |patch| {
+        TransportSolverBuilder::new(patch)
+            .equation(
+                TransportEquation::new("T").diffusion(Diffusivity::Constant(config.diffusivity)),
+            )
+            .integrator(integrator(&config.integrator))
+            .mode(case_execution_mode(options))
+            .graph_options(solver_graph_options(options))
+            .build()
+    })?;
     let alpha = config.diffusivity;
-    solver.set_initial_condition("T", |p| exact(alpha, p, 0.0))?;
+    transport.set_initial_condition("T", |p| exact(alpha, p, 0.0))?;
     Ok(Heat {
         config: config.clone(),
         grid,
-        solver,
+        transport,
     })
 }
 
@@ -125,22 +136,27 @@ impl Heat {
     /// amplitude at the current time.
     pub fn relative_error(&self) -> CaseResult<f64> {
         let alpha = self.config.diffusivity;
-        let t = self.solver.time();
+        let t = self.transport.time();
         let amplitude = (-12.0 * PI * PI * alpha * t).exp();
-        let error = self
-            .solver
-            .with_solution("T", |field| -> CaseResult<f64> {
-                let layout = field.layout();
-                let values = field.values()?;
-                Ok(layout
-                    .interior()
-                    .iter()
-                    .map(|i| {
-                        (values[layout.linear_index(i)] - exact(alpha, layout.coordinate(i), t))
-                            .abs()
-                    })
-                    .fold(0.0, f64::max))
-            })??;
+        let errors = self.transport.over_patches(1, |_, solver| {
+            let largest = solver.with_solution(
+                "T",
+                |field| -> Result<f64, watershed_fields::FieldError> {
+                    let layout = field.layout();
+                    let values = field.values()?;
+                    Ok(layout
+                        .interior()
+                        .iter()
+                        .map(|i| {
+                            (values[layout.linear_index(i)] - exact(alpha, layout.coordinate(i), t))
+                                .abs()
+                        })
+                        .fold(0.0, f64::max))
+                },
+            )??;
+            Ok(vec![largest])
+        })?;
+        let error = errors.iter().map(|e| e[0]).fold(0.0, f64::max);
         Ok(error / amplitude)
     }
 }
@@ -153,10 +169,10 @@ impl Simulation for Heat {
         &self.grid
     }
     fn time(&self) -> f64 {
-        self.solver.time()
+        self.transport.time()
     }
     fn steps(&self) -> u64 {
-        self.solver.steps()
+        self.transport.steps()
     }
     fn cell_updates_per_step(&self) -> u64 {
         self.grid.total_cells() as u64
@@ -166,20 +182,28 @@ impl Simulation for Heat {
         Ok(self.config.diffusion_number * h * h / self.config.diffusivity)
     }
     fn step(&mut self, dt: f64) -> CaseResult<()> {
-        Ok(self.solver.step(dt)?)
+        Ok(self.transport.step(dt)?)
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-        Ok(vec![dump_solution(&self.solver, "T", group, "T")?])
+        Ok(vec![dump_patched_solution(
+            &self.transport,
+            "T",
+            group,
+            "T",
+        )?])
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
-        save_solution(&self.solver, "T", group)
+        save_patched_solution(&self.transport, "T", group)
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
-        load_solution(&self.solver, "T", group)?;
-        Ok(self.solver.set_clock(time, step)?)
+        self.transport.set_clock(time, step)?;
+        load_patched_solution(&self.transport, "T", group)
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
-        vec![("heat".into(), self.solver.graph())]
+        patch_graphs(NAME, &self.transport)
+    }
+    fn exchange_time(&self) -> Option<std::time::Duration> {
+        (self.transport.layout().len() > 1).then(|| self.transport.exchange_time())
     }
     fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
         let error = self.relative_error()?;
@@ -191,7 +215,7 @@ impl Simulation for Heat {
             passed: error <= self.config.error_tolerance,
             figure: format!(
                 "relative error {error:.3e} at t = {:.4e} (allowed {:e})",
-                self.solver.time(),
+                self.transport.time(),
                 self.config.error_tolerance
             ),
             files: Vec::new(),
