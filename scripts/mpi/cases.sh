@@ -57,7 +57,7 @@ done
 
 echo "--> heat (the 3D periodic heat equation, SSP-RK3) on 2 x 2 x 1 patches"
 run_quietly "$W" run heat --set cells=16 --dump-every 1 --quiet --output "$out/heat-one"
-run_quietly mpirun --oversubscribe -np 2 "$W" run heat --set cells=16 --set patches=2,2,1 --dump-every 4 \
+run_quietly mpirun --oversubscribe -np 2 "$W" run heat --set cells=16 --set patches=2,2,1 --dump-every 1 \
     --quiet --output "$out/heat-np2"
 $SAME "$out/heat-one" "$out/heat-np2"
 
