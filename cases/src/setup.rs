@@ -1,10 +1,12 @@
 //! How a case is set up from its options: its graph options and execution
-//! mode, its integrator by name, its configuration loaded in layers.
+//! mode, its integrator by name, its patch layout, its configuration
+//! loaded in layers.
 
 use crate::case::CaseOptions;
 use crate::config::{CaseConfig, Loaded, load, to_text};
 use crate::error::{CaseError, CaseResult, ConfigOrigin};
 use watershed_exprgraph::ExecutionMode;
+use watershed_fields::{GhostWidth, Grid, PatchLayout};
 use watershed_solvers::TimeIntegrator;
 
 /// The graph options of a case's solver: its placement from the command
@@ -34,6 +36,22 @@ pub fn case_execution_mode(options: &CaseOptions) -> ExecutionMode {
     } else {
         execution_mode(options.threads)
     }
+}
+
+/// A case's patch layout from its `patches` setting: the counts given,
+/// or, for `[0, 0, 0]`, as many patches as the run has ranks, laid out by
+/// [`PatchLayout::automatic`].
+pub fn patch_layout(
+    grid: &Grid,
+    patches: [usize; 3],
+    ghosts: GhostWidth,
+    options: &CaseOptions,
+) -> CaseResult<PatchLayout> {
+    Ok(if patches == [0, 0, 0] {
+        PatchLayout::automatic(grid, options.rank_link().ranks(), ghosts)?
+    } else {
+        PatchLayout::new(grid, patches, ghosts)?
+    })
 }
 
 /// The integrators a configuration can name.

@@ -92,6 +92,51 @@ impl PatchLayout {
         })
     }
 
+    /// A layout of exactly `patches` patches chosen for `grid`: of the
+    /// counts whose product is `patches`, each dividing the cells along
+    /// its axis (1 on axes the grid does not use) and leaving patches at
+    /// least as thick as their ghosts, the one whose patches have the
+    /// fewest ghost points in all (the least to exchange); on a tie the
+    /// one with the fewest patches along x, then y (cuts across the slow
+    /// axes keep a patch's rows whole). An error when no such counts exist.
+    ///
+    /// ```
+    /// use watershed_fields::{GhostWidth, Grid, PatchLayout};
+    /// let grid = Grid::new([64, 32, 1], [1.0; 3], [0.0; 3])?;
+    /// let layout = PatchLayout::automatic(&grid, 4, GhostWidth::uniform(1))?;
+    /// assert_eq!(layout.counts(), [2, 2, 1]);
+    /// # Ok::<(), watershed_fields::FieldError>(())
+    /// ```
+    pub fn automatic(grid: &Grid, patches: usize, ghosts: GhostWidth) -> FieldResult<Self> {
+        let cells = grid.cells();
+        let mut best: Option<(usize, PatchLayout)> = None;
+        for px in divisors(patches) {
+            for py in divisors(patches / px) {
+                let pz = patches / px / py;
+                let Ok(layout) = PatchLayout::new(grid, [px, py, pz], ghosts) else {
+                    continue;
+                };
+                // Ghost points per patch (allocated minus interior), over
+                // all patches: what the exchange moves.
+                let g = layout.ghosts;
+                let n = layout.patch_cells;
+                let allocated: usize = (0..3).map(|a| n[a] + g.minus[a] + g.plus[a]).product();
+                let interior: usize = n.iter().product();
+                let cost = (allocated - interior) * patches;
+                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                    best = Some((cost, layout));
+                }
+            }
+        }
+        best.map(|(_, layout)| layout)
+            .ok_or_else(|| FieldError::InvalidLayout {
+                reason: format!(
+                    "no layout of {patches} patches fits the grid's {cells:?} cells with {:?} ghost layers: every way of writing {patches} as px x py x pz leaves a count that does not divide its axis or patches thinner than their ghosts; use another number of ranks or patches, or give patches = [px, py, pz]",
+                    ghosts.restricted_to(grid.active_dimensions()).minus
+                ),
+            })
+    }
+
     /// The grid decomposed.
     pub fn grid(&self) -> &Grid {
         &self.grid
@@ -237,6 +282,60 @@ pub(crate) mod tests {
         Grid::new(cells, [1.0; 3], [0.0; 3])
             .unwrap()
             .with_periodic(periodic)
+    }
+
+    #[test]
+    fn an_automatic_layout_has_the_fewest_ghost_points_or_none_fits() {
+        let cube = grid([24, 24, 24], [true; 3]);
+        let ghosts = GhostWidth::uniform(1);
+        assert_eq!(
+            PatchLayout::automatic(&cube, 8, ghosts).unwrap().counts(),
+            [2, 2, 2]
+        );
+        assert_eq!(
+            PatchLayout::automatic(&cube, 3, ghosts).unwrap().counts(),
+            [1, 1, 3]
+        );
+        let slab = grid([64, 8, 1], [false; 3]);
+        assert_eq!(
+            PatchLayout::automatic(&slab, 4, ghosts).unwrap().counts(),
+            [4, 1, 1]
+        );
+        // 7 divides no axis of 24 x 24 x 24.
+        let error = PatchLayout::automatic(&cube, 7, ghosts).unwrap_err();
+        assert!(
+            matches!(error, FieldError::InvalidLayout { ref reason } if reason.contains("no layout of 7 patches"))
+        );
+        // A layout's ghost points against every other valid layout's.
+        let ghost_points = |l: &PatchLayout| {
+            let n = l.patch_cells();
+            let all: usize = (0..3)
+                .map(|a| {
+                    n[a] + if l.grid().active_dimensions()[a] {
+                        2
+                    } else {
+                        0
+                    }
+                })
+                .product();
+            (all - n.iter().product::<usize>()) * l.len()
+        };
+        let chosen = PatchLayout::automatic(&cube, 12, ghosts).unwrap();
+        for px in 1..=12 {
+            for py in 1..=12 {
+                if 12 % (px * py) == 0 {
+                    if let Ok(other) = PatchLayout::new(&cube, [px, py, 12 / (px * py)], ghosts) {
+                        assert!(
+                            ghost_points(&chosen) <= ghost_points(&other),
+                            "{:?} beats {:?}",
+                            other.counts(),
+                            chosen.counts()
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(chosen.len(), 12);
     }
 
     fn reason(error: FieldError) -> String {

@@ -40,6 +40,11 @@ for ranks in 1 2 4; do
 done
 grep -q "ranks: 4 (MPI)" "$out/last.log" || { echo "no per-rank table in the summary"; cat "$out/last.log"; exit 1; }
 
+echo "--> patches=0,0,0 on 4 ranks: 4 patches laid out automatically, the same fields"
+run_quietly mpirun --oversubscribe -np 4 "$W" run advection "${common[@]}" --set patches=0,0,0 --output "$out/auto"
+grep -q "advection patch 3" "$out/last.log" || grep -q "ranks: 4 (MPI)" "$out/last.log" || { cat "$out/last.log"; exit 1; }
+$SAME "$out/one" "$out/auto"
+
 echo "--> one rank per GPU (two emulated GPUs): rank k takes GPU k, the same bits"
 WATERSHED_EMULATE_GPUS=2 run_quietly mpirun --oversubscribe -np 2 "$W" run advection "${common[@]}" \
     --set patches=2,2,1 --device gpu --output "$out/gpus"

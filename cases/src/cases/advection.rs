@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::{ExpressionGraph, Tag};
-use watershed_fields::{GhostWidth, Grid, LocationKind, Patch, PatchLayout, XFace, YFace};
+use watershed_fields::{GhostWidth, Grid, LocationKind, Patch, XFace, YFace};
 use watershed_io::dumps::DumpedField;
 use watershed_operators::Limiter;
 use watershed_solvers::{
@@ -90,7 +90,11 @@ impl CaseConfig for AdvectionConfig {
             .or_else(|| in_range("cfl", self.cfl, 1e-6, 1.0))
             .or_else(|| one_of("integrator", &self.integrator, &crate::setup::INTEGRATORS))
             .or_else(|| in_range("mass_tolerance", self.mass_tolerance, 1e-16, 1.0))
-            .or_else(|| in_range("patches[2]", self.patches[2], 1, 1))
+            .or_else(|| {
+                (self.patches != [0, 0, 0])
+                    .then(|| in_range("patches[2]", self.patches[2], 1, 1))
+                    .flatten()
+            })
     }
 }
 
@@ -206,7 +210,8 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let config = loaded.config.clone();
     let n = config.cells;
     let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
-    let layout = PatchLayout::new(&grid, config.patches, GhostWidth::uniform(2))?;
+    let layout =
+        crate::setup::patch_layout(&grid, config.patches, GhostWidth::uniform(2), options)?;
     let transport = PatchedTransport::build(layout, options.rank_link(), |patch| {
         solver_on(patch, &config, options)
     })?;

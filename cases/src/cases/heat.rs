@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
-use watershed_fields::{GhostWidth, Grid, PatchLayout};
+use watershed_fields::{GhostWidth, Grid};
 use watershed_io::csv::write_csv;
 use watershed_io::dumps::DumpedField;
 use watershed_io::plot::{Mark, Series, line_chart};
@@ -101,7 +101,8 @@ pub struct Heat {
 
 fn build(config: &HeatConfig, cells: usize, options: &CaseOptions) -> CaseResult<Heat> {
     let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
-    let layout = PatchLayout::new(&grid, config.patches, GhostWidth::uniform(1))?;
+    let layout =
+        crate::setup::patch_layout(&grid, config.patches, GhostWidth::uniform(1), options)?;
     let transport = PatchedTransport::build(layout, options.rank_link(), |patch| {
         TransportSolverBuilder::new(patch)
             .equation(

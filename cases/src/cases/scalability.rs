@@ -20,7 +20,7 @@ use watershed_exprgraph::{
     NativeExpression, PlacementPolicy, Symbols, Tag,
 };
 use watershed_fields::{
-    CellCentre, GhostWidth, Grid, HostMemory, LocationKind, Patch, PatchLayout, XFace, YFace, ZFace,
+    CellCentre, GhostWidth, Grid, HostMemory, LocationKind, Patch, XFace, YFace, ZFace,
 };
 use watershed_io::dumps::{DumpedField, dump_graph_field};
 use watershed_operators::{Expr, FaceLocation, divergence, exp, gradient, interpolate_to_face};
@@ -854,10 +854,11 @@ fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
     let loaded = crate::setup::load_config::<ScalabilityConfig<WasatchKind>>(WASATCH, options)?;
     let c = loaded.config.clone();
     let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
-    let layout = PatchLayout::new(
+    let layout = crate::setup::patch_layout(
         &grid,
         c.patches.unwrap_or([1, 1, 1]),
         GhostWidth::uniform(1),
+        options,
     )?;
     let mut failure = None;
     let built = PatchedTransport::build(layout, options.rank_link(), |patch| {
