@@ -89,27 +89,41 @@ pub fn load_solution(
 }
 
 /// Dumps the solution of `equation` of a decomposed run as dataset `name`:
-/// the whole domain's field gathered from every patch (collective).
+/// the whole domain's field gathered from every patch onto rank 0, which
+/// writes it (collective; the other ranks write nothing).
 pub fn dump_patched_solution(
     transport: &PatchedTransport,
     equation: &str,
     group: &hdf5::Group,
     name: &str,
 ) -> CaseResult<DumpedField> {
-    let whole = transport.whole_solution(equation)?;
-    Ok(dump_field(group, name, &whole)?)
+    match transport.gather_solution(equation)? {
+        Some(whole) => Ok(dump_field(group, name, &whole)?),
+        // A follower rank: rank 0 writes the gathered field.
+        None => Ok(DumpedField {
+            name: name.into(),
+            location: watershed_fields::LocationKind::CellCentre,
+            extent: transport.layout().grid().cells(),
+            components: 1,
+            derived: None,
+        }),
+    }
 }
 
 /// Saves the solution of `equation` of a decomposed run, gathered over
-/// the whole domain with its ghosts, as dataset `equation`: what
-/// [`save_solution`] writes for one patch over the whole domain.
+/// the whole domain with its ghosts onto rank 0, as dataset `equation`:
+/// what [`save_solution`] writes for one patch over the whole domain
+/// (collective; the other ranks write nothing).
 pub fn save_patched_solution(
     transport: &PatchedTransport,
     equation: &str,
     group: &hdf5::Group,
 ) -> CaseResult<()> {
-    let whole = transport.whole_solution(equation)?;
-    save_field(group, equation, &whole)
+    match transport.gather_solution(equation)? {
+        Some(whole) => save_field(group, equation, &whole),
+        // A follower rank: rank 0 writes the gathered field.
+        None => Ok(()),
+    }
 }
 
 /// Restores what [`save_patched_solution`] (or [`save_solution`]) saved

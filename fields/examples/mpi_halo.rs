@@ -95,7 +95,8 @@ fn check<L: Location>(
 }
 
 /// Each rank contributes one value per patch it owns (the patch's index
-/// plus a quarter); every rank must get all of them in patch order.
+/// plus a quarter); every rank must get all of them in patch order, and
+/// rank 0 alone when gathered to it.
 fn gathered_in_patch_order(world: &mpi::topology::SimpleCommunicator) -> Result<(), String> {
     let (rank, ranks) = (world.rank() as usize, world.size() as usize);
     let grid = Grid::new([24, 12, 1], [1.0; 3], [0.0; 3]).map_err(|e| e.to_string())?;
@@ -118,7 +119,16 @@ fn gathered_in_patch_order(world: &mpi::topology::SimpleCommunicator) -> Result<
     if all != expected {
         return Err(format!("gathered {all:?}, expected {expected:?}"));
     }
-    Ok(())
+    // The same to rank 0 only.
+    let rooted = link
+        .gather_to_root(&mine, &counts)
+        .map_err(|e| e.to_string())?;
+    match (rank, rooted) {
+        (0, Some(all)) if all == expected => Ok(()),
+        (0, other) => Err(format!("rank 0 gathered {other:?}, expected {expected:?}")),
+        (_, None) => Ok(()),
+        (_, Some(all)) => Err(format!("rank {rank} received {all:?}; only rank 0 should")),
+    }
 }
 
 fn main() {

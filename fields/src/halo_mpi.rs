@@ -16,10 +16,10 @@ use crate::error::{FieldError, FieldResult};
 use crate::field::SpatialField;
 use crate::halo::{HaloPlan, HaloRoute, PatchFields, exchange_with};
 use crate::location::Location;
-use crate::ranks::RankLink;
+use crate::ranks::{RankLink, check_counts};
 use mpi::Count;
 use mpi::datatype::PartitionMut;
-use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Source};
+use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
 
 /// The tag of halo and gather messages.
 const HALO_TAG: i32 = 51;
@@ -70,6 +70,10 @@ impl<C: Communicator> RankLink for MpiLink<C> {
     fn gather_in_rank_order(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Vec<f64>> {
         all_gather_over(&self.communicator, mine, counts)
     }
+
+    fn gather_to_root(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Option<Vec<f64>>> {
+        gather_to_root_over(&self.communicator, mine, counts)
+    }
 }
 
 /// A link over a communicator the caller keeps.
@@ -104,6 +108,32 @@ impl<C: Communicator> RankLink for BorrowedLink<'_, C> {
     fn gather_in_rank_order(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Vec<f64>> {
         all_gather_over(self.0, mine, counts)
     }
+
+    fn gather_to_root(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Option<Vec<f64>>> {
+        gather_to_root_over(self.0, mine, counts)
+    }
+}
+
+/// The counts and offsets of an `MPI_Allgatherv` or `MPI_Gatherv` of
+/// `counts` values per rank, checked against MPI's count limit, and the
+/// total.
+fn partition_of(counts: &[usize]) -> FieldResult<(Vec<Count>, Vec<Count>, usize)> {
+    let too_many = || FieldError::InvalidLayout {
+        reason: format!(
+            "a gather of {counts:?} values per rank exceeds MPI's count limit ({}); gather fewer values at once",
+            i32::MAX
+        ),
+    };
+    let mut sizes: Vec<Count> = Vec::with_capacity(counts.len());
+    let mut offsets: Vec<Count> = Vec::with_capacity(counts.len());
+    let mut total: usize = 0;
+    for &count in counts {
+        offsets.push(Count::try_from(total).map_err(|_| too_many())?);
+        sizes.push(Count::try_from(count).map_err(|_| too_many())?);
+        total = total.checked_add(count).ok_or_else(too_many)?;
+    }
+    Count::try_from(total).map_err(|_| too_many())?;
+    Ok((sizes, offsets, total))
 }
 
 /// [`RankLink::gather_in_rank_order`] over `communicator` as one
@@ -115,35 +145,37 @@ fn all_gather_over<C: Communicator>(
     counts: &[usize],
 ) -> FieldResult<Vec<f64>> {
     let (rank, ranks) = (communicator.rank() as usize, communicator.size() as usize);
-    if counts.len() != ranks || counts.get(rank) != Some(&mine.len()) {
-        return Err(FieldError::InvalidLayout {
-            reason: format!(
-                "rank {rank} of {ranks} contributes {} value(s) but the counts {counts:?} say otherwise; give one count per rank, this rank's equal to what it contributes",
-                mine.len()
-            ),
-        });
-    }
-    let too_many = || FieldError::InvalidLayout {
-        reason: format!(
-            "a gather of {counts:?} values per rank exceeds MPI's count limit ({}); gather fewer values at once",
-            i32::MAX
-        ),
-    };
-    let mut sizes: Vec<Count> = Vec::with_capacity(ranks);
-    let mut offsets: Vec<Count> = Vec::with_capacity(ranks);
-    let mut total: usize = 0;
-    for &count in counts {
-        offsets.push(Count::try_from(total).map_err(|_| too_many())?);
-        sizes.push(Count::try_from(count).map_err(|_| too_many())?);
-        total = total.checked_add(count).ok_or_else(too_many)?;
-    }
-    Count::try_from(total).map_err(|_| too_many())?;
+    check_counts(rank, ranks, mine, counts)?;
+    let (sizes, offsets, total) = partition_of(counts)?;
     let mut all = vec![0.0; total];
     {
         let mut partition = PartitionMut::new(&mut all[..], &sizes[..], &offsets[..]);
         communicator.all_gather_varcount_into(mine, &mut partition);
     }
     Ok(all)
+}
+
+/// [`RankLink::gather_to_root`] over `communicator` as one `MPI_Gatherv`
+/// to rank 0.
+fn gather_to_root_over<C: Communicator>(
+    communicator: &C,
+    mine: &[f64],
+    counts: &[usize],
+) -> FieldResult<Option<Vec<f64>>> {
+    let (rank, ranks) = (communicator.rank() as usize, communicator.size() as usize);
+    check_counts(rank, ranks, mine, counts)?;
+    let (sizes, offsets, total) = partition_of(counts)?;
+    let root = communicator.process_at_rank(0);
+    if rank != 0 {
+        root.gather_varcount_into(mine);
+        return Ok(None);
+    }
+    let mut all = vec![0.0; total];
+    {
+        let mut partition = PartitionMut::new(&mut all[..], &sizes[..], &offsets[..]);
+        root.gather_varcount_into_root(mine, &mut partition);
+    }
+    Ok(Some(all))
 }
 
 /// [`RankLink::swap`] over `communicator`: every receive posted, then

@@ -37,14 +37,7 @@ pub trait RankLink: std::fmt::Debug {
     /// depend on how many ranks there are.
     fn gather_in_rank_order(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Vec<f64>> {
         let (rank, ranks) = (self.rank(), self.ranks());
-        if counts.len() != ranks || counts.get(rank) != Some(&mine.len()) {
-            return Err(FieldError::InvalidLayout {
-                reason: format!(
-                    "rank {rank} of {ranks} contributes {} value(s) but the counts {counts:?} say otherwise; give one count per rank, this rank's equal to what it contributes",
-                    mine.len()
-                ),
-            });
-        }
+        check_counts(rank, ranks, mine, counts)?;
         let outgoing: Vec<Vec<f64>> = (0..ranks)
             .map(|r| if r == rank { Vec::new() } else { mine.to_vec() })
             .collect();
@@ -55,6 +48,57 @@ pub trait RankLink: std::fmt::Debug {
         incoming[rank] = mine.to_vec();
         Ok(incoming.concat())
     }
+
+    /// Every rank's `mine` concatenated in rank order on rank 0 only
+    /// (`None` elsewhere): what rank 0 writes to a file, without a copy of
+    /// the whole on every rank.
+    fn gather_to_root(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Option<Vec<f64>>> {
+        gather_to_root_by_swap(self, mine, counts)
+    }
+}
+
+/// `mine` of every rank concatenated in rank order on rank 0 (`Some`),
+/// `None` on the others: [`RankLink::gather_to_root`] through
+/// [`RankLink::swap`] (every rank sends rank 0 one message).
+pub fn gather_to_root_by_swap(
+    link: &(impl RankLink + ?Sized),
+    mine: &[f64],
+    counts: &[usize],
+) -> FieldResult<Option<Vec<f64>>> {
+    let (rank, ranks) = (link.rank(), link.ranks());
+    check_counts(rank, ranks, mine, counts)?;
+    let mut outgoing = vec![Vec::new(); ranks];
+    let mut incoming_len = vec![0; ranks];
+    if rank == 0 {
+        incoming_len[1..].copy_from_slice(&counts[1..]);
+    } else {
+        outgoing[0] = mine.to_vec();
+    }
+    let mut incoming = link.swap(&outgoing, &incoming_len)?;
+    if rank != 0 {
+        return Ok(None);
+    }
+    incoming[0] = mine.to_vec();
+    Ok(Some(incoming.concat()))
+}
+
+/// Refuses counts that are not one per rank or disagree with what this
+/// rank contributes.
+pub(crate) fn check_counts(
+    rank: usize,
+    ranks: usize,
+    mine: &[f64],
+    counts: &[usize],
+) -> FieldResult<()> {
+    if counts.len() != ranks || counts.get(rank) != Some(&mine.len()) {
+        return Err(FieldError::InvalidLayout {
+            reason: format!(
+                "rank {rank} of {ranks} contributes {} value(s) but the counts {counts:?} say otherwise; give one count per rank, this rank's equal to what it contributes",
+                mine.len()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A run in one process: rank 0 of 1. Nothing travels.
@@ -64,6 +108,7 @@ pub trait RankLink: std::fmt::Debug {
 /// let link = SingleProcess;
 /// assert_eq!((link.rank(), link.ranks()), (0, 1));
 /// assert_eq!(link.gather_in_rank_order(&[1.0, 2.0], &[2])?, vec![1.0, 2.0]);
+/// assert_eq!(link.gather_to_root(&[1.0, 2.0], &[2])?, Some(vec![1.0, 2.0]));
 /// # Ok::<(), watershed_fields::FieldError>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default)]

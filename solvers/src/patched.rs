@@ -239,16 +239,33 @@ impl PatchedTransport {
     /// field is what one patch over the whole domain holds, bit for bit:
     /// dumps and checkpoints do not depend on the layout.
     pub fn whole_solution(&self, equation: &str) -> SolverResult<SpatialField<CellCentre>> {
-        let first = &self.solvers[0];
-        let ghosts = first.graph().patch().ghosts();
-        let whole_patch = Patch::new(
-            self.layout.grid(),
-            [0; 3],
-            self.layout.grid().cells(),
-            ghosts,
-        )?;
-        let mut whole = SpatialField::<CellCentre>::new(equation, &whole_patch, Device::Cpu)?;
-        let per_patch = first.with_solution(equation, |f| f.layout().allocated_len())?;
+        let (mine, per_patch) = self.allocated_values(equation)?;
+        let all = self.gather(&mine, per_patch)?;
+        self.assemble(equation, &all, per_patch)
+    }
+
+    /// [`Self::whole_solution`] on rank 0 only (`None` on the others), for
+    /// writing: no other rank holds a copy of the whole domain.
+    pub fn gather_solution(
+        &self,
+        equation: &str,
+    ) -> SolverResult<Option<SpatialField<CellCentre>>> {
+        let (mine, per_patch) = self.allocated_values(equation)?;
+        let counts = self.counts(per_patch)?;
+        let started = Instant::now();
+        let gathered = self.link.gather_to_root(&mine, &counts);
+        self.exchange_time
+            .set(self.exchange_time.get() + started.elapsed());
+        match gathered? {
+            Some(all) => Ok(Some(self.assemble(equation, &all, per_patch)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every allocated value of `equation`'s solution on each owned patch,
+    /// in patch order, and how many each patch has.
+    fn allocated_values(&self, equation: &str) -> SolverResult<(Vec<f64>, usize)> {
+        let per_patch = self.solvers[0].with_solution(equation, |f| f.layout().allocated_len())?;
         let mut mine = Vec::with_capacity(per_patch * self.solvers.len());
         for solver in &self.solvers {
             solver.with_solution(equation, |f| -> SolverResult<()> {
@@ -256,7 +273,21 @@ impl PatchedTransport {
                 Ok(())
             })??;
         }
-        let all = self.gather(&mine, per_patch)?;
+        Ok((mine, per_patch))
+    }
+
+    /// The whole domain's field from `all`, every patch's allocated values
+    /// in patch order.
+    fn assemble(
+        &self,
+        equation: &str,
+        all: &[f64],
+        per_patch: usize,
+    ) -> SolverResult<SpatialField<CellCentre>> {
+        let ghosts = self.solvers[0].graph().patch().ghosts();
+        let grid = self.layout.grid();
+        let whole_patch = Patch::new(grid, [0; 3], grid.cells(), ghosts)?;
+        let mut whole = SpatialField::<CellCentre>::new(equation, &whole_patch, Device::Cpu)?;
         let to = whole.layout().clone();
         let values = whole.values_mut()?;
         for (index, part) in all.chunks(per_patch.max(1)).enumerate() {
@@ -442,18 +473,23 @@ impl PatchedTransport {
         Ok(all.chunks(count.max(1)).map(<[f64]>::to_vec).collect())
     }
 
-    /// `per_patch` values of each owned patch, gathered from every rank in
-    /// patch order.
-    fn gather(&self, mine: &[f64], per_patch: usize) -> SolverResult<Vec<f64>> {
-        let started = Instant::now();
+    /// How many values each rank contributes with `per_patch` per patch.
+    fn counts(&self, per_patch: usize) -> SolverResult<Vec<usize>> {
         let ranks = self.link.ranks();
-        let counts = (0..ranks)
+        Ok((0..ranks)
             .map(|rank| {
                 self.layout
                     .owned_by(rank, ranks)
                     .map(|run| run.len() * per_patch)
             })
-            .collect::<FieldResult<Vec<usize>>>()?;
+            .collect::<FieldResult<Vec<usize>>>()?)
+    }
+
+    /// `per_patch` values of each owned patch, gathered from every rank in
+    /// patch order.
+    fn gather(&self, mine: &[f64], per_patch: usize) -> SolverResult<Vec<f64>> {
+        let counts = self.counts(per_patch)?;
+        let started = Instant::now();
         let all = self.link.gather_in_rank_order(mine, &counts);
         self.exchange_time
             .set(self.exchange_time.get() + started.elapsed());

@@ -171,6 +171,12 @@ fn a_solution_moves_between_layouts_through_the_whole_domain() {
             .with_solution(name, |w| assert_bitwise_equal(w, saved, "gathered"))
             .unwrap();
         assert_eq!(compared, (24 + 4) * (18 + 4));
+        // Gathered to rank 0 (the only rank here): the same field.
+        let rooted = before
+            .gather_solution(name)
+            .unwrap()
+            .expect("rank 0 gets it");
+        assert_bitwise_equal(saved, &rooted, "gathered to rank 0");
     }
     // A restart on another layout continues with the same bits.
     let mut after =
