@@ -8,8 +8,9 @@
 # advection with one rank per (emulated) GPU; a checkpoint written on
 # 2 ranks restarts on 4 with the same bits; a bad layout, a case that does
 # not decompose, or more ranks than patches is a clear error on every rank
-# (no hang); a rank killed mid-run ends the job (no hang) and the last
-# complete checkpoint restarts. Needs scripts/tools.sh and
+# (no hang); SIGTERM to one rank stops every rank after the same step with
+# a checkpoint that restarts bitwise; a rank killed mid-run ends the job
+# (no hang) and the last complete checkpoint restarts. Needs scripts/tools.sh and
 # scripts/mpi-tools.sh sourced (h5py in $WATERSHED_PYTHON, mpirun).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -88,6 +89,42 @@ expect_error "do not divide its 32 cells" mpirun --oversubscribe -np 2 "$W" run 
 expect_error "runs on one patch and so on one rank" mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity --steps 2 --output "$out/bad2"
 expect_error "5 rank(s) for the 4 patches" mpirun --oversubscribe -np 5 "$W" run advection --set cells=32 --set patches=2,2,1 --steps 2 --output "$out/bad3"
 
+rank_pid() { # output folder, rank: the pid of that rank of the run writing there
+    local pid
+    for pid in $(pgrep -f -- "$1" || true); do
+        if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+            echo "$pid"
+        fi
+    done
+}
+
+echo "--> SIGTERM to rank 1 alone stops both ranks after the same step with a checkpoint, which restarts bitwise"
+mpirun --oversubscribe -np 2 "$W" run advection --set cells=32 --set patches=2,1,1 --steps 1000000 \
+    --dump-every 500 --quiet --output "$out/signalled" >"$out/signalled.log" 2>&1 &
+launcher=$!
+for _ in $(seq 600); do
+    [ -e "$out/signalled/advection_00000500.h5" ] && break
+    sleep 0.1
+done
+victim="$(rank_pid "$out/signalled" 1)"
+[ -n "$victim" ] || { echo "rank 1 of the run to signal was not found"; cat "$out/signalled.log"; exit 1; }
+kill -TERM "$victim"
+status=0
+timeout 120 tail --pid="$launcher" -f /dev/null || status=$?
+[ "$status" = 0 ] || { echo "the signalled job did not end within 120 s"; exit 1; }
+wait "$launcher" && true
+grep -q "interrupted by SIGTERM after step" "$out/signalled.log" || { cat "$out/signalled.log"; exit 1; }
+checkpoint="$(ls "$out/signalled"/checkpoint_*.h5 | sort | tail -n 1)"
+step="$(basename "$checkpoint" .h5)"; step=$((10#${step#checkpoint_}))
+grep -q "interrupted by SIGTERM after step $step " "$out/signalled.log" || { echo "the checkpoint is not at the step both ranks stopped"; cat "$out/signalled.log"; exit 1; }
+end=$((step + 7))
+mkdir "$out/resumed"
+cp "$checkpoint" "$out/resumed/"
+run_quietly mpirun --oversubscribe -np 2 "$W" run advection --restart "$out/resumed/$(basename "$checkpoint")" \
+    --steps "$end" --quiet --output "$out/resumed"
+run_quietly "$W" run advection --set cells=32 --set patches=1,1,1 --steps "$end" --dump-every 500 --quiet --output "$out/straight"
+$SAME "$out/straight" "$out/resumed" --from-step=$((step + 1))
+
 echo "--> a rank killed mid-run ends the job; the last complete checkpoint restarts"
 mpirun --oversubscribe -np 2 "$W" run advection --set cells=64 --set patches=2,1,1 --end-time 1000 \
     --checkpoint-every 5 --quiet --output "$out/killed" >"$out/killed.log" 2>&1 &
@@ -97,12 +134,7 @@ for _ in $(seq 600); do
     [ "$(ls "$out/killed" 2>/dev/null | grep -c '^checkpoint_.*\.h5$')" -ge 2 ] && break
     sleep 0.1
 done
-victim=""
-for pid in $(pgrep -f -- "$out/killed" || true); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
-        victim="$pid"
-    fi
-done
+victim="$(rank_pid "$out/killed" 1)"
 [ -n "$victim" ] || { echo "rank 1 of the run to kill was not found"; cat "$out/killed.log"; exit 1; }
 kill -9 "$victim"
 status=0
@@ -121,4 +153,4 @@ newest="$(ls "$out/killed"/checkpoint_*.h5 | sort | tail -n 1)"
 step="$(basename "$newest" .h5)"; step=$((10#${step#checkpoint_}))
 run_quietly "$W" run advection --restart "$newest" --steps $((step + 3)) --quiet --output "$out/killed"
 grep -q "now at step $((step + 3))" "$out/last.log" || { cat "$out/last.log"; exit 1; }
-echo "MPI cases: bitwise on 1, 2, 4 ranks, restart 2 -> 4, errors and a killed rank end the job"
+echo "MPI cases: bitwise on 1, 2, 4 ranks, restart 2 -> 4, a signal stops every rank together, errors and a killed rank end the job"
