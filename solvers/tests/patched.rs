@@ -222,3 +222,30 @@ fn a_solution_moves_between_layouts_through_the_whole_domain() {
         "{error}"
     );
 }
+
+#[test]
+fn a_patch_with_fewer_ghost_layers_than_its_stencils_read_is_refused() {
+    // The flux-limited scheme reads two cells upwind: one ghost layer is
+    // too few, on a patch as on the whole domain.
+    let grid = grid();
+    let layout = PatchLayout::new(&grid, [2, 1, 1], GhostWidth::uniform(1)).unwrap();
+    let error = PatchedTransport::build(layout, Rc::new(SingleProcess), recipe).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            SolverError::Graph(watershed_exprgraph::GraphError::MissingGhosts {
+                ref tag,
+                needed: 2,
+                available: 1,
+                ..
+            }) if tag.name.as_ref() == "c"
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("give it at least 2 ghost layer(s)"),
+        "{error}"
+    );
+}
