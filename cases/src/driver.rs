@@ -73,6 +73,13 @@ pub trait Simulation {
     fn exchange_time(&self) -> Option<Duration> {
         None
     }
+    /// Starts recording the case's timed work outside its graphs (a
+    /// decomposed case's exchanges) from `epoch`, for the trace.
+    fn start_recording(&self, _epoch: Instant) {}
+    /// What [`Self::start_recording`] recorded since.
+    fn take_recording(&self) -> Vec<RecordedEvent> {
+        Vec::new()
+    }
     /// The case's time series, written into the output directory as the
     /// run goes (`None`: the case has none): its file name and header.
     fn series(&self) -> Option<SeriesLayout> {
@@ -377,6 +384,7 @@ pub fn run<S: Simulation + ?Sized>(
             // without GPU nodes has none).
             graph.set_gpu_timeline(true);
         }
+        sim.start_recording(epoch);
     }
     let mut progress = Progress::new(control.progress, sim.case());
     let dump = |sim: &S, output: &mut DumpSeries| -> CaseResult<()> {
@@ -580,6 +588,9 @@ pub fn run<S: Simulation + ?Sized>(
             trace.extend(events);
             trace_dropped += dropped;
         }
+    }
+    if control.record_trace {
+        trace.extend(sim.take_recording());
     }
     let graph_time = slowest.iter().map(|row| row.total).sum();
     slowest.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.name.cmp(&b.name)));

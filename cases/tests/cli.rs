@@ -1772,3 +1772,55 @@ fn a_huge_configuration_value_is_not_echoed_whole() {
         &e[..e.len().min(600)]
     );
 }
+
+/// `--trace` of a decomposed run shows its seam exchanges and reductions
+/// on their own track beside the patches' graphs.
+#[test]
+fn the_trace_of_a_decomposed_run_shows_its_exchanges() {
+    let dir = temp();
+    let trace = dir.path().join("trace.json");
+    let out = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "advection",
+            "--set",
+            "cells=16",
+            "--set",
+            "patches=2,1,1",
+            "--steps",
+            "4",
+            "--quiet",
+            "--output",
+            path(&dir.path().join("out")),
+            "--trace",
+            path(&trace),
+        ],
+    );
+    assert!(
+        out.code == 0 || out.code == 3,
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stdout
+            .contains("exchanges and reductions across patches:"),
+        "{}",
+        out.stdout
+    );
+    let trace = std::fs::read_to_string(trace).unwrap();
+    // SSP-RK3: three seam exchanges a step, one reduction (the time step).
+    assert!(
+        trace.contains("exchanges across patches"),
+        "{}",
+        &trace[..trace.len().min(400)]
+    );
+    assert!(
+        trace.matches("\"name\":\"seams\"").count() >= 12,
+        "{}",
+        &trace[..trace.len().min(400)]
+    );
+    assert!(trace.matches("\"name\":\"reduction\"").count() >= 4);
+    assert!(trace.contains("advection patch 1"));
+}

@@ -36,13 +36,16 @@ use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use watershed_exprgraph::Tag;
+use watershed_exprgraph::{RecordedEvent, Tag};
 use watershed_fields::halo::{HaloBuffers, HaloFields, HaloPlan, HaloRoute, exchange_reusing};
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
     CellCentre, Device, FieldError, FieldLayout, FieldResult, LocationKind, Patch, PatchLayout,
     SpatialField,
 };
+
+/// The trace track of a decomposed run's exchanges, gathers and reductions.
+pub const EXCHANGE_TRACK: &str = "exchanges across patches";
 
 /// Transport equations on the patches of `layout` this rank owns.
 ///
@@ -78,6 +81,9 @@ pub struct PatchedTransport {
     limit_fields: Vec<(Tag, usize)>,
     /// Wall time spent in exchanges and reductions across patches.
     exchange_time: Cell<Duration>,
+    /// When recording for a trace: the epoch and each exchange, gather
+    /// and reduction since ([`Self::start_recording`]).
+    recording: RefCell<Option<(Instant, Vec<RecordedEvent>)>>,
 }
 
 impl std::fmt::Debug for PatchedTransport {
@@ -157,6 +163,7 @@ impl PatchedTransport {
             equations,
             limit_fields,
             exchange_time: Cell::new(Duration::ZERO),
+            recording: RefCell::new(None),
         };
         Ok(transport)
     }
@@ -254,8 +261,7 @@ impl PatchedTransport {
         let counts = self.counts(per_patch)?;
         let started = Instant::now();
         let gathered = self.link.gather_to_root(&mine, &counts);
-        self.exchange_time
-            .set(self.exchange_time.get() + started.elapsed());
+        self.spent("gather to rank 0", started);
         match gathered? {
             Some(all) => Ok(Some(self.assemble(equation, &all, per_patch)?)),
             None => Ok(None),
@@ -372,12 +378,49 @@ impl PatchedTransport {
             &mut fields,
             &mut self.buffers.borrow_mut(),
         );
-        self.exchange_time
-            .set(self.exchange_time.get() + started.elapsed());
+        self.spent("seams", started);
         if let Some(failure) = fields.failure.into_inner() {
             return Err(failure);
         }
         Ok(exchanged?)
+    }
+
+    /// Adds the time since `started` to the exchange time, and to the
+    /// recording (as `what`) when one runs.
+    fn spent(&self, what: &str, started: Instant) {
+        let ended = Instant::now();
+        self.exchange_time
+            .set(self.exchange_time.get() + ended.duration_since(started));
+        if let Some((epoch, events)) = self.recording.borrow_mut().as_mut()
+            && events.len() < watershed_exprgraph::trace::MAX_RECORDED_EVENTS
+        {
+            events.push(RecordedEvent {
+                graph: EXCHANGE_TRACK.to_string(),
+                name: what.to_string(),
+                category: "cpu",
+                thread: 0,
+                stream: None,
+                start: started.saturating_duration_since(*epoch),
+                end: ended.saturating_duration_since(*epoch),
+            });
+        }
+    }
+
+    /// Records every following exchange, gather and reduction across
+    /// patches, timed from `epoch` (the graphs' epoch: one timeline), until
+    /// [`Self::take_recording`].
+    pub fn start_recording(&self, epoch: Instant) {
+        *self.recording.borrow_mut() = Some((epoch, Vec::new()));
+    }
+
+    /// The events recorded since [`Self::start_recording`], on their own
+    /// track ([`EXCHANGE_TRACK`]) of a Chrome trace; recording stops.
+    pub fn take_recording(&self) -> Vec<RecordedEvent> {
+        self.recording
+            .borrow_mut()
+            .take()
+            .map(|(_, events)| events)
+            .unwrap_or_default()
     }
 
     /// Wall time this rank spent in seam exchanges and in combining
@@ -491,8 +534,7 @@ impl PatchedTransport {
         let counts = self.counts(per_patch)?;
         let started = Instant::now();
         let all = self.link.gather_in_rank_order(mine, &counts);
-        self.exchange_time
-            .set(self.exchange_time.get() + started.elapsed());
+        self.spent("reduction", started);
         Ok(all?)
     }
 }

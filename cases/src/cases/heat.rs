@@ -206,6 +206,12 @@ impl Simulation for Heat {
     fn exchange_time(&self) -> Option<std::time::Duration> {
         (self.transport.layout().len() > 1).then(|| self.transport.exchange_time())
     }
+    fn start_recording(&self, epoch: std::time::Instant) {
+        self.transport.start_recording(epoch);
+    }
+    fn take_recording(&self) -> Vec<watershed_exprgraph::RecordedEvent> {
+        self.transport.take_recording()
+    }
     fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
         let error = self.relative_error()?;
         Ok(CaseCheck {

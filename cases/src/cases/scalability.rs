@@ -947,6 +947,12 @@ impl Simulation for Wasatch {
     fn exchange_time(&self) -> Option<std::time::Duration> {
         (self.transport.layout().len() > 1).then(|| self.transport.exchange_time())
     }
+    fn start_recording(&self, epoch: std::time::Instant) {
+        self.transport.start_recording(epoch);
+    }
+    fn take_recording(&self) -> Vec<watershed_exprgraph::RecordedEvent> {
+        self.transport.take_recording()
+    }
     fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
         // A forward-Euler copy of the solver, started from the current state,
         // takes one step; the reference loop takes the same step.
