@@ -8,8 +8,9 @@ use crate::checkpoint::{load_field, save_field};
 use crate::derived::dump_derived_flow_fields;
 use crate::error::CaseResult;
 use watershed_exprgraph::ExpressionGraph;
+use watershed_fields::io::read_field_window;
 use watershed_fields::on_face;
-use watershed_fields::{CellCentre, Device, Patch, SpatialField};
+use watershed_fields::{CellCentre, SpatialField};
 use watershed_io::dumps::{DumpedField, dump_field};
 use watershed_solvers::{IncompressibleFlow, PatchedTransport};
 
@@ -127,19 +128,22 @@ pub fn save_patched_solution(
 }
 
 /// Restores what [`save_patched_solution`] (or [`save_solution`]) saved
-/// onto the patches of `transport`, whatever layout wrote it. Set the
-/// clock first: the conditions refill the ghosts at its time.
+/// onto the patches of `transport`, whatever layout wrote it: each rank
+/// reads only its patches' part of the whole domain's dataset, ghosts
+/// included. Set the clock first: the conditions refill the ghosts at its
+/// time.
 pub fn load_patched_solution(
     transport: &PatchedTransport,
     equation: &str,
     group: &hdf5::Group,
 ) -> CaseResult<()> {
-    let ghosts = transport.solvers()[0].graph().patch().ghosts();
-    let grid = transport.layout().grid();
-    let whole_patch = Patch::new(grid, [0; 3], grid.cells(), ghosts)?;
-    let mut whole = SpatialField::<CellCentre>::new(equation, &whole_patch, Device::Cpu)?;
-    load_field(group, equation, &mut whole)?;
-    Ok(transport.set_whole_solution(equation, &whole)?)
+    transport.with_solutions_mut(equation, |_, field| {
+        let part: SpatialField<CellCentre> =
+            read_field_window(group, equation, field.layout().patch())?;
+        field.values_mut()?.copy_from_slice(part.values()?);
+        Ok(())
+    })?;
+    Ok(())
 }
 
 /// The graphs of a decomposed run's patches on this rank, named `case`

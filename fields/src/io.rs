@@ -235,6 +235,90 @@ pub fn read_field<L: Location, T: FieldScalar>(
     group: &hdf5::Group,
     name: &str,
 ) -> FieldResult<SpatialField<L, T>> {
+    let stored = stored_field::<L, T>(group, name)?;
+    let data: Vec<T> = stored
+        .dataset
+        .read_raw()
+        .map_err(|e| read_error(group, name, e))?;
+    let mut field = SpatialField::<L, T>::new(&stored.field_name, &stored.patch, Device::Cpu)?;
+    let layout = stored.layout;
+    let values = field.values_mut()?;
+    for (index, value) in stored.stored.iter().zip(data) {
+        values[layout.linear_index(index)] = value;
+    }
+    Ok(field)
+}
+
+/// Reads the part of dataset `name` of `group` (written by
+/// [`write_field`] with its ghosts, e.g. a whole domain's) that `window`
+/// covers, ghosts included, into a new CPU field on `window`: a rank
+/// restarting its patches reads only them. Errors, naming the dataset,
+/// when the window lies on another grid or reaches beyond what is stored,
+/// and as [`read_field`].
+pub fn read_field_window<L: Location, T: FieldScalar>(
+    group: &hdf5::Group,
+    name: &str,
+    window: &Patch,
+) -> FieldResult<SpatialField<L, T>> {
+    let stored = stored_field::<L, T>(group, name)?;
+    let format_error = |reason: String| FieldError::Hdf5Format {
+        file: PathBuf::from(group.filename()),
+        dataset: name.to_string(),
+        reason,
+    };
+    if window.grid() != stored.patch.grid() {
+        return Err(format_error(format!(
+            "it was written on a grid of {:?} cells (spacing {:?}), not the {:?} cells (spacing {:?}) of the patch to read",
+            stored.patch.grid().cells(),
+            stored.patch.grid().spacing(),
+            window.grid().cells(),
+            window.grid().spacing()
+        )));
+    }
+    let target = FieldLayout::new(window, L::KIND);
+    // The window's points in the stored patch's indices.
+    let shift = [0, 1, 2].map(|a| window.offset()[a] as isize - stored.patch.offset()[a] as isize);
+    let allocated = target.allocated();
+    let wanted = IndexBox::new(
+        [0, 1, 2].map(|a| allocated.lo[a] + shift[a]),
+        [0, 1, 2].map(|a| allocated.hi[a] + shift[a]),
+    );
+    if stored.stored.intersect(&wanted) != wanted {
+        return Err(format_error(format!(
+            "it holds points {:?}..{:?} of its patch; the patch to read needs {:?}..{:?} (its ghosts included)",
+            stored.stored.lo, stored.stored.hi, wanted.lo, wanted.hi
+        )));
+    }
+    let lo = [0, 1, 2].map(|a| (wanted.lo[a] - stored.stored.lo[a]) as usize);
+    let hi = [0, 1, 2].map(|a| (wanted.hi[a] - stored.stored.lo[a]) as usize);
+    let data: ndarray::Array3<T> = stored
+        .dataset
+        .read_slice(ndarray::s![lo[2]..hi[2], lo[1]..hi[1], lo[0]..hi[0]])
+        .map_err(|e| read_error(group, name, e))?;
+    let mut field = SpatialField::<L, T>::new(&stored.field_name, window, Device::Cpu)?;
+    let values = field.values_mut()?;
+    for (index, value) in allocated.iter().zip(data.iter()) {
+        values[target.linear_index(index)] = *value;
+    }
+    Ok(field)
+}
+
+/// A field dataset's attributes, checked: the dataset, the field's name,
+/// the patch and layout it was written from, and the box it stores.
+struct StoredField {
+    dataset: hdf5::Dataset,
+    field_name: String,
+    patch: Patch,
+    layout: FieldLayout,
+    stored: IndexBox,
+}
+
+/// Opens dataset `name` of `group` and checks its attributes against
+/// `L` and `T` and its shape.
+fn stored_field<L: Location, T: FieldScalar>(
+    group: &hdf5::Group,
+    name: &str,
+) -> FieldResult<StoredField> {
     let dataset = group
         .dataset(name)
         .map_err(|e| hdf5_error(group, name, e))?;
@@ -375,13 +459,13 @@ pub fn read_field<L: Location, T: FieldScalar>(
             dataset.shape()
         )));
     }
-    let data: Vec<T> = dataset.read_raw().map_err(|e| read_error(group, name, e))?;
-    let mut field = SpatialField::<L, T>::new(&field_name, &patch, Device::Cpu)?;
-    let values = field.values_mut()?;
-    for (index, value) in stored.iter().zip(data) {
-        values[layout.linear_index(index)] = value;
-    }
-    Ok(field)
+    Ok(StoredField {
+        dataset,
+        field_name,
+        patch,
+        layout,
+        stored,
+    })
 }
 
 /// Writes `field` as dataset `name` into the HDF5 file at `path`, creating

@@ -8,7 +8,8 @@ use common::python_with_h5py;
 use std::process::Command;
 use std::sync::Mutex;
 use watershed_fields::io::{
-    GhostSelection, read_field, read_field_from_file, write_field, write_field_to_file,
+    GhostSelection, read_field, read_field_from_file, read_field_window, write_field,
+    write_field_to_file,
 };
 use watershed_fields::*;
 
@@ -253,4 +254,63 @@ fn a_failed_write_names_the_callers_file_not_the_temporary_one() {
     assert!(!text.contains(".fields.h5."), "{text}");
     // And nothing is left behind.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// A window of a stored whole-domain field (a patch of a decomposed run,
+/// ghosts included) reads the stored values at its points, for every
+/// location; a window reaching beyond what is stored, or on another grid,
+/// is refused naming the dataset.
+#[test]
+fn a_window_reads_its_part_of_a_stored_field() {
+    fn check<L: Location>() {
+        let _guard = files_lock();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("whole.h5");
+        let grid = Grid::new([12, 8, 6], [1.2, 0.8, 0.6], [0.5, -1.0, 2.0])
+            .unwrap()
+            .with_periodic([true, false, false]);
+        let whole = numbered::<L>("phi", &grid.whole_domain(2));
+        write_field_to_file(&path, "phi", &whole, GhostSelection::WithGhosts).unwrap();
+        let file = hdf5::File::open(&path).unwrap();
+        let layout = PatchLayout::new(&grid, [3, 2, 1], GhostWidth::uniform(1)).unwrap();
+        let mut compared = 0;
+        for index in 0..layout.len() {
+            let patch = layout.patch(index).unwrap();
+            let part: SpatialField<L> = read_field_window(&file, "phi", &patch).unwrap();
+            let (w, p) = (whole.layout(), part.layout());
+            let offset = patch.offset().map(|o| o as isize);
+            for local in p.allocated().iter() {
+                let global = [0, 1, 2].map(|a| local[a] + offset[a]);
+                assert_eq!(
+                    part.values().unwrap()[p.linear_index(local)].to_bits(),
+                    whole.values().unwrap()[w.linear_index(global)].to_bits(),
+                    "{} patch {index} at {local:?}",
+                    L::KIND
+                );
+                compared += 1;
+            }
+        }
+        assert!(compared > 0);
+        // Three ghost layers reach beyond the two stored.
+        let wide = PatchLayout::new(&grid, [3, 2, 1], GhostWidth::uniform(3))
+            .unwrap()
+            .patch(0)
+            .unwrap();
+        let error = read_field_window::<L, f64>(&file, "phi", &wide).unwrap_err();
+        assert!(
+            matches!(error, FieldError::Hdf5Format { ref dataset, ref reason, .. }
+                if dataset == "phi" && reason.contains("needs")),
+            "{error}"
+        );
+        let other = Grid::new([12, 8, 6], [1.0; 3], [0.0; 3]).unwrap();
+        let error = read_field_window::<L, f64>(&file, "phi", &other.whole_domain(1)).unwrap_err();
+        assert!(
+            matches!(error, FieldError::Hdf5Format { ref reason, .. } if reason.contains("grid")),
+            "{error}"
+        );
+    }
+    check::<CellCentre>();
+    check::<XFace>();
+    check::<YFace>();
+    check::<ZFace>();
 }
