@@ -15,7 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-cargo build -p watershed-cases --features mpi --bin watershed
+# The same build as scripts/test.sh's (so that it is found built there).
+cargo build -p watershed-fields -p watershed-solvers -p watershed-cases --features mpi --examples --bins
 mkdir -p target/mpi
 cp target/debug/watershed target/mpi/watershed
 W="$PWD/target/mpi/watershed"
