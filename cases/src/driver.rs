@@ -21,6 +21,7 @@ use watershed_fields::ranks::RankLink;
 use watershed_fields::{GpuCalls, Grid, MemoryPool};
 use watershed_io::csv::{SeriesFile, SeriesLayout};
 use watershed_io::dumps::{DumpSeries, DumpedField};
+use watershed_solvers::PatchedTransport;
 
 /// A check a case makes at the end of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,18 +68,31 @@ pub trait Simulation {
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()>;
     /// The expression graphs, named (for timings and traces).
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)>;
-    /// A decomposed case: the wall time this rank spent exchanging patch
-    /// seams and combining reductions across patches (`None`: the case
-    /// runs on one patch of its own).
-    fn exchange_time(&self) -> Option<Duration> {
+    /// A decomposed case's transport on patches (`None`: the case runs on
+    /// one patch of its own). The exchange time and the trace's exchange
+    /// track come from it.
+    fn patched(&self) -> Option<&PatchedTransport> {
         None
+    }
+    /// The wall time this rank spent exchanging patch seams and combining
+    /// reductions across patches (`None`: one patch, nothing exchanged).
+    fn exchange_time(&self) -> Option<Duration> {
+        self.patched()
+            .filter(|t| t.layout().len() > 1)
+            .map(PatchedTransport::exchange_time)
     }
     /// Starts recording the case's timed work outside its graphs (a
     /// decomposed case's exchanges) from `epoch`, for the trace.
-    fn start_recording(&self, _epoch: Instant) {}
+    fn start_recording(&self, epoch: Instant) {
+        if let Some(transport) = self.patched() {
+            transport.start_recording(epoch);
+        }
+    }
     /// What [`Self::start_recording`] recorded since.
     fn take_recording(&self) -> Vec<RecordedEvent> {
-        Vec::new()
+        self.patched()
+            .map(PatchedTransport::take_recording)
+            .unwrap_or_default()
     }
     /// The case's time series, written into the output directory as the
     /// run goes (`None`: the case has none): its file name and header.

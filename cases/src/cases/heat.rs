@@ -203,14 +203,8 @@ impl Simulation for Heat {
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
         patch_graphs(NAME, &self.transport)
     }
-    fn exchange_time(&self) -> Option<std::time::Duration> {
-        (self.transport.layout().len() > 1).then(|| self.transport.exchange_time())
-    }
-    fn start_recording(&self, epoch: std::time::Instant) {
-        self.transport.start_recording(epoch);
-    }
-    fn take_recording(&self) -> Vec<watershed_exprgraph::RecordedEvent> {
-        self.transport.take_recording()
+    fn patched(&self) -> Option<&PatchedTransport> {
+        Some(&self.transport)
     }
     fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
         let error = self.relative_error()?;
