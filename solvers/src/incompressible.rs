@@ -25,6 +25,7 @@ use crate::body::Body;
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::convection::{ConvectionForm, momentum_convection};
 use crate::error::{SolverError, SolverResult};
+use crate::flow_patches::{FlowPatches, MomentumFailure};
 use crate::immersed::Immersed;
 use crate::immersed_nodes::{ForceReductions, ForcingTags};
 use crate::integrator::{Stage, TimeIntegrator};
@@ -35,13 +36,16 @@ use crate::stages::{
 };
 use crate::staggered::{SpaceOrder, difference_to_whole, weighted};
 use crate::stepping::{self, StabilityLimit, Stepping, TimeStep};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
     LanguageExpression, LanguageReduction, PlacementPolicy, Symbols, Tag,
 };
 use watershed_fields::on_face;
-use watershed_fields::{CellCentre, Patch, SpatialField};
+use watershed_fields::ranks::RankLink;
+use watershed_fields::{CellCentre, Patch, PatchLayout, SpatialField};
 use watershed_operators::{
     BoundField, Expr, FaceLocation, Mask, Parallelism, Parameter, PreparedReduction, ReduceRegion,
     Reduction, Side, abs, cond, field, interior_sum, on, shift,
@@ -119,6 +123,9 @@ pub struct IncompressibleFlowBuilder {
     outflow: [Option<Outflow>; 6],
     /// Immersed bodies.
     bodies: Vec<Body>,
+    /// The patch layout the momentum stages run on, and this rank's link
+    /// ([`Self::patches`]).
+    patches: Option<(PatchLayout, Rc<dyn RankLink>)>,
 }
 
 impl IncompressibleFlowBuilder {
@@ -140,7 +147,23 @@ impl IncompressibleFlowBuilder {
             enstrophy: false,
             outflow: [None; 6],
             bodies: Vec::new(),
+            patches: None,
         }
+    }
+
+    /// Runs the momentum stages (right-hand sides and updates, the costly
+    /// explicit part) on the patches of `layout` that the rank of `link`
+    /// owns, one graph per patch, and the projection on the whole domain,
+    /// replicated on every rank (see [`crate::flow_patches`]): the flow
+    /// then gives the bits of the undecomposed flow on any layout and any
+    /// number of ranks. The builder's patch stays the whole domain (what
+    /// the projection, the dumps and the checkpoints see); the layout must
+    /// decompose its grid with no more ghost layers than it has. Bodies
+    /// and convective outflows are refused (their forcing and outflow
+    /// speed are not decomposed).
+    pub fn patches(mut self, layout: PatchLayout, link: Rc<dyn RankLink>) -> Self {
+        self.patches = Some((layout, link));
+        self
     }
 
     /// Immerses a solid body in the flow (see [`crate::body`] and
@@ -360,43 +383,36 @@ impl IncompressibleFlowBuilder {
             tags(Context::StateNp1),
             tags(Context::Other("STATE_N_START".into())),
         );
-        for &axis in &active {
-            let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
-            factory.placeholder(now[axis].clone(), location)?;
-            if reads_start_level(self.integrator) {
-                factory.placeholder(start[axis].clone(), location)?;
-            }
-            // The state a stage reads is at the right-hand side's time.
-            let conditions = conditions[axis].clone().with_time(&parameters.time);
-            on_face!(axis, F => attach_conditions::<F>(&mut factory, &now[axis], conditions)?);
-            let rhs = Tag::none(&format!("rhs_{}", NAMES[axis]));
-            let terms = MomentumTerms {
+        let recipe = MomentumRecipe {
+            active: active.clone(),
+            conditions: conditions.clone(),
+            terms: MomentumTerms {
                 form: self.convection,
                 order: self.order,
                 active: active.clone(),
                 spacing: grid.spacing(),
                 viscosity: self.viscosity,
-                force: self.body_force[axis],
+                force: 0.0,
                 convective: convective.clone(),
-            };
-            let velocity = now.clone();
-            let expression = on_face!(axis, F => momentum::<F>(rhs.clone(), velocity, terms));
-            factory.register(expression)?;
-            // With bodies the stage writes the unforced velocity, which
-            // the forcing node below turns into u*.
-            let written = match &forcing[axis] {
-                Some(tags) => tags.free.clone(),
-                None => provisional_tags()[axis].clone(),
-            };
-            let update = on_face!(axis, F => update_expression::<F>(
-                &now[axis],
-                &written,
-                &start[axis],
-                &rhs,
-                &parameters,
-                self.integrator
-            ));
-            factory.register(update)?;
+            },
+            body_force: self.body_force,
+            integrator: self.integrator,
+            parameters: parameters.clone(),
+            now: now.clone(),
+            start: start.clone(),
+        };
+        let split = self.split(&immersed, &convective, needed)?;
+        for &axis in &active {
+            recipe.declare_state(&mut factory, axis)?;
+            if split.is_none() {
+                // With bodies the stage writes the unforced velocity, which
+                // the forcing node below turns into u*.
+                let written = match &forcing[axis] {
+                    Some(tags) => tags.free.clone(),
+                    None => provisional_tags()[axis].clone(),
+                };
+                recipe.register_update(&mut factory, axis, &written)?;
+            }
         }
         // The projection, in the same graph: the stage's update writes the
         // provisional velocity u*, whose walls take the velocity
@@ -411,6 +427,11 @@ impl IncompressibleFlowBuilder {
             // What a stage writes is at the state time.
             let conditions = conditions[axis].clone().with_time(&parameters.state_time);
             let (provisional, corrected) = (&provisional_tags[axis], &next[axis]);
+            if split.is_some() {
+                // Gathered from the patches' momentum graphs.
+                let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
+                factory.placeholder(provisional.clone(), location)?;
+            }
             on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions.clone())?);
             if let Some(tags) = &forcing[axis] {
                 let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
@@ -506,6 +527,14 @@ impl IncompressibleFlowBuilder {
 
         let mut roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
         roots.extend([pressure_tag.clone(), Tag::none("|div(u*)|"), after]);
+        if split.is_some() {
+            // The state levels stay here (the patches copy their windows
+            // from them), though no node of this graph reads them.
+            roots.extend(active.iter().map(|&a| now[a].clone()));
+            if reads_start_level(self.integrator) {
+                roots.extend(active.iter().map(|&a| start[a].clone()));
+            }
+        }
         roots.extend(active.iter().map(|&a| speed_tags[a].clone()));
         // The force on each body whose band fits (`crate::immersed`).
         let mut forces = Vec::new();
@@ -554,7 +583,7 @@ impl IncompressibleFlowBuilder {
         // id) in every execution. The provisional velocities are scratch.
         let options = GraphOptions {
             persistent: vec![psi_tag.clone(), pressure_tag.clone(), divergence_kept],
-            placement: self.placement,
+            placement: self.placement.clone(),
             ..GraphOptions::default()
         };
         let graph = ExpressionGraph::build(&factory, &roots, &self.patch, &options)?;
@@ -566,7 +595,16 @@ impl IncompressibleFlowBuilder {
             }
             // A flow starts at rest unless its velocity is set.
             graph.fill_placeholder(&now[axis])?;
+            if split.is_some() {
+                graph.fill_placeholder(&provisional_tags[axis])?;
+            }
         }
+        let patches = match split {
+            Some((layout, link)) => Some(FlowPatches::build(layout, link, &active, |patch| {
+                recipe.patch_graph(patch, &provisional_tags, self.placement.clone())
+            })?),
+            None => None,
+        };
         let mut immersed_faces = [(0, 0); 3];
         if let Some(immersed) = &immersed {
             for &axis in &active {
@@ -618,7 +656,71 @@ impl IncompressibleFlowBuilder {
             unforced,
             body_force: self.body_force,
             last_dt: None,
+            patches,
         })
+    }
+
+    /// The patch layout and link of a flow whose momentum runs on patches
+    /// ([`Self::patches`]), checked against the whole domain; `None` for an
+    /// undecomposed flow.
+    fn split(
+        &self,
+        immersed: &Option<Immersed>,
+        convective: &[(Side, Parameter)],
+        needed: usize,
+    ) -> SolverResult<Option<(PatchLayout, Rc<dyn RankLink>)>> {
+        let Some((layout, link)) = &self.patches else {
+            return Ok(None);
+        };
+        let refuse = |reason: String| {
+            Err(SolverError::Setup {
+                equation: "incompressible flow on patches".into(),
+                reason,
+            })
+        };
+        let grid = self.patch.grid();
+        if layout.grid() != grid {
+            return refuse(format!(
+                "the patch layout decomposes a grid of {:?} cells, the flow's grid has {:?}; decompose the flow's own grid",
+                layout.grid().cells(),
+                grid.cells()
+            ));
+        }
+        if self.patch.offset() != [0; 3] || self.patch.cells() != grid.cells() {
+            return refuse(format!(
+                "the flow's patch (cells {:?} at {:?}) is not the whole domain of {:?} cells: build the flow on the whole domain and give the layout to `patches`",
+                self.patch.cells(),
+                self.patch.offset(),
+                grid.cells()
+            ));
+        }
+        if immersed.is_some() {
+            return refuse(
+                "immersed bodies are not decomposed yet: run a flow with bodies on one patch"
+                    .into(),
+            );
+        }
+        if !convective.is_empty() {
+            return refuse(
+                "a convective outflow's speed is a mean over its whole side, not decomposed yet: use a zero-gradient outflow or one patch".into(),
+            );
+        }
+        let (part, whole) = (layout.patch(0)?.ghosts(), self.patch.ghosts());
+        for axis in (0..3).filter(|&a| grid.active_dimensions()[a]) {
+            let sides = [
+                (part.minus[axis], whole.minus[axis]),
+                (part.plus[axis], whole.plus[axis]),
+            ];
+            for (have, most) in sides {
+                if have < needed || have > most {
+                    return refuse(format!(
+                        "the layout's patches have {have} ghost layers along {}; they need at least the {needed} the momentum stencils read and at most the whole domain's {most}",
+                        ["x", "y", "z"][axis]
+                    ));
+                }
+            }
+        }
+        Ok(Some((layout.clone(), link.clone())))
     }
 }
 
@@ -667,9 +769,111 @@ fn attach_conditions<F: GraphLocation>(
     Ok(())
 }
 
+/// What registers the momentum stages of a flow's components on a graph
+/// of the whole domain or of one patch: the state levels (placeholders
+/// with their conditions) and each component's right-hand side and
+/// update.
+struct MomentumRecipe {
+    active: Vec<usize>,
+    conditions: [BoundaryConditions; 3],
+    /// The terms; `force` is set per component from `body_force`.
+    terms: MomentumTerms,
+    body_force: [f64; 3],
+    integrator: TimeIntegrator,
+    parameters: StageParameters,
+    now: [Tag; 3],
+    start: [Tag; 3],
+}
+
+impl MomentumRecipe {
+    /// The state levels of component `axis` a stage reads: `now` with its
+    /// conditions at the right-hand side's time, and `start` when the
+    /// integrator reads it.
+    fn declare_state(&self, factory: &mut Factory, axis: usize) -> SolverResult<()> {
+        let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
+        factory.placeholder(self.now[axis].clone(), location)?;
+        if reads_start_level(self.integrator) {
+            factory.placeholder(self.start[axis].clone(), location)?;
+        }
+        // The state a stage reads is at the right-hand side's time.
+        let conditions = self.conditions[axis]
+            .clone()
+            .with_time(&self.parameters.time);
+        on_face!(axis, F => attach_conditions::<F>(factory, &self.now[axis], conditions)?);
+        Ok(())
+    }
+
+    /// Component `axis`'s right-hand side and the stage update writing
+    /// `written`.
+    fn register_update(
+        &self,
+        factory: &mut Factory,
+        axis: usize,
+        written: &Tag,
+    ) -> SolverResult<()> {
+        let rhs = Tag::none(&format!("rhs_{}", NAMES[axis]));
+        let terms = MomentumTerms {
+            force: self.body_force[axis],
+            ..self.terms.clone()
+        };
+        let velocity = self.now.clone();
+        let expression = on_face!(axis, F => momentum::<F>(rhs.clone(), velocity, terms));
+        factory.register(expression)?;
+        let update = on_face!(axis, F => update_expression::<F>(
+            &self.now[axis],
+            written,
+            &self.start[axis],
+            &rhs,
+            &self.parameters,
+            self.integrator
+        ));
+        factory.register(update)?;
+        Ok(())
+    }
+
+    /// The momentum graph of one patch: every component's stage update
+    /// into `provisional` (kept after each execution for the gather), with
+    /// the conditions of what a stage writes on the patch's physical sides.
+    fn patch_graph(
+        &self,
+        patch: &Patch,
+        provisional: &[Tag; 3],
+        placement: PlacementPolicy,
+    ) -> SolverResult<ExpressionGraph> {
+        let mut factory = Factory::new();
+        for &axis in &self.active {
+            self.declare_state(&mut factory, axis)?;
+            self.register_update(&mut factory, axis, &provisional[axis])?;
+            let conditions = self.conditions[axis]
+                .clone()
+                .with_time(&self.parameters.state_time);
+            on_face!(axis, F => attach_conditions::<F>(&mut factory, &provisional[axis], conditions)?);
+        }
+        let roots: Vec<Tag> = self
+            .active
+            .iter()
+            .map(|&a| provisional[a].clone())
+            .collect();
+        let options = GraphOptions {
+            persistent: roots.clone(),
+            placement,
+            ..GraphOptions::default()
+        };
+        let graph = ExpressionGraph::build(&factory, &roots, patch, &options)?;
+        for &axis in &self.active {
+            if reads_start_level(self.integrator) {
+                graph.fill_placeholder(&self.start[axis])?;
+            }
+            graph.fill_placeholder(&self.now[axis])?;
+        }
+        Ok(graph)
+    }
+}
+
 /// The momentum right-hand side of component `F`: `-(u . grad) u_F + nu
 /// lap(u_F) + f`, the convective term in `form` and every operator of
 /// `order`.
+#[derive(Clone)]
 struct MomentumTerms {
     form: ConvectionForm,
     order: SpaceOrder,
@@ -782,6 +986,9 @@ pub struct IncompressibleFlow {
     /// The last step's dt, when its forces are valid (the step started
     /// from a velocity whose weighted momentum the graph had reduced).
     last_dt: Option<f64>,
+    /// With [`IncompressibleFlowBuilder::patches`]: the momentum graphs of
+    /// this rank's patches; `graph` then holds the projection only.
+    patches: Option<FlowPatches>,
 }
 
 impl std::fmt::Debug for IncompressibleFlow {
@@ -906,6 +1113,20 @@ impl IncompressibleFlow {
         })?);
         let sum: f64 = self.vorticity.iter().map(Parameter::get).sum();
         Ok(Some(0.5 * sum / edges as f64))
+    }
+
+    /// With [`IncompressibleFlowBuilder::patches`]: the patches whose
+    /// momentum this rank runs; `None` for an undecomposed flow.
+    pub fn owned_patches(&self) -> Option<std::ops::Range<usize>> {
+        self.patches.as_ref().map(FlowPatches::owned)
+    }
+
+    /// With [`IncompressibleFlowBuilder::patches`]: the wall time this rank
+    /// spent moving velocities between the whole domain and its patches
+    /// (the windows each stage reads, the gather of what it wrote; waits
+    /// for other ranks included). `None` for an undecomposed flow.
+    pub fn exchange_time(&self) -> Option<Duration> {
+        self.patches.as_ref().map(FlowPatches::exchange_time)
     }
 
     /// The last projection's solve and divergences.
@@ -1051,6 +1272,27 @@ impl IncompressibleFlow {
     fn run_stage(&mut self, stage: Option<usize>, dt: f64) -> SolverResult<()> {
         self.speeds_of = [None; 3];
         self.vorticity_of = None;
+        if let Some(patches) = &self.patches {
+            // Later stages read the step's start level.
+            let start = (stage.is_some_and(|index| index > 0)
+                && reads_start_level(self.integrator))
+            .then_some(&self.start);
+            let levels = [&self.now, &self.provisional];
+            match patches.run_momentum(&self.graph, levels, start, self.mode) {
+                Ok(()) => {}
+                Err(MomentumFailure::Solver(error)) => return Err(error),
+                Err(MomentumFailure::Graph { error, offset }) => {
+                    if let Some((node, cell)) = not_finite_in(&error)
+                        && let Some(axis) =
+                            (0..3).find(|&a| node == self.provisional[a].name.as_ref())
+                    {
+                        let global = [0, 1, 2].map(|a| cell[a] + offset[a]);
+                        return Err(self.diverged(axis, global, dt));
+                    }
+                    return Err((*error).into());
+                }
+            }
+        }
         if let Err(error) = self.graph.execute(self.mode) {
             if let Some(failure) = lock_state(&self.poisson).take_failure() {
                 return Err(failure);

@@ -8,6 +8,7 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`incompressible`] | [`IncompressibleFlow`]: staggered Navier-Stokes with a multigrid pressure projection every stage |
+//! | `flow_patches` | a flow's momentum stages on the patches of a decomposed grid, gathered into the whole domain's projection |
 //! | [`convection`] | [`ConvectionForm`]: the momentum convection of Morinishi et al. (divergence, advective, skew-symmetric) at second and fourth order |
 //! | [`staggered`] | [`SpaceOrder`] and the half-point averages and differences the conservative forms are built from |
 //! | [`integrator`] | forward Euler, SSP-RK2, SSP-RK3 in Shu-Osher form |
@@ -36,6 +37,7 @@ pub mod boundary_value;
 mod coarsest;
 pub mod convection;
 pub mod error;
+mod flow_patches;
 mod immersed;
 mod immersed_nodes;
 pub mod incompressible;

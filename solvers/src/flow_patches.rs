@@ -1,0 +1,289 @@
+//! The momentum stages of an incompressible flow on the patches of a
+//! decomposed grid (issue 51), with the projection on the whole domain.
+//!
+//! A stage of [`IncompressibleFlow`](crate::IncompressibleFlow) is an
+//! explicit part (every component's right-hand side and Shu-Osher update,
+//! most of the kernels) and the projection (the divergence, the Poisson
+//! solve, the correction, the reductions). Built with
+//! [`IncompressibleFlowBuilder::patches`](crate::IncompressibleFlowBuilder::patches),
+//! the flow's own graph holds the projection on the whole domain, and the
+//! explicit part runs here, one graph per patch this rank owns. Each stage:
+//!
+//! 1. every patch graph receives the window of the whole domain's state
+//!    levels it covers, its ghost layers included (the seam ghosts are the
+//!    neighbours' interior values, the physical ghosts the whole domain's
+//!    conditions), then applies the velocity conditions at the stage's
+//!    time on its physical sides, as the whole graph does;
+//! 2. it computes `u*` on its interior, with the same kernels: coordinates
+//!    are global and the conditions apply only on the domain's sides, so
+//!    every interior value has the bits of the whole domain's;
+//! 3. the interiors of every patch of every rank are gathered in patch
+//!    order ([`RankLink::gather_in_rank_order`]) into the whole domain's
+//!    `u*`, where the projection graph takes them up.
+//!
+//! The projection is therefore replicated: every rank solves the whole
+//! Poisson problem, with identical inputs and identical arithmetic, so
+//! every rank holds the same projected velocity, and the flow gives the
+//! undecomposed flow's bits on any layout and any number of ranks. It is
+//! the degenerate case of agglomerating the multigrid (no level
+//! decomposed): the explicit part scales with the ranks, the projection
+//! does not, and every rank holds the whole domain's fields. Decomposing
+//! the multigrid's fine levels is what comes next.
+
+use crate::error::{SolverError, SolverResult};
+use std::cell::Cell;
+use std::ops::Range;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphError, GraphLocation, Tag};
+use watershed_fields::ranks::RankLink;
+use watershed_fields::{FieldError, FieldLayout, IndexBox, Location, Patch, PatchLayout};
+use watershed_fields::{FieldResult, on_face};
+
+/// Why a stage's momentum on the patches failed.
+#[derive(Debug)]
+pub(crate) enum MomentumFailure {
+    /// A patch graph's execution failed; `offset` turns its cells global.
+    Graph {
+        error: Box<GraphError>,
+        offset: [isize; 3],
+    },
+    /// Moving the fields between the whole domain and the patches failed.
+    Solver(SolverError),
+}
+
+impl<E: Into<SolverError>> From<E> for MomentumFailure {
+    fn from(error: E) -> Self {
+        MomentumFailure::Solver(error.into())
+    }
+}
+
+/// The momentum graphs of the patches one rank owns.
+pub(crate) struct FlowPatches {
+    layout: PatchLayout,
+    link: Rc<dyn RankLink>,
+    owned: Range<usize>,
+    /// One per owned patch, in patch order.
+    graphs: Vec<ExpressionGraph>,
+    active: Vec<usize>,
+    /// Per patch of the layout: the interior points of every active
+    /// component, what it gives to the gather.
+    contributions: Vec<usize>,
+    /// Wall time spent copying windows and gathering.
+    exchange_time: Cell<Duration>,
+}
+
+impl FlowPatches {
+    /// The graphs `graph_of` builds for the patches of `layout` the rank
+    /// of `link` owns; `active`: the velocity components.
+    pub(crate) fn build(
+        layout: PatchLayout,
+        link: Rc<dyn RankLink>,
+        active: &[usize],
+        mut graph_of: impl FnMut(&Patch) -> SolverResult<ExpressionGraph>,
+    ) -> SolverResult<Self> {
+        let owned = layout.owned_by(link.rank(), link.ranks())?;
+        let graphs = owned
+            .clone()
+            .map(|index| graph_of(&layout.patch(index)?))
+            .collect::<SolverResult<Vec<_>>>()?;
+        let contributions = (0..layout.len())
+            .map(|index| {
+                let patch = layout.patch(index)?;
+                Ok(active
+                    .iter()
+                    .map(|&axis| component_layout(&patch, axis).interior_len())
+                    .sum())
+            })
+            .collect::<FieldResult<Vec<usize>>>()?;
+        Ok(FlowPatches {
+            layout,
+            link,
+            owned,
+            graphs,
+            active: active.to_vec(),
+            contributions,
+            exchange_time: Cell::new(Duration::ZERO),
+        })
+    }
+
+    /// The patches this rank owns.
+    pub(crate) fn owned(&self) -> Range<usize> {
+        self.owned.clone()
+    }
+
+    /// Wall time spent moving velocities between the whole domain and the
+    /// patches.
+    pub(crate) fn exchange_time(&self) -> Duration {
+        self.exchange_time.get()
+    }
+
+    fn spent(&self, started: Instant) {
+        self.exchange_time
+            .set(self.exchange_time.get() + started.elapsed());
+    }
+
+    /// One stage's momentum: the windows of `now` (and of `start`, when
+    /// the stage reads it) from `whole` into each patch graph, its
+    /// execution, and the gather of every patch's `provisional` interior
+    /// into `whole` (collective: every rank calls it). `levels`: `[now,
+    /// provisional]`.
+    pub(crate) fn run_momentum(
+        &self,
+        whole: &ExpressionGraph,
+        levels: [&[Tag; 3]; 2],
+        start: Option<&[Tag; 3]>,
+        mode: ExecutionMode,
+    ) -> Result<(), MomentumFailure> {
+        let [now, provisional] = levels;
+        let total: usize = self.owned.clone().map(|i| self.contributions[i]).sum();
+        let mut mine = Vec::with_capacity(total);
+        for (graph, index) in self.graphs.iter().zip(self.owned.clone()) {
+            let offset = self.layout.patch(index)?.offset().map(|o| o as isize);
+            let started = Instant::now();
+            for &axis in &self.active {
+                on_face!(axis, F => copy_window::<F>(whole, &now[axis], graph, offset)?);
+                if let Some(start) = start {
+                    on_face!(axis, F => copy_window::<F>(whole, &start[axis], graph, offset)?);
+                }
+            }
+            self.spent(started);
+            graph
+                .execute(mode)
+                .map_err(|error| MomentumFailure::Graph {
+                    error: Box::new(error),
+                    offset,
+                })?;
+            for &axis in &self.active {
+                on_face!(axis, F => graph.with_field::<F, _>(&provisional[axis], |u| -> FieldResult<()> {
+                    let layout = u.layout();
+                    let values = u.values()?;
+                    for_rows(layout.interior(), [0; 3], layout, layout, |_, from, len| {
+                        mine.extend_from_slice(&values[from..from + len]);
+                    });
+                    Ok(())
+                })??);
+            }
+        }
+        let started = Instant::now();
+        let ranks = self.link.ranks();
+        let counts = (0..ranks)
+            .map(|rank| {
+                Ok(self
+                    .layout
+                    .owned_by(rank, ranks)?
+                    .map(|i| self.contributions[i])
+                    .sum())
+            })
+            .collect::<FieldResult<Vec<usize>>>()?;
+        let all = self.link.gather_in_rank_order(&mine, &counts)?;
+        let mut at = 0;
+        for index in 0..self.layout.len() {
+            let patch = self.layout.patch(index)?;
+            let offset = patch.offset().map(|o| o as isize);
+            for &axis in &self.active {
+                let part = component_layout(&patch, axis);
+                on_face!(axis, F => whole.with_field_mut::<F, _>(&provisional[axis], |u| -> SolverResult<()> {
+                    let to = u.layout().clone();
+                    let values = u.values_mut()?;
+                    let mut cursor = at;
+                    let rows = for_rows(part.interior(), offset, &to, &part, |to, _, len| {
+                        values[to..to + len].copy_from_slice(&all[cursor..cursor + len]);
+                        cursor += len;
+                    });
+                    check_within(rows, &to)
+                })??);
+                at += part.interior_len();
+            }
+        }
+        self.spent(started);
+        Ok(())
+    }
+}
+
+/// The layout of velocity component `axis` (on the faces normal to it) on
+/// `patch`.
+fn component_layout(patch: &Patch, axis: usize) -> FieldLayout {
+    let kind = on_face!(axis, F => <F as Location>::KIND);
+    FieldLayout::new(patch, kind)
+}
+
+/// Calls `copy(to, from, len)` for each row along x of `region` (in the
+/// indices of `from_layout`): `from` its start in `from_layout`'s storage,
+/// `to` the start of the same points shifted by `offset` in
+/// `to_layout`'s. Returns whether every shifted point lies in
+/// `to_layout`'s allocated box.
+fn for_rows(
+    region: IndexBox,
+    offset: [isize; 3],
+    to_layout: &FieldLayout,
+    from_layout: &FieldLayout,
+    mut copy: impl FnMut(usize, usize, usize),
+) -> bool {
+    let target = to_layout.allocated();
+    let shifted = |p: [isize; 3]| [0, 1, 2].map(|a| p[a] + offset[a]);
+    let corners = [region.lo, [0, 1, 2].map(|a| region.hi[a] - 1)];
+    if region.is_empty() {
+        return true;
+    }
+    if corners.iter().any(|&c| !target.contains(shifted(c))) {
+        return false;
+    }
+    let len = (region.hi[0] - region.lo[0]) as usize;
+    for k in region.lo[2]..region.hi[2] {
+        for j in region.lo[1]..region.hi[1] {
+            let first = [region.lo[0], j, k];
+            copy(
+                to_layout.linear_index(shifted(first)),
+                from_layout.linear_index(first),
+                len,
+            );
+        }
+    }
+    true
+}
+
+/// An error naming `layout` when a window did not fit in it.
+fn check_within(fits: bool, layout: &FieldLayout) -> SolverResult<()> {
+    if fits {
+        return Ok(());
+    }
+    Err(SolverError::Field(FieldError::InvalidLayout {
+        reason: format!(
+            "a patch's window reaches outside the whole domain's {:?} field of {:?} interior points with {:?} ghosts",
+            layout.kind(),
+            layout.interior_extent(),
+            layout.ghosts()
+        ),
+    }))
+}
+
+/// Copies the window of the whole domain's field `tag` that `part`'s
+/// patch (at `offset`) covers, ghosts included, into `part`'s field `tag`.
+fn copy_window<F: GraphLocation>(
+    whole: &ExpressionGraph,
+    tag: &Tag,
+    part: &ExpressionGraph,
+    offset: [isize; 3],
+) -> SolverResult<()> {
+    whole.with_field::<F, _>(tag, |from| -> SolverResult<()> {
+        let source = from.values()?;
+        let from_layout = from.layout();
+        part.with_field_mut::<F, _>(tag, |to| -> SolverResult<()> {
+            let to_layout = to.layout().clone();
+            let values = to.values_mut()?;
+            // Rows of the patch's allocated box, read shifted in the whole.
+            let fits = for_rows(
+                to_layout.allocated(),
+                offset,
+                from_layout,
+                &to_layout,
+                |whole_at, part_at, len| {
+                    values[part_at..part_at + len]
+                        .copy_from_slice(&source[whole_at..whole_at + len]);
+                },
+            );
+            check_within(fits, from_layout)
+        })?
+    })?
+}

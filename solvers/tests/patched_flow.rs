@@ -1,0 +1,192 @@
+//! An incompressible flow with its momentum stages on patches
+//! (`IncompressibleFlowBuilder::patches`) gives the bits of the same flow
+//! on the whole domain: every velocity component, the pressure and the
+//! projection potential at every allocated point, the time steps, the
+//! kinetic energy and the enstrophy, after every step, on several layouts
+//! (2D cavity with a time-dependent lid, 3D Taylor-Green at second and
+//! fourth order, a channel with an open outflow). And what it cannot
+//! decompose is refused by name.
+
+#[path = "support/patched_flow_case.rs"]
+mod case;
+
+use case::{
+    cavity, cavity_grid, run_and_compare, set_taylor_green, taylor_green, taylor_green_grid,
+};
+use std::rc::Rc;
+use watershed_fields::ranks::SingleProcess;
+use watershed_fields::{GhostWidth, Grid, PatchLayout, XFace};
+use watershed_operators::Side;
+use watershed_solvers::{
+    Body, BoundaryCondition, BoundaryConditions, IncompressibleFlowBuilder, Outflow, Shape,
+    SolverError, SpaceOrder, TimeIntegrator,
+};
+
+fn layout(grid: &Grid, counts: [usize; 3], ghosts: usize) -> PatchLayout {
+    PatchLayout::new(grid, counts, GhostWidth::uniform(ghosts)).unwrap()
+}
+
+#[test]
+fn a_cavity_on_patches_has_the_whole_domains_bits() {
+    let grid = cavity_grid();
+    for counts in [[2, 2, 1], [3, 1, 1], [1, 4, 1], [4, 2, 1]] {
+        let patch = grid.whole_domain(1);
+        let mut whole = cavity(&patch).build().unwrap();
+        let mut parts = cavity(&patch)
+            .patches(layout(&grid, counts, 1), Rc::new(SingleProcess))
+            .build()
+            .unwrap();
+        assert_eq!(parts.owned_patches(), Some(0..counts.iter().product()));
+        let compared = run_and_compare(&mut whole, &mut parts, 6, &format!("cavity {counts:?}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // u, v, p and psi on 26 x 18 allocated points (u: one more face
+        // along x, v along y), six times.
+        assert_eq!(compared, 6 * (27 * 18 + 26 * 19 + 2 * 26 * 18));
+        assert!(parts.exchange_time().is_some() && whole.exchange_time().is_none());
+    }
+}
+
+#[test]
+fn a_cavity_on_patches_with_forward_euler_and_a_restart_keeps_the_bits() {
+    let grid = cavity_grid();
+    let patch = grid.whole_domain(1);
+    let build = |split: bool| {
+        let builder = cavity(&patch).integrator(TimeIntegrator::ForwardEuler);
+        match split {
+            true => builder.patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess)),
+            false => builder,
+        }
+        .build()
+        .unwrap()
+    };
+    let (mut whole, mut parts) = (build(false), build(true));
+    run_and_compare(&mut whole, &mut parts, 3, "forward Euler").unwrap_or_else(|e| panic!("{e}"));
+    // A restart of the decomposed flow from the whole flow's state (what a
+    // checkpoint holds) continues with the same bits.
+    let mut restarted = build(true);
+    whole
+        .with_velocity::<XFace, _>(|u| {
+            restarted.with_velocity_mut::<XFace, _>(|r| {
+                r.values_mut().unwrap().copy_from_slice(u.values().unwrap())
+            })
+        })
+        .unwrap()
+        .unwrap();
+    whole
+        .with_velocity::<watershed_fields::YFace, _>(|v| {
+            restarted.with_velocity_mut::<watershed_fields::YFace, _>(|r| {
+                r.values_mut().unwrap().copy_from_slice(v.values().unwrap())
+            })
+        })
+        .unwrap()
+        .unwrap();
+    whole
+        .with_projection_potential(|p| {
+            restarted.with_projection_potential_mut(|r| {
+                r.values_mut().unwrap().copy_from_slice(p.values().unwrap())
+            })
+        })
+        .unwrap()
+        .unwrap();
+    restarted.set_clock(whole.time(), whole.steps()).unwrap();
+    run_and_compare(&mut whole, &mut restarted, 3, "restarted").unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn a_taylor_green_vortex_on_patches_has_the_whole_domains_bits() {
+    let grid = taylor_green_grid();
+    for (order, ghosts, counts) in [
+        (SpaceOrder::Second, 1, [2, 1, 2]),
+        (SpaceOrder::Fourth, 3, [2, 2, 1]),
+    ] {
+        let patch = grid.whole_domain(ghosts);
+        let mut whole = taylor_green(&patch, order).build().unwrap();
+        let mut parts = taylor_green(&patch, order)
+            .patches(layout(&grid, counts, ghosts), Rc::new(SingleProcess))
+            .build()
+            .unwrap();
+        set_taylor_green(&whole);
+        set_taylor_green(&parts);
+        run_and_compare(
+            &mut whole,
+            &mut parts,
+            3,
+            &format!("Taylor-Green {order:?} {counts:?}"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(parts.enstrophy().unwrap().is_some_and(|e| e > 0.0));
+    }
+}
+
+#[test]
+fn a_channel_with_an_open_outflow_on_patches_has_the_whole_domains_bits() {
+    let grid = Grid::new([16, 8, 1], [2.0, 1.0, 1.0], [0.0; 3]).unwrap();
+    let patch = grid.whole_domain(1);
+    let build = |split: bool| {
+        let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+        let builder = IncompressibleFlowBuilder::new(&patch, 0.05)
+            .velocity_conditions(
+                0,
+                walls
+                    .clone()
+                    .with(Side::MINUS_X, BoundaryCondition::Dirichlet(1.0)),
+            )
+            .velocity_conditions(1, walls)
+            .outflow(Side::PLUS_X);
+        match split {
+            true => builder.patches(layout(&grid, [4, 1, 1], 1), Rc::new(SingleProcess)),
+            false => builder,
+        }
+        .build()
+        .unwrap()
+    };
+    let (mut whole, mut parts) = (build(false), build(true));
+    run_and_compare(&mut whole, &mut parts, 5, "channel").unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The setup error of building `builder`, checked to name `words`.
+fn refused(builder: IncompressibleFlowBuilder, words: &[&str]) {
+    let error = builder.build().unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, SolverError::Setup { .. }), "{error:?}");
+    for word in words {
+        assert!(message.contains(word), "{message} does not name {word}");
+    }
+}
+
+#[test]
+fn what_does_not_decompose_is_refused_by_name() {
+    let grid = cavity_grid();
+    let whole = grid.whole_domain(1);
+    let split = |builder: IncompressibleFlowBuilder| {
+        builder.patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess))
+    };
+    let disc = Body::fixed("disc", Shape::circle([0.75, 0.5, 0.0], 0.2));
+    refused(
+        split(cavity(&whole).body(disc)),
+        &["immersed bodies", "one patch"],
+    );
+    refused(
+        split(cavity(&whole).outflow_of(Side::PLUS_X, Outflow::Convective)),
+        &["convective outflow"],
+    );
+    let other = Grid::new([12, 16, 1], [1.5, 1.0, 1.0], [0.0; 3]).unwrap();
+    refused(
+        cavity(&whole).patches(layout(&other, [2, 2, 1], 1), Rc::new(SingleProcess)),
+        &["[12, 16, 1]", "[24, 16, 1]"],
+    );
+    let part = layout(&grid, [2, 1, 1], 1).patch(1).unwrap();
+    refused(split(cavity(&part)), &["not the whole domain"]);
+    // Fourth order reads 3 layers; the patches have 1, the domain 3.
+    refused(
+        cavity(&grid.whole_domain(3))
+            .space_order(SpaceOrder::Fourth)
+            .patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess)),
+        &["1 ghost layers", "at least the 3"],
+    );
+    // More ghost layers than the whole domain's: windows would not fit.
+    refused(
+        cavity(&whole).patches(layout(&grid, [2, 2, 1], 2), Rc::new(SingleProcess)),
+        &["2 ghost layers", "at most the whole domain's 1"],
+    );
+}
