@@ -36,6 +36,7 @@ cargo build -p watershed-fields -p watershed-solvers -p watershed-cases --featur
 for ranks in 1 2 4; do
     mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_halo
     mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_transport
+    mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_flow
 done
 # The watershed program under mpirun: bitwise dumps and checkpoints,
 # a restart on another rank count, errors and a killed rank.

@@ -1,0 +1,93 @@
+//! Incompressible flows with their momentum on patches across MPI ranks,
+//! checked on every rank: run with `mpirun -np N` (N = 1, 2, 4;
+//! `scripts/test.sh` does). Every rank runs the cases of
+//! `tests/patched_flow.rs` twice, on the whole domain and with the momentum
+//! of the patches it owns (the others' gathered across ranks): after every
+//! step the time step, the velocity, pressure and projection potential at
+//! every allocated point, the kinetic energy and the enstrophy must equal
+//! the whole domain's bit for bit. Exits 1 naming the rank, case and point
+//! on the first difference (`MPI_Abort` ends every rank).
+
+#[path = "../tests/support/patched_flow_case.rs"]
+mod case;
+
+use case::{
+    cavity, cavity_grid, run_and_compare, set_taylor_green, taylor_green, taylor_green_grid,
+};
+use mpi::traits::Communicator;
+use std::rc::Rc;
+use watershed_fields::halo_mpi::MpiLink;
+use watershed_fields::ranks::RankLink;
+use watershed_fields::{GhostWidth, PatchLayout};
+use watershed_solvers::{IncompressibleFlowBuilder, SpaceOrder};
+
+/// Builds `builder` twice, once with the momentum on `counts` patches
+/// across the ranks of `link`, and compares `steps` steps.
+fn check(
+    build: impl Fn() -> IncompressibleFlowBuilder,
+    grid: &watershed_fields::Grid,
+    counts: [usize; 3],
+    ghosts: usize,
+    link: Rc<dyn RankLink>,
+    taylor_green_start: bool,
+    what: &str,
+) -> Result<usize, String> {
+    let layout = PatchLayout::new(grid, counts, GhostWidth::uniform(ghosts))
+        .map_err(|e| format!("{what}: {e}"))?;
+    let mut whole = build().build().map_err(|e| format!("{what}: {e}"))?;
+    let mut spread = build()
+        .patches(layout, link)
+        .build()
+        .map_err(|e| format!("{what}: {e}"))?;
+    if taylor_green_start {
+        set_taylor_green(&whole);
+        set_taylor_green(&spread);
+    }
+    run_and_compare(&mut whole, &mut spread, 4, what)
+}
+
+fn main() {
+    let Some(universe) = mpi::initialize() else {
+        eprintln!("MPI was initialised already");
+        std::process::exit(1);
+    };
+    let world = universe.world();
+    let (rank, ranks) = (world.rank(), world.size());
+    let link: Rc<dyn RankLink> = Rc::new(MpiLink::new(world.duplicate()));
+    let cavity_patch = cavity_grid().whole_domain(1);
+    let tgv = taylor_green_grid();
+    let tgv_patch = tgv.whole_domain(1);
+    let mut compared = 0;
+    let mut done = |result: Result<usize, String>| match result {
+        Ok(n) => compared += n,
+        Err(why) => {
+            eprintln!("rank {rank} of {ranks}: {why}");
+            world.abort(1);
+        }
+    };
+    for counts in [[2, 2, 1], [4, 1, 1]] {
+        let what = format!("cavity {counts:?}");
+        let cavity_grid = cavity_grid();
+        done(check(
+            || cavity(&cavity_patch),
+            &cavity_grid,
+            counts,
+            1,
+            link.clone(),
+            false,
+            &what,
+        ));
+    }
+    done(check(
+        || taylor_green(&tgv_patch, SpaceOrder::Second),
+        &tgv,
+        [2, 1, 2],
+        1,
+        link.clone(),
+        true,
+        "Taylor-Green [2, 1, 2]",
+    ));
+    println!(
+        "rank {rank} of {ranks}: {compared} points of the flows with their momentum on patches equal the whole domain's over 4 steps of 3 cases; time steps, kinetic energy and enstrophy equal"
+    );
+}
