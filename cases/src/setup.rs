@@ -7,7 +7,7 @@ use crate::config::{CaseConfig, Loaded, load, to_text};
 use crate::error::{CaseError, CaseResult, ConfigOrigin};
 use watershed_exprgraph::ExecutionMode;
 use watershed_fields::{GhostWidth, Grid, PatchLayout};
-use watershed_solvers::TimeIntegrator;
+use watershed_solvers::{IncompressibleFlow, IncompressibleFlowBuilder, TimeIntegrator};
 
 /// The graph options of a case's solver: its placement from the command
 /// line (`--device`), everything else the defaults.
@@ -52,6 +52,45 @@ pub fn patch_layout(
     } else {
         PatchLayout::new(grid, patches, ghosts)?
     })
+}
+
+/// `builder` (a flow on the whole domain of `grid`) with its momentum on
+/// the patches of the `patches` setting ([`patch_layout`], `ghosts`
+/// layers each; see `IncompressibleFlowBuilder::patches`) when they are
+/// more than one or the run has several ranks; unchanged otherwise, so
+/// that one patch in one process keeps the single graph.
+pub fn flow_on_patches(
+    builder: IncompressibleFlowBuilder,
+    grid: &Grid,
+    patches: [usize; 3],
+    ghosts: usize,
+    options: &CaseOptions,
+) -> CaseResult<IncompressibleFlowBuilder> {
+    let link = options.rank_link();
+    let layout = patch_layout(grid, patches, GhostWidth::uniform(ghosts), options)?;
+    Ok(if layout.len() > 1 || link.ranks() > 1 {
+        builder.patches(layout, link)
+    } else {
+        builder
+    })
+}
+
+/// The graphs of `flow` named for timings and traces: `momentum` (its
+/// whole stage), or `projection` and each patch's momentum graph on this
+/// rank (`momentum patch k`) when the momentum runs on patches.
+pub fn flow_graphs(
+    flow: &IncompressibleFlow,
+) -> Vec<(String, &watershed_exprgraph::ExpressionGraph)> {
+    let main = if flow.momentum_graphs().is_empty() {
+        "momentum"
+    } else {
+        "projection"
+    };
+    let mut graphs = vec![(main.to_string(), flow.graph())];
+    for (index, graph) in flow.momentum_graphs() {
+        graphs.push((format!("momentum patch {index}"), graph));
+    }
+    graphs
 }
 
 /// The integrators a configuration can name.

@@ -207,6 +207,34 @@ fn decomposed_cases_pass_their_checks_on_patches() {
         ],
         None,
     );
+    // The flows with their momentum on patches (the projection whole).
+    passes(
+        "taylor-green",
+        &["cells=32", "end_time=0.5", "patches=2,2,1"],
+        None,
+    );
+    passes(
+        "taylor-green",
+        &[
+            "dimensions=3",
+            "cells=16",
+            "re=100",
+            "end_time=0.1",
+            "tolerance=0.05",
+            "patches=2,1,2",
+        ],
+        None,
+    );
+    passes(
+        "channel",
+        &[
+            "cells=8",
+            "profile_tolerance=0.01",
+            "outflow=\"zero-gradient\"",
+            "patches=4,1,1",
+        ],
+        None,
+    );
 }
 
 #[test]

@@ -112,6 +112,11 @@ impl FlowPatches {
         self.owned.clone()
     }
 
+    /// The graphs with their patch indices.
+    pub(crate) fn graphs(&self) -> Vec<(usize, &ExpressionGraph)> {
+        self.owned.clone().zip(&self.graphs).collect()
+    }
+
     /// Wall time spent moving velocities between the whole domain and the
     /// patches.
     pub(crate) fn exchange_time(&self) -> Duration {

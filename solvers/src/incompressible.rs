@@ -1003,7 +1003,8 @@ impl std::fmt::Debug for IncompressibleFlow {
 }
 
 impl IncompressibleFlow {
-    /// The momentum graph.
+    /// The graph of a stage: momentum and projection, or the projection
+    /// alone when the momentum runs on patches ([`Self::momentum_graphs`]).
     pub fn graph(&self) -> &ExpressionGraph {
         &self.graph
     }
@@ -1113,6 +1114,17 @@ impl IncompressibleFlow {
         })?);
         let sum: f64 = self.vorticity.iter().map(Parameter::get).sum();
         Ok(Some(0.5 * sum / edges as f64))
+    }
+
+    /// With [`IncompressibleFlowBuilder::patches`]: the momentum graphs of
+    /// the patches this rank owns, in patch order, with their indices in
+    /// the layout (empty for an undecomposed flow, whose [`Self::graph`]
+    /// holds the momentum).
+    pub fn momentum_graphs(&self) -> Vec<(usize, &ExpressionGraph)> {
+        self.patches
+            .as_ref()
+            .map(FlowPatches::graphs)
+            .unwrap_or_default()
     }
 
     /// With [`IncompressibleFlowBuilder::patches`]: the patches whose

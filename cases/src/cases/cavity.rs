@@ -36,7 +36,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: CavityConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<CavityConfig>(NAME, o),
-    decomposes: false,
+    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/lid-driven-cavity.toml`).
@@ -65,6 +65,9 @@ pub struct CavityConfig {
     pub convection: String,
     /// Order of the spatial operators: 2 or 4.
     pub space_order: usize,
+    /// Patches along x, y, z that the momentum stages run on (see
+    /// `IncompressibleFlowBuilder::patches`); `[0, 0, 0]`: one per rank.
+    pub patches: [usize; 3],
 }
 
 impl Default for CavityConfig {
@@ -81,6 +84,7 @@ impl Default for CavityConfig {
             ghia_tolerance: 0.02,
             convection: "skew-symmetric".into(),
             space_order: 2,
+            patches: [1, 1, 1],
         }
     }
 }
@@ -142,23 +146,22 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?;
     let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
     let order = SpaceOrder::from_number(config.space_order)?;
-    let flow = IncompressibleFlowBuilder::new(
-        &grid.whole_domain(order.ghost_layers_for_flow()),
-        1.0 / config.re,
-    )
-    .convection(ConvectionForm::from_name(&config.convection)?)
-    .space_order(order)
-    .velocity_conditions(
-        0,
-        walls
-            .clone()
-            .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
-    )
-    .velocity_conditions(1, walls)
-    .integrator(integrator(&config.integrator))
-    .mode(case_execution_mode(options))
-    .placement(options.placement.clone())
-    .build()?;
+    let ghosts = order.ghost_layers_for_flow();
+    let flow = IncompressibleFlowBuilder::new(&grid.whole_domain(ghosts), 1.0 / config.re)
+        .convection(ConvectionForm::from_name(&config.convection)?)
+        .space_order(order)
+        .velocity_conditions(
+            0,
+            walls
+                .clone()
+                .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+        )
+        .velocity_conditions(1, walls)
+        .integrator(integrator(&config.integrator))
+        .mode(case_execution_mode(options))
+        .placement(options.placement.clone());
+    let flow =
+        crate::setup::flow_on_patches(flow, &grid, config.patches, ghosts, options)?.build()?;
     let stop = Stop::EndTime(config.end_time);
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,
@@ -254,7 +257,10 @@ impl Simulation for Cavity {
         Ok(())
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
-        vec![("momentum".into(), self.flow.graph())]
+        crate::setup::flow_graphs(&self.flow)
+    }
+    fn exchange_time(&self) -> Option<std::time::Duration> {
+        self.flow.exchange_time()
     }
     fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck> {
         let (u_line, v_line) = self.centrelines()?;

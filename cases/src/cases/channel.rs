@@ -41,7 +41,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: ChannelConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<ChannelConfig>(NAME, o),
-    decomposes: false,
+    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/channel.toml`).
@@ -77,6 +77,9 @@ pub struct ChannelConfig {
     pub pulsation_amplitude: f64,
     /// Period `T` of the pulsation.
     pub pulsation_period: f64,
+    /// Patches along x, y, z that the momentum stages run on (see
+    /// `IncompressibleFlowBuilder::patches`); `[0, 0, 0]`: one per rank.
+    pub patches: [usize; 3],
 }
 
 impl Default for ChannelConfig {
@@ -96,6 +99,7 @@ impl Default for ChannelConfig {
             outflow: "convective".into(),
             pulsation_amplitude: 0.0,
             pulsation_period: 1.0,
+            patches: [1, 1, 1],
         }
     }
 }
@@ -184,8 +188,8 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         )
         .integrator(integrator(&config.integrator))
         .mode(case_execution_mode(options))
-        .placement(options.placement.clone())
-        .build()?;
+        .placement(options.placement.clone());
+    let flow = crate::setup::flow_on_patches(flow, &grid, config.patches, 1, options)?.build()?;
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,
         simulation: Box::new(Channel {
@@ -317,7 +321,10 @@ impl Simulation for Channel {
         rows_from(&self.history, from)
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
-        vec![("momentum".into(), self.flow.graph())]
+        crate::setup::flow_graphs(&self.flow)
+    }
+    fn exchange_time(&self) -> Option<std::time::Duration> {
+        self.flow.exchange_time()
     }
     fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck> {
         let profile = self.profile()?;

@@ -36,7 +36,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: TaylorGreenConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<TaylorGreenConfig>(NAME, o),
-    decomposes: false,
+    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/taylor-green.toml`).
@@ -73,6 +73,9 @@ pub struct TaylorGreenConfig {
     /// ... and of the peak's time from the DNS's 8.97 (absolute; unset:
     /// the table of [`default_peak_tolerance`]).
     pub peak_time_tolerance: Option<f64>,
+    /// Patches along x, y, z that the momentum stages run on (see
+    /// `IncompressibleFlowBuilder::patches`); `[0, 0, 0]`: one per rank.
+    pub patches: [usize; 3],
 }
 
 impl Default for TaylorGreenConfig {
@@ -91,6 +94,7 @@ impl Default for TaylorGreenConfig {
             tolerance: 0.002,
             peak_tolerance: None,
             peak_time_tolerance: None,
+            patches: [1, 1, 1],
         }
     }
 }
@@ -180,15 +184,16 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     } else {
         1.0 / config.re
     };
+    let ghosts = order.ghost_layers_for_flow();
+    let flow = IncompressibleFlowBuilder::new(&grid.whole_domain(ghosts), nu)
+        .integrator(integrator(&config.integrator))
+        .convection(form)
+        .space_order(order)
+        .track_enstrophy()
+        .mode(case_execution_mode(options))
+        .placement(options.placement.clone());
     let flow =
-        IncompressibleFlowBuilder::new(&grid.whole_domain(order.ghost_layers_for_flow()), nu)
-            .integrator(integrator(&config.integrator))
-            .convection(form)
-            .space_order(order)
-            .track_enstrophy()
-            .mode(case_execution_mode(options))
-            .placement(options.placement.clone())
-            .build()?;
+        crate::setup::flow_on_patches(flow, &grid, config.patches, ghosts, options)?.build()?;
     if three {
         flow.set_velocity::<XFace>(|[x, y, z]| x.sin() * y.cos() * z.cos())?;
         flow.set_velocity::<YFace>(|[x, y, z]| -x.cos() * y.sin() * z.cos())?;
@@ -436,7 +441,10 @@ impl Simulation for TaylorGreen {
         Ok(())
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
-        vec![("momentum".into(), self.flow.graph())]
+        crate::setup::flow_graphs(&self.flow)
+    }
+    fn exchange_time(&self) -> Option<std::time::Duration> {
+        self.flow.exchange_time()
     }
     fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck> {
         let table = self.energy_table();
