@@ -4,7 +4,9 @@
 # and the wasatch-scalability case (the ExprLib equations through the
 # transport solver) on 1, 2 and 4 ranks, strong (one grid) and near-weak
 # (cells per rank about constant: a cube cannot double), with each rank's
-# stepping and exchange time. Above 2 ranks this 2-core machine is
+# stepping and exchange time; and the 3D Taylor-Green flow with its
+# momentum on 2 x 1 x 2 patches (the projection whole on every rank) on 1,
+# 2 and 4 ranks, strong, with the share of the stage in the momentum. Above 2 ranks this 2-core machine is
 # oversubscribed: the figures measure overhead, not speed. Record them in
 # docs/benchmarks.md with the machine and date.
 set -euo pipefail
@@ -51,3 +53,30 @@ echo "-- near-weak: about 4096 cells per rank (16^3 on 1, 20^3 on 2, 26^3 on 4)"
 case_run 1 16 1,1,1
 case_run 2 20 2,1,1
 case_run 4 26 2,2,1
+
+# One flow run: ms/step, the per-rank table, and the graphs' times.
+flow_run() { # ranks patches
+    local ranks="$1" patches="$2"
+    local args=(run taylor-green --set dimensions=3 --set cells=32 --set re=1600
+        --set "patches=$patches" --steps 10 --threads 1 --quiet --output "$out/tgv-r$ranks-p${patches//,/x}")
+    local log="$out/log"
+    local status=0
+    if [ "$ranks" = 0 ]; then
+        "$W" "${args[@]}" >"$log" 2>&1 || status=$?
+        ranks=1
+    else
+        mpirun --oversubscribe -np "$ranks" "$W" "${args[@]}" >"$log" 2>&1 || status=$?
+    fi
+    # 10 steps do not reach the case's end: its check fails (status 3).
+    [ "$status" = 0 ] || [ "$status" = 3 ] || { cat "$log"; exit 1; }
+    local per_step
+    per_step="$(grep -o 'stepping: [0-9.e+-]* ms/step' "$log" | head -n 1)"
+    echo "ranks $ranks, 32^3 cells, patches $patches: $per_step"
+    grep -E "^  rank [0-9]+:|^exchanges and reductions|^  (momentum|projection)" "$log" || true
+}
+echo "== taylor-green 3D, Re 1600, 32^3 cells, 10 SSP-RK3 steps, 1 thread per rank"
+echo "-- one process: the single graph, then the momentum on 2 x 1 x 2 patches"
+flow_run 0 1,1,1
+flow_run 0 2,1,2
+echo "-- strong: 2 x 1 x 2 patches on 1, 2 and 4 ranks"
+for ranks in 1 2 4; do flow_run "$ranks" 2,1,2; done
