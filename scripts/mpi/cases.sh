@@ -89,6 +89,12 @@ for ranks in 1 2 4; do
     $SAME "$out/cavity-one" "$out/cavity-np$ranks"
 done
 grep -q "exchanges and reductions across patches" "$out/last.log" || { echo "no exchange time in the flow's summary"; cat "$out/last.log"; exit 1; }
+# Placed on (emulated) GPUs, one per rank: the windows and the gather go
+# through the GPU-resident fields, the same bits.
+WATERSHED_EMULATE_GPUS=2 run_unchecked mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity "${cavity[@]}" \
+    --set patches=2,2,1 --device gpu --output "$out/cavity-gpus"
+grep -q "rank 1 on GPU 1" "$out/last.log" || { echo "rank 1 did not take GPU 1"; cat "$out/last.log"; exit 1; }
+$SAME "$out/cavity-one" "$out/cavity-gpus"
 mkdir "$out/cavity-restart4"
 cp "$out/cavity-np2/checkpoint_00000006.h5" "$out/cavity-restart4/"
 run_unchecked mpirun --oversubscribe -np 4 "$W" run lid-driven-cavity \

@@ -161,6 +161,26 @@ impl IncompressibleFlowBuilder {
     /// decompose its grid with no more ghost layers than it has. Bodies
     /// and convective outflows are refused (their forcing and outflow
     /// speed are not decomposed).
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    /// use watershed_fields::{GhostWidth, Grid, PatchLayout, XFace, ranks::SingleProcess};
+    /// use watershed_solvers::IncompressibleFlowBuilder;
+    /// let grid = Grid::new([16, 16, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
+    /// let layout = PatchLayout::new(&grid, [2, 2, 1], GhostWidth::uniform(1))?;
+    /// let build = || IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01);
+    /// let mut whole = build().build()?;
+    /// let mut parts = build().patches(layout, Rc::new(SingleProcess)).build()?;
+    /// for flow in [&whole, &parts] {
+    ///     flow.set_velocity::<XFace>(|[_, y, _]| (6.28 * y).sin())?;
+    /// }
+    /// whole.step(0.01)?;
+    /// parts.step(0.01)?;
+    /// assert_eq!(parts.momentum_graphs().len(), 4);
+    /// let (a, b) = (whole.kinetic_energy()?, parts.kinetic_energy()?);
+    /// assert_eq!(a.to_bits(), b.to_bits());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn patches(mut self, layout: PatchLayout, link: Rc<dyn RankLink>) -> Self {
         self.patches = Some((layout, link));
         self
