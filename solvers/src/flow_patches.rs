@@ -60,17 +60,33 @@ impl<E: Into<SolverError>> From<E> for MomentumFailure {
 
 /// The momentum graphs of the patches one rank owns.
 pub(crate) struct FlowPatches {
-    layout: PatchLayout,
     link: Rc<dyn RankLink>,
     owned: Range<usize>,
     /// One per owned patch, in patch order.
     graphs: Vec<ExpressionGraph>,
     active: Vec<usize>,
-    /// Per patch of the layout: the interior points of every active
-    /// component, what it gives to the gather.
-    contributions: Vec<usize>,
+    /// Every patch of the layout, in patch order: its offset in the whole
+    /// domain and the layout of each active component, what the gather
+    /// places.
+    parts: Vec<PatchPart>,
+    /// The values each rank gives to the gather.
+    counts: Vec<usize>,
     /// Wall time spent copying windows and gathering.
     exchange_time: Cell<Duration>,
+}
+
+/// One patch as the gather sees it.
+struct PatchPart {
+    offset: [isize; 3],
+    /// The layout of each active velocity component on the patch.
+    components: Vec<FieldLayout>,
+}
+
+impl PatchPart {
+    /// The interior points of every active component.
+    fn contribution(&self) -> usize {
+        self.components.iter().map(FieldLayout::interior_len).sum()
+    }
 }
 
 impl FlowPatches {
@@ -87,22 +103,34 @@ impl FlowPatches {
             .clone()
             .map(|index| graph_of(&layout.patch(index)?))
             .collect::<SolverResult<Vec<_>>>()?;
-        let contributions = (0..layout.len())
+        let parts = (0..layout.len())
             .map(|index| {
                 let patch = layout.patch(index)?;
-                Ok(active
-                    .iter()
-                    .map(|&axis| component_layout(&patch, axis).interior_len())
+                Ok(PatchPart {
+                    offset: patch.offset().map(|o| o as isize),
+                    components: active
+                        .iter()
+                        .map(|&axis| component_layout(&patch, axis))
+                        .collect(),
+                })
+            })
+            .collect::<FieldResult<Vec<_>>>()?;
+        let ranks = link.ranks();
+        let counts = (0..ranks)
+            .map(|rank| {
+                Ok(layout
+                    .owned_by(rank, ranks)?
+                    .map(|i| parts[i].contribution())
                     .sum())
             })
             .collect::<FieldResult<Vec<usize>>>()?;
         Ok(FlowPatches {
-            layout,
             link,
             owned,
             graphs,
             active: active.to_vec(),
-            contributions,
+            parts,
+            counts,
             exchange_time: Cell::new(Duration::ZERO),
         })
     }
@@ -141,10 +169,9 @@ impl FlowPatches {
         mode: ExecutionMode,
     ) -> Result<(), MomentumFailure> {
         let [now, provisional] = levels;
-        let total: usize = self.owned.clone().map(|i| self.contributions[i]).sum();
-        let mut mine = Vec::with_capacity(total);
+        let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
         for (graph, index) in self.graphs.iter().zip(self.owned.clone()) {
-            let offset = self.layout.patch(index)?.offset().map(|o| o as isize);
+            let offset = self.parts[index].offset;
             let started = Instant::now();
             for &axis in &self.active {
                 on_face!(axis, F => copy_window::<F>(whole, &now[axis], graph, offset)?);
@@ -171,34 +198,21 @@ impl FlowPatches {
             }
         }
         let started = Instant::now();
-        let ranks = self.link.ranks();
-        let counts = (0..ranks)
-            .map(|rank| {
-                Ok(self
-                    .layout
-                    .owned_by(rank, ranks)?
-                    .map(|i| self.contributions[i])
-                    .sum())
-            })
-            .collect::<FieldResult<Vec<usize>>>()?;
-        let all = self.link.gather_in_rank_order(&mine, &counts)?;
+        let all = self.link.gather_in_rank_order(&mine, &self.counts)?;
         let mut at = 0;
-        for index in 0..self.layout.len() {
-            let patch = self.layout.patch(index)?;
-            let offset = patch.offset().map(|o| o as isize);
-            for &axis in &self.active {
-                let part = component_layout(&patch, axis);
+        for part in &self.parts {
+            for (&axis, layout) in self.active.iter().zip(&part.components) {
                 on_face!(axis, F => whole.with_field_mut::<F, _>(&provisional[axis], |u| -> SolverResult<()> {
                     let to = u.layout().clone();
                     let values = u.values_mut()?;
                     let mut cursor = at;
-                    let rows = for_rows(part.interior(), offset, &to, &part, |to, _, len| {
+                    let rows = for_rows(layout.interior(), part.offset, &to, layout, |to, _, len| {
                         values[to..to + len].copy_from_slice(&all[cursor..cursor + len]);
                         cursor += len;
                     });
                     check_within(rows, &to)
                 })??);
-                at += part.interior_len();
+                at += layout.interior_len();
             }
         }
         self.spent(started);
