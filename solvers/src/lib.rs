@@ -18,8 +18,11 @@
 //! | [`boundary`] | Dirichlet, Neumann, flux and periodic conditions in ghost points |
 //! | [`boundary_value`] | [`BoundaryExpression`]: boundary values as language expressions of position, time and parameters |
 //! | [`multigrid`] | [`Multigrid`]: geometric multigrid for `lap(x) = b`, as a solver and as a CG preconditioner |
+//! | [`multigrid_patches`] | [`PatchedMultigrid`]: the multigrid on the patches of a decomposed grid, fine levels exchanged across seams, coarse levels agglomerated, reductions in patch order |
+//! | `poisson_iteration` | the V-cycle and preconditioned-CG loops, written once for the whole domain and for patches |
 //! | `multigrid_bodies` | the multigrid's faces closed by bodies: open fractions per level, the operator and diagonal with them |
 //! | `coarsest` | the step weights that solve the multigrid's coarsest level exactly |
+//! | `windows` | copying a patch's box of points from or into a whole-domain field, row by row |
 //! | [`transport`] | [`TransportEquation`]: diffusion, convection (central, upwind, limited), sources, density |
 //! | [`solver`] | [`TransportSolver`]: the graph, the stages, fixed or stability-limited `dt` |
 //! | [`patched`] | [`PatchedTransport`]: one transport solver per patch of a decomposed grid, seams exchanged after each stage, reductions in patch order, the whole domain's bits on any number of ranks |
@@ -44,7 +47,9 @@ pub mod incompressible;
 pub mod integrator;
 pub mod multigrid;
 mod multigrid_bodies;
+pub mod multigrid_patches;
 pub mod patched;
+mod poisson_iteration;
 mod projection;
 pub mod solver;
 pub mod stages;
@@ -52,6 +57,7 @@ pub mod staggered;
 mod stepping;
 pub mod symbols;
 pub mod transport;
+mod windows;
 
 pub use body::{Body, Shape};
 pub use boundary::{BoundaryCondition, BoundaryConditions};
@@ -64,6 +70,7 @@ pub use incompressible::{
 };
 pub use integrator::{Stage, TimeIntegrator};
 pub use multigrid::{Multigrid, MultigridOptions, SolveReport};
+pub use multigrid_patches::PatchedMultigrid;
 pub use patched::PatchedTransport;
 pub use solver::{TransportSolver, TransportSolverBuilder};
 pub use stages::StageParameters;

@@ -17,6 +17,7 @@ use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::immersed::Immersed;
 use crate::multigrid_bodies::{CLOSED_LEVELS, FaceCoefficients, MovableField, remove_fluid_mean};
+use crate::poisson_iteration::{self, Iterated, PoissonSpace, Product};
 use crate::staggered::SpaceOrder;
 use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField, on_face};
 use watershed_operators::{
@@ -342,26 +343,8 @@ impl Multigrid {
             watershed_fields::GhostWidth::uniform(finest_ghosts),
         )?;
         let mut levels = vec![Level::new(&one_ghost)?];
-        let mut current = grid.clone();
-        loop {
-            let cells = current.cells();
-            let can = (0..3)
-                .filter(|&a| active[a])
-                .all(|a| cells[a].is_multiple_of(2) && cells[a] >= 4);
-            if !can {
-                break;
-            }
-            let coarse_cells = [0, 1, 2].map(|a| if active[a] { cells[a] / 2 } else { cells[a] });
-            let spacing = [0, 1, 2].map(|a| {
-                if active[a] {
-                    current.spacing()[a] * 2.0
-                } else {
-                    current.spacing()[a]
-                }
-            });
-            current = Grid::from_spacing(coarse_cells, spacing, current.origin())?
-                .with_periodic(grid.periodic());
-            levels.push(Level::new(&current.whole_domain(1))?);
+        for coarse in &coarsened_grids(grid)?[1..] {
+            levels.push(Level::new(&coarse.whole_domain(1))?);
         }
         let make = |name: &str| SpatialField::<CellCentre>::new(name, &one_ghost, Device::Cpu);
         let mut multigrid = Multigrid {
@@ -387,6 +370,52 @@ impl Multigrid {
         };
         multigrid.coarsest_steps = multigrid.assemble_coarsest_steps()?;
         Ok(multigrid)
+    }
+
+    /// The levels of one patch of a decomposed hierarchy
+    /// (`crate::multigrid_patches`): `patches[l]` is the patch on level
+    /// `l`'s grid, its CG vectors on `patches[0]`. The hierarchy's coarsest
+    /// levels are agglomerated elsewhere, so this one has no coarsest
+    /// steps and its last level is never smoothed here.
+    pub(crate) fn on_patch(
+        patches: &[Patch],
+        conditions: BoundaryConditions,
+        options: MultigridOptions,
+        order: SpaceOrder,
+        singular: bool,
+    ) -> SolverResult<Self> {
+        let Some(finest) = patches.first() else {
+            return Err(SolverError::Setup {
+                equation: "Poisson".into(),
+                reason: "a patch's hierarchy needs at least one level".into(),
+            });
+        };
+        let levels = patches
+            .iter()
+            .map(Level::new)
+            .collect::<SolverResult<_>>()?;
+        let make = |name: &str| SpatialField::<CellCentre>::new(name, finest, Device::Cpu);
+        Ok(Multigrid {
+            levels,
+            homogeneous: homogeneous(&conditions),
+            conditions,
+            singular,
+            options,
+            cg: ConjugateGradientVectors {
+                x: make("cg_x")?,
+                r: make("cg_r")?,
+                p: make("cg_p")?,
+                q: make("cg_q")?,
+                alpha: Parameter::new("alpha", 0.0),
+                beta: Parameter::new("beta", 0.0),
+            },
+            assignments: Assignments::default(),
+            device: Device::Cpu,
+            mean: Parameter::new("mean", 0.0),
+            coarsest_steps: None,
+            coarsest_factor: Parameter::new("coarsest step", 0.0),
+            order,
+        })
     }
 
     /// Closes the faces of `immersed`'s bodies that bound fluid cells:
@@ -625,7 +654,7 @@ impl Multigrid {
     /// whatever it holds (a correction's first smoothing): the first sweep
     /// is then `t = w/D b`, which reads neither `x` nor its ghosts, so no
     /// pass zeroes `x` beforehand.
-    fn smooth(
+    pub(crate) fn smooth(
         &mut self,
         level: usize,
         sweeps: usize,
@@ -718,7 +747,7 @@ impl Multigrid {
     }
 
     /// `r = b - lap(x)` on `level` (whose `x` has its ghosts filled).
-    fn residual(&mut self, level: usize) -> SolverResult<()> {
+    pub(crate) fn residual(&mut self, level: usize) -> SolverResult<()> {
         let Multigrid {
             levels,
             assignments,
@@ -793,60 +822,74 @@ impl Multigrid {
         }
         self.smooth(level, self.options.pre_smoothing, homogeneous, from_zero)?;
         self.residual(level)?;
-        {
-            let Multigrid {
-                levels,
-                assignments,
-                ..
-            } = self;
-            let (fine, coarse) = levels.split_at_mut(level + 1);
-            let ratio = refinement(&fine[level], &coarse[0]);
-            let (r, b) = (&fine[level].r, &mut coarse[0].b);
-            assignments.run("restrict", [b.id(), r.id(), 0], b, &[r], |b| {
-                Recipe::new(restrict(r, ratio).node().clone(), b.id())
-            })?;
-        }
+        self.restrict_residual(level)?;
         // The coarse correction starts from zero.
         self.v_cycle(level + 1, true, true)?;
-        {
-            let conditions = self.conditions(level, homogeneous);
-            let purpose =
-                Self::fill_purpose(level, homogeneous, ["correct", "correct, homogeneous"]);
-            let Multigrid {
-                levels,
-                assignments,
-                ..
-            } = self;
-            let (fine, coarse) = levels.split_at_mut(level + 1);
-            let ratio = refinement(&fine[level], &coarse[0]);
-            let (x, correction) = (&mut fine[level].x, &coarse[0].x);
-            let own = x.id();
-            assignments.run(purpose, [own, correction.id(), 0], x, &[correction], |x| {
-                let value =
-                    Expr::<CellCentre>::symbol(own, x.name()) + prolongate(correction, ratio);
-                Recipe::new(value.node().clone(), own).filled(conditions.clone())
-            })?;
-        }
+        self.correct(level, homogeneous)?;
         self.smooth(level, self.options.post_smoothing, homogeneous, false)
     }
 
-    fn load(
+    /// `b` of `level + 1` = the restriction of `level`'s residual `r`.
+    pub(crate) fn restrict_residual(&mut self, level: usize) -> SolverResult<()> {
+        let Multigrid {
+            levels,
+            assignments,
+            ..
+        } = self;
+        let (fine, coarse) = levels.split_at_mut(level + 1);
+        let ratio = refinement(&fine[level], &coarse[0]);
+        let (r, b) = (&fine[level].r, &mut coarse[0].b);
+        assignments.run("restrict", [b.id(), r.id(), 0], b, &[r], |b| {
+            Recipe::new(restrict(r, ratio).node().clone(), b.id())
+        })
+    }
+
+    /// `x` of `level` += the prolongation of `level + 1`'s `x` (whose
+    /// ghosts are filled), then `x`'s ghosts filled.
+    pub(crate) fn correct(&mut self, level: usize, homogeneous: bool) -> SolverResult<()> {
+        let conditions = self.conditions(level, homogeneous);
+        let purpose = Self::fill_purpose(level, homogeneous, ["correct", "correct, homogeneous"]);
+        let Multigrid {
+            levels,
+            assignments,
+            ..
+        } = self;
+        let (fine, coarse) = levels.split_at_mut(level + 1);
+        let ratio = refinement(&fine[level], &coarse[0]);
+        let (x, correction) = (&mut fine[level].x, &coarse[0].x);
+        let own = x.id();
+        assignments.run(purpose, [own, correction.id(), 0], x, &[correction], |x| {
+            let value = Expr::<CellCentre>::symbol(own, x.name()) + prolongate(correction, ratio);
+            Recipe::new(value.node().clone(), own).filled(conditions.clone())
+        })
+    }
+
+    /// Checks `rhs` and `guess` (on the finest level's grid and cells,
+    /// valid or active on the solver's device, `rhs` finite) and copies
+    /// them into the finest level's `b` and `x`, `x`'s ghosts filled by the
+    /// conditions.
+    pub(crate) fn copy_in(
         &mut self,
         rhs: &SpatialField<CellCentre>,
         guess: &SpatialField<CellCentre>,
-    ) -> SolverResult<f64> {
+    ) -> SolverResult<()> {
         let own = self.levels[0].b.layout().patch().clone();
         for (what, field) in [("right-hand side", rhs), ("solution", guess)] {
             let patch = field.layout().patch();
-            if patch.grid() != own.grid() || patch.cells() != own.cells() {
+            if patch.grid() != own.grid()
+                || patch.cells() != own.cells()
+                || patch.offset() != own.offset()
+            {
                 return Err(SolverError::Setup {
                     equation: "Poisson".into(),
                     reason: format!(
-                        "the {what} '{}' has {:?} cells on a {:?} grid, but the solver was built for {:?} cells; build a Multigrid for that grid",
+                        "the {what} '{}' has {:?} cells at offset {:?} on a {:?} grid, but the solver was built for {:?} cells at offset {:?}; build a Multigrid for that grid (on patches: give one field per owned patch, in patch order)",
                         field.name(),
                         patch.cells(),
+                        patch.offset(),
                         patch.grid().cells(),
-                        own.cells()
+                        own.cells(),
+                        own.offset()
                     ),
                 });
             }
@@ -885,6 +928,19 @@ impl Multigrid {
             });
         }
         let conditions = self.conditions.clone();
+        let Level { b, x, .. } = &mut self.levels[0];
+        copy_interior(rhs, b, &mut self.assignments, None)?;
+        copy_interior(guess, x, &mut self.assignments, Some(conditions))
+    }
+
+    /// [`Self::copy_in`], then `b` made mean-free where the problem is
+    /// singular; returns `b`'s norm.
+    fn load(
+        &mut self,
+        rhs: &SpatialField<CellCentre>,
+        guess: &SpatialField<CellCentre>,
+    ) -> SolverResult<f64> {
+        self.copy_in(rhs, guess)?;
         let Multigrid {
             levels,
             assignments,
@@ -892,10 +948,8 @@ impl Multigrid {
             ..
         } = self;
         let Level {
-            b, x, coefficients, ..
+            b, coefficients, ..
         } = &mut levels[0];
-        copy_interior(rhs, b, assignments, None)?;
-        copy_interior(guess, x, assignments, Some(conditions))?;
         if self.singular {
             match coefficients {
                 Some(closed) => {
@@ -908,7 +962,6 @@ impl Multigrid {
     }
 
     fn store(&mut self, solution: &mut SpatialField<CellCentre>) -> SolverResult<()> {
-        let conditions = self.conditions.clone();
         let Multigrid {
             levels,
             assignments,
@@ -926,10 +979,23 @@ impl Multigrid {
                 None => remove_mean(x, mean, assignments, "remove mean", None)?,
             }
         }
-        assignments.run("fill finest", [x.id(), 0, 0], x, &[], |x| {
-            Recipe::ghosts(x, conditions)
-        })?;
-        copy_all(&levels[0].x, solution, assignments)
+        self.fill_finest()?;
+        self.copy_out(solution)
+    }
+
+    /// Fills the ghosts of the finest level's `x` with the conditions.
+    pub(crate) fn fill_finest(&mut self) -> SolverResult<()> {
+        let conditions = self.conditions.clone();
+        let x = &mut self.levels[0].x;
+        self.assignments
+            .run("fill finest", [x.id(), 0, 0], x, &[], |x| {
+                Recipe::ghosts(x, conditions)
+            })
+    }
+
+    /// Copies the finest level's `x` into `solution` (every point both hold).
+    pub(crate) fn copy_out(&mut self, solution: &mut SpatialField<CellCentre>) -> SolverResult<()> {
+        copy_all(&self.levels[0].x, solution, &mut self.assignments)
     }
 
     /// Solves `lap(x) = rhs` by V-cycles, starting from `solution`'s values
@@ -968,27 +1034,10 @@ impl Multigrid {
     ) -> SolverResult<SolveReport> {
         let rhs_norm = self.load(rhs, solution)?;
         let target = self.options.relative_tolerance * rhs_norm.max(f64::MIN_POSITIVE);
-        let mut residuals = Vec::new();
-        self.residual(0)?;
-        residuals.push(norm(&mut self.assignments, &self.levels[0].r)?);
-        let mut iterations = 0;
-        while residuals.last().is_some_and(|&r| r > target || r.is_nan()) {
-            if residuals.last().is_some_and(|r| !r.is_finite()) {
-                break; // diverged: `finish` reports it
-            }
-            if iterations == self.options.max_iterations {
-                return Err(SolverError::NotConverged {
-                    solver: self.describe("multigrid"),
-                    residual: *residuals.last().expect("at least one"),
-                    iterations,
-                    target,
-                });
-            }
-            self.v_cycle(0, false, false)?;
-            self.residual(0)?;
-            residuals.push(norm(&mut self.assignments, &self.levels[0].r)?);
-            iterations += 1;
-        }
+        let Iterated {
+            residuals,
+            iterations,
+        } = poisson_iteration::v_cycles(self, target, self.options.max_iterations)?;
         self.finish(solution, "multigrid", &residuals, iterations, target)?;
         Ok(SolveReport {
             iterations,
@@ -1006,18 +1055,7 @@ impl Multigrid {
         iterations: usize,
         target: f64,
     ) -> SolverResult<()> {
-        if let Some(&last) = residuals.last()
-            && !last.is_finite()
-        {
-            return Err(SolverError::NotConverged {
-                solver: format!(
-                    "{solver} (the residual is no longer finite: the iteration diverged; check the initial guess and the smoothing weight)"
-                ),
-                residual: last,
-                iterations,
-                target,
-            });
-        }
+        check_finite(solver, residuals, iterations, target)?;
         self.store(solution)
     }
 
@@ -1117,132 +1155,11 @@ impl Multigrid {
     ) -> SolverResult<SolveReport> {
         let rhs_norm = self.load(rhs, solution)?;
         let target = self.options.relative_tolerance * rhs_norm.max(f64::MIN_POSITIVE);
-        // CG keeps its own x and r; the V-cycles use the levels' fields.
-        copy_all(&self.levels[0].x, &mut self.cg.x, &mut self.assignments)?;
-        {
-            let order = self.order;
-            let Multigrid {
-                levels,
-                cg,
-                assignments,
-                ..
-            } = self;
-            let (r, b, x) = (&mut cg.r, &levels[0].b, &cg.x);
-            match &levels[0].coefficients {
-                Some(blocked) => {
-                    let mut fields: Vec<&dyn BoundField> = vec![b, x];
-                    fields.extend(blocked.fields());
-                    assignments.run(
-                        "cg residual, closed faces",
-                        [r.id(), b.id(), x.id()],
-                        r,
-                        &fields,
-                        |r| Recipe::new((field(b) - blocked.operator(x)).node().clone(), r.id()),
-                    )?;
-                }
-                None => {
-                    assignments.run("cg residual", [r.id(), b.id(), x.id()], r, &[b, x], |r| {
-                        Recipe::new((field(b) - operator(order, x)).node().clone(), r.id())
-                    })?;
-                }
-            }
-        }
-        let mut residuals = vec![norm(&mut self.assignments, &self.cg.r)?];
-        self.precondition()?;
-        copy_all(&self.levels[0].x, &mut self.cg.p, &mut self.assignments)?;
-        let mut rz = dot(&mut self.assignments, &self.cg.r, &self.levels[0].x)?;
-        let mut iterations = 0;
-        while residuals.last().is_some_and(|&r| r > target || r.is_nan()) {
-            if residuals.last().is_some_and(|r| !r.is_finite()) {
-                break; // diverged: `finish` reports it
-            }
-            if iterations == self.options.max_iterations {
-                return Err(SolverError::NotConverged {
-                    solver: self.describe("multigrid-preconditioned CG"),
-                    residual: *residuals.last().expect("at least one"),
-                    iterations,
-                    target,
-                });
-            }
-            let Multigrid {
-                cg,
-                assignments,
-                mean,
-                levels,
-                ..
-            } = self;
-            let blocked = levels[0].coefficients.as_ref();
-            // p's ghosts hold the homogeneous conditions: filled where p is
-            // written below, and copied from z (a V-cycle's x) at the start.
-            let (p, q) = (&cg.p, &mut cg.q);
-            let order = self.order;
-            match blocked {
-                Some(blocked) => {
-                    let mut fields: Vec<&dyn BoundField> = vec![p];
-                    fields.extend(blocked.fields());
-                    assignments.run(
-                        "cg q, closed faces",
-                        [q.id(), p.id(), 0],
-                        q,
-                        &fields,
-                        |q| Recipe::new(blocked.operator(p).node().clone(), q.id()),
-                    )?;
-                }
-                None => {
-                    assignments.run("cg q", [q.id(), p.id(), 0], q, &[p], |q| {
-                        Recipe::new(operator(order, p).node().clone(), q.id())
-                    })?;
-                }
-            }
-            cg.alpha.set(rz / dot(assignments, &cg.p, &cg.q)?);
-            let (alpha, p, q) = (&cg.alpha, &cg.p, &cg.q);
-            let x = &mut cg.x;
-            let own = x.id();
-            assignments.run("cg x", [own, p.id(), 0], x, &[p], |x| {
-                let value = Expr::<CellCentre>::symbol(own, x.name()) + alpha.expr() * field(p);
-                Recipe::new(value.node().clone(), own)
-            })?;
-            let r = &mut cg.r;
-            let own = r.id();
-            assignments.run("cg r", [own, q.id(), 0], r, &[q], |r| {
-                let value = Expr::<CellCentre>::symbol(own, r.name()) - alpha.expr() * field(q);
-                Recipe::new(value.node().clone(), own)
-            })?;
-            if self.singular {
-                match blocked {
-                    Some(blocked) => remove_fluid_mean(
-                        &mut cg.r,
-                        blocked,
-                        mean,
-                        assignments,
-                        "remove mean",
-                        None,
-                    )?,
-                    None => remove_mean(&mut cg.r, mean, assignments, "remove mean", None)?,
-                }
-            }
-            residuals.push(norm(assignments, &cg.r)?);
-            iterations += 1;
-            self.precondition()?;
-            let homogeneous = self.homogeneous.clone();
-            let Multigrid {
-                cg,
-                assignments,
-                levels,
-                ..
-            } = self;
-            let z = &levels[0].x;
-            let rz_next = dot(assignments, &cg.r, z)?;
-            cg.beta.set(rz_next / rz);
-            rz = rz_next;
-            let (beta, p) = (&cg.beta, &mut cg.p);
-            let own = p.id();
-            assignments.run("cg p", [own, z.id(), 0], p, &[z], |p| {
-                let value = field(z) + beta.expr() * Expr::<CellCentre>::symbol(own, p.name());
-                Recipe::new(value.node().clone(), own).filled(homogeneous)
-            })?;
-        }
-        copy_all(&self.cg.x, &mut self.levels[0].x, &mut self.assignments)?;
+        let Iterated {
+            residuals,
+            iterations,
+        } = poisson_iteration::preconditioned_cg(self, target, self.options.max_iterations)?;
+        self.cg_end()?;
         self.finish(
             solution,
             "multigrid-preconditioned CG",
@@ -1262,10 +1179,364 @@ impl Multigrid {
     /// never writes it, so CG's `r` is lent as that `b` for the cycle (a
     /// swap, undone after it) instead of copied.
     fn precondition(&mut self) -> SolverResult<()> {
-        std::mem::swap(&mut self.cg.r, &mut self.levels[0].b);
+        self.lend_residual_as_rhs();
         let outcome = self.v_cycle(0, true, true);
-        std::mem::swap(&mut self.cg.r, &mut self.levels[0].b);
+        self.lend_residual_as_rhs();
         outcome
+    }
+
+    /// Swaps CG's `r` and the finest level's `b` (its own inverse): a
+    /// V-cycle from zero then preconditions `r`.
+    pub(crate) fn lend_residual_as_rhs(&mut self) {
+        std::mem::swap(&mut self.cg.r, &mut self.levels[0].b);
+    }
+
+    /// One V-cycle from zero with homogeneous conditions on the loaded
+    /// finest `b`: the coarse correction of a decomposed hierarchy
+    /// (`crate::multigrid_patches`), agglomerated here.
+    pub(crate) fn correction_cycle(&mut self) -> SolverResult<()> {
+        self.v_cycle(0, true, true)
+    }
+
+    /// CG's start: its `x` from the finest level's (the loaded guess, its
+    /// ghosts filled), then `r = b - A x`.
+    pub(crate) fn cg_begin(&mut self) -> SolverResult<()> {
+        // CG keeps its own x and r; the V-cycles use the levels' fields.
+        copy_all(&self.levels[0].x, &mut self.cg.x, &mut self.assignments)?;
+        let order = self.order;
+        let Multigrid {
+            levels,
+            cg,
+            assignments,
+            ..
+        } = self;
+        let (r, b, x) = (&mut cg.r, &levels[0].b, &cg.x);
+        match &levels[0].coefficients {
+            Some(blocked) => {
+                let mut fields: Vec<&dyn BoundField> = vec![b, x];
+                fields.extend(blocked.fields());
+                assignments.run(
+                    "cg residual, closed faces",
+                    [r.id(), b.id(), x.id()],
+                    r,
+                    &fields,
+                    |r| Recipe::new((field(b) - blocked.operator(x)).node().clone(), r.id()),
+                )
+            }
+            None => assignments.run("cg residual", [r.id(), b.id(), x.id()], r, &[b, x], |r| {
+                Recipe::new((field(b) - operator(order, x)).node().clone(), r.id())
+            }),
+        }
+    }
+
+    /// `p = z` (the finest level's `x` after a V-cycle, ghosts included).
+    pub(crate) fn cg_first_direction(&mut self) -> SolverResult<()> {
+        copy_all(&self.levels[0].x, &mut self.cg.p, &mut self.assignments)
+    }
+
+    /// `q = A p` (`p`'s ghosts filled).
+    pub(crate) fn cg_search(&mut self) -> SolverResult<()> {
+        let order = self.order;
+        let Multigrid {
+            cg,
+            assignments,
+            levels,
+            ..
+        } = self;
+        let (p, q) = (&cg.p, &mut cg.q);
+        match &levels[0].coefficients {
+            Some(blocked) => {
+                let mut fields: Vec<&dyn BoundField> = vec![p];
+                fields.extend(blocked.fields());
+                assignments.run("cg q, closed faces", [q.id(), p.id(), 0], q, &fields, |q| {
+                    Recipe::new(blocked.operator(p).node().clone(), q.id())
+                })
+            }
+            None => assignments.run("cg q", [q.id(), p.id(), 0], q, &[p], |q| {
+                Recipe::new(operator(order, p).node().clone(), q.id())
+            }),
+        }
+    }
+
+    /// `x += alpha p`, `r -= alpha q`.
+    pub(crate) fn cg_step(&mut self, alpha: f64) -> SolverResult<()> {
+        let Multigrid {
+            cg, assignments, ..
+        } = self;
+        cg.alpha.set(alpha);
+        let (alpha, p, q) = (&cg.alpha, &cg.p, &cg.q);
+        let x = &mut cg.x;
+        let own = x.id();
+        assignments.run("cg x", [own, p.id(), 0], x, &[p], |x| {
+            let value = Expr::<CellCentre>::symbol(own, x.name()) + alpha.expr() * field(p);
+            Recipe::new(value.node().clone(), own)
+        })?;
+        let r = &mut cg.r;
+        let own = r.id();
+        assignments.run("cg r", [own, q.id(), 0], r, &[q], |r| {
+            let value = Expr::<CellCentre>::symbol(own, r.name()) - alpha.expr() * field(q);
+            Recipe::new(value.node().clone(), own)
+        })
+    }
+
+    /// `p = z + beta p`, its ghosts filled with the homogeneous conditions.
+    pub(crate) fn cg_direction(&mut self, beta: f64) -> SolverResult<()> {
+        let homogeneous = self.homogeneous.clone();
+        let Multigrid {
+            cg,
+            assignments,
+            levels,
+            ..
+        } = self;
+        cg.beta.set(beta);
+        let z = &levels[0].x;
+        let (beta, p) = (&cg.beta, &mut cg.p);
+        let own = p.id();
+        assignments.run("cg p", [own, z.id(), 0], p, &[z], |p| {
+            let value = field(z) + beta.expr() * Expr::<CellCentre>::symbol(own, p.name());
+            Recipe::new(value.node().clone(), own).filled(homogeneous)
+        })
+    }
+
+    /// CG's `x` back into the finest level's, where the solution is stored from.
+    pub(crate) fn cg_end(&mut self) -> SolverResult<()> {
+        copy_all(&self.cg.x, &mut self.levels[0].x, &mut self.assignments)
+    }
+
+    /// The field a decomposed hierarchy reduces, exchanges or fills.
+    pub(crate) fn vector(&self, which: Vector) -> &SpatialField<CellCentre> {
+        select(&self.levels, &self.cg, which)
+    }
+
+    /// [`Self::vector`], to write.
+    pub(crate) fn vector_mut(&mut self, which: Vector) -> &mut SpatialField<CellCentre> {
+        select_mut(&mut self.levels, &mut self.cg, which)
+    }
+
+    /// This hierarchy's part of the inner product `which`.
+    pub(crate) fn product_here(&mut self, which: Product) -> SolverResult<f64> {
+        let (a, b) = match which {
+            Product::ResidualZ => (&self.cg.r, &self.levels[0].x),
+            Product::DirectionImage => (&self.cg.p, &self.cg.q),
+        };
+        dot(&mut self.assignments, a, b)
+    }
+
+    /// The interior sum of the squares of `which`.
+    pub(crate) fn squares_here(&mut self, which: Vector) -> SolverResult<f64> {
+        let Multigrid {
+            levels,
+            cg,
+            assignments,
+            ..
+        } = self;
+        let v = select(levels, cg, which);
+        squares(assignments, v)
+    }
+
+    /// The interior sum of `which`.
+    pub(crate) fn sum_here(&mut self, which: Vector) -> SolverResult<f64> {
+        let Multigrid {
+            levels,
+            cg,
+            assignments,
+            ..
+        } = self;
+        let v = select(levels, cg, which);
+        sum(assignments, v)
+    }
+
+    /// Subtracts `value` from the interior of `which` (a mean worked out
+    /// over every patch).
+    pub(crate) fn subtract(&mut self, which: Vector, value: f64) -> SolverResult<()> {
+        self.mean.set(value);
+        let Multigrid {
+            levels,
+            cg,
+            assignments,
+            mean,
+            ..
+        } = self;
+        let x = select_mut(levels, cg, which);
+        subtract_mean(x, mean, assignments, "remove mean", None)
+    }
+
+    /// Fills the ghosts of `which` on the physical sides (after an exchange
+    /// filled those across seams, so that corners read the new values):
+    /// a level's `x` with its conditions, CG's `p` with the homogeneous ones.
+    pub(crate) fn refill(&mut self, which: Vector, homogeneous: bool) -> SolverResult<()> {
+        let (conditions, purpose) = match which {
+            Vector::Solution(level) => (
+                self.conditions(level, homogeneous),
+                Self::fill_purpose(level, homogeneous, ["refill", "refill, homogeneous"]),
+            ),
+            _ => (self.homogeneous.clone(), "refill, homogeneous"),
+        };
+        let Multigrid {
+            levels,
+            cg,
+            assignments,
+            ..
+        } = self;
+        let x = select_mut(levels, cg, which);
+        assignments.run(purpose, [x.id(), 0, 0], x, &[], |x| {
+            Recipe::ghosts(x, conditions)
+        })
+    }
+
+    /// Removes the mean of CG's `r` (a singular problem's), over the fluid
+    /// where bodies close faces.
+    fn remove_residual_mean(&mut self) -> SolverResult<()> {
+        let Multigrid {
+            cg,
+            assignments,
+            mean,
+            levels,
+            ..
+        } = self;
+        match &levels[0].coefficients {
+            Some(blocked) => {
+                remove_fluid_mean(&mut cg.r, blocked, mean, assignments, "remove mean", None)
+            }
+            None => remove_mean(&mut cg.r, mean, assignments, "remove mean", None),
+        }
+    }
+
+    /// The error of a solve that ran out of iterations.
+    pub(crate) fn out_of_iterations(
+        &self,
+        what: &str,
+        residual: f64,
+        iterations: usize,
+        target: f64,
+    ) -> SolverError {
+        SolverError::NotConverged {
+            solver: self.describe(what),
+            residual,
+            iterations,
+            target,
+        }
+    }
+}
+
+/// A vector of a hierarchy, by role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Vector {
+    /// A level's right-hand side `b`.
+    Rhs(usize),
+    /// A level's solution or correction `x` (on the finest, after a
+    /// preconditioning cycle, CG's `z`).
+    Solution(usize),
+    /// A level's residual `r`.
+    Residual(usize),
+    /// CG's residual `r`.
+    CgResidual,
+    /// CG's search direction `p`.
+    CgDirection,
+}
+
+/// The field of `which` among `levels` and `cg`.
+fn select<'a>(
+    levels: &'a [Level],
+    cg: &'a ConjugateGradientVectors,
+    which: Vector,
+) -> &'a SpatialField<CellCentre> {
+    match which {
+        Vector::Rhs(level) => &levels[level].b,
+        Vector::Solution(level) => &levels[level].x,
+        Vector::Residual(level) => &levels[level].r,
+        Vector::CgResidual => &cg.r,
+        Vector::CgDirection => &cg.p,
+    }
+}
+
+/// [`select`], to write.
+fn select_mut<'a>(
+    levels: &'a mut [Level],
+    cg: &'a mut ConjugateGradientVectors,
+    which: Vector,
+) -> &'a mut SpatialField<CellCentre> {
+    match which {
+        Vector::Rhs(level) => &mut levels[level].b,
+        Vector::Solution(level) => &mut levels[level].x,
+        Vector::Residual(level) => &mut levels[level].r,
+        Vector::CgResidual => &mut cg.r,
+        Vector::CgDirection => &mut cg.p,
+    }
+}
+
+impl PoissonSpace for Multigrid {
+    fn v_cycle(&mut self) -> SolverResult<()> {
+        self.v_cycle(0, false, false)
+    }
+
+    fn residual_norm(&mut self) -> SolverResult<f64> {
+        self.residual(0)?;
+        norm(&mut self.assignments, &self.levels[0].r)
+    }
+
+    fn begin_cg(&mut self) -> SolverResult<f64> {
+        self.cg_begin()?;
+        norm(&mut self.assignments, &self.cg.r)
+    }
+
+    fn precondition(&mut self) -> SolverResult<()> {
+        Multigrid::precondition(self)
+    }
+
+    fn first_direction(&mut self) -> SolverResult<()> {
+        self.cg_first_direction()
+    }
+
+    fn search(&mut self) -> SolverResult<()> {
+        self.cg_search()
+    }
+
+    fn product(&mut self, which: Product) -> SolverResult<f64> {
+        self.product_here(which)
+    }
+
+    fn advance(&mut self, alpha: f64) -> SolverResult<f64> {
+        self.cg_step(alpha)?;
+        if self.singular {
+            self.remove_residual_mean()?;
+        }
+        norm(&mut self.assignments, &self.cg.r)
+    }
+
+    fn direction(&mut self, beta: f64) -> SolverResult<()> {
+        self.cg_direction(beta)
+    }
+
+    fn not_converged(
+        &self,
+        what: &str,
+        residual: f64,
+        iterations: usize,
+        target: f64,
+    ) -> SolverError {
+        self.out_of_iterations(what, residual, iterations, target)
+    }
+}
+
+/// An error when the last of `residuals` is not finite: `solver`
+/// diverged.
+pub(crate) fn check_finite(
+    solver: &str,
+    residuals: &[f64],
+    iterations: usize,
+    target: f64,
+) -> SolverResult<()> {
+    match residuals.last() {
+        Some(&last) if !last.is_finite() => Err(SolverError::NotConverged {
+            solver: format!(
+                "{solver} (the residual is no longer finite: the iteration diverged; check the initial guess and the smoothing weight)"
+            ),
+            residual: last,
+            iterations,
+            target,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -1287,15 +1558,31 @@ fn dot(
 
 /// The interior L2 norm of `a` (prepared once per field).
 fn norm(assignments: &mut Assignments, a: &SpatialField<CellCentre>) -> SolverResult<f64> {
-    let squares = assignments.reduce("norm", [a.id(), 0], a.active_device(), &[a], || {
+    Ok(squares(assignments, a)?.sqrt())
+}
+
+/// The interior sum of the squares of `a` (prepared once per field).
+fn squares(assignments: &mut Assignments, a: &SpatialField<CellCentre>) -> SolverResult<f64> {
+    assignments.reduce("norm", [a.id(), 0], a.active_device(), &[a], || {
         PreparedReduction::new(
             a,
             Reduction::SumOfSquares,
             ReduceRegion::Interior,
             Parallelism::Rayon,
         )
-    })?;
-    Ok(squares.sqrt())
+    })
+}
+
+/// The interior sum of `x` (prepared once per field).
+fn sum(assignments: &mut Assignments, x: &SpatialField<CellCentre>) -> SolverResult<f64> {
+    assignments.reduce("sum", [x.id(), 0], x.active_device(), &[x], || {
+        PreparedReduction::new(
+            x,
+            Reduction::Sum,
+            ReduceRegion::Interior,
+            Parallelism::Rayon,
+        )
+    })
 }
 
 /// Subtracts `x`'s interior mean from `x` (through the parameter `mean`,
@@ -1309,15 +1596,19 @@ fn remove_mean(
     fill: Option<BoundaryConditions>,
 ) -> SolverResult<()> {
     let n = x.layout().interior_len() as f64;
-    let sum = assignments.reduce("sum", [x.id(), 0], x.active_device(), &[&*x], || {
-        PreparedReduction::new(
-            &*x,
-            Reduction::Sum,
-            ReduceRegion::Interior,
-            Parallelism::Rayon,
-        )
-    })?;
-    mean.set(sum / n);
+    mean.set(sum(assignments, x)? / n);
+    subtract_mean(x, mean, assignments, purpose, fill)
+}
+
+/// Subtracts the parameter `mean` from `x`'s interior, then fills `x`'s
+/// ghosts with `fill` if given (`purpose` names the variant).
+fn subtract_mean(
+    x: &mut SpatialField<CellCentre>,
+    mean: &Parameter,
+    assignments: &mut Assignments,
+    purpose: &'static str,
+    fill: Option<BoundaryConditions>,
+) -> SolverResult<()> {
     let own = x.id();
     assignments.run(purpose, [own, 0, 0], x, &[], |x| {
         let value = Expr::<CellCentre>::symbol(own, x.name()) - mean.expr();
@@ -1379,6 +1670,34 @@ fn operator(order: SpaceOrder, x: &SpatialField<CellCentre>) -> Expr<'_, CellCen
             }
             sum
         }
+    }
+}
+
+/// The grids of a hierarchy on `grid`, finest first: every active axis
+/// halved while every active count is even and at least 4.
+pub(crate) fn coarsened_grids(grid: &Grid) -> SolverResult<Vec<Grid>> {
+    let active = grid.active_dimensions();
+    let mut grids = vec![grid.clone()];
+    let mut current = grid.clone();
+    loop {
+        let cells = current.cells();
+        let can = (0..3)
+            .filter(|&a| active[a])
+            .all(|a| cells[a].is_multiple_of(2) && cells[a] >= 4);
+        if !can {
+            return Ok(grids);
+        }
+        let coarse_cells = [0, 1, 2].map(|a| if active[a] { cells[a] / 2 } else { cells[a] });
+        let spacing = [0, 1, 2].map(|a| {
+            if active[a] {
+                current.spacing()[a] * 2.0
+            } else {
+                current.spacing()[a]
+            }
+        });
+        current = Grid::from_spacing(coarse_cells, spacing, current.origin())?
+            .with_periodic(grid.periodic());
+        grids.push(current.clone());
     }
 }
 

@@ -1,0 +1,691 @@
+//! Geometric multigrid on the patches of a decomposed grid (issue 51): the
+//! fine levels smoothed on patches with their seams exchanged, the coarse
+//! levels agglomerated, as in hypre and Uintah, and every reduction added
+//! in patch order, so that a solve gives the same bits on 1, 2 or 4 ranks.
+//!
+//! # Design
+//!
+//! * **Levels.** The hierarchy's grids are the whole domain's
+//!   ([`crate::Multigrid`]'s rule: every active axis halved while its count
+//!   is even and at least 4). Level `l` is decomposed into the layout's
+//!   patch counts while its patches keep at least [`SMALLEST_PATCH_CELLS`]
+//!   cells along every active axis, an even number (so that each coarse
+//!   cell's children lie in one patch), and while at least two whole
+//!   levels stay below. The first level that is not is the
+//!   *agglomeration level* `D`; from there on one whole-domain
+//!   [`crate::Multigrid`] (built on level `D`'s grid) holds the coarse
+//!   hierarchy, replicated on every rank.
+//! * **One V-cycle on the patches is the whole domain's, bit for bit.**
+//!   Each owned patch keeps its own levels `0..=D` (a
+//!   [`crate::Multigrid`] on the patch). Every writer of a level's `x`
+//!   (a Jacobi sweep, a correction) fills the ghosts on the patch's
+//!   physical sides as the whole domain does; then the seam ghosts take
+//!   their owners' values ([`watershed_fields::halo`]) and the physical
+//!   sides are filled again, so corners read the new seam values: every
+//!   allocated point of a patch holds what the whole domain holds there,
+//!   and each kernel computes the whole domain's values on the patch. The
+//!   restriction reads only the patch's own cells. At level `D` every
+//!   rank gathers the restricted residuals of every patch (in patch
+//!   order), runs the whole coarse cycle from zero, and takes back the
+//!   window of the correction its patches cover, ghosts included, which
+//!   the prolongation reads.
+//! * **Reductions** (norms, CG's inner products, a singular problem's
+//!   means) are per-patch partial results gathered from every rank and
+//!   added in patch order: the same sums on any number of ranks, but
+//!   summed in another order than the whole domain's, so a CG solve equals
+//!   the undecomposed one only to rounding, while plain V-cycles on a
+//!   problem with a Dirichlet side (no mean to remove) equal it bit for
+//!   bit.
+//! * **Costs.** Each Jacobi sweep, correction and CG direction exchanges
+//!   one field's seams; the agglomeration gathers level `D` (a few hundred
+//!   cells on the usual grids) to every rank once per cycle.
+//!
+//! Second and fourth order (the finest level then has 3 ghost layers and
+//! exchanges them), on the CPU, without immersed bodies.
+
+use crate::boundary::BoundaryConditions;
+use crate::error::{SolverError, SolverResult};
+use crate::multigrid::coarsened_grids;
+use crate::multigrid::{Multigrid, MultigridOptions, SolveReport, Vector, check_finite};
+use crate::poisson_iteration::{self, Iterated, PoissonSpace, Product};
+use crate::staggered::SpaceOrder;
+use crate::windows::{check_within, for_rows};
+use std::ops::Range;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use watershed_fields::halo::{HaloBuffers, HaloFields, HaloPlan, HaloRoute, exchange_reusing};
+use watershed_fields::ranks::RankLink;
+use watershed_fields::{
+    CellCentre, FieldLayout, FieldResult, GhostWidth, LocationKind, PatchLayout, SpatialField,
+};
+
+/// A level is smoothed on patches only while they keep at least this many
+/// cells along every active axis; below, the seam exchanges of a sweep
+/// cost more than the sweep, and the level is agglomerated.
+pub const SMALLEST_PATCH_CELLS: usize = 4;
+
+/// A multigrid Poisson solver for `lap(x) = b` on the patches of a layout
+/// this rank owns (see the module docs): V-cycles or CG preconditioned by
+/// one V-cycle, collective over the ranks of its link.
+///
+/// ```
+/// use std::rc::Rc;
+/// use watershed_fields::{CellCentre, Device, GhostWidth, Grid, PatchLayout, SpatialField};
+/// use watershed_fields::ranks::SingleProcess;
+/// use watershed_solvers::{BoundaryCondition, BoundaryConditions, MultigridOptions};
+/// use watershed_solvers::{PatchedMultigrid, SpaceOrder};
+/// use watershed_operators::Side;
+/// let grid = Grid::new([32, 32, 1], [1.0; 3], [0.0; 3])?;
+/// let layout = PatchLayout::new(&grid, [2, 2, 1], GhostWidth::uniform(1))?;
+/// let walls = BoundaryConditions::new()
+///     .with(Side::MINUS_X, BoundaryCondition::Dirichlet(0.0))
+///     .with(Side::PLUS_X, BoundaryCondition::Dirichlet(0.0))
+///     .with(Side::MINUS_Y, BoundaryCondition::Neumann(0.0))
+///     .with(Side::PLUS_Y, BoundaryCondition::Neumann(0.0));
+/// let mut poisson = PatchedMultigrid::new(
+///     &layout, Rc::new(SingleProcess), walls, MultigridOptions::default(), SpaceOrder::Second,
+/// )?;
+/// // Levels 32, 16 and 8 cells wide on patches, 4 and 2 agglomerated.
+/// assert_eq!((poisson.levels(), poisson.decomposed_levels()), (5, 3));
+/// let mut rhs = Vec::new();
+/// let mut solution = Vec::new();
+/// for index in poisson.owned() {
+///     let patch = layout.patch(index)?;
+///     let mut b = SpatialField::<CellCentre>::new("b", &patch, Device::Cpu)?;
+///     b.fill(1.0)?;
+///     rhs.push(b);
+///     solution.push(SpatialField::<CellCentre>::new("x", &patch, Device::Cpu)?);
+/// }
+/// let report = poisson.solve_preconditioned_cg(&rhs, &mut solution)?;
+/// assert!(report.residuals.last().unwrap() <= &(1e-8 * report.rhs_norm));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct PatchedMultigrid {
+    link: Rc<dyn RankLink>,
+    layout: PatchLayout,
+    owned: Range<usize>,
+    /// One hierarchy per owned patch, in patch order: levels `0..=D`.
+    patches: Vec<Multigrid>,
+    /// The exchange of each level smoothed on patches (level 0 at least:
+    /// CG's direction and the guess are exchanged there).
+    routes: Vec<HaloRoute>,
+    buffers: HaloBuffers,
+    /// Levels `D..` on the whole domain, the same on every rank.
+    coarse: Multigrid,
+    /// Every patch of level `D`, in patch order: its offset in level
+    /// `D`'s grid and its field layout (what the gather places).
+    parts: Vec<([isize; 3], FieldLayout)>,
+    /// The values each rank gives to the gather of level `D`.
+    gather_counts: Vec<usize>,
+    /// How many patches each rank owns (one partial result each).
+    patch_counts: Vec<usize>,
+    singular: bool,
+    order: SpaceOrder,
+    options: MultigridOptions,
+    /// Interior cells of the finest level (for means).
+    cells: f64,
+    /// Wall time in seam exchanges, gathers and reductions across ranks.
+    exchange_time: Duration,
+}
+
+impl std::fmt::Debug for PatchedMultigrid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PatchedMultigrid")
+            .field("patches", &self.layout.counts())
+            .field("rank", &self.link.rank())
+            .field("owned", &self.owned)
+            .field("levels", &self.levels())
+            .field("decomposed_levels", &self.decomposed_levels())
+            .finish()
+    }
+}
+
+impl PatchedMultigrid {
+    /// A solver for `lap(x) = b` on the patches of `layout` the rank of
+    /// `link` owns (only the layout's counts matter: the solver's levels
+    /// keep their own ghost layers), with `conditions` on every
+    /// non-periodic side and the Laplacian of `order` for CG (the V-cycles
+    /// stay compact, as [`Multigrid::with_order`]).
+    pub fn new(
+        layout: &PatchLayout,
+        link: Rc<dyn RankLink>,
+        conditions: BoundaryConditions,
+        options: MultigridOptions,
+        order: SpaceOrder,
+    ) -> SolverResult<Self> {
+        let setup = |reason: String| SolverError::Setup {
+            equation: "Poisson".into(),
+            reason,
+        };
+        let grid = layout.grid();
+        let grids = coarsened_grids(grid)?;
+        let active = grid.active_dimensions();
+        let counts = layout.counts();
+        let finest_ghosts = match order {
+            SpaceOrder::Second => 1,
+            SpaceOrder::Fourth => 3,
+        };
+        // The agglomeration level: the first whose patches are too small
+        // or odd, or with fewer than two whole levels below it.
+        let mut agglomerated = 0;
+        while agglomerated + 3 <= grids.len() {
+            let cells = grids[agglomerated].cells();
+            let fits = (0..3).filter(|&a| active[a]).all(|a| {
+                let n = cells[a] / counts[a];
+                n.is_multiple_of(2) && n >= SMALLEST_PATCH_CELLS
+            });
+            if !fits {
+                break;
+            }
+            agglomerated += 1;
+        }
+        let ghosts = |level: usize| if level == 0 { finest_ghosts } else { 1 };
+        let layouts = (0..=agglomerated)
+            .map(|level| {
+                PatchLayout::new(&grids[level], counts, GhostWidth::uniform(ghosts(level)))
+            })
+            .collect::<FieldResult<Vec<_>>>()?;
+        let coarse_order = if agglomerated == 0 {
+            order
+        } else {
+            SpaceOrder::Second
+        };
+        let coarse = Multigrid::with_order(
+            &grids[agglomerated].whole_domain(ghosts(agglomerated)),
+            conditions.clone(),
+            options,
+            coarse_order,
+        )?;
+        let singular = coarse.is_singular();
+        let (rank, ranks) = (link.rank(), link.ranks());
+        let owned = layout.owned_by(rank, ranks)?;
+        let mut patches = Vec::with_capacity(owned.len());
+        for index in owned.clone() {
+            let levels = layouts
+                .iter()
+                .map(|l| l.patch(index))
+                .collect::<FieldResult<Vec<_>>>()?;
+            patches.push(Multigrid::on_patch(
+                &levels,
+                conditions.clone(),
+                options,
+                order,
+                singular,
+            )?);
+        }
+        if patches.is_empty() {
+            return Err(setup(format!(
+                "rank {rank} of {ranks} owns none of the {} patches of layout {counts:?}; use at most as many ranks as patches",
+                layout.len()
+            )));
+        }
+        let routes = layouts[..agglomerated.max(1)]
+            .iter()
+            .map(|l| {
+                let plan = HaloPlan::new(l, LocationKind::CellCentre)?;
+                HaloRoute::new(&plan, l, rank, ranks)
+            })
+            .collect::<FieldResult<Vec<_>>>()?;
+        let top = &layouts[agglomerated];
+        let parts = (0..top.len())
+            .map(|index| {
+                let patch = top.patch(index)?;
+                let offset = patch.offset().map(|o| o as isize);
+                Ok((offset, FieldLayout::new(&patch, LocationKind::CellCentre)))
+            })
+            .collect::<FieldResult<Vec<_>>>()?;
+        let owned_runs = (0..ranks)
+            .map(|r| layout.owned_by(r, ranks).map(|run| run.len()))
+            .collect::<FieldResult<Vec<_>>>()?;
+        let per_patch = parts.first().map_or(0, |(_, l)| l.interior_len());
+        Ok(PatchedMultigrid {
+            layout: layout.clone(),
+            owned,
+            patches,
+            routes,
+            buffers: HaloBuffers::default(),
+            coarse,
+            parts,
+            gather_counts: owned_runs.iter().map(|n| n * per_patch).collect(),
+            patch_counts: owned_runs,
+            singular,
+            order,
+            options,
+            cells: grid.cells().iter().product::<usize>() as f64,
+            exchange_time: Duration::ZERO,
+            link,
+        })
+    }
+
+    /// The layout of the finest level's patches.
+    pub fn layout(&self) -> &PatchLayout {
+        &self.layout
+    }
+
+    /// The patches this rank owns (the fields a solve takes, in order).
+    pub fn owned(&self) -> Range<usize> {
+        self.owned.clone()
+    }
+
+    /// Levels in all, decomposed and agglomerated.
+    pub fn levels(&self) -> usize {
+        self.decomposed_levels() + self.coarse.levels()
+    }
+
+    /// Levels smoothed on patches; the coarser ones run on the whole
+    /// domain on every rank.
+    pub fn decomposed_levels(&self) -> usize {
+        self.patches[0].levels() - 1
+    }
+
+    /// True when no side is Dirichlet (solutions are defined up to a
+    /// constant).
+    pub fn is_singular(&self) -> bool {
+        self.singular
+    }
+
+    /// Wall time this rank spent in seam exchanges, the agglomeration's
+    /// gathers and reductions across patches (waits for other ranks
+    /// included), since the solver was built.
+    pub fn exchange_time(&self) -> Duration {
+        self.exchange_time
+    }
+
+    /// Solves `lap(x) = rhs` by V-cycles, starting from `solution`'s
+    /// values and leaving the result there (ghosts filled by the
+    /// conditions and across seams); one field of each per owned patch,
+    /// in patch order, on the CPU. Collective.
+    pub fn solve(
+        &mut self,
+        rhs: &[SpatialField<CellCentre>],
+        solution: &mut [SpatialField<CellCentre>],
+    ) -> SolverResult<SolveReport> {
+        if self.order != SpaceOrder::Second {
+            return Err(SolverError::Setup {
+                equation: "Poisson".into(),
+                reason: format!(
+                    "PatchedMultigrid::solve runs V-cycles on the compact second-order Laplacian, but this solver was built for the order-{} operator; use solve_preconditioned_cg",
+                    self.order.number()
+                ),
+            });
+        }
+        let rhs_norm = self.load(rhs, solution)?;
+        let target = self.options.relative_tolerance * rhs_norm.max(f64::MIN_POSITIVE);
+        let Iterated {
+            residuals,
+            iterations,
+        } = poisson_iteration::v_cycles(self, target, self.options.max_iterations)?;
+        check_finite("multigrid on patches", &residuals, iterations, target)?;
+        self.store(solution)?;
+        Ok(SolveReport {
+            iterations,
+            residuals,
+            rhs_norm,
+        })
+    }
+
+    /// Solves `lap(x) = rhs` by conjugate gradients preconditioned with
+    /// one V-cycle (fields as [`Self::solve`]). Collective.
+    pub fn solve_preconditioned_cg(
+        &mut self,
+        rhs: &[SpatialField<CellCentre>],
+        solution: &mut [SpatialField<CellCentre>],
+    ) -> SolverResult<SolveReport> {
+        let rhs_norm = self.load(rhs, solution)?;
+        let target = self.options.relative_tolerance * rhs_norm.max(f64::MIN_POSITIVE);
+        let Iterated {
+            residuals,
+            iterations,
+        } = poisson_iteration::preconditioned_cg(self, target, self.options.max_iterations)?;
+        for patch in &mut self.patches {
+            patch.cg_end()?;
+        }
+        check_finite(
+            "multigrid-preconditioned CG on patches",
+            &residuals,
+            iterations,
+            target,
+        )?;
+        self.store(solution)?;
+        Ok(SolveReport {
+            iterations,
+            residuals,
+            rhs_norm,
+        })
+    }
+
+    /// Copies `rhs` and the guess in (the guess's seams exchanged), makes
+    /// `b` mean-free where the problem is singular; returns `|b|`.
+    fn load(
+        &mut self,
+        rhs: &[SpatialField<CellCentre>],
+        guess: &[SpatialField<CellCentre>],
+    ) -> SolverResult<f64> {
+        let owned = self.owned.len();
+        for (what, given) in [("right-hand side", rhs.len()), ("solution", guess.len())] {
+            if given != owned {
+                return Err(SolverError::Setup {
+                    equation: "Poisson".into(),
+                    reason: format!(
+                        "{given} {what} field(s) given, but rank {} owns {owned} patch(es) ({:?}); give one per owned patch, in patch order",
+                        self.link.rank(),
+                        self.owned
+                    ),
+                });
+            }
+        }
+        for ((patch, b), x) in self.patches.iter_mut().zip(rhs).zip(guess) {
+            patch.copy_in(b, x)?;
+        }
+        self.exchange(Vector::Solution(0), false)?;
+        if self.singular {
+            self.remove_mean(Vector::Rhs(0))?;
+        }
+        Ok(self
+            .sum_over_patches(|p| p.squares_here(Vector::Rhs(0)))?
+            .sqrt())
+    }
+
+    /// The solution out: mean-free where singular, ghosts filled.
+    fn store(&mut self, solution: &mut [SpatialField<CellCentre>]) -> SolverResult<()> {
+        if self.singular {
+            self.remove_mean(Vector::Solution(0))?;
+        }
+        for patch in &mut self.patches {
+            patch.fill_finest()?;
+        }
+        self.exchange(Vector::Solution(0), false)?;
+        for (patch, x) in self.patches.iter_mut().zip(solution) {
+            patch.copy_out(x)?;
+        }
+        Ok(())
+    }
+
+    /// Subtracts the interior mean of `which` over every patch.
+    fn remove_mean(&mut self, which: Vector) -> SolverResult<()> {
+        let mean = self.sum_over_patches(|p| p.sum_here(which))? / self.cells;
+        for patch in &mut self.patches {
+            patch.subtract(which, mean)?;
+        }
+        Ok(())
+    }
+
+    /// `partial` of every patch of every rank, added in patch order.
+    fn sum_over_patches(
+        &mut self,
+        mut partial: impl FnMut(&mut Multigrid) -> SolverResult<f64>,
+    ) -> SolverResult<f64> {
+        let mine = self
+            .patches
+            .iter_mut()
+            .map(&mut partial)
+            .collect::<SolverResult<Vec<f64>>>()?;
+        let started = Instant::now();
+        let all = self.link.gather_in_rank_order(&mine, &self.patch_counts);
+        self.exchange_time += started.elapsed();
+        Ok(all?.iter().sum())
+    }
+
+    /// Fills the seam ghosts of `which` from the patches owning them,
+    /// then its physical sides again (homogeneous conditions with
+    /// `homogeneous`). Nothing with one patch: its writers filled it.
+    fn exchange(&mut self, which: Vector, homogeneous: bool) -> SolverResult<()> {
+        if self.layout.len() == 1 {
+            return Ok(());
+        }
+        let level = match which {
+            Vector::Solution(level) | Vector::Rhs(level) | Vector::Residual(level) => level,
+            Vector::CgResidual | Vector::CgDirection => 0,
+        };
+        let started = Instant::now();
+        let mut fields = VectorFields {
+            first: self.owned.start,
+            patches: &mut self.patches,
+            which,
+        };
+        let exchanged = exchange_reusing(
+            &self.routes[level],
+            self.link.as_ref(),
+            &mut fields,
+            &mut self.buffers,
+        );
+        self.exchange_time += started.elapsed();
+        exchanged?;
+        for patch in &mut self.patches {
+            patch.refill(which, homogeneous)?;
+        }
+        Ok(())
+    }
+
+    /// `sweeps` Jacobi sweeps on `level` of every patch, the seams
+    /// exchanged after each.
+    fn smooth(
+        &mut self,
+        level: usize,
+        sweeps: usize,
+        homogeneous: bool,
+        from_zero: bool,
+    ) -> SolverResult<()> {
+        if sweeps == 0 {
+            if from_zero {
+                for patch in &mut self.patches {
+                    patch.smooth(level, 0, homogeneous, true)?;
+                }
+            }
+            return Ok(());
+        }
+        for sweep in 0..sweeps {
+            for patch in &mut self.patches {
+                patch.smooth(level, 1, homogeneous, from_zero && sweep == 0)?;
+            }
+            self.exchange(Vector::Solution(level), homogeneous)?;
+        }
+        Ok(())
+    }
+
+    /// One V-cycle on `level` (see [`Multigrid`]'s), the agglomeration
+    /// level handing over to the whole coarse hierarchy.
+    fn cycle(&mut self, level: usize, homogeneous: bool, from_zero: bool) -> SolverResult<()> {
+        if level + 1 == self.patches[0].levels() {
+            return self.agglomerate(level);
+        }
+        self.smooth(level, self.options.pre_smoothing, homogeneous, from_zero)?;
+        for patch in &mut self.patches {
+            patch.residual(level)?;
+            patch.restrict_residual(level)?;
+        }
+        self.cycle(level + 1, true, true)?;
+        for patch in &mut self.patches {
+            patch.correct(level, homogeneous)?;
+        }
+        self.exchange(Vector::Solution(level), homogeneous)?;
+        self.smooth(level, self.options.post_smoothing, homogeneous, false)
+    }
+
+    /// The coarse correction: `level`'s right-hand sides of every patch
+    /// gathered into the whole coarse hierarchy, one V-cycle from zero
+    /// there (on every rank), and each owned patch's window of the
+    /// correction, ghosts included, copied back into its `level`.
+    fn agglomerate(&mut self, level: usize) -> SolverResult<()> {
+        let started = Instant::now();
+        let rank = self.link.rank();
+        let mut mine = Vec::with_capacity(self.gather_counts[rank]);
+        for patch in &self.patches {
+            let b = patch.vector(Vector::Rhs(level));
+            let layout = b.layout();
+            let values = b.values()?;
+            for_rows(layout.interior(), [0; 3], layout, layout, |_, from, len| {
+                mine.extend_from_slice(&values[from..from + len]);
+            });
+        }
+        let all = self.link.gather_in_rank_order(&mine, &self.gather_counts)?;
+        let whole = self.coarse.vector_mut(Vector::Rhs(0));
+        let to = whole.layout().clone();
+        let values = whole.values_mut()?;
+        let mut at = 0;
+        for (offset, layout) in &self.parts {
+            let fits = for_rows(layout.interior(), *offset, &to, layout, |to, _, len| {
+                values[to..to + len].copy_from_slice(&all[at..at + len]);
+                at += len;
+            });
+            check_within(fits, &to)?;
+        }
+        self.exchange_time += started.elapsed();
+        self.coarse.correction_cycle()?;
+        let whole = self.coarse.vector(Vector::Solution(0));
+        let from_layout = whole.layout();
+        let source = whole.values()?;
+        for (patch, index) in self.patches.iter_mut().zip(self.owned.clone()) {
+            let offset = self.parts[index].0;
+            let x = patch.vector_mut(Vector::Solution(level));
+            let to_layout = x.layout().clone();
+            let values = x.values_mut()?;
+            let fits = for_rows(
+                to_layout.allocated(),
+                offset,
+                from_layout,
+                &to_layout,
+                |whole_at, part_at, len| {
+                    values[part_at..part_at + len]
+                        .copy_from_slice(&source[whole_at..whole_at + len]);
+                },
+            );
+            check_within(fits, from_layout)?;
+        }
+        Ok(())
+    }
+}
+
+impl PoissonSpace for PatchedMultigrid {
+    fn v_cycle(&mut self) -> SolverResult<()> {
+        self.cycle(0, false, false)
+    }
+
+    fn residual_norm(&mut self) -> SolverResult<f64> {
+        for patch in &mut self.patches {
+            patch.residual(0)?;
+        }
+        Ok(self
+            .sum_over_patches(|p| p.squares_here(Vector::Residual(0)))?
+            .sqrt())
+    }
+
+    fn begin_cg(&mut self) -> SolverResult<f64> {
+        for patch in &mut self.patches {
+            patch.cg_begin()?;
+        }
+        Ok(self
+            .sum_over_patches(|p| p.squares_here(Vector::CgResidual))?
+            .sqrt())
+    }
+
+    fn precondition(&mut self) -> SolverResult<()> {
+        for patch in &mut self.patches {
+            patch.lend_residual_as_rhs();
+        }
+        let outcome = self.cycle(0, true, true);
+        for patch in &mut self.patches {
+            patch.lend_residual_as_rhs();
+        }
+        outcome
+    }
+
+    fn first_direction(&mut self) -> SolverResult<()> {
+        for patch in &mut self.patches {
+            patch.cg_first_direction()?;
+        }
+        Ok(())
+    }
+
+    fn search(&mut self) -> SolverResult<()> {
+        for patch in &mut self.patches {
+            patch.cg_search()?;
+        }
+        Ok(())
+    }
+
+    fn product(&mut self, which: Product) -> SolverResult<f64> {
+        self.sum_over_patches(|p| p.product_here(which))
+    }
+
+    fn advance(&mut self, alpha: f64) -> SolverResult<f64> {
+        for patch in &mut self.patches {
+            patch.cg_step(alpha)?;
+        }
+        if self.singular {
+            self.remove_mean(Vector::CgResidual)?;
+        }
+        Ok(self
+            .sum_over_patches(|p| p.squares_here(Vector::CgResidual))?
+            .sqrt())
+    }
+
+    fn direction(&mut self, beta: f64) -> SolverResult<()> {
+        for patch in &mut self.patches {
+            patch.cg_direction(beta)?;
+        }
+        self.exchange(Vector::CgDirection, true)
+    }
+
+    fn not_converged(
+        &self,
+        what: &str,
+        residual: f64,
+        iterations: usize,
+        target: f64,
+    ) -> SolverError {
+        SolverError::NotConverged {
+            solver: format!(
+                "{what} on {:?} patches ({} levels, {} of them on patches)",
+                self.layout.counts(),
+                self.levels(),
+                self.decomposed_levels()
+            ),
+            residual,
+            iterations,
+            target,
+        }
+    }
+}
+
+/// One vector of every owned patch's hierarchy, as an exchange reads and
+/// writes it.
+struct VectorFields<'a> {
+    first: usize,
+    patches: &'a mut [Multigrid],
+    which: Vector,
+}
+
+impl VectorFields<'_> {
+    fn position(&self, patch: usize) -> FieldResult<usize> {
+        patch
+            .checked_sub(self.first)
+            .filter(|&k| k < self.patches.len())
+            .ok_or_else(|| watershed_fields::FieldError::InvalidLayout {
+                reason: format!(
+                    "patch {patch} is not among the patches {}..{} this rank's multigrid holds",
+                    self.first,
+                    self.first + self.patches.len()
+                ),
+            })
+    }
+}
+
+impl HaloFields for VectorFields<'_> {
+    fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()> {
+        let values = self.patches[self.position(patch)?]
+            .vector(self.which)
+            .values()?;
+        out.extend(at.iter().map(|&i| values[i]));
+        Ok(())
+    }
+
+    fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()> {
+        let k = self.position(patch)?;
+        let data = self.patches[k].vector_mut(self.which).values_mut()?;
+        for (&i, &v) in at.iter().zip(values) {
+            data[i] = v;
+        }
+        Ok(())
+    }
+}
