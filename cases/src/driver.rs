@@ -701,7 +701,7 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
     if wall > 0.0 {
         let _ = writeln!(
             text,
-            "time in graph nodes: {:.3} s ({:.1}% of the wall time; the rest is outside the graphs: time-step limits, output, progress)",
+            "time in graph nodes: {:.3} s ({:.1}% of the wall time; the rest is outside the graphs: time-step limits, output, progress, and on patches the exchanges and a flow's Poisson solve)",
             report.graph_time.as_secs_f64(),
             100.0 * report.graph_time.as_secs_f64() / wall
         );

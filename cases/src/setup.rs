@@ -54,25 +54,29 @@ pub fn patch_layout(
     })
 }
 
-/// `builder` (a flow on the whole domain of `grid`) with its momentum on
-/// the patches of the `patches` setting ([`patch_layout`], `ghosts`
-/// layers each; see `IncompressibleFlowBuilder::patches`) when they are
-/// more than one or the run has several ranks; unchanged otherwise, so
-/// that one patch in one process keeps the single graph.
+/// `builder` (a flow on the whole domain of `grid`) on the patches of the
+/// `patches` setting ([`patch_layout`], `ghosts` layers each; see
+/// `IncompressibleFlowBuilder::patches`), its projection replicated with
+/// `replicate_projection`, when they are more than one or the run has
+/// several ranks; unchanged otherwise, so that one patch in one process
+/// keeps the single graph.
 pub fn flow_on_patches(
     builder: IncompressibleFlowBuilder,
     grid: &Grid,
     patches: [usize; 3],
+    replicate_projection: bool,
     ghosts: usize,
     options: &CaseOptions,
 ) -> CaseResult<IncompressibleFlowBuilder> {
     let link = options.rank_link();
     let layout = patch_layout(grid, patches, GhostWidth::uniform(ghosts), options)?;
-    Ok(if layout.len() > 1 || link.ranks() > 1 {
-        builder.patches(layout, link)
-    } else {
-        builder
-    })
+    Ok(
+        match (layout.len() > 1 || link.ranks() > 1, replicate_projection) {
+            (false, _) => builder,
+            (true, false) => builder.patches(layout, link),
+            (true, true) => builder.patches(layout, link).replicated_projection(),
+        },
+    )
 }
 
 /// The graphs of `flow` named for timings and traces: `momentum` (its

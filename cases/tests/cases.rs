@@ -207,7 +207,7 @@ fn decomposed_cases_pass_their_checks_on_patches() {
         ],
         None,
     );
-    // The flows with their momentum on patches (the projection whole).
+    // The flows on patches: the momentum and the Poisson solve.
     passes(
         "taylor-green",
         &["cells=32", "end_time=0.5", "patches=2,2,1"],

@@ -4,10 +4,12 @@
 # `mpirun --oversubscribe -np 1, 2, 4` gives, at every dump, the bits of
 # one process on one patch, and the same checkpoints on every rank count;
 # so do wasatch-scalability on 2 x 1 x 2 patches on 2 and 4 ranks, heat on
-# 2 x 2 x 1 patches on 2 ranks, the lid-driven cavity (its momentum on
-# 2 x 2 patches) on 1, 2 and 4 ranks with a restart from 2 ranks onto 4,
-# the 3D Taylor-Green vortex on 2 x 1 x 2 patches on 2 and 4 ranks, and
-# advection with one rank per (emulated) GPU; a checkpoint written on
+# 2 x 2 x 1 patches on 2 ranks, and advection with one rank per
+# (emulated) GPU; the lid-driven cavity on 2 x 2 patches (its momentum and
+# its Poisson solve) on 1, 2 and 4 ranks and the 3D Taylor-Green vortex on
+# 2 x 1 x 2 patches on 2 and 4 ranks give the bits of one process with the
+# same layout (with the projection replicated, those of one patch), and a
+# cavity checkpoint of 2 ranks restarts on 4; a checkpoint written on
 # 2 ranks restarts on 4 with the same bits; a bad layout, a case that does
 # not decompose, or more ranks than patches is a clear error on every rank
 # (no hang); SIGTERM to one rank stops every rank after the same step with
@@ -80,34 +82,39 @@ run_unchecked() {
         return 1
     fi
 }
-echo "--> the lid-driven cavity, its momentum on 2 x 2 patches, on 1, 2 and 4 ranks; a checkpoint of 2 ranks restarts on 4"
+echo "--> the lid-driven cavity on 2 x 2 patches (momentum and Poisson solve) on 1, 2 and 4 ranks: the bits of one process; a checkpoint of 2 ranks restarts on 4"
 cavity=(--set cells=32 --set integrator=ssp-rk3 --steps 12 --dump-every 4 --quiet)
-run_unchecked "$W" run lid-driven-cavity "${cavity[@]}" --output "$out/cavity-one"
+run_unchecked "$W" run lid-driven-cavity "${cavity[@]}" --set patches=2,2,1 --output "$out/cavity-alone"
 for ranks in 1 2 4; do
     run_unchecked mpirun --oversubscribe -np "$ranks" "$W" run lid-driven-cavity "${cavity[@]}" \
         --set patches=2,2,1 --checkpoint-every 6 --output "$out/cavity-np$ranks"
-    $SAME "$out/cavity-one" "$out/cavity-np$ranks"
+    $SAME "$out/cavity-alone" "$out/cavity-np$ranks"
 done
 grep -q "exchanges and reductions across patches" "$out/last.log" || { echo "no exchange time in the flow's summary"; cat "$out/last.log"; exit 1; }
-# Placed on (emulated) GPUs, one per rank: the windows and the gather go
+echo "--> with the projection replicated (replicate_projection = true), the bits of one patch"
+run_unchecked "$W" run lid-driven-cavity "${cavity[@]}" --output "$out/cavity-one"
+run_unchecked mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity "${cavity[@]}" \
+    --set patches=2,2,1 --set replicate_projection=true --output "$out/cavity-replicated"
+$SAME "$out/cavity-one" "$out/cavity-replicated"
+# Placed on (emulated) GPUs, one per rank: the windows and the gathers go
 # through the GPU-resident fields, the same bits.
 WATERSHED_EMULATE_GPUS=2 run_unchecked mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity "${cavity[@]}" \
     --set patches=2,2,1 --device gpu --output "$out/cavity-gpus"
 grep -q "rank 1 on GPU 1" "$out/last.log" || { echo "rank 1 did not take GPU 1"; cat "$out/last.log"; exit 1; }
-$SAME "$out/cavity-one" "$out/cavity-gpus"
+$SAME "$out/cavity-alone" "$out/cavity-gpus"
 mkdir "$out/cavity-restart4"
 cp "$out/cavity-np2/checkpoint_00000006.h5" "$out/cavity-restart4/"
 run_unchecked mpirun --oversubscribe -np 4 "$W" run lid-driven-cavity \
     --restart "$out/cavity-restart4/checkpoint_00000006.h5" --steps 12 --quiet --output "$out/cavity-restart4"
-$SAME "$out/cavity-one" "$out/cavity-restart4" --from-step=7
+$SAME "$out/cavity-alone" "$out/cavity-restart4" --from-step=7
 
-echo "--> the 3D Taylor-Green vortex, its momentum on 2 x 1 x 2 patches, on 2 and 4 ranks"
+echo "--> the 3D Taylor-Green vortex on 2 x 1 x 2 patches on 2 and 4 ranks: the bits of one process"
 tgv=(--set cells=16 --set dimensions=3 --steps 6 --dump-every 3 --quiet)
-run_unchecked "$W" run taylor-green "${tgv[@]}" --output "$out/tgv-one"
+run_unchecked "$W" run taylor-green "${tgv[@]}" --set patches=2,1,2 --output "$out/tgv-alone"
 for ranks in 2 4; do
     run_unchecked mpirun --oversubscribe -np "$ranks" "$W" run taylor-green "${tgv[@]}" \
         --set patches=2,1,2 --output "$out/tgv-np$ranks"
-    $SAME "$out/tgv-one" "$out/tgv-np$ranks"
+    $SAME "$out/tgv-alone" "$out/tgv-np$ranks"
 done
 
 echo "--> a checkpoint written on 2 ranks restarts on 4"

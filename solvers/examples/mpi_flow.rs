@@ -1,28 +1,34 @@
-//! Incompressible flows with their momentum on patches across MPI ranks,
-//! checked on every rank: run with `mpirun -np N` (N = 1, 2, 4;
-//! `scripts/test.sh` does). Every rank runs the cases of
-//! `tests/patched_flow.rs` twice, on the whole domain and with the momentum
-//! of the patches it owns (the others' gathered across ranks): after every
-//! step the time step, the velocity, pressure and projection potential at
-//! every allocated point, the kinetic energy and the enstrophy must equal
-//! the whole domain's bit for bit. Exits 1 naming the rank, case and point
-//! on the first difference (`MPI_Abort` ends every rank).
+//! Incompressible flows on patches across MPI ranks, checked on every
+//! rank: run with `mpirun -np N` (N = 1, 2, 4; `scripts/test.sh` does).
+//! Every rank runs the cases of `tests/patched_flow.rs` twice:
+//!
+//! * with the projection replicated: on the whole domain, and with the
+//!   momentum of the patches it owns (the others' gathered across ranks);
+//! * with the projection's Poisson solve on the patches too: alone (one
+//!   process owning every patch) and spread over the ranks.
+//!
+//! After every step the time step, the velocity, pressure and projection
+//! potential at every allocated point, the kinetic energy and the
+//! enstrophy must be equal bit for bit. Exits 1 naming the rank, case and
+//! point on the first difference (`MPI_Abort` ends every rank).
 
 #[path = "../tests/support/patched_flow_case.rs"]
 mod case;
 
 use case::{
-    cavity, cavity_grid, run_and_compare, set_taylor_green, taylor_green, taylor_green_grid,
+    Match, cavity, cavity_grid, run_and_compare, set_taylor_green, taylor_green, taylor_green_grid,
 };
 use mpi::traits::Communicator;
 use std::rc::Rc;
 use watershed_fields::halo_mpi::MpiLink;
-use watershed_fields::ranks::RankLink;
+use watershed_fields::ranks::{RankLink, SingleProcess};
 use watershed_fields::{GhostWidth, PatchLayout};
 use watershed_solvers::{IncompressibleFlowBuilder, SpaceOrder};
 
-/// Builds `builder` twice, once with the momentum on `counts` patches
-/// across the ranks of `link`, and compares `steps` steps.
+/// Builds `builder` twice and compares 4 steps: with the projection
+/// replicated, on the whole domain and with the momentum on `counts`
+/// patches across the ranks of `link`; with the projection on the patches
+/// too, alone and across the ranks.
 fn check(
     build: impl Fn() -> IncompressibleFlowBuilder,
     grid: &watershed_fields::Grid,
@@ -34,16 +40,26 @@ fn check(
 ) -> Result<usize, String> {
     let layout = PatchLayout::new(grid, counts, GhostWidth::uniform(ghosts))
         .map_err(|e| format!("{what}: {e}"))?;
-    let mut whole = build().build().map_err(|e| format!("{what}: {e}"))?;
+    let (replicated, decomposed) = (format!("{what}, replicated"), format!("{what}, decomposed"));
+    let fail = |e: watershed_solvers::SolverError| format!("{what}: {e}");
+    let mut whole = build().build().map_err(fail)?;
     let mut spread = build()
-        .patches(layout, link)
+        .patches(layout.clone(), link.clone())
+        .replicated_projection()
         .build()
-        .map_err(|e| format!("{what}: {e}"))?;
+        .map_err(fail)?;
+    let mut alone = build()
+        .patches(layout.clone(), Rc::new(SingleProcess))
+        .build()
+        .map_err(fail)?;
+    let mut spread_solve = build().patches(layout, link).build().map_err(fail)?;
     if taylor_green_start {
-        set_taylor_green(&whole);
-        set_taylor_green(&spread);
+        for flow in [&whole, &spread, &alone, &spread_solve] {
+            set_taylor_green(flow);
+        }
     }
-    run_and_compare(&mut whole, &mut spread, 4, what)
+    let compared = run_and_compare(&mut whole, &mut spread, 4, &replicated, Match::Bits)?;
+    Ok(compared + run_and_compare(&mut alone, &mut spread_solve, 4, &decomposed, Match::Bits)?)
 }
 
 fn main() {
@@ -88,6 +104,6 @@ fn main() {
         "Taylor-Green [2, 1, 2]",
     ));
     println!(
-        "rank {rank} of {ranks}: {compared} points of the flows with their momentum on patches equal the whole domain's over 4 steps of 3 cases; time steps, kinetic energy and enstrophy equal"
+        "rank {rank} of {ranks}: {compared} points of the flows on patches have the same bits over 4 steps of 3 cases (replicated projection against the whole domain, projection on patches against one process); time steps, kinetic energy and enstrophy equal"
     );
 }

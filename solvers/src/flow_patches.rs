@@ -160,11 +160,12 @@ impl FlowPatches {
     /// One stage's momentum: the windows of `now` (and of `start`, when
     /// the stage reads it) from `whole` into each patch graph, its
     /// execution, and the gather of every patch's `provisional` interior
-    /// into `whole` (collective: every rank calls it). `levels`: `[now,
-    /// provisional]`.
+    /// into each of `targets` (collective: every rank calls it). `levels`:
+    /// `[now, provisional]`.
     pub(crate) fn run_momentum(
         &self,
         whole: &ExpressionGraph,
+        targets: &[&ExpressionGraph],
         levels: [&[Tag; 3]; 2],
         start: Option<&[Tag; 3]>,
         mode: ExecutionMode,
@@ -200,20 +201,22 @@ impl FlowPatches {
         }
         let started = Instant::now();
         let all = self.link.gather_in_rank_order(&mine, &self.counts)?;
-        let mut at = 0;
-        for part in &self.parts {
-            for (&axis, layout) in self.active.iter().zip(&part.components) {
-                on_face!(axis, F => whole.with_field_mut::<F, _>(&provisional[axis], |u| -> SolverResult<()> {
-                    let to = u.layout().clone();
-                    let values = u.values_mut()?;
-                    let mut cursor = at;
-                    let rows = for_rows(layout.interior(), part.offset, &to, layout, |to, _, len| {
-                        values[to..to + len].copy_from_slice(&all[cursor..cursor + len]);
-                        cursor += len;
-                    });
-                    check_within(rows, &to)
-                })??);
-                at += layout.interior_len();
+        for target in targets {
+            let mut at = 0;
+            for part in &self.parts {
+                for (&axis, layout) in self.active.iter().zip(&part.components) {
+                    on_face!(axis, F => target.with_field_mut::<F, _>(&provisional[axis], |u| -> SolverResult<()> {
+                        let to = u.layout().clone();
+                        let values = u.values_mut()?;
+                        let mut cursor = at;
+                        let rows = for_rows(layout.interior(), part.offset, &to, layout, |to, _, len| {
+                            values[to..to + len].copy_from_slice(&all[cursor..cursor + len]);
+                            cursor += len;
+                        });
+                        check_within(rows, &to)
+                    })??);
+                    at += layout.interior_len();
+                }
             }
         }
         self.spent(started);

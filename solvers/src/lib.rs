@@ -8,6 +8,7 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`incompressible`] | [`IncompressibleFlow`]: staggered Navier-Stokes with a multigrid pressure projection every stage |
+//! | `flow_projection` | a decomposed flow's Poisson solve on the patches, between the divergence and the correction |
 //! | `flow_patches` | a flow's momentum stages on the patches of a decomposed grid, gathered into the whole domain's projection |
 //! | [`convection`] | [`ConvectionForm`]: the momentum convection of Morinishi et al. (divergence, advective, skew-symmetric) at second and fourth order |
 //! | [`staggered`] | [`SpaceOrder`] and the half-point averages and differences the conservative forms are built from |
@@ -41,6 +42,7 @@ mod coarsest;
 pub mod convection;
 pub mod error;
 mod flow_patches;
+mod flow_projection;
 mod immersed;
 mod immersed_nodes;
 pub mod incompressible;

@@ -1,17 +1,20 @@
-//! An incompressible flow with its momentum stages on patches
-//! (`IncompressibleFlowBuilder::patches`) gives the bits of the same flow
-//! on the whole domain: every velocity component, the pressure and the
-//! projection potential at every allocated point, the time steps, the
-//! kinetic energy and the enstrophy, after every step, on several layouts
-//! (2D cavity with a time-dependent lid, 3D Taylor-Green at second and
-//! fourth order, a channel with an open outflow). And what it cannot
-//! decompose is refused by name.
+//! An incompressible flow on patches (`IncompressibleFlowBuilder::patches`).
+//! With the projection replicated, its momentum stages on patches give the
+//! bits of the same flow on the whole domain: every velocity component,
+//! the pressure and the projection potential at every allocated point,
+//! the time steps, the kinetic energy and the enstrophy, after every step,
+//! on several layouts (2D cavity with a time-dependent lid, 3D
+//! Taylor-Green at second and fourth order, a channel with an open
+//! outflow). With the projection's Poisson solve on the patches too (the
+//! default), the flows agree with the whole domain's to the solver's
+//! tolerance, give its bits on one patch, and restart with their own
+//! bits. What cannot be decomposed is refused by name.
 
 #[path = "support/patched_flow_case.rs"]
 mod case;
 
 use case::{
-    cavity, cavity_grid, run_and_compare, set_taylor_green, taylor_green, taylor_green_grid,
+    Match, cavity, cavity_grid, run_and_compare, set_taylor_green, taylor_green, taylor_green_grid,
 };
 use std::rc::Rc;
 use watershed_fields::ranks::SingleProcess;
@@ -34,10 +37,13 @@ fn a_cavity_on_patches_has_the_whole_domains_bits() {
         let mut whole = cavity(&patch).build().unwrap();
         let mut parts = cavity(&patch)
             .patches(layout(&grid, counts, 1), Rc::new(SingleProcess))
+            .replicated_projection()
             .build()
             .unwrap();
         assert_eq!(parts.owned_patches(), Some(0..counts.iter().product()));
-        let compared = run_and_compare(&mut whole, &mut parts, 6, &format!("cavity {counts:?}"))
+        assert_eq!(parts.projection_levels(), None);
+        let what = format!("cavity {counts:?}");
+        let compared = run_and_compare(&mut whole, &mut parts, 6, &what, Match::Bits)
             .unwrap_or_else(|e| panic!("{e}"));
         // u, v, p and psi on 26 x 18 allocated points (u: one more face
         // along x, v along y), six times.
@@ -53,14 +59,17 @@ fn a_cavity_on_patches_with_forward_euler_and_a_restart_keeps_the_bits() {
     let build = |split: bool| {
         let builder = cavity(&patch).integrator(TimeIntegrator::ForwardEuler);
         match split {
-            true => builder.patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess)),
+            true => builder
+                .patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess))
+                .replicated_projection(),
             false => builder,
         }
         .build()
         .unwrap()
     };
     let (mut whole, mut parts) = (build(false), build(true));
-    run_and_compare(&mut whole, &mut parts, 3, "forward Euler").unwrap_or_else(|e| panic!("{e}"));
+    run_and_compare(&mut whole, &mut parts, 3, "forward Euler", Match::Bits)
+        .unwrap_or_else(|e| panic!("{e}"));
     // A restart of the decomposed flow from the whole flow's state (what a
     // checkpoint holds) continues with the same bits.
     let mut restarted = build(true);
@@ -89,7 +98,8 @@ fn a_cavity_on_patches_with_forward_euler_and_a_restart_keeps_the_bits() {
         .unwrap()
         .unwrap();
     restarted.set_clock(whole.time(), whole.steps()).unwrap();
-    run_and_compare(&mut whole, &mut restarted, 3, "restarted").unwrap_or_else(|e| panic!("{e}"));
+    run_and_compare(&mut whole, &mut restarted, 3, "restarted", Match::Bits)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -103,6 +113,7 @@ fn a_taylor_green_vortex_on_patches_has_the_whole_domains_bits() {
         let mut whole = taylor_green(&patch, order).build().unwrap();
         let mut parts = taylor_green(&patch, order)
             .patches(layout(&grid, counts, ghosts), Rc::new(SingleProcess))
+            .replicated_projection()
             .build()
             .unwrap();
         set_taylor_green(&whole);
@@ -112,6 +123,7 @@ fn a_taylor_green_vortex_on_patches_has_the_whole_domains_bits() {
             &mut parts,
             3,
             &format!("Taylor-Green {order:?} {counts:?}"),
+            Match::Bits,
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(parts.enstrophy().unwrap().is_some_and(|e| e > 0.0));
@@ -134,14 +146,168 @@ fn a_channel_with_an_open_outflow_on_patches_has_the_whole_domains_bits() {
             .velocity_conditions(1, walls)
             .outflow(Side::PLUS_X);
         match split {
-            true => builder.patches(layout(&grid, [4, 1, 1], 1), Rc::new(SingleProcess)),
+            true => builder
+                .patches(layout(&grid, [4, 1, 1], 1), Rc::new(SingleProcess))
+                .replicated_projection(),
             false => builder,
         }
         .build()
         .unwrap()
     };
     let (mut whole, mut parts) = (build(false), build(true));
-    run_and_compare(&mut whole, &mut parts, 5, "channel").unwrap_or_else(|e| panic!("{e}"));
+    run_and_compare(&mut whole, &mut parts, 5, "channel", Match::Bits)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The channel of the test above, whole or on `counts` patches with its
+/// projection on them.
+fn channel(counts: Option<[usize; 3]>) -> watershed_solvers::IncompressibleFlow {
+    let grid = Grid::new([16, 8, 1], [2.0, 1.0, 1.0], [0.0; 3]).unwrap();
+    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let builder = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.05)
+        .velocity_conditions(
+            0,
+            walls
+                .clone()
+                .with(Side::MINUS_X, BoundaryCondition::Dirichlet(1.0)),
+        )
+        .velocity_conditions(1, walls)
+        .outflow(Side::PLUS_X);
+    match counts {
+        Some(counts) => builder.patches(layout(&grid, counts, 1), Rc::new(SingleProcess)),
+        None => builder,
+    }
+    .build()
+    .unwrap()
+}
+
+#[test]
+fn a_projection_on_one_patch_gives_the_whole_flows_bits() {
+    // The decomposed path (the divergence graph, the windows, the solve on
+    // patches, the gather of psi and its ghosts) with a single patch:
+    // every reduction is then the whole domain's.
+    let grid = cavity_grid();
+    let patch = grid.whole_domain(1);
+    let mut whole = cavity(&patch).build().unwrap();
+    let mut parts = cavity(&patch)
+        .patches(layout(&grid, [1, 1, 1], 1), Rc::new(SingleProcess))
+        .build()
+        .unwrap();
+    assert!(parts.projection_levels().is_some());
+    run_and_compare(&mut whole, &mut parts, 4, "cavity [1, 1, 1]", Match::Bits)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let grid = taylor_green_grid();
+    let patch = grid.whole_domain(3);
+    let build = || taylor_green(&patch, SpaceOrder::Fourth);
+    let mut whole = build().build().unwrap();
+    let mut parts = build()
+        .patches(layout(&grid, [1, 1, 1], 3), Rc::new(SingleProcess))
+        .build()
+        .unwrap();
+    set_taylor_green(&whole);
+    set_taylor_green(&parts);
+    run_and_compare(
+        &mut whole,
+        &mut parts,
+        2,
+        "Taylor-Green [1, 1, 1]",
+        Match::Bits,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (mut whole, mut parts) = (channel(None), channel(Some([1, 1, 1])));
+    run_and_compare(&mut whole, &mut parts, 3, "channel [1, 1, 1]", Match::Bits)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn flows_with_their_projection_on_patches_match_the_whole_flow() {
+    let close = Match::Within(1e-9);
+    let grid = cavity_grid();
+    let patch = grid.whole_domain(1);
+    for counts in [[2, 2, 1], [4, 2, 1]] {
+        let mut whole = cavity(&patch).build().unwrap();
+        let mut parts = cavity(&patch)
+            .patches(layout(&grid, counts, 1), Rc::new(SingleProcess))
+            .build()
+            .unwrap();
+        let (levels, on_patches) = parts.projection_levels().unwrap();
+        assert!(
+            levels >= 3 && on_patches >= 1,
+            "{counts:?}: {levels}, {on_patches}"
+        );
+        run_and_compare(
+            &mut whole,
+            &mut parts,
+            6,
+            &format!("cavity {counts:?}"),
+            close,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let grid = taylor_green_grid();
+    for (order, ghosts, counts) in [
+        (SpaceOrder::Second, 1, [2, 1, 2]),
+        (SpaceOrder::Fourth, 3, [2, 2, 1]),
+    ] {
+        let patch = grid.whole_domain(ghosts);
+        let mut whole = taylor_green(&patch, order).build().unwrap();
+        let mut parts = taylor_green(&patch, order)
+            .patches(layout(&grid, counts, ghosts), Rc::new(SingleProcess))
+            .build()
+            .unwrap();
+        set_taylor_green(&whole);
+        set_taylor_green(&parts);
+        let what = format!("Taylor-Green {order:?} {counts:?}");
+        run_and_compare(&mut whole, &mut parts, 3, &what, close).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let (mut whole, mut parts) = (channel(None), channel(Some([4, 1, 1])));
+    run_and_compare(&mut whole, &mut parts, 5, "channel [4, 1, 1]", close)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn a_flow_with_its_projection_on_patches_restarts_with_its_own_bits() {
+    // The Poisson guess is the flow's own psi, so a restart from the
+    // state (what a checkpoint holds) continues with the same bits.
+    let grid = cavity_grid();
+    let patch = grid.whole_domain(1);
+    let build = || {
+        cavity(&patch)
+            .patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess))
+            .build()
+            .unwrap()
+    };
+    let (mut first, mut twin) = (build(), build());
+    run_and_compare(&mut first, &mut twin, 3, "twins", Match::Bits)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut restarted = build();
+    first
+        .with_velocity::<XFace, _>(|u| {
+            restarted.with_velocity_mut::<XFace, _>(|r| {
+                r.values_mut().unwrap().copy_from_slice(u.values().unwrap())
+            })
+        })
+        .unwrap()
+        .unwrap();
+    first
+        .with_velocity::<watershed_fields::YFace, _>(|v| {
+            restarted.with_velocity_mut::<watershed_fields::YFace, _>(|r| {
+                r.values_mut().unwrap().copy_from_slice(v.values().unwrap())
+            })
+        })
+        .unwrap()
+        .unwrap();
+    first
+        .with_projection_potential(|p| {
+            restarted.with_projection_potential_mut(|r| {
+                r.values_mut().unwrap().copy_from_slice(p.values().unwrap())
+            })
+        })
+        .unwrap()
+        .unwrap();
+    restarted.set_clock(first.time(), first.steps()).unwrap();
+    run_and_compare(&mut first, &mut restarted, 3, "restarted", Match::Bits)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The setup error of building `builder`, checked to name `words`.

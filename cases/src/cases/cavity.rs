@@ -68,6 +68,9 @@ pub struct CavityConfig {
     /// Patches along x, y, z that the momentum stages run on (see
     /// `IncompressibleFlowBuilder::patches`); `[0, 0, 0]`: one per rank.
     pub patches: [usize; 3],
+    /// With several patches, the projection whole on every rank instead
+    /// of on the patches (`IncompressibleFlowBuilder::replicated_projection`).
+    pub replicate_projection: bool,
 }
 
 impl Default for CavityConfig {
@@ -85,6 +88,7 @@ impl Default for CavityConfig {
             convection: "skew-symmetric".into(),
             space_order: 2,
             patches: [1, 1, 1],
+            replicate_projection: false,
         }
     }
 }
@@ -160,8 +164,15 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         .integrator(integrator(&config.integrator))
         .mode(case_execution_mode(options))
         .placement(options.placement.clone());
-    let flow =
-        crate::setup::flow_on_patches(flow, &grid, config.patches, ghosts, options)?.build()?;
+    let flow = crate::setup::flow_on_patches(
+        flow,
+        &grid,
+        config.patches,
+        config.replicate_projection,
+        ghosts,
+        options,
+    )?
+    .build()?;
     let stop = Stop::EndTime(config.end_time);
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,

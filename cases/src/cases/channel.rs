@@ -80,6 +80,9 @@ pub struct ChannelConfig {
     /// Patches along x, y, z that the momentum stages run on (see
     /// `IncompressibleFlowBuilder::patches`); `[0, 0, 0]`: one per rank.
     pub patches: [usize; 3],
+    /// With several patches, the projection whole on every rank instead
+    /// of on the patches (`IncompressibleFlowBuilder::replicated_projection`).
+    pub replicate_projection: bool,
 }
 
 impl Default for ChannelConfig {
@@ -100,6 +103,7 @@ impl Default for ChannelConfig {
             pulsation_amplitude: 0.0,
             pulsation_period: 1.0,
             patches: [1, 1, 1],
+            replicate_projection: false,
         }
     }
 }
@@ -189,7 +193,15 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         .integrator(integrator(&config.integrator))
         .mode(case_execution_mode(options))
         .placement(options.placement.clone());
-    let flow = crate::setup::flow_on_patches(flow, &grid, config.patches, 1, options)?.build()?;
+    let flow = crate::setup::flow_on_patches(
+        flow,
+        &grid,
+        config.patches,
+        config.replicate_projection,
+        1,
+        options,
+    )?
+    .build()?;
     Ok(Prepared {
         config_text: crate::config::to_text(NAME, &loaded)?,
         simulation: Box::new(Channel {

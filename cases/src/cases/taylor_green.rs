@@ -76,6 +76,9 @@ pub struct TaylorGreenConfig {
     /// Patches along x, y, z that the momentum stages run on (see
     /// `IncompressibleFlowBuilder::patches`); `[0, 0, 0]`: one per rank.
     pub patches: [usize; 3],
+    /// With several patches, the projection whole on every rank instead
+    /// of on the patches (`IncompressibleFlowBuilder::replicated_projection`).
+    pub replicate_projection: bool,
 }
 
 impl Default for TaylorGreenConfig {
@@ -95,6 +98,7 @@ impl Default for TaylorGreenConfig {
             peak_tolerance: None,
             peak_time_tolerance: None,
             patches: [1, 1, 1],
+            replicate_projection: false,
         }
     }
 }
@@ -192,8 +196,15 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         .track_enstrophy()
         .mode(case_execution_mode(options))
         .placement(options.placement.clone());
-    let flow =
-        crate::setup::flow_on_patches(flow, &grid, config.patches, ghosts, options)?.build()?;
+    let flow = crate::setup::flow_on_patches(
+        flow,
+        &grid,
+        config.patches,
+        config.replicate_projection,
+        ghosts,
+        options,
+    )?
+    .build()?;
     if three {
         flow.set_velocity::<XFace>(|[x, y, z]| x.sin() * y.cos() * z.cos())?;
         flow.set_velocity::<YFace>(|[x, y, z]| -x.cos() * y.sin() * z.cos())?;

@@ -1,6 +1,6 @@
 //! The flows that `tests/patched_flow.rs` and `examples/mpi_flow.rs` run
-//! on the whole domain and with their momentum on patches, and the
-//! bit-for-bit comparison of the two.
+//! on the whole domain and on patches, and the comparison of two runs:
+//! bit for bit, or to a relative tolerance.
 
 #![allow(dead_code)]
 
@@ -58,27 +58,49 @@ pub fn set_taylor_green(flow: &IncompressibleFlow) {
         .unwrap();
 }
 
-/// Whether two fields hold the same bits at every allocated point; the
-/// first difference otherwise.
+/// How closely two runs must agree.
+#[derive(Debug, Clone, Copy)]
+pub enum Match {
+    /// Bit for bit, time steps included.
+    Bits,
+    /// Within this fraction of the field's largest magnitude (of the
+    /// quantity, for a number); the second run takes the first's `dt`.
+    Within(f64),
+}
+
+impl Match {
+    fn agree(self, a: f64, b: f64, scale: f64) -> bool {
+        match self {
+            Match::Bits => a.to_bits() == b.to_bits(),
+            Match::Within(tolerance) => (a - b).abs() <= tolerance * scale,
+        }
+    }
+}
+
+/// Whether two fields agree at every allocated point; the first
+/// difference otherwise.
 fn same_bits<L: Location>(
     a: &SpatialField<L>,
     b: &SpatialField<L>,
     what: &str,
+    how: Match,
 ) -> Result<usize, String> {
-    same_values(a.values().unwrap(), b, what)
+    same_values(a.values().unwrap(), b, what, how)
 }
 
-/// Whether `b` holds the bits of `x` at every allocated point.
-fn same_values<L: Location>(x: &[f64], b: &SpatialField<L>, what: &str) -> Result<usize, String> {
+/// Whether `b` agrees with `x` at every allocated point.
+fn same_values<L: Location>(
+    x: &[f64],
+    b: &SpatialField<L>,
+    what: &str,
+    how: Match,
+) -> Result<usize, String> {
     let y = b.values().unwrap();
     if x.len() != y.len() {
         return Err(format!("{what}: {} and {} points", x.len(), y.len()));
     }
-    match x
-        .iter()
-        .zip(y)
-        .position(|(p, q)| p.to_bits() != q.to_bits())
-    {
+    let scale = x.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    match x.iter().zip(y).position(|(p, q)| !how.agree(*p, *q, scale)) {
         None => Ok(x.len()),
         Some(i) => {
             let point = b.layout().allocated().iter().nth(i).unwrap_or_default();
@@ -96,19 +118,20 @@ pub fn compare(
     whole: &IncompressibleFlow,
     parts: &IncompressibleFlow,
     what: &str,
+    how: Match,
 ) -> Result<usize, String> {
     let mut compared = 0;
     for &axis in whole.active_axes() {
         let name = format!("{what}, {}", ["u", "v", "w"][axis]);
         compared += match axis {
             0 => whole.with_velocity::<XFace, _>(|a| {
-                parts.with_velocity::<XFace, _>(|b| same_bits(a, b, &name))
+                parts.with_velocity::<XFace, _>(|b| same_bits(a, b, &name, how))
             }),
             1 => whole.with_velocity::<YFace, _>(|a| {
-                parts.with_velocity::<YFace, _>(|b| same_bits(a, b, &name))
+                parts.with_velocity::<YFace, _>(|b| same_bits(a, b, &name, how))
             }),
             _ => whole.with_velocity::<ZFace, _>(|a| {
-                parts.with_velocity::<ZFace, _>(|b| same_bits(a, b, &name))
+                parts.with_velocity::<ZFace, _>(|b| same_bits(a, b, &name, how))
             }),
         }
         .unwrap()
@@ -118,13 +141,13 @@ pub fn compare(
         .with_pressure(|p| p.values().unwrap().to_vec())
         .unwrap();
     compared += parts
-        .with_pressure(|p| same_values(&pressure, p, &format!("{what}, p")))
+        .with_pressure(|p| same_values(&pressure, p, &format!("{what}, p"), how))
         .unwrap()?;
     let psi = whole
         .with_projection_potential(|p| p.values().unwrap().to_vec())
         .unwrap();
     compared += parts
-        .with_projection_potential(|p| same_values(&psi, p, &format!("{what}, psi")))
+        .with_projection_potential(|p| same_values(&psi, p, &format!("{what}, psi"), how))
         .unwrap()?;
     let pairs = [
         (
@@ -144,7 +167,13 @@ pub fn compare(
         ),
     ];
     for (name, a, b) in pairs {
-        if a.to_bits() != b.to_bits() {
+        // The divergence after a projection is the solver's residual, not
+        // the flow: only its bits are compared.
+        let how = match (how, name) {
+            (Match::Within(_), "divergence after") => continue,
+            _ => how,
+        };
+        if !how.agree(a, b, a.abs()) {
             return Err(format!(
                 "{what}: {name} {b:e} on patches, {a:e} on the whole domain"
             ));
@@ -160,6 +189,7 @@ pub fn run_and_compare(
     parts: &mut IncompressibleFlow,
     steps: usize,
     what: &str,
+    how: Match,
 ) -> Result<usize, String> {
     let mut compared = 0;
     for step in 0..steps {
@@ -169,14 +199,14 @@ pub fn run_and_compare(
         let parts_dt = parts
             .stable_time_step(0.5, 0.2)
             .map_err(|e| e.to_string())?;
-        if dt.to_bits() != parts_dt.to_bits() {
+        if matches!(how, Match::Bits) && dt.to_bits() != parts_dt.to_bits() {
             return Err(format!(
                 "{what}, step {step}: dt {parts_dt:e} on patches, {dt:e} on the whole domain"
             ));
         }
         whole.step(dt).map_err(|e| e.to_string())?;
         parts.step(dt).map_err(|e| e.to_string())?;
-        compared += compare(whole, parts, &format!("{what}, step {step}"))?;
+        compared += compare(whole, parts, &format!("{what}, step {step}"), how)?;
     }
     Ok(compared)
 }

@@ -1,0 +1,249 @@
+//! The Poisson solve of a decomposed flow's projection on the patches
+//! (issue 51): what lets a flow on patches scale, since the solve is
+//! about nine tenths of a step.
+//!
+//! With [`IncompressibleFlowBuilder::patches`](crate::IncompressibleFlowBuilder::patches)
+//! a stage runs in four parts on every rank:
+//!
+//! 1. the momentum graphs of the owned patches compute `u*`, gathered into
+//!    the whole domain's fields (`crate::flow_patches`);
+//! 2. a small whole-domain graph computes `div(u*)` and its norm (one
+//!    kernel; every rank holds the whole `u*`);
+//! 3. here, each owned patch takes its window of `div(u*)` as right-hand
+//!    side and of the last `psi` as guess, and the [`PatchedMultigrid`]
+//!    solves on the patches, across the ranks; the owned patches' `psi`
+//!    interiors are gathered in patch order into the whole domain's `psi`,
+//!    whose ghosts then take the projection's conditions, as the whole
+//!    domain's solve leaves them;
+//! 4. the flow's own graph corrects the velocity with `grad(psi)`, forms
+//!    the pressure and reduces the energy, speeds and divergence.
+//!
+//! The solve runs between graph executions, on the thread that steps the
+//! flow: MPI is called from that thread only. Its inner products add
+//! per-patch sums in patch order, so the flow gives the same bits on any
+//! number of ranks for one layout, and the undecomposed flow's values to
+//! the solver's tolerance (with one patch, its bits).
+
+use crate::boundary::BoundaryConditions;
+use crate::error::{SolverError, SolverResult};
+use crate::multigrid::{MultigridOptions, SolveReport};
+use crate::multigrid_patches::PatchedMultigrid;
+use crate::staggered::SpaceOrder;
+use crate::windows::{check_within, for_rows};
+use std::ops::Range;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphError, Tag};
+use watershed_fields::ranks::RankLink;
+use watershed_fields::{
+    CellCentre, Device, FieldLayout, FieldResult, LocationKind, PatchLayout, SpatialField,
+};
+
+/// The projection's solve on the patches one rank owns.
+pub(crate) struct PatchProjection {
+    link: Rc<dyn RankLink>,
+    owned: Range<usize>,
+    /// `div(u*)` and its norm on the whole domain.
+    divergence: ExpressionGraph,
+    divergence_tag: Tag,
+    psi_tag: Tag,
+    solver: PatchedMultigrid,
+    /// Per owned patch: the right-hand side and the solution.
+    rhs: Vec<SpatialField<CellCentre>>,
+    psi: Vec<SpatialField<CellCentre>>,
+    /// Every patch's offset and cell layout, in patch order.
+    parts: Vec<([isize; 3], FieldLayout)>,
+    /// The values each rank gives to the gather of `psi`.
+    counts: Vec<usize>,
+    /// The projection's conditions, filled into the whole `psi`'s ghosts.
+    walls: BoundaryConditions,
+    report: SolveReport,
+    /// Wall time copying windows and gathering `psi`.
+    moving: Duration,
+}
+
+impl PatchProjection {
+    /// The solve of `lap(psi) = div(u*)` on the patches of `layout` the rank
+    /// of `link` owns, with `walls` and the Laplacian of `order`;
+    /// `divergence` computes `divergence_tag` on the whole domain.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        layout: &PatchLayout,
+        link: Rc<dyn RankLink>,
+        walls: BoundaryConditions,
+        options: MultigridOptions,
+        order: SpaceOrder,
+        divergence: ExpressionGraph,
+        divergence_tag: Tag,
+        psi_tag: Tag,
+    ) -> SolverResult<Self> {
+        let solver = PatchedMultigrid::new(layout, link.clone(), walls.clone(), options, order)?;
+        let owned = solver.owned();
+        let mut rhs = Vec::with_capacity(owned.len());
+        let mut psi = Vec::with_capacity(owned.len());
+        for index in owned.clone() {
+            let patch = layout.patch(index)?;
+            rhs.push(SpatialField::new(
+                "div(u*) on a patch",
+                &patch,
+                Device::Cpu,
+            )?);
+            psi.push(SpatialField::new("psi on a patch", &patch, Device::Cpu)?);
+        }
+        let parts = (0..layout.len())
+            .map(|index| {
+                let patch = layout.patch(index)?;
+                let offset = patch.offset().map(|o| o as isize);
+                Ok((offset, FieldLayout::new(&patch, LocationKind::CellCentre)))
+            })
+            .collect::<FieldResult<Vec<_>>>()?;
+        let ranks = link.ranks();
+        let counts = (0..ranks)
+            .map(|rank| {
+                Ok(layout
+                    .owned_by(rank, ranks)?
+                    .map(|index| parts[index].1.interior_len())
+                    .sum())
+            })
+            .collect::<FieldResult<Vec<usize>>>()?;
+        Ok(PatchProjection {
+            link,
+            owned,
+            divergence,
+            divergence_tag,
+            psi_tag,
+            solver,
+            rhs,
+            psi,
+            parts,
+            counts,
+            walls,
+            report: SolveReport {
+                iterations: 0,
+                residuals: Vec::new(),
+                rhs_norm: 0.0,
+            },
+            moving: Duration::ZERO,
+        })
+    }
+
+    /// The graph computing `div(u*)` (its `u*` placeholders receive the
+    /// gathered velocity).
+    pub(crate) fn divergence_graph(&self) -> &ExpressionGraph {
+        &self.divergence
+    }
+
+    /// The report of the last solve that succeeded.
+    pub(crate) fn report(&self) -> &SolveReport {
+        &self.report
+    }
+
+    /// Levels of the solver in all, and on patches.
+    pub(crate) fn levels(&self) -> (usize, usize) {
+        (self.solver.levels(), self.solver.decomposed_levels())
+    }
+
+    /// Wall time in the solver's exchanges and reductions across patches,
+    /// and in moving windows and `psi` between the whole domain and the
+    /// patches.
+    pub(crate) fn exchange_time(&self) -> Duration {
+        self.solver.exchange_time() + self.moving
+    }
+
+    /// `div(u*)` on the whole domain, then `psi` solved on the patches and
+    /// gathered into `whole`'s `psi` (collective). A graph's failure comes
+    /// back as it is, for the flow to name the field.
+    pub(crate) fn solve(
+        &mut self,
+        whole: &ExpressionGraph,
+        mode: ExecutionMode,
+    ) -> Result<(), ProjectionFailure> {
+        self.divergence
+            .execute(mode)
+            .map_err(|e| ProjectionFailure::Graph(Box::new(e)))?;
+        let started = Instant::now();
+        for ((rhs, psi), index) in self
+            .rhs
+            .iter_mut()
+            .zip(&mut self.psi)
+            .zip(self.owned.clone())
+        {
+            let offset = self.parts[index].0;
+            self.divergence
+                .with_field::<CellCentre, _>(&self.divergence_tag, |from| {
+                    copy_interior_window(from, rhs, offset)
+                })??;
+            whole.with_field::<CellCentre, _>(&self.psi_tag, |from| {
+                copy_interior_window(from, psi, offset)
+            })??;
+        }
+        self.moving += started.elapsed();
+        self.report = self
+            .solver
+            .solve_preconditioned_cg(&self.rhs, &mut self.psi)?;
+        let started = Instant::now();
+        let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
+        for psi in &self.psi {
+            let layout = psi.layout();
+            let values = psi.values()?;
+            for_rows(layout.interior(), [0; 3], layout, layout, |_, from, len| {
+                mine.extend_from_slice(&values[from..from + len]);
+            });
+        }
+        let all = self.link.gather_in_rank_order(&mine, &self.counts)?;
+        let walls = &self.walls;
+        let parts = &self.parts;
+        whole.with_field_mut::<CellCentre, _>(&self.psi_tag, |psi| -> SolverResult<()> {
+            let to = psi.layout().clone();
+            let values = psi.values_mut()?;
+            let mut at = 0;
+            for (offset, layout) in parts {
+                let fits = for_rows(layout.interior(), *offset, &to, layout, |to, _, len| {
+                    values[to..to + len].copy_from_slice(&all[at..at + len]);
+                    at += len;
+                });
+                check_within(fits, &to)?;
+            }
+            walls.apply(psi)
+        })??;
+        self.moving += started.elapsed();
+        Ok(())
+    }
+}
+
+/// Why a decomposed projection failed.
+pub(crate) enum ProjectionFailure {
+    /// The divergence graph's execution.
+    Graph(Box<GraphError>),
+    /// The solve, or moving fields.
+    Solver(SolverError),
+}
+
+impl<E: Into<SolverError>> From<E> for ProjectionFailure {
+    fn from(error: E) -> Self {
+        ProjectionFailure::Solver(error.into())
+    }
+}
+
+/// Copies the interior of the patch field `to` from the same points of
+/// the whole domain's `from` (`offset`: the patch's in the whole).
+fn copy_interior_window(
+    from: &SpatialField<CellCentre>,
+    to: &mut SpatialField<CellCentre>,
+    offset: [isize; 3],
+) -> SolverResult<()> {
+    let source = from.values()?;
+    let from_layout = from.layout();
+    let to_layout = to.layout().clone();
+    let values = to.values_mut()?;
+    let fits = for_rows(
+        to_layout.interior(),
+        offset,
+        from_layout,
+        &to_layout,
+        |whole_at, part_at, len| {
+            values[part_at..part_at + len].copy_from_slice(&source[whole_at..whole_at + len]);
+        },
+    );
+    check_within(fits, from_layout)
+}
