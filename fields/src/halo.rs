@@ -87,6 +87,49 @@ pub trait HaloFields {
     /// Writes `values` (for each point of `at`, one value per field) at
     /// linear indices `at` of patch `patch`'s fields.
     fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()>;
+
+    /// Copies, for each run, `len` consecutive points from linear index
+    /// `from` of patch `source`'s fields to linear index `to` of patch
+    /// `destination`'s (every field). The points read are never among
+    /// those written. By default through [`Self::read`] and
+    /// [`Self::write`]; a holder with direct access to its storage copies
+    /// the runs as slices.
+    fn copy_runs(
+        &mut self,
+        source: usize,
+        destination: usize,
+        runs: &[CopyRun],
+    ) -> FieldResult<()> {
+        let from: Vec<usize> = runs.iter().flat_map(|r| r.from..r.from + r.len).collect();
+        let to: Vec<usize> = runs.iter().flat_map(|r| r.to..r.to + r.len).collect();
+        let mut values = Vec::with_capacity(from.len() * self.width());
+        self.read(source, &from, &mut values)?;
+        self.write(destination, &to, &values)
+    }
+}
+
+/// A run of consecutive points one patch gives another of the same rank
+/// ([`HaloFields::copy_runs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyRun {
+    /// The first point's linear index in the source's fields.
+    pub from: usize,
+    /// Its linear index in the destination's fields.
+    pub to: usize,
+    /// How many consecutive points.
+    pub len: usize,
+}
+
+/// Copies `runs` within one field's storage, or from `source` into
+/// `destination` storage: what [`HaloFields::copy_runs`] does for slices.
+pub fn copy_runs_between(source: Option<&[f64]>, destination: &mut [f64], runs: &[CopyRun]) {
+    for run in runs {
+        match source {
+            Some(source) => destination[run.to..run.to + run.len]
+                .copy_from_slice(&source[run.from..run.from + run.len]),
+            None => destination.copy_within(run.from..run.from + run.len, run.to),
+        }
+    }
 }
 
 /// A slice of fields, one per patch of a contiguous run starting at
@@ -112,9 +155,13 @@ impl<'a, L: Location> PatchFields<'a, L> {
     }
 
     fn field(&self, patch: usize) -> FieldResult<&SpatialField<L, f64>> {
+        Ok(&self.fields[self.position(patch)?])
+    }
+
+    fn position(&self, patch: usize) -> FieldResult<usize> {
         patch
             .checked_sub(self.first)
-            .and_then(|k| self.fields.get(k))
+            .filter(|&k| k < self.fields.len())
             .ok_or_else(|| self.missing(patch))
     }
 
@@ -130,6 +177,27 @@ impl<'a, L: Location> PatchFields<'a, L> {
 }
 
 impl<L: Location> HaloFields for PatchFields<'_, L> {
+    fn copy_runs(
+        &mut self,
+        source: usize,
+        destination: usize,
+        runs: &[CopyRun],
+    ) -> FieldResult<()> {
+        let (s, d) = (self.position(source)?, self.position(destination)?);
+        if s == d {
+            copy_runs_between(None, self.fields[d].values_mut()?, runs);
+            return Ok(());
+        }
+        let (low, high) = self.fields.split_at_mut(s.max(d));
+        let (from, to) = if s < d {
+            (&low[s], &mut high[0])
+        } else {
+            (&high[0], &mut low[d])
+        };
+        copy_runs_between(Some(from.values()?), to.values_mut()?, runs);
+        Ok(())
+    }
+
     fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()> {
         let values = self.field(patch)?.values()?;
         out.extend(at.iter().map(|&i| values[i]));
@@ -179,6 +247,24 @@ pub struct HaloRoute {
     /// Per owned destination patch, its ghost points' linear indices and
     /// where each one's value comes from.
     writes: Vec<(Vec<usize>, Vec<Slot>)>,
+    /// What an exchange runs, derived from the above ([`Self::compiled`]).
+    compiled: CompiledRoute,
+}
+
+/// A route as an exchange runs it: the values this rank sends read
+/// alone, the points its patches give each other copied in runs, and the
+/// points received written.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct CompiledRoute {
+    /// Per owned source patch, the linear indices read to be sent.
+    send_reads: Vec<Vec<usize>>,
+    /// Per rank, the values sent it (indices into the values read).
+    sends: Vec<Vec<usize>>,
+    /// (source, destination) owned patch indices and their runs.
+    local: Vec<(usize, usize, Vec<CopyRun>)>,
+    /// Per owned destination patch, the points written from messages and
+    /// (rank, value) for each.
+    received: Vec<(Vec<usize>, Vec<(usize, usize)>)>,
 }
 
 impl HaloRoute {
@@ -257,7 +343,99 @@ impl HaloRoute {
             sends,
             receives,
             writes,
-        })
+            compiled: CompiledRoute::default(),
+        }
+        .compiled())
+    }
+
+    /// The route with what an exchange runs worked out: the local copies
+    /// grouped by pair of patches in runs of consecutive points.
+    fn compiled(mut self) -> Self {
+        // Where each value read comes from: (source owned index, point).
+        let origin: Vec<(usize, usize)> = self
+            .reads
+            .iter()
+            .enumerate()
+            .flat_map(|(k, reads)| reads.iter().map(move |&point| (k, point)))
+            .collect();
+        let mut local: Vec<(usize, usize, Vec<CopyRun>)> = Vec::new();
+        let mut received = Vec::with_capacity(self.writes.len());
+        for (destination, (at, slots)) in self.writes.iter().enumerate() {
+            let mut points = Vec::new();
+            let mut sources = Vec::new();
+            for (&to, slot) in at.iter().zip(slots) {
+                match *slot {
+                    Slot::Read(n) => {
+                        let (source, from) = origin[n];
+                        let pair = match local
+                            .iter()
+                            .position(|(s, d, _)| (*s, *d) == (source, destination))
+                        {
+                            Some(p) => p,
+                            None => {
+                                local.push((source, destination, Vec::new()));
+                                local.len() - 1
+                            }
+                        };
+                        let runs = &mut local[pair].2;
+                        match runs.last_mut() {
+                            Some(run) if run.from + run.len == from && run.to + run.len == to => {
+                                run.len += 1;
+                            }
+                            _ => runs.push(CopyRun { from, to, len: 1 }),
+                        }
+                    }
+                    Slot::Received { from, n } => {
+                        points.push(to);
+                        sources.push((from, n));
+                    }
+                }
+            }
+            received.push((points, sources));
+        }
+        // Read only the values sent, renumbered.
+        let mut sent = vec![usize::MAX; origin.len()];
+        let mut send_reads = vec![Vec::new(); self.reads.len()];
+        let mut next = 0;
+        let mut order: Vec<usize> = self.sends.iter().flatten().copied().collect();
+        order.sort_unstable();
+        order.dedup();
+        for n in order {
+            let (k, point) = origin[n];
+            send_reads[k].push(point);
+            sent[n] = next;
+            next += 1;
+        }
+        // The values are read patch by patch: renumber in that order.
+        let mut by_patch = vec![0usize; send_reads.len()];
+        let mut first = 0;
+        for (k, reads) in send_reads.iter().enumerate() {
+            by_patch[k] = first;
+            first += reads.len();
+        }
+        let mut seen = vec![0usize; send_reads.len()];
+        let mut renumbered = vec![usize::MAX; origin.len()];
+        let mut sorted: Vec<usize> = (0..origin.len())
+            .filter(|&n| sent[n] != usize::MAX)
+            .collect();
+        sorted.sort_unstable();
+        for n in sorted {
+            let k = origin[n].0;
+            renumbered[n] = by_patch[k] + seen[k];
+            seen[k] += 1;
+        }
+        let sends = self
+            .sends
+            .iter()
+            .map(|send| send.iter().map(|&n| renumbered[n]).collect())
+            .collect();
+        self.compiled = CompiledRoute {
+            send_reads,
+            sends,
+            local,
+            received,
+        };
+        self
     }
 
     /// The same route without the points a patch takes from itself (its
@@ -320,7 +498,7 @@ impl HaloRoute {
                 }
             }
         }
-        self
+        self.compiled()
     }
 
     /// How many ghost points of its patches this rank writes.
@@ -371,12 +549,17 @@ pub fn exchange_reusing(
     }
     let width = fields.width();
     let HaloBuffers { read, values } = buffers;
+    let compiled = &route.compiled;
+    // Every value sent is read before any ghost is written (ghosts are
+    // never read: the points read are interior points of their owners).
     read.clear();
-    for (k, at) in route.reads.iter().enumerate() {
-        fields.read(route.owned.start + k, at, read)?;
+    for (k, at) in compiled.send_reads.iter().enumerate() {
+        if !at.is_empty() {
+            fields.read(route.owned.start + k, at, read)?;
+        }
     }
     let value = |n: usize| &read[n * width..(n + 1) * width];
-    let outgoing: Vec<Vec<f64>> = route
+    let outgoing: Vec<Vec<f64>> = compiled
         .sends
         .iter()
         .map(|send| send.iter().flat_map(|&n| value(n)).copied().collect())
@@ -394,15 +577,21 @@ pub fn exchange_reusing(
         }
     }
     let mut written = 0;
-    for (k, (at, slots)) in route.writes.iter().enumerate() {
+    for (source, destination, runs) in &compiled.local {
+        written += runs.iter().map(|r| r.len).sum::<usize>();
+        fields.copy_runs(
+            route.owned.start + source,
+            route.owned.start + destination,
+            runs,
+        )?;
+    }
+    for (k, (at, sources)) in compiled.received.iter().enumerate() {
+        if at.is_empty() {
+            continue;
+        }
         values.clear();
-        for slot in slots {
-            match *slot {
-                Slot::Read(n) => values.extend_from_slice(value(n)),
-                Slot::Received { from, n } => {
-                    values.extend_from_slice(&incoming[from][n * width..(n + 1) * width]);
-                }
-            }
+        for &(from, n) in sources {
+            values.extend_from_slice(&incoming[from][n * width..(n + 1) * width]);
         }
         written += at.len();
         fields.write(route.owned.start + k, at, values)?;

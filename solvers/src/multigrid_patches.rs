@@ -53,7 +53,9 @@ use crate::windows::{check_within, for_rows};
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use watershed_fields::halo::{HaloBuffers, HaloFields, HaloPlan, HaloRoute, exchange_reusing};
+use watershed_fields::halo::{
+    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, exchange_reusing,
+};
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
     CellCentre, FieldLayout, FieldResult, GhostWidth, LocationKind, PatchLayout, SpatialField,
@@ -672,6 +674,32 @@ impl VectorFields<'_> {
 }
 
 impl HaloFields for VectorFields<'_> {
+    fn copy_runs(
+        &mut self,
+        source: usize,
+        destination: usize,
+        runs: &[CopyRun],
+    ) -> FieldResult<()> {
+        let (s, d) = (self.position(source)?, self.position(destination)?);
+        let which = self.which;
+        if s == d {
+            copy_runs_between(None, self.patches[d].vector_mut(which).values_mut()?, runs);
+            return Ok(());
+        }
+        let (low, high) = self.patches.split_at_mut(s.max(d));
+        let (from, to) = if s < d {
+            (&low[s], &mut high[0])
+        } else {
+            (&high[0], &mut low[d])
+        };
+        copy_runs_between(
+            Some(from.vector(which).values()?),
+            to.vector_mut(which).values_mut()?,
+            runs,
+        );
+        Ok(())
+    }
+
     fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()> {
         let values = self.patches[self.position(patch)?]
             .vector(self.which)
