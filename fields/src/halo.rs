@@ -264,8 +264,12 @@ struct CompiledRoute {
     local: Vec<(usize, usize, Vec<CopyRun>)>,
     /// Per owned destination patch, the points written from messages and
     /// (rank, value) for each.
-    received: Vec<(Vec<usize>, Vec<(usize, usize)>)>,
+    received: Vec<ReceivedPoints>,
 }
+
+/// A destination patch's points written from messages, and for each the
+/// rank it comes from and its place in that rank's message.
+type ReceivedPoints = (Vec<usize>, Vec<(usize, usize)>);
 
 impl HaloRoute {
     /// The route of rank `rank` of `ranks` through `plan` (made for
@@ -394,17 +398,15 @@ impl HaloRoute {
             received.push((points, sources));
         }
         // Read only the values sent, renumbered.
-        let mut sent = vec![usize::MAX; origin.len()];
+        let mut sent = vec![false; origin.len()];
         let mut send_reads = vec![Vec::new(); self.reads.len()];
-        let mut next = 0;
         let mut order: Vec<usize> = self.sends.iter().flatten().copied().collect();
         order.sort_unstable();
         order.dedup();
         for n in order {
             let (k, point) = origin[n];
             send_reads[k].push(point);
-            sent[n] = next;
-            next += 1;
+            sent[n] = true;
         }
         // The values are read patch by patch: renumber in that order.
         let mut by_patch = vec![0usize; send_reads.len()];
@@ -415,9 +417,7 @@ impl HaloRoute {
         }
         let mut seen = vec![0usize; send_reads.len()];
         let mut renumbered = vec![usize::MAX; origin.len()];
-        let mut sorted: Vec<usize> = (0..origin.len())
-            .filter(|&n| sent[n] != usize::MAX)
-            .collect();
+        let mut sorted: Vec<usize> = (0..origin.len()).filter(|&n| sent[n]).collect();
         sorted.sort_unstable();
         for n in sorted {
             let k = origin[n].0;
