@@ -4,9 +4,11 @@
 # and the wasatch-scalability case (the ExprLib equations through the
 # transport solver) on 1, 2 and 4 ranks, strong (one grid) and near-weak
 # (cells per rank about constant: a cube cannot double), with each rank's
-# stepping and exchange time; and the 3D Taylor-Green flow with its
-# momentum on 2 x 1 x 2 patches (the projection whole on every rank) on 1,
-# 2 and 4 ranks, strong, with the share of the stage in the momentum. Above 2 ranks this 2-core machine is
+# stepping and exchange time; the multigrid Poisson solve on 2 x 1 x 2
+# patches of a 64^3 periodic box against the whole domain's on every
+# rank; and the 3D Taylor-Green flow on 2 x 1 x 2 patches (momentum and
+# Poisson solve; then with the projection replicated) on 1, 2 and 4
+# ranks, strong, with the graphs' times. Above 2 ranks this 2-core machine is
 # oversubscribed: the figures measure overhead, not speed. Record them in
 # docs/benchmarks.md with the machine and date.
 set -euo pipefail
@@ -15,6 +17,7 @@ source scripts/tools.sh
 source scripts/mpi-tools.sh
 cargo build --release -p watershed-fields --features mpi --example mpi_pingpong
 cargo build --release -p watershed-cases --features mpi --bin watershed
+cargo build --release -p watershed-solvers --features mpi --example mpi_poisson
 mkdir -p target/mpi-release
 cp target/release/watershed target/mpi-release/watershed
 W="$PWD/target/mpi-release/watershed"
@@ -54,11 +57,17 @@ case_run 1 16 1,1,1
 case_run 2 20 2,1,1
 case_run 4 26 2,2,1
 
+echo "== the multigrid Poisson solve (CG, 1e-8) of a 64^3 periodic box: whole on every rank, and on 2 x 1 x 2 patches across the ranks"
+for ranks in 1 2 4; do
+    mpirun --oversubscribe -np "$ranks" target/release/examples/mpi_poisson --bench 64 | sort
+done
+
 # One flow run: ms/step, the per-rank table, and the graphs' times.
-flow_run() { # ranks patches
-    local ranks="$1" patches="$2"
+flow_run() { # ranks patches [replicate_projection]
+    local ranks="$1" patches="$2" replicate="${3:-false}"
     local args=(run taylor-green --set dimensions=3 --set cells=32 --set re=1600
-        --set "patches=$patches" --steps 10 --threads 1 --quiet --output "$out/tgv-r$ranks-p${patches//,/x}")
+        --set "patches=$patches" --set "replicate_projection=$replicate" --steps 10 --threads 1 --quiet
+        --output "$out/tgv-r$ranks-p${patches//,/x}-$replicate")
     local log="$out/log"
     local status=0
     if [ "$ranks" = 0 ]; then
@@ -71,12 +80,14 @@ flow_run() { # ranks patches
     [ "$status" = 0 ] || [ "$status" = 3 ] || { cat "$log"; exit 1; }
     local per_step
     per_step="$(grep -o 'stepping: [0-9.e+-]* ms/step' "$log" | head -n 1)"
-    echo "ranks $ranks, 32^3 cells, patches $patches: $per_step"
+    echo "ranks $ranks, 32^3 cells, patches $patches, replicated projection $replicate: $per_step"
     grep -E "^  rank [0-9]+:|^exchanges and reductions|^  (momentum|projection)" "$log" || true
 }
 echo "== taylor-green 3D, Re 1600, 32^3 cells, 10 SSP-RK3 steps, 1 thread per rank"
-echo "-- one process: the single graph, then the momentum on 2 x 1 x 2 patches"
+echo "-- one process: the single graph, then 2 x 1 x 2 patches"
 flow_run 0 1,1,1
 flow_run 0 2,1,2
-echo "-- strong: 2 x 1 x 2 patches on 1, 2 and 4 ranks"
+echo "-- strong: 2 x 1 x 2 patches on 1, 2 and 4 ranks, the Poisson solve on the patches"
 for ranks in 1 2 4; do flow_run "$ranks" 2,1,2; done
+echo "-- the same with the projection replicated (whole on every rank)"
+for ranks in 1 2 4; do flow_run "$ranks" 2,1,2 true; done

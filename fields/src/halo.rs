@@ -124,10 +124,14 @@ pub struct CopyRun {
 /// `destination` storage: what [`HaloFields::copy_runs`] does for slices.
 pub fn copy_runs_between(source: Option<&[f64]>, destination: &mut [f64], runs: &[CopyRun]) {
     for run in runs {
-        match source {
-            Some(source) => destination[run.to..run.to + run.len]
-                .copy_from_slice(&source[run.from..run.from + run.len]),
-            None => destination.copy_within(run.from..run.from + run.len, run.to),
+        match (source, run.len) {
+            // Columns across an x seam are runs of one point: no memmove.
+            (Some(source), 1) => destination[run.to] = source[run.from],
+            (None, 1) => destination[run.to] = destination[run.from],
+            (Some(source), len) => {
+                destination[run.to..run.to + len].copy_from_slice(&source[run.from..run.from + len])
+            }
+            (None, len) => destination.copy_within(run.from..run.from + len, run.to),
         }
     }
 }

@@ -158,7 +158,7 @@ fn a_repeated_solve_gives_the_same_bits() {
 }
 
 #[test]
-fn levels_are_decomposed_while_patches_stay_even_and_four_cells_wide() {
+fn levels_are_decomposed_while_patches_stay_even_and_eight_cells_wide() {
     let grid = |cells: [usize; 3]| Grid::new(cells, [0.1; 3], [0.0; 3]).unwrap();
     let walls = || {
         let mut c = BoundaryConditions::new();
@@ -169,16 +169,16 @@ fn levels_are_decomposed_while_patches_stay_even_and_four_cells_wide() {
     };
     // (cells, counts, levels in all, levels on patches)
     for (cells, counts, levels, decomposed) in [
-        // 64 -> 32 -> 16 -> 8 -> 4 -> 2: patches of 32, 16, 8, 4 cells.
-        ([64, 64, 1], [2, 2, 1], 6, 4),
-        // Patches of 8 x 64: 8 and 4 cells wide along x, then 2.
-        ([64, 64, 1], [8, 1, 1], 6, 2),
+        // 64 -> 32 -> 16 -> 8 -> 4 -> 2: patches of 32, 16 and 8 cells.
+        ([64, 64, 1], [2, 2, 1], 6, 3),
+        // Patches of 8 x 64: 8 cells wide along x, then 4.
+        ([64, 64, 1], [8, 1, 1], 6, 1),
         // Two whole levels always stay below: 16 -> 8 -> 4 -> 2.
         ([16, 16, 16], [1, 1, 1], 4, 2),
-        // Patches of 6 cells: odd after one halving.
-        ([24, 24, 1], [4, 1, 1], 4, 1),
-        // Patches of 3 cells: agglomerated from the finest level.
-        ([24, 24, 1], [8, 1, 1], 4, 0),
+        // Patches of 18 cells: odd after one halving.
+        ([72, 72, 1], [4, 1, 1], 4, 1),
+        // Patches of 6 cells: agglomerated from the finest level.
+        ([24, 24, 1], [4, 1, 1], 4, 0),
     ] {
         let layout = PatchLayout::new(&grid(cells), counts, GhostWidth::uniform(1)).unwrap();
         let solver = PatchedMultigrid::new(
