@@ -81,6 +81,12 @@ pub trait Simulation {
             .filter(|t| t.layout().len() > 1)
             .map(PatchedTransport::exchange_time)
     }
+    /// A decomposed flow's Poisson solve on patches: the wall time this
+    /// rank spent in it (outside the graphs), the levels in all and on
+    /// patches (`None`: no such solve).
+    fn poisson_on_patches(&self) -> Option<(Duration, usize, usize)> {
+        None
+    }
     /// Starts recording the case's timed work outside its graphs (a
     /// decomposed case's exchanges) from `epoch`, for the trace.
     fn start_recording(&self, epoch: Instant) {
@@ -218,6 +224,10 @@ pub struct RunReport {
     /// reductions across patches during the stepping (waits for other
     /// ranks included).
     pub exchange_time: Option<Duration>,
+    /// Of a flow whose Poisson solve runs on patches: the time this rank
+    /// spent in it during the stepping (outside the graphs), and the
+    /// solver's levels in all and on patches.
+    pub poisson_on_patches: Option<(Duration, usize, usize)>,
     /// Peak resident memory of the process (bytes), when the OS says.
     pub cpu_memory_high_water: Option<u64>,
     /// Per GPU whose memory the run used (ordinal, bytes): the most the
@@ -439,6 +449,7 @@ pub fn run<S: Simulation + ?Sized>(
     let mut gpu_calls_last_step = GpuCalls::default();
     let started = Instant::now();
     let exchange_before = sim.exchange_time();
+    let poisson_before = sim.poisson_on_patches();
     let mut first_step_time: Option<Duration> = None;
     let stop_reason = loop {
         if done(control.stop, sim.time(), sim.steps()) {
@@ -546,6 +557,10 @@ pub fn run<S: Simulation + ?Sized>(
     let exchange_time = sim
         .exchange_time()
         .map(|t| t.saturating_sub(exchange_before.unwrap_or_default()));
+    let poisson_on_patches = sim.poisson_on_patches().map(|(t, levels, on_patches)| {
+        let before = poisson_before.map_or(Duration::ZERO, |(b, _, _)| b);
+        (t.saturating_sub(before), levels, on_patches)
+    });
     progress.finish();
     if interrupted.is_some()
         && (output.is_some() || follower)
@@ -622,6 +637,7 @@ pub fn run<S: Simulation + ?Sized>(
         graphs,
         graph_time,
         exchange_time,
+        poisson_on_patches,
         cpu_memory_high_water: process_memory_high_water(),
         gpu_memory_high_water: gpu_memory_high_water(),
         gpu_calls,
@@ -705,6 +721,14 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
             report.graph_time.as_secs_f64(),
             100.0 * report.graph_time.as_secs_f64() / wall
         );
+        if let Some((solve, levels, on_patches)) = report.poisson_on_patches {
+            let _ = writeln!(
+                text,
+                "Poisson solve on patches: {:.3} s ({:.1}% of the wall time, outside the graphs, its exchanges included; {levels} levels, {on_patches} on patches, the coarser gathered on every rank)",
+                solve.as_secs_f64(),
+                100.0 * solve.as_secs_f64() / wall
+            );
+        }
         if let Some(exchange) = report.exchange_time {
             let _ = writeln!(
                 text,

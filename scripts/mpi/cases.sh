@@ -91,6 +91,7 @@ for ranks in 1 2 4; do
     $SAME "$out/cavity-alone" "$out/cavity-np$ranks"
 done
 grep -q "exchanges and reductions across patches" "$out/last.log" || { echo "no exchange time in the flow's summary"; cat "$out/last.log"; exit 1; }
+grep -q "Poisson solve on patches: .* 5 levels, 2 on patches" "$out/last.log" || { echo "no Poisson solve on patches in the flow's summary"; cat "$out/last.log"; exit 1; }
 echo "--> with the projection replicated (replicate_projection = true), the bits of one patch"
 run_unchecked "$W" run lid-driven-cavity "${cavity[@]}" --output "$out/cavity-one"
 run_unchecked mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity "${cavity[@]}" \

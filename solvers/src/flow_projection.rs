@@ -60,6 +60,8 @@ pub(crate) struct PatchProjection {
     report: SolveReport,
     /// Wall time copying windows and gathering `psi`.
     moving: Duration,
+    /// Wall time in the solves (their exchanges included).
+    solving: Duration,
 }
 
 impl PatchProjection {
@@ -124,6 +126,7 @@ impl PatchProjection {
                 rhs_norm: 0.0,
             },
             moving: Duration::ZERO,
+            solving: Duration::ZERO,
         })
     }
 
@@ -141,6 +144,12 @@ impl PatchProjection {
     /// Levels of the solver in all, and on patches.
     pub(crate) fn levels(&self) -> (usize, usize) {
         (self.solver.levels(), self.solver.decomposed_levels())
+    }
+
+    /// Wall time in the solves on the patches, their exchanges and
+    /// reductions included.
+    pub(crate) fn solve_time(&self) -> Duration {
+        self.solving
     }
 
     /// Wall time in the solver's exchanges and reductions across patches,
@@ -178,9 +187,12 @@ impl PatchProjection {
             })??;
         }
         self.moving += started.elapsed();
-        self.report = self
+        let started = Instant::now();
+        let solved = self
             .solver
-            .solve_preconditioned_cg(&self.rhs, &mut self.psi)?;
+            .solve_preconditioned_cg(&self.rhs, &mut self.psi);
+        self.solving += started.elapsed();
+        self.report = solved?;
         let started = Instant::now();
         let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
         for psi in &self.psi {

@@ -1258,6 +1258,14 @@ impl IncompressibleFlow {
         self.projection.as_ref().map(PatchProjection::levels)
     }
 
+    /// With [`IncompressibleFlowBuilder::patches`] (projection not
+    /// replicated): the wall time this rank spent in the Poisson solves on
+    /// the patches, which run between graph executions (their exchanges
+    /// and waits included).
+    pub fn projection_solve_time(&self) -> Option<Duration> {
+        self.projection.as_ref().map(PatchProjection::solve_time)
+    }
+
     /// The last projection's solve and divergences.
     pub fn last_projection(&self) -> &ProjectionReport {
         &self.last

@@ -273,6 +273,10 @@ impl Simulation for Cavity {
     fn exchange_time(&self) -> Option<std::time::Duration> {
         self.flow.exchange_time()
     }
+    fn poisson_on_patches(&self) -> Option<(std::time::Duration, usize, usize)> {
+        let (levels, on_patches) = self.flow.projection_levels()?;
+        Some((self.flow.projection_solve_time()?, levels, on_patches))
+    }
     fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck> {
         let (u_line, v_line) = self.centrelines()?;
         let table = ghia_table(self.config.re);

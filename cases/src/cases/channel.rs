@@ -338,6 +338,10 @@ impl Simulation for Channel {
     fn exchange_time(&self) -> Option<std::time::Duration> {
         self.flow.exchange_time()
     }
+    fn poisson_on_patches(&self) -> Option<(std::time::Duration, usize, usize)> {
+        let (levels, on_patches) = self.flow.projection_levels()?;
+        Some((self.flow.projection_solve_time()?, levels, on_patches))
+    }
     fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck> {
         let profile = self.profile()?;
         let (inflow, outflow) = self.flow_rates()?;

@@ -457,6 +457,10 @@ impl Simulation for TaylorGreen {
     fn exchange_time(&self) -> Option<std::time::Duration> {
         self.flow.exchange_time()
     }
+    fn poisson_on_patches(&self) -> Option<(std::time::Duration, usize, usize)> {
+        let (levels, on_patches) = self.flow.projection_levels()?;
+        Some((self.flow.projection_solve_time()?, levels, on_patches))
+    }
     fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck> {
         let table = self.energy_table();
         let files = match output {
