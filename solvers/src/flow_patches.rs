@@ -1,13 +1,13 @@
 //! The momentum stages of an incompressible flow on the patches of a
-//! decomposed grid (issue 51), with the projection on the whole domain.
+//! decomposed grid (issue 51).
 //!
 //! A stage of [`IncompressibleFlow`](crate::IncompressibleFlow) is an
 //! explicit part (every component's right-hand side and Shu-Osher update,
 //! most of the kernels) and the projection (the divergence, the Poisson
 //! solve, the correction, the reductions). Built with
 //! [`IncompressibleFlowBuilder::patches`](crate::IncompressibleFlowBuilder::patches),
-//! the flow's own graph holds the projection on the whole domain, and the
-//! explicit part runs here, one graph per patch this rank owns. Each stage:
+//! the explicit part runs here, one graph per patch this rank owns. Each
+//! stage:
 //!
 //! 1. every patch graph receives the window of the whole domain's state
 //!    levels it covers, its ghost layers included (the seam ghosts are the
@@ -19,16 +19,17 @@
 //!    every interior value has the bits of the whole domain's;
 //! 3. the interiors of every patch of every rank are gathered in patch
 //!    order ([`RankLink::gather_in_rank_order`]) into the whole domain's
-//!    `u*`, where the projection graph takes them up.
+//!    `u*` of each graph that reads it: the flow's own graph (the
+//!    correction), and the divergence graph of the Poisson solve on the
+//!    patches (`crate::flow_projection`).
 //!
-//! The projection is therefore replicated: every rank solves the whole
-//! Poisson problem, with identical inputs and identical arithmetic, so
-//! every rank holds the same projected velocity, and the flow gives the
-//! undecomposed flow's bits on any layout and any number of ranks. It is
-//! the degenerate case of agglomerating the multigrid (no level
-//! decomposed): the explicit part scales with the ranks, the projection
-//! does not, and every rank holds the whole domain's fields. Decomposing
-//! the multigrid's fine levels is what comes next.
+//! With the projection replicated
+//! ([`IncompressibleFlowBuilder::replicated_projection`](crate::IncompressibleFlowBuilder::replicated_projection)),
+//! the flow's own graph holds the whole projection and every rank solves
+//! the whole Poisson problem with identical inputs and arithmetic, so the
+//! flow gives the undecomposed flow's bits on any layout and any number of
+//! ranks (the degenerate case of agglomerating the multigrid: no level
+//! decomposed). Either way every rank holds the whole domain's velocity.
 
 use crate::error::{SolverError, SolverResult};
 use crate::windows::{check_within, for_rows};

@@ -9,7 +9,7 @@
 //! | --- | --- |
 //! | [`incompressible`] | [`IncompressibleFlow`]: staggered Navier-Stokes with a multigrid pressure projection every stage |
 //! | `flow_projection` | a decomposed flow's Poisson solve on the patches, between the divergence and the correction |
-//! | `flow_patches` | a flow's momentum stages on the patches of a decomposed grid, gathered into the whole domain's projection |
+//! | `flow_patches` | a flow's momentum stages on the patches of a decomposed grid, gathered into the whole domain's graphs |
 //! | [`convection`] | [`ConvectionForm`]: the momentum convection of Morinishi et al. (divergence, advective, skew-symmetric) at second and fourth order |
 //! | [`staggered`] | [`SpaceOrder`] and the half-point averages and differences the conservative forms are built from |
 //! | [`integrator`] | forward Euler, SSP-RK2, SSP-RK3 in Shu-Osher form |
