@@ -120,6 +120,25 @@ pub struct CopyRun {
     pub len: usize,
 }
 
+/// The holders at `source` and `destination` among `items`: the source
+/// apart (`None` when both are the same holder, whose runs then copy
+/// within its own storage) and the destination to write.
+pub fn source_and_destination<T>(
+    items: &mut [T],
+    source: usize,
+    destination: usize,
+) -> (Option<&T>, &mut T) {
+    if source == destination {
+        return (None, &mut items[destination]);
+    }
+    let (low, high) = items.split_at_mut(source.max(destination));
+    if source < destination {
+        (Some(&low[source]), &mut high[0])
+    } else {
+        (Some(&high[0]), &mut low[destination])
+    }
+}
+
 /// Copies `runs` within one field's storage, or from `source` into
 /// `destination` storage: what [`HaloFields::copy_runs`] does for slices.
 pub fn copy_runs_between(source: Option<&[f64]>, destination: &mut [f64], runs: &[CopyRun]) {
@@ -188,17 +207,9 @@ impl<L: Location> HaloFields for PatchFields<'_, L> {
         runs: &[CopyRun],
     ) -> FieldResult<()> {
         let (s, d) = (self.position(source)?, self.position(destination)?);
-        if s == d {
-            copy_runs_between(None, self.fields[d].values_mut()?, runs);
-            return Ok(());
-        }
-        let (low, high) = self.fields.split_at_mut(s.max(d));
-        let (from, to) = if s < d {
-            (&low[s], &mut high[0])
-        } else {
-            (&high[0], &mut low[d])
-        };
-        copy_runs_between(Some(from.values()?), to.values_mut()?, runs);
+        let (from, to) = source_and_destination(self.fields, s, d);
+        let from = from.map(SpatialField::values).transpose()?;
+        copy_runs_between(from, to.values_mut()?, runs);
         Ok(())
     }
 

@@ -32,7 +32,7 @@
 //! decomposed). Either way every rank holds the whole domain's velocity.
 
 use crate::error::{SolverError, SolverResult};
-use crate::windows::{check_within, for_rows};
+use crate::windows::{append_interior, place_interior, take_window};
 use std::cell::Cell;
 use std::ops::Range;
 use std::rc::Rc;
@@ -190,13 +190,8 @@ impl FlowPatches {
                     offset,
                 })?;
             for &axis in &self.active {
-                on_face!(axis, F => graph.with_field::<F, _>(&provisional[axis], |u| -> FieldResult<()> {
-                    let layout = u.layout();
-                    let values = u.values()?;
-                    for_rows(layout.interior(), [0; 3], layout, layout, |_, from, len| {
-                        mine.extend_from_slice(&values[from..from + len]);
-                    });
-                    Ok(())
+                on_face!(axis, F => graph.with_field::<F, _>(&provisional[axis], |u| {
+                    append_interior(u, &mut mine)
                 })??);
             }
         }
@@ -206,17 +201,9 @@ impl FlowPatches {
             let mut at = 0;
             for part in &self.parts {
                 for (&axis, layout) in self.active.iter().zip(&part.components) {
-                    on_face!(axis, F => target.with_field_mut::<F, _>(&provisional[axis], |u| -> SolverResult<()> {
-                        let to = u.layout().clone();
-                        let values = u.values_mut()?;
-                        let mut cursor = at;
-                        let rows = for_rows(layout.interior(), part.offset, &to, layout, |to, _, len| {
-                            values[to..to + len].copy_from_slice(&all[cursor..cursor + len]);
-                            cursor += len;
-                        });
-                        check_within(rows, &to)
+                    at = on_face!(axis, F => target.with_field_mut::<F, _>(&provisional[axis], |u| {
+                        place_interior(&all, at, layout, part.offset, u)
                     })??);
-                    at += layout.interior_len();
                 }
             }
         }
@@ -240,24 +227,7 @@ fn copy_window<F: GraphLocation>(
     part: &ExpressionGraph,
     offset: [isize; 3],
 ) -> SolverResult<()> {
-    whole.with_field::<F, _>(tag, |from| -> SolverResult<()> {
-        let source = from.values()?;
-        let from_layout = from.layout();
-        part.with_field_mut::<F, _>(tag, |to| -> SolverResult<()> {
-            let to_layout = to.layout().clone();
-            let values = to.values_mut()?;
-            // Rows of the patch's allocated box, read shifted in the whole.
-            let fits = for_rows(
-                to_layout.allocated(),
-                offset,
-                from_layout,
-                &to_layout,
-                |whole_at, part_at, len| {
-                    values[part_at..part_at + len]
-                        .copy_from_slice(&source[whole_at..whole_at + len]);
-                },
-            );
-            check_within(fits, from_layout)
-        })?
+    whole.with_field::<F, _>(tag, |from| {
+        part.with_field_mut::<F, _>(tag, |to| take_window(from, to, offset, true))?
     })?
 }

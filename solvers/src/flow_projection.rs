@@ -29,7 +29,7 @@ use crate::error::{SolverError, SolverResult};
 use crate::multigrid::{MultigridOptions, SolveReport};
 use crate::multigrid_patches::PatchedMultigrid;
 use crate::staggered::SpaceOrder;
-use crate::windows::{check_within, for_rows};
+use crate::windows::{append_interior, place_interior, take_window};
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -180,10 +180,10 @@ impl PatchProjection {
             let offset = self.parts[index].0;
             self.divergence
                 .with_field::<CellCentre, _>(&self.divergence_tag, |from| {
-                    copy_interior_window(from, rhs, offset)
+                    take_window(from, rhs, offset, false)
                 })??;
             whole.with_field::<CellCentre, _>(&self.psi_tag, |from| {
-                copy_interior_window(from, psi, offset)
+                take_window(from, psi, offset, false)
             })??;
         }
         self.moving += started.elapsed();
@@ -196,25 +196,15 @@ impl PatchProjection {
         let started = Instant::now();
         let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
         for psi in &self.psi {
-            let layout = psi.layout();
-            let values = psi.values()?;
-            for_rows(layout.interior(), [0; 3], layout, layout, |_, from, len| {
-                mine.extend_from_slice(&values[from..from + len]);
-            });
+            append_interior(psi, &mut mine)?;
         }
         let all = self.link.gather_in_rank_order(&mine, &self.counts)?;
         let walls = &self.walls;
         let parts = &self.parts;
         whole.with_field_mut::<CellCentre, _>(&self.psi_tag, |psi| -> SolverResult<()> {
-            let to = psi.layout().clone();
-            let values = psi.values_mut()?;
             let mut at = 0;
             for (offset, layout) in parts {
-                let fits = for_rows(layout.interior(), *offset, &to, layout, |to, _, len| {
-                    values[to..to + len].copy_from_slice(&all[at..at + len]);
-                    at += len;
-                });
-                check_within(fits, &to)?;
+                at = place_interior(&all, at, layout, *offset, psi)?;
             }
             walls.apply(psi)
         })??;
@@ -235,27 +225,4 @@ impl<E: Into<SolverError>> From<E> for ProjectionFailure {
     fn from(error: E) -> Self {
         ProjectionFailure::Solver(error.into())
     }
-}
-
-/// Copies the interior of the patch field `to` from the same points of
-/// the whole domain's `from` (`offset`: the patch's in the whole).
-fn copy_interior_window(
-    from: &SpatialField<CellCentre>,
-    to: &mut SpatialField<CellCentre>,
-    offset: [isize; 3],
-) -> SolverResult<()> {
-    let source = from.values()?;
-    let from_layout = from.layout();
-    let to_layout = to.layout().clone();
-    let values = to.values_mut()?;
-    let fits = for_rows(
-        to_layout.interior(),
-        offset,
-        from_layout,
-        &to_layout,
-        |whole_at, part_at, len| {
-            values[part_at..part_at + len].copy_from_slice(&source[whole_at..whole_at + len]);
-        },
-    );
-    check_within(fits, from_layout)
 }

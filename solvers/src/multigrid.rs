@@ -346,8 +346,24 @@ impl Multigrid {
         for coarse in &coarsened_grids(grid)?[1..] {
             levels.push(Level::new(&coarse.whole_domain(1))?);
         }
-        let make = |name: &str| SpatialField::<CellCentre>::new(name, &one_ghost, Device::Cpu);
-        let mut multigrid = Multigrid {
+        let mut multigrid =
+            Self::assembled(levels, &one_ghost, conditions, singular, options, order)?;
+        multigrid.coarsest_steps = multigrid.assemble_coarsest_steps()?;
+        Ok(multigrid)
+    }
+
+    /// A hierarchy of `levels` on the CPU, its CG vectors on `finest`, no
+    /// coarsest steps yet.
+    fn assembled(
+        levels: Vec<Level>,
+        finest: &Patch,
+        conditions: BoundaryConditions,
+        singular: bool,
+        options: MultigridOptions,
+        order: SpaceOrder,
+    ) -> SolverResult<Self> {
+        let make = |name: &str| SpatialField::<CellCentre>::new(name, finest, Device::Cpu);
+        Ok(Multigrid {
             levels,
             homogeneous: homogeneous(&conditions),
             conditions,
@@ -367,9 +383,7 @@ impl Multigrid {
             coarsest_steps: None,
             coarsest_factor: Parameter::new("coarsest step", 0.0),
             order,
-        };
-        multigrid.coarsest_steps = multigrid.assemble_coarsest_steps()?;
-        Ok(multigrid)
+        })
     }
 
     /// The levels of one patch of a decomposed hierarchy
@@ -394,28 +408,7 @@ impl Multigrid {
             .iter()
             .map(Level::new)
             .collect::<SolverResult<_>>()?;
-        let make = |name: &str| SpatialField::<CellCentre>::new(name, finest, Device::Cpu);
-        Ok(Multigrid {
-            levels,
-            homogeneous: homogeneous(&conditions),
-            conditions,
-            singular,
-            options,
-            cg: ConjugateGradientVectors {
-                x: make("cg_x")?,
-                r: make("cg_r")?,
-                p: make("cg_p")?,
-                q: make("cg_q")?,
-                alpha: Parameter::new("alpha", 0.0),
-                beta: Parameter::new("beta", 0.0),
-            },
-            assignments: Assignments::default(),
-            device: Device::Cpu,
-            mean: Parameter::new("mean", 0.0),
-            coarsest_steps: None,
-            coarsest_factor: Parameter::new("coarsest step", 0.0),
-            order,
-        })
+        Self::assembled(levels, finest, conditions, singular, options, order)
     }
 
     /// Closes the faces of `immersed`'s bodies that bound fluid cells:

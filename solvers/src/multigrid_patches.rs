@@ -49,12 +49,13 @@ use crate::multigrid::coarsened_grids;
 use crate::multigrid::{Multigrid, MultigridOptions, SolveReport, Vector, check_finite};
 use crate::poisson_iteration::{self, Iterated, PoissonSpace, Product};
 use crate::staggered::SpaceOrder;
-use crate::windows::{check_within, for_rows};
+use crate::windows::{append_interior, place_interior, take_window};
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use watershed_fields::halo::{
     CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, exchange_reusing,
+    source_and_destination,
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
@@ -514,46 +515,20 @@ impl PatchedMultigrid {
         let rank = self.link.rank();
         let mut mine = Vec::with_capacity(self.gather_counts[rank]);
         for patch in &self.patches {
-            let b = patch.vector(Vector::Rhs(level));
-            let layout = b.layout();
-            let values = b.values()?;
-            for_rows(layout.interior(), [0; 3], layout, layout, |_, from, len| {
-                mine.extend_from_slice(&values[from..from + len]);
-            });
+            append_interior(patch.vector(Vector::Rhs(level)), &mut mine)?;
         }
         let all = self.link.gather_in_rank_order(&mine, &self.gather_counts)?;
         let whole = self.coarse.vector_mut(Vector::Rhs(0));
-        let to = whole.layout().clone();
-        let values = whole.values_mut()?;
         let mut at = 0;
         for (offset, layout) in &self.parts {
-            let fits = for_rows(layout.interior(), *offset, &to, layout, |to, _, len| {
-                values[to..to + len].copy_from_slice(&all[at..at + len]);
-                at += len;
-            });
-            check_within(fits, &to)?;
+            at = place_interior(&all, at, layout, *offset, whole)?;
         }
         self.exchange_time += started.elapsed();
         self.coarse.correction_cycle()?;
         let whole = self.coarse.vector(Vector::Solution(0));
-        let from_layout = whole.layout();
-        let source = whole.values()?;
         for (patch, index) in self.patches.iter_mut().zip(self.owned.clone()) {
-            let offset = self.parts[index].0;
             let x = patch.vector_mut(Vector::Solution(level));
-            let to_layout = x.layout().clone();
-            let values = x.values_mut()?;
-            let fits = for_rows(
-                to_layout.allocated(),
-                offset,
-                from_layout,
-                &to_layout,
-                |whole_at, part_at, len| {
-                    values[part_at..part_at + len]
-                        .copy_from_slice(&source[whole_at..whole_at + len]);
-                },
-            );
-            check_within(fits, from_layout)?;
+            take_window(whole, x, self.parts[index].0, true)?;
         }
         Ok(())
     }
@@ -683,21 +658,9 @@ impl HaloFields for VectorFields<'_> {
     ) -> FieldResult<()> {
         let (s, d) = (self.position(source)?, self.position(destination)?);
         let which = self.which;
-        if s == d {
-            copy_runs_between(None, self.patches[d].vector_mut(which).values_mut()?, runs);
-            return Ok(());
-        }
-        let (low, high) = self.patches.split_at_mut(s.max(d));
-        let (from, to) = if s < d {
-            (&low[s], &mut high[0])
-        } else {
-            (&high[0], &mut low[d])
-        };
-        copy_runs_between(
-            Some(from.vector(which).values()?),
-            to.vector_mut(which).values_mut()?,
-            runs,
-        );
+        let (from, to) = source_and_destination(self.patches, s, d);
+        let from = from.map(|p| p.vector(which).values()).transpose()?;
+        copy_runs_between(from, to.vector_mut(which).values_mut()?, runs);
         Ok(())
     }
 

@@ -18,12 +18,39 @@ use case::{
 };
 use std::rc::Rc;
 use watershed_fields::ranks::SingleProcess;
-use watershed_fields::{GhostWidth, Grid, PatchLayout, XFace};
+use watershed_fields::{GhostWidth, Grid, PatchLayout, XFace, YFace};
 use watershed_operators::Side;
 use watershed_solvers::{
-    Body, BoundaryCondition, BoundaryConditions, IncompressibleFlowBuilder, Outflow, Shape,
-    SolverError, SpaceOrder, TimeIntegrator,
+    Body, BoundaryCondition, BoundaryConditions, IncompressibleFlow, IncompressibleFlowBuilder,
+    Outflow, Shape, SolverError, SpaceOrder, TimeIntegrator,
 };
+
+/// Copies a 2D flow's state (what a checkpoint holds: u, v, psi and the
+/// clock) from `from` into `to`.
+fn copy_state(from: &IncompressibleFlow, to: &mut IncompressibleFlow) {
+    from.with_velocity::<XFace, _>(|u| {
+        to.with_velocity_mut::<XFace, _>(|r| {
+            r.values_mut().unwrap().copy_from_slice(u.values().unwrap())
+        })
+    })
+    .unwrap()
+    .unwrap();
+    from.with_velocity::<YFace, _>(|v| {
+        to.with_velocity_mut::<YFace, _>(|r| {
+            r.values_mut().unwrap().copy_from_slice(v.values().unwrap())
+        })
+    })
+    .unwrap()
+    .unwrap();
+    from.with_projection_potential(|p| {
+        to.with_projection_potential_mut(|r| {
+            r.values_mut().unwrap().copy_from_slice(p.values().unwrap())
+        })
+    })
+    .unwrap()
+    .unwrap();
+    to.set_clock(from.time(), from.steps()).unwrap();
+}
 
 fn layout(grid: &Grid, counts: [usize; 3], ghosts: usize) -> PatchLayout {
     PatchLayout::new(grid, counts, GhostWidth::uniform(ghosts)).unwrap()
@@ -73,31 +100,7 @@ fn a_cavity_on_patches_with_forward_euler_and_a_restart_keeps_the_bits() {
     // A restart of the decomposed flow from the whole flow's state (what a
     // checkpoint holds) continues with the same bits.
     let mut restarted = build(true);
-    whole
-        .with_velocity::<XFace, _>(|u| {
-            restarted.with_velocity_mut::<XFace, _>(|r| {
-                r.values_mut().unwrap().copy_from_slice(u.values().unwrap())
-            })
-        })
-        .unwrap()
-        .unwrap();
-    whole
-        .with_velocity::<watershed_fields::YFace, _>(|v| {
-            restarted.with_velocity_mut::<watershed_fields::YFace, _>(|r| {
-                r.values_mut().unwrap().copy_from_slice(v.values().unwrap())
-            })
-        })
-        .unwrap()
-        .unwrap();
-    whole
-        .with_projection_potential(|p| {
-            restarted.with_projection_potential_mut(|r| {
-                r.values_mut().unwrap().copy_from_slice(p.values().unwrap())
-            })
-        })
-        .unwrap()
-        .unwrap();
-    restarted.set_clock(whole.time(), whole.steps()).unwrap();
+    copy_state(&whole, &mut restarted);
     run_and_compare(&mut whole, &mut restarted, 3, "restarted", Match::Bits)
         .unwrap_or_else(|e| panic!("{e}"));
 }
@@ -132,36 +135,14 @@ fn a_taylor_green_vortex_on_patches_has_the_whole_domains_bits() {
 
 #[test]
 fn a_channel_with_an_open_outflow_on_patches_has_the_whole_domains_bits() {
-    let grid = Grid::new([16, 8, 1], [2.0, 1.0, 1.0], [0.0; 3]).unwrap();
-    let patch = grid.whole_domain(1);
-    let build = |split: bool| {
-        let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
-        let builder = IncompressibleFlowBuilder::new(&patch, 0.05)
-            .velocity_conditions(
-                0,
-                walls
-                    .clone()
-                    .with(Side::MINUS_X, BoundaryCondition::Dirichlet(1.0)),
-            )
-            .velocity_conditions(1, walls)
-            .outflow(Side::PLUS_X);
-        match split {
-            true => builder
-                .patches(layout(&grid, [4, 1, 1], 1), Rc::new(SingleProcess))
-                .replicated_projection(),
-            false => builder,
-        }
-        .build()
-        .unwrap()
-    };
-    let (mut whole, mut parts) = (build(false), build(true));
+    let (mut whole, mut parts) = (channel(None, false), channel(Some([4, 1, 1]), true));
     run_and_compare(&mut whole, &mut parts, 5, "channel", Match::Bits)
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
-/// The channel of the test above, whole or on `counts` patches with its
-/// projection on them.
-fn channel(counts: Option<[usize; 3]>) -> watershed_solvers::IncompressibleFlow {
+/// A 16 x 8 channel with an open outflow, whole or on `counts` patches,
+/// its projection replicated or on the patches.
+fn channel(counts: Option<[usize; 3]>, replicated: bool) -> IncompressibleFlow {
     let grid = Grid::new([16, 8, 1], [2.0, 1.0, 1.0], [0.0; 3]).unwrap();
     let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
     let builder = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.05)
@@ -173,9 +154,12 @@ fn channel(counts: Option<[usize; 3]>) -> watershed_solvers::IncompressibleFlow 
         )
         .velocity_conditions(1, walls)
         .outflow(Side::PLUS_X);
-    match counts {
-        Some(counts) => builder.patches(layout(&grid, counts, 1), Rc::new(SingleProcess)),
-        None => builder,
+    match (counts, replicated) {
+        (Some(counts), false) => builder.patches(layout(&grid, counts, 1), Rc::new(SingleProcess)),
+        (Some(counts), true) => builder
+            .patches(layout(&grid, counts, 1), Rc::new(SingleProcess))
+            .replicated_projection(),
+        (None, _) => builder,
     }
     .build()
     .unwrap()
@@ -214,7 +198,7 @@ fn a_projection_on_one_patch_gives_the_whole_flows_bits() {
         Match::Bits,
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let (mut whole, mut parts) = (channel(None), channel(Some([1, 1, 1])));
+    let (mut whole, mut parts) = (channel(None, false), channel(Some([1, 1, 1]), false));
     run_and_compare(&mut whole, &mut parts, 3, "channel [1, 1, 1]", Match::Bits)
         .unwrap_or_else(|e| panic!("{e}"));
 }
@@ -262,7 +246,7 @@ fn flows_with_their_projection_on_patches_match_the_whole_flow() {
         let what = format!("Taylor-Green {order:?} {counts:?}");
         run_and_compare(&mut whole, &mut parts, 3, &what, close).unwrap_or_else(|e| panic!("{e}"));
     }
-    let (mut whole, mut parts) = (channel(None), channel(Some([4, 1, 1])));
+    let (mut whole, mut parts) = (channel(None, false), channel(Some([4, 1, 1]), false));
     run_and_compare(&mut whole, &mut parts, 5, "channel [4, 1, 1]", close)
         .unwrap_or_else(|e| panic!("{e}"));
 }
@@ -283,31 +267,7 @@ fn a_flow_with_its_projection_on_patches_restarts_with_its_own_bits() {
     run_and_compare(&mut first, &mut twin, 3, "twins", Match::Bits)
         .unwrap_or_else(|e| panic!("{e}"));
     let mut restarted = build();
-    first
-        .with_velocity::<XFace, _>(|u| {
-            restarted.with_velocity_mut::<XFace, _>(|r| {
-                r.values_mut().unwrap().copy_from_slice(u.values().unwrap())
-            })
-        })
-        .unwrap()
-        .unwrap();
-    first
-        .with_velocity::<watershed_fields::YFace, _>(|v| {
-            restarted.with_velocity_mut::<watershed_fields::YFace, _>(|r| {
-                r.values_mut().unwrap().copy_from_slice(v.values().unwrap())
-            })
-        })
-        .unwrap()
-        .unwrap();
-    first
-        .with_projection_potential(|p| {
-            restarted.with_projection_potential_mut(|r| {
-                r.values_mut().unwrap().copy_from_slice(p.values().unwrap())
-            })
-        })
-        .unwrap()
-        .unwrap();
-    restarted.set_clock(first.time(), first.steps()).unwrap();
+    copy_state(&first, &mut restarted);
     run_and_compare(&mut first, &mut restarted, 3, "restarted", Match::Bits)
         .unwrap_or_else(|e| panic!("{e}"));
 }
