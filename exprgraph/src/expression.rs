@@ -396,6 +396,11 @@ pub struct LanguageExpression {
     /// ([`PreparedAssignment`]): a graph runs the same node every
     /// execution, so each run after the first only binds its fields.
     prepared: PreparedCache<PreparedRun>,
+    /// The assignments of a split execution ([`Self::evaluate_boxes`]):
+    /// one per box and per fused modifier's masked assignment, each keyed
+    /// by what it runs (0: the node's own value, `1 + k`: the `k`-th
+    /// masked assignment).
+    split: PreparedCache<Vec<(usize, PreparedRun)>>,
 }
 
 /// The prepared assignments of a language node as last run (`T`: a
@@ -470,6 +475,114 @@ impl LanguageExpression {
 }
 
 impl LanguageExpression {
+    /// Runs the node over each of `boxes` only (boxes of its region, from
+    /// an [`crate::overlap::OverlapPlan`]), without its fused modifiers;
+    /// with `then_modifiers`, runs the fused modifiers' masked assignments
+    /// after the boxes, in their order (the last half of a split node:
+    /// every point of its region is then computed). Each point gets the
+    /// value [`Expression::evaluate`] gives it.
+    pub(crate) fn evaluate_boxes(
+        &self,
+        context: &mut EvaluationContext<'_>,
+        boxes: &[IndexBox],
+        then_modifiers: bool,
+    ) -> GraphResult<()> {
+        let expression = context.expression;
+        let bindings = bind_inputs(expression, &context.inputs)?;
+        let bound: Vec<&dyn BoundField> = bindings.iter().map(|b| b as &dyn BoundField).collect();
+        let parallelism = context.parallelism;
+        let (_, guard) = context
+            .outputs
+            .iter_mut()
+            .find(|(t, _)| **t == self.target)
+            .ok_or_else(|| GraphError::FieldUnavailable {
+                tag: self.target.clone(),
+                expression: expression.to_string(),
+                reason: "it is not among the outputs".into(),
+            })?;
+        let target = guard.as_mut().ok_or_else(|| GraphError::FieldUnavailable {
+            tag: self.target.clone(),
+            expression: expression.to_string(),
+            reason: "it has not been allocated".into(),
+        })?;
+        match target {
+            AnyField::Cell(f) => self.run_boxes(f, &bound, boxes, parallelism, then_modifiers),
+            AnyField::XFace(f) => self.run_boxes(f, &bound, boxes, parallelism, then_modifiers),
+            AnyField::YFace(f) => self.run_boxes(f, &bound, boxes, parallelism, then_modifiers),
+            AnyField::ZFace(f) => self.run_boxes(f, &bound, boxes, parallelism, then_modifiers),
+        }
+    }
+
+    /// [`Self::evaluate_boxes`] on a target of location `L`, through the
+    /// prepared assignments kept in `split` (prepared on first use).
+    fn run_boxes<L: Location>(
+        &self,
+        target: &mut SpatialField<L>,
+        bound: &[&dyn BoundField],
+        boxes: &[IndexBox],
+        parallelism: Parallelism,
+        then_modifiers: bool,
+    ) -> GraphResult<()> {
+        let layout = target.layout().clone();
+        let masked = if then_modifiers {
+            self.fused_assignments(&layout)?
+        } else {
+            Vec::new()
+        };
+        let options = |region: &IndexBox, check_finite: bool| AssignOptions {
+            region: Region::Box(*region),
+            parallelism,
+            check_finite,
+            ..Default::default()
+        };
+        let mut runs: Vec<(usize, &Arc<Node>, &[&dyn BoundField], AssignOptions)> = boxes
+            .iter()
+            .filter(|b| !b.is_empty())
+            .map(|b| (0, &self.root, bound, options(b, self.check_finite)))
+            .collect();
+        for (k, (mask, root)) in masked.iter().enumerate() {
+            runs.push((1 + k, root, &[], options(mask, false)));
+        }
+        // The same node may run in two graphs at once: the second prepares
+        // copies of its own.
+        let mut guard = self.split.0.try_lock().ok();
+        let mut own = None;
+        let kept: &mut Option<Vec<(usize, PreparedRun)>> = match guard.as_deref_mut() {
+            Some(kept) => kept,
+            None => &mut own,
+        };
+        let kept = kept.get_or_insert_with(Vec::new);
+        for (key, root, fields, options) in runs {
+            let found = kept
+                .iter()
+                .position(|(k, run)| *k == key && run.options == options && run.layout == layout);
+            let index = match found {
+                Some(index) => index,
+                None => {
+                    let assignment = PreparedAssignment::new(
+                        target,
+                        self.target.id(),
+                        root,
+                        fields,
+                        options,
+                        &[],
+                    )?;
+                    kept.push((
+                        key,
+                        PreparedRun {
+                            options,
+                            layout: layout.clone(),
+                            assignment,
+                        },
+                    ));
+                    kept.len() - 1
+                }
+            };
+            kept[index].1.assignment.run(target, fields)?;
+        }
+        Ok(())
+    }
+
     /// `target = build(symbols)`, where `build` names its input fields with
     /// [`Symbols::field`].
     pub fn new<L: Location>(
@@ -497,6 +610,7 @@ impl LanguageExpression {
             check_finite: false,
             then: Vec::new(),
             prepared: PreparedCache::default(),
+            split: PreparedCache::default(),
         }
     }
 

@@ -154,7 +154,7 @@ impl ExpressionGraph {
         &self.plan.patch
     }
 
-    fn slot(&self, tag: &Tag, what: &str) -> GraphResult<usize> {
+    pub(crate) fn slot(&self, tag: &Tag, what: &str) -> GraphResult<usize> {
         self.plan
             .slot_of
             .get(tag)

@@ -53,8 +53,10 @@ use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use watershed_fields::{FieldInit, Lifetime};
+use watershed_fields::{FieldInit, IndexBox, Lifetime};
 use watershed_operators::Parallelism;
+
+mod split;
 
 /// How to execute a graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,6 +202,17 @@ struct RunState {
     gpu_trace: Vec<crate::GpuSpan>,
 }
 
+/// What one launch of a node computes.
+#[derive(Clone, Copy)]
+enum Pass<'p> {
+    /// Its whole region (and everything else it does).
+    Whole,
+    /// These boxes of a language node's region ([`split`]); `rim`: the
+    /// last half, which also runs its fused modifiers and writes into the
+    /// outputs the first half allocated.
+    Boxes { boxes: &'p [IndexBox], rim: bool },
+}
+
 struct Shared<'g> {
     graph: &'g ExpressionGraph,
     state: Mutex<RunState>,
@@ -259,18 +272,11 @@ impl ExpressionGraph {
     /// [`Self::execute`] in `mode` (`Serial` or `Threaded`) on `threads`
     /// threads, with the execution lock held.
     fn execute_locked(&self, mode: ExecutionMode, threads: usize) -> GraphResult<ExecutionReport> {
-        for (slot, info) in self.plan.fields.iter().enumerate() {
-            if info.placeholder
-                && !self.state.provided[slot].load(std::sync::atomic::Ordering::Acquire)
-                && let Some(&reader) = self.plan.users[slot]
-                    .iter()
-                    .find(|&&u| !self.plan.nodes[u].outputs.contains(&slot))
-            {
-                return Err(GraphError::PlaceholderNotSet {
-                    tag: info.tag.clone(),
-                    reader: self.plan.nodes[reader].name.clone(),
-                });
-            }
+        self.check_placeholders()?;
+        // A split execution left half done: its scratch fields go back,
+        // this execution computes everything.
+        if self.state.split_pending.swap(false, Ordering::AcqRel) {
+            self.release_all_scratch();
         }
         let on_devices = self.device_plan.gpu_nodes() > 0;
         if on_devices {
@@ -375,6 +381,25 @@ impl ExpressionGraph {
             )));
         }
         Ok(report)
+    }
+
+    /// Refuses to run when a placeholder a node reads was never bound,
+    /// written or filled, naming it and its reader.
+    fn check_placeholders(&self) -> GraphResult<()> {
+        for (slot, info) in self.plan.fields.iter().enumerate() {
+            if info.placeholder
+                && !self.state.provided[slot].load(std::sync::atomic::Ordering::Acquire)
+                && let Some(&reader) = self.plan.users[slot]
+                    .iter()
+                    .find(|&&u| !self.plan.nodes[u].outputs.contains(&slot))
+            {
+                return Err(GraphError::PlaceholderNotSet {
+                    tag: info.tag.clone(),
+                    reader: self.plan.nodes[reader].name.clone(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Refuses to run a plan with nodes on a GPU this machine cannot use,
@@ -544,7 +569,16 @@ impl ExpressionGraph {
                 let _lane = enqueue();
                 self.run_steps(&steps.before, run)?;
                 let stream = self.gpu_stream(id)?;
-                let launch = || self.launch_on(node, parallelism, shared, thread, Some(&stream));
+                let launch = || {
+                    self.launch_on(
+                        node,
+                        parallelism,
+                        shared,
+                        thread,
+                        Some(&stream),
+                        Pass::Whole,
+                    )
+                };
                 match run.timeline {
                     None => launch()?,
                     Some(timeline) => timeline.span(
@@ -559,7 +593,7 @@ impl ExpressionGraph {
             }
             None => {
                 self.run_steps(&steps.before, run)?;
-                self.launch_on(node, parallelism, shared, thread, None)?;
+                self.launch_on(node, parallelism, shared, thread, None, Pass::Whole)?;
                 let _lane = enqueue();
                 self.run_steps(&steps.after, run)
             }
@@ -636,7 +670,7 @@ impl ExpressionGraph {
         shared: &Shared<'_>,
         thread: usize,
     ) -> GraphResult<()> {
-        self.launch_on(node, parallelism, shared, thread, None)
+        self.launch_on(node, parallelism, shared, thread, None, Pass::Whole)
     }
 
     /// [`Self::launch`] for a plan with GPU nodes: with `gpu`, the node's
@@ -650,8 +684,12 @@ impl ExpressionGraph {
         shared: &Shared<'_>,
         thread: usize,
         gpu: Option<&watershed_fields::GpuStream>,
+        pass: Pass<'_>,
     ) -> GraphResult<()> {
         let start = shared.epoch.elapsed();
+        // The rim of a split node writes the outputs its clean box was
+        // computed into.
+        let allocate = !matches!(pass, Pass::Boxes { rim: true, .. });
         let graph_node = &self.plan.nodes[node];
         if self.device_plan.gpu_nodes() > 0 {
             let device = gpu.map_or(watershed_fields::Device::Cpu, |s| s.device());
@@ -675,7 +713,7 @@ impl ExpressionGraph {
                 // Zeroed, as on the CPU below.
                 field.zero_on(stream)?;
                 self.state.store.put(slot, Some(field));
-            } else if !info.persistent && self.plan.producer[slot] == Some(node) {
+            } else if allocate && !info.persistent && self.plan.producer[slot] == Some(node) {
                 // Zero-filled: a consumer's stencil may read ghost points
                 // this expression cannot compute.
                 let field = AnyField::new(
@@ -724,7 +762,16 @@ impl ExpressionGraph {
         // this node's error, so that the execution ends as after any other:
         // streams drained, scratch returned, the pool's threads alive.
         let evaluated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match gpu {
-            None => graph_node.form.expression().evaluate(&mut context),
+            None => match (pass, graph_node.form.language()) {
+                (Pass::Whole, _) => graph_node.form.expression().evaluate(&mut context),
+                (Pass::Boxes { boxes, rim }, Some(language)) => {
+                    language.evaluate_boxes(&mut context, boxes, rim)
+                }
+                (Pass::Boxes { .. }, None) => Err(GraphError::Usage(format!(
+                    "{} is not a language node and cannot run on part of its region",
+                    graph_node.name
+                ))),
+            },
             Some(stream) => crate::gpu::executor::evaluate_on_gpu(
                 node,
                 &graph_node.form,

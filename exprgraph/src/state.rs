@@ -39,6 +39,9 @@ pub(crate) struct ExecutionState {
     pub(crate) stream_ordered_scratch: AtomicBool,
     /// Executions time their GPU side ([`crate::gpu::timeline`]).
     pub(crate) gpu_timeline: AtomicBool,
+    /// The first half of a split execution ran and kept its scratch
+    /// fields for the second ([`crate::overlap`]).
+    pub(crate) split_pending: AtomicBool,
 }
 
 impl ExecutionState {
@@ -75,6 +78,7 @@ impl ExecutionState {
             replay: Default::default(),
             stream_ordered_scratch: AtomicBool::new(false),
             gpu_timeline: AtomicBool::new(false),
+            split_pending: AtomicBool::new(false),
         })
     }
 }
