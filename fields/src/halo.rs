@@ -553,6 +553,23 @@ pub fn exchange_reusing(
     fields: &mut dyn HaloFields,
     buffers: &mut HaloBuffers,
 ) -> FieldResult<usize> {
+    exchange_during(route, link, fields, buffers, &mut || Ok(()))
+}
+
+/// [`exchange_reusing`] with `work` run while the values travel between
+/// ranks ([`RankLink::swap_during`]): the values sent are read first, then
+/// the messages posted, then `work` runs, then the ghosts are written.
+/// `work` must not write the points sent nor read the ghosts written (an
+/// interior computation that reads no ghost: see
+/// `watershed_exprgraph::overlap`). Its error is returned once the
+/// exchange completed on this rank.
+pub fn exchange_during(
+    route: &HaloRoute,
+    link: &dyn RankLink,
+    fields: &mut dyn HaloFields,
+    buffers: &mut HaloBuffers,
+    work: &mut dyn FnMut() -> FieldResult<()>,
+) -> FieldResult<usize> {
     let (rank, ranks) = (link.rank(), link.ranks());
     if (rank, ranks) != (route.rank, route.ranks) {
         return Err(FieldError::InvalidLayout {
@@ -580,7 +597,7 @@ pub fn exchange_reusing(
         .map(|send| send.iter().flat_map(|&n| value(n)).copied().collect())
         .collect();
     let expected: Vec<usize> = route.receives.iter().map(|&n| n * width).collect();
-    let incoming = link.swap(&outgoing, &expected)?;
+    let incoming = link.swap_during(&outgoing, &expected, work)?;
     for (from, (buffer, &expected)) in incoming.iter().zip(&expected).enumerate() {
         if buffer.len() != expected {
             return Err(FieldError::InvalidLayout {

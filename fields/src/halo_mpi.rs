@@ -63,6 +63,15 @@ impl<C: Communicator> RankLink for MpiLink<C> {
         swap_over(&self.communicator, outgoing, incoming_len)
     }
 
+    fn swap_during(
+        &self,
+        outgoing: &[Vec<f64>],
+        incoming_len: &[usize],
+        work: &mut dyn FnMut() -> FieldResult<()>,
+    ) -> FieldResult<Vec<Vec<f64>>> {
+        swap_over_during(&self.communicator, outgoing, incoming_len, work)
+    }
+
     fn abort(&self, code: i32) -> ! {
         self.communicator.abort(code)
     }
@@ -185,6 +194,17 @@ fn swap_over<C: Communicator>(
     outgoing: &[Vec<f64>],
     incoming_len: &[usize],
 ) -> FieldResult<Vec<Vec<f64>>> {
+    swap_over_during(communicator, outgoing, incoming_len, &mut || Ok(()))
+}
+
+/// [`swap_over`] with `work` run between posting the messages and waiting
+/// for them; `work`'s error is returned after the wait.
+fn swap_over_during<C: Communicator>(
+    communicator: &C,
+    outgoing: &[Vec<f64>],
+    incoming_len: &[usize],
+    work: &mut dyn FnMut() -> FieldResult<()>,
+) -> FieldResult<Vec<Vec<f64>>> {
     let (rank, ranks) = (communicator.rank() as usize, communicator.size() as usize);
     if outgoing.len() != ranks || incoming_len.len() != ranks {
         return Err(FieldError::InvalidLayout {
@@ -216,10 +236,12 @@ fn swap_over<C: Communicator>(
                 );
             }
         }
+        let worked = work();
         for request in requests {
             request.wait();
         }
-    });
+        worked
+    })?;
     Ok(incoming)
 }
 

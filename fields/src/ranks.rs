@@ -25,6 +25,23 @@ pub trait RankLink: std::fmt::Debug {
     /// entry per rank.
     fn swap(&self, outgoing: &[Vec<f64>], incoming_len: &[usize]) -> FieldResult<Vec<Vec<f64>>>;
 
+    /// [`Self::swap`] with `work` run while the values travel: the
+    /// messages are posted, `work` runs, then the swap completes. `work`'s
+    /// error is returned after the swap completed (every rank takes part
+    /// in every swap, so no rank waits forever for a failed one). The
+    /// default, for links that cannot post a swap and return, runs `work`
+    /// and then swaps: the same values, nothing hidden.
+    fn swap_during(
+        &self,
+        outgoing: &[Vec<f64>],
+        incoming_len: &[usize],
+        work: &mut dyn FnMut() -> FieldResult<()>,
+    ) -> FieldResult<Vec<Vec<f64>>> {
+        let worked = work();
+        let incoming = self.swap(outgoing, incoming_len)?;
+        worked.map(|()| incoming)
+    }
+
     /// Ends every rank of the run with exit status `code`: after an error
     /// on one rank the others would otherwise wait for it forever (MPI:
     /// `MPI_Abort`; one process: it exits).

@@ -24,11 +24,28 @@
 //!   Sums ([`PatchedTransport::sum_over_patches`]) add per-patch partial
 //!   results in patch order, the same order on any number of ranks.
 //!
-//! The exchange runs between stages, after every patch's graph (not yet
-//! as graph nodes overlapped with interior work: see issue 51). A rank
-//! that fails returns its error; the caller of a run on several ranks must
-//! end the job (`MPI_Abort`) rather than return, or the others wait in
-//! the next exchange.
+//! ## The exchange overlapped with interior work
+//!
+//! With several patches (and [`PatchedTransport::set_overlap`] left on),
+//! a stage's exchange is not run when the stage ends but posted when the
+//! next one starts: the values sent are read, the messages posted, and
+//! every owned patch's graph computes the points of its updates that read
+//! no seam ghost ([`TransportSolver::run_stage_interior`], from the
+//! graph's [`OverlapPlan`](watershed_exprgraph::overlap::OverlapPlan));
+//! then the ghosts are written, the physical conditions refilled at the
+//! solutions' time, and the rims computed. Each point is computed once
+//! from the same values, so the bits do not change. Until the next stage
+//! the seam ghosts of the solutions are one exchange behind: every method
+//! that reads them ([`PatchedTransport::whole_solution`], the gathers,
+//! [`PatchedTransport::over_patches`], ...) first completes the exchange
+//! ([`PatchedTransport::settle`]); the stable time step reads interiors
+//! only and does not. Exchange time counts only what the exchange adds
+//! to the stepping thread's time (the interior work it ran during one is
+//! counted apart, [`PatchedTransport::interior_during_exchanges`]).
+//!
+//! A rank that fails returns its error; the caller of a run on several
+//! ranks must end the job (`MPI_Abort`) rather than return, or the others
+//! wait in the next exchange.
 
 use crate::error::{SolverError, SolverResult};
 use crate::solver::TransportSolver;
@@ -36,8 +53,11 @@ use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+use watershed_exprgraph::overlap::OverlapPlan;
 use watershed_exprgraph::{RecordedEvent, Tag};
-use watershed_fields::halo::{HaloBuffers, HaloFields, HaloPlan, HaloRoute, exchange_reusing};
+use watershed_fields::halo::{
+    HaloBuffers, HaloFields, HaloPlan, HaloRoute, exchange_during, exchange_reusing,
+};
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
     CellCentre, Device, FieldError, FieldLayout, FieldResult, LocationKind, Patch, PatchLayout,
@@ -79,8 +99,18 @@ pub struct PatchedTransport {
     equations: Vec<String>,
     /// The fields limiting the time step, the same on every patch.
     limit_fields: Vec<(Tag, usize)>,
-    /// Wall time spent in exchanges and reductions across patches.
+    /// Wall time spent in exchanges and reductions across patches (the
+    /// interior work run during an exchange excluded).
     exchange_time: Cell<Duration>,
+    /// Per owned patch, how its graph splits around the exchange; `None`
+    /// when the exchange is not overlapped (one patch, a graph on a GPU or
+    /// under a memory budget, or [`Self::set_overlap`] off).
+    overlap: Option<Vec<OverlapPlan>>,
+    /// The seam ghosts of the solutions are one exchange behind (the last
+    /// stage's exchange waits for the next stage, or [`Self::settle`]).
+    stale: Cell<bool>,
+    /// Interior work run while exchanges were in flight.
+    interior_during_exchanges: Cell<Duration>,
     /// When recording for a trace: the epoch and each exchange, gather
     /// and reduction since ([`Self::start_recording`]).
     recording: RefCell<Option<(Instant, Vec<RecordedEvent>)>>,
@@ -153,6 +183,11 @@ impl PatchedTransport {
         // A patch's own periodic images are filled by its conditions with
         // every update (see `crate::boundary`): the exchange skips them.
         let route = HaloRoute::new(&plan, &layout, link.rank(), link.ranks())?.without_own_images();
+        let overlap = if layout.len() > 1 {
+            split_graphs(&solvers)
+        } else {
+            None
+        };
         let transport = PatchedTransport {
             layout,
             link,
@@ -163,9 +198,50 @@ impl PatchedTransport {
             equations,
             limit_fields,
             exchange_time: Cell::new(Duration::ZERO),
+            overlap,
+            stale: Cell::new(false),
+            interior_during_exchanges: Cell::new(Duration::ZERO),
             recording: RefCell::new(None),
         };
         Ok(transport)
+    }
+
+    /// Overlaps each stage's exchange with the next stage's interior work
+    /// (`true`, the default where the graphs allow it: see the module
+    /// docs) or runs it when the stage ends (`false`). The values are the
+    /// same either way. Completes a pending exchange first.
+    pub fn set_overlap(&mut self, overlap: bool) -> SolverResult<()> {
+        self.settle()?;
+        self.overlap = if overlap && self.layout.len() > 1 {
+            split_graphs(&self.solvers)
+        } else {
+            None
+        };
+        Ok(())
+    }
+
+    /// Whether the exchange is overlapped with interior work.
+    pub fn overlaps(&self) -> bool {
+        self.overlap.is_some()
+    }
+
+    /// Completes the exchange the last stage left pending (see the module
+    /// docs), so that every allocated point of every owned patch holds
+    /// the whole domain's value. The methods that read ghosts call it;
+    /// call it before reading a solver's solution through
+    /// [`Self::solvers`].
+    pub fn settle(&self) -> SolverResult<()> {
+        if self.stale.get() {
+            let equations: Vec<&str> = self.equations.iter().map(String::as_str).collect();
+            self.exchange_equations(&equations)?;
+        }
+        Ok(())
+    }
+
+    /// Wall time of the interior work run while exchanges were in flight
+    /// (the work [`Self::exchange_time`] leaves out).
+    pub fn interior_during_exchanges(&self) -> Duration {
+        self.interior_during_exchanges.get()
     }
 
     /// The patch layout.
@@ -178,7 +254,9 @@ impl PatchedTransport {
         self.owned.clone()
     }
 
-    /// The solvers of the owned patches, in patch order.
+    /// The solvers of the owned patches, in patch order. With the
+    /// exchange overlapped their solutions' seam ghosts may be one
+    /// exchange behind: call [`Self::settle`] before reading ghosts.
     pub fn solvers(&self) -> &[TransportSolver] {
         &self.solvers
     }
@@ -233,6 +311,7 @@ impl PatchedTransport {
         equation: &str,
         mut f: impl FnMut(usize, &mut SpatialField<CellCentre>) -> SolverResult<()>,
     ) -> SolverResult<()> {
+        self.settle()?;
         for (solver, index) in self.solvers.iter().zip(self.owned.clone()) {
             solver.with_solution_mut(equation, |field| f(index, field))??;
         }
@@ -271,6 +350,7 @@ impl PatchedTransport {
     /// Every allocated value of `equation`'s solution on each owned patch,
     /// in patch order, and how many each patch has.
     fn allocated_values(&self, equation: &str) -> SolverResult<(Vec<f64>, usize)> {
+        self.settle()?;
         let per_patch = self.solvers[0].with_solution(equation, |f| f.layout().allocated_len())?;
         let mut mine = Vec::with_capacity(per_patch * self.solvers.len());
         for solver in &self.solvers {
@@ -365,6 +445,13 @@ impl PatchedTransport {
             // periodic images, and it has no seam.
             return Ok(0);
         }
+        // A pending exchange covers every equation.
+        let all: Vec<&str> = self.equations.iter().map(String::as_str).collect();
+        let equations = if self.stale.get() {
+            &all[..]
+        } else {
+            equations
+        };
         let started = Instant::now();
         let mut fields = SolutionFields {
             first: self.owned.start,
@@ -382,15 +469,95 @@ impl PatchedTransport {
         if let Some(failure) = fields.failure.into_inner() {
             return Err(failure);
         }
-        Ok(exchanged?)
+        let exchanged = exchanged?;
+        self.stale.set(false);
+        Ok(exchanged)
+    }
+
+    /// Stage `stage` of a step of `dt` with the exchange the last stage
+    /// left pending overlapped with every owned patch's interior work
+    /// (see the module docs); leaves this stage's exchange pending.
+    fn overlapped_stage(&mut self, stage: usize, dt: f64) -> SolverResult<()> {
+        let Some(plans) = self.overlap.as_ref() else {
+            return Err(SolverError::Setup {
+                equation: self.equations.join(", "),
+                reason: "an overlapped stage was asked for without the graphs' split".into(),
+            });
+        };
+        let owned = self.owned.clone();
+        let failed = RefCell::new(None);
+        let worked = Cell::new(Duration::ZERO);
+        let mut interiors = || -> FieldResult<()> {
+            let began = Instant::now();
+            for ((solver, index), plan) in self.solvers.iter().zip(owned.clone()).zip(plans) {
+                if let Err(error) = solver.run_stage_interior(stage, dt, plan) {
+                    let error = on_patch(error, &self.layout, index);
+                    let reason = error.to_string();
+                    *failed.borrow_mut() = Some(error);
+                    worked.set(worked.get() + began.elapsed());
+                    return Err(FieldError::InvalidLayout { reason });
+                }
+            }
+            worked.set(worked.get() + began.elapsed());
+            Ok(())
+        };
+        if self.stale.get() {
+            let equations: Vec<&str> = self.equations.iter().map(String::as_str).collect();
+            let started = Instant::now();
+            let mut fields = SolutionFields {
+                first: self.owned.start,
+                solvers: &self.solvers,
+                equations: &equations,
+                failure: RefCell::new(None),
+            };
+            let exchanged = exchange_during(
+                &self.route,
+                self.link.as_ref(),
+                &mut fields,
+                &mut self.buffers.borrow_mut(),
+                &mut interiors,
+            );
+            self.spent_around(
+                "seams, overlapped with interior work",
+                started,
+                worked.get(),
+            );
+            if let Some(failure) = failed.into_inner().or(fields.failure.into_inner()) {
+                return Err(failure);
+            }
+            exchanged?;
+            self.stale.set(false);
+        } else {
+            interiors()?;
+            if let Some(failure) = failed.into_inner() {
+                return Err(failure);
+            }
+        }
+        for ((solver, index), plan) in self.solvers.iter_mut().zip(owned).zip(plans) {
+            solver
+                .run_stage_rim(stage, dt, plan)
+                .map_err(|e| on_patch(e, &self.layout, index))?;
+        }
+        self.stale.set(true);
+        Ok(())
     }
 
     /// Adds the time since `started` to the exchange time, and to the
     /// recording (as `what`) when one runs.
     fn spent(&self, what: &str, started: Instant) {
+        self.spent_around(what, started, Duration::ZERO);
+    }
+
+    /// [`Self::spent`] for an exchange during which `work` of interior
+    /// computation ran: only the rest counts as exchange time; the
+    /// recorded span covers it all (the interior work shows on the
+    /// graphs' tracks beside it).
+    fn spent_around(&self, what: &str, started: Instant, work: Duration) {
         let ended = Instant::now();
-        self.exchange_time
-            .set(self.exchange_time.get() + ended.duration_since(started));
+        let exposed = ended.duration_since(started).saturating_sub(work);
+        self.exchange_time.set(self.exchange_time.get() + exposed);
+        self.interior_during_exchanges
+            .set(self.interior_during_exchanges.get() + work);
         if let Some((epoch, events)) = self.recording.borrow_mut().as_mut()
             && events.len() < watershed_exprgraph::trace::MAX_RECORDED_EVENTS
         {
@@ -431,8 +598,9 @@ impl PatchedTransport {
     }
 
     /// Advances every equation on every owned patch by one step of `dt`,
-    /// exchanging the seams after each stage. An error names the patch
-    /// and gives global cell indices.
+    /// exchanging the seams after each stage (overlapped with the next
+    /// stage's interior work: see the module docs). An error names the
+    /// patch and gives global cell indices.
     pub fn step(&mut self, dt: f64) -> SolverResult<()> {
         let owned = self.owned.clone();
         for (solver, index) in self.solvers.iter().zip(owned.clone()) {
@@ -441,6 +609,10 @@ impl PatchedTransport {
                 .map_err(|e| on_patch(e, &self.layout, index))?;
         }
         for stage in 0..self.solvers[0].stage_count() {
+            if self.overlap.is_some() {
+                self.overlapped_stage(stage, dt)?;
+                continue;
+            }
             for (solver, index) in self.solvers.iter_mut().zip(owned.clone()) {
                 solver
                     .run_stage(stage, dt)
@@ -498,6 +670,7 @@ impl PatchedTransport {
         count: usize,
         mut values: impl FnMut(usize, &TransportSolver) -> SolverResult<Vec<f64>>,
     ) -> SolverResult<Vec<Vec<f64>>> {
+        self.settle()?;
         let mut mine = Vec::with_capacity(count * self.solvers.len());
         for (solver, index) in self.solvers.iter().zip(self.owned.clone()) {
             let v = values(index, solver)?;
@@ -537,6 +710,13 @@ impl PatchedTransport {
         self.spent("reduction", started);
         Ok(all?)
     }
+}
+
+/// Each solver's split around the exchange of its solutions' ghosts, or
+/// `None` when a graph cannot be split (it runs on a GPU or under a memory
+/// budget): the exchange then runs when each stage ends.
+fn split_graphs(solvers: &[TransportSolver]) -> Option<Vec<OverlapPlan>> {
+    solvers.iter().map(|s| s.overlap_plan().ok()).collect()
 }
 
 /// `error` of patch `index` with its cells made global and the patch named.

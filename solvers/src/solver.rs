@@ -26,6 +26,7 @@ use crate::staggered::SpaceOrder;
 use crate::stepping::{self, StabilityLimit, Stepping, TimeStep};
 use crate::transport::{Diffusivity, TransportEquation};
 use std::sync::Mutex;
+use watershed_exprgraph::overlap::OverlapPlan;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphError, GraphOptions, Tag};
 use watershed_fields::on_face;
 use watershed_fields::{CellCentre, LocationKind, Patch, SpatialField};
@@ -571,6 +572,63 @@ impl TransportSolver {
         self.parameters
             .set_stage(self.integrator, index, self.time, dt);
         if let Err(error) = self.graph.execute(self.mode) {
+            return Err(self.diverged_or(error, dt)?);
+        }
+        for equation in &self.equations {
+            advance_levels(
+                &self.graph,
+                self.integrator,
+                index,
+                &equation.start_tag(),
+                &equation.solution_tag(),
+                &equation.next_tag(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// How this solver's graph splits around the exchange of its
+    /// solutions' ghosts ([`watershed_exprgraph::overlap`]): what a
+    /// stage computes before the seams arrive, and after.
+    pub(crate) fn overlap_plan(&self) -> SolverResult<OverlapPlan> {
+        let solutions: Vec<Tag> = self.equations.iter().map(|e| e.solution_tag()).collect();
+        Ok(self.graph.overlap_plan(&solutions)?)
+    }
+
+    /// The first half of stage `index` of a step of `dt` (see
+    /// [`Self::run_stage`]): the points that read no ghost of the
+    /// solutions. The state time is put back to the solutions' time
+    /// afterwards, since their ghosts are refilled at it before the second
+    /// half ([`Self::with_seam_ghosts_mut`]).
+    pub(crate) fn run_stage_interior(
+        &self,
+        index: usize,
+        dt: f64,
+        overlap: &OverlapPlan,
+    ) -> SolverResult<()> {
+        let solutions_time = self.parameters.state_time.get();
+        self.parameters
+            .set_stage(self.integrator, index, self.time, dt);
+        let ran = self.graph.execute_interior(self.mode, overlap);
+        self.parameters.state_time.set(solutions_time);
+        match ran {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.diverged_or(error, dt)?),
+        }
+    }
+
+    /// The second half of stage `index` ([`Self::run_stage_interior`]
+    /// first, then the solutions' ghosts): the rest of every update, the
+    /// ghosts of its conditions, then the time levels move.
+    pub(crate) fn run_stage_rim(
+        &mut self,
+        index: usize,
+        dt: f64,
+        overlap: &OverlapPlan,
+    ) -> SolverResult<()> {
+        self.parameters
+            .set_stage(self.integrator, index, self.time, dt);
+        if let Err(error) = self.graph.execute_rim(self.mode, overlap) {
             return Err(self.diverged_or(error, dt)?);
         }
         for equation in &self.equations {

@@ -20,13 +20,24 @@ use watershed_solvers::*;
 #[test]
 fn patches_give_the_whole_domains_bits_at_every_step() {
     let grid = grid();
-    for counts in [[2, 1, 1], [3, 2, 1], [4, 3, 1], [1, 3, 1]] {
+    for (counts, overlap) in [
+        ([2, 1, 1], true),
+        ([3, 2, 1], true),
+        ([4, 3, 1], true),
+        ([1, 3, 1], true),
+        ([3, 2, 1], false),
+    ] {
         let layout = PatchLayout::new(&grid, counts, GhostWidth::uniform(2)).unwrap();
         let mut whole = recipe(&grid.whole_domain(2)).unwrap();
         for (name, initial) in EQUATIONS {
             whole.set_initial_condition(name, initial).unwrap();
         }
         let mut patched = PatchedTransport::build(layout, Rc::new(SingleProcess), recipe).unwrap();
+        // The seams exchanged while the next stage's interior runs, or
+        // when each stage ends: the same bits.
+        assert!(patched.overlaps());
+        patched.set_overlap(overlap).unwrap();
+        assert_eq!(patched.overlaps(), overlap);
         for (name, initial) in EQUATIONS {
             patched.set_initial_condition(name, initial).unwrap();
         }
@@ -41,6 +52,7 @@ fn patches_give_the_whole_domains_bits_at_every_step() {
             );
             whole.step(dt).unwrap();
             patched.step(dt).unwrap();
+            patched.settle().unwrap();
             assert_eq!(whole.time().to_bits(), patched.time().to_bits());
             for (name, _) in EQUATIONS {
                 whole
@@ -71,6 +83,12 @@ fn patches_give_the_whole_domains_bits_at_every_step() {
         );
         let cells_with_ghosts = (24 + 4 * counts[0]) * (18 + 4 * counts[1]);
         assert_eq!(compared, 2 * 8 * cells_with_ghosts, "{counts:?}");
+        // Overlapped, the interiors ran while the exchanges were in flight.
+        assert_eq!(
+            patched.interior_during_exchanges() > std::time::Duration::ZERO,
+            overlap,
+            "{counts:?}"
+        );
         // The solution moved and stayed bounded.
         let moved = whole
             .with_solution("c", |w| {
@@ -194,6 +212,7 @@ fn a_solution_moves_between_layouts_through_the_whole_domain() {
         );
         whole.step(dt).unwrap();
         after.step(dt).unwrap();
+        after.settle().unwrap();
         for (name, _) in EQUATIONS {
             whole
                 .with_solution(name, |w| {
