@@ -664,13 +664,26 @@ impl PatchedTransport {
 
     /// `values(patch index, solver)` (`count` values each) of every patch
     /// of every rank, in patch order (collective: every rank calls it and
-    /// gets them all).
+    /// gets them all). Every ghost is current when `values` runs (a
+    /// pending exchange completes first).
     pub fn over_patches(
+        &self,
+        count: usize,
+        values: impl FnMut(usize, &TransportSolver) -> SolverResult<Vec<f64>>,
+    ) -> SolverResult<Vec<Vec<f64>>> {
+        self.settle()?;
+        self.over_patch_interiors(count, values)
+    }
+
+    /// [`Self::over_patches`] for values of the interiors only (bounds,
+    /// norms, sums over cells): a pending exchange stays pending, so the
+    /// next stage still overlaps it, and the seam ghosts `values` could
+    /// read may be one exchange behind.
+    pub fn over_patch_interiors(
         &self,
         count: usize,
         mut values: impl FnMut(usize, &TransportSolver) -> SolverResult<Vec<f64>>,
     ) -> SolverResult<Vec<Vec<f64>>> {
-        self.settle()?;
         let mut mine = Vec::with_capacity(count * self.solvers.len());
         for (solver, index) in self.solvers.iter().zip(self.owned.clone()) {
             let v = values(index, solver)?;

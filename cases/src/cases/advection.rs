@@ -56,6 +56,9 @@ pub struct AdvectionConfig {
     /// count dividing `cells`), spread over the ranks of the run; the
     /// layout, not the rank count, fixes the bits.
     pub patches: [usize; 3],
+    /// Overlap each stage's seam exchange with the next stage's interior
+    /// work (the same bits either way).
+    pub overlap_exchange: bool,
 }
 
 impl Default for AdvectionConfig {
@@ -69,6 +72,7 @@ impl Default for AdvectionConfig {
             integrator: "ssp-rk3".into(),
             mass_tolerance: 1e-10,
             patches: [1, 1, 1],
+            overlap_exchange: true,
         }
     }
 }
@@ -148,7 +152,7 @@ pub fn patched_bounds_and_mass(
     equation: &str,
 ) -> CaseResult<(f64, f64, f64)> {
     let mut failure = None;
-    let parts = transport.over_patches(3, |_, solver| {
+    let parts = transport.over_patch_interiors(3, |_, solver| {
         Ok(match bounds_and_mass(solver, equation) {
             Ok((lo, hi, mass)) => vec![lo, hi, mass],
             Err(error) => {
@@ -212,9 +216,10 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
     let layout =
         crate::setup::patch_layout(&grid, config.patches, GhostWidth::uniform(2), options)?;
-    let transport = PatchedTransport::build(layout, options.rank_link(), |patch| {
+    let mut transport = PatchedTransport::build(layout, options.rank_link(), |patch| {
         solver_on(patch, &config, options)
     })?;
+    transport.set_overlap(config.overlap_exchange)?;
     transport.set_initial_condition("c", bell)?;
     let (_, _, initial_mass) = patched_bounds_and_mass(&transport, "c")?;
     Ok(Prepared {

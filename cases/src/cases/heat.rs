@@ -55,6 +55,9 @@ pub struct HeatConfig {
     /// Patches along x, y, z (each dividing `cells`): the cube decomposed
     /// into equal patches, spread over the ranks of an MPI run.
     pub patches: [usize; 3],
+    /// Overlap each stage's seam exchange with the next stage's interior
+    /// work (the same bits either way).
+    pub overlap_exchange: bool,
 }
 
 impl Default for HeatConfig {
@@ -68,6 +71,7 @@ impl Default for HeatConfig {
             error_tolerance: 0.01,
             minimum_order: 1.8,
             patches: [1, 1, 1],
+            overlap_exchange: true,
         }
     }
 }
@@ -103,7 +107,7 @@ fn build(config: &HeatConfig, cells: usize, options: &CaseOptions) -> CaseResult
     let grid = Grid::new([cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
     let layout =
         crate::setup::patch_layout(&grid, config.patches, GhostWidth::uniform(1), options)?;
-    let transport = PatchedTransport::build(layout, options.rank_link(), |patch| {
+    let mut transport = PatchedTransport::build(layout, options.rank_link(), |patch| {
         TransportSolverBuilder::new(patch)
             .equation(
                 TransportEquation::new("T").diffusion(Diffusivity::Constant(config.diffusivity)),
@@ -113,6 +117,7 @@ fn build(config: &HeatConfig, cells: usize, options: &CaseOptions) -> CaseResult
             .graph_options(solver_graph_options(options))
             .build()
     })?;
+    transport.set_overlap(config.overlap_exchange)?;
     let alpha = config.diffusivity;
     transport.set_initial_condition("T", |p| exact(alpha, p, 0.0))?;
     Ok(Heat {
@@ -139,7 +144,7 @@ impl Heat {
         let alpha = self.config.diffusivity;
         let t = self.transport.time();
         let amplitude = (-12.0 * PI * PI * alpha * t).exp();
-        let errors = self.transport.over_patches(1, |_, solver| {
+        let errors = self.transport.over_patch_interiors(1, |_, solver| {
             let largest = solver.with_solution(
                 "T",
                 |field| -> Result<f64, watershed_fields::FieldError> {

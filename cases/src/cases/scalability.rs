@@ -97,6 +97,10 @@ pub struct ScalabilityConfig<K: Kind> {
     /// equations decompose, the hand-built ExprLib graph does not).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patches: Option<[usize; 3]>,
+    /// Overlap each stage's seam exchange with the next stage's interior
+    /// work (Wasatch only; the same bits either way).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlap_exchange: Option<bool>,
     #[serde(skip)]
     kind: std::marker::PhantomData<K>,
 }
@@ -112,6 +116,7 @@ impl<K: Kind> Default for ScalabilityConfig<K> {
             fusion: true,
             integrator: K::WASATCH.then(|| "forward-euler".to_string()),
             patches: K::WASATCH.then_some([1, 1, 1]),
+            overlap_exchange: K::WASATCH.then_some(true),
             kind: std::marker::PhantomData,
         }
     }
@@ -152,6 +157,14 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
                 "none: exprlib-scalability's hand-built graph runs on one patch (wasatch-scalability, the same equations through the transport solver, decomposes)".into(),
             )),
         };
+        let overlap = match (&self.overlap_exchange, K::WASATCH) {
+            (Some(v), false) => Some((
+                "overlap_exchange".into(),
+                v.to_string(),
+                "none: exprlib-scalability's hand-built graph runs on one patch and exchanges nothing".into(),
+            )),
+            _ => None,
+        };
         in_range("pdes", self.pdes, 1, 200)
             .or_else(|| in_range("cells", self.cells, 4, 256))
             .or_else(|| one_of("variant", &self.variant, &VARIANTS))
@@ -159,6 +172,7 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
             .or_else(|| in_range("dt", self.dt, 1e-300, 1.0))
             .or(integrator)
             .or(patches)
+            .or(overlap)
     }
 }
 
@@ -881,7 +895,8 @@ fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
     if let Some(error) = failure {
         return Err(error);
     }
-    let transport = built?;
+    let mut transport = built?;
+    transport.set_overlap(c.overlap_exchange.unwrap_or(true))?;
     for i in 0..c.pdes {
         transport.set_initial_condition(&format!("phi{i}"), initial_phi(i))?;
     }
