@@ -18,6 +18,7 @@ source scripts/mpi-tools.sh
 cargo build --release -p watershed-fields --features mpi --example mpi_pingpong
 cargo build --release -p watershed-cases --features mpi --bin watershed
 cargo build --release -p watershed-solvers --features mpi --example mpi_poisson
+cargo build --release -p watershed-exprgraph --example split_cost
 mkdir -p target/mpi-release
 cp target/release/watershed target/mpi-release/watershed
 W="$PWD/target/mpi-release/watershed"
@@ -91,3 +92,32 @@ echo "-- strong: 2 x 1 x 2 patches on 1, 2 and 4 ranks, the Poisson solve on the
 for ranks in 1 2 4; do flow_run "$ranks" 2,1,2; done
 echo "-- the same with the projection replicated (whole on every rank)"
 for ranks in 1 2 4; do flow_run "$ranks" 2,1,2 true; done
+
+# One wasatch-scalability run on 2 ranks: ms/step and each rank's wall,
+# exchange and overlapped interior time.
+overlap_run() { # cells patches overlap_exchange [mpirun options...]
+    local cells="$1" patches="$2" overlap="$3"
+    shift 3
+    local log="$out/log"
+    mpirun --oversubscribe "$@" -np 2 "$W" run wasatch-scalability --set pdes=10 --set "cells=$cells" \
+        --set variant=coupled --set "patches=$patches" --set "overlap_exchange=$overlap" --steps 60 \
+        --threads 1 --quiet --output "$out/overlap-$cells-${patches//,/x}-$overlap-$RANDOM" >"$log" 2>&1
+    echo "2 ranks, ${cells}^3, patches $patches, overlap $overlap $*: $(grep -o 'stepping: [0-9.e+-]* ms/step' "$log" | head -n 1)"
+    grep -E "^  rank [0-9]+:" "$log" || true
+}
+echo "== the exchange overlapped with the next stage's interior work, or run when each stage ends"
+echo "-- what the split costs in one process (one diffusion update, us per execution)"
+target/release/examples/split_cost
+echo "-- wasatch-scalability, 10 coupled equations, forward Euler, 60 steps, 1 thread per rank, alternated"
+for round in 1 2 3; do
+    overlap_run 32 1,2,2 true
+    overlap_run 32 1,2,2 false
+done
+for round in 1 2; do
+    overlap_run 32 2,2,1 true
+    overlap_run 32 2,2,1 false
+    overlap_run 64 1,1,2 true
+    overlap_run 64 1,1,2 false
+    overlap_run 32 1,2,2 true --mca btl self,tcp
+    overlap_run 32 1,2,2 false --mca btl self,tcp
+done

@@ -165,6 +165,21 @@ impl ExpressionGraph {
     /// budget (a split execution keeps its scratch fields from one half to
     /// the other, on the CPU).
     pub fn overlap_plan(&self, exchanged: &[Tag]) -> GraphResult<OverlapPlan> {
+        self.overlap_plan_with_sides(exchanged, [[true; 2]; 3])
+    }
+
+    /// [`Self::overlap_plan`] when only some sides of the exchanged
+    /// fields receive ghosts from the exchange: `stale[axis][0]` the minus
+    /// side, `stale[axis][1]` the plus side. The ghosts of the other sides
+    /// are valid while the exchange runs (a physical condition's, or a
+    /// patch's own periodic images, filled when the field was written), so
+    /// readers may read them before the exchange ends: a patch whose
+    /// layout does not split the x axis then computes whole rows first.
+    pub fn overlap_plan_with_sides(
+        &self,
+        exchanged: &[Tag],
+        stale: [[bool; 2]; 3],
+    ) -> GraphResult<OverlapPlan> {
         let plan = &self.plan;
         if self.device_plan.gpu_nodes() > 0 {
             return Err(GraphError::Usage(
@@ -195,7 +210,17 @@ impl ExpressionGraph {
                     "{tag} is computed by the graph, not a placeholder; only fields filled from outside (a solver's state) can have their ghosts exchanged while the graph runs"
                 )));
             }
-            valid[slot] = FieldLayout::new(&plan.patch, info.location).interior();
+            let layout = FieldLayout::new(&plan.patch, info.location);
+            let (interior, mut box_) = (layout.interior(), layout.allocated());
+            for axis in 0..3 {
+                if stale[axis][0] {
+                    box_.lo[axis] = interior.lo[axis];
+                }
+                if stale[axis][1] {
+                    box_.hi[axis] = interior.hi[axis];
+                }
+            }
+            valid[slot] = box_;
         }
         let modified: Vec<bool> = (0..plan.fields.len())
             .map(|slot| {

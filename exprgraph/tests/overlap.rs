@@ -102,11 +102,17 @@ fn fill(field: &mut SpatialField<CellCentre>, which: u64) {
 
 /// `field`'s ghost points (allocated, not interior) set to `v`.
 fn set_ghosts(field: &mut SpatialField<CellCentre>, v: Option<f64>) {
+    set_ghosts_along(field, v, [true; 3]);
+}
+
+/// [`set_ghosts`] for the ghost points beyond the interior along the
+/// axes `along` marks.
+fn set_ghosts_along(field: &mut SpatialField<CellCentre>, v: Option<f64>, along: [bool; 3]) {
     let layout = field.layout().clone();
     let interior = layout.interior();
     let data = field.values_mut().unwrap();
     for p in layout.allocated().iter() {
-        if !interior.contains(p) {
+        if (0..3).any(|a| along[a] && (p[a] < interior.lo[a] || p[a] >= interior.hi[a])) {
             data[layout.linear_index(p)] = v.unwrap_or_else(|| value(p, 0));
         }
     }
@@ -244,4 +250,48 @@ fn misuse_of_the_halves_is_refused_by_name() {
         matches!(&error, GraphError::Usage(m) if m.contains("overlap plan has")),
         "{error}"
     );
+}
+
+#[test]
+fn ghosts_valid_on_unexchanged_sides_let_whole_rows_run_first() {
+    let t = tags();
+    let options = GraphOptions {
+        no_fusion: true,
+        ..Default::default()
+    };
+    let whole = graph(&t, &options);
+    whole.execute(ExecutionMode::Serial).unwrap();
+    let split = graph(&t, &options);
+    // Only the y sides are exchanged: x and z ghosts hold their values.
+    let sides = [[false, false], [true, true], [false, false]];
+    let overlap = split
+        .overlap_plan_with_sides(std::slice::from_ref(&t.phi), sides)
+        .unwrap();
+    let cleans: Vec<IndexBox> = overlap
+        .nodes()
+        .iter()
+        .filter_map(|s| match s {
+            NodeSplit::Split { clean, .. } => Some(*clean),
+            NodeSplit::Deferred => None,
+        })
+        .collect();
+    // The Laplacian's clean box spans its whole rows and z range.
+    assert!(
+        cleans.contains(&IndexBox::new([0, 1, 0], [12, 9, 8])),
+        "{cleans:?}"
+    );
+    split
+        .with_field_mut::<CellCentre, _>(&t.phi, |f| {
+            set_ghosts_along(f, Some(f64::NAN), [false, true, false])
+        })
+        .unwrap();
+    split
+        .execute_interior(ExecutionMode::Serial, &overlap)
+        .unwrap();
+    split
+        .with_field_mut::<CellCentre, _>(&t.phi, |f| set_ghosts(f, None))
+        .unwrap();
+    split.execute_rim(ExecutionMode::Serial, &overlap).unwrap();
+    let (a, b) = (next_values(&whole, &t), next_values(&split, &t));
+    assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
 }

@@ -24,7 +24,7 @@ use crate::error::{FieldError, FieldResult};
 use crate::field::SpatialField;
 use crate::layout::FieldLayout;
 use crate::location::{Location, LocationKind};
-use crate::ranks::{RankLink, SingleProcess};
+use crate::ranks::{RankLink, SingleProcess, Work};
 use std::ops::Range;
 
 /// Fills the ghost points of `fields` (one per patch of `layout`, in patch
@@ -553,7 +553,7 @@ pub fn exchange_reusing(
     fields: &mut dyn HaloFields,
     buffers: &mut HaloBuffers,
 ) -> FieldResult<usize> {
-    exchange_during(route, link, fields, buffers, &mut || Ok(()))
+    exchange_during(route, link, fields, buffers, &mut |_| Ok(()))
 }
 
 /// [`exchange_reusing`] with `work` run while the values travel between
@@ -561,14 +561,15 @@ pub fn exchange_reusing(
 /// the messages posted, then `work` runs, then the ghosts are written.
 /// `work` must not write the points sent nor read the ghosts written (an
 /// interior computation that reads no ghost: see
-/// `watershed_exprgraph::overlap`). Its error is returned once the
-/// exchange completed on this rank.
+/// `watershed_exprgraph::overlap`), and should make the progress call it
+/// is given between its pieces. Its error is returned once the exchange
+/// completed on this rank.
 pub fn exchange_during(
     route: &HaloRoute,
     link: &dyn RankLink,
     fields: &mut dyn HaloFields,
     buffers: &mut HaloBuffers,
-    work: &mut dyn FnMut() -> FieldResult<()>,
+    work: &mut Work<'_>,
 ) -> FieldResult<usize> {
     let (rank, ranks) = (link.rank(), link.ranks());
     if (rank, ranks) != (route.rank, route.ranks) {

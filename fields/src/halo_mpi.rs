@@ -16,13 +16,18 @@ use crate::error::{FieldError, FieldResult};
 use crate::field::SpatialField;
 use crate::halo::{HaloPlan, HaloRoute, PatchFields, exchange_with};
 use crate::location::Location;
-use crate::ranks::{RankLink, check_counts};
+use crate::ranks::{RankLink, Work, check_counts};
 use mpi::Count;
 use mpi::datatype::PartitionMut;
 use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
+use std::time::{Duration, Instant};
 
 /// The tag of halo and gather messages.
 const HALO_TAG: i32 = 51;
+
+/// The shortest time between two progress passes of a swap's requests
+/// while its work runs ([`RankLink::swap_during`]).
+const PROGRESS_INTERVAL: Duration = Duration::from_micros(100);
 
 /// A [`RankLink`] over the ranks of an MPI communicator.
 pub struct MpiLink<C: Communicator> {
@@ -67,7 +72,7 @@ impl<C: Communicator> RankLink for MpiLink<C> {
         &self,
         outgoing: &[Vec<f64>],
         incoming_len: &[usize],
-        work: &mut dyn FnMut() -> FieldResult<()>,
+        work: &mut Work<'_>,
     ) -> FieldResult<Vec<Vec<f64>>> {
         swap_over_during(&self.communicator, outgoing, incoming_len, work)
     }
@@ -194,16 +199,18 @@ fn swap_over<C: Communicator>(
     outgoing: &[Vec<f64>],
     incoming_len: &[usize],
 ) -> FieldResult<Vec<Vec<f64>>> {
-    swap_over_during(communicator, outgoing, incoming_len, &mut || Ok(()))
+    swap_over_during(communicator, outgoing, incoming_len, &mut |_| Ok(()))
 }
 
 /// [`swap_over`] with `work` run between posting the messages and waiting
-/// for them; `work`'s error is returned after the wait.
+/// for them, its progress call testing the requests still pending (so
+/// that messages above the eager limit move while it works); `work`'s
+/// error is returned after the wait.
 fn swap_over_during<C: Communicator>(
     communicator: &C,
     outgoing: &[Vec<f64>],
     incoming_len: &[usize],
-    work: &mut dyn FnMut() -> FieldResult<()>,
+    work: &mut Work<'_>,
 ) -> FieldResult<Vec<Vec<f64>>> {
     let (rank, ranks) = (communicator.rank() as usize, communicator.size() as usize);
     if outgoing.len() != ranks || incoming_len.len() != ranks {
@@ -236,8 +243,26 @@ fn swap_over_during<C: Communicator>(
                 );
             }
         }
-        let worked = work();
-        for request in requests {
+        let mut pending: Vec<Option<_>> = requests.into_iter().map(Some).collect();
+        let mut last = Instant::now();
+        let worked = work(&mut || {
+            // Each test runs the library's whole progress engine (every
+            // transport polled): at most one pass per PROGRESS_INTERVAL,
+            // and it stops at the first request still in flight.
+            if last.elapsed() < PROGRESS_INTERVAL {
+                return;
+            }
+            last = Instant::now();
+            for slot in pending.iter_mut() {
+                if let Some(request) = slot.take() {
+                    if let Err(still) = request.test() {
+                        *slot = Some(still);
+                        break;
+                    }
+                }
+            }
+        });
+        for request in pending.into_iter().flatten() {
             request.wait();
         }
         worked

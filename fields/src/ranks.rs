@@ -10,6 +10,10 @@
 
 use crate::error::{FieldError, FieldResult};
 
+/// Work a rank does while its messages travel ([`RankLink::swap_during`]),
+/// given a progress call to make between its pieces.
+pub type Work<'w> = dyn FnMut(&mut dyn FnMut()) -> FieldResult<()> + 'w;
+
 /// The ranks of a run and how values travel between them. Every rank of a
 /// run calls the same methods in the same order (collectively).
 pub trait RankLink: std::fmt::Debug {
@@ -26,18 +30,22 @@ pub trait RankLink: std::fmt::Debug {
     fn swap(&self, outgoing: &[Vec<f64>], incoming_len: &[usize]) -> FieldResult<Vec<Vec<f64>>>;
 
     /// [`Self::swap`] with `work` run while the values travel: the
-    /// messages are posted, `work` runs, then the swap completes. `work`'s
-    /// error is returned after the swap completed (every rank takes part
-    /// in every swap, so no rank waits forever for a failed one). The
-    /// default, for links that cannot post a swap and return, runs `work`
-    /// and then swaps: the same values, nothing hidden.
+    /// messages are posted, `work` runs, then the swap completes. `work`
+    /// is given a progress call to make now and then (between pieces of
+    /// its work, on the calling thread): a transport that moves large
+    /// messages only while the library is called (MPI's rendezvous
+    /// protocol) moves them then. `work`'s error is returned after the
+    /// swap completed (every rank takes part in every swap, so no rank
+    /// waits forever for a failed one). The default, for links that
+    /// cannot post a swap and return, runs `work` and then swaps: the same
+    /// values, nothing hidden.
     fn swap_during(
         &self,
         outgoing: &[Vec<f64>],
         incoming_len: &[usize],
-        work: &mut dyn FnMut() -> FieldResult<()>,
+        work: &mut Work<'_>,
     ) -> FieldResult<Vec<Vec<f64>>> {
-        let worked = work();
+        let worked = work(&mut || {});
         let incoming = self.swap(outgoing, incoming_len)?;
         worked.map(|()| incoming)
     }

@@ -26,8 +26,8 @@
 //!
 //! ## The exchange overlapped with interior work
 //!
-//! With several patches (and [`PatchedTransport::set_overlap`] left on),
-//! a stage's exchange is not run when the stage ends but posted when the
+//! With several patches and [`PatchedTransport::set_overlap`] on (off by
+//! default: the split costs compute, see there), a stage's exchange is not run when the stage ends but posted when the
 //! next one starts: the values sent are read, the messages posted, and
 //! every owned patch's graph computes the points of its updates that read
 //! no seam ghost ([`TransportSolver::run_stage_interior`], from the
@@ -183,11 +183,6 @@ impl PatchedTransport {
         // A patch's own periodic images are filled by its conditions with
         // every update (see `crate::boundary`): the exchange skips them.
         let route = HaloRoute::new(&plan, &layout, link.rank(), link.ranks())?.without_own_images();
-        let overlap = if layout.len() > 1 {
-            split_graphs(&solvers)
-        } else {
-            None
-        };
         let transport = PatchedTransport {
             layout,
             link,
@@ -198,7 +193,7 @@ impl PatchedTransport {
             equations,
             limit_fields,
             exchange_time: Cell::new(Duration::ZERO),
-            overlap,
+            overlap: None,
             stale: Cell::new(false),
             interior_during_exchanges: Cell::new(Duration::ZERO),
             recording: RefCell::new(None),
@@ -207,13 +202,18 @@ impl PatchedTransport {
     }
 
     /// Overlaps each stage's exchange with the next stage's interior work
-    /// (`true`, the default where the graphs allow it: see the module
-    /// docs) or runs it when the stage ends (`false`). The values are the
-    /// same either way. Completes a pending exchange first.
+    /// (`true`, where the graphs allow it: see the module docs) or runs it
+    /// when the stage ends (`false`, the default). The values are the same
+    /// either way. The split costs compute (its thin rim boxes recompute
+    /// the stencils' face values at their edges, and each box is a kernel
+    /// call): on the 2-core development machine it hid 30-40 % of the
+    /// exchange but made a step slower with 32 x 16 x 16 patches, and was
+    /// about even with 64 x 64 x 32 (`docs/benchmarks.md`). Completes a
+    /// pending exchange first; every rank must call it alike.
     pub fn set_overlap(&mut self, overlap: bool) -> SolverResult<()> {
         self.settle()?;
         self.overlap = if overlap && self.layout.len() > 1 {
-            split_graphs(&self.solvers)
+            split_graphs(&self.solvers, &self.layout)
         } else {
             None
         };
@@ -487,10 +487,10 @@ impl PatchedTransport {
         let owned = self.owned.clone();
         let failed = RefCell::new(None);
         let worked = Cell::new(Duration::ZERO);
-        let mut interiors = || -> FieldResult<()> {
+        let mut interiors = |progress: &mut dyn FnMut()| -> FieldResult<()> {
             let began = Instant::now();
             for ((solver, index), plan) in self.solvers.iter().zip(owned.clone()).zip(plans) {
-                if let Err(error) = solver.run_stage_interior(stage, dt, plan) {
+                if let Err(error) = solver.run_stage_interior(stage, dt, plan, progress) {
                     let error = on_patch(error, &self.layout, index);
                     let reason = error.to_string();
                     *failed.borrow_mut() = Some(error);
@@ -528,7 +528,7 @@ impl PatchedTransport {
             exchanged?;
             self.stale.set(false);
         } else {
-            interiors()?;
+            interiors(&mut || {})?;
             if let Some(failure) = failed.into_inner() {
                 return Err(failure);
             }
@@ -728,8 +728,23 @@ impl PatchedTransport {
 /// Each solver's split around the exchange of its solutions' ghosts, or
 /// `None` when a graph cannot be split (it runs on a GPU or under a memory
 /// budget): the exchange then runs when each stage ends.
-fn split_graphs(solvers: &[TransportSolver]) -> Option<Vec<OverlapPlan>> {
-    solvers.iter().map(|s| s.overlap_plan().ok()).collect()
+fn split_graphs(solvers: &[TransportSolver], layout: &PatchLayout) -> Option<Vec<OverlapPlan>> {
+    solvers
+        .iter()
+        .map(|s| s.overlap_plan(seam_sides(layout, s.graph().patch())).ok())
+        .collect()
+}
+
+/// The sides of `patch` whose ghosts the exchange fills: every side along
+/// an axis the layout splits, except a physical boundary (a side on the
+/// domain's boundary of an axis that is not periodic). Along an axis it
+/// does not split, a patch's ghosts are its own periodic images or a
+/// physical condition's, filled when its solution is written.
+fn seam_sides(layout: &PatchLayout, patch: &Patch) -> [[bool; 2]; 3] {
+    // `minus_boundary` and `plus_boundary` are the physical sides only.
+    let counts = layout.counts();
+    let (minus, plus) = (patch.minus_boundary(), patch.plus_boundary());
+    [0, 1, 2].map(|a| [counts[a] > 1 && !minus[a], counts[a] > 1 && !plus[a]])
 }
 
 /// `error` of patch `index` with its cells made global and the patch named.

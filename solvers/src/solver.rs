@@ -589,15 +589,17 @@ impl TransportSolver {
 
     /// How this solver's graph splits around the exchange of its
     /// solutions' ghosts ([`watershed_exprgraph::overlap`]): what a
-    /// stage computes before the seams arrive, and after.
-    pub(crate) fn overlap_plan(&self) -> SolverResult<OverlapPlan> {
+    /// stage computes before the seams arrive, and after;
+    /// `stale[axis][side]`: the sides whose ghosts the exchange fills
+    /// (the others are valid while it runs).
+    pub(crate) fn overlap_plan(&self, stale: [[bool; 2]; 3]) -> SolverResult<OverlapPlan> {
         let solutions: Vec<Tag> = self.equations.iter().map(|e| e.solution_tag()).collect();
-        Ok(self.graph.overlap_plan(&solutions)?)
+        Ok(self.graph.overlap_plan_with_sides(&solutions, stale)?)
     }
 
     /// The first half of stage `index` of a step of `dt` (see
     /// [`Self::run_stage`]): the points that read no ghost of the
-    /// solutions. The state time is put back to the solutions' time
+    /// solutions, with `progress` called between nodes. The state time is put back to the solutions' time
     /// afterwards, since their ghosts are refilled at it before the second
     /// half ([`Self::with_seam_ghosts_mut`]).
     pub(crate) fn run_stage_interior(
@@ -605,11 +607,14 @@ impl TransportSolver {
         index: usize,
         dt: f64,
         overlap: &OverlapPlan,
+        progress: &mut dyn FnMut(),
     ) -> SolverResult<()> {
         let solutions_time = self.parameters.state_time.get();
         self.parameters
             .set_stage(self.integrator, index, self.time, dt);
-        let ran = self.graph.execute_interior(self.mode, overlap);
+        let ran = self
+            .graph
+            .execute_interior_with(self.mode, overlap, progress);
         self.parameters.state_time.set(solutions_time);
         match ran {
             Ok(()) => Ok(()),

@@ -57,7 +57,7 @@ pub struct AdvectionConfig {
     /// layout, not the rank count, fixes the bits.
     pub patches: [usize; 3],
     /// Overlap each stage's seam exchange with the next stage's interior
-    /// work (the same bits either way).
+    /// work (the same bits either way; off by default).
     pub overlap_exchange: bool,
 }
 
@@ -72,7 +72,7 @@ impl Default for AdvectionConfig {
             integrator: "ssp-rk3".into(),
             mass_tolerance: 1e-10,
             patches: [1, 1, 1],
-            overlap_exchange: true,
+            overlap_exchange: false,
         }
     }
 }

@@ -98,7 +98,7 @@ pub struct ScalabilityConfig<K: Kind> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patches: Option<[usize; 3]>,
     /// Overlap each stage's seam exchange with the next stage's interior
-    /// work (Wasatch only; the same bits either way).
+    /// work (Wasatch only; the same bits either way; off by default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overlap_exchange: Option<bool>,
     #[serde(skip)]
@@ -116,7 +116,7 @@ impl<K: Kind> Default for ScalabilityConfig<K> {
             fusion: true,
             integrator: K::WASATCH.then(|| "forward-euler".to_string()),
             patches: K::WASATCH.then_some([1, 1, 1]),
-            overlap_exchange: K::WASATCH.then_some(true),
+            overlap_exchange: K::WASATCH.then_some(false),
             kind: std::marker::PhantomData,
         }
     }
@@ -896,7 +896,7 @@ fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
         return Err(error);
     }
     let mut transport = built?;
-    transport.set_overlap(c.overlap_exchange.unwrap_or(true))?;
+    transport.set_overlap(c.overlap_exchange.unwrap_or(false))?;
     for i in 0..c.pdes {
         transport.set_initial_condition(&format!("phi{i}"), initial_phi(i))?;
     }

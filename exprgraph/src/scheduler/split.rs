@@ -7,7 +7,9 @@
 //! ([`ExpressionGraph::with_field_mut`]).
 //!
 //! Both halves walk the plan order on the calling thread (each node's
-//! loops use the pool's threads in a threaded mode): the order is
+//! loops use the pool's threads in a threaded mode), which can make an
+//! MPI library's progress call between nodes
+//! ([`ExpressionGraph::execute_interior_with`]): the order is
 //! topological, and the first half's nodes read only what earlier nodes
 //! of the same half wrote. The first half keeps its scratch fields for the
 //! second (no memory budget applies, [`ExpressionGraph::overlap_plan`]
@@ -39,7 +41,19 @@ impl ExpressionGraph {
     /// exchange meanwhile: the caller writes them only after this
     /// returns). See [`crate::overlap`].
     pub fn execute_interior(&self, mode: ExecutionMode, overlap: &OverlapPlan) -> GraphResult<()> {
-        self.execute_half(mode, overlap, Half::Interior)
+        self.execute_half(mode, overlap, Half::Interior, &mut || {})
+    }
+
+    /// [`Self::execute_interior`], calling `between` on the calling
+    /// thread after each node (an MPI library's progress, which must be
+    /// called from the thread that posted the messages).
+    pub fn execute_interior_with(
+        &self,
+        mode: ExecutionMode,
+        overlap: &OverlapPlan,
+        between: &mut dyn FnMut(),
+    ) -> GraphResult<()> {
+        self.execute_half(mode, overlap, Half::Interior, between)
     }
 
     /// The second half: the rims of the split nodes (and their fused
@@ -47,7 +61,7 @@ impl ExpressionGraph {
     /// fields' ghosts must be valid. An error when no first half ran since
     /// the last execution.
     pub fn execute_rim(&self, mode: ExecutionMode, overlap: &OverlapPlan) -> GraphResult<()> {
-        self.execute_half(mode, overlap, Half::Rim)
+        self.execute_half(mode, overlap, Half::Rim, &mut || {})
     }
 
     fn execute_half(
@@ -55,6 +69,7 @@ impl ExpressionGraph {
         mode: ExecutionMode,
         overlap: &OverlapPlan,
         half: Half,
+        between: &mut dyn FnMut(),
     ) -> GraphResult<()> {
         if crate::graph::in_field_access(self) {
             return Err(GraphError::Usage(
@@ -109,13 +124,11 @@ impl ExpressionGraph {
             threads,
             epoch,
         };
-        let outcome = match mode {
-            ExecutionMode::Serial => self.walk_half(&shared, overlap, half, Parallelism::Serial),
-            ExecutionMode::Threaded(_) | ExecutionMode::Adaptive(_) => {
-                let pool = thread_pool(threads)?;
-                pool.install(|| self.walk_half(&shared, overlap, half, Parallelism::Rayon))
-            }
+        let pool = match mode {
+            ExecutionMode::Serial => None,
+            ExecutionMode::Threaded(_) | ExecutionMode::Adaptive(_) => Some(thread_pool(threads)?),
         };
+        let outcome = self.walk_half(&shared, overlap, half, pool.as_deref(), between);
         let state = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
         self.record_half(epoch, &state.trace, half);
         if half == Half::Rim || outcome.is_err() {
@@ -137,13 +150,16 @@ impl ExpressionGraph {
         }
     }
 
-    /// Runs one half's nodes in plan order.
+    /// Runs one half's nodes in plan order on the calling thread (each
+    /// node's loops on `pool`'s threads when given), calling `between`
+    /// after each.
     fn walk_half(
         &self,
         shared: &Shared<'_>,
         overlap: &OverlapPlan,
         half: Half,
-        parallelism: Parallelism,
+        pool: Option<&rayon::ThreadPool>,
+        between: &mut dyn FnMut(),
     ) -> GraphResult<()> {
         for &node in &self.plan.order {
             let pass = match (half, &overlap.nodes()[node]) {
@@ -158,10 +174,15 @@ impl ExpressionGraph {
                 },
                 (Half::Rim, NodeSplit::Deferred) => Pass::Whole,
             };
-            self.launch_on(node, parallelism, shared, 0, None, pass)?;
+            match pool {
+                None => self.launch_on(node, Parallelism::Serial, shared, 0, None, pass)?,
+                Some(pool) => pool
+                    .install(|| self.launch_on(node, Parallelism::Rayon, shared, 0, None, pass))?,
+            }
             if half == Half::Rim {
                 self.finish(node, &shared.remaining_users);
             }
+            between();
         }
         Ok(())
     }
