@@ -403,6 +403,16 @@ pub struct LanguageExpression {
     split: PreparedCache<Vec<(usize, PreparedRun)>>,
 }
 
+/// One assignment of a split node's half ([`LanguageExpression::evaluate_boxes`]):
+/// its key in the node's split cache, its value, the fields it reads and
+/// its options (the box among them).
+type BoxRun<'n, 'f> = (
+    usize,
+    &'n Arc<Node>,
+    &'n [&'f dyn BoundField],
+    AssignOptions,
+);
+
 /// The prepared assignments of a language node as last run (`T`: a
 /// [`PreparedRun`] or a [`ModifierRun`]). A clone starts empty: a cloned
 /// expression may get other modifiers, and a node running in two graphs
@@ -535,7 +545,7 @@ impl LanguageExpression {
             check_finite,
             ..Default::default()
         };
-        let mut runs: Vec<(usize, &Arc<Node>, &[&dyn BoundField], AssignOptions)> = boxes
+        let mut runs: Vec<BoxRun<'_, '_>> = boxes
             .iter()
             .filter(|b| !b.is_empty())
             .map(|b| (0, &self.root, bound, options(b, self.check_finite)))

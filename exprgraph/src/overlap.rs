@@ -212,11 +212,11 @@ impl ExpressionGraph {
             }
             let layout = FieldLayout::new(&plan.patch, info.location);
             let (interior, mut box_) = (layout.interior(), layout.allocated());
-            for axis in 0..3 {
-                if stale[axis][0] {
+            for (axis, [minus, plus]) in stale.into_iter().enumerate() {
+                if minus {
                     box_.lo[axis] = interior.lo[axis];
                 }
-                if stale[axis][1] {
+                if plus {
                     box_.hi[axis] = interior.hi[axis];
                 }
             }
