@@ -46,12 +46,12 @@
 //! | plan | [`passes`] | common subexpressions, fusion of language nodes, horizontal groups |
 //! | plan | [`analyses`] | critical path and plan order; extents and ghosts; field lifetimes and the memory plan |
 //! | plan | [`plan`] | [`GraphOptions`], [`GhostPolicy`] and the plan: nodes, edges, order, boxes, memory |
-//! | plan | [`overlap`] | which box of each node runs before an exchange of ghost layers ends (interior) and which after (rim) |
 //! | plan | [`placement`] | device per node, copies between devices, the stream protocol as data ([`placement::policy`]: what users ask for) |
 //! | plan | [`generated_source`] | the C or CUDA source of a graph's kernels, in execution order |
 //! | executor | [`graph`] | [`ExpressionGraph`]: a plan, its placement and its execution state; field access, introspection |
 //! | executor | `state` | the state of a graph's executions: field store and pool, statistics, versions, GPU streams and replay |
 //! | executor | `placing`, `dot` | placing a built graph again; its Graphviz views |
+//! | executor | [`overlap`] | which box of each node runs before an exchange of ghost layers ends (interior) and which after (rim), from a built graph's plan |
 //! | executor | [`scheduler`] | execution: serial or threaded, memory budget, the node protocol; a split execution's two halves around an exchange (`scheduler/split.rs`) |
 //! | executor | [`adaptive`] | `ExecutionMode::Adaptive`: one thread timed against several, the faster kept |
 //! | executor | [`gpu`] | the GPU executor, step replay as CUDA graphs, the GPU timeline |
