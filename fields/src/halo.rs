@@ -557,10 +557,11 @@ pub fn exchange_reusing(
 }
 
 /// [`exchange_reusing`] with `work` run while the values travel between
-/// ranks ([`RankLink::swap_during`]): the values sent are read first, then
-/// the messages posted, then `work` runs, then the ghosts are written.
-/// `work` must not write the points sent nor read the ghosts written (an
-/// interior computation that reads no ghost: see
+/// ranks ([`RankLink::swap_during`]): the values sent are read first, the
+/// ghosts the rank's own patches give each other copied, the messages
+/// posted, then `work` runs, then the ghosts from other ranks are written.
+/// `work` must not write the points sent nor read the ghosts other ranks
+/// send (an interior computation that reads no such ghost: see
 /// `watershed_exprgraph::overlap`), and should make the progress call it
 /// is given between its pieces. Its error is returned once the exchange
 /// completed on this rank.
@@ -598,7 +599,24 @@ pub fn exchange_during(
         .map(|send| send.iter().flat_map(|&n| value(n)).copied().collect())
         .collect();
     let expected: Vec<usize> = route.receives.iter().map(|&n| n * width).collect();
+    // The ghosts this rank's own patches give each other are written
+    // before the messages travel: work run during the swap may read them.
+    // (A failure is returned after the swap, which every rank joins.)
+    let mut written = 0;
+    let mut copy_locally = || -> FieldResult<()> {
+        for (source, destination, runs) in &compiled.local {
+            written += runs.iter().map(|r| r.len).sum::<usize>();
+            fields.copy_runs(
+                route.owned.start + source,
+                route.owned.start + destination,
+                runs,
+            )?;
+        }
+        Ok(())
+    };
+    let copied = copy_locally();
     let incoming = link.swap_during(&outgoing, &expected, work)?;
+    copied?;
     for (from, (buffer, &expected)) in incoming.iter().zip(&expected).enumerate() {
         if buffer.len() != expected {
             return Err(FieldError::InvalidLayout {
@@ -608,15 +626,6 @@ pub fn exchange_during(
                 ),
             });
         }
-    }
-    let mut written = 0;
-    for (source, destination, runs) in &compiled.local {
-        written += runs.iter().map(|r| r.len).sum::<usize>();
-        fields.copy_runs(
-            route.owned.start + source,
-            route.owned.start + destination,
-            runs,
-        )?;
     }
     for (k, (at, sources)) in compiled.received.iter().enumerate() {
         if at.is_empty() {

@@ -213,7 +213,7 @@ impl PatchedTransport {
     pub fn set_overlap(&mut self, overlap: bool) -> SolverResult<()> {
         self.settle()?;
         self.overlap = if overlap && self.layout.len() > 1 {
-            split_graphs(&self.solvers, &self.layout)
+            split_graphs(&self.solvers, &self.layout, &self.owned)
         } else {
             None
         };
@@ -728,23 +728,80 @@ impl PatchedTransport {
 /// Each solver's split around the exchange of its solutions' ghosts, or
 /// `None` when a graph cannot be split (it runs on a GPU or under a memory
 /// budget): the exchange then runs when each stage ends.
-fn split_graphs(solvers: &[TransportSolver], layout: &PatchLayout) -> Option<Vec<OverlapPlan>> {
+fn split_graphs(
+    solvers: &[TransportSolver],
+    layout: &PatchLayout,
+    owned: &Range<usize>,
+) -> Option<Vec<OverlapPlan>> {
     solvers
         .iter()
-        .map(|s| s.overlap_plan(seam_sides(layout, s.graph().patch())).ok())
+        .zip(owned.clone())
+        .map(|(s, index)| s.overlap_plan(stale_sides(layout, index, owned)).ok())
         .collect()
 }
 
-/// The sides of `patch` whose ghosts the exchange fills: every side along
-/// an axis the layout splits, except a physical boundary (a side on the
-/// domain's boundary of an axis that is not periodic). Along an axis it
-/// does not split, a patch's ghosts are its own periodic images or a
-/// physical condition's, filled when its solution is written.
-fn seam_sides(layout: &PatchLayout, patch: &Patch) -> [[bool; 2]; 3] {
-    // `minus_boundary` and `plus_boundary` are the physical sides only.
-    let counts = layout.counts();
-    let (minus, plus) = (patch.minus_boundary(), patch.plus_boundary());
-    [0, 1, 2].map(|a| [counts[a] > 1 && !minus[a], counts[a] > 1 && !plus[a]])
+/// The sides of patch `index` whose ghost layers are cut off the box its
+/// graph may read while the exchange runs: every ghost region (a face, an
+/// edge or a corner of the ghost layers) filled from a patch of another
+/// rank must lie outside that box. Regions filled by this rank's own
+/// patches are copied before the messages travel
+/// ([`watershed_fields::halo::exchange_during`]); a patch's own periodic
+/// images and physical ghosts are filled when its solution is written. A
+/// stale face cuts its side; a stale edge or corner not already cut off
+/// cuts its side along its last axis (never x, where possible: a rim
+/// along x is rows of single points).
+fn stale_sides(layout: &PatchLayout, index: usize, owned: &Range<usize>) -> [[bool; 2]; 3] {
+    let grid = layout.grid();
+    let (counts, periodic, active) = (layout.counts(), grid.periodic(), grid.active_dimensions());
+    let here = layout.position(index);
+    // The patch filling the ghost region at `offset` (-1, 0, 1 per axis),
+    // or `None` where a non-periodic boundary's conditions fill it.
+    let source = |offset: [isize; 3]| -> Option<usize> {
+        let mut position = here;
+        for a in 0..3 {
+            let moved = here[a] as isize + offset[a];
+            position[a] = if (0..counts[a] as isize).contains(&moved) {
+                moved as usize
+            } else if periodic[a] {
+                moved.rem_euclid(counts[a] as isize) as usize
+            } else {
+                return None;
+            };
+        }
+        Some(layout.index(position))
+    };
+    let mut regions = Vec::new();
+    for dz in -1..=1isize {
+        for dy in -1..=1isize {
+            for dx in -1..=1isize {
+                let offset = [dx, dy, dz];
+                let nonzero = (0..3).filter(|&a| offset[a] != 0).count();
+                if nonzero == 0 || (0..3).any(|a| offset[a] != 0 && !active[a]) {
+                    continue;
+                }
+                regions.push((nonzero, offset));
+            }
+        }
+    }
+    // Faces first: they force their cuts.
+    regions.sort_by_key(|(nonzero, _)| *nonzero);
+    let mut stale = [[false; 2]; 3];
+    for (_, offset) in regions {
+        let Some(from) = source(offset) else {
+            continue;
+        };
+        if owned.contains(&from) {
+            continue;
+        }
+        let side = |a: usize| usize::from(offset[a] > 0);
+        if (0..3).any(|a| offset[a] != 0 && stale[a][side(a)]) {
+            continue;
+        }
+        if let Some(a) = (0..3).rev().find(|&a| offset[a] != 0) {
+            stale[a][side(a)] = true;
+        }
+    }
+    stale
 }
 
 /// `error` of patch `index` with its cells made global and the patch named.
@@ -860,5 +917,48 @@ impl HaloFields for SolutionFields<'_> {
             self.keep(written)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stale_sides;
+    use watershed_fields::{GhostWidth, Grid, PatchLayout};
+
+    fn layout(counts: [usize; 3], periodic: [bool; 3]) -> PatchLayout {
+        let grid = Grid::new([8, 8, 8], [1.0; 3], [0.0; 3])
+            .unwrap()
+            .with_periodic(periodic);
+        PatchLayout::new(&grid, counts, GhostWidth::uniform(1)).unwrap()
+    }
+
+    #[test]
+    fn only_regions_filled_by_other_ranks_are_cut_off() {
+        // One rank owns every patch: nothing waits for a message.
+        let all = layout([2, 2, 2], [true; 3]);
+        for index in 0..8 {
+            assert_eq!(stale_sides(&all, index, &(0..8)), [[false; 2]; 3]);
+        }
+        // 1 x 2 x 2 on 2 ranks: rank 0 owns the z = 0 plane, both of its
+        // y neighbours (periodic) are its own; only z waits.
+        let planes = layout([1, 2, 2], [true; 3]);
+        let owned = planes.owned_by(0, 2).unwrap();
+        for index in owned.clone() {
+            assert_eq!(
+                stale_sides(&planes, index, &owned),
+                [[false, false], [false, false], [true, true]]
+            );
+        }
+        // 2 x 2 x 2 on 3 ranks, not periodic: rank 0 owns patches 0-2;
+        // patch 0's x and y neighbours are its own, its z neighbour (4)
+        // and its xy edge (3) are not: z and then y (the edge's last
+        // axis) are cut on the plus side, the minus sides are physical.
+        let cube = layout([2, 2, 2], [false; 3]);
+        let owned = cube.owned_by(0, 3).unwrap();
+        assert_eq!(owned, 0..3);
+        assert_eq!(
+            stale_sides(&cube, 0, &owned),
+            [[false, false], [false, true], [false, true]]
+        );
     }
 }
