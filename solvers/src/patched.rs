@@ -28,12 +28,14 @@
 //!
 //! With several patches and [`PatchedTransport::set_overlap`] on (off by
 //! default: the split costs compute, see there), a stage's exchange is not run when the stage ends but posted when the
-//! next one starts: the values sent are read, the messages posted, and
-//! every owned patch's graph computes the points of its updates that read
-//! no seam ghost ([`TransportSolver::run_stage_interior`], from the
-//! graph's [`OverlapPlan`](watershed_exprgraph::overlap::OverlapPlan));
-//! then the ghosts are written, the physical conditions refilled at the
-//! solutions' time, and the rims computed. Each point is computed once
+//! next one starts: the values sent are read, the seams between this
+//! rank's own patches copied, the messages posted, and every owned
+//! patch's graph computes the points of its updates that read no ghost
+//! another rank sends ([`TransportSolver::run_stage_interior`], from the
+//! graph's [`OverlapPlan`](watershed_exprgraph::overlap::OverlapPlan) for
+//! the sides `stale_sides` cuts); then the ghosts from other ranks are
+//! written, the physical conditions refilled at the solutions' time, and
+//! the rims computed. Each point is computed once
 //! from the same values, so the bits do not change. Until the next stage
 //! the seam ghosts of the solutions are one exchange behind: every method
 //! that reads them ([`PatchedTransport::whole_solution`], the gathers,
