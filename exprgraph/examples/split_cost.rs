@@ -42,8 +42,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     for cells in [[32usize, 16, 16], [64, 64, 32]] {
         let patch = Grid::new(cells, [1.0; 3], [0.0; 3])?.whole_domain(1);
-        let graph =
-            ExpressionGraph::build(&factory, &[next.clone()], &patch, &GraphOptions::default())?;
+        let graph = ExpressionGraph::build(
+            &factory,
+            std::slice::from_ref(&next),
+            &patch,
+            &GraphOptions::default(),
+        )?;
         graph.with_field_mut::<CellCentre, _>(&phi, |f| f.fill(1.0))??;
         graph.with_field_mut::<CellCentre, _>(&gamma, |f| f.fill(1.0))??;
         let exchanged = std::slice::from_ref(&phi);
