@@ -122,7 +122,8 @@ fn graph(t: &Tags, options: &GraphOptions) -> ExpressionGraph {
     let patch = Grid::new([12, 10, 8], [1.0; 3], [0.0; 3])
         .unwrap()
         .whole_domain(1);
-    let graph = ExpressionGraph::build(&factory(t), &[t.next.clone()], &patch, options).unwrap();
+    let graph = ExpressionGraph::build(&factory(t), std::slice::from_ref(&t.next), &patch, options)
+        .unwrap();
     graph
         .with_field_mut::<CellCentre, _>(&t.phi, |f| fill(f, 0))
         .unwrap();
