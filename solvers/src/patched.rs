@@ -208,10 +208,10 @@ impl PatchedTransport {
     /// when the stage ends (`false`, the default). The values are the same
     /// either way. The split costs compute (its thin rim boxes recompute
     /// the stencils' face values at their edges, and each box is a kernel
-    /// call): on the 2-core development machine it hid 30-40 % of the
-    /// exchange but made a step slower with 32 x 16 x 16 patches, and was
-    /// about even with 64 x 64 x 32 (`docs/benchmarks.md`). Completes a
-    /// pending exchange first; every rank must call it alike.
+    /// call): on the 2-core development machine it hid 25-35 % of the
+    /// exchange, and a step was at best as fast as without it
+    /// (`docs/benchmarks.md`). Completes a pending exchange first; every
+    /// rank must call it alike.
     pub fn set_overlap(&mut self, overlap: bool) -> SolverResult<()> {
         self.settle()?;
         self.overlap = if overlap && self.layout.len() > 1 {
