@@ -58,7 +58,8 @@ use std::time::{Duration, Instant};
 use watershed_exprgraph::overlap::OverlapPlan;
 use watershed_exprgraph::{RecordedEvent, Tag};
 use watershed_fields::halo::{
-    HaloBuffers, HaloFields, HaloPlan, HaloRoute, exchange_during, exchange_reusing,
+    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, exchange_during,
+    exchange_reusing,
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
@@ -885,6 +886,38 @@ impl SolutionFields<'_> {
 impl HaloFields for SolutionFields<'_> {
     fn width(&self) -> usize {
         self.equations.len()
+    }
+
+    /// Each equation's runs copied as slices from one solver's solution
+    /// into another's (its physical conditions then refilled, as after
+    /// every write of seam ghosts).
+    fn copy_runs(
+        &mut self,
+        source: usize,
+        destination: usize,
+        runs: &[CopyRun],
+    ) -> FieldResult<()> {
+        if source == destination {
+            // A patch's own periodic images are not exchanged (the route
+            // leaves them out); kept general through read and write.
+            let from: Vec<usize> = runs.iter().flat_map(|r| r.from..r.from + r.len).collect();
+            let to: Vec<usize> = runs.iter().flat_map(|r| r.to..r.to + r.len).collect();
+            let mut values = Vec::with_capacity(from.len() * self.width());
+            self.read(source, &from, &mut values)?;
+            return self.write(destination, &to, &values);
+        }
+        let (from, to) = (self.solver(source)?, self.solver(destination)?);
+        for equation in self.equations {
+            let copied = to.with_seam_ghosts_mut(equation, |written| {
+                let read = from.with_solution(equation, |read| -> FieldResult<()> {
+                    copy_runs_between(Some(read.values()?), written.values_mut()?, runs);
+                    Ok(())
+                });
+                self.keep(read)
+            });
+            self.keep(copied)?;
+        }
+        Ok(())
     }
 
     fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()> {
