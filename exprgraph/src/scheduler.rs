@@ -202,6 +202,25 @@ struct RunState {
     gpu_trace: Vec<crate::GpuSpan>,
 }
 
+impl RunState {
+    /// Nothing run yet: `pending[node]`, the parents each node waits for;
+    /// room for `nodes` trace events.
+    fn new(pending: Vec<usize>, nodes: usize) -> Self {
+        RunState {
+            pending,
+            ready: BinaryHeap::with_capacity(nodes),
+            running: 0,
+            next_in_plan: 0,
+            finished: 0,
+            live_bytes: 0,
+            peak_bytes: 0,
+            error: None,
+            trace: Vec::with_capacity(nodes),
+            gpu_trace: Vec::new(),
+        }
+    }
+}
+
 /// What one launch of a node computes.
 #[derive(Clone, Copy)]
 enum Pass<'p> {
@@ -291,18 +310,10 @@ impl ExpressionGraph {
             .iter()
             .map(|u| AtomicUsize::new(u.len()))
             .collect();
-        let mut state = RunState {
-            pending: self.plan.parents.iter().map(Vec::len).collect(),
-            ready: BinaryHeap::with_capacity(self.plan.nodes.len()),
-            running: 0,
-            next_in_plan: 0,
-            finished: 0,
-            live_bytes: 0,
-            peak_bytes: 0,
-            error: None,
-            trace: Vec::with_capacity(self.plan.nodes.len()),
-            gpu_trace: Vec::new(),
-        };
+        let mut state = RunState::new(
+            self.plan.parents.iter().map(Vec::len).collect(),
+            self.plan.nodes.len(),
+        );
         for (node, &p) in priority.iter().enumerate() {
             if state.pending[node] == 0 {
                 state.ready.push(Ready { priority: p, node });

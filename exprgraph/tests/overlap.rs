@@ -3,7 +3,7 @@
 //! the bits of one whole execution, and its first half reads no ghost of
 //! the exchanged field: the ghosts hold NaN while it runs.
 
-use watershed_exprgraph::overlap::NodeSplit;
+use watershed_exprgraph::overlap::{NodeSplit, OverlapPlan};
 use watershed_exprgraph::{
     ExecutionMode, ExpressionGraph, Factory, GraphError, GraphOptions, LanguageExpression,
     LanguageModifier, Tag,
@@ -139,6 +139,18 @@ fn next_values(graph: &ExpressionGraph, t: &Tags) -> Vec<f64> {
         .unwrap()
 }
 
+/// The clean boxes of the split nodes, in the plan's node order.
+fn clean_boxes(overlap: &OverlapPlan) -> Vec<IndexBox> {
+    overlap
+        .nodes()
+        .iter()
+        .filter_map(|s| match s {
+            NodeSplit::Split { clean, .. } => Some(*clean),
+            NodeSplit::Deferred => None,
+        })
+        .collect()
+}
+
 #[test]
 fn two_halves_around_the_ghosts_give_one_executions_bits() {
     let t = tags();
@@ -191,22 +203,15 @@ fn the_laplacian_is_split_one_layer_inside_and_its_update_waits_for_the_walls() 
     };
     let g = graph(&t, &options);
     let overlap = g.overlap_plan(std::slice::from_ref(&t.phi)).unwrap();
-    let splits: Vec<&NodeSplit> = overlap.nodes().iter().collect();
     // lap: interior 12 x 10 x 8 shrunk by one on every side (its stencil
     // reaches one neighbour); next: also split, one more layer along x for
     // its interpolation to faces, and the walls after its rim.
-    let cleans: Vec<IndexBox> = splits
-        .iter()
-        .filter_map(|s| match s {
-            NodeSplit::Split { clean, .. } => Some(*clean),
-            NodeSplit::Deferred => None,
-        })
-        .collect();
+    let cleans = clean_boxes(&overlap);
     assert!(
         cleans.contains(&IndexBox::new([1, 1, 1], [11, 9, 7])),
         "{cleans:?}"
     );
-    assert_eq!(cleans.len(), 2, "{splits:?}");
+    assert_eq!(cleans.len(), 2, "{:?}", overlap.nodes());
 }
 
 #[test]
@@ -268,14 +273,7 @@ fn ghosts_valid_on_unexchanged_sides_let_whole_rows_run_first() {
     let overlap = split
         .overlap_plan_with_sides(std::slice::from_ref(&t.phi), sides)
         .unwrap();
-    let cleans: Vec<IndexBox> = overlap
-        .nodes()
-        .iter()
-        .filter_map(|s| match s {
-            NodeSplit::Split { clean, .. } => Some(*clean),
-            NodeSplit::Deferred => None,
-        })
-        .collect();
+    let cleans = clean_boxes(&overlap);
     // The Laplacian's clean box spans its whole rows and z range.
     assert!(
         cleans.contains(&IndexBox::new([0, 1, 0], [12, 9, 8])),

@@ -100,12 +100,24 @@ pub trait HaloFields {
         destination: usize,
         runs: &[CopyRun],
     ) -> FieldResult<()> {
-        let from: Vec<usize> = runs.iter().flat_map(|r| r.from..r.from + r.len).collect();
-        let to: Vec<usize> = runs.iter().flat_map(|r| r.to..r.to + r.len).collect();
-        let mut values = Vec::with_capacity(from.len() * self.width());
-        self.read(source, &from, &mut values)?;
-        self.write(destination, &to, &values)
+        copy_runs_by_points(self, source, destination, runs)
     }
+}
+
+/// [`HaloFields::copy_runs`] through [`HaloFields::read`] and
+/// [`HaloFields::write`], point by point: the default, and the fallback of
+/// holders whose direct copy does not apply.
+pub fn copy_runs_by_points<F: HaloFields + ?Sized>(
+    fields: &mut F,
+    source: usize,
+    destination: usize,
+    runs: &[CopyRun],
+) -> FieldResult<()> {
+    let from: Vec<usize> = runs.iter().flat_map(|r| r.from..r.from + r.len).collect();
+    let to: Vec<usize> = runs.iter().flat_map(|r| r.to..r.to + r.len).collect();
+    let mut values = Vec::with_capacity(from.len() * fields.width());
+    fields.read(source, &from, &mut values)?;
+    fields.write(destination, &to, &values)
 }
 
 /// A run of consecutive points one patch gives another of the same rank

@@ -58,8 +58,8 @@ use std::time::{Duration, Instant};
 use watershed_exprgraph::overlap::OverlapPlan;
 use watershed_exprgraph::{RecordedEvent, Tag};
 use watershed_fields::halo::{
-    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, exchange_during,
-    exchange_reusing,
+    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, copy_runs_by_points,
+    exchange_during, exchange_reusing,
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
@@ -900,11 +900,7 @@ impl HaloFields for SolutionFields<'_> {
         if source == destination {
             // A patch's own periodic images are not exchanged (the route
             // leaves them out); kept general through read and write.
-            let from: Vec<usize> = runs.iter().flat_map(|r| r.from..r.from + r.len).collect();
-            let to: Vec<usize> = runs.iter().flat_map(|r| r.to..r.to + r.len).collect();
-            let mut values = Vec::with_capacity(from.len() * self.width());
-            self.read(source, &from, &mut values)?;
-            return self.write(destination, &to, &values);
+            return copy_runs_by_points(self, source, destination, runs);
         }
         let (from, to) = (self.solver(source)?, self.solver(destination)?);
         for equation in self.equations {

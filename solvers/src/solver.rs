@@ -574,17 +574,7 @@ impl TransportSolver {
         if let Err(error) = self.graph.execute(self.mode) {
             return Err(self.diverged_or(error, dt)?);
         }
-        for equation in &self.equations {
-            advance_levels(
-                &self.graph,
-                self.integrator,
-                index,
-                &equation.start_tag(),
-                &equation.solution_tag(),
-                &equation.next_tag(),
-            )?;
-        }
-        Ok(())
+        self.advance_all_levels(index)
     }
 
     /// How this solver's graph splits around the exchange of its
@@ -636,6 +626,12 @@ impl TransportSolver {
         if let Err(error) = self.graph.execute_rim(self.mode, overlap) {
             return Err(self.diverged_or(error, dt)?);
         }
+        self.advance_all_levels(index)
+    }
+
+    /// After stage `index`: every equation's time levels move
+    /// ([`advance_levels`]).
+    fn advance_all_levels(&self, index: usize) -> SolverResult<()> {
         for equation in &self.equations {
             advance_levels(
                 &self.graph,

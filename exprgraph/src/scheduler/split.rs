@@ -21,7 +21,6 @@ use crate::error::{GraphError, GraphResult};
 use crate::graph::ExpressionGraph;
 use crate::overlap::{NodeSplit, OverlapPlan};
 use crate::scheduler::ExecutionMode;
-use std::collections::BinaryHeap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -103,18 +102,8 @@ impl ExpressionGraph {
         let epoch = Instant::now();
         let shared = Shared {
             graph: self,
-            state: Mutex::new(RunState {
-                pending: Vec::new(),
-                ready: BinaryHeap::new(),
-                running: 0,
-                next_in_plan: 0,
-                finished: 0,
-                live_bytes: 0,
-                peak_bytes: 0,
-                error: None,
-                trace: Vec::with_capacity(self.plan.nodes.len()),
-                gpu_trace: Vec::new(),
-            }),
+            // Plan order: no node waits in a ready queue.
+            state: Mutex::new(RunState::new(Vec::new(), self.plan.nodes.len())),
             remaining_users: self
                 .plan
                 .users
