@@ -21,6 +21,7 @@ use watershed_fields::ranks::RankLink;
 use watershed_fields::{GpuCalls, Grid, MemoryPool};
 use watershed_io::csv::{SeriesFile, SeriesLayout};
 use watershed_io::dumps::{DumpSeries, DumpedField};
+use watershed_io::rank_dumps::write_rank_dump;
 use watershed_solvers::PatchedTransport;
 
 /// A check a case makes at the end of a run.
@@ -62,6 +63,15 @@ pub trait Simulation {
     }
     /// Writes the fields to show (interiors) into a dump.
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>>;
+    /// For a dump per rank ([`DumpFiles::PerRank`]): writes the fields
+    /// [`Self::dump`] shows, of each patch this rank owns, into a group of
+    /// its own (`watershed_io::rank_dumps::create_patch_group`) of `root`,
+    /// and returns what each patch holds. Only a case that holds its fields
+    /// on patches can; the others keep the default, an error saying so.
+    fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+        let _ = root;
+        Err(per_rank_refused(self.case()))
+    }
     /// Writes the full persistent state into a checkpoint.
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()>;
     /// Restores the state written by [`Self::save_state`] and the clock.
@@ -198,8 +208,36 @@ pub struct RunControl {
     /// The ranks of a decomposed run (`None`: one process). Every rank
     /// runs the driver; only rank 0 is given an output and writes files,
     /// the others take part in each dump and checkpoint in memory
-    /// ([`crate::collective`]).
+    /// ([`crate::collective`]), or write their own patches' dump files
+    /// ([`DumpFiles::PerRank`]).
     pub ranks: Option<Rc<dyn RankLink>>,
+    /// Who writes the dumps.
+    pub dump_files: DumpFiles,
+}
+
+/// Who writes a run's dumps.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum DumpFiles {
+    /// Rank 0 gathers every field over the whole domain and writes one
+    /// file per dump.
+    #[default]
+    Whole,
+    /// Every rank writes the patches it owns into a file of its own in
+    /// `directory` (the output folder rank 0 holds), and rank 0 records the
+    /// dump as one dataset of patches in the XDMF
+    /// (`watershed_io::rank_dumps`): no rank holds the whole domain. Needs
+    /// a case on patches ([`Simulation::patched`]).
+    PerRank {
+        /// The output folder, the same on every rank.
+        directory: std::path::PathBuf,
+    },
+}
+
+/// The error of a dump per rank asked of a case that cannot write one.
+fn per_rank_refused(case: &str) -> CaseError {
+    CaseError::Usage(format!(
+        "`{case}` cannot write its dumps per rank (--dump-per-rank): it does not hold its fields on patches of their own (only advection, heat and wasatch-scalability do); leave --dump-per-rank out and rank 0 writes the whole domain"
+    ))
 }
 
 /// What a run did.
@@ -422,19 +460,43 @@ pub fn run<S: Simulation + ?Sized>(
         sim.start_recording(epoch);
     }
     let mut progress = Progress::new(control.progress, sim.case());
-    let dump = |sim: &S, output: &mut DumpSeries| -> CaseResult<()> {
-        let path = output.dump(sim.time(), sim.steps(), |group| sim.dump(group))?;
-        tracing::info!(file = %path.display(), step = sim.steps(), time = sim.time(), "dump written");
+    if control.dump_files != DumpFiles::Whole && sim.patched().is_none() {
+        return Err(per_rank_refused(sim.case()));
+    }
+    // Every rank calls this at each dump: rank 0 with its output.
+    let dump = |sim: &S, output: Option<&mut DumpSeries>| -> CaseResult<()> {
+        match (&control.dump_files, output) {
+            (DumpFiles::Whole, Some(output)) => {
+                let path = output.dump(sim.time(), sim.steps(), |group| sim.dump(group))?;
+                tracing::info!(file = %path.display(), step = sim.steps(), time = sim.time(), "dump written");
+            }
+            (DumpFiles::Whole, None) => in_memory(|group| sim.dump(group).map(|_| ()))?,
+            (DumpFiles::PerRank { directory }, output) => {
+                let (rank, count) = ranks.map_or((0, 1), |link| (link.rank(), link.ranks()));
+                write_rank_dump(
+                    directory,
+                    sim.case(),
+                    sim.time(),
+                    sim.steps(),
+                    rank,
+                    count,
+                    |root| sim.dump_own_patches(root),
+                )?;
+                // Recorded once every rank's file is complete.
+                leader_decides(ranks, true)?;
+                if let Some(output) = output {
+                    let path = output.record_rank_dump(sim.time(), sim.steps(), count)?;
+                    tracing::info!(file = %path.display(), ranks = count, step = sim.steps(), time = sim.time(), "dump written per rank");
+                }
+            }
+        }
         Ok(())
     };
     let first_dump = output
         .as_deref()
         .is_some_and(|out| !out.dumps().iter().any(|d| d.step == sim.steps()));
     if leader_decides(ranks, first_dump)? {
-        match output.as_deref_mut() {
-            Some(out) => dump(sim, out)?,
-            None => in_memory(|group| sim.dump(group).map(|_| ()))?,
-        }
+        dump(sim, output.as_deref_mut())?;
     }
     let mut series = match (output.as_deref(), sim.series()) {
         (Some(out), Some(layout)) => Some(SeriesFile::create(
@@ -508,10 +570,7 @@ pub fn run<S: Simulation + ?Sized>(
                 DumpSchedule::StartAndEnd => false,
             };
             if due {
-                match output.as_deref_mut() {
-                    Some(out) => dump(sim, out)?,
-                    None => in_memory(|group| sim.dump(group).map(|_| ()))?,
-                }
+                dump(sim, output.as_deref_mut())?;
             }
             if let Some(every) = control.checkpoint_every
                 && steps.is_multiple_of(every)
@@ -606,10 +665,7 @@ pub fn run<S: Simulation + ?Sized>(
         .as_deref()
         .is_some_and(|out| !out.dumps().iter().any(|d| d.step == sim.steps()));
     if leader_decides(ranks, last_dump)? {
-        match output {
-            Some(out) => dump(sim, out)?,
-            None => in_memory(|group| sim.dump(group).map(|_| ()))?,
-        }
+        dump(sim, output)?;
     }
     let mut slowest: Vec<ExpressionTiming> = Vec::new();
     let mut trace = Vec::new();

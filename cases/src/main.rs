@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::rc::Rc;
 use watershed_cases::collective::is_follower;
-use watershed_cases::driver::{DumpSchedule, RunControl, Stop, restore, run, summary};
+use watershed_cases::driver::{DumpFiles, DumpSchedule, RunControl, Stop, restore, run, summary};
 use watershed_cases::progress::ProgressMode;
 use watershed_cases::registry::CaseOptions;
 use watershed_cases::{CaseError, find_case, registered_cases};
@@ -98,6 +98,12 @@ struct RunArgs {
     /// Write a checkpoint every N steps (the newest two are kept).
     #[arg(long, value_name = "N")]
     checkpoint_every: Option<u64>,
+    /// Every rank writes the patches it owns into a dump file of its own
+    /// (CASE_<step>.rank<r>.h5) instead of rank 0 gathering the whole
+    /// domain; the XDMF shows each dump as one dataset of patches. For the
+    /// cases on patches (advection, heat, wasatch-scalability).
+    #[arg(long)]
+    dump_per_rank: bool,
     /// Continue from a checkpoint (its configuration is the base; --set and
     /// --config may change what does not alter the state, e.g. end_time).
     #[arg(long, value_name = "FILE.h5")]
@@ -347,6 +353,13 @@ fn create_output(
         eprintln!(
             "removed {stale} stale temporary file(s) ({:.1} MiB) that killed writers left in {}",
             stale_bytes as f64 / f64::from(1u32 << 20),
+            directory.display()
+        );
+    }
+    if !output.incomplete().is_empty() {
+        eprintln!(
+            "removed the files of the dump(s) per rank at step(s) {:?} in {}: a run killed while writing them left them incomplete, and the XDMF never named them",
+            output.incomplete(),
             directory.display()
         );
     }
@@ -664,6 +677,13 @@ fn run_case(
         },
         record_trace: args.trace.is_some(),
         ranks: ranks.clone(),
+        dump_files: if args.dump_per_rank {
+            DumpFiles::PerRank {
+                directory: directory.clone(),
+            }
+        } else {
+            DumpFiles::Whole
+        },
     };
     // SIGINT and SIGTERM end the run after its step, with a checkpoint.
     watershed_cases::interrupt::install();

@@ -12,6 +12,7 @@ use watershed_fields::io::read_field_window;
 use watershed_fields::on_face;
 use watershed_fields::{CellCentre, SpatialField};
 use watershed_io::dumps::{DumpedField, dump_field};
+use watershed_io::rank_dumps::create_patch_group;
 use watershed_solvers::{IncompressibleFlow, PatchedTransport};
 
 /// Dumps the velocity components (`u`, `v`, `w` on their faces), the
@@ -109,6 +110,30 @@ pub fn dump_patched_solution(
             derived: None,
         }),
     }
+}
+
+/// Dumps the solutions of `equations` (each under its own name) of the
+/// patches this rank owns, one group per patch, for a dump per rank
+/// (`watershed_io::rank_dumps`); returns what each patch holds. No values
+/// cross ranks.
+pub fn dump_own_patch_solutions(
+    transport: &PatchedTransport,
+    equations: &[&str],
+    root: &hdf5::Group,
+) -> CaseResult<Vec<DumpedField>> {
+    // The interiors are final after a step, but a pending overlapped
+    // exchange is settled first, as for every read of the solutions.
+    transport.settle()?;
+    let mut fields = Vec::new();
+    for (index, solver) in transport.owned().zip(transport.solvers()) {
+        let patch = transport.layout().patch(index)?;
+        let group = create_patch_group(root, index, patch.offset(), patch.cells())?;
+        fields = equations
+            .iter()
+            .map(|equation| dump_solution(solver, equation, &group, equation))
+            .collect::<CaseResult<Vec<_>>>()?;
+    }
+    Ok(fields)
 }
 
 /// Saves the solution of `equation` of a decomposed run, gathered over

@@ -179,3 +179,106 @@ fn paraview_s_default_reader_shows_every_case_s_fields_where_and_when_they_are()
         assert!(verdict.contains(needle), "{needle} missing:\n{verdict}");
     }
 }
+
+/// Runs the watershed program with `args` (a short run may fail its
+/// case's check, exit 3: the output is what is checked).
+fn run_watershed(args: &[String]) {
+    let run = Command::new(env!("CARGO_BIN_EXE_watershed"))
+        .args(args)
+        .env("WATERSHED_DISABLE_CUDA", "1")
+        .output()
+        .unwrap();
+    let code = run.status.code().unwrap_or(-1);
+    assert!(
+        code == 0 || code == 3,
+        "{args:?}: exit {code}\n{}",
+        text(&run)
+    );
+}
+
+#[test]
+fn paraview_s_default_reader_shows_a_dump_per_rank_as_one_dataset_of_patches_equal_to_the_whole_dump()
+ {
+    if !paraview_available() {
+        return;
+    }
+    let Some(python) = common::python_with_h5py() else {
+        return;
+    };
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer-patches");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    // A 2D case on 2 x 2 patches and a 3D one on 2 x 1 x 2, each run twice:
+    // once per rank, once whole.
+    let cases: [(&str, &[&str]); 2] = [
+        ("advection", &["cells=16", "patches=2,2,1"]),
+        ("wasatch-scalability", &["cells=8", "patches=2,1,2"]),
+    ];
+    let mut documents = Vec::new();
+    let mut pairs = Vec::new();
+    for (case, settings) in cases {
+        let per_rank = root.join(format!("{case}-per-rank"));
+        let whole = root.join(format!("{case}-whole"));
+        for (directory, extra) in [(&per_rank, Some("--dump-per-rank")), (&whole, None)] {
+            let mut args: Vec<String> = [
+                "run",
+                case,
+                "--steps",
+                "4",
+                "--dump-every",
+                "2",
+                "--quiet",
+                "--output",
+            ]
+            .map(String::from)
+            .to_vec();
+            args.push(directory.to_string_lossy().into_owned());
+            args.extend(extra.map(String::from));
+            for setting in settings {
+                args.extend(["--set".to_string(), setting.to_string()]);
+            }
+            run_watershed(&args);
+        }
+        let document = per_rank.join(format!("{case}.xmf"));
+        pairs.push(format!("{}={}", document.display(), whole.display()));
+        documents.push(document);
+    }
+    let report = root.join("report.json");
+    let see = || {
+        Command::new("xvfb-run")
+            .args(["-a", "pvpython"])
+            .arg(scripts().join("paraview_sees_patches.py"))
+            .arg(&report)
+            .arg(&root)
+            .args(&documents)
+            .output()
+            .unwrap()
+    };
+    let mut seen = see();
+    if !seen.status.success() && text(&seen).contains("bad X server connection") {
+        eprintln!("the virtual X server was not ready; trying once more");
+        seen = see();
+    }
+    assert!(
+        seen.status.success() && report.exists(),
+        "pvpython failed: {}",
+        text(&seen)
+    );
+    let compared = Command::new(&python)
+        .arg(scripts().join("compare_patches.py"))
+        .arg(&report)
+        .args(&pairs)
+        .output()
+        .unwrap();
+    let verdict = text(&compared);
+    assert!(compared.status.success(), "{verdict}");
+    println!("{verdict}");
+    // 3 dumps each: 4 patches of advection, 4 of wasatch-scalability.
+    for needle in [
+        "patches check: ok 2 documents, 24 blocks",
+        "advection.xmf: 3 times, 4 patches",
+        "wasatch-scalability.xmf: 3 times, 4 patches",
+    ] {
+        assert!(verdict.contains(needle), "{needle} missing:\n{verdict}");
+    }
+}

@@ -75,3 +75,34 @@ pub fn read_number_attribute<T: hdf5::H5Type>(group: &hdf5::Group, name: &str) -
         .read_scalar()
         .map_err(|e| hdf5_error(&file, name, e).into())
 }
+
+/// Writes a three-number attribute (x, y, z) on `group`.
+pub fn write_triple_attribute(
+    group: &hdf5::Group,
+    name: &str,
+    value: [u64; 3],
+) -> OutputResult<()> {
+    let file = PathBuf::from(group.filename());
+    group
+        .new_attr_builder()
+        .with_data(&value)
+        .create(name)
+        .map(drop)
+        .map_err(|e| hdf5_error(&file, name, e).into())
+}
+
+/// Reads a three-number attribute written by [`write_triple_attribute`].
+pub fn read_triple_attribute(group: &hdf5::Group, name: &str) -> OutputResult<[u64; 3]> {
+    let file = PathBuf::from(group.filename());
+    let values: Vec<u64> = group
+        .attr(name)
+        .and_then(|a| a.read_raw())
+        .map_err(|e| hdf5_error(&file, name, e))?;
+    <[u64; 3]>::try_from(values.as_slice()).map_err(|_| OutputError::Output {
+        path: file,
+        reason: format!(
+            "attribute `{name}` holds {} numbers, not 3 (x, y, z); the file was not written by this program or was altered",
+            values.len()
+        ),
+    })
+}

@@ -20,6 +20,7 @@ use crate::attributes::{
 use crate::error::{OutputError, OutputResult};
 use crate::files::{is_writers_temporary, numbered_file_step, write_text_file_atomically};
 use crate::lock::OutputLock;
+use crate::rank_dumps::{rank_dump_file_name, rank_dump_file_step, read_rank_dump_file};
 use crate::xdmf::{dumped_locations, xdmf_document, xdmf_file_name};
 use hdf5::types::VarLenUnicode;
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ use watershed_exprgraph::{ExpressionGraph, GraphLocation, Tag};
 use watershed_fields::io::{GhostSelection, replace_file, write_field};
 use watershed_fields::{FieldError, FieldScalar, Grid, Location, LocationKind, SpatialField};
 
-pub use crate::record::{DumpRecord, DumpedField};
+pub use crate::record::{DumpPiece, DumpRecord, DumpedField};
 
 /// Writes the interior of `field` as dataset `name` of `group`.
 pub fn dump_field<L: Location, T: FieldScalar>(
@@ -80,6 +81,8 @@ pub struct DumpSeries {
     /// Temporary files of killed writers removed at the start: (files,
     /// bytes).
     swept: (usize, u64),
+    /// The steps of incomplete dumps per rank removed at a restart.
+    incomplete: Vec<u64>,
     /// The folder belongs to this run while the manager lives.
     _lock: OutputLock,
 }
@@ -109,6 +112,8 @@ impl DumpSeries {
         // Before anything in it is looked at or removed: one run per folder.
         let lock = OutputLock::acquire(directory, case)?;
         let mut existing: Vec<(u64, PathBuf)> = Vec::new();
+        // The files of dumps written per rank: (step, rank, path).
+        let mut rank_files: Vec<(u64, usize, PathBuf)> = Vec::new();
         let mut checkpoints: Vec<PathBuf> = Vec::new();
         let mut swept = (0usize, 0u64);
         let entries = std::fs::read_dir(directory)
@@ -127,23 +132,29 @@ impl DumpSeries {
                 swept = (swept.0 + 1, swept.1 + bytes);
             } else if let Some(step) = numbered_file_step(&name, case) {
                 existing.push((step, entry.path()));
+            } else if let Some((step, rank)) = rank_dump_file_step(&name, case) {
+                rank_files.push((step, rank, entry.path()));
             } else if numbered_file_step(&name, "checkpoint").is_some() {
                 checkpoints.push(entry.path());
             }
         }
         existing.sort();
+        rank_files.sort();
+        let mut rank_steps: Vec<u64> = rank_files.iter().map(|f| f.0).collect();
+        rank_steps.dedup();
+        rank_steps.retain(|step| !existing.iter().any(|(s, _)| s == step));
+        let earlier_dumps = existing.len() + rank_steps.len();
         let xdmf = directory.join(format!("{case}.xmf"));
-        if restart_step.is_none() && !overwrite && (xdmf.exists() || !existing.is_empty()) {
+        if restart_step.is_none() && !overwrite && (xdmf.exists() || earlier_dumps > 0) {
             return Err(error(format!(
-                "already holds the results of a `{case}` run ({} dump(s)); choose another --output, continue it with --restart, or pass --overwrite to replace them",
-                existing.len()
+                "already holds the results of a `{case}` run ({earlier_dumps} dump(s)); choose another --output, continue it with --restart, or pass --overwrite to replace them"
             )));
         }
         // An overwrite replaces the whole earlier run: its checkpoints
         // too, or the newest-two rule would delete the new run's instead.
         let mut replaced = (0, 0);
         if overwrite && restart_step.is_none() {
-            replaced = (existing.len(), checkpoints.len());
+            replaced = (earlier_dumps, checkpoints.len());
             for path in &checkpoints {
                 std::fs::remove_file(path)
                     .map_err(|e| error(format!("cannot remove {}: {e}", path.display())))?;
@@ -163,70 +174,87 @@ impl DumpSeries {
                     .map_err(|e| error(format!("cannot remove {}: {e}", path.display())))?;
             }
         }
-        let manager = DumpSeries {
+        let mut manager = DumpSeries {
             directory: directory.to_path_buf(),
             case: case.into(),
             grid: grid.clone(),
             dumps,
             replaced,
             swept,
+            incomplete: Vec::new(),
             _lock: lock,
         };
+        manager.take_rank_dumps(rank_files, restart_step.is_some())?;
         manager.write_xdmf()?;
         Ok(manager)
+    }
+
+    /// The dumps per rank a new series finds (`files`: step, rank, path).
+    /// Without `keep` (a new run) they are removed. A restart keeps each
+    /// complete one in the series; a step that also has a whole dump keeps
+    /// that one. The files of a dump that is not complete (a rank's file
+    /// missing or of another dump: a run killed while writing it) named no
+    /// dump in the XDMF and are removed ([`Self::incomplete`]).
+    fn take_rank_dumps(
+        &mut self,
+        files: Vec<(u64, usize, PathBuf)>,
+        keep: bool,
+    ) -> OutputResult<()> {
+        let remove = |path: &Path| {
+            std::fs::remove_file(path).map_err(|e| {
+                OutputError::output(path, format!("cannot remove this earlier dump file: {e}"))
+            })
+        };
+        let mut steps: Vec<u64> = files.iter().map(|f| f.0).collect();
+        steps.dedup();
+        for step in steps {
+            let of_step: Vec<&(u64, usize, PathBuf)> =
+                files.iter().filter(|f| f.0 == step).collect();
+            let whole = self.dumps.iter().any(|d| d.step == step);
+            // Complete: rank 0's file says how many ranks wrote the dump,
+            // and each of their files is here. Anything else wrong with
+            // them is an error, not a reason to remove them.
+            let mut record = None;
+            if keep && !whole {
+                let ranks = match of_step.iter().find(|f| f.1 == 0) {
+                    Some(first) => Some(read_rank_dump_file(&first.2)?.ranks),
+                    None => None,
+                };
+                let complete =
+                    ranks.is_some_and(|n| (0..n).all(|r| of_step.iter().any(|f| f.1 == r)));
+                match ranks {
+                    Some(n) if complete => record = Some(self.read_rank_dump(step, n, None)?),
+                    _ => self.incomplete.push(step),
+                }
+            }
+            for (_, rank, path) in &of_step {
+                let name = rank_dump_file_name(&self.case, step, *rank);
+                let used = record
+                    .as_ref()
+                    .is_some_and(|r: &DumpRecord| r.pieces.iter().any(|p| p.file == name));
+                if !used {
+                    remove(path)?;
+                }
+            }
+            if let Some(record) = record {
+                self.dumps.push(record);
+            }
+        }
+        self.dumps.sort_by_key(|d| d.step);
+        Ok(())
+    }
+
+    /// The steps of dumps per rank a restart found incomplete (a run
+    /// killed while writing them, before they were recorded) and removed.
+    pub fn incomplete(&self) -> &[u64] {
+        &self.incomplete
     }
 
     fn read_record(path: &Path) -> OutputResult<DumpRecord> {
         let file = hdf5::File::open(path).map_err(|e| hdf5_error(path, "/", e))?;
         let time = read_number_attribute::<f64>(&file, "time")?;
         let step = read_number_attribute::<u64>(&file, "step")?;
-        let mut fields = Vec::new();
-        for name in file.member_names().map_err(|e| hdf5_error(path, "/", e))? {
-            let dataset = file
-                .dataset(&name)
-                .map_err(|e| hdf5_error(path, &name, e))?;
-            let location: VarLenUnicode = dataset
-                .attr("location")
-                .and_then(|a| a.read_scalar())
-                .map_err(|e| hdf5_error(path, &format!("{name}/location"), e))?;
-            let location = LocationKind::ALL
-                .into_iter()
-                .find(|l| l.name() == location.as_str())
-                .ok_or_else(|| OutputError::Output {
-                    path: path.to_path_buf(),
-                    reason: format!("dataset {name} has an unknown location {location}"),
-                })?;
-            let shape = dataset.shape();
-            let components = match shape.len() {
-                3 => 1,
-                4 if shape[3] == 3 => 3,
-                _ => {
-                    return Err(OutputError::Output {
-                        path: path.to_path_buf(),
-                        reason: format!(
-                            "dataset {name} has shape {shape:?}, neither (nz, ny, nx) nor (nz, ny, nx, 3)"
-                        ),
-                    });
-                }
-            };
-            let derived = match dataset.attr("derived") {
-                Ok(attribute) => Some(
-                    attribute
-                        .read_scalar::<VarLenUnicode>()
-                        .map_err(|e| hdf5_error(path, &format!("{name}/derived"), e))?
-                        .as_str()
-                        .to_string(),
-                ),
-                Err(_) => None,
-            };
-            fields.push(DumpedField {
-                name,
-                location,
-                extent: [shape[2], shape[1], shape[0]],
-                components,
-                derived,
-            });
-        }
+        let fields = read_fields(path, &file, "")?;
         Ok(DumpRecord {
             file: path
                 .file_name()
@@ -235,6 +263,7 @@ impl DumpSeries {
             time,
             step,
             fields,
+            pieces: Vec::new(),
         })
     }
 
@@ -287,58 +316,233 @@ impl DumpSeries {
     ) -> Result<PathBuf, E> {
         let name = format!("{}_{step:08}.h5", self.case);
         let path = self.directory.join(&name);
-        let mut fields = Vec::new();
-        // The writer's own error, returned as it is once replace_file has
-        // removed the half-written temporary file.
-        let mut inner: Option<E> = None;
-        let result = replace_file(&path, |file| {
-            let attributes = || -> OutputResult<()> {
-                write_text_attribute(file, "case", &self.case)?;
-                write_number_attribute(file, "time", time)?;
-                write_number_attribute(file, "step", step)
-            };
-            match attributes() {
-                Err(OutputError::Field(e)) => return Err(e),
-                Err(other) => {
-                    return Err(FieldError::Hdf5Format {
-                        file: path.clone(),
-                        dataset: "/".into(),
-                        reason: other.to_string(),
-                    });
-                }
-                Ok(()) => {}
-            }
-            match write(file) {
-                Ok(written) => {
-                    fields = written;
-                    Ok(())
-                }
-                Err(error) => {
-                    inner = Some(error);
-                    Err(FieldError::Hdf5Format {
-                        file: path.clone(),
-                        dataset: "/".into(),
-                        reason: "the dump's writer failed".into(),
-                    })
-                }
-            }
-        });
-        if let Some(e) = inner {
-            return Err(e);
-        }
-        result.map_err(|e| E::from(OutputError::from(e)))?;
-        self.dumps.retain(|d| d.step != step);
-        self.dumps.push(DumpRecord {
+        let fields = write_dump_file(&path, &self.case, time, step, |_| Ok(()), write)?;
+        self.remember(DumpRecord {
             file: name,
             time,
             step,
             fields,
-        });
+            pieces: Vec::new(),
+        })?;
+        Ok(path)
+    }
+
+    /// Records the dump at (`time`, `step`) that `ranks` ranks have each
+    /// written into a file of their own
+    /// ([`crate::rank_dumps::write_rank_dump`]); call it on the rank that
+    /// holds this series once every rank has returned from writing. Each
+    /// rank's file is read back (its patch groups, not the values); they
+    /// must all be there, of this dump, hold the same fields, and their
+    /// patches must tile the grid. Then the XDMF is rewritten, with the
+    /// dump as a spatial collection of its patches. Files this step had
+    /// before (a whole dump, or rank files of more ranks) are removed.
+    pub fn record_rank_dump(
+        &mut self,
+        time: f64,
+        step: u64,
+        ranks: usize,
+    ) -> OutputResult<PathBuf> {
+        let record = self.read_rank_dump(step, ranks, Some(time))?;
+        self.remember(record)?;
+        Ok(self
+            .directory
+            .join(rank_dump_file_name(&self.case, step, 0)))
+    }
+
+    /// The record of the dump at `step` written by `ranks` ranks, from
+    /// their files; `time`, when given, is the time they must all hold.
+    fn read_rank_dump(
+        &self,
+        step: u64,
+        ranks: usize,
+        time: Option<f64>,
+    ) -> OutputResult<DumpRecord> {
+        let mut fields: Option<Vec<DumpedField>> = None;
+        let mut pieces = Vec::new();
+        let mut dump_time = time;
+        for rank in 0..ranks {
+            let path = self
+                .directory
+                .join(rank_dump_file_name(&self.case, step, rank));
+            if !path.exists() {
+                return Err(OutputError::output(
+                    &path,
+                    format!(
+                        "rank {rank}'s file of the dump at step {step} is missing: every one of the {ranks} ranks writes its patches before the dump is recorded"
+                    ),
+                ));
+            }
+            let held = read_rank_dump_file(&path)?;
+            let expected_time = *dump_time.get_or_insert(held.time);
+            if held.step != step
+                || held.rank != rank
+                || held.ranks != ranks
+                || held.time.to_bits() != expected_time.to_bits()
+            {
+                return Err(OutputError::output(
+                    &path,
+                    format!(
+                        "holds rank {} of {} at step {} and time {:e}, not rank {rank} of {ranks} at step {step} and time {expected_time:e}: it comes from another run or dump; remove it or choose another --output",
+                        held.rank, held.ranks, held.step, held.time
+                    ),
+                ));
+            }
+            let names = |list: &[DumpedField]| -> Vec<(String, usize)> {
+                list.iter()
+                    .map(|f| (f.name.clone(), f.components))
+                    .collect()
+            };
+            match &fields {
+                None => fields = Some(held.fields),
+                Some(first) if names(first) != names(&held.fields) => {
+                    return Err(OutputError::output(
+                        &path,
+                        format!(
+                            "holds the fields {:?}, rank 0's file {:?}: every patch of a dump holds the same fields",
+                            names(&held.fields),
+                            names(first)
+                        ),
+                    ));
+                }
+                Some(_) => {}
+            }
+            pieces.extend(held.pieces);
+        }
+        pieces.sort_by_key(|p| p.patch);
+        self.check_tiling(step, &pieces)?;
+        let mut fields = fields.unwrap_or_default();
+        if let Some(face) = fields
+            .iter()
+            .find(|f| f.location != LocationKind::CellCentre)
+        {
+            return Err(OutputError::output(
+                &self.directory,
+                format!(
+                    "the dump at step {step} per rank holds `{}` at {}: a dump per rank holds cell-centred fields only (patches' faces would overlap at their seams)",
+                    face.name,
+                    face.location.name()
+                ),
+            ));
+        }
+        for field in &mut fields {
+            field.extent = self.grid.cells();
+        }
+        Ok(DumpRecord {
+            file: rank_dump_file_name(&self.case, step, 0),
+            time: dump_time.unwrap_or(0.0),
+            step,
+            fields,
+            pieces,
+        })
+    }
+
+    /// Checks that `pieces` (in patch order) cover every cell of the grid
+    /// exactly once.
+    fn check_tiling(&self, step: u64, pieces: &[DumpPiece]) -> OutputResult<()> {
+        let cells = self.grid.cells();
+        let fail = |reason: String| {
+            OutputError::output(
+                &self.directory,
+                format!("the dump at step {step} per rank: {reason}"),
+            )
+        };
+        if pieces.is_empty() {
+            return Err(fail("no rank wrote a patch".into()));
+        }
+        let mut covered = 0usize;
+        for (k, piece) in pieces.iter().enumerate() {
+            if k > 0 && pieces[k - 1].patch == piece.patch {
+                return Err(fail(format!(
+                    "patch {} is in {} and {}",
+                    piece.patch,
+                    pieces[k - 1].file,
+                    piece.file
+                )));
+            }
+            let inside = (0..3).all(|a| {
+                piece.cells[a] > 0
+                    && piece.offset[a]
+                        .checked_add(piece.cells[a])
+                        .is_some_and(|end| end <= cells[a])
+            });
+            if !inside {
+                return Err(fail(format!(
+                    "patch {} of {} ({:?} cells from {:?}) does not lie in the grid's {cells:?} cells",
+                    piece.patch, piece.file, piece.cells, piece.offset
+                )));
+            }
+            covered += piece.cells.iter().product::<usize>();
+        }
+        // Boxes inside the grid, none repeated: they tile it when their
+        // cells add up and no two overlap.
+        for (k, a) in pieces.iter().enumerate() {
+            for b in &pieces[k + 1..] {
+                let overlap = (0..3).all(|axis| {
+                    a.offset[axis] < b.offset[axis] + b.cells[axis]
+                        && b.offset[axis] < a.offset[axis] + a.cells[axis]
+                });
+                if overlap {
+                    return Err(fail(format!("patches {} and {} overlap", a.patch, b.patch)));
+                }
+            }
+        }
+        if covered != self.grid.total_cells() {
+            return Err(fail(format!(
+                "its patches hold {covered} cells, the grid {}: a rank's patches are missing",
+                self.grid.total_cells()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Puts `record` into the series in step order (replacing a dump of
+    /// its step), removes the files of that step it does not use (a whole
+    /// dump replaced by one per rank, or the reverse; rank files of more
+    /// ranks) and rewrites the XDMF.
+    fn remember(&mut self, record: DumpRecord) -> OutputResult<()> {
+        let used: Vec<&str> = if record.pieces.is_empty() {
+            vec![record.file.as_str()]
+        } else {
+            record.pieces.iter().map(|p| p.file.as_str()).collect()
+        };
+        let step = record.step;
+        for path in self.files_of_step(step)? {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if !used.contains(&name.as_str()) {
+                std::fs::remove_file(&path).map_err(|e| {
+                    OutputError::output(
+                        &path,
+                        format!("cannot remove this step's earlier dump file: {e}"),
+                    )
+                })?;
+            }
+        }
+        self.dumps.retain(|d| d.step != step);
+        self.dumps.push(record);
         // A restart's dumps land among kept later ones: the series stays
         // in step (and time) order.
         self.dumps.sort_by_key(|d| d.step);
-        self.write_xdmf()?;
-        Ok(path)
+        self.write_xdmf()
+    }
+
+    /// The dump files of `step` in the folder: the whole one and every
+    /// rank's.
+    fn files_of_step(&self, step: u64) -> OutputResult<Vec<PathBuf>> {
+        let entries = std::fs::read_dir(&self.directory).map_err(|e| {
+            OutputError::output(&self.directory, format!("cannot list the directory: {e}"))
+        })?;
+        Ok(entries
+            .flatten()
+            .filter(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                numbered_file_step(&name, &self.case) == Some(step)
+                    || rank_dump_file_step(&name, &self.case).is_some_and(|(s, _)| s == step)
+            })
+            .map(|entry| entry.path())
+            .collect())
     }
 
     /// Writes one dump at (`time`, `step`) holding `fields`, each under its
@@ -390,4 +594,125 @@ impl DumpSeries {
         }
         Ok(())
     }
+}
+
+/// What the datasets of `group` (at `prefix` in the file at `path`) are:
+/// every member must be a field dataset this crate wrote, `(nz, ny, nx)`
+/// or `(nz, ny, nx, 3)` with a known `location`.
+pub(crate) fn read_fields(
+    path: &Path,
+    group: &hdf5::Group,
+    prefix: &str,
+) -> OutputResult<Vec<DumpedField>> {
+    let mut fields = Vec::new();
+    let mut names = group
+        .member_names()
+        .map_err(|e| hdf5_error(path, if prefix.is_empty() { "/" } else { prefix }, e))?;
+    names.sort();
+    for member in names {
+        let name = if prefix.is_empty() {
+            member.clone()
+        } else {
+            format!("{prefix}/{member}")
+        };
+        let dataset = group
+            .dataset(&member)
+            .map_err(|e| hdf5_error(path, &name, e))?;
+        let location: VarLenUnicode = dataset
+            .attr("location")
+            .and_then(|a| a.read_scalar())
+            .map_err(|e| hdf5_error(path, &format!("{name}/location"), e))?;
+        let location = LocationKind::ALL
+            .into_iter()
+            .find(|l| l.name() == location.as_str())
+            .ok_or_else(|| OutputError::Output {
+                path: path.to_path_buf(),
+                reason: format!("dataset {name} has an unknown location {location}"),
+            })?;
+        let shape = dataset.shape();
+        let components = match shape.len() {
+            3 => 1,
+            4 if shape[3] == 3 => 3,
+            _ => {
+                return Err(OutputError::Output {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "dataset {name} has shape {shape:?}, neither (nz, ny, nx) nor (nz, ny, nx, 3)"
+                    ),
+                });
+            }
+        };
+        let derived = match dataset.attr("derived") {
+            Ok(attribute) => Some(
+                attribute
+                    .read_scalar::<VarLenUnicode>()
+                    .map_err(|e| hdf5_error(path, &format!("{name}/derived"), e))?
+                    .as_str()
+                    .to_string(),
+            ),
+            Err(_) => None,
+        };
+        fields.push(DumpedField {
+            name: member,
+            location,
+            extent: [shape[2], shape[1], shape[0]],
+            components,
+            derived,
+        });
+    }
+    Ok(fields)
+}
+
+/// Writes the dump file at `path` whole or not at all: the root attributes
+/// `case`, `time` and `step`, then `attributes` (more of them), then
+/// `write`'s fields. `write`'s own error is returned as it is, once the
+/// half-written temporary file is gone.
+pub(crate) fn write_dump_file<E: From<OutputError>>(
+    path: &Path,
+    case: &str,
+    time: f64,
+    step: u64,
+    attributes: impl FnOnce(&hdf5::Group) -> OutputResult<()>,
+    write: impl FnOnce(&hdf5::Group) -> Result<Vec<DumpedField>, E>,
+) -> Result<Vec<DumpedField>, E> {
+    let mut fields = Vec::new();
+    let mut inner: Option<E> = None;
+    let result = replace_file(path, |file| {
+        let written = || -> OutputResult<()> {
+            write_text_attribute(file, "case", case)?;
+            write_number_attribute(file, "time", time)?;
+            write_number_attribute(file, "step", step)?;
+            attributes(file)
+        };
+        match written() {
+            Err(OutputError::Field(e)) => return Err(e),
+            Err(other) => {
+                return Err(FieldError::Hdf5Format {
+                    file: path.to_path_buf(),
+                    dataset: "/".into(),
+                    reason: other.to_string(),
+                });
+            }
+            Ok(()) => {}
+        }
+        match write(file) {
+            Ok(written) => {
+                fields = written;
+                Ok(())
+            }
+            Err(error) => {
+                inner = Some(error);
+                Err(FieldError::Hdf5Format {
+                    file: path.to_path_buf(),
+                    dataset: "/".into(),
+                    reason: "the dump's writer failed".into(),
+                })
+            }
+        }
+    });
+    if let Some(e) = inner {
+        return Err(e);
+    }
+    result.map_err(|e| E::from(OutputError::from(e)))?;
+    Ok(fields)
 }

@@ -6,6 +6,8 @@
 //! * [`dumps`]: one HDF5 file per dump, written atomically, and the XDMF
 //!   time series beside them ([`DumpSeries`]), which ParaView opens with its
 //!   default reader;
+//! * [`rank_dumps`]: dumps written per rank, each rank's patches in a file
+//!   of its own, shown by the XDMF as one dataset;
 //! * [`xdmf`]: the layout of those XDMF documents;
 //! * [`lock`]: one run per output folder (a lock file);
 //! * [`csv`]: CSV tables and time series flushed as the run goes;
@@ -46,8 +48,9 @@ pub mod files;
 pub mod lock;
 #[cfg(feature = "plot")]
 pub mod plot;
+pub mod rank_dumps;
 pub mod record;
 pub mod xdmf;
 
-pub use dumps::{DumpRecord, DumpSeries, DumpableField, DumpedField};
+pub use dumps::{DumpPiece, DumpRecord, DumpSeries, DumpableField, DumpedField};
 pub use error::{OutputError, OutputResult};

@@ -1,5 +1,6 @@
-//! What a completed dump holds ([`DumpRecord`], [`DumpedField`]): what
-//! [`crate::dumps`] writes and [`crate::xdmf`] lists.
+//! What a completed dump holds ([`DumpRecord`], [`DumpedField`],
+//! [`DumpPiece`]): what [`crate::dumps`] and [`crate::rank_dumps`] write
+//! and [`crate::xdmf`] lists.
 
 use watershed_fields::LocationKind;
 
@@ -21,6 +22,22 @@ pub struct DumpedField {
     pub derived: Option<String>,
 }
 
+/// One patch of a dump written per rank ([`crate::rank_dumps`]): where its
+/// cells lie in the grid and which file and group hold them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpPiece {
+    /// The rank's HDF5 file (in the output directory).
+    pub file: String,
+    /// The group holding the patch's fields in that file (`patch_<index>`).
+    pub group: String,
+    /// The patch's index in its layout.
+    pub patch: usize,
+    /// Its first cell in the whole grid (x, y, z).
+    pub offset: [usize; 3],
+    /// Its cells (x, y, z).
+    pub cells: [usize; 3],
+}
+
 /// One completed dump.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DumpRecord {
@@ -30,6 +47,9 @@ pub struct DumpRecord {
     pub time: f64,
     /// Step.
     pub step: u64,
-    /// Its fields.
+    /// Its fields (of a dump per rank: their extent is the whole grid's).
     pub fields: Vec<DumpedField>,
+    /// Of a dump written per rank, its patches in patch order (each holds
+    /// every field); empty when [`Self::file`] holds the whole domain.
+    pub pieces: Vec<DumpPiece>,
 }

@@ -22,6 +22,13 @@
 //! case a line, not a one-cell-thick slab. (`2DCoRectMesh` was tried too:
 //! the Xdmf3 reader puts it in the y-z plane.)
 //!
+//! **A dump written per rank** ([`crate::rank_dumps`]) is a spatial
+//! collection inside the temporal one: one uniform grid per patch, named
+//! `patch <index>`, at its place in the grid, its values in its rank's
+//! file. Every patch holds the same arrays, so ParaView's default reader
+//! returns one multi-block dataset per time that colours, slices and
+//! filters as one (scripts/viewer/paraview_sees_patches.py checks it).
+//!
 //! All values are `Center="Cell"`; dimensions, origins and spacings are in
 //! z y x order as XDMF wants. Vectors are `AttributeType="Vector"` over a
 //! `(nz, ny, nx, 3)` dataset. A derived field carries an `Information`
@@ -63,7 +70,6 @@ pub fn xdmf_document(
     dumps: &[DumpRecord],
     location: LocationKind,
 ) -> String {
-    let zyx = |v: [f64; 3]| format!("{:e} {:e} {:e}", v[2], v[1], v[0]);
     let active = grid.active_dimensions();
     // An unresolved axis has one plane of points, and its spacing means
     // nothing; ParaView's default "Slice" view of a 2D image showed nothing
@@ -102,57 +108,61 @@ pub fn xdmf_document(
         let Some(first) = fields.first() else {
             continue;
         };
-        let extent = first.extent;
         let mut origin = grid.origin();
         if let Some(axis) = location.face_axis() {
             origin[axis] -= 0.5 * grid.spacing()[axis];
         }
-        // Points per axis: one more than the cells where the axis is
-        // resolved, a single plane where it is not.
-        let points = [0, 1, 2].map(|a| if active[a] { extent[a] + 1 } else { 1 });
+        if dump.pieces.is_empty() {
+            let data =
+                |field: &DumpedField| (format!("{}:/{}", dump.file, field.name), field.extent);
+            let _ = writeln!(
+                xml,
+                "      <Grid Name=\"{grid_name}\" GridType=\"Uniform\">"
+            );
+            let _ = writeln!(xml, "        <Time Value=\"{:e}\"/>", dump.time);
+            uniform_grid(
+                &mut xml,
+                "        ",
+                first.extent,
+                origin,
+                spacing,
+                active,
+                &fields,
+                data,
+            );
+            let _ = writeln!(xml, "      </Grid>");
+            continue;
+        }
+        // Per rank: one uniform grid per patch, at its place in the grid.
         let _ = writeln!(
             xml,
-            "      <Grid Name=\"{grid_name}\" GridType=\"Uniform\">"
+            "      <Grid Name=\"{grid_name}\" GridType=\"Collection\" CollectionType=\"Spatial\">"
         );
         let _ = writeln!(xml, "        <Time Value=\"{:e}\"/>", dump.time);
-        let _ = writeln!(
-            xml,
-            "        <Topology TopologyType=\"3DCoRectMesh\" Dimensions=\"{} {} {}\"/>",
-            points[2], points[1], points[0]
-        );
-        let _ = writeln!(
-            xml,
-            "        <Geometry GeometryType=\"ORIGIN_DXDYDZ\">\n          <DataItem Dimensions=\"3\" NumberType=\"Float\" Precision=\"8\" Format=\"XML\">{}</DataItem>\n          <DataItem Dimensions=\"3\" NumberType=\"Float\" Precision=\"8\" Format=\"XML\">{}</DataItem>\n        </Geometry>",
-            zyx(origin),
-            zyx(spacing)
-        );
-        for field in fields {
-            let (kind, components) = if field.components == 3 {
-                ("Vector", " 3")
-            } else {
-                ("Scalar", "")
+        for piece in &dump.pieces {
+            let corner = [0, 1, 2].map(|a| origin[a] + piece.offset[a] as f64 * grid.spacing()[a]);
+            let data = |field: &DumpedField| {
+                (
+                    format!("{}:/{}/{}", piece.file, piece.group, field.name),
+                    piece.cells,
+                )
             };
             let _ = writeln!(
                 xml,
-                "        <Attribute Name=\"{}\" AttributeType=\"{kind}\" Center=\"Cell\">",
-                escape(&field.name)
+                "        <Grid Name=\"patch {}\" GridType=\"Uniform\">",
+                piece.patch
             );
-            if let Some(how) = &field.derived {
-                let _ = writeln!(
-                    xml,
-                    "          <Information Name=\"derived\" Value=\"{}\"/>",
-                    escape(how)
-                );
-            }
-            let _ = writeln!(
-                xml,
-                "          <DataItem Dimensions=\"{} {} {}{components}\" NumberType=\"Float\" Precision=\"8\" Format=\"HDF\">{}:/{}</DataItem>\n        </Attribute>",
-                field.extent[2],
-                field.extent[1],
-                field.extent[0],
-                escape(&dump.file),
-                escape(&field.name)
+            uniform_grid(
+                &mut xml,
+                "          ",
+                piece.cells,
+                corner,
+                spacing,
+                active,
+                &fields,
+                data,
             );
+            let _ = writeln!(xml, "        </Grid>");
         }
         let _ = writeln!(xml, "      </Grid>");
     }
@@ -160,6 +170,65 @@ pub fn xdmf_document(
     let _ = writeln!(xml, "  </Domain>");
     let _ = writeln!(xml, "</Xdmf>");
     xml
+}
+
+/// The topology, geometry and attributes of one uniform grid of `cells`
+/// cells from `origin`, each line indented by `indent`; `data` says where
+/// a field's values are (`FILE:/PATH`) and their extent (x, y, z).
+#[allow(clippy::too_many_arguments)]
+fn uniform_grid(
+    xml: &mut String,
+    indent: &str,
+    cells: [usize; 3],
+    origin: [f64; 3],
+    spacing: [f64; 3],
+    active: [bool; 3],
+    fields: &[&DumpedField],
+    data: impl Fn(&DumpedField) -> (String, [usize; 3]),
+) {
+    let zyx = |v: [f64; 3]| format!("{:e} {:e} {:e}", v[2], v[1], v[0]);
+    // Points per axis: one more than the cells where the axis is resolved,
+    // a single plane where it is not.
+    let points = [0, 1, 2].map(|a| if active[a] { cells[a] + 1 } else { 1 });
+    let _ = writeln!(
+        xml,
+        "{indent}<Topology TopologyType=\"3DCoRectMesh\" Dimensions=\"{} {} {}\"/>",
+        points[2], points[1], points[0]
+    );
+    let _ = writeln!(
+        xml,
+        "{indent}<Geometry GeometryType=\"ORIGIN_DXDYDZ\">\n{indent}  <DataItem Dimensions=\"3\" NumberType=\"Float\" Precision=\"8\" Format=\"XML\">{}</DataItem>\n{indent}  <DataItem Dimensions=\"3\" NumberType=\"Float\" Precision=\"8\" Format=\"XML\">{}</DataItem>\n{indent}</Geometry>",
+        zyx(origin),
+        zyx(spacing)
+    );
+    for field in fields {
+        let (kind, components) = if field.components == 3 {
+            ("Vector", " 3")
+        } else {
+            ("Scalar", "")
+        };
+        let _ = writeln!(
+            xml,
+            "{indent}<Attribute Name=\"{}\" AttributeType=\"{kind}\" Center=\"Cell\">",
+            escape(&field.name)
+        );
+        if let Some(how) = &field.derived {
+            let _ = writeln!(
+                xml,
+                "{indent}  <Information Name=\"derived\" Value=\"{}\"/>",
+                escape(how)
+            );
+        }
+        let (path, extent) = data(field);
+        let _ = writeln!(
+            xml,
+            "{indent}  <DataItem Dimensions=\"{} {} {}{components}\" NumberType=\"Float\" Precision=\"8\" Format=\"HDF\">{}</DataItem>\n{indent}</Attribute>",
+            extent[2],
+            extent[1],
+            extent[0],
+            escape(&path)
+        );
+    }
 }
 
 fn escape(text: &str) -> String {
@@ -202,6 +271,7 @@ mod tests {
                         ..field("velocity", LocationKind::CellCentre, [4, 3, 1])
                     },
                 ],
+                pieces: Vec::new(),
             })
             .collect();
         assert_eq!(

@@ -60,7 +60,7 @@ def describe(data):
     }
 
 
-def render(reader, time, described, png):
+def render(reader, time, described, png, representation=None):
     arrays = described["arrays"]
     if "speed" in arrays:
         name = "speed"
@@ -82,6 +82,8 @@ def render(reader, time, described, png):
                                    0.5 * (bounds[4] + bounds[5])]
         source.SliceType.Normal = [0.0, 0.0, 1.0]
     display = Show(source, view)
+    if representation is not None:
+        display.Representation = representation
     ColorBy(display, ("CELLS", name))
     display.RescaleTransferFunctionToDataRange(True, False)
     view.CameraPosition = [0.0, 0.0, 1.0]
@@ -126,4 +128,5 @@ def main():
         json.dump(report, out)
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -8,7 +8,8 @@ use crate::error::CaseResult;
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
 use crate::solver_state::{
-    dump_patched_solution, load_patched_solution, patch_graphs, save_patched_solution,
+    dump_own_patch_solutions, dump_patched_solution, load_patched_solution, patch_graphs,
+    save_patched_solution,
 };
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -263,6 +264,9 @@ impl Simulation for Advection {
             group,
             "c",
         )?])
+    }
+    fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+        dump_own_patch_solutions(&self.transport, &["c"], root)
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         save_patched_solution(&self.transport, "c", group)?;

@@ -3,13 +3,14 @@
 
 use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
-use crate::driver::{CaseCheck, DumpSchedule, RunControl, Simulation, Stop, run};
+use crate::driver::{CaseCheck, DumpFiles, DumpSchedule, RunControl, Simulation, Stop, run};
 use crate::error::CaseResult;
 use crate::progress::ProgressMode;
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
 use crate::solver_state::{
-    dump_patched_solution, load_patched_solution, patch_graphs, save_patched_solution,
+    dump_own_patch_solutions, dump_patched_solution, load_patched_solution, patch_graphs,
+    save_patched_solution,
 };
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -198,6 +199,9 @@ impl Simulation for Heat {
             "T",
         )?])
     }
+    fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+        dump_own_patch_solutions(&self.transport, &["T"], root)
+    }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         save_patched_solution(&self.transport, "T", group)
     }
@@ -249,6 +253,7 @@ pub fn convergence_study(options: &CaseOptions, output: Option<&Path>) -> CaseRe
             progress: ProgressMode::Quiet,
             record_trace: false,
             ranks: None,
+            dump_files: DumpFiles::Whole,
         };
         run(&mut heat, &control, None, &mut |_| {})?;
         let error = heat.relative_error()?;

@@ -10,7 +10,8 @@ use crate::error::{CaseError, CaseResult};
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
 use crate::solver_state::{
-    dump_patched_solution, load_patched_solution, patch_graphs, save_patched_solution,
+    dump_own_patch_solutions, dump_patched_solution, load_patched_solution, patch_graphs,
+    save_patched_solution,
 };
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -776,6 +777,15 @@ pub struct Wasatch {
     placement: PlacementPolicy,
 }
 
+impl Wasatch {
+    /// The solutions a dump shows: the first four equations' (`phi0` ...).
+    fn shown(&self) -> Vec<String> {
+        (0..self.config.pdes.min(4))
+            .map(|i| format!("phi{i}"))
+            .collect()
+    }
+}
+
 /// A [`TransportSolverBuilder`] with the ExprLib equations on `patch`:
 /// `pdes` equations `phi0`, `phi1`, ... with `diffusivity` (the field's
 /// placeholder [`gamma`] registered when it is
@@ -936,12 +946,15 @@ impl Simulation for Wasatch {
         Ok(self.transport.step(dt)?)
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-        (0..self.config.pdes.min(4))
-            .map(|i| {
-                let name = format!("phi{i}");
-                dump_patched_solution(&self.transport, &name, group, &name)
-            })
+        self.shown()
+            .iter()
+            .map(|name| dump_patched_solution(&self.transport, name, group, name))
             .collect()
+    }
+    fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+        let shown = self.shown();
+        let names: Vec<&str> = shown.iter().map(String::as_str).collect();
+        dump_own_patch_solutions(&self.transport, &names, root)
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         for i in 0..self.config.pdes {

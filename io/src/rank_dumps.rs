@@ -1,0 +1,426 @@
+//! Dumps written per rank: every rank of a decomposed run writes the
+//! patches it owns into a file of its own, so no rank ever holds (or
+//! sends) the whole domain to write it.
+//!
+//! **Files.** Rank `r` of the dump at step `s` writes
+//! `CASE_<s>.rank<r>.h5` (atomically, like every dump). Its root has the
+//! attributes `case`, `time`, `step`, `rank` and `ranks`; each of its
+//! patches is a group `patch_<index>` with the attributes `patch`,
+//! `offset` (its first cell in the whole grid, x y z) and `cells`, holding
+//! one dataset per field (the patch's interior, `(nz, ny, nx)`, with the
+//! attributes of `watershed_fields::io`). The files say all a reader needs
+//! to put the patches back together, without the XDMF.
+//!
+//! **Completion.** Rank 0 records the dump ([`crate::DumpSeries::record_rank_dump`])
+//! only after every rank has written its file: it reads their patch
+//! groups, checks that they tile the grid, and only then rewrites the
+//! XDMF, which shows each dump as a spatial collection of its patches
+//! (one dataset in ParaView, see [`crate::xdmf`]). A run killed between
+//! the files and the XDMF leaves a dump the XDMF does not name; a restart
+//! that finds a dump's files incomplete removes them.
+
+use crate::attributes::{
+    hdf5_error, read_number_attribute, read_triple_attribute, write_number_attribute,
+    write_triple_attribute,
+};
+use crate::error::{OutputError, OutputResult};
+use crate::record::{DumpPiece, DumpedField};
+use std::path::{Path, PathBuf};
+
+/// The file rank `rank` writes for the dump of `case` at `step`:
+/// `CASE_<step>.rank<rank>.h5`.
+pub fn rank_dump_file_name(case: &str, step: u64, rank: usize) -> String {
+    format!("{case}_{step:08}.rank{rank:05}.h5")
+}
+
+/// The step and rank of a file named by [`rank_dump_file_name`] for
+/// `case`.
+pub fn rank_dump_file_step(name: &str, case: &str) -> Option<(u64, usize)> {
+    let rest = name.strip_prefix(case)?.strip_prefix('_')?;
+    let rest = rest.strip_suffix(".h5")?;
+    let (step, rank) = rest.split_once(".rank")?;
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits(step) || !digits(rank) {
+        return None;
+    }
+    Some((step.parse().ok()?, rank.parse().ok()?))
+}
+
+/// The name of patch `index`'s group in a rank's dump file.
+pub fn patch_group_name(index: usize) -> String {
+    format!("patch_{index:05}")
+}
+
+/// Creates the group of patch `index` in a rank's dump file (`root`), with
+/// where its cells lie in the whole grid. Write the patch's fields into it
+/// (their interiors, e.g. with [`crate::dumps::dump_field`]).
+pub fn create_patch_group(
+    root: &hdf5::Group,
+    index: usize,
+    offset: [usize; 3],
+    cells: [usize; 3],
+) -> OutputResult<hdf5::Group> {
+    let name = patch_group_name(index);
+    let file = PathBuf::from(root.filename());
+    let group = root
+        .create_group(&name)
+        .map_err(|e| hdf5_error(&file, &name, e))?;
+    write_number_attribute(&group, "patch", index as u64)?;
+    write_triple_attribute(&group, "offset", offset.map(|v| v as u64))?;
+    write_triple_attribute(&group, "cells", cells.map(|v| v as u64))?;
+    Ok(group)
+}
+
+/// What one rank's dump file holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankDumpFile {
+    /// Simulated time.
+    pub time: f64,
+    /// Step.
+    pub step: u64,
+    /// The rank that wrote it.
+    pub rank: usize,
+    /// How many ranks wrote the dump.
+    pub ranks: usize,
+    /// The fields every patch holds (their extent is the first patch's).
+    pub fields: Vec<DumpedField>,
+    /// Its patches, in patch order.
+    pub pieces: Vec<DumpPiece>,
+}
+
+/// Reads what the rank dump file at `path` holds (not the values): its
+/// root attributes and its patch groups, each of which must hold the same
+/// fields with the patch's cells.
+pub fn read_rank_dump_file(path: &Path) -> OutputResult<RankDumpFile> {
+    let error = |reason: String| OutputError::Output {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = hdf5::File::open(path).map_err(|e| hdf5_error(path, "/", e))?;
+    let time = read_number_attribute::<f64>(&file, "time")?;
+    let step = read_number_attribute::<u64>(&file, "step")?;
+    let rank = read_number_attribute::<u64>(&file, "rank")?;
+    let ranks = read_number_attribute::<u64>(&file, "ranks")?;
+    let to_usize = |value: u64, what: &str| {
+        usize::try_from(value)
+            .map_err(|_| error(format!("{what} {value} does not fit this machine")))
+    };
+    let (rank, ranks) = (to_usize(rank, "rank")?, to_usize(ranks, "ranks")?);
+    if rank >= ranks {
+        return Err(error(format!(
+            "says it is rank {rank} of {ranks}; the file was altered"
+        )));
+    }
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut names = file.member_names().map_err(|e| hdf5_error(path, "/", e))?;
+    names.sort();
+    let mut fields: Option<Vec<DumpedField>> = None;
+    let mut pieces = Vec::new();
+    for name in names {
+        let group = file.group(&name).map_err(|e| hdf5_error(path, &name, e))?;
+        let patch = to_usize(read_number_attribute::<u64>(&group, "patch")?, "patch")?;
+        if name != patch_group_name(patch) {
+            return Err(error(format!(
+                "group {name} says it holds patch {patch}; the file was altered"
+            )));
+        }
+        let offset = read_triple_attribute(&group, "offset")?;
+        let cells = read_triple_attribute(&group, "cells")?;
+        let mut triple = [[0usize; 3]; 2];
+        for (k, values) in [offset, cells].iter().enumerate() {
+            for a in 0..3 {
+                triple[k][a] = to_usize(values[a], "a patch's offset or cells")?;
+            }
+        }
+        let [offset, cells] = triple;
+        let held = crate::dumps::read_fields(path, &group, &name)?;
+        if let Some(d) = held.iter().find(|f| f.extent != cells) {
+            return Err(error(format!(
+                "dataset {name}/{} has {:?} points, not the patch's {cells:?} cells",
+                d.name, d.extent
+            )));
+        }
+        match &fields {
+            None => fields = Some(held),
+            Some(first) => {
+                let names = |list: &[DumpedField]| -> Vec<(String, usize)> {
+                    list.iter()
+                        .map(|f| (f.name.clone(), f.components))
+                        .collect()
+                };
+                if names(first) != names(&held) {
+                    return Err(error(format!(
+                        "group {name} holds {:?}, the file's first patch {:?}: every patch of a dump holds the same fields",
+                        names(&held),
+                        names(first)
+                    )));
+                }
+            }
+        }
+        pieces.push(DumpPiece {
+            file: file_name.clone(),
+            group: name,
+            patch,
+            offset,
+            cells,
+        });
+    }
+    Ok(RankDumpFile {
+        time,
+        step,
+        rank,
+        ranks,
+        fields: fields.unwrap_or_default(),
+        pieces,
+    })
+}
+
+/// Writes rank `rank`'s file of the dump of `case` at (`time`, `step`)
+/// into `directory` (which rank 0's [`crate::DumpSeries`] holds), whole or
+/// not at all: `write` adds one group per owned patch
+/// ([`create_patch_group`]) and returns the fields each holds. Every rank
+/// calls this; rank 0 then records the dump with
+/// [`crate::DumpSeries::record_rank_dump`] once every rank has returned.
+#[allow(clippy::too_many_arguments)]
+pub fn write_rank_dump<E: From<OutputError>>(
+    directory: &Path,
+    case: &str,
+    time: f64,
+    step: u64,
+    rank: usize,
+    ranks: usize,
+    write: impl FnOnce(&hdf5::Group) -> Result<Vec<DumpedField>, E>,
+) -> Result<PathBuf, E> {
+    if rank >= ranks {
+        return Err(E::from(OutputError::output(
+            directory,
+            format!("rank {rank} is not one of the {ranks} ranks writing the dump at step {step}"),
+        )));
+    }
+    let path = directory.join(rank_dump_file_name(case, step, rank));
+    crate::dumps::write_dump_file(
+        &path,
+        case,
+        time,
+        step,
+        |file| {
+            write_number_attribute(file, "rank", rank as u64)?;
+            write_number_attribute(file, "ranks", ranks as u64)
+        },
+        write,
+    )?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dumps::{DumpSeries, dump_field};
+    use watershed_fields::decomposition::PatchLayout;
+    use watershed_fields::{CellCentre, Device, GhostWidth, Grid, SpatialField};
+
+    /// Writes rank `rank`'s file of a dump of `layout` at `step`: each
+    /// owned patch's field `c` holds its cells' global x index.
+    fn write_rank(
+        dir: &Path,
+        layout: &PatchLayout,
+        step: u64,
+        rank: usize,
+        ranks: usize,
+    ) -> PathBuf {
+        write_rank_dump::<OutputError>(dir, "demo", 0.5 * step as f64, step, rank, ranks, |root| {
+            let mut fields = Vec::new();
+            for index in layout.owned_by(rank, ranks)? {
+                let patch = layout.patch(index)?;
+                let group = create_patch_group(root, index, patch.offset(), patch.cells())?;
+                let mut c = SpatialField::<CellCentre>::new("c", &patch, Device::Cpu)?;
+                let field_layout = c.layout().clone();
+                let values = c.values_mut()?;
+                for point in field_layout.interior().iter() {
+                    values[field_layout.linear_index(point)] =
+                        (patch.offset()[0] as isize + point[0]) as f64;
+                }
+                fields = vec![dump_field(&group, "c", &c)?];
+            }
+            Ok(fields)
+        })
+        .unwrap()
+    }
+
+    fn layout() -> PatchLayout {
+        let grid = Grid::new([8, 4, 2], [1.0, 0.5, 0.25], [0.0; 3]).unwrap();
+        PatchLayout::new(&grid, [2, 2, 1], GhostWidth::uniform(1)).unwrap()
+    }
+
+    #[test]
+    fn names_parse_back_and_other_names_do_not() {
+        assert_eq!(
+            rank_dump_file_name("demo", 12, 3),
+            "demo_00000012.rank00003.h5"
+        );
+        assert_eq!(
+            rank_dump_file_step("demo_00000012.rank00003.h5", "demo"),
+            Some((12, 3))
+        );
+        for other in [
+            "demo_00000012.h5",
+            "demo_00000012.rank.h5",
+            "demo_00000012.rank-1.h5",
+            "other_00000012.rank00001.h5",
+            "demo_x.rank00001.h5",
+        ] {
+            assert_eq!(rank_dump_file_step(other, "demo"), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn ranks_files_make_one_dump_whose_xdmf_places_every_patch() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = layout();
+        let grid = layout.grid().clone();
+        let mut series = DumpSeries::create(dir.path(), "demo", &grid, false, None).unwrap();
+        // 4 patches over 3 ranks: rank 0 owns two.
+        for rank in 0..3 {
+            write_rank(dir.path(), &layout, 2, rank, 3);
+        }
+        series.record_rank_dump(1.0, 2, 3).unwrap();
+        let record = &series.dumps()[0];
+        assert_eq!(record.pieces.len(), 4);
+        assert_eq!(
+            record
+                .pieces
+                .iter()
+                .map(|p| p.file.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "demo_00000002.rank00000.h5",
+                "demo_00000002.rank00000.h5",
+                "demo_00000002.rank00001.h5",
+                "demo_00000002.rank00002.h5"
+            ]
+        );
+        assert_eq!(record.pieces[3].offset, [4, 2, 0]);
+        assert_eq!(record.pieces[3].cells, [4, 2, 2]);
+        assert_eq!(record.fields[0].extent, [8, 4, 2]);
+        let xdmf = std::fs::read_to_string(series.xdmf_path()).unwrap();
+        assert_eq!(xdmf.matches("CollectionType=\"Spatial\"").count(), 1);
+        assert_eq!(xdmf.matches("<Grid Name=\"patch ").count(), 4);
+        // Patch 3 starts at x = 4 * 0.125, y = 2 * 0.125 (z y x order).
+        assert!(xdmf.contains(">0e0 2.5e-1 5e-1<"), "{xdmf}");
+        assert!(
+            xdmf.contains("demo_00000002.rank00002.h5:/patch_00003/c<"),
+            "{xdmf}"
+        );
+        assert!(xdmf.contains("Dimensions=\"2 2 4\""), "{xdmf}");
+        // The values a reader finds in patch 3 are its cells' global x.
+        let file = hdf5::File::open(dir.path().join("demo_00000002.rank00002.h5")).unwrap();
+        let values: Vec<f64> = file.dataset("patch_00003/c").unwrap().read_raw().unwrap();
+        assert_eq!(&values[..4], &[4.0, 5.0, 6.0, 7.0]);
+    }
+
+    #[test]
+    fn a_missing_or_foreign_rank_file_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = layout();
+        let mut series =
+            DumpSeries::create(dir.path(), "demo", layout.grid(), false, None).unwrap();
+        write_rank(dir.path(), &layout, 1, 0, 2);
+        let missing = series.record_rank_dump(0.5, 1, 2).unwrap_err();
+        assert!(
+            matches!(&missing, OutputError::Output { path, reason }
+                if path.ends_with("demo_00000001.rank00001.h5") && reason.contains("rank 1's file")),
+            "{missing}"
+        );
+        // Rank 1's file of another step, renamed into this one's place.
+        let other = write_rank(dir.path(), &layout, 3, 1, 2);
+        std::fs::rename(&other, dir.path().join("demo_00000001.rank00001.h5")).unwrap();
+        let foreign = series.record_rank_dump(0.5, 1, 2).unwrap_err();
+        assert!(
+            matches!(&foreign, OutputError::Output { reason, .. } if reason.contains("at step 3")),
+            "{foreign}"
+        );
+        // Only two of three ranks' patches: the grid is not covered.
+        write_rank(dir.path(), &layout, 4, 0, 3);
+        write_rank(dir.path(), &layout, 4, 1, 3);
+        let grid = Grid::new([8, 4, 2], [1.0, 0.5, 0.25], [0.0; 3]).unwrap();
+        let two = PatchLayout::new(&grid, [2, 1, 1], GhostWidth::uniform(1)).unwrap();
+        // Rank 2 writes a patch of another layout that overlaps patch 0.
+        write_rank_dump::<OutputError>(dir.path(), "demo", 2.0, 4, 2, 3, |root| {
+            let patch = two.patch(0)?;
+            let group = create_patch_group(root, 7, patch.offset(), patch.cells())?;
+            let c = SpatialField::<CellCentre>::new("c", &patch, Device::Cpu)?;
+            Ok(vec![dump_field(&group, "c", &c)?])
+        })
+        .unwrap();
+        let overlap = series.record_rank_dump(2.0, 4, 3).unwrap_err();
+        assert!(
+            matches!(&overlap, OutputError::Output { reason, .. } if reason.contains("overlap")),
+            "{overlap}"
+        );
+        assert!(series.dumps().is_empty());
+    }
+
+    #[test]
+    fn a_restart_keeps_complete_dumps_per_rank_and_removes_an_incomplete_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = layout();
+        let grid = layout.grid().clone();
+        {
+            let mut series = DumpSeries::create(dir.path(), "demo", &grid, false, None).unwrap();
+            // Step 0 whole, step 2 on 2 ranks, then step 2 again on 4
+            // ranks: the 2-rank files go.
+            series
+                .write(
+                    0.0,
+                    0,
+                    &[(
+                        "c",
+                        &SpatialField::<CellCentre>::new("c", &grid.whole_domain(1), Device::Cpu)
+                            .unwrap(),
+                    )],
+                )
+                .unwrap();
+            for rank in 0..2 {
+                write_rank(dir.path(), &layout, 2, rank, 2);
+            }
+            series.record_rank_dump(1.0, 2, 2).unwrap();
+            for rank in 0..4 {
+                write_rank(dir.path(), &layout, 2, rank, 4);
+            }
+            series.record_rank_dump(1.0, 2, 4).unwrap();
+            assert_eq!(series.dumps().len(), 2);
+            // A dump at step 4 killed before rank 1 wrote.
+            write_rank(dir.path(), &layout, 4, 0, 2);
+        }
+        std::fs::remove_file(dir.path().join("demo.lock")).ok();
+        let series = DumpSeries::create(dir.path(), "demo", &grid, false, Some(2)).unwrap();
+        assert_eq!(series.incomplete(), &[4]);
+        assert!(!dir.path().join("demo_00000004.rank00000.h5").exists());
+        let steps: Vec<(u64, usize)> = series
+            .dumps()
+            .iter()
+            .map(|d| (d.step, d.pieces.len()))
+            .collect();
+        assert_eq!(steps, [(0, 0), (2, 4)]);
+        assert_eq!(
+            series.dumps()[1].pieces[3].file,
+            "demo_00000002.rank00003.h5"
+        );
+        drop(series);
+        // A new run into the folder is refused; an overwrite removes
+        // every rank file.
+        let refused = DumpSeries::create(dir.path(), "demo", &grid, false, None).unwrap_err();
+        assert!(refused.to_string().contains("2 dump(s)"), "{refused}");
+        let series = DumpSeries::create(dir.path(), "demo", &grid, true, None).unwrap();
+        assert_eq!(series.replaced(), (2, 0));
+        let left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".h5"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}
