@@ -121,3 +121,18 @@ for round in 1 2; do
     overlap_run 32 1,2,2 true --mca btl self,tcp
     overlap_run 32 1,2,2 false --mca btl self,tcp
 done
+
+# One wasatch-scalability run on 2 ranks dumping every step: the stepping
+# loop's wall time (dumps included) and the exchanges (gathers included).
+dump_run() { # extra option ("" or --dump-per-rank)
+    local log="$out/log"
+    mpirun --oversubscribe -np 2 "$W" run wasatch-scalability --set pdes=4 --set cells=64 \
+        --set patches=1,1,2 --steps 6 --dump-every 1 --threads 1 --quiet $1 \
+        --output "$out/dumps-$RANDOM" >"$log" 2>&1
+    echo "${1:-whole (gathered on rank 0)}: $(grep -o 'steps 6 .*wall [0-9.]* s' "$log" | grep -o 'wall [0-9.]* s'), $(grep -o 'exchanges and reductions across patches: [0-9.]* s' "$log")"
+}
+echo "== dumps written per rank or gathered on rank 0: wasatch-scalability 64^3, 4 equations, 7 dumps of 4 fields, alternated"
+for round in 1 2 3; do
+    dump_run ""
+    dump_run --dump-per-rank
+done

@@ -234,7 +234,7 @@ pub enum DumpFiles {
 }
 
 /// The error of a dump per rank asked of a case that cannot write one.
-fn per_rank_refused(case: &str) -> CaseError {
+pub fn per_rank_refused(case: &str) -> CaseError {
     CaseError::Usage(format!(
         "`{case}` cannot write its dumps per rank (--dump-per-rank): it does not hold its fields on patches of their own (only advection, heat and wasatch-scalability do); leave --dump-per-rank out and rank 0 writes the whole domain"
     ))

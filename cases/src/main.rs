@@ -610,6 +610,9 @@ fn run_case(
             "--checkpoint-every must be at least 1".into(),
         )));
     }
+    if args.dump_per_rank && prepared.simulation.patched().is_none() {
+        return Err(usage(watershed_cases::driver::per_rank_refused(info.name)));
+    }
     // A restart continues its own run's folder. Into another run's
     // folder it would remove that run's dumps after the step: refused
     // without --overwrite, and with it that folder is replaced whole.
@@ -761,9 +764,14 @@ fn run_case(
     } else {
         writeln!(out, "device: {device}; threads: {threads}")?;
     }
+    let files = if args.dump_per_rank {
+        "one file per rank per dump, each holding its patches; ParaView shows each dump as one dataset of patches, drawn as their outlines until you pick Surface"
+    } else {
+        "one file per dump"
+    };
     writeln!(
         out,
-        "output: {} dump(s) in {} (HDF5, one file per dump); open {} in ParaView (File > Open, the default reader) to see the cell-centred fields over time",
+        "output: {} dump(s) in {} (HDF5, {files}); open {} in ParaView (File > Open, the default reader) to see the cell-centred fields over time",
         output.dumps().len(),
         directory.display(),
         output.xdmf_path().display()

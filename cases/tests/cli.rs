@@ -137,6 +137,23 @@ fn refused(args: &[&str]) -> String {
 }
 
 #[test]
+fn dumps_per_rank_are_refused_for_a_case_that_is_not_on_patches() {
+    let message = refused(&[
+        "run",
+        "lid-driven-cavity",
+        "--set",
+        "cells=16",
+        "--steps",
+        "1",
+        "--dump-per-rank",
+    ]);
+    assert!(
+        message.contains("`lid-driven-cavity` cannot write its dumps per rank (--dump-per-rank)"),
+        "{message}"
+    );
+}
+
+#[test]
 fn configuration_errors_name_the_key_the_value_the_range_and_the_line() {
     let e = refused(&["run", "no-such-case"]);
     assert!(

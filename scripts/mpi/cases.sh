@@ -2,7 +2,9 @@
 # The `watershed` program across MPI ranks (issue 51), run by
 # scripts/test.sh: the advection case on 2 x 2 patches under
 # `mpirun --oversubscribe -np 1, 2, 4` gives, at every dump, the bits of
-# one process on one patch, and the same checkpoints on every rank count;
+# one process on one patch, and the same checkpoints on every rank count,
+# and so do its dumps written per rank (--dump-per-rank) on 2 and 4 ranks,
+# continued on 2 ranks from a 4-rank checkpoint;
 # so do wasatch-scalability on 2 x 1 x 2 patches on 2 and 4 ranks (its
 # exchanges overlapped with interior work, and not), heat on
 # 2 x 2 x 1 patches on 2 ranks, and advection with one rank per
@@ -31,6 +33,16 @@ trap 'rm -rf "$out"' EXIT
 run_quietly() { "$@" >"$out/last.log" 2>&1 || { cat "$out/last.log"; return 1; }; }
 common=(--set cells=32 --set scheme=limited --steps 20 --dump-every 5 --quiet)
 
+expect_error() { # expected text, then the command: it must fail within 120 s naming it
+    local expected="$1"; shift
+    local status=0
+    timeout 120 "$@" >"$out/error.log" 2>&1 || status=$?
+    if [ "$status" = 0 ] || [ "$status" = 124 ] || ! grep -q -- "$expected" "$out/error.log"; then
+        echo "expected a failure (not a hang, status 124) saying '$expected'; status $status:"
+        cat "$out/error.log"
+        exit 1
+    fi
+}
 echo "--> one process, one patch (the reference)"
 run_quietly "$W" run advection "${common[@]}" --set patches=1,1,1 --output "$out/one"
 for ranks in 1 2 4; do
@@ -46,6 +58,25 @@ for ranks in 1 2 4; do
     fi
 done
 grep -q "ranks: 4 (MPI)" "$out/last.log" || { echo "no per-rank table in the summary"; cat "$out/last.log"; exit 1; }
+
+echo "--> dumps per rank (--dump-per-rank) on 2 and 4 ranks: every rank writes its patches, the same bits as one patch"
+for ranks in 2 4; do
+    run_quietly mpirun --oversubscribe -np "$ranks" "$W" run advection "${common[@]}" \
+        --set patches=2,2,1 --checkpoint-every 10 --dump-per-rank --output "$out/per-rank-np$ranks"
+    $SAME "$out/one" "$out/per-rank-np$ranks"
+    [ "$(ls "$out/per-rank-np$ranks" | grep -c '^advection_00000020\.rank.*\.h5$')" = "$ranks" ] || { echo "not one file per rank"; ls "$out/per-rank-np$ranks"; exit 1; }
+    grep -q 'CollectionType="Spatial"' "$out/per-rank-np$ranks/advection.xmf" || { echo "the XDMF has no dataset of patches"; exit 1; }
+done
+echo "--> the 4-rank run continued on 2 ranks from its step-10 checkpoint: its later dumps per rank are rewritten by 2 ranks, the earlier kept"
+run_quietly mpirun --oversubscribe -np 2 "$W" run advection --restart "$out/per-rank-np4/checkpoint_00000010.h5" \
+    --steps 20 --dump-every 5 --dump-per-rank --quiet --output "$out/per-rank-np4"
+$SAME "$out/one" "$out/per-rank-np4"
+ls "$out/per-rank-np4" | grep -q '^advection_00000005\.rank00003\.h5$' || { echo "the dump before the restart lost its rank files"; ls "$out/per-rank-np4"; exit 1; }
+if ls "$out/per-rank-np4" | grep -Eq '^advection_000000(15|20)\.rank0000[23]\.h5$'; then
+    echo "rank files of 4 ranks left beside the 2-rank dumps"; ls "$out/per-rank-np4"; exit 1
+fi
+expect_error "cannot write its dumps per rank" mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity \
+    --set cells=16 --set patches=2,1,1 --steps 2 --dump-per-rank --output "$out/bad-per-rank"
 
 echo "--> patches=0,0,0 on 4 ranks: 4 patches laid out automatically, the same fields"
 run_quietly mpirun --oversubscribe -np 4 "$W" run advection "${common[@]}" --set patches=0,0,0 --output "$out/auto"
@@ -134,16 +165,6 @@ run_quietly mpirun --oversubscribe -np 4 "$W" run advection --restart "$out/rest
     --steps 20 --quiet --output "$out/restart4"
 $SAME "$out/one" "$out/restart4" --from-step=10
 
-expect_error() { # expected text, then the command: it must fail within 120 s naming it
-    local expected="$1"; shift
-    local status=0
-    timeout 120 "$@" >"$out/error.log" 2>&1 || status=$?
-    if [ "$status" = 0 ] || [ "$status" = 124 ] || ! grep -q -- "$expected" "$out/error.log"; then
-        echo "expected a failure (not a hang, status 124) saying '$expected'; status $status:"
-        cat "$out/error.log"
-        exit 1
-    fi
-}
 echo "--> errors on every rank end the job with the message"
 expect_error "do not divide its 32 cells" mpirun --oversubscribe -np 2 "$W" run advection --set cells=32 --set patches=3,1,1 --steps 2 --output "$out/bad1"
 expect_error "runs on one patch and so on one rank" mpirun --oversubscribe -np 2 "$W" run cylinder --steps 2 --output "$out/bad2"

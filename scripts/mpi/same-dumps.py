@@ -1,6 +1,9 @@
 """Checks that two runs' outputs hold the same bits: every dump (and,
 with --checkpoints, every checkpoint) of the first folder exists in the
-second with the same datasets, every value equal bit for bit.
+second with the same datasets, every value equal bit for bit. A dump the
+second run wrote per rank (CASE_<step>.rank<r>.h5, --dump-per-rank) is
+put together from its ranks' patch groups (each at its `offset`, every
+cell exactly once) and compared with the first's whole dump.
 
     same-dumps.py REFERENCE OTHER [--checkpoints] [--from-step N]
 
@@ -23,6 +26,35 @@ def datasets(path):
             else None
         )
     return found
+
+
+def assembled(paths, reference):
+    """The whole-domain datasets of a dump per rank, from its rank files;
+    `reference` gives the names and shapes."""
+    whole = {name: np.zeros_like(values) for name, values in reference.items()}
+    covered = {name: np.zeros(values.shape[:3], dtype=int) for name, values in reference.items()}
+    ranks = None
+    for path in paths:
+        with h5py.File(path, "r") as f:
+            if ranks is None:
+                ranks = int(f.attrs["ranks"])
+            elif int(f.attrs["ranks"]) != ranks:
+                sys.exit(f"{path.name} says {int(f.attrs['ranks'])} ranks wrote the dump, another file {ranks}")
+            for group in f.values():
+                x0, y0, z0 = (int(v) for v in group.attrs["offset"])
+                nx, ny, nz = (int(v) for v in group.attrs["cells"])
+                window = (slice(z0, z0 + nz), slice(y0, y0 + ny), slice(x0, x0 + nx))
+                for name in group:
+                    if name not in whole:
+                        sys.exit(f"{path.name}/{group.name}/{name} is not a dataset of the whole dump")
+                    whole[name][window] = np.array(group[name])
+                    covered[name][window] += 1
+    if ranks != len(paths):
+        sys.exit(f"{paths[0].parent}: {len(paths)} rank file(s) of {paths[0].name}'s dump, it says {ranks} ranks")
+    for name, count in covered.items():
+        if not np.all(count == 1):
+            sys.exit(f"{paths[0].name}: the patches cover {int(np.sum(count > 0))} of {count.size} cells of {name}, {int(np.sum(count > 1))} more than once")
+    return whole
 
 
 def step_of(path):
@@ -49,11 +81,20 @@ def main():
     if not files:
         sys.exit(f"{reference} holds no dump from step {from_step} on")
     compared = 0
+    per_rank_dumps = []
     for path in files:
         twin = other / path.name
-        if not twin.exists():
-            sys.exit(f"{twin} is missing ({path} exists)")
-        a, b = datasets(path), datasets(twin)
+        a = datasets(path)
+        ranks = sorted(other.glob(f"{path.stem}.rank*.h5"))
+        if twin.exists() and ranks:
+            sys.exit(f"{other} holds {twin.name} and its dump per rank too")
+        if twin.exists():
+            b = datasets(twin)
+        elif ranks:
+            b = assembled(ranks, a)
+            per_rank_dumps.append(path.name)
+        else:
+            sys.exit(f"{twin} is missing ({path} exists), and no file of it per rank")
         if sorted(a) != sorted(b):
             sys.exit(f"{path.name}: datasets {sorted(a)} vs {sorted(b)}")
         for name in a:
@@ -69,7 +110,8 @@ def main():
                 first = tuple(where[0]) if len(where) else "(NaN payload)"
                 sys.exit(f"{path.name}/{name} differs first at {first}: {x[first] if len(where) else ''} vs {y[first] if len(where) else ''}")
             compared += x.size
-    print(f"{len(files)} file(s), {compared} values: the same bits in {other} as in {reference}")
+    per_rank = f" ({len(per_rank_dumps)} dump(s) put together from their ranks' files)" if per_rank_dumps else ""
+    print(f"{len(files)} file(s), {compared} values: the same bits in {other} as in {reference}{per_rank}")
 
 
 main()
