@@ -16,6 +16,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
+
+/// One pvpython at a time: two `xvfb-run -a` started together can pick the
+/// same display, and one of them then fails ("bad X server connection").
+static ONE_VIEWER: Mutex<()> = Mutex::new(());
 
 fn found(program: &str) -> bool {
     Command::new("sh")
@@ -144,6 +149,7 @@ fn paraview_s_default_reader_shows_every_case_s_fields_where_and_when_they_are()
             .output()
             .unwrap()
     };
+    let _viewer = ONE_VIEWER.lock().unwrap_or_else(|e| e.into_inner());
     let mut seen = see();
     // The virtual X server once failed to come up on a busy machine
     // ("bad X server connection"): one more try for that reason only.
@@ -254,6 +260,7 @@ fn paraview_s_default_reader_shows_a_dump_per_rank_as_one_dataset_of_patches_equ
             .output()
             .unwrap()
     };
+    let _viewer = ONE_VIEWER.lock().unwrap_or_else(|e| e.into_inner());
     let mut seen = see();
     if !seen.status.success() && text(&seen).contains("bad X server connection") {
         eprintln!("the virtual X server was not ready; trying once more");
