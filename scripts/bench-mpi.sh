@@ -124,7 +124,7 @@ done
 
 # One wasatch-scalability run on 2 ranks dumping every step: the stepping
 # loop's wall time (dumps included) and the exchanges (gathers included).
-dump_run() { # extra option ("" or --dump-per-rank)
+dump_run() { # extra option ("" or --per-rank-files)
     local log="$out/log"
     mpirun --oversubscribe -np 2 "$W" run wasatch-scalability --set pdes=4 --set cells=64 \
         --set patches=1,1,2 --steps 6 --dump-every 1 --threads 1 --quiet $1 \
@@ -134,5 +134,5 @@ dump_run() { # extra option ("" or --dump-per-rank)
 echo "== dumps written per rank or gathered on rank 0: wasatch-scalability 64^3, 4 equations, 7 dumps of 4 fields, alternated"
 for round in 1 2 3; do
     dump_run ""
-    dump_run --dump-per-rank
+    dump_run --per-rank-files
 done

@@ -10,6 +10,17 @@
 //! atomically; after each one only the newest two are kept. A restart reads
 //! the header, refuses a file of another case, and the simulation refuses
 //! fields whose grid or layout differ from its own, naming both.
+//!
+//! **Per rank** (`--per-rank-files`): every rank first writes its patches'
+//! state into `checkpoint_<step>.rank<r>.h5` (a group `patch_<index>` per
+//! patch, fields with their ghosts); once all have, rank 0 writes
+//! `checkpoint_<step>.h5` last, with the header, the state that is not on
+//! patches, and `patch_ranks`: which rank's file holds each patch. That
+//! file is the checkpoint (it is what `--restart` names, and it exists only
+//! once every rank file is complete); a restart on any number of ranks with
+//! the same patch layout reads each of its patches from the file that holds
+//! it ([`RankCheckpoint`]). The newest-two rule removes a checkpoint's rank
+//! files with it.
 
 use crate::error::{CaseError, CaseResult};
 use std::path::{Path, PathBuf};
@@ -21,6 +32,7 @@ use watershed_io::attributes::{
     write_text_attribute,
 };
 use watershed_io::files::numbered_file_step;
+use watershed_io::rank_dumps::{rank_dump_file_name, rank_dump_file_step};
 
 /// What a checkpoint says about itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +55,143 @@ pub struct CheckpointHeader {
     pub dump_schedule: Option<String>,
     /// The run's `--checkpoint-every`, likewise (0: none).
     pub checkpoint_every: Option<u64>,
+    /// Of a checkpoint written per rank: the rank whose file
+    /// ([`rank_checkpoint_file_name`]) holds each patch, in patch order.
+    /// `None`: the file holds the whole state.
+    pub patch_ranks: Option<Vec<u64>>,
+}
+
+/// The file rank `rank` writes for the checkpoint at `step` written per
+/// rank: `checkpoint_<step>.rank<rank>.h5`.
+pub fn rank_checkpoint_file_name(step: u64, rank: usize) -> String {
+    rank_dump_file_name("checkpoint", step, rank)
+}
+
+/// Writes rank `rank`'s file of the checkpoint at `step` written per rank
+/// into `directory`, whole or not at all: root attributes `step`, `rank`
+/// and `ranks`, then what `save` writes (a group per owned patch, see
+/// `watershed_io::rank_dumps::create_patch_group`). Every rank calls this
+/// before rank 0 writes the checkpoint itself with [`write_checkpoint`].
+pub fn write_rank_checkpoint(
+    directory: &Path,
+    step: u64,
+    rank: usize,
+    ranks: usize,
+    save: impl FnOnce(&hdf5::Group) -> CaseResult<()>,
+) -> CaseResult<PathBuf> {
+    let path = directory.join(rank_checkpoint_file_name(step, rank));
+    write_atomically(&path, |file| {
+        write_number_attribute(file, "step", step)?;
+        write_number_attribute(file, "rank", rank as u64)?;
+        write_number_attribute(file, "ranks", ranks as u64)?;
+        save(file)
+    })?;
+    Ok(path)
+}
+
+/// Writes the HDF5 file at `path` through `write`, whole or not at all;
+/// `write`'s own error is returned as it is.
+fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&hdf5::File) -> CaseResult<()>,
+) -> CaseResult<()> {
+    let mut inner: Option<CaseError> = None;
+    let result = replace_file(path, |file| {
+        write(file).map_err(|e| match e {
+            CaseError::Field(e) => e,
+            other => {
+                let reason = other.to_string();
+                inner = Some(other);
+                FieldError::Hdf5Format {
+                    file: path.to_path_buf(),
+                    dataset: "/".into(),
+                    reason,
+                }
+            }
+        })
+    });
+    if let Some(e) = inner {
+        return Err(e);
+    }
+    Ok(result?)
+}
+
+/// The patches of a checkpoint written per rank, read from whichever
+/// rank's file holds each (see the module docs).
+#[derive(Debug)]
+pub struct RankCheckpoint {
+    directory: PathBuf,
+    step: u64,
+    patch_ranks: Vec<u64>,
+}
+
+impl RankCheckpoint {
+    /// The per-rank files of the checkpoint at `path` with `header`
+    /// (`None` when it holds the whole state).
+    pub fn of(path: &Path, header: &CheckpointHeader) -> Option<Self> {
+        let directory = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        header.patch_ranks.as_ref().map(|ranks| RankCheckpoint {
+            directory,
+            step: header.step,
+            patch_ranks: ranks.clone(),
+        })
+    }
+
+    /// The checkpoint file itself (`checkpoint_<step>.h5`).
+    pub fn path(&self) -> PathBuf {
+        self.directory
+            .join(format!("checkpoint_{:08}.h5", self.step))
+    }
+
+    /// How many patches the checkpoint holds.
+    pub fn patches(&self) -> usize {
+        self.patch_ranks.len()
+    }
+
+    /// Opens the file holding patch `index` and its group; the file must be
+    /// of this checkpoint's step. A restart with another number of patches
+    /// is refused here, naming both counts.
+    pub fn patch(&self, index: usize) -> CaseResult<(hdf5::File, hdf5::Group)> {
+        let Some(&rank) = self.patch_ranks.get(index) else {
+            return Err(CaseError::Restart {
+                path: self.path(),
+                reason: format!(
+                    "it holds {} patches, this run has patch {index}: restart it with its own patch layout (the checkpoint's configuration; drop the --set patches=... that changes it)",
+                    self.patches()
+                ),
+            });
+        };
+        let path = self
+            .directory
+            .join(rank_checkpoint_file_name(self.step, rank as usize));
+        let refuse = |reason: String| CaseError::Restart {
+            path: path.clone(),
+            reason,
+        };
+        if !path.is_file() {
+            return Err(refuse(format!(
+                "missing: rank {rank}'s file of the checkpoint at step {} holds patch {index}; copy every checkpoint_{:08}.rank*.h5 beside the checkpoint",
+                self.step, self.step
+            )));
+        }
+        let file = hdf5::File::open(&path)
+            .map_err(|e| refuse(format!("not a readable HDF5 file ({e})")))?;
+        let step = read_number_attribute::<u64>(&file, "step")?;
+        if step != self.step {
+            return Err(refuse(format!(
+                "it says step {step}, the checkpoint is at step {}; the file was replaced or altered",
+                self.step
+            )));
+        }
+        let name = watershed_io::rank_dumps::patch_group_name(index);
+        let group = file
+            .group(&name)
+            .map_err(|e| refuse(format!("no group {name} for patch {index} ({e})")))?;
+        Ok((file, group))
+    }
 }
 
 /// Keeps at most this many checkpoints.
@@ -57,67 +206,85 @@ pub fn write_checkpoint(
     save: impl FnOnce(&hdf5::Group) -> CaseResult<()>,
 ) -> CaseResult<PathBuf> {
     let path = directory.join(format!("checkpoint_{:08}.h5", header.step));
-    let mut inner: Option<CaseError> = None;
-    let result = replace_file(&path, |file| {
-        let run = || -> CaseResult<()> {
-            write_text_attribute(file, "case", &header.case)?;
-            write_number_attribute(file, "time", header.time)?;
-            write_number_attribute(file, "step", header.step)?;
-            write_number_attribute(file, "last_dt", header.last_dt)?;
-            let cells = header.grid_cells;
+    write_atomically(&path, |file| {
+        write_text_attribute(file, "case", &header.case)?;
+        write_number_attribute(file, "time", header.time)?;
+        write_number_attribute(file, "step", header.step)?;
+        write_number_attribute(file, "last_dt", header.last_dt)?;
+        let cells = header.grid_cells;
+        file.new_attr_builder()
+            .with_data(&cells)
+            .create("grid_cells")
+            .map_err(|e| hdf5_error(&path, "grid_cells", e))?;
+        write_text_attribute(file, "config", &header.config)?;
+        if let Some(schedule) = &header.dump_schedule {
+            write_text_attribute(file, "dump_schedule", schedule)?;
+        }
+        if let Some(every) = header.checkpoint_every {
+            write_number_attribute(file, "checkpoint_every", every)?;
+        }
+        if let Some(ranks) = &header.patch_ranks {
             file.new_attr_builder()
-                .with_data(&cells)
-                .create("grid_cells")
-                .map_err(|e| hdf5_error(&path, "grid_cells", e))?;
-            write_text_attribute(file, "config", &header.config)?;
-            if let Some(schedule) = &header.dump_schedule {
-                write_text_attribute(file, "dump_schedule", schedule)?;
-            }
-            if let Some(every) = header.checkpoint_every {
-                write_number_attribute(file, "checkpoint_every", every)?;
-            }
-            write_text_attribute(file, "watershed_version", env!("CARGO_PKG_VERSION"))?;
-            save(file)
-        };
-        run().map_err(|e| match e {
-            CaseError::Field(e) => e,
-            other => {
-                let reason = other.to_string();
-                inner = Some(other);
-                FieldError::Hdf5Format {
-                    file: path.clone(),
-                    dataset: "/".into(),
-                    reason,
-                }
-            }
-        })
-    });
-    if let Some(e) = inner {
-        return Err(e);
-    }
-    result?;
-    let mut existing: Vec<(u64, PathBuf)> = std::fs::read_dir(directory)
-        .map_err(|e| {
-            CaseError::Io(watershed_io::OutputError::output(
-                directory.to_path_buf(),
-                format!("cannot list the directory: {e}"),
-            ))
-        })?
+                .with_data(ranks.as_slice())
+                .create("patch_ranks")
+                .map_err(|e| hdf5_error(&path, "patch_ranks", e))?;
+        }
+        write_text_attribute(file, "watershed_version", env!("CARGO_PKG_VERSION"))?;
+        save(file)
+    })?;
+    let listing_error = |e: std::io::Error| {
+        CaseError::Io(watershed_io::OutputError::output(
+            directory.to_path_buf(),
+            format!("cannot list the directory: {e}"),
+        ))
+    };
+    let mut existing: Vec<(u64, PathBuf)> = Vec::new();
+    let mut rank_files: Vec<(u64, usize, PathBuf)> = Vec::new();
+    for entry in std::fs::read_dir(directory)
+        .map_err(listing_error)?
         .flatten()
-        .filter_map(|entry| {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            numbered_file_step(&name, "checkpoint").map(|step| (step, entry.path()))
-        })
-        .collect();
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(step) = numbered_file_step(&name, "checkpoint") {
+            existing.push((step, entry.path()));
+        } else if let Some((step, rank)) = rank_dump_file_step(&name, "checkpoint") {
+            rank_files.push((step, rank, entry.path()));
+        }
+    }
     existing.sort();
     let excess = existing.len().saturating_sub(CHECKPOINTS_KEPT);
-    for (_, old) in existing.into_iter().take(excess) {
-        std::fs::remove_file(&old).map_err(|e| {
+    let kept: Vec<u64> = existing
+        .iter()
+        .skip(excess)
+        .map(|(step, _)| *step)
+        .collect();
+    let remove = |old: &Path| {
+        std::fs::remove_file(old).map_err(|e| {
             CaseError::Io(watershed_io::OutputError::output(
-                old.clone(),
+                old.to_path_buf(),
                 format!("cannot remove an old checkpoint: {e}"),
             ))
-        })?;
+        })
+    };
+    for (_, old) in existing.iter().take(excess) {
+        remove(old)?;
+    }
+    // Rank files go with their checkpoint; so do those of a checkpoint
+    // whose writing was cut short (no checkpoint file of their step), and
+    // at this step those the checkpoint does not name (more ranks wrote it
+    // before, or it is whole now).
+    let writers = header.patch_ranks.as_ref().map_or(0, |ranks| {
+        ranks.iter().copied().max().map_or(0, |r| r as usize + 1)
+    });
+    for (step, rank, old) in &rank_files {
+        let stale = if *step == header.step {
+            *rank >= writers
+        } else {
+            !kept.contains(step) && *step < header.step
+        };
+        if stale {
+            remove(old)?;
+        }
     }
     Ok(path)
 }
@@ -166,6 +333,14 @@ pub fn read_checkpoint(path: &Path) -> CaseResult<(hdf5::File, CheckpointHeader)
         .then(|| read_number_attribute::<u64>(&file, "checkpoint_every"))
         .transpose()
         .map_err(not_checkpoint)?;
+    let patch_ranks = match file.attr("patch_ranks") {
+        Ok(attribute) => Some(
+            attribute
+                .read_raw::<u64>()
+                .map_err(|e| not_checkpoint(hdf5_error(path, "patch_ranks", e).into()))?,
+        ),
+        Err(_) => None,
+    };
     Ok((
         file,
         CheckpointHeader {
@@ -177,6 +352,7 @@ pub fn read_checkpoint(path: &Path) -> CaseResult<(hdf5::File, CheckpointHeader)
             config,
             dump_schedule,
             checkpoint_every,
+            patch_ranks,
         },
     ))
 }

@@ -7,7 +7,7 @@
 //! collective calls in the same order) without a second copy on disk.
 //! (Dumps written per rank are the exception: every rank writes its own
 //! file, and rank 0 records the dump after all have; see
-//! `crate::driver::DumpFiles`.)
+//! `crate::driver::OutputFiles`.)
 //!
 //! Decisions that depend on what only rank 0 knows (which dumps its
 //! output folder already holds) are rank 0's, sent to all; a signal that

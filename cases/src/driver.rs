@@ -9,7 +9,9 @@
 //! simulation and is in its checkpoint, so a run restarted from step k takes
 //! exactly the steps an uninterrupted run takes, bit for bit.
 
-use crate::checkpoint::{CheckpointHeader, read_checkpoint, write_checkpoint};
+use crate::checkpoint::{
+    CheckpointHeader, RankCheckpoint, read_checkpoint, write_checkpoint, write_rank_checkpoint,
+};
 use crate::collective::{any_signal, in_memory, is_follower, leader_decides};
 use crate::error::{CaseError, CaseResult};
 use crate::progress::{Progress, ProgressMode, StepInfo};
@@ -63,13 +65,41 @@ pub trait Simulation {
     }
     /// Writes the fields to show (interiors) into a dump.
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>>;
-    /// For a dump per rank ([`DumpFiles::PerRank`]): writes the fields
+    /// For a dump per rank ([`OutputFiles::PerRank`]): writes the fields
     /// [`Self::dump`] shows, of each patch this rank owns, into a group of
     /// its own (`watershed_io::rank_dumps::create_patch_group`) of `root`,
     /// and returns what each patch holds. Only a case that holds its fields
     /// on patches can; the others keep the default, an error saying so.
     fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
         let _ = root;
+        Err(per_rank_refused(self.case()))
+    }
+    /// For a checkpoint per rank ([`OutputFiles::PerRank`]): saves the
+    /// state of each patch this rank owns (its fields with their ghosts)
+    /// into a group of its own of `root`, this rank's file. The default:
+    /// an error saying the case cannot.
+    fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
+        let _ = root;
+        Err(per_rank_refused(self.case()))
+    }
+    /// For a checkpoint per rank, on rank 0: the state that is not on
+    /// patches (a conserved quantity's initial value, say), into the
+    /// checkpoint file itself. Nothing by default.
+    fn save_shared_state(&self, group: &hdf5::Group) -> CaseResult<()> {
+        let _ = group;
+        Ok(())
+    }
+    /// Restores, on every rank, what [`Self::save_own_patches`] saved of
+    /// the patches this rank owns (from whichever rank's file holds each)
+    /// and [`Self::save_shared_state`] into `shared`, and the clock.
+    fn load_own_patches(
+        &mut self,
+        patches: &RankCheckpoint,
+        shared: &hdf5::Group,
+        time: f64,
+        step: u64,
+    ) -> CaseResult<()> {
+        let _ = (patches, shared, time, step);
         Err(per_rank_refused(self.case()))
     }
     /// Writes the full persistent state into a checkpoint.
@@ -209,34 +239,36 @@ pub struct RunControl {
     /// runs the driver; only rank 0 is given an output and writes files,
     /// the others take part in each dump and checkpoint in memory
     /// ([`crate::collective`]), or write their own patches' dump files
-    /// ([`DumpFiles::PerRank`]).
+    /// ([`OutputFiles::PerRank`]).
     pub ranks: Option<Rc<dyn RankLink>>,
     /// Who writes the dumps.
-    pub dump_files: DumpFiles,
+    pub output_files: OutputFiles,
 }
 
-/// Who writes a run's dumps.
+/// Who writes a run's dumps and checkpoints.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum DumpFiles {
+pub enum OutputFiles {
     /// Rank 0 gathers every field over the whole domain and writes one
-    /// file per dump.
+    /// file per dump and per checkpoint.
     #[default]
     Whole,
-    /// Every rank writes the patches it owns into a file of its own in
-    /// `directory` (the output folder rank 0 holds), and rank 0 records the
+    /// Every rank writes the patches it owns into files of its own in
+    /// `directory` (the output folder rank 0 holds): rank 0 records each
     /// dump as one dataset of patches in the XDMF
-    /// (`watershed_io::rank_dumps`): no rank holds the whole domain. Needs
-    /// a case on patches ([`Simulation::patched`]).
+    /// (`watershed_io::rank_dumps`), and writes each checkpoint's own file
+    /// last, naming the rank file that holds each patch
+    /// ([`crate::checkpoint`]). No rank holds the whole domain. Needs a
+    /// case on patches ([`Simulation::patched`]).
     PerRank {
         /// The output folder, the same on every rank.
         directory: std::path::PathBuf,
     },
 }
 
-/// The error of a dump per rank asked of a case that cannot write one.
+/// The error of files per rank asked of a case that cannot write them.
 pub fn per_rank_refused(case: &str) -> CaseError {
     CaseError::Usage(format!(
-        "`{case}` cannot write its dumps per rank (--dump-per-rank): it does not hold its fields on patches of their own (only advection, heat and wasatch-scalability do); leave --dump-per-rank out and rank 0 writes the whole domain"
+        "`{case}` cannot write its dumps and checkpoints per rank (--per-rank-files): it does not hold its fields on patches of their own (only advection, heat and wasatch-scalability do); leave --per-rank-files out and rank 0 writes the whole domain"
     ))
 }
 
@@ -390,7 +422,10 @@ pub fn restore<S: Simulation + ?Sized>(sim: &mut S, path: &Path) -> CaseResult<C
             ),
         });
     }
-    sim.load_state(&file, header.time, header.step)?;
+    match RankCheckpoint::of(path, &header) {
+        Some(patches) => sim.load_own_patches(&patches, &file, header.time, header.step)?,
+        None => sim.load_state(&file, header.time, header.step)?,
+    }
     Ok(header)
 }
 
@@ -460,18 +495,18 @@ pub fn run<S: Simulation + ?Sized>(
         sim.start_recording(epoch);
     }
     let mut progress = Progress::new(control.progress, sim.case());
-    if control.dump_files != DumpFiles::Whole && sim.patched().is_none() {
+    if control.output_files != OutputFiles::Whole && sim.patched().is_none() {
         return Err(per_rank_refused(sim.case()));
     }
     // Every rank calls this at each dump: rank 0 with its output.
     let dump = |sim: &S, output: Option<&mut DumpSeries>| -> CaseResult<()> {
-        match (&control.dump_files, output) {
-            (DumpFiles::Whole, Some(output)) => {
+        match (&control.output_files, output) {
+            (OutputFiles::Whole, Some(output)) => {
                 let path = output.dump(sim.time(), sim.steps(), |group| sim.dump(group))?;
                 tracing::info!(file = %path.display(), step = sim.steps(), time = sim.time(), "dump written");
             }
-            (DumpFiles::Whole, None) => in_memory(|group| sim.dump(group).map(|_| ()))?,
-            (DumpFiles::PerRank { directory }, output) => {
+            (OutputFiles::Whole, None) => in_memory(|group| sim.dump(group).map(|_| ()))?,
+            (OutputFiles::PerRank { directory }, output) => {
                 let (rank, count) = ranks.map_or((0, 1), |link| (link.rank(), link.ranks()));
                 write_rank_dump(
                     directory,
@@ -491,6 +526,44 @@ pub fn run<S: Simulation + ?Sized>(
             }
         }
         Ok(())
+    };
+    // Every rank calls this at each checkpoint: rank 0 with its output,
+    // and only rank 0 gets the path.
+    let checkpoint = |sim: &S,
+                      output: Option<&DumpSeries>,
+                      mut header: CheckpointHeader|
+     -> CaseResult<Option<PathBuf>> {
+        match &control.output_files {
+            OutputFiles::Whole => match output {
+                Some(out) => Ok(Some(write_checkpoint(out.directory(), &header, |g| {
+                    sim.save_state(g)
+                })?)),
+                None => in_memory(|group| sim.save_state(group)).map(|()| None),
+            },
+            OutputFiles::PerRank { directory } => {
+                let (rank, count) = ranks.map_or((0, 1), |link| (link.rank(), link.ranks()));
+                write_rank_checkpoint(directory, header.step, rank, count, |root| {
+                    sim.save_own_patches(root)
+                })?;
+                // The checkpoint file comes last, once every rank's is
+                // complete.
+                leader_decides(ranks, true)?;
+                let Some(out) = output else {
+                    return Ok(None);
+                };
+                let layout = sim
+                    .patched()
+                    .ok_or_else(|| per_rank_refused(sim.case()))?
+                    .layout();
+                let owners = (0..layout.len())
+                    .map(|k| layout.owner(k, count).map(|r| r as u64))
+                    .collect::<Result<Vec<_>, _>>()?;
+                header.patch_ranks = Some(owners);
+                Ok(Some(write_checkpoint(out.directory(), &header, |g| {
+                    sim.save_shared_state(g)
+                })?))
+            }
+        }
     };
     let first_dump = output
         .as_deref()
@@ -584,15 +657,11 @@ pub fn run<S: Simulation + ?Sized>(
                     config: control.config_text.clone(),
                     dump_schedule: Some(control.dumps.to_text()),
                     checkpoint_every: Some(control.checkpoint_every.unwrap_or(0)),
+                    patch_ranks: None,
                 };
-                match output.as_deref() {
-                    Some(out) => {
-                        let path =
-                            write_checkpoint(out.directory(), &header, |g| sim.save_state(g))?;
-                        tracing::info!(file = %path.display(), step = steps, "checkpoint written");
-                        last_checkpoint = Some(path);
-                    }
-                    None => in_memory(|group| sim.save_state(group))?,
+                if let Some(path) = checkpoint(sim, output.as_deref(), header)? {
+                    tracing::info!(file = %path.display(), step = steps, "checkpoint written");
+                    last_checkpoint = Some(path);
                 }
                 checkpoint_step = Some(steps);
             }
@@ -651,14 +720,10 @@ pub fn run<S: Simulation + ?Sized>(
             config: control.config_text.clone(),
             dump_schedule: Some(control.dumps.to_text()),
             checkpoint_every: Some(control.checkpoint_every.unwrap_or(0)),
+            patch_ranks: None,
         };
-        match output.as_deref() {
-            Some(out) => {
-                last_checkpoint = Some(write_checkpoint(out.directory(), &header, |g| {
-                    sim.save_state(g)
-                })?);
-            }
-            None => in_memory(|group| sim.save_state(group))?,
+        if let Some(path) = checkpoint(sim, output.as_deref(), header)? {
+            last_checkpoint = Some(path);
         }
     }
     let last_dump = output

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::rc::Rc;
 use watershed_cases::collective::is_follower;
-use watershed_cases::driver::{DumpFiles, DumpSchedule, RunControl, Stop, restore, run, summary};
+use watershed_cases::driver::{DumpSchedule, OutputFiles, RunControl, Stop, restore, run, summary};
 use watershed_cases::progress::ProgressMode;
 use watershed_cases::registry::CaseOptions;
 use watershed_cases::{CaseError, find_case, registered_cases};
@@ -98,12 +98,14 @@ struct RunArgs {
     /// Write a checkpoint every N steps (the newest two are kept).
     #[arg(long, value_name = "N")]
     checkpoint_every: Option<u64>,
-    /// Every rank writes the patches it owns into a dump file of its own
-    /// (CASE_<step>.rank<r>.h5) instead of rank 0 gathering the whole
-    /// domain; the XDMF shows each dump as one dataset of patches. For the
-    /// cases on patches (advection, heat, wasatch-scalability).
+    /// Every rank writes the patches it owns into dump and checkpoint files
+    /// of its own (CASE_<step>.rank<r>.h5, checkpoint_<step>.rank<r>.h5)
+    /// instead of rank 0 gathering the whole domain; the XDMF shows each
+    /// dump as one dataset of patches, and a checkpoint restarts on any
+    /// number of ranks with the same patch layout. For the cases on
+    /// patches (advection, heat, wasatch-scalability).
     #[arg(long)]
-    dump_per_rank: bool,
+    per_rank_files: bool,
     /// Continue from a checkpoint (its configuration is the base; --set and
     /// --config may change what does not alter the state, e.g. end_time).
     #[arg(long, value_name = "FILE.h5")]
@@ -610,7 +612,7 @@ fn run_case(
             "--checkpoint-every must be at least 1".into(),
         )));
     }
-    if args.dump_per_rank && prepared.simulation.patched().is_none() {
+    if args.per_rank_files && prepared.simulation.patched().is_none() {
         return Err(usage(watershed_cases::driver::per_rank_refused(info.name)));
     }
     // A restart continues its own run's folder. Into another run's
@@ -680,12 +682,12 @@ fn run_case(
         },
         record_trace: args.trace.is_some(),
         ranks: ranks.clone(),
-        dump_files: if args.dump_per_rank {
-            DumpFiles::PerRank {
+        output_files: if args.per_rank_files {
+            OutputFiles::PerRank {
                 directory: directory.clone(),
             }
         } else {
-            DumpFiles::Whole
+            OutputFiles::Whole
         },
     };
     // SIGINT and SIGTERM end the run after its step, with a checkpoint.
@@ -764,7 +766,7 @@ fn run_case(
     } else {
         writeln!(out, "device: {device}; threads: {threads}")?;
     }
-    let files = if args.dump_per_rank {
+    let files = if args.per_rank_files {
         "one file per rank per dump, each holding its patches; ParaView shows each dump as one dataset of patches, drawn as their outlines until you pick Surface"
     } else {
         "one file per dump"

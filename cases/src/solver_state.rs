@@ -4,7 +4,7 @@
 //! patches of a decomposed run (the same datasets either way, so a
 //! checkpoint restarts on any patch layout).
 
-use crate::checkpoint::{load_field, save_field};
+use crate::checkpoint::{RankCheckpoint, load_field, save_field};
 use crate::derived::dump_derived_flow_fields;
 use crate::error::CaseResult;
 use watershed_exprgraph::ExpressionGraph;
@@ -150,6 +150,59 @@ pub fn save_patched_solution(
         // A follower rank: rank 0 writes the gathered field.
         None => Ok(()),
     }
+}
+
+/// Saves the solutions of `equations` (with their ghosts) of the patches
+/// this rank owns, one group per patch of `root`, for a checkpoint per rank
+/// ([`crate::checkpoint`]). No values cross ranks.
+pub fn save_own_patch_solutions(
+    transport: &PatchedTransport,
+    equations: &[&str],
+    root: &hdf5::Group,
+) -> CaseResult<()> {
+    // Ghosts are saved too: a pending overlapped exchange is settled.
+    transport.settle()?;
+    for (index, solver) in transport.owned().zip(transport.solvers()) {
+        let patch = transport.layout().patch(index)?;
+        let group = create_patch_group(root, index, patch.offset(), patch.cells())?;
+        for equation in equations {
+            save_solution(solver, equation, &group)?;
+        }
+    }
+    Ok(())
+}
+
+/// Restores what [`save_own_patch_solutions`] saved onto the patches this
+/// rank owns, each read from the file that holds it, whichever number of
+/// ranks wrote them; the checkpoint's patch layout must be this run's.
+/// Set the clock first: the conditions refill the ghosts at its time.
+pub fn load_own_patch_solutions(
+    transport: &PatchedTransport,
+    equations: &[&str],
+    patches: &RankCheckpoint,
+) -> CaseResult<()> {
+    if patches.patches() != transport.layout().len() {
+        return Err(crate::error::CaseError::Restart {
+            path: patches.path(),
+            reason: format!(
+                "it was written per rank on {} patches, this run has {}: restart it with its own patch layout (drop the --set patches=... that changes it)",
+                patches.patches(),
+                transport.layout().len()
+            ),
+        });
+    }
+    transport.settle()?;
+    for (index, solver) in transport.owned().zip(transport.solvers()) {
+        let (_file, group) = patches.patch(index)?;
+        for equation in equations {
+            load_solution(solver, equation, &group)?;
+        }
+    }
+    // The ghosts as the conditions and the seams give them.
+    for equation in equations {
+        transport.exchange(equation)?;
+    }
+    Ok(())
 }
 
 /// Restores what [`save_patched_solution`] (or [`save_solution`]) saved

@@ -4,7 +4,7 @@
 //! order, bounds and mass of advection, the invariants of the reacting
 //! species, and the scalability graphs against hand-written loops.
 
-use watershed_cases::driver::{DumpFiles, DumpSchedule, RunControl, Stop, run};
+use watershed_cases::driver::{DumpSchedule, OutputFiles, RunControl, Stop, run};
 use watershed_cases::progress::ProgressMode;
 use watershed_cases::registry::CaseOptions;
 use watershed_cases::{find_case, registered_cases};
@@ -27,7 +27,7 @@ fn quiet_control(stop: Stop, config_text: &str) -> RunControl {
         progress: ProgressMode::Quiet,
         record_trace: false,
         ranks: None,
-        dump_files: DumpFiles::Whole,
+        output_files: OutputFiles::Whole,
     }
 }
 

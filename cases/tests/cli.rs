@@ -145,10 +145,12 @@ fn dumps_per_rank_are_refused_for_a_case_that_is_not_on_patches() {
         "cells=16",
         "--steps",
         "1",
-        "--dump-per-rank",
+        "--per-rank-files",
     ]);
     assert!(
-        message.contains("`lid-driven-cavity` cannot write its dumps per rank (--dump-per-rank)"),
+        message.contains(
+            "`lid-driven-cavity` cannot write its dumps and checkpoints per rank (--per-rank-files)"
+        ),
         "{message}"
     );
 }
@@ -1840,4 +1842,83 @@ fn the_trace_of_a_decomposed_run_shows_its_exchanges() {
     );
     assert!(trace.matches("\"name\":\"reduction\"").count() >= 4);
     assert!(trace.contains("advection patch 1"));
+}
+
+/// A checkpoint written per rank (--per-rank-files) restarts, in a run
+/// that writes whole dumps, to the bits of a straight run; without one of
+/// its rank files, or on another patch layout, it is refused naming the
+/// file and both layouts.
+#[test]
+fn a_checkpoint_per_rank_restarts_bitwise_and_refuses_a_missing_file_or_another_layout() {
+    let dir = temp();
+    let heat = [
+        "run",
+        "heat",
+        "--set",
+        "cells=8",
+        "--set",
+        "patches=2,2,1",
+        "--quiet",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&str> = heat.to_vec();
+        args.extend_from_slice(extra);
+        watershed_in(dir.path(), &args)
+    };
+    let straight = run(&["--steps", "4", "--dump-every", "4", "--output", "straight"]);
+    assert!(matches!(straight.code, 0 | 3), "{}", straight.stderr);
+    let first = run(&[
+        "--steps",
+        "2",
+        "--checkpoint-every",
+        "2",
+        "--per-rank-files",
+        "--output",
+        "o",
+    ]);
+    assert!(matches!(first.code, 0 | 3), "{}", first.stderr);
+    let rank_file = dir.path().join("o/checkpoint_00000002.rank00000.h5");
+    assert!(rank_file.exists());
+    let restart = |extra: &[&str]| {
+        let mut args = vec![
+            "--restart",
+            "o/checkpoint_00000002.h5",
+            "--steps",
+            "4",
+            "--output",
+            "o",
+            "--dump-every",
+            "4",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let other_layout = restart(&["--set", "patches=2,1,1"]);
+    assert_eq!(other_layout.code, 2, "{}", other_layout.stderr);
+    assert!(
+        other_layout.stderr.contains("checkpoint_00000002.h5")
+            && other_layout
+                .stderr
+                .contains("written per rank on 4 patches, this run has 2"),
+        "{}",
+        other_layout.stderr
+    );
+    std::fs::rename(&rank_file, dir.path().join("aside.h5")).unwrap();
+    let missing = restart(&[]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("checkpoint_00000002.rank00000.h5")
+            && missing
+                .stderr
+                .contains("rank 0's file of the checkpoint at step 2 holds patch 0"),
+        "{}",
+        missing.stderr
+    );
+    std::fs::rename(dir.path().join("aside.h5"), &rank_file).unwrap();
+    let resumed = restart(&[]);
+    assert!(matches!(resumed.code, 0 | 3), "{}", resumed.stderr);
+    assert_eq!(
+        dataset_bits(&dir.path().join("o/heat_00000004.h5")),
+        dataset_bits(&dir.path().join("straight/heat_00000004.h5"))
+    );
 }

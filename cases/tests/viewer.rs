@@ -203,7 +203,7 @@ fn run_watershed(args: &[String]) {
 }
 
 #[test]
-fn paraview_s_default_reader_shows_a_dump_per_rank_as_one_dataset_of_patches_equal_to_the_whole_dump()
+fn paraview_s_default_reader_shows_a_per_rank_files_as_one_dataset_of_patches_equal_to_the_whole_dump()
  {
     if !paraview_available() {
         return;
@@ -225,7 +225,7 @@ fn paraview_s_default_reader_shows_a_dump_per_rank_as_one_dataset_of_patches_equ
     for (case, settings) in cases {
         let per_rank = root.join(format!("{case}-per-rank"));
         let whole = root.join(format!("{case}-whole"));
-        for (directory, extra) in [(&per_rank, Some("--dump-per-rank")), (&whole, None)] {
+        for (directory, extra) in [(&per_rank, Some("--per-rank-files")), (&whole, None)] {
             let mut args: Vec<String> = [
                 "run",
                 case,

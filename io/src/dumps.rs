@@ -115,6 +115,7 @@ impl DumpSeries {
         // The files of dumps written per rank: (step, rank, path).
         let mut rank_files: Vec<(u64, usize, PathBuf)> = Vec::new();
         let mut checkpoints: Vec<PathBuf> = Vec::new();
+        let mut checkpoint_count = 0;
         let mut swept = (0usize, 0u64);
         let entries = std::fs::read_dir(directory)
             .map_err(|e| error(format!("cannot list the directory: {e}")))?;
@@ -136,6 +137,11 @@ impl DumpSeries {
                 rank_files.push((step, rank, entry.path()));
             } else if numbered_file_step(&name, "checkpoint").is_some() {
                 checkpoints.push(entry.path());
+                checkpoint_count += 1;
+            } else if rank_dump_file_step(&name, "checkpoint").is_some() {
+                // A rank's part of a checkpoint written per rank: it goes
+                // with the checkpoint.
+                checkpoints.push(entry.path());
             }
         }
         existing.sort();
@@ -154,7 +160,7 @@ impl DumpSeries {
         // too, or the newest-two rule would delete the new run's instead.
         let mut replaced = (0, 0);
         if overwrite && restart_step.is_none() {
-            replaced = (earlier_dumps, checkpoints.len());
+            replaced = (earlier_dumps, checkpoint_count);
             for path in &checkpoints {
                 std::fs::remove_file(path)
                     .map_err(|e| error(format!("cannot remove {}: {e}", path.display())))?;

@@ -3,8 +3,8 @@
 # scripts/test.sh: the advection case on 2 x 2 patches under
 # `mpirun --oversubscribe -np 1, 2, 4` gives, at every dump, the bits of
 # one process on one patch, and the same checkpoints on every rank count,
-# and so do its dumps written per rank (--dump-per-rank) on 2 and 4 ranks,
-# continued on 2 ranks from a 4-rank checkpoint;
+# and so do its dumps written per rank (--per-rank-files) on 2 and 4 ranks,
+# continued on 2 ranks from a 4-rank checkpoint written per rank;
 # so do wasatch-scalability on 2 x 1 x 2 patches on 2 and 4 ranks (its
 # exchanges overlapped with interior work, and not), heat on
 # 2 x 2 x 1 patches on 2 ranks, and advection with one rank per
@@ -59,24 +59,25 @@ for ranks in 1 2 4; do
 done
 grep -q "ranks: 4 (MPI)" "$out/last.log" || { echo "no per-rank table in the summary"; cat "$out/last.log"; exit 1; }
 
-echo "--> dumps per rank (--dump-per-rank) on 2 and 4 ranks: every rank writes its patches, the same bits as one patch"
+echo "--> dumps and checkpoints per rank (--per-rank-files) on 2 and 4 ranks: every rank writes its patches, the same bits as one patch"
 for ranks in 2 4; do
     run_quietly mpirun --oversubscribe -np "$ranks" "$W" run advection "${common[@]}" \
-        --set patches=2,2,1 --checkpoint-every 10 --dump-per-rank --output "$out/per-rank-np$ranks"
+        --set patches=2,2,1 --checkpoint-every 10 --per-rank-files --output "$out/per-rank-np$ranks"
     $SAME "$out/one" "$out/per-rank-np$ranks"
     [ "$(ls "$out/per-rank-np$ranks" | grep -c '^advection_00000020\.rank.*\.h5$')" = "$ranks" ] || { echo "not one file per rank"; ls "$out/per-rank-np$ranks"; exit 1; }
     grep -q 'CollectionType="Spatial"' "$out/per-rank-np$ranks/advection.xmf" || { echo "the XDMF has no dataset of patches"; exit 1; }
 done
-echo "--> the 4-rank run continued on 2 ranks from its step-10 checkpoint: its later dumps per rank are rewritten by 2 ranks, the earlier kept"
+[ -e "$out/per-rank-np4/checkpoint_00000010.rank00003.h5" ] || { echo "no checkpoint file of rank 3"; ls "$out/per-rank-np4"; exit 1; }
+echo "--> the 4-rank run continued on 2 ranks from its step-10 checkpoint (each rank reads its patches from the 4 ranks' files): its later dumps per rank are rewritten by 2 ranks, the earlier kept"
 run_quietly mpirun --oversubscribe -np 2 "$W" run advection --restart "$out/per-rank-np4/checkpoint_00000010.h5" \
-    --steps 20 --dump-every 5 --dump-per-rank --quiet --output "$out/per-rank-np4"
+    --steps 20 --dump-every 5 --per-rank-files --quiet --output "$out/per-rank-np4"
 $SAME "$out/one" "$out/per-rank-np4"
 ls "$out/per-rank-np4" | grep -q '^advection_00000005\.rank00003\.h5$' || { echo "the dump before the restart lost its rank files"; ls "$out/per-rank-np4"; exit 1; }
-if ls "$out/per-rank-np4" | grep -Eq '^advection_000000(15|20)\.rank0000[23]\.h5$'; then
-    echo "rank files of 4 ranks left beside the 2-rank dumps"; ls "$out/per-rank-np4"; exit 1
+if ls "$out/per-rank-np4" | grep -Eq '^(advection|checkpoint)_000000(15|20)\.rank0000[23]\.h5$'; then
+    echo "rank files of 4 ranks left beside the 2-rank dumps and checkpoints"; ls "$out/per-rank-np4"; exit 1
 fi
-expect_error "cannot write its dumps per rank" mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity \
-    --set cells=16 --set patches=2,1,1 --steps 2 --dump-per-rank --output "$out/bad-per-rank"
+expect_error "cannot write its dumps and checkpoints per rank" mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity \
+    --set cells=16 --set patches=2,1,1 --steps 2 --per-rank-files --output "$out/bad-per-rank"
 
 echo "--> patches=0,0,0 on 4 ranks: 4 patches laid out automatically, the same fields"
 run_quietly mpirun --oversubscribe -np 4 "$W" run advection "${common[@]}" --set patches=0,0,0 --output "$out/auto"

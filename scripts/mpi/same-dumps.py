@@ -1,7 +1,7 @@
 """Checks that two runs' outputs hold the same bits: every dump (and,
 with --checkpoints, every checkpoint) of the first folder exists in the
 second with the same datasets, every value equal bit for bit. A dump the
-second run wrote per rank (CASE_<step>.rank<r>.h5, --dump-per-rank) is
+second run wrote per rank (CASE_<step>.rank<r>.h5, --per-rank-files) is
 put together from its ranks' patch groups (each at its `offset`, every
 cell exactly once) and compared with the first's whole dump.
 

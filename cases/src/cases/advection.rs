@@ -2,14 +2,15 @@
 //! upwind or limited scheme; bounds and mass are reported and checked.
 
 use crate::case::{CaseInfo, CaseOptions, Prepared};
+use crate::checkpoint::RankCheckpoint;
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
 use crate::solver_state::{
-    dump_own_patch_solutions, dump_patched_solution, load_patched_solution, patch_graphs,
-    save_patched_solution,
+    dump_own_patch_solutions, dump_patched_solution, load_own_patch_solutions,
+    load_patched_solution, patch_graphs, save_own_patch_solutions, save_patched_solution,
 };
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -276,6 +277,26 @@ impl Simulation for Advection {
         self.transport.set_clock(time, step)?;
         load_patched_solution(&self.transport, "c", group)?;
         if let Some(&mass) = crate::checkpoint::load_series(group, "initial_mass")?.first() {
+            self.initial_mass = mass;
+        }
+        Ok(())
+    }
+    fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
+        save_own_patch_solutions(&self.transport, &["c"], root)
+    }
+    fn save_shared_state(&self, group: &hdf5::Group) -> CaseResult<()> {
+        crate::checkpoint::save_series(group, "initial_mass", &[self.initial_mass])
+    }
+    fn load_own_patches(
+        &mut self,
+        patches: &RankCheckpoint,
+        shared: &hdf5::Group,
+        time: f64,
+        step: u64,
+    ) -> CaseResult<()> {
+        self.transport.set_clock(time, step)?;
+        load_own_patch_solutions(&self.transport, &["c"], patches)?;
+        if let Some(&mass) = crate::checkpoint::load_series(shared, "initial_mass")?.first() {
             self.initial_mass = mass;
         }
         Ok(())

@@ -2,15 +2,16 @@
 //! `--convergence` the observed order of accuracy over three grids.
 
 use crate::case::{CaseInfo, CaseOptions, Prepared};
+use crate::checkpoint::RankCheckpoint;
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
-use crate::driver::{CaseCheck, DumpFiles, DumpSchedule, RunControl, Simulation, Stop, run};
+use crate::driver::{CaseCheck, DumpSchedule, OutputFiles, RunControl, Simulation, Stop, run};
 use crate::error::CaseResult;
 use crate::progress::ProgressMode;
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
 use crate::solver_state::{
-    dump_own_patch_solutions, dump_patched_solution, load_patched_solution, patch_graphs,
-    save_patched_solution,
+    dump_own_patch_solutions, dump_patched_solution, load_own_patch_solutions,
+    load_patched_solution, patch_graphs, save_own_patch_solutions, save_patched_solution,
 };
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -209,6 +210,21 @@ impl Simulation for Heat {
         self.transport.set_clock(time, step)?;
         load_patched_solution(&self.transport, "T", group)
     }
+    fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
+        save_own_patch_solutions(&self.transport, &["T"], root)
+    }
+    fn load_own_patches(
+        &mut self,
+        patches: &RankCheckpoint,
+        shared: &hdf5::Group,
+        time: f64,
+        step: u64,
+    ) -> CaseResult<()> {
+        self.transport.set_clock(time, step)?;
+        load_own_patch_solutions(&self.transport, &["T"], patches)?;
+        let _ = shared;
+        Ok(())
+    }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
         patch_graphs(NAME, &self.transport)
     }
@@ -253,7 +269,7 @@ pub fn convergence_study(options: &CaseOptions, output: Option<&Path>) -> CaseRe
             progress: ProgressMode::Quiet,
             record_trace: false,
             ranks: None,
-            dump_files: DumpFiles::Whole,
+            output_files: OutputFiles::Whole,
         };
         run(&mut heat, &control, None, &mut |_| {})?;
         let error = heat.relative_error()?;

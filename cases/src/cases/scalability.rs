@@ -3,6 +3,7 @@
 //! `watershed bench` times.
 
 use crate::case::{CaseInfo, CaseOptions, Prepared};
+use crate::checkpoint::RankCheckpoint;
 use crate::checkpoint::{load_graph_field, save_graph_field};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
@@ -10,8 +11,8 @@ use crate::error::{CaseError, CaseResult};
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
 use crate::solver_state::{
-    dump_own_patch_solutions, dump_patched_solution, load_patched_solution, patch_graphs,
-    save_patched_solution,
+    dump_own_patch_solutions, dump_patched_solution, load_own_patch_solutions,
+    load_patched_solution, patch_graphs, save_own_patch_solutions, save_patched_solution,
 };
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
@@ -784,6 +785,11 @@ impl Wasatch {
             .map(|i| format!("phi{i}"))
             .collect()
     }
+
+    /// Every equation's solution (`phi0` ...): the state.
+    fn equations(&self) -> Vec<String> {
+        (0..self.config.pdes).map(|i| format!("phi{i}")).collect()
+    }
 }
 
 /// A [`TransportSolverBuilder`] with the ExprLib equations on `patch`:
@@ -968,6 +974,23 @@ impl Simulation for Wasatch {
             load_patched_solution(&self.transport, &format!("phi{i}"), group)?;
         }
         Ok(())
+    }
+    fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
+        let names = self.equations();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        save_own_patch_solutions(&self.transport, &names, root)
+    }
+    fn load_own_patches(
+        &mut self,
+        patches: &RankCheckpoint,
+        _shared: &hdf5::Group,
+        time: f64,
+        step: u64,
+    ) -> CaseResult<()> {
+        self.transport.set_clock(time, step)?;
+        let names = self.equations();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        load_own_patch_solutions(&self.transport, &names, patches)
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
         patch_graphs("wasatch", &self.transport)
