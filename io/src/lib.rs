@@ -13,8 +13,9 @@
 //! * [`csv`]: CSV tables and time series flushed as the run goes;
 //! * [`plot`] (feature `plot`, on by default): PNG line charts and images
 //!   of a field's slice, with an embedded font;
-//! * [`attributes`], [`files`]: HDF5 attributes and files written whole
-//!   or not at all.
+//! * [`attributes`], [`files`], [`dump_file`]: HDF5 attributes, files
+//!   written whole or not at all, and one dump file's root attributes and
+//!   datasets.
 //!
 //! `watershed_fields::io` writes and reads one field; this crate writes a
 //! run's worth of them.
@@ -42,6 +43,7 @@
 
 pub mod attributes;
 pub mod csv;
+pub mod dump_file;
 pub mod dumps;
 pub mod error;
 pub mod files;

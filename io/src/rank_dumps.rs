@@ -136,7 +136,7 @@ pub fn read_rank_dump_file(path: &Path) -> OutputResult<RankDumpFile> {
             }
         }
         let [offset, cells] = triple;
-        let held = crate::dumps::read_fields(path, &group, &name)?;
+        let held = crate::dump_file::read_fields(path, &group, &name)?;
         if let Some(d) = held.iter().find(|f| f.extent != cells) {
             return Err(error(format!(
                 "dataset {name}/{} has {:?} points, not the patch's {cells:?} cells",
@@ -201,7 +201,7 @@ pub fn write_rank_dump<E: From<OutputError>>(
         )));
     }
     let path = directory.join(rank_dump_file_name(case, step, rank));
-    crate::dumps::write_dump_file(
+    crate::dump_file::write_dump_file(
         &path,
         case,
         time,
