@@ -3,7 +3,7 @@
 //! and returns (the placement, copies and stream plans these executions
 //! follow are tested without a GPU in `exprgraph/tests/placement.rs`, and
 //! the launches' arguments and kernels in
-//! `operators/tests/gpu_launch_on_host.rs`).
+//! `operators/tests/suite/gpu_launch_on_host.rs`).
 
 use std::sync::{Mutex, MutexGuard};
 use watershed_cases::cases::scalability::{

@@ -41,6 +41,10 @@ pub struct LoweredKernel {
     pub kernel: Arc<Kernel>,
     /// Per field slot: the id of this tree's field.
     pub field_ids: Vec<u64>,
+    /// Per field slot: the name of this tree's field (the shared kernel's
+    /// own slot names are those of the tree it was first lowered from, which
+    /// may be another tree of the same structure: an error names this one).
+    pub field_names: Vec<Arc<str>>,
     /// Per parameter slot: this tree's parameter.
     pub parameters: Vec<Arc<ParameterCell>>,
 }
@@ -123,6 +127,11 @@ fn bind_to(shared: &Shared, root: &Node) -> LoweredKernel {
     LoweredKernel {
         kernel: shared.kernel.clone(),
         field_ids: shared.field_order.iter().map(|&i| fields[i].0).collect(),
+        field_names: shared
+            .field_order
+            .iter()
+            .map(|&i| fields[i].1.clone())
+            .collect(),
         parameters: shared
             .parameter_order
             .iter()

@@ -201,14 +201,15 @@ pub(crate) fn bind_slots<'f>(
         .field_ids
         .iter()
         .zip(&lowered.kernel.fields)
-        .map(|(&id, k)| {
+        .zip(&lowered.field_names)
+        .map(|((&id, k), name)| {
             if Some(id) == target_leaf {
                 return Ok(None);
             }
             let field = *fields.iter().find(|f| f.id() == id).ok_or_else(|| {
                 OperatorError::UnboundField {
                     id,
-                    name: k.name.to_string(),
+                    name: name.to_string(),
                 }
             })?;
             let theirs = field.layout().patch();

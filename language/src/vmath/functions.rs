@@ -6,7 +6,7 @@
 //! the same operations, in the same order, as C and CUDA C.
 //!
 //! Every function states its accuracy in units in the last place (ulp)
-//! against the correctly rounded value; `operators/tests/vmath.rs` measures
+//! against the correctly rounded value; `operators/tests/suite/vmath.rs` measures
 //! it against the platform's libm over millions of arguments.
 
 /// `1.5 * 2^52`: adding it rounds to an integer held in the low mantissa bits.

@@ -12,7 +12,7 @@
 //! on the back end that ran it.
 //!
 //! Accuracy against the correctly rounded value, measured against the
-//! platform's libm over millions of arguments (`operators/tests/vmath.rs`),
+//! platform's libm over millions of arguments (`operators/tests/suite/vmath.rs`),
 //! in units in the last place (ulp):
 //!
 //! | function | bound (tested) | range |

@@ -11,7 +11,7 @@
 //! comparison each, never as `&&`, `||`, nested `?:` or `int` flags
 //! combined with `&`: gcc 12 vectorises the former and refuses the others
 //! (short-circuits are control flow; masks selected by masks are
-//! unsupported statements). `operators/tests/codegen.rs` compiles every function and compares its
+//! unsupported statements). `operators/tests/suite/codegen.rs` compiles every function and compares its
 //! bits with the Rust version over wide argument ranges.
 
 use super::Dialect;

@@ -10,7 +10,7 @@
 //!   `reduce`) equal a serial reference loop, for plain fields and for
 //!   stencil expressions.
 
-mod common;
+use crate::common;
 
 use common::shift;
 use common::*;

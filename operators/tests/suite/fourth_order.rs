@@ -3,7 +3,7 @@
 //! library's evaluator), and against manufactured solutions on three
 //! periodic grids, where the observed order must be at least 3.8.
 
-mod common;
+use crate::common;
 
 use common::shift;
 use common::*;

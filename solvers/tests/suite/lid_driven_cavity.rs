@@ -11,7 +11,7 @@ use watershed_solvers::{
 
 /// (table, coordinate, velocity) rows of the reference data.
 fn ghia() -> Vec<(String, f64, f64)> {
-    include_str!("data/ghia_re100.csv")
+    include_str!("../data/ghia_re100.csv")
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {

@@ -5,7 +5,7 @@
 //! nearest to a fine centre along each refined axis. Also: composition
 //! with other operators, thread independence, and every error path.
 
-mod common;
+use crate::common;
 
 use common::*;
 use watershed_fields::{CellCentre, Grid, IndexBox, Patch, SpatialField};

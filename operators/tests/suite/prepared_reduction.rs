@@ -186,3 +186,32 @@ fn a_field_of_another_layout_is_checked_again_and_missing_fields_are_named() {
         other => panic!("expected MissingGhosts for bare, got {other:?}"),
     }
 }
+
+/// The kernel cache shares one kernel between trees of the same structure;
+/// an unbound field is still named by the tree being run, not by the tree
+/// the shared kernel was first lowered from.
+#[test]
+fn an_unbound_field_is_named_by_its_own_tree_when_the_kernel_came_from_the_cache() {
+    let one = patch(1);
+    let mut first =
+        SpatialField::<CellCentre>::new("first_of_its_shape", &one, Device::Cpu).unwrap();
+    first.fill(1.0).unwrap();
+    let shape = |f: &SpatialField<CellCentre>| {
+        PreparedReduction::new(
+            field(f) * 3.0 + laplacian(f),
+            Reduction::Max,
+            ReduceRegion::Interior,
+            Parallelism::Serial,
+        )
+        .unwrap()
+    };
+    let mut lowered_first = shape(&first);
+    lowered_first.run(&[&first]).unwrap();
+    let second = SpatialField::<CellCentre>::new("second_of_its_shape", &one, Device::Cpu).unwrap();
+    let mut from_cache = shape(&second);
+    let stranger = SpatialField::<CellCentre>::new("stranger", &one, Device::Cpu).unwrap();
+    match from_cache.run(&[&stranger]) {
+        Err(OperatorError::UnboundField { name, .. }) => assert_eq!(name, "second_of_its_shape"),
+        other => panic!("expected UnboundField naming second_of_its_shape, got {other:?}"),
+    }
+}

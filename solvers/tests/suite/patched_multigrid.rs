@@ -4,7 +4,7 @@
 //! products add per-patch sums in patch order), the levels it decomposes,
 //! and its refusals. The same across MPI ranks: `examples/mpi_poisson.rs`.
 
-#[path = "support/patched_poisson_case.rs"]
+#[path = "../support/patched_poisson_case.rs"]
 mod case;
 
 use case::{

@@ -7,7 +7,7 @@
 //! thresholds and, for `sin` and `cos`, arguments next to multiples of
 //! `pi/2`.
 
-mod common;
+use crate::common;
 
 use common::Xorshift;
 use watershed_operators::vmath::{self, ulp_distance};

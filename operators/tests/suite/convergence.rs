@@ -11,7 +11,7 @@
 //! On quadratic polynomials (and linear coefficients) these operators have
 //! no truncation error at all, so they must be exact to round-off.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::f64::consts::PI;

@@ -8,7 +8,7 @@
 //! meet) equals the whole domain's at the same global index, and so do
 //! the time steps and the mass summed in patch order.
 
-#[path = "support/patched_case.rs"]
+#[path = "../support/patched_case.rs"]
 mod case;
 
 use case::{EQUATIONS, assert_bitwise_equal, grid, initial, mass, recipe};

@@ -11,7 +11,7 @@
 //! gcc vectorises the diffusion loop, and that a compiler error shows the
 //! source and the log.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -17,7 +17,7 @@
 //! `LargestComputable`, and the `MissingGhosts` error when there are no
 //! ghost layers.
 
-mod common;
+use crate::common;
 
 use common::shift;
 use common::*;

@@ -10,7 +10,7 @@
 //! tolerance, give its bits on one patch, and restart with their own
 //! bits. What cannot be decomposed is refused by name.
 
-#[path = "support/patched_flow_case.rs"]
+#[path = "../support/patched_flow_case.rs"]
 mod case;
 
 use case::{

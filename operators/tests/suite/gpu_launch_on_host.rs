@@ -11,7 +11,7 @@
 //! arguments, the grid covering the box, the boxes of the modifiers, and
 //! the CUDA kernels' arithmetic, against the CPU path to the bit.
 
-mod common;
+use crate::common;
 
 use common::{Xorshift, random_field, sentinel_target};
 use std::path::PathBuf;

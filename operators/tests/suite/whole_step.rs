@@ -5,7 +5,7 @@
 //! write (boundary modifiers), and the lowering cache mapping a shared
 //! kernel to another tree's fields.
 
-mod common;
+use crate::common;
 
 use common::*;
 use watershed_fields::{CellCentre, GhostWidth, IndexBox, Location, SpatialField, XFace};
