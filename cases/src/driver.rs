@@ -498,6 +498,11 @@ pub fn run<S: Simulation + ?Sized>(
     if control.output_files != OutputFiles::Whole && sim.patched().is_none() {
         return Err(per_rank_refused(sim.case()));
     }
+    if control.output_files != OutputFiles::Whole && output.is_none() && !follower {
+        return Err(CaseError::Usage(
+            "files per rank need an output directory on rank 0, which records them".into(),
+        ));
+    }
     // Every rank calls this at each dump: rank 0 with its output.
     let dump = |sim: &S, output: Option<&mut DumpSeries>| -> CaseResult<()> {
         match (&control.output_files, output) {

@@ -764,3 +764,32 @@ fn the_derived_velocity_and_vorticity_of_taylor_green_converge_at_second_order()
         assert!((3.5..4.5).contains(&ratio), "{name}: error ratio {ratio}");
     }
 }
+
+/// Files per rank are refused, by name, for a case not on patches and for
+/// a run without an output directory (nothing would record them).
+#[test]
+fn files_per_rank_need_a_case_on_patches_and_an_output() {
+    let per_rank = |stop: Stop, text: &str| RunControl {
+        output_files: OutputFiles::PerRank {
+            directory: std::env::temp_dir(),
+        },
+        ..quiet_control(stop, text)
+    };
+    let info = find_case("lid-driven-cavity").unwrap();
+    let mut prepared = (info.prepare)(&options(&["cells=16"])).unwrap();
+    let control = per_rank(Stop::Steps(1), &prepared.config_text);
+    let error = run(prepared.simulation.as_mut(), &control, None, &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(&error, watershed_cases::CaseError::Usage(m) if m.contains("`lid-driven-cavity` cannot write its dumps and checkpoints per rank")),
+        "{error}"
+    );
+    let info = find_case("heat").unwrap();
+    let mut prepared = (info.prepare)(&options(&["cells=8", "patches=2,1,1"])).unwrap();
+    let control = per_rank(Stop::Steps(1), &prepared.config_text);
+    let error = run(prepared.simulation.as_mut(), &control, None, &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(&error, watershed_cases::CaseError::Usage(m) if m.contains("files per rank need an output directory")),
+        "{error}"
+    );
+    assert_eq!(prepared.simulation.steps(), 0);
+}
