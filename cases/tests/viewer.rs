@@ -56,6 +56,35 @@ fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/viewer")
 }
 
+/// Runs pvpython on `script` (in scripts/viewer) under a virtual X server:
+/// it writes `report` about `documents` and its renderings into `root`.
+/// One pvpython at a time ([`ONE_VIEWER`]).
+fn paraview_sees(script: &str, report: &Path, root: &Path, documents: &[PathBuf]) {
+    let see = || {
+        Command::new("xvfb-run")
+            .args(["-a", "pvpython"])
+            .arg(scripts().join(script))
+            .arg(report)
+            .arg(root)
+            .args(documents)
+            .output()
+            .unwrap()
+    };
+    let _viewer = ONE_VIEWER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen = see();
+    // The virtual X server once failed to come up on a busy machine
+    // ("bad X server connection"): one more try for that reason only.
+    if !seen.status.success() && text(&seen).contains("bad X server connection") {
+        eprintln!("the virtual X server was not ready; trying once more");
+        seen = see();
+    }
+    assert!(
+        seen.status.success() && report.exists(),
+        "pvpython failed: {}",
+        text(&seen)
+    );
+}
+
 fn text(output: &std::process::Output) -> String {
     format!(
         "{}{}",
@@ -139,29 +168,7 @@ fn paraview_s_default_reader_shows_every_case_s_fields_where_and_when_they_are()
         documents.extend(found);
     }
     let report = root.join("report.json");
-    let see = || {
-        Command::new("xvfb-run")
-            .args(["-a", "pvpython"])
-            .arg(scripts().join("paraview_sees.py"))
-            .arg(&report)
-            .arg(&root)
-            .args(&documents)
-            .output()
-            .unwrap()
-    };
-    let _viewer = ONE_VIEWER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut seen = see();
-    // The virtual X server once failed to come up on a busy machine
-    // ("bad X server connection"): one more try for that reason only.
-    if !seen.status.success() && text(&seen).contains("bad X server connection") {
-        eprintln!("the virtual X server was not ready; trying once more");
-        seen = see();
-    }
-    assert!(
-        seen.status.success() && report.exists(),
-        "pvpython failed: {}",
-        text(&seen)
-    );
+    paraview_sees("paraview_sees.py", &report, &root, &documents);
     let compared = Command::new(&python)
         .arg(scripts().join("compare_with_hdf5.py"))
         .arg(&report)
@@ -250,27 +257,7 @@ fn paraview_s_default_reader_shows_a_per_rank_files_as_one_dataset_of_patches_eq
         documents.push(document);
     }
     let report = root.join("report.json");
-    let see = || {
-        Command::new("xvfb-run")
-            .args(["-a", "pvpython"])
-            .arg(scripts().join("paraview_sees_patches.py"))
-            .arg(&report)
-            .arg(&root)
-            .args(&documents)
-            .output()
-            .unwrap()
-    };
-    let _viewer = ONE_VIEWER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut seen = see();
-    if !seen.status.success() && text(&seen).contains("bad X server connection") {
-        eprintln!("the virtual X server was not ready; trying once more");
-        seen = see();
-    }
-    assert!(
-        seen.status.success() && report.exists(),
-        "pvpython failed: {}",
-        text(&seen)
-    );
+    paraview_sees("paraview_sees_patches.py", &report, &root, &documents);
     let compared = Command::new(&python)
         .arg(scripts().join("compare_patches.py"))
         .arg(&report)
