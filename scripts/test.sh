@@ -18,21 +18,26 @@ if [ "${WATERSHED_VIEWER_TEST:-}" = "1" ]; then
     source scripts/viewer-tools.sh
 fi
 
-cargo test --workspace "$@"
+# OpenMPI and libclang for the `mpi` feature. The workspace is built and
+# tested once with it (every feature a test needs), so that the MPI checks
+# below reuse that build instead of building the engine a second time.
+source scripts/mpi-tools.sh
+features=(--features watershed/mpi)
+
+cargo test --workspace "${features[@]}" "$@"
 
 echo "==> the light build (no default features: no cudarc, GPU requests are clear errors; the system HDF5)"
 source scripts/system-hdf5.sh
 cargo test -p watershed-fields --no-default-features --test without_cuda "$@"
-# Clippy checks the light build (every target) and lints it in one pass;
-# .ci/run relies on this instead of linting it again.
+# Clippy lints the light build (every target) here; .ci/run lints the
+# default build with the `mpi` feature: between them every `cfg` of the
+# code is linted.
 cargo clippy --workspace --no-default-features --all-targets -- -D warnings
 
 echo "==> MPI: the halo exchange, decomposed transport and the watershed program across 1, 2 and 4 ranks (the mpi feature; mpirun --oversubscribe)"
-source scripts/mpi-tools.sh
-cargo clippy -p watershed-fields -p watershed-solvers -p watershed-cases --features mpi --all-targets -- -D warnings
-# One build of everything the checks run (the mpi feature rebuilds the
-# engine once; scripts/mpi/cases.sh asks for the same and finds it built).
-cargo build -p watershed-fields -p watershed-solvers -p watershed-cases --features mpi --examples --bins
+# The examples and the program, as the workspace's tests built them
+# (nothing is compiled again; scripts/mpi/cases.sh asks for the same).
+cargo build --workspace "${features[@]}" --examples --bins
 for ranks in 1 2 4; do
     mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_halo
     mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_transport
@@ -44,7 +49,7 @@ done
 bash scripts/mpi/cases.sh
 
 echo "==> GPU tests (shown uncaptured so that skips are visible)"
-cargo test -p watershed-fields --test gpu -- --nocapture 2>&1 | grep -E "skipped|test result" || true
+cargo test --workspace "${features[@]}" --test gpu -- --nocapture 2>&1 | grep -E "skipped|test result" || true
 
 if [ -z "${WATERSHED_EMULATE_GPUS:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
     # No GPU here: the GPU tests run again on emulated GPUs (the device
@@ -56,7 +61,7 @@ if [ -z "${WATERSHED_EMULATE_GPUS:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
     export WATERSHED_EMULATE_GPUS=2
     # One invocation over the workspace: the features are those of the
     # run above, so nothing is built again.
-    cargo test --workspace --test gpu --test state_machine --test placement \
+    cargo test --workspace "${features[@]}" --test gpu --test state_machine --test placement \
         --test execution --test bad_input --test whole_step_graphs \
         --test multigrid --test cli --test stream_progress "$@"
     unset WATERSHED_EMULATE_GPUS

@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # The same build as scripts/test.sh's (so that it is found built there).
-cargo build -p watershed-fields -p watershed-solvers -p watershed-cases --features mpi --examples --bins
+cargo build --workspace --features watershed/mpi --examples --bins
 mkdir -p target/mpi
 cp target/debug/watershed target/mpi/watershed
 W="$PWD/target/mpi/watershed"
