@@ -226,14 +226,11 @@ fn decomposed_cases_pass_their_checks_on_patches() {
         ],
         None,
     );
+    // The convective outflow's speed is the mean over its whole side,
+    // which two patches share here.
     passes(
         "channel",
-        &[
-            "cells=8",
-            "profile_tolerance=0.01",
-            "outflow=\"zero-gradient\"",
-            "patches=4,1,1",
-        ],
+        &["cells=8", "profile_tolerance=0.01", "patches=2,2,1"],
         None,
     );
 }

@@ -194,6 +194,51 @@ fn a_transport_run_restarts_on_another_patch_layout() {
     }
 }
 
+/// The DFG cylinder (an immersed body) on 4 x 2 patches gives one
+/// patch's bits: every dumped field and the force coefficients of every
+/// step.
+#[test]
+fn the_cylinder_on_patches_gives_one_patchs_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let run = |output: &str, patches: &str| {
+        let args = [
+            "run",
+            "cylinder",
+            "--steps",
+            "4",
+            "--dump-every",
+            "2",
+            "--output",
+            output,
+            "--quiet",
+            "--set",
+            "cells=16",
+            "--set",
+            patches,
+        ];
+        let (code, out, err) = watershed(root, &args);
+        assert!(code == 0 || code == 3, "{out}\n{err}");
+    };
+    run("one", "patches=1,1,1");
+    run("eight", "patches=4,2,1");
+    for step in [2, 4] {
+        let file = format!("cylinder_{step:08}.h5");
+        let (one, eight) = (root.join("one").join(&file), root.join("eight").join(&file));
+        assert!(
+            values::<XFace>(&eight, "u") == values::<XFace>(&one, "u")
+                && values::<YFace>(&eight, "v") == values::<YFace>(&one, "v")
+                && values::<CellCentre>(&eight, "p") == values::<CellCentre>(&one, "p"),
+            "{file}: the dump on patches differs from one patch's"
+        );
+    }
+    let forces =
+        |run: &str| std::fs::read_to_string(root.join(run).join("cylinder_forces.csv")).unwrap();
+    let one = forces("one");
+    assert_eq!(one.lines().count(), 5, "{one}");
+    assert_eq!(forces("eight"), one);
+}
+
 #[test]
 fn a_restarted_cavity_is_bitwise_identical() {
     restart_is_bitwise(

@@ -12,7 +12,11 @@
 # its Poisson solve) on 1, 2 and 4 ranks and the 3D Taylor-Green vortex on
 # 2 x 1 x 2 patches on 2 and 4 ranks give the bits of one process with the
 # same layout (with the projection replicated, those of one patch), and a
-# cavity checkpoint of 2 ranks restarts on 4; a checkpoint written on
+# cavity checkpoint of 2 ranks restarts on 4; the channel with its
+# convective outflow on 2 x 2 patches on 2 ranks gives the bits of one
+# process with that layout, the DFG cylinder (an immersed body, its
+# projection whole on every rank) on 2 x 2 patches on 2 and 4 ranks those
+# of one process on one patch, forces included; a checkpoint written on
 # 2 ranks restarts on 4 with the same bits; a bad layout, a case that does
 # not decompose, or more ranks than patches is a clear error on every rank
 # (no hang); SIGTERM to one rank stops every rank after the same step with
@@ -159,6 +163,23 @@ for ranks in 2 4; do
     $SAME "$out/tgv-alone" "$out/tgv-np$ranks"
 done
 
+echo "--> the channel with a convective outflow on 2 x 2 patches on 2 ranks: the bits of one process"
+channel=(--set cells=8 --set length=2 --steps 6 --dump-every 3 --quiet)
+run_unchecked "$W" run channel "${channel[@]}" --set patches=2,2,1 --output "$out/channel-alone"
+run_unchecked mpirun --oversubscribe -np 2 "$W" run channel "${channel[@]}" \
+    --set patches=2,2,1 --output "$out/channel-np2"
+$SAME "$out/channel-alone" "$out/channel-np2"
+
+echo "--> the DFG cylinder (an immersed body) on 2 x 2 patches on 2 and 4 ranks: the bits of one process on one patch"
+cylinder=(--set cells=16 --steps 4 --dump-every 2 --quiet)
+run_unchecked "$W" run cylinder "${cylinder[@]}" --output "$out/cylinder-one"
+for ranks in 2 4; do
+    run_unchecked mpirun --oversubscribe -np "$ranks" "$W" run cylinder "${cylinder[@]}" \
+        --set patches=2,2,1 --output "$out/cylinder-np$ranks"
+    $SAME "$out/cylinder-one" "$out/cylinder-np$ranks"
+    cmp "$out/cylinder-one/cylinder_forces.csv" "$out/cylinder-np$ranks/cylinder_forces.csv"
+done
+
 echo "--> a checkpoint written on 2 ranks restarts on 4"
 mkdir "$out/restart4"
 cp "$out/np2/checkpoint_00000010.h5" "$out/restart4/"
@@ -168,8 +189,7 @@ $SAME "$out/one" "$out/restart4" --from-step=10
 
 echo "--> errors on every rank end the job with the message"
 expect_error "do not divide its 32 cells" mpirun --oversubscribe -np 2 "$W" run advection --set cells=32 --set patches=3,1,1 --steps 2 --output "$out/bad1"
-expect_error "runs on one patch and so on one rank" mpirun --oversubscribe -np 2 "$W" run cylinder --steps 2 --output "$out/bad2"
-expect_error "convective outflow" mpirun --oversubscribe -np 2 "$W" run channel --set patches=2,1,1 --steps 2 --output "$out/bad4"
+expect_error "runs on one patch and so on one rank" mpirun --oversubscribe -np 2 "$W" run reacting-species --steps 2 --output "$out/bad2"
 expect_error "5 rank(s) for the 4 patches" mpirun --oversubscribe -np 5 "$W" run advection --set cells=32 --set patches=2,2,1 --steps 2 --output "$out/bad3"
 
 rank_pid() { # output folder, rank: the pid of that rank of the run writing there

@@ -161,17 +161,17 @@ impl FlowPatches {
     /// One stage's momentum: the windows of `now` (and of `start`, when
     /// the stage reads it) from `whole` into each patch graph, its
     /// execution, and the gather of every patch's `provisional` interior
-    /// into each of `targets` (collective: every rank calls it). `levels`:
-    /// `[now, provisional]`.
+    /// into the field `gathered` of each of `targets` (collective: every
+    /// rank calls it). `levels`: `[now, provisional, gathered]`.
     pub(crate) fn run_momentum(
         &self,
         whole: &ExpressionGraph,
         targets: &[&ExpressionGraph],
-        levels: [&[Tag; 3]; 2],
+        levels: [&[Tag; 3]; 3],
         start: Option<&[Tag; 3]>,
         mode: ExecutionMode,
     ) -> Result<(), MomentumFailure> {
-        let [now, provisional] = levels;
+        let [now, provisional, gathered] = levels;
         let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
         for (graph, index) in self.graphs.iter().zip(self.owned.clone()) {
             let offset = self.parts[index].offset;
@@ -201,7 +201,7 @@ impl FlowPatches {
             let mut at = 0;
             for part in &self.parts {
                 for (&axis, layout) in self.active.iter().zip(&part.components) {
-                    at = on_face!(axis, F => target.with_field_mut::<F, _>(&provisional[axis], |u| {
+                    at = on_face!(axis, F => target.with_field_mut::<F, _>(&gathered[axis], |u| {
                         place_interior(&all, at, layout, part.offset, u)
                     })??);
                 }

@@ -168,9 +168,12 @@ impl IncompressibleFlowBuilder {
     /// undecomposed flow's bits. Every rank holds the whole domain's
     /// velocity and pressure: the builder's patch stays the whole domain
     /// (what the dumps and the checkpoints see); the layout must decompose
-    /// its grid with no more ghost layers than it has. Bodies and
-    /// convective outflows are refused (their forcing and outflow speed
-    /// are not decomposed).
+    /// its grid with no more ghost layers than it has. A convective
+    /// outflow's speed is the mean over its whole side of the whole
+    /// domain's velocity, the same on every rank. Immersed bodies need
+    /// [`Self::replicated_projection`]: their forcing and force reductions
+    /// run on the gathered velocity in the flow's own graph, beside the
+    /// projection whose Poisson solve they block.
     ///
     /// ```
     /// use std::rc::Rc;
@@ -442,7 +445,7 @@ impl IncompressibleFlowBuilder {
             now: now.clone(),
             start: start.clone(),
         };
-        let split = self.split(&immersed, &convective, needed)?;
+        let split = self.split(&immersed, needed)?;
         // With patches, unless replicated: div(u*) in a graph of its own,
         // the solve on the patches between it and this graph.
         let decomposed = split.is_some() && !self.replicated_projection;
@@ -468,14 +471,21 @@ impl IncompressibleFlowBuilder {
         let divergence_after = Parameter::new("|div(u)|^2", 0.0);
         let pressure_scale = Parameter::new("1/(b dt)", 0.0);
         let provisional_tags = provisional_tags();
+        // What the patches' momentum is gathered into in this graph.
+        let gathered_tags: [Tag; 3] = std::array::from_fn(|axis| match &forcing[axis] {
+            Some(tags) => tags.free.clone(),
+            None => provisional_tags[axis].clone(),
+        });
         for &axis in &active {
             // What a stage writes is at the state time.
             let conditions = conditions[axis].clone().with_time(&parameters.state_time);
             let (provisional, corrected) = (&provisional_tags[axis], &next[axis]);
             if split.is_some() {
-                // Gathered from the patches' momentum graphs.
+                // Gathered from the patches' momentum graphs: u*, or with
+                // bodies the unforced velocity the forcing node below
+                // turns into u* (as in the whole flow's graph).
                 let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
-                factory.placeholder(provisional.clone(), location)?;
+                factory.placeholder(gathered_tags[axis].clone(), location)?;
                 if decomposed {
                     divergence_factory.placeholder(provisional.clone(), location)?;
                     on_face!(axis, F => attach_conditions::<F>(&mut divergence_factory, provisional, conditions.clone())?);
@@ -673,7 +683,7 @@ impl IncompressibleFlowBuilder {
             // A flow starts at rest unless its velocity is set.
             graph.fill_placeholder(&now[axis])?;
             if split.is_some() {
-                graph.fill_placeholder(&provisional_tags[axis])?;
+                graph.fill_placeholder(&gathered_tags[axis])?;
             }
         }
         let projection = match &split {
@@ -734,6 +744,7 @@ impl IncompressibleFlowBuilder {
             next,
             start,
             provisional: provisional_tags,
+            gathered: gathered_tags,
             psi: psi_tag,
             pressure: pressure_tag,
             conditions,
@@ -770,7 +781,6 @@ impl IncompressibleFlowBuilder {
     fn split(
         &self,
         immersed: &Option<Immersed>,
-        convective: &[(Side, Parameter)],
         needed: usize,
     ) -> SolverResult<Option<(PatchLayout, Rc<dyn RankLink>)>> {
         let Some((layout, link)) = &self.patches else {
@@ -798,15 +808,14 @@ impl IncompressibleFlowBuilder {
                 grid.cells()
             ));
         }
-        if immersed.is_some() {
+        // The bodies' forcing and force reductions run in the flow's own
+        // graph, on the gathered unforced velocity, like the projection
+        // they need: the Poisson solve on the patches does not block
+        // bodies.
+        if immersed.is_some() && !self.replicated_projection {
             return refuse(
-                "immersed bodies are not decomposed yet: run a flow with bodies on one patch"
+                "immersed bodies on patches need the projection replicated (`replicated_projection`): the Poisson solve on the patches does not block bodies yet"
                     .into(),
-            );
-        }
-        if !convective.is_empty() {
-            return refuse(
-                "a convective outflow's speed is a mean over its whole side, not decomposed yet: use a zero-gradient outflow or one patch".into(),
             );
         }
         let (part, whole) = (layout.patch(0)?.ghosts(), self.patch.ghosts());
@@ -1055,6 +1064,9 @@ pub struct IncompressibleFlow {
     next: [Tag; 3],
     start: [Tag; 3],
     provisional: [Tag; 3],
+    /// What the flow's graph receives the patches' momentum into (with
+    /// patches): `provisional`, or with bodies the unforced velocity.
+    gathered: [Tag; 3],
     psi: Tag,
     pressure: Tag,
     conditions: [BoundaryConditions; 3],
@@ -1414,7 +1426,7 @@ impl IncompressibleFlow {
             let start = (stage.is_some_and(|index| index > 0)
                 && reads_start_level(self.integrator))
             .then_some(&self.start);
-            let levels = [&self.now, &self.provisional];
+            let levels = [&self.now, &self.provisional, &self.gathered];
             let mut targets = vec![&self.graph];
             if let Some(projection) = &self.projection {
                 targets.push(projection.divergence_graph());
