@@ -245,6 +245,36 @@ pub struct RunControl {
     pub output_files: OutputFiles,
 }
 
+impl RunControl {
+    /// A quiet run in one process to `stop`, storing `config_text` in its
+    /// checkpoints: dumps at the start and the end, no checkpoints, no
+    /// trace, whole files. Set other fields with struct update syntax, so
+    /// that a field added later keeps its default instead of breaking the
+    /// literal:
+    ///
+    /// ```
+    /// use watershed_cases::driver::{DumpSchedule, RunControl, Stop};
+    /// let control = RunControl {
+    ///     dumps: DumpSchedule::EverySteps(10),
+    ///     checkpoint_every: Some(50),
+    ///     ..RunControl::new(Stop::Steps(100), "")
+    /// };
+    /// assert!(control.ranks.is_none() && !control.record_trace);
+    /// ```
+    pub fn new(stop: Stop, config_text: &str) -> Self {
+        RunControl {
+            stop,
+            dumps: DumpSchedule::StartAndEnd,
+            checkpoint_every: None,
+            config_text: config_text.to_string(),
+            progress: ProgressMode::Quiet,
+            record_trace: false,
+            ranks: None,
+            output_files: OutputFiles::Whole,
+        }
+    }
+}
+
 /// Who writes a run's dumps and checkpoints.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum OutputFiles {

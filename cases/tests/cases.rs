@@ -19,16 +19,12 @@ fn options(sets: &[&str]) -> CaseOptions {
 
 /// A quiet run to `stop` that dumps at the start and the end only.
 fn quiet_control(stop: Stop, config_text: &str) -> RunControl {
-    RunControl {
-        stop,
-        dumps: DumpSchedule::StartAndEnd,
-        checkpoint_every: None,
-        config_text: config_text.to_string(),
-        progress: ProgressMode::Quiet,
-        record_trace: false,
-        ranks: None,
-        output_files: OutputFiles::Whole,
-    }
+    let control = RunControl::new(stop, config_text);
+    // What the helper's name promises, whatever `new` defaults to later.
+    assert!(matches!(control.dumps, DumpSchedule::StartAndEnd));
+    assert!(matches!(control.progress, ProgressMode::Quiet));
+    assert_eq!(control.output_files, OutputFiles::Whole);
+    control
 }
 
 /// Runs `case` with `sets` to its configured stop (or `stop`); returns the

@@ -194,9 +194,9 @@ fn a_transport_run_restarts_on_another_patch_layout() {
     }
 }
 
-/// The DFG cylinder (an immersed body) on 4 x 2 patches gives one
-/// patch's bits: every dumped field and the force coefficients of every
-/// step.
+/// The DFG cylinder (an immersed body) on 4 x 2 patches, its projection
+/// replicated, gives one patch's bits: every dumped field and the force
+/// coefficients of every step.
 #[test]
 fn the_cylinder_on_patches_gives_one_patchs_bits() {
     let dir = tempfile::tempdir().unwrap();
@@ -214,6 +214,8 @@ fn the_cylinder_on_patches_gives_one_patchs_bits() {
             "--quiet",
             "--set",
             "cells=16",
+            "--set",
+            "replicate_projection=true",
             "--set",
             patches,
         ];

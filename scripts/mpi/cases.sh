@@ -14,9 +14,9 @@
 # same layout (with the projection replicated, those of one patch), and a
 # cavity checkpoint of 2 ranks restarts on 4; the channel with its
 # convective outflow on 2 x 2 patches on 2 ranks gives the bits of one
-# process with that layout, the DFG cylinder (an immersed body, its
-# projection whole on every rank) on 2 x 2 patches on 2 and 4 ranks those
-# of one process on one patch, forces included; a checkpoint written on
+# process with that layout, and so does the DFG cylinder (an immersed
+# body) on 2 x 2 patches on 2 and 4 ranks, forces included, and with its
+# projection replicated it gives those of one patch; a checkpoint written on
 # 2 ranks restarts on 4 with the same bits; a bad layout, a case that does
 # not decompose, or more ranks than patches is a clear error on every rank
 # (no hang); SIGTERM to one rank stops every rank after the same step with
@@ -170,15 +170,20 @@ run_unchecked mpirun --oversubscribe -np 2 "$W" run channel "${channel[@]}" \
     --set patches=2,2,1 --output "$out/channel-np2"
 $SAME "$out/channel-alone" "$out/channel-np2"
 
-echo "--> the DFG cylinder (an immersed body) on 2 x 2 patches on 2 and 4 ranks: the bits of one process on one patch"
+echo "--> the DFG cylinder (an immersed body) on 2 x 2 patches (its faces closed in the solve on the patches) on 2 and 4 ranks: the bits of one process; replicated on 2 ranks, those of one patch"
 cylinder=(--set cells=16 --steps 4 --dump-every 2 --quiet)
-run_unchecked "$W" run cylinder "${cylinder[@]}" --output "$out/cylinder-one"
+run_unchecked "$W" run cylinder "${cylinder[@]}" --set patches=2,2,1 --output "$out/cylinder-alone"
 for ranks in 2 4; do
     run_unchecked mpirun --oversubscribe -np "$ranks" "$W" run cylinder "${cylinder[@]}" \
         --set patches=2,2,1 --output "$out/cylinder-np$ranks"
-    $SAME "$out/cylinder-one" "$out/cylinder-np$ranks"
-    cmp "$out/cylinder-one/cylinder_forces.csv" "$out/cylinder-np$ranks/cylinder_forces.csv"
+    $SAME "$out/cylinder-alone" "$out/cylinder-np$ranks"
+    cmp "$out/cylinder-alone/cylinder_forces.csv" "$out/cylinder-np$ranks/cylinder_forces.csv"
 done
+run_unchecked "$W" run cylinder "${cylinder[@]}" --output "$out/cylinder-one"
+run_unchecked mpirun --oversubscribe -np 2 "$W" run cylinder "${cylinder[@]}" \
+    --set patches=2,2,1 --set replicate_projection=true --output "$out/cylinder-replicated"
+$SAME "$out/cylinder-one" "$out/cylinder-replicated"
+cmp "$out/cylinder-one/cylinder_forces.csv" "$out/cylinder-replicated/cylinder_forces.csv"
 
 echo "--> a checkpoint written on 2 ranks restarts on 4"
 mkdir "$out/restart4"

@@ -8,7 +8,9 @@
 //! 1. the momentum graphs of the owned patches compute `u*`, gathered into
 //!    the whole domain's fields (`crate::flow_patches`);
 //! 2. a small whole-domain graph computes `div(u*)` and its norm (one
-//!    kernel; every rank holds the whole `u*`);
+//!    kernel; every rank holds the whole `u*`), after forcing `u*` where
+//!    immersed bodies are (the flow's own graph forces it again, to the
+//!    same bits, for the correction);
 //! 3. here, each owned patch takes its window of `div(u*)` as right-hand
 //!    side and of the last `psi` as guess, and the [`PatchedMultigrid`]
 //!    solves on the patches, across the ranks; the owned patches' `psi`
@@ -26,6 +28,7 @@
 
 use crate::boundary::BoundaryConditions;
 use crate::error::{SolverError, SolverResult};
+use crate::immersed::Immersed;
 use crate::multigrid::{MultigridOptions, SolveReport};
 use crate::multigrid_patches::PatchedMultigrid;
 use crate::staggered::SpaceOrder;
@@ -66,8 +69,9 @@ pub(crate) struct PatchProjection {
 
 impl PatchProjection {
     /// The solve of `lap(psi) = div(u*)` on the patches of `layout` the rank
-    /// of `link` owns, with `walls` and the Laplacian of `order`;
-    /// `divergence` computes `divergence_tag` on the whole domain.
+    /// of `link` owns, with `walls` and the Laplacian of `order`, the faces
+    /// of `immersed`'s bodies closed; `divergence` computes
+    /// `divergence_tag` on the whole domain.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         layout: &PatchLayout,
@@ -75,11 +79,16 @@ impl PatchProjection {
         walls: BoundaryConditions,
         options: MultigridOptions,
         order: SpaceOrder,
+        immersed: Option<&Immersed>,
         divergence: ExpressionGraph,
         divergence_tag: Tag,
         psi_tag: Tag,
     ) -> SolverResult<Self> {
-        let solver = PatchedMultigrid::new(layout, link.clone(), walls.clone(), options, order)?;
+        let mut solver =
+            PatchedMultigrid::new(layout, link.clone(), walls.clone(), options, order)?;
+        if let Some(immersed) = immersed {
+            solver.block_bodies(immersed)?;
+        }
         let owned = solver.owned();
         let mut rhs = Vec::with_capacity(owned.len());
         let mut psi = Vec::with_capacity(owned.len());

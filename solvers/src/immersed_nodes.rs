@@ -118,7 +118,12 @@ impl ForcingTags {
         };
         write(&self.keep, &|f| Some(&f.keep))?;
         write(&self.value, &|f| Some(&f.value))?;
-        write(&self.open, &|f| Some(&f.open))?;
+        // The open faces are read by the velocity's correction only: a
+        // graph that forces u* without correcting it (a decomposed
+        // projection's divergence graph) does not hold them.
+        if graph.field_info(&self.open).is_some() {
+            write(&self.open, &|f| Some(&f.open))?;
+        }
         for (offset, tag) in &self.neighbours {
             write(tag, &|f| {
                 f.neighbours

@@ -170,10 +170,12 @@ impl IncompressibleFlowBuilder {
     /// (what the dumps and the checkpoints see); the layout must decompose
     /// its grid with no more ghost layers than it has. A convective
     /// outflow's speed is the mean over its whole side of the whole
-    /// domain's velocity, the same on every rank. Immersed bodies need
-    /// [`Self::replicated_projection`]: their forcing and force reductions
-    /// run on the gathered velocity in the flow's own graph, beside the
-    /// projection whose Poisson solve they block.
+    /// domain's velocity, the same on every rank. Immersed bodies force
+    /// the gathered velocity (in the divergence graph and in the flow's
+    /// own graph, with the same bits), their force reductions run in the
+    /// flow's own graph, and the solve on the patches closes their faces
+    /// ([`crate::PatchedMultigrid`]); a flow with bodies and no open side
+    /// needs [`Self::replicated_projection`].
     ///
     /// ```
     /// use std::rc::Rc;
@@ -445,7 +447,7 @@ impl IncompressibleFlowBuilder {
             now: now.clone(),
             start: start.clone(),
         };
-        let split = self.split(&immersed, needed)?;
+        let split = self.split(needed)?;
         // With patches, unless replicated: div(u*) in a graph of its own,
         // the solve on the patches between it and this graph.
         let decomposed = split.is_some() && !self.replicated_projection;
@@ -487,8 +489,17 @@ impl IncompressibleFlowBuilder {
                 let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
                 factory.placeholder(gathered_tags[axis].clone(), location)?;
                 if decomposed {
-                    divergence_factory.placeholder(provisional.clone(), location)?;
+                    // The divergence graph forces the gathered velocity
+                    // too: the solve needs div(u*) of the forced u*
+                    // before the flow's own graph runs.
+                    divergence_factory.placeholder(gathered_tags[axis].clone(), location)?;
                     on_face!(axis, F => attach_conditions::<F>(&mut divergence_factory, provisional, conditions.clone())?);
+                    if let Some(tags) = &forcing[axis] {
+                        tags.declare(&mut divergence_factory, location)?;
+                        on_face!(axis, F => attach_conditions::<F>(&mut divergence_factory, &tags.free, conditions.clone())?);
+                        divergence_factory
+                            .register(on_face!(axis, F => tags.expression::<F>(provisional)))?;
+                    }
                 }
             }
             on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions.clone())?);
@@ -697,7 +708,10 @@ impl IncompressibleFlowBuilder {
                 let divergence =
                     ExpressionGraph::build(&divergence_factory, &roots, &self.patch, &options)?;
                 for &axis in &active {
-                    divergence.fill_placeholder(&provisional_tags[axis])?;
+                    divergence.fill_placeholder(&gathered_tags[axis])?;
+                    if let (Some(tags), Some(immersed)) = (&forcing[axis], &immersed) {
+                        on_face!(axis, F => tags.fill::<F>(&divergence, immersed)?);
+                    }
                 }
                 Some(PatchProjection::new(
                     layout,
@@ -705,6 +719,7 @@ impl IncompressibleFlowBuilder {
                     walls.clone(),
                     poisson,
                     self.order,
+                    immersed.as_ref(),
                     divergence,
                     divergence_tag,
                     psi_tag.clone(),
@@ -778,11 +793,7 @@ impl IncompressibleFlowBuilder {
     /// The patch layout and link of a flow whose momentum runs on patches
     /// ([`Self::patches`]), checked against the whole domain; `None` for an
     /// undecomposed flow.
-    fn split(
-        &self,
-        immersed: &Option<Immersed>,
-        needed: usize,
-    ) -> SolverResult<Option<(PatchLayout, Rc<dyn RankLink>)>> {
+    fn split(&self, needed: usize) -> SolverResult<Option<(PatchLayout, Rc<dyn RankLink>)>> {
         let Some((layout, link)) = &self.patches else {
             return Ok(None);
         };
@@ -807,16 +818,6 @@ impl IncompressibleFlowBuilder {
                 self.patch.offset(),
                 grid.cells()
             ));
-        }
-        // The bodies' forcing and force reductions run in the flow's own
-        // graph, on the gathered unforced velocity, like the projection
-        // they need: the Poisson solve on the patches does not block
-        // bodies.
-        if immersed.is_some() && !self.replicated_projection {
-            return refuse(
-                "immersed bodies on patches need the projection replicated (`replicated_projection`): the Poisson solve on the patches does not block bodies yet"
-                    .into(),
-            );
         }
         let (part, whole) = (layout.patch(0)?.ghosts(), self.patch.ghosts());
         for axis in (0..3).filter(|&a| grid.active_dimensions()[a]) {

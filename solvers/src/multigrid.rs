@@ -418,6 +418,62 @@ impl Multigrid {
     /// (`crate::multigrid_bodies`); CG solves the finest level's operator.
     /// Second order only.
     pub(crate) fn block_bodies(&mut self, immersed: &Immersed) -> SolverResult<()> {
+        self.close_faces(immersed)?;
+        self.coarsest_steps = self.assemble_coarsest_steps()?;
+        // Kernels prepared for the open operator are of no use now.
+        self.assignments = Assignments::default();
+        Ok(())
+    }
+
+    /// [`Self::block_bodies`] for the levels of one patch of a decomposed
+    /// hierarchy ([`Self::on_patch`]): the same coefficients on the
+    /// patch's part of each level (the bodies placed by grid index), and
+    /// no coarsest steps (its coarsest levels are agglomerated elsewhere).
+    pub(crate) fn block_bodies_on_patch(&mut self, immersed: &Immersed) -> SolverResult<()> {
+        self.close_faces(immersed)?;
+        self.assignments = Assignments::default();
+        Ok(())
+    }
+
+    /// Takes the closed faces of `whole`'s levels `first..` (a whole
+    /// domain's hierarchy with [`Self::block_bodies`] done) as this
+    /// hierarchy's levels `0..`: the agglomerated coarse levels of a
+    /// decomposed hierarchy whose level 0 is `whole`'s level `first`.
+    pub(crate) fn adopt_closed_levels(
+        &mut self,
+        whole: &mut Multigrid,
+        first: usize,
+    ) -> SolverResult<()> {
+        for (level, from) in self
+            .levels
+            .iter_mut()
+            .zip(whole.levels.iter_mut().skip(first))
+        {
+            if from.x.layout().interior_extent() != level.x.layout().interior_extent() {
+                return Err(SolverError::Setup {
+                    equation: "Poisson".into(),
+                    reason: format!(
+                        "the agglomerated levels do not match the whole hierarchy's from level {first} ({:?} and {:?} cells)",
+                        level.x.layout().interior_extent(),
+                        from.x.layout().interior_extent()
+                    ),
+                });
+            }
+            level.coefficients = from.coefficients.take();
+        }
+        self.coarsest_steps = self.assemble_coarsest_steps()?;
+        self.assignments = Assignments::default();
+        Ok(())
+    }
+
+    /// Whether bodies close faces of the finest level.
+    pub(crate) fn has_closed_faces(&self) -> bool {
+        self.levels[0].coefficients.is_some()
+    }
+
+    /// The coefficients of [`Self::block_bodies`] on every level that gets
+    /// them.
+    fn close_faces(&mut self, immersed: &Immersed) -> SolverResult<()> {
         if self.order != SpaceOrder::Second {
             return Err(SolverError::Setup {
                 equation: "Poisson".into(),
@@ -441,9 +497,6 @@ impl Multigrid {
                 .transpose()?;
             self.levels[level].coefficients = coefficients;
         }
-        self.coarsest_steps = self.assemble_coarsest_steps()?;
-        // Kernels prepared for the open operator are of no use now.
-        self.assignments = Assignments::default();
         Ok(())
     }
 

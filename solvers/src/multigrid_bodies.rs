@@ -94,12 +94,16 @@ fn value_at<L: Location>(field: &SpatialField<L>, index: [isize; 3], outside: f6
 }
 
 impl FaceCoefficients {
-    /// The finest level's, on `patch`, from the bodies.
+    /// The finest level's, on `patch` (the whole domain, or one patch of
+    /// it: the bodies are placed by grid index, the patch's offset added),
+    /// from the bodies.
     pub(crate) fn finest(patch: &Patch, immersed: &Immersed, diagonal: f64) -> SolverResult<Self> {
         let active = patch.grid().active_dimensions();
+        let offset = patch.offset().map(|o| o as isize);
+        let global = move |index: [isize; 3]| [0, 1, 2].map(|a| index[a] + offset[a]);
         let open = |axis: usize| {
             move |index: [isize; 3]| {
-                if immersed.closed_face(axis, index) {
+                if immersed.closed_face(axis, global(index)) {
                     0.0
                 } else {
                     1.0
@@ -107,7 +111,7 @@ impl FaceCoefficients {
             }
         };
         let fluid = filled_field::<CellCentre>(patch, "fluid cells", |index| {
-            if immersed.enclosed_cell(index) {
+            if immersed.enclosed_cell(global(index)) {
                 0.0
             } else {
                 1.0

@@ -41,12 +41,17 @@
 //!   cells on the usual grids) to every rank once per cycle.
 //!
 //! Second and fourth order (the finest level then has 3 ghost layers and
-//! exchanges them), on the CPU, without immersed bodies.
+//! exchanges them), on the CPU. Immersed bodies close faces as on the
+//! whole domain ([`PatchedMultigrid::block_bodies`]: each patch's levels
+//! get the coefficients of their part of the grid), second order and with
+//! a Dirichlet side only.
 
 use crate::boundary::BoundaryConditions;
 use crate::error::{SolverError, SolverResult};
+use crate::immersed::Immersed;
 use crate::multigrid::coarsened_grids;
 use crate::multigrid::{Multigrid, MultigridOptions, SolveReport, Vector, check_finite};
+use crate::multigrid_bodies::CLOSED_LEVELS;
 use crate::poisson_iteration::{self, Iterated, PoissonSpace, Product};
 use crate::staggered::SpaceOrder;
 use crate::windows::{append_interior, place_interior, take_window};
@@ -126,6 +131,8 @@ pub struct PatchedMultigrid {
     singular: bool,
     order: SpaceOrder,
     options: MultigridOptions,
+    /// The conditions on the non-periodic sides.
+    conditions: BoundaryConditions,
     /// Interior cells of the finest level (for means).
     cells: f64,
     /// Wall time in seam exchanges, gathers and reductions across ranks.
@@ -255,6 +262,7 @@ impl PatchedMultigrid {
             singular,
             order,
             options,
+            conditions,
             cells: grid.cells().iter().product::<usize>() as f64,
             exchange_time: Duration::ZERO,
             link,
@@ -295,6 +303,42 @@ impl PatchedMultigrid {
         self.exchange_time
     }
 
+    /// Closes the faces of `immersed`'s bodies as [`Multigrid`] does on
+    /// the whole domain (`crate::multigrid_bodies`): on the levels of each
+    /// owned patch, and on the agglomerated levels that are among the
+    /// closed ones, taken from a whole-domain hierarchy built for the
+    /// purpose, so that every level has the undecomposed solver's
+    /// coefficients. Solve with [`Self::solve_preconditioned_cg`]. Not for
+    /// a singular problem: its null space is a constant on the fluid, whose
+    /// mean is not summed over patches yet.
+    pub(crate) fn block_bodies(&mut self, immersed: &Immersed) -> SolverResult<()> {
+        if self.singular {
+            return Err(SolverError::Setup {
+                equation: "Poisson".into(),
+                reason: "immersed bodies in a Poisson problem without a Dirichlet side are not solved on patches yet (the mean over the fluid is not summed over patches): give the flow an open side, or solve its projection whole (replicated_projection)".into(),
+            });
+        }
+        for patch in &mut self.patches {
+            patch.block_bodies_on_patch(immersed)?;
+        }
+        let first = self.decomposed_levels();
+        if first < CLOSED_LEVELS {
+            let ghosts = match self.order {
+                SpaceOrder::Second => 1,
+                SpaceOrder::Fourth => 3,
+            };
+            let mut whole = Multigrid::with_order(
+                &self.layout.grid().whole_domain(ghosts),
+                self.conditions.clone(),
+                self.options,
+                self.order,
+            )?;
+            whole.block_bodies(immersed)?;
+            self.coarse.adopt_closed_levels(&mut whole, first)?;
+        }
+        Ok(())
+    }
+
     /// Solves `lap(x) = rhs` by V-cycles, starting from `solution`'s
     /// values and leaving the result there (ghosts filled by the
     /// conditions and across seams); one field of each per owned patch,
@@ -311,6 +355,12 @@ impl PatchedMultigrid {
                     "PatchedMultigrid::solve runs V-cycles on the compact second-order Laplacian, but this solver was built for the order-{} operator; use solve_preconditioned_cg",
                     self.order.number()
                 ),
+            });
+        }
+        if self.patches[0].has_closed_faces() {
+            return Err(SolverError::Setup {
+                equation: "Poisson".into(),
+                reason: "PatchedMultigrid::solve runs V-cycles on the open Laplacian, but this solver has faces closed by bodies; use solve_preconditioned_cg".into(),
             });
         }
         let rhs_norm = self.load(rhs, solution)?;

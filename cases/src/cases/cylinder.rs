@@ -105,8 +105,10 @@ pub struct CylinderConfig {
     pub strouhal_tolerance: f64,
     /// Patches along x, y, z that the momentum stages run on (see
     /// `IncompressibleFlowBuilder::patches`); `[0, 0, 0]`: one per rank.
-    /// The projection stays whole on every rank (the body blocks it).
     pub patches: [usize; 3],
+    /// With several patches, the projection whole on every rank instead
+    /// of on the patches (`IncompressibleFlowBuilder::replicated_projection`).
+    pub replicate_projection: bool,
 }
 
 impl Default for CylinderConfig {
@@ -127,6 +129,7 @@ impl Default for CylinderConfig {
             length_tolerance: 0.15,
             strouhal_tolerance: 0.05,
             patches: [1, 1, 1],
+            replicate_projection: false,
         }
     }
 }
@@ -256,11 +259,15 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
         .integrator(integrator(&config.integrator))
         .mode(case_execution_mode(options))
         .placement(options.placement.clone());
-    // The body's forcing and force reductions run beside the projection,
-    // which stays whole on every rank: with patches, the flow gives the
-    // bits of one patch on any layout and number of ranks.
-    let flow =
-        crate::setup::flow_on_patches(flow, &grid, config.patches, true, 1, options)?.build()?;
+    let flow = crate::setup::flow_on_patches(
+        flow,
+        &grid,
+        config.patches,
+        config.replicate_projection,
+        1,
+        options,
+    )?
+    .build()?;
     if let Some(why) = flow.force_unavailable(NAME) {
         return Err(CaseError::Usage(format!(
             "the cylinder's force cannot be computed on {ny} cells across: {why}"
@@ -486,6 +493,10 @@ impl Simulation for Cylinder {
     }
     fn exchange_time(&self) -> Option<std::time::Duration> {
         self.flow.exchange_time()
+    }
+    fn poisson_on_patches(&self) -> Option<(std::time::Duration, usize, usize)> {
+        let (levels, on_patches) = self.flow.projection_levels()?;
+        Some((self.flow.projection_solve_time()?, levels, on_patches))
     }
     fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck> {
         let mut files = Vec::new();

@@ -4,9 +4,8 @@
 use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::checkpoint::RankCheckpoint;
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
-use crate::driver::{CaseCheck, DumpSchedule, OutputFiles, RunControl, Simulation, Stop, run};
+use crate::driver::{CaseCheck, RunControl, Simulation, Stop, run};
 use crate::error::CaseResult;
-use crate::progress::ProgressMode;
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
 use crate::solver_state::{
@@ -261,16 +260,7 @@ pub fn convergence_study(options: &CaseOptions, output: Option<&Path>) -> CaseRe
             crate::error::CaseError::Usage(format!("cells = {} is too large", config.cells))
         })?;
         let mut heat = build(&config, cells, options)?;
-        let control = RunControl {
-            stop: Stop::EndTime(config.end_time),
-            dumps: DumpSchedule::StartAndEnd,
-            checkpoint_every: None,
-            config_text: String::new(),
-            progress: ProgressMode::Quiet,
-            record_trace: false,
-            ranks: None,
-            output_files: OutputFiles::Whole,
-        };
+        let control = RunControl::new(Stop::EndTime(config.end_time), "");
         run(&mut heat, &control, None, &mut |_| {})?;
         let error = heat.relative_error()?;
         rows.push(vec![1.0 / cells as f64, error]);

@@ -7,8 +7,8 @@
 use watershed_fields::{Grid, Location, Patch, SpatialField, XFace, YFace, ZFace};
 use watershed_operators::Side;
 use watershed_solvers::{
-    BoundaryCondition, BoundaryConditions, BoundaryExpression, IncompressibleFlow,
-    IncompressibleFlowBuilder, SpaceOrder,
+    Body, BoundaryCondition, BoundaryConditions, BoundaryExpression, IncompressibleFlow,
+    IncompressibleFlowBuilder, Outflow, Shape, SpaceOrder,
 };
 
 /// A 24 x 16 cavity whose lid speeds up in time (`1 + t/2`: the
@@ -29,6 +29,30 @@ pub fn cavity(patch: &Patch) -> IncompressibleFlowBuilder {
                 .with(Side::PLUS_Y, BoundaryCondition::DirichletExpression(lid)),
         )
         .velocity_conditions(1, walls)
+}
+
+/// A 32 x 16 channel, 2 x 1.
+pub fn disc_channel_grid() -> Grid {
+    Grid::new([32, 16, 1], [2.0, 1.0, 1.0], [0.0; 3]).unwrap()
+}
+
+/// The channel of [`disc_channel_grid`] on `patch`, from a uniform inflow
+/// to a convective outflow, past a disc of radius 0.1 at (0.6, 0.52)
+/// (an immersed body named "disc" whose force band ends 3 cells out).
+pub fn past_a_disc(patch: &Patch) -> IncompressibleFlowBuilder {
+    let h = 1.0 / 16.0;
+    let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+    let disc = Body::fixed("disc", Shape::circle([0.6, 0.52, 0.0], 0.1)).force_band(h, 3.0 * h);
+    IncompressibleFlowBuilder::new(patch, 0.02)
+        .velocity_conditions(
+            0,
+            walls
+                .clone()
+                .with(Side::MINUS_X, BoundaryCondition::Dirichlet(1.0)),
+        )
+        .velocity_conditions(1, walls)
+        .outflow_of(Side::PLUS_X, Outflow::Convective)
+        .body(disc)
 }
 
 /// A periodic box of 16^3 cells, 2 pi wide.
