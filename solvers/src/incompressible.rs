@@ -174,8 +174,7 @@ impl IncompressibleFlowBuilder {
     /// the gathered velocity (in the divergence graph and in the flow's
     /// own graph, with the same bits), their force reductions run in the
     /// flow's own graph, and the solve on the patches closes their faces
-    /// ([`crate::PatchedMultigrid`]); a flow with bodies and no open side
-    /// needs [`Self::replicated_projection`].
+    /// ([`crate::PatchedMultigrid`]).
     ///
     /// ```
     /// use std::rc::Rc;

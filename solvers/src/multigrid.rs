@@ -16,7 +16,9 @@ use crate::assignment_memo::{Assignments, Recipe};
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::error::{SolverError, SolverResult};
 use crate::immersed::Immersed;
-use crate::multigrid_bodies::{CLOSED_LEVELS, FaceCoefficients, MovableField, remove_fluid_mean};
+use crate::multigrid_bodies::{
+    CLOSED_LEVELS, FaceCoefficients, MovableField, fluid_sum, remove_fluid_mean, subtract_on_fluid,
+};
 use crate::poisson_iteration::{self, Iterated, PoissonSpace, Product};
 use crate::staggered::SpaceOrder;
 use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField, on_face};
@@ -1392,6 +1394,65 @@ impl Multigrid {
         sum(assignments, v)
     }
 
+    /// With bodies closing faces: the number of the finest level's
+    /// interior fluid cells.
+    pub(crate) fn fluid_cells_here(&self) -> SolverResult<f64> {
+        match &self.levels[0].coefficients {
+            Some(closed) => Ok(closed.fluid_cells),
+            None => Err(closed_faces_needed("a count of fluid cells")),
+        }
+    }
+
+    /// With bodies closing faces: the interior sum of `which` over the
+    /// finest level's fluid cells (a singular problem's mean over every
+    /// patch is formed from these).
+    pub(crate) fn fluid_sum_here(&mut self, which: Vector) -> SolverResult<f64> {
+        let Multigrid {
+            levels,
+            cg,
+            assignments,
+            ..
+        } = self;
+        let Some(closed) = &levels[0].coefficients else {
+            return Err(closed_faces_needed("a sum over the fluid"));
+        };
+        let v = select(levels, cg, which);
+        fluid_sum(v, closed, assignments)
+    }
+
+    /// With bodies closing faces: subtracts `value` from `which` (the
+    /// finest level's `x` or `b`, or CG's `r`) on the fluid cells.
+    pub(crate) fn subtract_on_fluid_here(&mut self, which: Vector, value: f64) -> SolverResult<()> {
+        self.mean.set(value);
+        let Multigrid {
+            levels,
+            cg,
+            assignments,
+            mean,
+            ..
+        } = self;
+        let Level {
+            x, b, coefficients, ..
+        } = &mut levels[0];
+        let (target, closed) = match which {
+            Vector::Solution(0) => (x, &*coefficients),
+            Vector::Rhs(0) => (b, &*coefficients),
+            Vector::CgResidual => (&mut cg.r, &*coefficients),
+            _ => {
+                return Err(SolverError::Setup {
+                    equation: "Poisson".into(),
+                    reason: format!(
+                        "a mean over the fluid is removed from the finest level's x or b or CG's r, not from {which:?}"
+                    ),
+                });
+            }
+        };
+        let Some(closed) = closed else {
+            return Err(closed_faces_needed("a mean over the fluid"));
+        };
+        subtract_on_fluid(target, closed, mean, assignments, "remove mean", None)
+    }
+
     /// Subtracts `value` from the interior of `which` (a mean worked out
     /// over every patch).
     pub(crate) fn subtract(&mut self, which: Vector, value: f64) -> SolverResult<()> {
@@ -1748,6 +1809,16 @@ pub(crate) fn coarsened_grids(grid: &Grid) -> SolverResult<Vec<Grid>> {
 }
 
 /// How many times finer `fine` is than `coarse` along each axis (1 or 2).
+/// The error of a fluid-only operation on a hierarchy without bodies.
+fn closed_faces_needed(what: &str) -> SolverError {
+    SolverError::Setup {
+        equation: "Poisson".into(),
+        reason: format!(
+            "{what} needs faces closed by bodies (block_bodies), and this hierarchy has none"
+        ),
+    }
+}
+
 fn refinement(fine: &Level, coarse: &Level) -> [usize; 3] {
     let (f, c) = (
         fine.x.layout().interior_extent(),

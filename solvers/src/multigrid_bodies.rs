@@ -332,22 +332,45 @@ pub(crate) fn remove_fluid_mean(
     purpose: &'static str,
     fill: Option<crate::boundary::BoundaryConditions>,
 ) -> SolverResult<()> {
+    let sum = fluid_sum(x, coefficients, assignments)?;
+    mean.set(sum / coefficients.fluid_cells.max(1.0));
+    subtract_on_fluid(x, coefficients, mean, assignments, purpose, fill)
+}
+
+/// The sum of `x` over the interior's fluid cells.
+pub(crate) fn fluid_sum(
+    x: &SpatialField<CellCentre>,
+    coefficients: &FaceCoefficients,
+    assignments: &mut Assignments,
+) -> SolverResult<f64> {
     let fluid = &coefficients.fluid;
-    let sum = assignments.reduce(
+    assignments.reduce(
         "fluid sum",
         [x.id(), fluid.id()],
         x.active_device(),
-        &[&*x, fluid],
+        &[x, fluid],
         || {
             PreparedReduction::new(
-                field(&*x) * field(fluid),
+                field(x) * field(fluid),
                 Reduction::Sum,
                 ReduceRegion::Interior,
                 Parallelism::Rayon,
             )
         },
-    )?;
-    mean.set(sum / coefficients.fluid_cells.max(1.0));
+    )
+}
+
+/// Subtracts the parameter `mean` from `x` on the fluid cells, then fills
+/// `x`'s ghosts with `fill` if given.
+pub(crate) fn subtract_on_fluid(
+    x: &mut SpatialField<CellCentre>,
+    coefficients: &FaceCoefficients,
+    mean: &Parameter,
+    assignments: &mut Assignments,
+    purpose: &'static str,
+    fill: Option<crate::boundary::BoundaryConditions>,
+) -> SolverResult<()> {
+    let fluid = &coefficients.fluid;
     let own = x.id();
     let fields: [&dyn BoundField; 1] = [fluid];
     assignments.run(purpose, [own, fluid.id(), 0], x, &fields, |x| {

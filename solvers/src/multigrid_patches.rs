@@ -43,8 +43,8 @@
 //! Second and fourth order (the finest level then has 3 ghost layers and
 //! exchanges them), on the CPU. Immersed bodies close faces as on the
 //! whole domain ([`PatchedMultigrid::block_bodies`]: each patch's levels
-//! get the coefficients of their part of the grid), second order and with
-//! a Dirichlet side only.
+//! get the coefficients of their part of the grid; a singular problem's
+//! means are over every patch's fluid cells), second order.
 
 use crate::boundary::BoundaryConditions;
 use crate::error::{SolverError, SolverResult};
@@ -135,6 +135,8 @@ pub struct PatchedMultigrid {
     conditions: BoundaryConditions,
     /// Interior cells of the finest level (for means).
     cells: f64,
+    /// With bodies: the finest level's interior fluid cells, every patch's.
+    fluid_cells: f64,
     /// Wall time in seam exchanges, gathers and reductions across ranks.
     exchange_time: Duration,
 }
@@ -264,6 +266,7 @@ impl PatchedMultigrid {
             options,
             conditions,
             cells: grid.cells().iter().product::<usize>() as f64,
+            fluid_cells: 0.0,
             exchange_time: Duration::ZERO,
             link,
         })
@@ -308,19 +311,16 @@ impl PatchedMultigrid {
     /// owned patch, and on the agglomerated levels that are among the
     /// closed ones, taken from a whole-domain hierarchy built for the
     /// purpose, so that every level has the undecomposed solver's
-    /// coefficients. Solve with [`Self::solve_preconditioned_cg`]. Not for
-    /// a singular problem: its null space is a constant on the fluid, whose
-    /// mean is not summed over patches yet.
+    /// coefficients. A singular problem's means are then taken over the
+    /// fluid cells of every patch (its null space is a constant there).
+    /// Solve with [`Self::solve_preconditioned_cg`]. Collective.
     pub(crate) fn block_bodies(&mut self, immersed: &Immersed) -> SolverResult<()> {
-        if self.singular {
-            return Err(SolverError::Setup {
-                equation: "Poisson".into(),
-                reason: "immersed bodies in a Poisson problem without a Dirichlet side are not solved on patches yet (the mean over the fluid is not summed over patches): give the flow an open side, or solve its projection whole (replicated_projection)".into(),
-            });
-        }
         for patch in &mut self.patches {
             patch.block_bodies_on_patch(immersed)?;
         }
+        // Every patch's fluid cells (collective), for a singular
+        // problem's means.
+        self.fluid_cells = self.sum_over_patches(|p| p.fluid_cells_here())?;
         let first = self.decomposed_levels();
         if first < CLOSED_LEVELS {
             let ghosts = match self.order {
@@ -455,8 +455,18 @@ impl PatchedMultigrid {
         Ok(())
     }
 
-    /// Subtracts the interior mean of `which` over every patch.
+    /// Subtracts the interior mean of `which` over every patch: over
+    /// their fluid cells where bodies close faces (the null space is a
+    /// constant there).
     fn remove_mean(&mut self, which: Vector) -> SolverResult<()> {
+        if self.patches[0].has_closed_faces() {
+            let sum = self.sum_over_patches(|p| p.fluid_sum_here(which))?;
+            let mean = sum / self.fluid_cells.max(1.0);
+            for patch in &mut self.patches {
+                patch.subtract_on_fluid_here(which, mean)?;
+            }
+            return Ok(());
+        }
         let mean = self.sum_over_patches(|p| p.sum_here(which))? / self.cells;
         for patch in &mut self.patches {
             patch.subtract(which, mean)?;

@@ -55,6 +55,13 @@ pub fn past_a_disc(patch: &Patch) -> IncompressibleFlowBuilder {
         .body(disc)
 }
 
+/// The cavity of [`cavity_grid`] on `patch` with a disc "disc" of radius
+/// 0.2 at (0.75, 0.5): a closed flow with an immersed body (the
+/// projection's null space a constant on the fluid).
+pub fn cavity_with_disc(patch: &Patch) -> IncompressibleFlowBuilder {
+    cavity(patch).body(Body::fixed("disc", Shape::circle([0.75, 0.5, 0.0], 0.2)))
+}
+
 /// A periodic box of 16^3 cells, 2 pi wide.
 pub fn taylor_green_grid() -> Grid {
     let side = 2.0 * std::f64::consts::PI;
