@@ -97,6 +97,16 @@ pub fn flow_graphs(
     graphs
 }
 
+/// What a flow's `Simulation::poisson_on_patches` reports: the time in
+/// its Poisson solve on the patches, its levels in all and on the patches
+/// (`None` when the solve is not on patches).
+pub fn flow_poisson_on_patches(
+    flow: &IncompressibleFlow,
+) -> Option<(std::time::Duration, usize, usize)> {
+    let (levels, on_patches) = flow.projection_levels()?;
+    Some((flow.projection_solve_time()?, levels, on_patches))
+}
+
 /// The integrators a configuration can name.
 pub const INTEGRATORS: [&str; 3] = ["forward-euler", "ssp-rk2", "ssp-rk3"];
 

@@ -339,8 +339,7 @@ impl Simulation for Channel {
         self.flow.exchange_time()
     }
     fn poisson_on_patches(&self) -> Option<(std::time::Duration, usize, usize)> {
-        let (levels, on_patches) = self.flow.projection_levels()?;
-        Some((self.flow.projection_solve_time()?, levels, on_patches))
+        crate::setup::flow_poisson_on_patches(&self.flow)
     }
     fn finish(&mut self, output: Option<&Path>) -> CaseResult<CaseCheck> {
         let profile = self.profile()?;
