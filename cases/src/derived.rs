@@ -195,81 +195,132 @@ fn face_to_cells<L: Location>(u: &SpatialField<L>, axis: usize) -> CaseResult<Ce
     })
 }
 
+/// The fields derived from a flow for viewing, computed once over the
+/// whole grid and written whole or patch by patch (a dump per rank).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DerivedFlowFields {
+    /// The grid's cells, origin and spacing (and the cell velocity).
+    velocity: CellVelocity,
+    /// Name, values (x fastest, components interleaved), components, how.
+    fields: Vec<(&'static str, Vec<f64>, usize, &'static str)>,
+}
+
+impl DerivedFlowFields {
+    /// `velocity`, `speed` and `vorticity` of `flow` at the cell centres,
+    /// and with immersed bodies `body_mask` and `body_distance` (see the
+    /// module docs).
+    pub fn of_flow(flow: &IncompressibleFlow) -> CaseResult<Self> {
+        let velocity = CellVelocity::of_flow(flow)?;
+        let (vorticity, vorticity_components) = velocity.vorticity();
+        let mut fields = vec![
+            ("velocity", velocity.interleaved(), 3, VELOCITY_DERIVATION),
+            ("speed", velocity.speed(), 1, SPEED_DERIVATION),
+            (
+                "vorticity",
+                vorticity,
+                vorticity_components,
+                VORTICITY_DERIVATION,
+            ),
+        ];
+        if !flow.bodies().is_empty() {
+            let [nx, ny, nz] = velocity.cells;
+            let mut distance = Vec::with_capacity(nx * ny * nz);
+            for k in 0..nz {
+                for j in 0..ny {
+                    for i in 0..nx {
+                        let centre = [0, 1, 2].map(|a| {
+                            velocity.origin[a] + ([i, j, k][a] as f64 + 0.5) * velocity.spacing[a]
+                        });
+                        distance.push(flow.body_distance(centre).unwrap_or(f64::INFINITY));
+                    }
+                }
+            }
+            let mask: Vec<f64> = distance
+                .iter()
+                .map(|&d| if d < 0.0 { 1.0 } else { 0.0 })
+                .collect();
+            fields.push(("body_mask", mask, 1, BODY_MASK_DERIVATION));
+            fields.push(("body_distance", distance, 1, BODY_DISTANCE_DERIVATION));
+        }
+        Ok(DerivedFlowFields { velocity, fields })
+    }
+
+    /// Writes every field into `group`: over the whole grid, or (`window`:
+    /// `(offset, cells)`) over the box of `cells` cells from global cell
+    /// `offset`, with that box's origin.
+    pub fn write(
+        &self,
+        group: &hdf5::Group,
+        window: Option<([usize; 3], [usize; 3])>,
+    ) -> CaseResult<Vec<DumpedField>> {
+        let whole = self.velocity.cells;
+        let (offset, cells) = window.unwrap_or(([0; 3], whole));
+        if (0..3).any(|a| {
+            offset[a]
+                .checked_add(cells[a])
+                .is_none_or(|end| end > whole[a])
+        }) {
+            return Err(crate::error::CaseError::Usage(format!(
+                "a window of {cells:?} cells from {offset:?} does not lie in the flow's {whole:?} cells"
+            )));
+        }
+        let origin = [0, 1, 2]
+            .map(|a| self.velocity.origin[a] + (offset[a] as f64 + 0.5) * self.velocity.spacing[a]);
+        let mut written = Vec::with_capacity(self.fields.len());
+        for (name, data, components, how) in &self.fields {
+            let part;
+            let values = if window.is_none() {
+                data.as_slice()
+            } else {
+                let row = cells[0] * components;
+                let mut cut = Vec::with_capacity(cells.iter().product::<usize>() * components);
+                for k in offset[2]..offset[2] + cells[2] {
+                    for j in offset[1]..offset[1] + cells[1] {
+                        let start = (offset[0] + whole[0] * (j + whole[1] * k)) * components;
+                        cut.extend_from_slice(&data[start..start + row]);
+                    }
+                }
+                part = cut;
+                part.as_slice()
+            };
+            written.push(write_cell_dataset(
+                group,
+                name,
+                (cells, origin, self.velocity.spacing),
+                *components,
+                values,
+                how,
+            )?);
+        }
+        Ok(written)
+    }
+}
+
 /// Writes `velocity`, `speed` and `vorticity` of `flow` at the cell
 /// centres into `group` (see the module docs).
 pub fn dump_derived_flow_fields(
     flow: &IncompressibleFlow,
     group: &hdf5::Group,
 ) -> CaseResult<Vec<DumpedField>> {
-    let velocity = CellVelocity::of_flow(flow)?;
-    let (vorticity, vorticity_components) = velocity.vorticity();
-    let mut written = Vec::new();
-    for (name, data, components, how) in [
-        ("velocity", velocity.interleaved(), 3, VELOCITY_DERIVATION),
-        ("speed", velocity.speed(), 1, SPEED_DERIVATION),
-        (
-            "vorticity",
-            vorticity,
-            vorticity_components,
-            VORTICITY_DERIVATION,
-        ),
-    ] {
-        written.push(write_cell_dataset(
-            group, name, &velocity, components, &data, how,
-        )?);
-    }
-    if !flow.bodies().is_empty() {
-        let [nx, ny, nz] = velocity.cells;
-        let mut distance = Vec::with_capacity(nx * ny * nz);
-        for k in 0..nz {
-            for j in 0..ny {
-                for i in 0..nx {
-                    let centre = [0, 1, 2].map(|a| {
-                        velocity.origin[a] + ([i, j, k][a] as f64 + 0.5) * velocity.spacing[a]
-                    });
-                    distance.push(flow.body_distance(centre).unwrap_or(f64::INFINITY));
-                }
-            }
-        }
-        let mask: Vec<f64> = distance
-            .iter()
-            .map(|&d| if d < 0.0 { 1.0 } else { 0.0 })
-            .collect();
-        written.push(write_cell_dataset(
-            group,
-            "body_mask",
-            &velocity,
-            1,
-            &mask,
-            BODY_MASK_DERIVATION,
-        )?);
-        written.push(write_cell_dataset(
-            group,
-            "body_distance",
-            &velocity,
-            1,
-            &distance,
-            BODY_DISTANCE_DERIVATION,
-        )?);
-    }
-    Ok(written)
+    DerivedFlowFields::of_flow(flow)?.write(group, None)
 }
 
-/// Writes `data` (x fastest, `components` interleaved) on the cells of
-/// `grid` as a dataset of shape `(nz, ny, nx[, components])` marked as
-/// derived, with the `location`, `origin` (the first cell's centre) and
-/// `spacing` attributes of a solution field.
+/// Writes `data` (x fastest, `components` interleaved) on `cells` cells,
+/// the first centred at `first_centre`, `spacing` apart (`box_`), as a
+/// dataset of shape `(nz, ny, nx[, components])` marked as derived, with
+/// the `location`, `origin` (the first cell's centre) and `spacing`
+/// attributes of a solution field.
 fn write_cell_dataset(
     group: &hdf5::Group,
     name: &str,
-    grid: &CellVelocity,
+    box_: ([usize; 3], [f64; 3], [f64; 3]),
     components: usize,
     data: &[f64],
     how: &str,
 ) -> CaseResult<DumpedField> {
     let file = PathBuf::from(group.filename());
     let err = |e| hdf5_error(&file, name, e);
-    let cells = grid.cells;
+    let (cells, first_centre, spacing) = box_;
     let mut shape = vec![cells[2], cells[1], cells[0]];
     if components > 1 {
         shape.push(components);
@@ -296,8 +347,7 @@ fn write_cell_dataset(
             .and_then(|a| a.write_scalar(&value))
             .map_err(|e| hdf5_error(&file, &format!("{name}/{attribute}"), e))?;
     }
-    let first_centre = [0, 1, 2].map(|a| grid.origin[a] + 0.5 * grid.spacing[a]);
-    for (attribute, value) in [("origin", first_centre), ("spacing", grid.spacing)] {
+    for (attribute, value) in [("origin", first_centre), ("spacing", spacing)] {
         dataset
             .new_attr_builder()
             .with_data(&value)

@@ -20,7 +20,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 use watershed_exprgraph::{ExpressionGraph, ExpressionTiming, RecordedEvent};
 use watershed_fields::ranks::RankLink;
-use watershed_fields::{GpuCalls, Grid, MemoryPool};
+use watershed_fields::{GpuCalls, Grid, MemoryPool, PatchLayout};
 use watershed_io::csv::{SeriesFile, SeriesLayout};
 use watershed_io::dumps::{DumpSeries, DumpedField};
 use watershed_io::rank_dumps::write_rank_dump;
@@ -113,6 +113,13 @@ pub trait Simulation {
     /// track come from it.
     fn patched(&self) -> Option<&PatchedTransport> {
         None
+    }
+    /// The layout of the patches a decomposed case runs on (`None`: one
+    /// patch of its own); what files per rank ([`OutputFiles::PerRank`])
+    /// split the domain by. A transport case's is its
+    /// [`Self::patched`]'s; a decomposed flow says its own.
+    fn patch_layout(&self) -> Option<&PatchLayout> {
+        self.patched().map(PatchedTransport::layout)
     }
     /// The wall time this rank spent exchanging patch seams and combining
     /// reductions across patches (`None`: one patch, nothing exchanged).
@@ -298,7 +305,7 @@ pub enum OutputFiles {
 /// The error of files per rank asked of a case that cannot write them.
 pub fn per_rank_refused(case: &str) -> CaseError {
     CaseError::Usage(format!(
-        "`{case}` cannot write its dumps and checkpoints per rank (--per-rank-files): it does not hold its fields on patches of their own (only advection, heat and wasatch-scalability do); leave --per-rank-files out and rank 0 writes the whole domain"
+        "`{case}` cannot write its dumps and checkpoints per rank (--per-rank-files): it does not run on patches (set patches=PX,PY,PZ, for a case that decomposes: advection, heat, wasatch-scalability and the flows); leave --per-rank-files out and rank 0 writes the whole domain"
     ))
 }
 
@@ -525,7 +532,7 @@ pub fn run<S: Simulation + ?Sized>(
         sim.start_recording(epoch);
     }
     let mut progress = Progress::new(control.progress, sim.case());
-    if control.output_files != OutputFiles::Whole && sim.patched().is_none() {
+    if control.output_files != OutputFiles::Whole && sim.patch_layout().is_none() {
         return Err(per_rank_refused(sim.case()));
     }
     if control.output_files != OutputFiles::Whole && output.is_none() && !follower {
@@ -587,9 +594,8 @@ pub fn run<S: Simulation + ?Sized>(
                     return Ok(None);
                 };
                 let layout = sim
-                    .patched()
-                    .ok_or_else(|| per_rank_refused(sim.case()))?
-                    .layout();
+                    .patch_layout()
+                    .ok_or_else(|| per_rank_refused(sim.case()))?;
                 let owners = (0..layout.len())
                     .map(|k| layout.owner(k, count).map(|r| r as u64))
                     .collect::<Result<Vec<_>, _>>()?;

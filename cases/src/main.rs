@@ -612,7 +612,7 @@ fn run_case(
             "--checkpoint-every must be at least 1".into(),
         )));
     }
-    if args.per_rank_files && prepared.simulation.patched().is_none() {
+    if args.per_rank_files && prepared.simulation.patch_layout().is_none() {
         return Err(usage(watershed_cases::driver::per_rank_refused(info.name)));
     }
     // A restart continues its own run's folder. Into another run's

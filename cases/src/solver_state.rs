@@ -4,15 +4,16 @@
 //! patches of a decomposed run (the same datasets either way, so a
 //! checkpoint restarts on any patch layout).
 
-use crate::checkpoint::{RankCheckpoint, load_field, save_field};
-use crate::derived::dump_derived_flow_fields;
-use crate::error::CaseResult;
+use crate::checkpoint::{RankCheckpoint, load_field, load_series, save_field, save_series};
+use crate::derived::{DerivedFlowFields, dump_derived_flow_fields};
+use crate::error::{CaseError, CaseResult};
 use watershed_exprgraph::ExpressionGraph;
-use watershed_fields::io::read_field_window;
+use watershed_fields::io::{read_field, read_field_window};
 use watershed_fields::on_face;
-use watershed_fields::{CellCentre, SpatialField};
+use watershed_fields::{CellCentre, FieldLayout, Location, Patch, PatchLayout, SpatialField};
 use watershed_io::dumps::{DumpedField, dump_field};
 use watershed_io::rank_dumps::create_patch_group;
+use watershed_solvers::windows::{cut_window, paste_window};
 use watershed_solvers::{IncompressibleFlow, PatchedTransport};
 
 /// Dumps the velocity components (`u`, `v`, `w` on their faces), the
@@ -31,8 +32,13 @@ pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<V
     Ok(written)
 }
 
+/// The dataset of a flow's checkpoint holding its bodies' weighted
+/// momentum sums ([`IncompressibleFlow::force_sums`]).
+const FORCE_SUMS: &str = "force_sums";
+
 /// Saves the state of `flow` (velocity, projection potential, pressure,
-/// all with ghosts) under names starting with `prefix`.
+/// all with ghosts, and its bodies' weighted momentum sums when it
+/// computes forces) under names starting with `prefix`.
 pub fn save_flow(flow: &IncompressibleFlow, group: &hdf5::Group, prefix: &str) -> CaseResult<()> {
     for &axis in flow.active_axes() {
         let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
@@ -40,7 +46,38 @@ pub fn save_flow(flow: &IncompressibleFlow, group: &hdf5::Group, prefix: &str) -
     }
     let (psi, p) = (format!("{prefix}psi"), format!("{prefix}p"));
     flow.with_projection_potential(|field| save_field(group, &psi, field))??;
-    flow.with_pressure(|field| save_field(group, &p, field))?
+    flow.with_pressure(|field| save_field(group, &p, field))??;
+    save_force_sums(flow, group, &format!("{prefix}{FORCE_SUMS}"))
+}
+
+/// Saves the bodies' weighted momentum sums of `flow` as dataset `name`
+/// (nothing when it computes no force): without them the first step
+/// after a restart would have no force, and a force history a gap.
+fn save_force_sums(flow: &IncompressibleFlow, group: &hdf5::Group, name: &str) -> CaseResult<()> {
+    let sums = flow.force_sums();
+    if sums.is_empty() {
+        return Ok(());
+    }
+    save_series(group, name, &sums)
+}
+
+/// Restores what [`save_force_sums`] saved, once the velocity is back; a
+/// checkpoint written before they were kept has none, and the first step
+/// after the restart then has no force.
+fn load_force_sums(
+    flow: &mut IncompressibleFlow,
+    group: &hdf5::Group,
+    name: &str,
+) -> CaseResult<()> {
+    if !group.link_exists(name) {
+        return Ok(());
+    }
+    let sums = load_series(group, name)?;
+    flow.restore_force_sums(&sums)
+        .map_err(|e| CaseError::Restart {
+            path: std::path::PathBuf::from(group.filename()),
+            reason: format!("dataset {name}: {e}"),
+        })
 }
 
 /// Restores what [`save_flow`] saved and sets the clock.
@@ -59,6 +96,155 @@ pub fn load_flow(
     flow.with_projection_potential_mut(|field| load_field(group, &psi, field))??;
     flow.with_pressure_mut(|field| load_field(group, &p, field))??;
     flow.set_clock(time, step)?;
+    load_force_sums(flow, group, &format!("{prefix}{FORCE_SUMS}"))
+}
+
+/// The patch layout of a decomposed `flow`, or an error saying that
+/// files per rank need one.
+fn flow_layout<'a>(flow: &'a IncompressibleFlow, case: &str) -> CaseResult<&'a PatchLayout> {
+    flow.patch_layout()
+        .ok_or_else(|| crate::driver::per_rank_refused(case))
+}
+
+/// For a dump per rank (`watershed_io::rank_dumps`): writes, for each
+/// patch of a decomposed `flow` this rank owns, a group with what
+/// [`dump_flow`] writes of the whole domain cut to the patch (the face
+/// components' pieces as [`watershed_io::DumpPiece::extent`] says, the
+/// pressure and the derived fields on its cells); returns what each patch
+/// holds. Every rank holds the whole flow, so nothing crosses ranks.
+pub fn dump_own_flow_patches(
+    flow: &IncompressibleFlow,
+    case: &str,
+    root: &hdf5::Group,
+) -> CaseResult<Vec<DumpedField>> {
+    let layout = flow_layout(flow, case)?;
+    let derived = DerivedFlowFields::of_flow(flow)?;
+    let mut written = Vec::new();
+    for index in flow.owned_patches().unwrap_or_default() {
+        let patch = layout.patch(index)?;
+        let (offset, cells) = (patch.offset(), patch.cells());
+        let group = create_patch_group(root, index, offset, cells)?;
+        let mut fields = Vec::new();
+        for &axis in flow.active_axes() {
+            let name = ["u", "v", "w"][axis];
+            fields.push(on_face!(axis, F => {
+                let part = flow.with_velocity::<F, _>(|u| cut_window(u, offset, cells))??;
+                dump_field(&group, name, &part)?
+            }));
+        }
+        let part = flow.with_pressure(|p| cut_window(p, offset, cells))??;
+        fields.push(dump_field(&group, "p", &part)?);
+        fields.extend(derived.write(&group, Some((offset, cells)))?);
+        written = fields;
+    }
+    Ok(written)
+}
+
+/// For a checkpoint per rank ([`crate::checkpoint`]): saves what
+/// [`save_flow`] saves, cut to each patch of a decomposed `flow` this rank
+/// owns, with the whole fields' ghost layers, one group per patch (the
+/// bodies' momentum sums, the same on every rank, at the file's root).
+pub fn save_own_flow_patches(
+    flow: &IncompressibleFlow,
+    case: &str,
+    root: &hdf5::Group,
+) -> CaseResult<()> {
+    let layout = flow_layout(flow, case)?;
+    for index in flow.owned_patches().unwrap_or_default() {
+        let patch = layout.patch(index)?;
+        let (offset, cells) = (patch.offset(), patch.cells());
+        let group = create_patch_group(root, index, offset, cells)?;
+        for &axis in flow.active_axes() {
+            let name = ["u", "v", "w"][axis];
+            on_face!(axis, F => {
+                let part = flow.with_velocity::<F, _>(|u| cut_window(u, offset, cells))??;
+                save_field(&group, name, &part)?
+            });
+        }
+        let psi = flow.with_projection_potential(|f| cut_window(f, offset, cells))??;
+        save_field(&group, "psi", &psi)?;
+        let p = flow.with_pressure(|f| cut_window(f, offset, cells))??;
+        save_field(&group, "p", &p)?;
+    }
+    // Every rank holds the same sums; each file keeps them.
+    save_force_sums(flow, root, FORCE_SUMS)
+}
+
+/// Restores what [`save_own_flow_patches`] saved, whichever number of
+/// ranks wrote it: every rank reads every patch (each from the file that
+/// holds it) into its whole fields, ghosts included, so that each point
+/// gets the bits it was saved with. The checkpoint's patch layout must be
+/// this run's; then the clock is set.
+pub fn load_own_flow_patches(
+    flow: &mut IncompressibleFlow,
+    case: &str,
+    patches: &RankCheckpoint,
+    time: f64,
+    step: u64,
+) -> CaseResult<()> {
+    let layout = flow_layout(flow, case)?.clone();
+    if patches.patches() != layout.len() {
+        return Err(CaseError::Restart {
+            path: patches.path(),
+            reason: format!(
+                "it was written per rank on {} patches, this run has {}: restart it with its own patch layout (drop the --set patches=... that changes it)",
+                patches.patches(),
+                layout.len()
+            ),
+        });
+    }
+    for index in 0..layout.len() {
+        let patch = layout.patch(index)?;
+        let (offset, cells) = (patch.offset(), patch.cells());
+        let (_file, group) = patches.patch(index)?;
+        for axis in flow.active_axes().to_vec() {
+            let name = ["u", "v", "w"][axis];
+            on_face!(axis, F => flow.with_velocity_mut::<F, _>(|u| {
+                load_patch_field(&group, name, offset, cells, u)
+            })??);
+        }
+        flow.with_projection_potential_mut(|f| load_patch_field(&group, "psi", offset, cells, f))??;
+        flow.with_pressure_mut(|f| load_patch_field(&group, "p", offset, cells, f))??;
+    }
+    flow.set_clock(time, step)?;
+    let (file, _) = patches.patch(0)?;
+    load_force_sums(flow, &file, FORCE_SUMS)
+}
+
+/// Reads dataset `name` of `group` (a patch of `cells` cells from
+/// `offset`, saved with `whole`'s ghosts by [`save_own_flow_patches`])
+/// into the same points of `whole`; another grid, patch or ghost width is
+/// a restart error naming both.
+fn load_patch_field<L: Location>(
+    group: &hdf5::Group,
+    name: &str,
+    offset: [usize; 3],
+    cells: [usize; 3],
+    whole: &mut SpatialField<L>,
+) -> CaseResult<()> {
+    let stored: SpatialField<L> = read_field(group, name)?;
+    let to = whole.layout();
+    let expected = FieldLayout::new(
+        &Patch::new(to.patch().grid(), offset, cells, to.ghosts())?,
+        L::KIND,
+    );
+    let from = stored.layout();
+    if from != &expected {
+        return Err(CaseError::Restart {
+            path: std::path::PathBuf::from(group.filename()),
+            reason: format!(
+                "field {name} of {} was saved on a {:?}-cell grid (patch of {:?} cells from {:?}, ghosts {:?}); this run's patch has {cells:?} cells from {offset:?} on a {:?}-cell grid (ghosts {:?}); restart with the configuration the checkpoint was written with",
+                group.name(),
+                from.patch().grid().cells(),
+                from.patch().cells(),
+                from.patch().offset(),
+                from.ghosts(),
+                to.patch().grid().cells(),
+                to.ghosts()
+            ),
+        });
+    }
+    paste_window(&stored, whole)?;
     Ok(())
 }
 

@@ -221,11 +221,14 @@ fn paraview_s_default_reader_shows_a_per_rank_files_as_one_dataset_of_patches_eq
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer-patches");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).unwrap();
-    // A 2D case on 2 x 2 patches and a 3D one on 2 x 1 x 2, each run twice:
-    // once per rank, once whole.
-    let cases: [(&str, &[&str]); 2] = [
+    // A 2D case on 2 x 2 patches, a 3D one on 2 x 1 x 2 and a flow (its
+    // staggered components in documents of their own, each patch's piece
+    // of a face field one plane longer where it ends on a wall) on 2 x 2,
+    // each run twice: once per rank, once whole.
+    let cases: [(&str, &[&str]); 3] = [
         ("advection", &["cells=16", "patches=2,2,1"]),
         ("wasatch-scalability", &["cells=8", "patches=2,1,2"]),
+        ("lid-driven-cavity", &["cells=16", "patches=2,2,1"]),
     ];
     let mut documents = Vec::new();
     let mut pairs = Vec::new();
@@ -252,9 +255,16 @@ fn paraview_s_default_reader_shows_a_per_rank_files_as_one_dataset_of_patches_eq
             }
             run_watershed(&args);
         }
-        let document = per_rank.join(format!("{case}.xmf"));
-        pairs.push(format!("{}={}", document.display(), whole.display()));
-        documents.push(document);
+        let faces: &[&str] = if case == "lid-driven-cavity" {
+            &["", "_xface", "_yface"]
+        } else {
+            &[""]
+        };
+        for location in faces {
+            let document = per_rank.join(format!("{case}{location}.xmf"));
+            pairs.push(format!("{}={}", document.display(), whole.display()));
+            documents.push(document);
+        }
     }
     let report = root.join("report.json");
     paraview_sees("paraview_sees_patches.py", &report, &root, &documents);
@@ -267,11 +277,15 @@ fn paraview_s_default_reader_shows_a_per_rank_files_as_one_dataset_of_patches_eq
     let verdict = text(&compared);
     assert!(compared.status.success(), "{verdict}");
     println!("{verdict}");
-    // 3 dumps each: 4 patches of advection, 4 of wasatch-scalability.
+    // 3 dumps each: 4 patches of advection, 4 of wasatch-scalability, 4
+    // of each of the cavity's three documents.
     for needle in [
-        "patches check: ok 2 documents, 24 blocks",
+        "patches check: ok 5 documents, 60 blocks",
         "advection.xmf: 3 times, 4 patches",
         "wasatch-scalability.xmf: 3 times, 4 patches",
+        "lid-driven-cavity.xmf: 3 times, 4 patches",
+        "lid-driven-cavity_xface.xmf: 3 times, 4 patches",
+        "lid-driven-cavity_yface.xmf: 3 times, 4 patches",
     ] {
         assert!(verdict.contains(needle), "{needle} missing:\n{verdict}");
     }

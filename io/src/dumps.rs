@@ -28,7 +28,7 @@ use crate::xdmf::{dumped_locations, xdmf_document, xdmf_file_name};
 use std::path::{Path, PathBuf};
 use watershed_exprgraph::{ExpressionGraph, GraphLocation, Tag};
 use watershed_fields::io::{GhostSelection, write_field};
-use watershed_fields::{FieldScalar, Grid, Location, LocationKind, SpatialField};
+use watershed_fields::{FieldLayout, FieldScalar, Grid, Location, LocationKind, SpatialField};
 
 pub use crate::record::{DumpPiece, DumpRecord, DumpedField};
 
@@ -225,7 +225,7 @@ impl DumpSeries {
             let mut record = None;
             if keep && !whole {
                 let ranks = match of_step.iter().find(|f| f.1 == 0) {
-                    Some(first) => Some(read_rank_dump_file(&first.2)?.ranks),
+                    Some(first) => Some(read_rank_dump_file(&first.2, &self.grid)?.ranks),
                     None => None,
                 };
                 let complete =
@@ -380,7 +380,7 @@ impl DumpSeries {
                     ),
                 ));
             }
-            let held = read_rank_dump_file(&path)?;
+            let held = read_rank_dump_file(&path, &self.grid)?;
             let expected_time = *dump_time.get_or_insert(held.time);
             if held.step != step
                 || held.rank != rank
@@ -419,21 +419,11 @@ impl DumpSeries {
         pieces.sort_by_key(|p| p.patch);
         self.check_tiling(step, &pieces)?;
         let mut fields = fields.unwrap_or_default();
-        if let Some(face) = fields
-            .iter()
-            .find(|f| f.location != LocationKind::CellCentre)
-        {
-            return Err(OutputError::output(
-                &self.directory,
-                format!(
-                    "the dump at step {step} per rank holds `{}` at {}: a dump per rank holds cell-centred fields only (patches' faces would overlap at their seams)",
-                    face.name,
-                    face.location.name()
-                ),
-            ));
-        }
+        // The whole grid's extent per location: the pieces of a face
+        // field tile it as the patches tile the cells.
+        let whole = self.grid.whole_domain(0);
         for field in &mut fields {
-            field.extent = self.grid.cells();
+            field.extent = FieldLayout::new(&whole, field.location).interior_extent();
         }
         Ok(DumpRecord {
             file: rank_dump_file_name(&self.case, step, 0),

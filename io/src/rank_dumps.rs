@@ -8,8 +8,12 @@
 //! patches is a group `patch_<index>` with the attributes `patch`,
 //! `offset` (its first cell in the whole grid, x y z) and `cells`, holding
 //! one dataset per field (the patch's interior, `(nz, ny, nx)`, with the
-//! attributes of `watershed_fields::io`). The files say all a reader needs
-//! to put the patches back together, without the XDMF.
+//! attributes of `watershed_fields::io`). A face field's piece is the
+//! patch's faces normal to its axis but the last: a seam face belongs to
+//! the patch on its plus side, and a patch that ends on a wall also holds
+//! the wall's face ([`DumpPiece::extent`]), so the pieces tile the whole
+//! face field as the patches tile the cells. The files say all a reader
+//! needs to put the patches back together, without the XDMF.
 //!
 //! **Completion.** Rank 0 records the dump ([`crate::DumpSeries::record_rank_dump`])
 //! only after every rank has written its file: it reads their patch
@@ -26,6 +30,7 @@ use crate::attributes::{
 use crate::error::{OutputError, OutputResult};
 use crate::record::{DumpPiece, DumpedField};
 use std::path::{Path, PathBuf};
+use watershed_fields::Grid;
 
 /// The file rank `rank` writes for the dump of `case` at `step`:
 /// `CASE_<step>.rank<rank>.h5`.
@@ -89,9 +94,11 @@ pub struct RankDumpFile {
 }
 
 /// Reads what the rank dump file at `path` holds (not the values): its
-/// root attributes and its patch groups, each of which must hold the same
-/// fields with the patch's cells.
-pub fn read_rank_dump_file(path: &Path) -> OutputResult<RankDumpFile> {
+/// root attributes and its patch groups, each of which must lie in `grid`
+/// and hold the same fields, each with the points its location has on
+/// the patch ([`DumpPiece::extent`]: the patch's cells, a face field one
+/// more along its axis where the patch ends on a wall).
+pub fn read_rank_dump_file(path: &Path, grid: &Grid) -> OutputResult<RankDumpFile> {
     let error = |reason: String| OutputError::Output {
         path: path.to_path_buf(),
         reason,
@@ -136,12 +143,29 @@ pub fn read_rank_dump_file(path: &Path) -> OutputResult<RankDumpFile> {
             }
         }
         let [offset, cells] = triple;
+        let piece = DumpPiece {
+            file: file_name.clone(),
+            group: name.clone(),
+            patch,
+            offset,
+            cells,
+        };
         let held = crate::dump_file::read_fields(path, &group, &name)?;
-        if let Some(d) = held.iter().find(|f| f.extent != cells) {
-            return Err(error(format!(
-                "dataset {name}/{} has {:?} points, not the patch's {cells:?} cells",
-                d.name, d.extent
-            )));
+        for field in &held {
+            let Some(extent) = piece.extent(grid, field.location) else {
+                return Err(error(format!(
+                    "group {name} says its patch has {cells:?} cells from {offset:?}, which do not lie in the grid's {:?} cells: the file is of another grid",
+                    grid.cells()
+                )));
+            };
+            if field.extent != extent {
+                return Err(error(format!(
+                    "dataset {name}/{} has {:?} points, not the {extent:?} a {} field has on the patch's {cells:?} cells",
+                    field.name,
+                    field.extent,
+                    field.location.name()
+                )));
+            }
         }
         match &fields {
             None => fields = Some(held),
@@ -160,13 +184,7 @@ pub fn read_rank_dump_file(path: &Path) -> OutputResult<RankDumpFile> {
                 }
             }
         }
-        pieces.push(DumpPiece {
-            file: file_name.clone(),
-            group: name,
-            patch,
-            offset,
-            cells,
-        });
+        pieces.push(piece);
     }
     Ok(RankDumpFile {
         time,
@@ -220,7 +238,9 @@ mod tests {
     use super::*;
     use crate::dumps::{DumpSeries, dump_field};
     use watershed_fields::decomposition::PatchLayout;
-    use watershed_fields::{CellCentre, Device, GhostWidth, Grid, SpatialField};
+    use watershed_fields::{
+        CellCentre, Device, GhostWidth, Grid, LocationKind, SpatialField, XFace,
+    };
 
     /// Writes rank `rank`'s file of a dump of `layout` at `step`: each
     /// owned patch's field `c` holds its cells' global x index.
@@ -319,6 +339,96 @@ mod tests {
         let file = hdf5::File::open(dir.path().join("demo_00000002.rank00002.h5")).unwrap();
         let values: Vec<f64> = file.dataset("patch_00003/c").unwrap().read_raw().unwrap();
         assert_eq!(&values[..4], &[4.0, 5.0, 6.0, 7.0]);
+    }
+
+    /// Rank `rank`'s file with an x-face field `u` on each owned patch,
+    /// holding each face's global x index; `extra`: one more face plane
+    /// than the patch has on every patch.
+    fn write_face_rank(
+        dir: &Path,
+        layout: &PatchLayout,
+        rank: usize,
+        ranks: usize,
+        extra: bool,
+    ) -> OutputResult<PathBuf> {
+        write_rank_dump::<OutputError>(dir, "demo", 1.0, 2, rank, ranks, |root| {
+            let mut fields = Vec::new();
+            for index in layout.owned_by(rank, ranks)? {
+                let patch = layout.patch(index)?;
+                let group = create_patch_group(root, index, patch.offset(), patch.cells())?;
+                let mut cells = patch.cells();
+                if extra {
+                    cells[0] += 1;
+                }
+                let stored = if extra {
+                    watershed_fields::Patch::new(
+                        &Grid::new([9, 4, 2], [1.125, 0.5, 0.25], [0.0; 3]).unwrap(),
+                        patch.offset(),
+                        cells,
+                        GhostWidth::uniform(0),
+                    )?
+                } else {
+                    patch.clone()
+                };
+                let mut u = SpatialField::<XFace>::new("u", &stored, Device::Cpu)?;
+                let field_layout = u.layout().clone();
+                let values = u.values_mut()?;
+                for point in field_layout.interior().iter() {
+                    values[field_layout.linear_index(point)] =
+                        (patch.offset()[0] as isize + point[0]) as f64;
+                }
+                let c = SpatialField::<CellCentre>::new("c", &patch, Device::Cpu)?;
+                fields = vec![dump_field(&group, "u", &u)?, dump_field(&group, "c", &c)?];
+            }
+            Ok(fields)
+        })
+    }
+
+    #[test]
+    fn face_fields_per_rank_tile_the_whole_face_field_and_get_their_own_meshes() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = layout();
+        let grid = layout.grid().clone();
+        let mut series = DumpSeries::create(dir.path(), "demo", &grid, false, None).unwrap();
+        for rank in 0..3 {
+            write_face_rank(dir.path(), &layout, rank, 3, false).unwrap();
+        }
+        series.record_rank_dump(1.0, 2, 3).unwrap();
+        let record = &series.dumps()[0];
+        // The whole x-face field has 9 planes over 8 cells.
+        let u = record.fields.iter().find(|f| f.name == "u").unwrap();
+        assert_eq!((u.location, u.extent), (LocationKind::XFace, [9, 4, 2]));
+        // Patches 1 and 3 end on the +x wall: 5 planes; 0 and 2: 4.
+        let pieces: Vec<[usize; 3]> = record
+            .pieces
+            .iter()
+            .map(|p| p.extent(&grid, LocationKind::XFace).unwrap())
+            .collect();
+        assert_eq!(pieces, [[4, 2, 2], [5, 2, 2], [4, 2, 2], [5, 2, 2]]);
+        // Their values: every global face index once along each row.
+        let file = hdf5::File::open(dir.path().join("demo_00000002.rank00000.h5")).unwrap();
+        let right: Vec<f64> = file.dataset("patch_00001/u").unwrap().read_raw().unwrap();
+        assert_eq!(&right[..5], &[4.0, 5.0, 6.0, 7.0, 8.0]);
+        let faces = std::fs::read_to_string(dir.path().join("demo_xface.xmf")).unwrap();
+        assert_eq!(faces.matches("<Grid Name=\"patch ").count(), 4);
+        // Patch 1's mesh: 5 cells of faces from x = 4 - 0.5 (z y x order).
+        assert!(faces.contains("Dimensions=\"3 3 6\""), "{faces}");
+        assert!(faces.contains(">0e0 0e0 4.375e-1<"), "{faces}");
+        assert!(
+            faces.contains("Dimensions=\"2 2 5\" NumberType=\"Float\" Precision=\"8\" Format=\"HDF\">demo_00000002.rank00000.h5:/patch_00001/u<"),
+            "{faces}"
+        );
+        // A piece with a face plane too many is refused by name.
+        for rank in 0..2 {
+            write_face_rank(dir.path(), &layout, rank, 2, rank == 1).unwrap();
+        }
+        let error = series.record_rank_dump(1.0, 2, 2).unwrap_err();
+        assert!(
+            matches!(&error, OutputError::Output { path, reason }
+                if path.ends_with("demo_00000002.rank00001.h5")
+                    && reason.contains("dataset patch_00002/u has [5, 2, 2] points, not the [4, 2, 2] a XFace field has")),
+            "{error}"
+        );
     }
 
     #[test]

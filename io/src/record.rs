@@ -2,7 +2,7 @@
 //! [`DumpPiece`]): what [`crate::dumps`] and [`crate::rank_dumps`] write
 //! and [`crate::xdmf`] lists.
 
-use watershed_fields::LocationKind;
+use watershed_fields::{FieldLayout, GhostWidth, Grid, LocationKind, Patch};
 
 /// One field written into a dump.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,6 +36,36 @@ pub struct DumpPiece {
     pub offset: [usize; 3],
     /// Its cells (x, y, z).
     pub cells: [usize; 3],
+}
+
+impl DumpPiece {
+    /// The points a `location` field of this patch of `grid` stores: its
+    /// cells, and at faces one more along the face axis where the patch
+    /// ends on a side of the grid that is not periodic (the seam face
+    /// between two patches is the plus-side patch's first, so the pieces
+    /// of a face field do not overlap). `None` when the patch does not
+    /// lie in `grid`.
+    ///
+    /// ```
+    /// use watershed_fields::{Grid, LocationKind};
+    /// use watershed_io::DumpPiece;
+    /// let grid = Grid::new([8, 4, 1], [1.0; 3], [0.0; 3]).unwrap();
+    /// let piece = |offset| DumpPiece {
+    ///     file: "f.h5".into(),
+    ///     group: "patch_00000".into(),
+    ///     patch: 0,
+    ///     offset,
+    ///     cells: [4, 4, 1],
+    /// };
+    /// assert_eq!(piece([0, 0, 0]).extent(&grid, LocationKind::XFace), Some([4, 4, 1]));
+    /// assert_eq!(piece([4, 0, 0]).extent(&grid, LocationKind::XFace), Some([5, 4, 1]));
+    /// assert_eq!(piece([4, 0, 0]).extent(&grid, LocationKind::CellCentre), Some([4, 4, 1]));
+    /// assert_eq!(piece([6, 0, 0]).extent(&grid, LocationKind::XFace), None);
+    /// ```
+    pub fn extent(&self, grid: &Grid, location: LocationKind) -> Option<[usize; 3]> {
+        let patch = Patch::new(grid, self.offset, self.cells, GhostWidth::uniform(0)).ok()?;
+        Some(FieldLayout::new(&patch, location).interior_extent())
+    }
 }
 
 /// One completed dump.

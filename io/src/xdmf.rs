@@ -25,7 +25,9 @@
 //! **A dump written per rank** ([`crate::rank_dumps`]) is a spatial
 //! collection inside the temporal one: one uniform grid per patch, named
 //! `patch <index>`, at its place in the grid, its values in its rank's
-//! file. Every patch holds the same arrays, so ParaView's default reader
+//! file. In a face document each patch's grid has its piece of the face
+//! field ([`crate::DumpPiece::extent`]): the patch's cells, one more along
+//! the axis where it ends on a wall. Every patch holds the same arrays, so ParaView's default reader
 //! returns one multi-block dataset per time that colours, slices and
 //! filters as one (scripts/viewer/paraview_sees_patches.py checks it).
 //!
@@ -141,10 +143,13 @@ pub fn xdmf_document(
         let _ = writeln!(xml, "        <Time Value=\"{:e}\"/>", dump.time);
         for piece in &dump.pieces {
             let corner = [0, 1, 2].map(|a| origin[a] + piece.offset[a] as f64 * grid.spacing()[a]);
+            // A face field's piece holds one more plane where the patch
+            // ends on a wall: its own mesh of that many cells.
+            let extent = piece.extent(grid, location).unwrap_or(piece.cells);
             let data = |field: &DumpedField| {
                 (
                     format!("{}:/{}/{}", piece.file, piece.group, field.name),
-                    piece.cells,
+                    extent,
                 )
             };
             let _ = writeln!(
@@ -155,7 +160,7 @@ pub fn xdmf_document(
             uniform_grid(
                 &mut xml,
                 "          ",
-                piece.cells,
+                extent,
                 corner,
                 spacing,
                 active,

@@ -12,11 +12,14 @@
 # its Poisson solve) on 1, 2 and 4 ranks and the 3D Taylor-Green vortex on
 # 2 x 1 x 2 patches on 2 and 4 ranks give the bits of one process with the
 # same layout (with the projection replicated, those of one patch), and a
-# cavity checkpoint of 2 ranks restarts on 4; the channel with its
+# cavity checkpoint of 2 ranks restarts on 4, and so do its dumps and
+# checkpoints per rank (each patch's pieces of the staggered velocity);
+# the Taylor-Green vortex per rank on 4 ranks; the channel with its
 # convective outflow on 2 x 2 patches on 2 ranks gives the bits of one
 # process with that layout, and so does the DFG cylinder (an immersed
 # body) on 2 x 2 patches on 2 and 4 ranks, forces included, and with its
-# projection replicated it gives those of one patch; a checkpoint written on
+# projection replicated it gives those of one patch; per rank on 2 ranks,
+# continued on 4, it keeps every force row; a checkpoint written on
 # 2 ranks restarts on 4 with the same bits; a bad layout, a case that does
 # not decompose, or more ranks than patches is a clear error on every rank
 # (no hang); SIGTERM to one rank stops every rank after the same step with
@@ -80,8 +83,9 @@ ls "$out/per-rank-np4" | grep -q '^advection_00000005\.rank00003\.h5$' || { echo
 if ls "$out/per-rank-np4" | grep -Eq '^(advection|checkpoint)_000000(15|20)\.rank0000[23]\.h5$'; then
     echo "rank files of 4 ranks left beside the 2-rank dumps and checkpoints"; ls "$out/per-rank-np4"; exit 1
 fi
-expect_error "cannot write its dumps and checkpoints per rank" mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity \
-    --set cells=16 --set patches=2,1,1 --steps 2 --per-rank-files --output "$out/bad-per-rank"
+# A flow not set on patches has none to write per rank.
+expect_error "cannot write its dumps and checkpoints per rank" mpirun --oversubscribe -np 1 "$W" run lid-driven-cavity \
+    --set cells=16 --steps 2 --per-rank-files --output "$out/bad-per-rank"
 
 echo "--> patches=0,0,0 on 4 ranks: 4 patches laid out automatically, the same fields"
 run_quietly mpirun --oversubscribe -np 4 "$W" run advection "${common[@]}" --set patches=0,0,0 --output "$out/auto"
@@ -154,6 +158,16 @@ run_unchecked mpirun --oversubscribe -np 4 "$W" run lid-driven-cavity \
     --restart "$out/cavity-restart4/checkpoint_00000006.h5" --steps 12 --quiet --output "$out/cavity-restart4"
 $SAME "$out/cavity-alone" "$out/cavity-restart4" --from-step=7
 
+echo "--> the cavity's dumps and checkpoints per rank on 2 ranks (each patch's pieces of u and v, p and the derived fields): the bits of one process; continued on 4 ranks from the 2 ranks' step-6 checkpoint"
+run_unchecked mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity "${cavity[@]}" \
+    --set patches=2,2,1 --checkpoint-every 6 --per-rank-files --output "$out/cavity-per-rank"
+$SAME "$out/cavity-alone" "$out/cavity-per-rank"
+grep -q 'CollectionType="Spatial"' "$out/cavity-per-rank/lid-driven-cavity_xface.xmf" || { echo "the x-face XDMF has no dataset of patches"; exit 1; }
+run_unchecked mpirun --oversubscribe -np 4 "$W" run lid-driven-cavity --restart "$out/cavity-per-rank/checkpoint_00000006.h5" \
+    --steps 12 --per-rank-files --quiet --output "$out/cavity-per-rank"
+[ "$(ls "$out/cavity-per-rank" | grep -c '^lid-driven-cavity_00000012\.rank.*\.h5$')" = 4 ] || { echo "the restarted dump is not one file per rank of 4"; ls "$out/cavity-per-rank"; exit 1; }
+$SAME "$out/cavity-alone" "$out/cavity-per-rank"
+
 echo "--> the 3D Taylor-Green vortex on 2 x 1 x 2 patches on 2 and 4 ranks: the bits of one process"
 tgv=(--set cells=16 --set dimensions=3 --steps 6 --dump-every 3 --quiet)
 run_unchecked "$W" run taylor-green "${tgv[@]}" --set patches=2,1,2 --output "$out/tgv-alone"
@@ -162,6 +176,9 @@ for ranks in 2 4; do
         --set patches=2,1,2 --output "$out/tgv-np$ranks"
     $SAME "$out/tgv-alone" "$out/tgv-np$ranks"
 done
+run_unchecked mpirun --oversubscribe -np 4 "$W" run taylor-green "${tgv[@]}" \
+    --set patches=2,1,2 --per-rank-files --output "$out/tgv-per-rank"
+$SAME "$out/tgv-alone" "$out/tgv-per-rank"
 
 echo "--> the channel with a convective outflow on 2 x 2 patches on 2 ranks: the bits of one process"
 channel=(--set cells=8 --set length=2 --steps 6 --dump-every 3 --quiet)
@@ -179,6 +196,13 @@ for ranks in 2 4; do
     $SAME "$out/cylinder-alone" "$out/cylinder-np$ranks"
     cmp "$out/cylinder-alone/cylinder_forces.csv" "$out/cylinder-np$ranks/cylinder_forces.csv"
 done
+echo "--> the cylinder per rank on 2 ranks, continued on 4 from its step-2 checkpoint: every force row, the bits of one process"
+run_unchecked mpirun --oversubscribe -np 2 "$W" run cylinder "${cylinder[@]}" \
+    --set patches=2,2,1 --checkpoint-every 2 --per-rank-files --output "$out/cylinder-per-rank"
+run_unchecked mpirun --oversubscribe -np 4 "$W" run cylinder --restart "$out/cylinder-per-rank/checkpoint_00000002.h5" \
+    --steps 4 --per-rank-files --quiet --output "$out/cylinder-per-rank"
+$SAME "$out/cylinder-alone" "$out/cylinder-per-rank"
+cmp "$out/cylinder-alone/cylinder_forces.csv" "$out/cylinder-per-rank/cylinder_forces.csv"
 run_unchecked "$W" run cylinder "${cylinder[@]}" --output "$out/cylinder-one"
 run_unchecked mpirun --oversubscribe -np 2 "$W" run cylinder "${cylinder[@]}" \
     --set patches=2,2,1 --set replicate_projection=true --output "$out/cylinder-replicated"

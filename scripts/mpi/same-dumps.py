@@ -3,7 +3,8 @@ with --checkpoints, every checkpoint) of the first folder exists in the
 second with the same datasets, every value equal bit for bit. A dump the
 second run wrote per rank (CASE_<step>.rank<r>.h5, --per-rank-files) is
 put together from its ranks' patch groups (each at its `offset`, every
-cell exactly once) and compared with the first's whole dump.
+point exactly once: a face field's pieces hold one more plane where their
+patch ends on a wall) and compared with the first's whole dump.
 
     same-dumps.py REFERENCE OTHER [--checkpoints] [--from-step N]
 
@@ -42,11 +43,15 @@ def assembled(paths, reference):
                 sys.exit(f"{path.name} says {int(f.attrs['ranks'])} ranks wrote the dump, another file {ranks}")
             for group in f.values():
                 x0, y0, z0 = (int(v) for v in group.attrs["offset"])
-                nx, ny, nz = (int(v) for v in group.attrs["cells"])
-                window = (slice(z0, z0 + nz), slice(y0, y0 + ny), slice(x0, x0 + nx))
                 for name in group:
                     if name not in whole:
                         sys.exit(f"{path.name}/{group.name}/{name} is not a dataset of the whole dump")
+                    # The piece's own points: the patch's cells, or of a
+                    # face field one more plane where it ends on a wall.
+                    nz, ny, nx = group[name].shape[:3]
+                    window = (slice(z0, z0 + nz), slice(y0, y0 + ny), slice(x0, x0 + nx))
+                    if whole[name][window].shape != group[name].shape:
+                        sys.exit(f"{path.name}/{group.name}/{name} of shape {group[name].shape} from {(z0, y0, x0)} reaches beyond the whole dump's {whole[name].shape}")
                     whole[name][window] = np.array(group[name])
                     covered[name][window] += 1
     if ranks != len(paths):

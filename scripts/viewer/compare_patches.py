@@ -4,13 +4,16 @@ dumps, read with h5py.
 
     python compare_patches.py REPORT.json PER_RANK.xmf=WHOLE_DIR ...
 
-For every document: the default reader returned one multi-block dataset
-per time; its times are the `time` attributes of the whole run's dumps,
-all of them, in order; at each time every block is a patch of the grid
-(its first cell centre on the grid's cells, as many cells as its rank
-file's patch group says) and the blocks together cover every cell of the
-grid exactly once; each block's cell arrays are the whole dump's datasets
-over the block's cells, bit for bit. The rendered image must show the
+For every document (`CASE.xmf` for the cell-centred fields,
+`CASE_xface.xmf` ... for a flow's staggered components): the default
+reader returned one multi-block dataset per time; its times are the
+`time` attributes of the whole run's dumps, all of them, in order; at each
+time every block is a patch's piece of the document's location (its first
+value on the whole field's points, as many as the patch group's datasets
+of that location hold: a patch's cells, or at faces one more plane where
+the patch ends on a wall) and the blocks together cover every point of the
+whole field exactly once; each block's cell arrays are the whole dump's
+datasets of that location over the block's points, bit for bit. The rendered image must show the
 data (at least 32 distinct colours, a tenth of the pixels not the
 background's). Prints one line per document and
 "patches check: ok N documents, M blocks" at the end; exits non-zero with
@@ -41,13 +44,30 @@ def whole_dumps(directory, case):
     return dumps
 
 
+LOCATIONS = {"": "CellCentre", "_xface": "XFace", "_yface": "YFace", "_zface": "ZFace"}
+
+
+def case_and_location(document):
+    """The case and the location of a document's fields, from its name."""
+    stem = os.path.basename(document)[: -len(".xmf")]
+    for suffix, location in LOCATIONS.items():
+        if suffix and stem.endswith(suffix):
+            return stem[: -len(suffix)], location
+    return stem, "CellCentre"
+
+
+def location_of(dataset):
+    value = dataset.attrs["location"]
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def main():
     with open(sys.argv[1]) as f:
         report = json.load(f)
     documents = blocks_checked = 0
     for pair in sys.argv[2:]:
         document, whole_dir = pair.split("=", 1)
-        case = os.path.basename(document)[: -len(".xmf")]
+        case, location = case_and_location(document)
         seen = report.get(document)
         if seen is None or "error" in seen:
             fail(f"{document}: ParaView did not open it ({seen})")
@@ -59,17 +79,23 @@ def main():
             where = f"{document} at t = {time}"
             if step["class"] != "vtkMultiBlockDataSet":
                 fail(f"{where}: ParaView returned a {step['class']}, not one multi-block dataset")
-            # The patches' cells as their rank files say.
+            # The points of each patch's piece of this location, as its
+            # rank file's datasets hold them (x, y, z).
             patch_cells = []
             for rank_file in rank_files:
                 with h5py.File(rank_file, "r") as f:
                     if float(f.attrs["time"]) != time:
                         continue
                     for group in f.values():
-                        patch_cells.append(tuple(int(c) for c in group.attrs["cells"]))
+                        pieces = [d for d in group.values() if location_of(d) == location]
+                        if not pieces:
+                            fail(f"{rank_file}: {group.name} holds no {location} field")
+                        patch_cells.append(tuple(reversed(pieces[0].shape[:3])))
             with h5py.File(path, "r") as whole:
-                names = sorted(whole.keys())
-                shape = whole[names[0]].shape  # (nz, ny, nx)
+                names = sorted(n for n in whole.keys() if location_of(whole[n]) == location)
+                if not names:
+                    fail(f"{path}: no {location} dataset in the whole dump")
+                shape = whole[names[0]].shape[:3]  # (nz, ny, nx)
                 spacing = numpy.asarray(whole[names[0]].attrs["spacing"], dtype=float)
                 centre = numpy.asarray(whole[names[0]].attrs["origin"], dtype=float)
                 covered = numpy.zeros(shape, dtype=int)

@@ -62,6 +62,7 @@ impl<E: Into<SolverError>> From<E> for MomentumFailure {
 
 /// The momentum graphs of the patches one rank owns.
 pub(crate) struct FlowPatches {
+    layout: PatchLayout,
     link: Rc<dyn RankLink>,
     owned: Range<usize>,
     /// One per owned patch, in patch order.
@@ -127,6 +128,7 @@ impl FlowPatches {
             })
             .collect::<FieldResult<Vec<usize>>>()?;
         Ok(FlowPatches {
+            layout,
             link,
             owned,
             graphs,
@@ -135,6 +137,11 @@ impl FlowPatches {
             counts,
             exchange_time: Cell::new(Duration::ZERO),
         })
+    }
+
+    /// The layout of the patches.
+    pub(crate) fn layout(&self) -> &PatchLayout {
+        &self.layout
     }
 
     /// The patches this rank owns.

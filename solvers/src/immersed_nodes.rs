@@ -295,6 +295,20 @@ impl ForceReductions {
         Ok(())
     }
 
+    /// The sums the graph reduced for the weighted momentum of the last
+    /// stage (before the cell volume scales them), per component: what a
+    /// checkpoint keeps so that a restart's first step has its force.
+    pub(crate) fn momentum_sums(&self) -> [f64; 3] {
+        self.momentum.each_ref().map(Parameter::get)
+    }
+
+    /// Puts back sums [`Self::momentum_sums`] gave.
+    pub(crate) fn restore_momentum_sums(&self, sums: [f64; 3]) {
+        for (parameter, value) in self.momentum.iter().zip(sums) {
+            parameter.set(value);
+        }
+    }
+
     /// The weighted momentum of the last stage, per component.
     pub(crate) fn momentum(&self) -> [f64; 3] {
         self.momentum.each_ref().map(|p| p.get() * self.volume)

@@ -785,6 +785,7 @@ impl IncompressibleFlowBuilder {
             unforced,
             body_force: self.body_force,
             last_dt: None,
+            force_sums_of: None,
             patches,
         })
     }
@@ -1105,6 +1106,10 @@ pub struct IncompressibleFlow {
     /// The last step's dt, when its forces are valid (the step started
     /// from a velocity whose weighted momentum the graph had reduced).
     last_dt: Option<f64>,
+    /// The version of the first velocity component whose bodies' weighted
+    /// momentum a restart put back ([`IncompressibleFlow::restore_force_sums`]):
+    /// the next step's force is then known as if no restart had happened.
+    force_sums_of: Option<u64>,
     /// With [`IncompressibleFlowBuilder::patches`]: the momentum graphs of
     /// this rank's patches; `graph` then holds the projection only.
     patches: Option<FlowPatches>,
@@ -1250,6 +1255,12 @@ impl IncompressibleFlow {
     /// momentum this rank runs; `None` for an undecomposed flow.
     pub fn owned_patches(&self) -> Option<std::ops::Range<usize>> {
         self.patches.as_ref().map(FlowPatches::owned)
+    }
+
+    /// With [`IncompressibleFlowBuilder::patches`]: the layout of the
+    /// patches; `None` for an undecomposed flow.
+    pub fn patch_layout(&self) -> Option<&PatchLayout> {
+        self.patches.as_ref().map(FlowPatches::layout)
     }
 
     /// With [`IncompressibleFlowBuilder::patches`]: the wall time this rank
@@ -1558,7 +1569,9 @@ impl IncompressibleFlow {
         // graph reduced it from this very velocity.
         let first = self.active[0];
         let version = self.graph.field_version(&self.now[first])?;
-        let momentum_known = version.is_some() && version == self.speeds_of[first];
+        let momentum_known = version.is_some()
+            && (version == self.speeds_of[first] || version == self.force_sums_of);
+        self.force_sums_of = None;
         for reductions in &mut self.forces {
             reductions.previous = reductions.momentum();
         }
@@ -1592,6 +1605,46 @@ impl IncompressibleFlow {
     /// hold the body's velocity) and the forced ones next to them.
     pub fn immersed_faces(&self) -> [(usize, usize); 3] {
         self.immersed_faces
+    }
+
+    /// The sums the graph reduced, at the last stage, for the weighted
+    /// momentum of each body whose force is computed (three per body, in
+    /// the bodies' order): the state a checkpoint keeps beside the fields
+    /// so that the first step after a restart has its force. Empty without
+    /// such bodies.
+    pub fn force_sums(&self) -> Vec<f64> {
+        self.forces
+            .iter()
+            .flat_map(ForceReductions::momentum_sums)
+            .collect()
+    }
+
+    /// Puts back what [`Self::force_sums`] gave, after the velocity it was
+    /// reduced from has been restored: the next step then computes the
+    /// bodies' forces, with the bits of a run that was never interrupted.
+    /// Any later write to the velocity makes them unknown again. Errors,
+    /// naming both counts, when `sums` is not three per body of this flow.
+    pub fn restore_force_sums(&mut self, sums: &[f64]) -> SolverResult<()> {
+        if sums.len() != 3 * self.forces.len() {
+            return Err(SolverError::Setup {
+                equation: "the bodies' weighted momentum".into(),
+                reason: format!(
+                    "{} values given, this flow reduces {} (three per body whose force it computes: {:?}); restart with the bodies the checkpoint was written with",
+                    sums.len(),
+                    3 * self.forces.len(),
+                    self.forces
+                        .iter()
+                        .map(|f| f.name.as_str())
+                        .collect::<Vec<_>>()
+                ),
+            });
+        }
+        for (reductions, chunk) in self.forces.iter().zip(sums.chunks_exact(3)) {
+            reductions.restore_momentum_sums([chunk[0], chunk[1], chunk[2]]);
+        }
+        let first = self.active[0];
+        self.force_sums_of = self.graph.field_version(&self.now[first])?;
+        Ok(())
     }
 
     /// Why the force on body `name` is never computed (no such body, or

@@ -59,7 +59,7 @@ pub mod staggered;
 mod stepping;
 pub mod symbols;
 pub mod transport;
-mod windows;
+pub mod windows;
 
 pub use body::{Body, Shape};
 pub use boundary::{BoundaryCondition, BoundaryConditions};

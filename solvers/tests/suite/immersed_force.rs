@@ -163,3 +163,94 @@ fn a_symmetric_channel_gives_no_lift() {
     assert!(force[0] > 0.0);
     assert!(force[1].abs() < 1e-9 * force[0], "{force:?}");
 }
+
+/// A flow rebuilt from another's fields and its bodies' weighted momentum
+/// sums (what a checkpoint keeps) computes the next step's force with the
+/// bits of the flow that was never interrupted; without the sums, or
+/// after a write to the velocity, the force is unknown. Sums of another
+/// count are refused, naming the bodies.
+#[test]
+fn restored_force_sums_give_the_next_steps_force_bit_for_bit() {
+    let n = 32;
+    let build = || {
+        let body = Body::fixed("disc", Shape::circle([0.5, 0.5, 0.0], 0.2))
+            .force_band(2.0 / n as f64, 0.25);
+        IncompressibleFlowBuilder::new(&box_grid(n).whole_domain(1), 0.01)
+            .velocity_conditions(0, walls())
+            .velocity_conditions(1, walls())
+            .body_force([0.7, -0.4, 0.0])
+            .body(body)
+            .build()
+            .unwrap()
+    };
+    let mut straight = build();
+    for _ in 0..3 {
+        straight.step(2e-3).unwrap();
+    }
+    let sums = straight.force_sums();
+    assert_eq!(sums.len(), 3, "{:?}", straight.force_unavailable("disc"));
+    // The rebuilt flow: the same fields, ghosts included.
+    let copy = |from: &IncompressibleFlow, to: &mut IncompressibleFlow| {
+        let u = from
+            .with_velocity::<watershed_fields::XFace, _>(|f| f.values().unwrap().to_vec())
+            .unwrap();
+        to.with_velocity_mut::<watershed_fields::XFace, _>(|f| {
+            f.values_mut().unwrap().copy_from_slice(&u)
+        })
+        .unwrap();
+        let v = from
+            .with_velocity::<watershed_fields::YFace, _>(|f| f.values().unwrap().to_vec())
+            .unwrap();
+        to.with_velocity_mut::<watershed_fields::YFace, _>(|f| {
+            f.values_mut().unwrap().copy_from_slice(&v)
+        })
+        .unwrap();
+        let p = from
+            .with_pressure(|f| f.values().unwrap().to_vec())
+            .unwrap();
+        to.with_pressure_mut(|f| f.values_mut().unwrap().copy_from_slice(&p))
+            .unwrap();
+        let psi = from
+            .with_projection_potential(|f| f.values().unwrap().to_vec())
+            .unwrap();
+        to.with_projection_potential_mut(|f| f.values_mut().unwrap().copy_from_slice(&psi))
+            .unwrap();
+        to.set_clock(from.time(), from.steps()).unwrap();
+    };
+    let mut restored = build();
+    copy(&straight, &mut restored);
+    restored.restore_force_sums(&sums).unwrap();
+    let mut without = build();
+    copy(&straight, &mut without);
+    let mut overwritten = build();
+    copy(&straight, &mut overwritten);
+    overwritten.restore_force_sums(&sums).unwrap();
+    // A write after the restore: the sums no longer describe the velocity.
+    overwritten
+        .with_velocity_mut::<watershed_fields::XFace, _>(|f| f.values_mut().map(|_| ()))
+        .unwrap()
+        .unwrap();
+    for flow in [&mut straight, &mut restored, &mut without, &mut overwritten] {
+        flow.step(2e-3).unwrap();
+    }
+    let expected = straight.body_force("disc").unwrap().map(f64::to_bits);
+    assert_eq!(
+        restored.body_force("disc").unwrap().map(f64::to_bits),
+        expected
+    );
+    for flow in [&without, &overwritten] {
+        let error = flow.body_force("disc").unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("no step has run since the velocity was set"),
+            "{error}"
+        );
+    }
+    let error = restored.restore_force_sums(&sums[..2]).unwrap_err();
+    assert!(
+        matches!(&error, SolverError::Setup { equation, reason }
+            if equation.contains("weighted momentum") && reason.contains("2 values given, this flow reduces 3") && reason.contains("\"disc\"")),
+        "{error}"
+    );
+}
