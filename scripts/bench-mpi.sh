@@ -8,7 +8,8 @@
 # patches of a 64^3 periodic box against the whole domain's on every
 # rank; and the 3D Taylor-Green flow on 2 x 1 x 2 patches (momentum and
 # Poisson solve; then with the projection replicated) on 1, 2 and 4
-# ranks, strong, with the graphs' times. Above 2 ranks this 2-core machine is
+# ranks, strong, with the graphs' times; dumps per rank against whole ones,
+# for a transport case and a flow. Above 2 ranks this 2-core machine is
 # oversubscribed: the figures measure overhead, not speed. Record them in
 # docs/benchmarks.md with the machine and date.
 set -euo pipefail
@@ -135,4 +136,20 @@ echo "== dumps written per rank or gathered on rank 0: wasatch-scalability 64^3,
 for round in 1 2 3; do
     dump_run ""
     dump_run --per-rank-files
+done
+
+# The 3D Taylor-Green flow on 2 ranks dumping every step: every rank holds
+# the whole flow, so rank 0 writes a whole dump with nothing gathered;
+# per rank, each writes its patches' part.
+flow_dump_run() { # extra option ("" or --per-rank-files)
+    local log="$out/log"
+    mpirun --oversubscribe -np 2 "$W" run taylor-green --set dimensions=3 --set cells=48 \
+        --set patches=1,1,2 --steps 4 --dump-every 1 --threads 1 --quiet $1 \
+        --output "$out/flow-dumps-$RANDOM" >"$log" 2>&1 || [ $? = 3 ]
+    echo "${1:-whole (rank 0)}: $(grep -o 'steps 4 .*wall [0-9.]* s' "$log" | grep -o 'wall [0-9.]* s')"
+}
+echo "== a flow's dumps per rank or whole on rank 0: the 3D Taylor-Green vortex 48^3 on 1 x 1 x 2 patches, 5 dumps of 11 arrays (u, v, w, p and the derived fields), alternated"
+for round in 1 2 3; do
+    flow_dump_run ""
+    flow_dump_run --per-rank-files
 done
