@@ -1929,3 +1929,81 @@ fn a_checkpoint_per_rank_restarts_bitwise_and_refuses_a_missing_file_or_another_
         dataset_bits(&dir.path().join("straight/heat_00000004.h5"))
     );
 }
+
+/// A flow's checkpoint written per rank restarts to the bits of a
+/// straight run (every patch read back into the whole fields, ghosts
+/// included); on another patch layout, or with another space order (other
+/// ghost layers), it is refused naming the file, the field and both.
+#[test]
+fn a_flows_checkpoint_per_rank_restarts_bitwise_and_refuses_another_layout_or_order() {
+    let dir = temp();
+    let cavity = [
+        "run",
+        "lid-driven-cavity",
+        "--set",
+        "cells=16",
+        "--set",
+        "patches=2,2,1",
+        "--quiet",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&str> = cavity.to_vec();
+        args.extend_from_slice(extra);
+        watershed_in(dir.path(), &args)
+    };
+    let straight = run(&["--steps", "4", "--dump-every", "4", "--output", "straight"]);
+    assert!(matches!(straight.code, 0 | 3), "{}", straight.stderr);
+    let first = run(&[
+        "--steps",
+        "2",
+        "--checkpoint-every",
+        "2",
+        "--per-rank-files",
+        "--output",
+        "o",
+    ]);
+    assert!(matches!(first.code, 0 | 3), "{}", first.stderr);
+    let restart = |extra: &[&str]| {
+        let mut args = vec![
+            "--restart",
+            "o/checkpoint_00000002.h5",
+            "--steps",
+            "4",
+            "--output",
+            "o",
+            "--dump-every",
+            "4",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let other_layout = restart(&["--set", "patches=2,1,1"]);
+    assert_eq!(other_layout.code, 2, "{}", other_layout.stderr);
+    assert!(
+        other_layout.stderr.contains("checkpoint_00000002.h5")
+            && other_layout
+                .stderr
+                .contains("written per rank on 4 patches, this run has 2"),
+        "{}",
+        other_layout.stderr
+    );
+    let other_order = restart(&["--set", "space_order=4"]);
+    assert_eq!(other_order.code, 2, "{}", other_order.stderr);
+    assert!(
+        other_order
+            .stderr
+            .contains("checkpoint_00000002.rank00000.h5")
+            && other_order
+                .stderr
+                .contains("field u of /patch_00000 was saved on a [16, 16, 1]-cell grid")
+            && other_order.stderr.contains("minus: [3, 3, 0]"),
+        "{}",
+        other_order.stderr
+    );
+    let resumed = restart(&[]);
+    assert!(matches!(resumed.code, 0 | 3), "{}", resumed.stderr);
+    assert_eq!(
+        dataset_bits(&dir.path().join("o/lid-driven-cavity_00000004.h5")),
+        dataset_bits(&dir.path().join("straight/lid-driven-cavity_00000004.h5"))
+    );
+}
