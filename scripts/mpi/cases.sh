@@ -167,6 +167,11 @@ run_unchecked mpirun --oversubscribe -np 4 "$W" run lid-driven-cavity --restart 
     --steps 12 --per-rank-files --quiet --output "$out/cavity-per-rank"
 [ "$(ls "$out/cavity-per-rank" | grep -c '^lid-driven-cavity_00000012\.rank.*\.h5$')" = 4 ] || { echo "the restarted dump is not one file per rank of 4"; ls "$out/cavity-per-rank"; exit 1; }
 $SAME "$out/cavity-alone" "$out/cavity-per-rank"
+# On (emulated) GPUs, one per rank: each patch's pieces cut from the
+# GPU-resident fields, the same bits.
+WATERSHED_EMULATE_GPUS=2 run_unchecked mpirun --oversubscribe -np 2 "$W" run lid-driven-cavity "${cavity[@]}" \
+    --set patches=2,2,1 --device gpu --per-rank-files --output "$out/cavity-gpus-per-rank"
+$SAME "$out/cavity-alone" "$out/cavity-gpus-per-rank"
 
 echo "--> the 3D Taylor-Green vortex on 2 x 1 x 2 patches on 2 and 4 ranks: the bits of one process"
 tgv=(--set cells=16 --set dimensions=3 --steps 6 --dump-every 3 --quiet)
