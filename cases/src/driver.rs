@@ -15,6 +15,7 @@ use crate::checkpoint::{
 use crate::collective::{any_signal, in_memory, is_follower, leader_decides};
 use crate::error::{CaseError, CaseResult};
 use crate::progress::{Progress, ProgressMode, StepInfo};
+use crate::solver_state::{dump_own_flow_patches, load_own_flow_patches, save_own_flow_patches};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -24,7 +25,7 @@ use watershed_fields::{GpuCalls, Grid, MemoryPool, PatchLayout};
 use watershed_io::csv::{SeriesFile, SeriesLayout};
 use watershed_io::dumps::{DumpSeries, DumpedField};
 use watershed_io::rank_dumps::write_rank_dump;
-use watershed_solvers::PatchedTransport;
+use watershed_solvers::{IncompressibleFlow, PatchedTransport};
 
 /// A check a case makes at the end of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,22 +66,38 @@ pub trait Simulation {
     }
     /// Writes the fields to show (interiors) into a dump.
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>>;
+    /// The incompressible flow a flow case advances (`None` by default):
+    /// with it the defaults below write and read a decomposed flow's
+    /// files per rank.
+    fn flow(&self) -> Option<&IncompressibleFlow> {
+        None
+    }
+    /// [`Self::flow`], to restore it.
+    fn flow_mut(&mut self) -> Option<&mut IncompressibleFlow> {
+        None
+    }
     /// For a dump per rank ([`OutputFiles::PerRank`]): writes the fields
     /// [`Self::dump`] shows, of each patch this rank owns, into a group of
     /// its own (`watershed_io::rank_dumps::create_patch_group`) of `root`,
     /// and returns what each patch holds. Only a case that holds its fields
-    /// on patches can; the others keep the default, an error saying so.
+    /// on patches can; the default serves a [`Self::flow`], and is an
+    /// error saying so for the others.
     fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-        let _ = root;
-        Err(per_rank_refused(self.case()))
+        match self.flow() {
+            Some(flow) => dump_own_flow_patches(flow, self.case(), root),
+            None => Err(per_rank_refused(self.case())),
+        }
     }
     /// For a checkpoint per rank ([`OutputFiles::PerRank`]): saves the
     /// state of each patch this rank owns (its fields with their ghosts)
-    /// into a group of its own of `root`, this rank's file. The default:
-    /// an error saying the case cannot.
+    /// into a group of its own of `root`, this rank's file. The default
+    /// serves a [`Self::flow`], and is an error saying the case cannot
+    /// for the others.
     fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
-        let _ = root;
-        Err(per_rank_refused(self.case()))
+        match self.flow() {
+            Some(flow) => save_own_flow_patches(flow, self.case(), root),
+            None => Err(per_rank_refused(self.case())),
+        }
     }
     /// For a checkpoint per rank, on rank 0: the state that is not on
     /// patches (a conserved quantity's initial value, say), into the
@@ -89,9 +106,17 @@ pub trait Simulation {
         let _ = group;
         Ok(())
     }
+    /// Restores what [`Self::save_shared_state`] saved. Nothing by
+    /// default.
+    fn load_shared_state(&mut self, group: &hdf5::Group) -> CaseResult<()> {
+        let _ = group;
+        Ok(())
+    }
     /// Restores, on every rank, what [`Self::save_own_patches`] saved of
     /// the patches this rank owns (from whichever rank's file holds each)
-    /// and [`Self::save_shared_state`] into `shared`, and the clock.
+    /// and [`Self::save_shared_state`] into `shared`, and the clock. The
+    /// default serves a [`Self::flow`] (every rank reads every patch into
+    /// the whole flow it holds), and is an error for the others.
     fn load_own_patches(
         &mut self,
         patches: &RankCheckpoint,
@@ -99,8 +124,12 @@ pub trait Simulation {
         time: f64,
         step: u64,
     ) -> CaseResult<()> {
-        let _ = (patches, shared, time, step);
-        Err(per_rank_refused(self.case()))
+        let case = self.case().to_string();
+        let Some(flow) = self.flow_mut() else {
+            return Err(per_rank_refused(&case));
+        };
+        load_own_flow_patches(flow, &case, patches, time, step)?;
+        self.load_shared_state(shared)
     }
     /// Writes the full persistent state into a checkpoint.
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()>;
@@ -117,9 +146,12 @@ pub trait Simulation {
     /// The layout of the patches a decomposed case runs on (`None`: one
     /// patch of its own); what files per rank ([`OutputFiles::PerRank`])
     /// split the domain by. A transport case's is its
-    /// [`Self::patched`]'s; a decomposed flow says its own.
+    /// [`Self::patched`]'s, a flow's its [`Self::flow`]'s.
     fn patch_layout(&self) -> Option<&PatchLayout> {
-        self.patched().map(PatchedTransport::layout)
+        match self.patched() {
+            Some(transport) => Some(transport.layout()),
+            None => self.flow().and_then(IncompressibleFlow::patch_layout),
+        }
     }
     /// The wall time this rank spent exchanging patch seams and combining
     /// reductions across patches (`None`: one patch, nothing exchanged).
@@ -304,9 +336,7 @@ pub enum OutputFiles {
 
 /// The error of files per rank asked of a case that cannot write them.
 pub fn per_rank_refused(case: &str) -> CaseError {
-    CaseError::Usage(format!(
-        "`{case}` cannot write its dumps and checkpoints per rank (--per-rank-files): it does not run on patches (set patches=PX,PY,PZ, for a case that decomposes: advection, heat, wasatch-scalability and the flows); leave --per-rank-files out and rank 0 writes the whole domain"
-    ))
+    CaseError::per_rank_refused(case)
 }
 
 /// What a run did.

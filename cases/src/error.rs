@@ -126,6 +126,16 @@ pub enum CaseError {
     Graph(#[from] GraphError),
 }
 
+impl CaseError {
+    /// The error of files per rank asked of a case that cannot write
+    /// them (see `crate::driver::OutputFiles::PerRank`).
+    pub fn per_rank_refused(case: &str) -> Self {
+        CaseError::Usage(format!(
+            "`{case}` cannot write its dumps and checkpoints per rank (--per-rank-files): it does not run on patches (set patches=PX,PY,PZ, for a case that decomposes: advection, heat, wasatch-scalability and the flows); leave --per-rank-files out and rank 0 writes the whole domain"
+        ))
+    }
+}
+
 impl From<watershed_operators::OperatorError> for CaseError {
     fn from(e: watershed_operators::OperatorError) -> Self {
         CaseError::Solver(SolverError::from(e))

@@ -103,7 +103,7 @@ pub fn load_flow(
 /// files per rank need one.
 fn flow_layout<'a>(flow: &'a IncompressibleFlow, case: &str) -> CaseResult<&'a PatchLayout> {
     flow.patch_layout()
-        .ok_or_else(|| crate::driver::per_rank_refused(case))
+        .ok_or_else(|| CaseError::per_rank_refused(case))
 }
 
 /// For a dump per rank (`watershed_io::rank_dumps`): writes, for each

@@ -6,21 +6,17 @@
 //! when the relative change is at most `steady_tolerance`.
 
 use crate::case::{CaseInfo, CaseOptions, Prepared};
-use crate::checkpoint::RankCheckpoint;
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
-use crate::solver_state::{
-    dump_flow, dump_own_flow_patches, load_flow, load_own_flow_patches, save_flow,
-    save_own_flow_patches,
-};
+use crate::solver_state::{dump_flow, load_flow, save_flow};
 use crate::steady::SteadyState;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
-use watershed_fields::{Grid, PatchLayout, XFace, YFace};
+use watershed_fields::{Grid, XFace, YFace};
 use watershed_io::csv::write_csv;
 use watershed_io::dumps::DumpedField;
 use watershed_io::plot::{Mark, Series, line_chart};
@@ -224,13 +220,6 @@ impl Cavity {
         })??;
         Ok((u_line, v_line))
     }
-
-    /// Restores what `save_shared_state` saved: the case's own state
-    /// beside the flow's fields.
-    fn load_shared_state(&mut self, group: &hdf5::Group) -> CaseResult<()> {
-        self.steady.load(group)?;
-        Ok(())
-    }
 }
 
 impl Simulation for Cavity {
@@ -273,27 +262,18 @@ impl Simulation for Cavity {
         save_flow(&self.flow, group, "")?;
         self.save_shared_state(group)
     }
-    fn patch_layout(&self) -> Option<&PatchLayout> {
-        self.flow.patch_layout()
+    fn flow(&self) -> Option<&IncompressibleFlow> {
+        Some(&self.flow)
     }
-    fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-        dump_own_flow_patches(&self.flow, NAME, root)
-    }
-    fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
-        save_own_flow_patches(&self.flow, NAME, root)
+    fn flow_mut(&mut self) -> Option<&mut IncompressibleFlow> {
+        Some(&mut self.flow)
     }
     fn save_shared_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         self.steady.save(group)
     }
-    fn load_own_patches(
-        &mut self,
-        patches: &RankCheckpoint,
-        shared: &hdf5::Group,
-        time: f64,
-        step: u64,
-    ) -> CaseResult<()> {
-        load_own_flow_patches(&mut self.flow, NAME, patches, time, step)?;
-        self.load_shared_state(shared)
+    fn load_shared_state(&mut self, group: &hdf5::Group) -> CaseResult<()> {
+        self.steady.load(group)?;
+        Ok(())
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
         load_flow(&mut self.flow, group, "", time, step)?;

@@ -9,21 +9,18 @@
 //! intervals (`REFERENCE_2D1`, `REFERENCE_2D2`).
 
 use crate::case::{CaseInfo, CaseOptions, Prepared};
-use crate::checkpoint::{RankCheckpoint, load_rows, rows_from, save_rows};
+use crate::checkpoint::{load_rows, rows_from, save_rows};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
-use crate::solver_state::{
-    dump_flow, dump_own_flow_patches, load_flow, load_own_flow_patches, save_flow,
-    save_own_flow_patches,
-};
+use crate::solver_state::{dump_flow, load_flow, save_flow};
 use crate::steady::SteadyState;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
-use watershed_fields::{Grid, PatchLayout, XFace};
+use watershed_fields::{Grid, XFace};
 use watershed_io::csv::SeriesLayout;
 use watershed_io::csv::write_csv;
 use watershed_io::dumps::DumpedField;
@@ -421,14 +418,6 @@ impl Cylinder {
             Ok(row(-1) - row(1))
         })?
     }
-
-    /// Restores what `save_shared_state` saved: the case's own state
-    /// beside the flow's fields.
-    fn load_shared_state(&mut self, group: &hdf5::Group) -> CaseResult<()> {
-        self.steady.load(group)?;
-        self.history = load_rows(group, "force_coefficients")?;
-        Ok(())
-    }
 }
 
 impl Simulation for Cylinder {
@@ -484,28 +473,20 @@ impl Simulation for Cylinder {
         save_flow(&self.flow, group, "")?;
         self.save_shared_state(group)
     }
-    fn patch_layout(&self) -> Option<&PatchLayout> {
-        self.flow.patch_layout()
+    fn flow(&self) -> Option<&IncompressibleFlow> {
+        Some(&self.flow)
     }
-    fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-        dump_own_flow_patches(&self.flow, NAME, root)
-    }
-    fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
-        save_own_flow_patches(&self.flow, NAME, root)
+    fn flow_mut(&mut self) -> Option<&mut IncompressibleFlow> {
+        Some(&mut self.flow)
     }
     fn save_shared_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         self.steady.save(group)?;
         save_rows(group, "force_coefficients", &self.history)
     }
-    fn load_own_patches(
-        &mut self,
-        patches: &RankCheckpoint,
-        shared: &hdf5::Group,
-        time: f64,
-        step: u64,
-    ) -> CaseResult<()> {
-        load_own_flow_patches(&mut self.flow, NAME, patches, time, step)?;
-        self.load_shared_state(shared)
+    fn load_shared_state(&mut self, group: &hdf5::Group) -> CaseResult<()> {
+        self.steady.load(group)?;
+        self.history = load_rows(group, "force_coefficients")?;
+        Ok(())
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
         load_flow(&mut self.flow, group, "", time, step)?;

@@ -6,21 +6,18 @@
 
 use super::tgv_reference;
 use crate::case::{CaseInfo, CaseOptions, Prepared};
-use crate::checkpoint::{RankCheckpoint, load_series, save_series};
+use crate::checkpoint::{load_series, save_series};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator};
-use crate::solver_state::{
-    dump_flow, dump_own_flow_patches, load_flow, load_own_flow_patches, save_flow,
-    save_own_flow_patches,
-};
+use crate::solver_state::{dump_flow, load_flow, save_flow};
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::ExpressionGraph;
-use watershed_fields::{Grid, PatchLayout, XFace, YFace};
+use watershed_fields::{Grid, XFace, YFace};
 use watershed_io::csv::SeriesLayout;
 use watershed_io::csv::write_csv;
 use watershed_io::dumps::DumpedField;
@@ -371,34 +368,6 @@ impl TaylorGreen {
 /// The columns of the energy CSV.
 const HEADER: &str = "time,kinetic_energy,dissipation_rate,enstrophy_dissipation";
 
-impl TaylorGreen {
-    /// Restores what `save_shared_state` saved: the case's own state
-    /// beside the flow's fields.
-    fn load_shared_state(&mut self, group: &hdf5::Group) -> CaseResult<()> {
-        // Checkpoints written before the enstrophy was tracked hold (t, K).
-        self.history = if group.link_exists(DIAGNOSTICS) {
-            load_series(group, DIAGNOSTICS)?
-                .chunks_exact(3)
-                .map(|c| Diagnostics {
-                    time: c[0],
-                    energy: c[1],
-                    enstrophy: c[2],
-                })
-                .collect()
-        } else {
-            load_series(group, "energy_history")?
-                .chunks_exact(2)
-                .map(|c| Diagnostics {
-                    time: c[0],
-                    energy: c[1],
-                    enstrophy: f64::NAN,
-                })
-                .collect()
-        };
-        Ok(())
-    }
-}
-
 impl Simulation for TaylorGreen {
     fn case(&self) -> &str {
         NAME
@@ -453,14 +422,11 @@ impl Simulation for TaylorGreen {
         save_flow(&self.flow, group, "")?;
         self.save_shared_state(group)
     }
-    fn patch_layout(&self) -> Option<&PatchLayout> {
-        self.flow.patch_layout()
+    fn flow(&self) -> Option<&IncompressibleFlow> {
+        Some(&self.flow)
     }
-    fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-        dump_own_flow_patches(&self.flow, NAME, root)
-    }
-    fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
-        save_own_flow_patches(&self.flow, NAME, root)
+    fn flow_mut(&mut self) -> Option<&mut IncompressibleFlow> {
+        Some(&mut self.flow)
     }
     fn save_shared_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         let flat: Vec<f64> = self
@@ -470,15 +436,28 @@ impl Simulation for TaylorGreen {
             .collect();
         save_series(group, DIAGNOSTICS, &flat)
     }
-    fn load_own_patches(
-        &mut self,
-        patches: &RankCheckpoint,
-        shared: &hdf5::Group,
-        time: f64,
-        step: u64,
-    ) -> CaseResult<()> {
-        load_own_flow_patches(&mut self.flow, NAME, patches, time, step)?;
-        self.load_shared_state(shared)
+    fn load_shared_state(&mut self, group: &hdf5::Group) -> CaseResult<()> {
+        // Checkpoints written before the enstrophy was tracked hold (t, K).
+        self.history = if group.link_exists(DIAGNOSTICS) {
+            load_series(group, DIAGNOSTICS)?
+                .chunks_exact(3)
+                .map(|c| Diagnostics {
+                    time: c[0],
+                    energy: c[1],
+                    enstrophy: c[2],
+                })
+                .collect()
+        } else {
+            load_series(group, "energy_history")?
+                .chunks_exact(2)
+                .map(|c| Diagnostics {
+                    time: c[0],
+                    energy: c[1],
+                    enstrophy: f64::NAN,
+                })
+                .collect()
+        };
+        Ok(())
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
         load_flow(&mut self.flow, group, "", time, step)?;
