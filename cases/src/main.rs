@@ -103,7 +103,8 @@ struct RunArgs {
     /// instead of rank 0 gathering the whole domain; the XDMF shows each
     /// dump as one dataset of patches, and a checkpoint restarts on any
     /// number of ranks with the same patch layout. For the cases on
-    /// patches (advection, heat, wasatch-scalability).
+    /// patches (advection, heat, reacting-species, wasatch-scalability and
+    /// the flows).
     #[arg(long)]
     per_rank_files: bool,
     /// Continue from a checkpoint (its configuration is the base; --set and

@@ -142,6 +142,64 @@ fn a_restarted_transport_run_is_bitwise_identical() {
         4,
         &[("Y_A", 'c'), ("Y_C", 'c'), ("u", 'x')],
     );
+    // The species and their computed flow on 2 x 2 patches: the species
+    // gathered into the checkpoint, the flow whole.
+    restart_is_bitwise(
+        "reacting-species",
+        &["cells=16", "flow=computed", "patches=2,2,1"],
+        3,
+        &[
+            ("Y_A", 'c'),
+            ("Y_B", 'c'),
+            ("u", 'x'),
+            ("v", 'y'),
+            ("p", 'c'),
+        ],
+    );
+}
+
+/// The reacting species carried by the prescribed flow on 2 x 2 and 4 x 1
+/// patches give one patch's bits: the species and the velocity shown.
+#[test]
+fn reacting_species_on_patches_give_one_patchs_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for (output, patches) in [("one", "1,1,1"), ("four", "2,2,1"), ("strips", "4,1,1")] {
+        let patches = format!("patches={patches}");
+        let (code, out, err) = watershed(
+            root,
+            &[
+                "run",
+                "reacting-species",
+                "--steps",
+                "5",
+                "--output",
+                output,
+                "--quiet",
+                "--set",
+                "cells=16",
+                "--set",
+                &patches,
+            ],
+        );
+        assert!(code == 0, "{out}\n{err}");
+    }
+    let end = "reacting-species_00000005.h5";
+    let at = |output: &str| root.join(output).join(end);
+    for other in ["four", "strips"] {
+        for species in ["Y_A", "Y_B", "Y_C"] {
+            assert!(
+                values::<CellCentre>(&at(other), species)
+                    == values::<CellCentre>(&at("one"), species),
+                "{other}: {species} differs from one patch's"
+            );
+        }
+        assert!(values::<XFace>(&at(other), "u") == values::<XFace>(&at("one"), "u"));
+        assert!(values::<YFace>(&at(other), "v") == values::<YFace>(&at("one"), "v"));
+    }
+    // Not all zeros: C was produced.
+    let c = values::<CellCentre>(&at("one"), "Y_C");
+    assert!(c.iter().any(|&bits| f64::from_bits(bits) > 0.0));
 }
 
 /// A decomposed run gives the bits of one patch, and its checkpoint

@@ -58,7 +58,11 @@ pub fn patch_group_name(index: usize) -> String {
 
 /// Creates the group of patch `index` in a rank's dump file (`root`), with
 /// where its cells lie in the whole grid. Write the patch's fields into it
-/// (their interiors, e.g. with [`crate::dumps::dump_field`]).
+/// (their interiors, e.g. with [`crate::dumps::dump_field`]). A group this
+/// patch already has is opened instead, so that several writers (a case's
+/// species and the flow that carries them) fill one patch's group; a group
+/// of that name that says another offset or size is an error naming the
+/// file and the group.
 pub fn create_patch_group(
     root: &hdf5::Group,
     index: usize,
@@ -67,6 +71,29 @@ pub fn create_patch_group(
 ) -> OutputResult<hdf5::Group> {
     let name = patch_group_name(index);
     let file = PathBuf::from(root.filename());
+    if root.link_exists(&name) {
+        let group = root.group(&name).map_err(|e| hdf5_error(&file, &name, e))?;
+        let held = (
+            read_number_attribute::<u64>(&group, "patch")?,
+            read_triple_attribute(&group, "offset")?,
+            read_triple_attribute(&group, "cells")?,
+        );
+        let asked = (
+            index as u64,
+            offset.map(|v| v as u64),
+            cells.map(|v| v as u64),
+        );
+        if held != asked {
+            return Err(OutputError::output(
+                &file,
+                format!(
+                    "group {name} holds patch {} of {:?} cells from {:?}, not patch {index} of {cells:?} cells from {offset:?}: the fields written into one patch's group must share its layout",
+                    held.0, held.2, held.1
+                ),
+            ));
+        }
+        return Ok(group);
+    }
     let group = root
         .create_group(&name)
         .map_err(|e| hdf5_error(&file, &name, e))?;
@@ -294,6 +321,41 @@ mod tests {
         ] {
             assert_eq!(rank_dump_file_step(other, "demo"), None, "{other}");
         }
+    }
+
+    /// Two writers fill one patch's group; a group of the same name with
+    /// another offset is refused naming the group and both layouts.
+    #[test]
+    fn a_patch_group_reopens_for_a_second_writer_and_refuses_another_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("two_writers.h5");
+        let file = hdf5::File::create(&path).unwrap();
+        let grid = Grid::new([8, 4, 1], [1.0; 3], [0.0; 3]).unwrap();
+        let patch =
+            watershed_fields::Patch::new(&grid, [4, 0, 0], [4, 4, 1], GhostWidth::uniform(1))
+                .unwrap();
+        let first = create_patch_group(&file, 1, [4, 0, 0], [4, 4, 1]).unwrap();
+        let a = SpatialField::<CellCentre>::new("a", &patch, Device::Cpu).unwrap();
+        dump_field(&first, "a", &a).unwrap();
+        let again = create_patch_group(&file, 1, [4, 0, 0], [4, 4, 1]).unwrap();
+        dump_field(&again, "b", &a).unwrap();
+        let mut names = file.group("patch_00001").unwrap().member_names().unwrap();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+        let OutputError::Output { path: at, reason } =
+            create_patch_group(&file, 1, [0, 0, 0], [4, 4, 1]).unwrap_err()
+        else {
+            panic!("not an output error");
+        };
+        assert_eq!(at, path);
+        assert!(
+            reason.contains("group patch_00001 holds patch 1 of [4, 4, 1] cells from [4, 0, 0]"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("not patch 1 of [4, 4, 1] cells from [0, 0, 0]"),
+            "{reason}"
+        );
     }
 
     #[test]

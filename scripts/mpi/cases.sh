@@ -7,7 +7,9 @@
 # continued on 2 ranks from a 4-rank checkpoint written per rank;
 # so do wasatch-scalability on 2 x 1 x 2 patches on 2 and 4 ranks (its
 # exchanges overlapped with interior work, and not), heat on
-# 2 x 2 x 1 patches on 2 ranks, and advection with one rank per
+# 2 x 2 x 1 patches on 2 ranks, reacting-species (its species and its
+# computed flow on 2 x 2 patches) on 2 ranks and per rank on 4 ranks
+# continued on 2, and advection with one rank per
 # (emulated) GPU; the lid-driven cavity on 2 x 2 patches (its momentum and
 # its Poisson solve) on 1, 2 and 4 ranks and the 3D Taylor-Green vortex on
 # 2 x 1 x 2 patches on 2 and 4 ranks give the bits of one process with the
@@ -121,6 +123,24 @@ run_quietly mpirun --oversubscribe -np 2 "$W" run heat --set cells=16 --set patc
     --quiet --output "$out/heat-np2"
 $SAME "$out/heat-one" "$out/heat-np2"
 
+echo "--> reacting-species carried by its computed flow, species and flow on 2 x 2 patches: one process's bits on 2 ranks, and per rank on 4 ranks continued on 2 from the step-3 checkpoint; by the prescribed flow, one patch's bits on 2 ranks"
+reacting=(--set cells=16 --set flow=computed --steps 6 --dump-every 3 --quiet)
+run_quietly "$W" run reacting-species "${reacting[@]}" --set patches=2,2,1 --output "$out/reacting-one"
+run_quietly mpirun --oversubscribe -np 2 "$W" run reacting-species "${reacting[@]}" \
+    --set patches=2,2,1 --output "$out/reacting-np2"
+$SAME "$out/reacting-one" "$out/reacting-np2"
+run_quietly mpirun --oversubscribe -np 4 "$W" run reacting-species "${reacting[@]}" \
+    --set patches=2,2,1 --checkpoint-every 3 --per-rank-files --output "$out/reacting-per-rank"
+run_quietly mpirun --oversubscribe -np 2 "$W" run reacting-species \
+    --restart "$out/reacting-per-rank/checkpoint_00000003.h5" --steps 6 --per-rank-files --quiet \
+    --output "$out/reacting-per-rank"
+$SAME "$out/reacting-one" "$out/reacting-per-rank"
+prescribed=(--set cells=16 --set flow=prescribed --steps 6 --dump-every 3 --quiet)
+run_quietly "$W" run reacting-species "${prescribed[@]}" --output "$out/prescribed-one"
+run_quietly mpirun --oversubscribe -np 2 "$W" run reacting-species "${prescribed[@]}" \
+    --set patches=2,2,1 --output "$out/prescribed-np2"
+$SAME "$out/prescribed-one" "$out/prescribed-np2"
+
 # A flow stopped after a few steps fails its case's check (exit status 3:
 # not steady, not at the end time): that status only is accepted here.
 run_unchecked() {
@@ -223,7 +243,7 @@ $SAME "$out/one" "$out/restart4" --from-step=10
 
 echo "--> errors on every rank end the job with the message"
 expect_error "do not divide its 32 cells" mpirun --oversubscribe -np 2 "$W" run advection --set cells=32 --set patches=3,1,1 --steps 2 --output "$out/bad1"
-expect_error "runs on one patch and so on one rank" mpirun --oversubscribe -np 2 "$W" run reacting-species --steps 2 --output "$out/bad2"
+expect_error "runs on one patch and so on one rank" mpirun --oversubscribe -np 2 "$W" run exprlib-scalability --set cells=8 --set pdes=2 --steps 2 --output "$out/bad2"
 expect_error "5 rank(s) for the 4 patches" mpirun --oversubscribe -np 5 "$W" run advection --set cells=32 --set patches=2,2,1 --steps 2 --output "$out/bad3"
 
 rank_pid() { # output folder, rank: the pid of that rank of the run writing there

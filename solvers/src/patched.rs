@@ -321,6 +321,24 @@ impl PatchedTransport {
         self.exchange(equation).map(|_| ())
     }
 
+    /// Sets the velocity placeholders `velocity` of every owned patch's
+    /// solver to its window of `flow`'s velocity, ghosts included
+    /// ([`TransportSolver::carry_by`]): `flow` holds the whole domain (on
+    /// every rank, as a decomposed flow does), so each point gets the
+    /// value a solver over the whole domain would carry. No values cross
+    /// ranks.
+    pub fn carry_by(
+        &self,
+        flow: &crate::incompressible::IncompressibleFlow,
+        velocity: &[Tag; 3],
+    ) -> SolverResult<()> {
+        // A pending overlapped stage may still read the velocity.
+        self.settle()?;
+        for solver in &self.solvers {
+            solver.carry_by(flow, velocity)?;
+        }
+        Ok(())
+    }
     /// The solution of `equation` on the whole domain, with its ghost
     /// layers, from every patch of every rank (collective: every rank
     /// calls it; every rank gets the field). Each patch's allocated points

@@ -313,7 +313,10 @@ impl TransportSolver {
     /// Sets the velocity placeholders `velocity` (x, y, z faces) of this
     /// solver to the current velocity of `flow`, so that the equations are
     /// carried by the computed flow. Call it before each step. The flow's
-    /// patch must cover this solver's (same grid, at least as many ghosts).
+    /// patch must cover this solver's, ghosts included (the same grid, at
+    /// least as many ghost layers): a solver on one patch of a decomposed
+    /// grid takes its window of a flow over the whole domain, its seam
+    /// ghosts the flow's values at the same points.
     pub fn carry_by(
         &self,
         flow: &crate::incompressible::IncompressibleFlow,
@@ -325,29 +328,36 @@ impl TransportSolver {
             tag: &Tag,
         ) -> SolverResult<()> {
             flow.with_velocity::<F, _>(|source| -> SolverResult<()> {
-                let values = source.values()?;
-                let from = source.layout();
+                let from = source.layout().clone();
                 graph.with_field_mut::<F, _>(tag, |target| -> SolverResult<()> {
                     let to = target.layout().clone();
-                    if from.interior_extent() != to.interior_extent()
-                        || from.allocated().intersect(&to.allocated()) != to.allocated()
+                    let offset = [0, 1, 2].map(|a| {
+                        to.patch().offset()[a] as isize - from.patch().offset()[a] as isize
+                    });
+                    let own = to.allocated();
+                    let covered = watershed_fields::IndexBox::new(
+                        [0, 1, 2].map(|a| own.lo[a] + offset[a]),
+                        [0, 1, 2].map(|a| own.hi[a] + offset[a]),
+                    );
+                    if to.patch().grid() != from.patch().grid()
+                        || from.allocated().intersect(&covered) != covered
                     {
                         return Err(SolverError::Setup {
                             equation: tag.to_string(),
                             reason: format!(
-                                "the flow's velocity covers {:?} with {:?} ghost layers, the transport solver's field {tag} needs {:?} with {:?}; build the flow on a patch with at least as many ghost layers",
+                                "the flow's velocity covers {:?} points from cell {:?} of a {:?}-cell grid with {:?} ghost layers, the transport solver's field {tag} needs {:?} from cell {:?} of a {:?}-cell grid with {:?}; build the flow on the same grid, over a patch that covers the solver's, with at least as many ghost layers",
                                 from.interior_extent(),
+                                from.patch().offset(),
+                                from.patch().grid().cells(),
                                 from.ghosts(),
                                 to.interior_extent(),
+                                to.patch().offset(),
+                                to.patch().grid().cells(),
                                 to.ghosts()
                             ),
                         });
                     }
-                    let out = target.values_mut()?;
-                    for index in to.allocated() {
-                        out[to.linear_index(index)] = values[from.linear_index(index)];
-                    }
-                    Ok(())
+                    crate::windows::take_window(source, target, offset, true)
                 })?
             })?
         }

@@ -2,24 +2,30 @@
 //! nonlinear reaction, carried by a prescribed or a computed flow.
 
 use crate::case::{CaseInfo, CaseOptions, Prepared};
-use crate::cases::advection::{bounds_and_mass, scheme};
+use crate::cases::advection::{patched_bounds_and_mass, scheme};
+use crate::checkpoint::RankCheckpoint;
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::CaseResult;
 use crate::setup::config_text_of;
 use crate::setup::{case_execution_mode, integrator, solver_graph_options};
 use crate::solver_state::{
-    dump_flow, dump_solution, load_flow, load_solution, save_flow, save_solution,
+    dump_flow, dump_own_flow_patches, dump_patched_solution, dump_solution, load_flow,
+    load_own_flow_patches, load_own_patch_solutions, load_patched_solution, patch_graphs,
+    save_flow, save_own_flow_patches, save_own_patch_solutions, save_patched_solution,
 };
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
 use watershed_exprgraph::{ExpressionGraph, Tag};
-use watershed_fields::{CellCentre, Grid, LocationKind, XFace, YFace};
-use watershed_io::dumps::{DumpedField, dump_graph_field};
+use watershed_fields::{
+    CellCentre, Device, GhostWidth, Grid, Location, LocationKind, Patch, SpatialField, XFace, YFace,
+};
+use watershed_io::dumps::{DumpedField, dump_field, dump_graph_field};
+use watershed_io::rank_dumps::create_patch_group;
 use watershed_solvers::{
-    Diffusivity, IncompressibleFlow, IncompressibleFlowBuilder, TransportEquation, TransportSolver,
-    TransportSolverBuilder,
+    Diffusivity, IncompressibleFlow, IncompressibleFlowBuilder, PatchedTransport,
+    TransportEquation, TransportSolver, TransportSolverBuilder,
 };
 
 /// The case's name.
@@ -35,7 +41,7 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: ReactingConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<ReactingConfig>(NAME, o),
-    decomposes: false,
+    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/reacting-species.toml`).
@@ -64,6 +70,12 @@ pub struct ReactingConfig {
     pub diffusion_number: f64,
     /// Time integrator.
     pub integrator: String,
+    /// Patches along x, y, z: the species on equal patches (each count
+    /// dividing `cells`), spread over the ranks of the run, and the
+    /// computed flow's momentum and projection on the same patches; the
+    /// layout, not the rank count, fixes the bits. `[0, 0, 0]`: one per
+    /// rank.
+    pub patches: [usize; 3],
 }
 
 impl Default for ReactingConfig {
@@ -80,6 +92,7 @@ impl Default for ReactingConfig {
             cfl: 0.4,
             diffusion_number: 0.2,
             integrator: "ssp-rk3".into(),
+            patches: [1, 1, 1],
         }
     }
 }
@@ -110,6 +123,11 @@ impl CaseConfig for ReactingConfig {
             .or_else(|| in_range("cfl", self.cfl, 1e-6, 1.0))
             .or_else(|| in_range("diffusion_number", self.diffusion_number, 1e-6, 0.5))
             .or_else(|| one_of("integrator", &self.integrator, &crate::setup::INTEGRATORS))
+            .or_else(|| {
+                (self.patches != [0, 0, 0])
+                    .then(|| in_range("patches[2]", self.patches[2], 1, 1))
+                    .flatten()
+            })
     }
 }
 
@@ -117,7 +135,10 @@ impl CaseConfig for ReactingConfig {
 pub struct Reacting {
     config: ReactingConfig,
     grid: Grid,
-    solver: TransportSolver,
+    /// The species, on the patches of `config.patches`.
+    transport: PatchedTransport,
+    /// The computed flow (`flow = "computed"`): on the same patches when
+    /// decomposed, holding the whole domain's velocity on every rank.
     flow: Option<IncompressibleFlow>,
     velocity: [Tag; 3],
     /// [total mass, mass of A minus mass of B] at the start.
@@ -132,18 +153,19 @@ fn velocity_y(speed: f64) -> impl Fn([f64; 3]) -> f64 {
     move |[x, y, _]| -speed * (2.0 * PI * x).cos() * (2.0 * PI * y).sin()
 }
 
-fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
-    let loaded = crate::setup::load_config::<ReactingConfig>(NAME, options)?;
-    let config = loaded.config.clone();
-    let n = config.cells;
-    let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
-    let patch = grid.whole_domain(2);
+/// The species' solver on `patch` of the grid, carried by the prescribed
+/// velocity (which the computed flow, when there is one, replaces).
+fn species_on(
+    patch: &Patch,
+    config: &ReactingConfig,
+    options: &CaseOptions,
+) -> watershed_solvers::SolverResult<TransportSolver> {
     let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
     let tags: Vec<Tag> = SPECIES
         .iter()
         .map(|s| TransportEquation::new(s).solution_tag())
         .collect();
-    let mut builder = TransportSolverBuilder::new(&patch);
+    let mut builder = TransportSolverBuilder::new(patch);
     for (index, species) in SPECIES.iter().enumerate() {
         let (a, b, k) = (tags[0].clone(), tags[1].clone(), config.rate);
         // A + B -> 2 C: A and B lose k A B each, C gains 2 k A B.
@@ -174,18 +196,34 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     solver
         .graph()
         .set_field::<YFace>(&velocity[1], velocity_y(config.speed))?;
-    solver.set_initial_condition("A", |[x, _, _]| 0.5 * (1.0 + (2.0 * PI * x).cos()))?;
-    solver.set_initial_condition("B", |[x, _, _]| 0.5 * (1.0 - (2.0 * PI * x).cos()))?;
-    solver.set_initial_condition("C", |_| 0.0)?;
+    Ok(solver)
+}
+
+fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
+    let loaded = crate::setup::load_config::<ReactingConfig>(NAME, options)?;
+    let config = loaded.config.clone();
+    let n = config.cells;
+    let grid = Grid::new([n, n, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, true, false]);
+    let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
+    let layout =
+        crate::setup::patch_layout(&grid, config.patches, GhostWidth::uniform(2), options)?;
+    let transport = PatchedTransport::build(layout, options.rank_link(), |patch| {
+        species_on(patch, &config, options)
+    })?;
+    transport.set_initial_condition("A", |[x, _, _]| 0.5 * (1.0 + (2.0 * PI * x).cos()))?;
+    transport.set_initial_condition("B", |[x, _, _]| 0.5 * (1.0 - (2.0 * PI * x).cos()))?;
+    transport.set_initial_condition("C", |_| 0.0)?;
     let flow = if config.flow == "computed" {
-        let flow = IncompressibleFlowBuilder::new(&patch, config.viscosity)
+        let builder = IncompressibleFlowBuilder::new(&grid.whole_domain(2), config.viscosity)
             .integrator(integrator(&config.integrator))
             .mode(case_execution_mode(options))
-            .placement(options.placement.clone())
-            .build()?;
+            .placement(options.placement.clone());
+        let flow =
+            crate::setup::flow_on_patches(builder, &grid, config.patches, false, 2, options)?
+                .build()?;
         flow.set_velocity::<XFace>(velocity_x(config.speed))?;
         flow.set_velocity::<YFace>(velocity_y(config.speed))?;
-        solver.carry_by(&flow, &velocity)?;
+        transport.carry_by(&flow, &velocity)?;
         Some(flow)
     } else {
         None
@@ -193,7 +231,7 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
     let mut case = Reacting {
         config,
         grid,
-        solver,
+        transport,
         flow,
         velocity,
         invariants: [0.0; 2],
@@ -207,13 +245,31 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
 }
 
 impl Reacting {
-    /// [total mass, mass of A minus mass of B].
+    /// [total mass, mass of A minus mass of B], each species' mass summed
+    /// over the patches in patch order (collective).
     fn invariants(&self) -> CaseResult<[f64; 2]> {
         let masses: Vec<f64> = SPECIES
             .iter()
-            .map(|s| bounds_and_mass(&self.solver, s).map(|(_, _, m)| m))
+            .map(|s| patched_bounds_and_mass(&self.transport, s).map(|(_, _, m)| m))
             .collect::<CaseResult<_>>()?;
         Ok([masses.iter().sum(), masses[0] - masses[1]])
+    }
+
+    /// The prescribed velocity component on faces `F` over the whole
+    /// domain, as every patch's solver holds it at the same points: what
+    /// a dump of the whole domain shows (no patch holds it whole).
+    fn prescribed_velocity<F: Location>(
+        &self,
+        name: &str,
+        value: impl Fn([f64; 3]) -> f64,
+    ) -> CaseResult<SpatialField<F>> {
+        let mut field = SpatialField::<F>::new(name, &self.grid.whole_domain(2), Device::Cpu)?;
+        let layout = field.layout().clone();
+        let values = field.values_mut()?;
+        for index in layout.interior().iter() {
+            values[layout.linear_index(index)] = value(layout.coordinate(index));
+        }
+        Ok(field)
     }
 }
 
@@ -225,17 +281,17 @@ impl Simulation for Reacting {
         &self.grid
     }
     fn time(&self) -> f64 {
-        self.solver.time()
+        self.transport.time()
     }
     fn steps(&self) -> u64 {
-        self.solver.steps()
+        self.transport.steps()
     }
     fn cell_updates_per_step(&self) -> u64 {
         (self.grid.total_cells() * SPECIES.len()) as u64
     }
     fn next_dt(&self) -> CaseResult<f64> {
         let (cfl, d) = (self.config.cfl, self.config.diffusion_number);
-        let mut dt = self.solver.stable_time_step(cfl, d)?;
+        let mut dt = self.transport.stable_time_step(cfl, d)?;
         if let Some(flow) = &self.flow {
             dt = dt.min(flow.stable_time_step(cfl, d)?);
         }
@@ -245,20 +301,18 @@ impl Simulation for Reacting {
         // The species' velocity placeholders always hold the flow's current
         // velocity (carried after every step, at setup and at a restart), so
         // `next_dt` sees it and a restart resumes from the same state.
+        self.transport.step(dt)?;
         if let Some(flow) = &mut self.flow {
-            self.solver.step(dt)?;
             flow.step(dt)?;
-            self.solver.carry_by(flow, &self.velocity)?;
-        } else {
-            self.solver.step(dt)?;
+            self.transport.carry_by(flow, &self.velocity)?;
         }
         Ok(())
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
         let mut written = Vec::new();
         for species in SPECIES {
-            written.push(dump_solution(
-                &self.solver,
+            written.push(dump_patched_solution(
+                &self.transport,
                 species,
                 group,
                 &format!("Y_{species}"),
@@ -267,50 +321,130 @@ impl Simulation for Reacting {
         match &self.flow {
             Some(flow) => written.extend(dump_flow(flow, group)?),
             None => {
-                written.push(dump_graph_field::<XFace>(
-                    self.solver.graph(),
-                    &self.velocity[0],
-                    group,
-                    "u",
-                )?);
-                written.push(dump_graph_field::<YFace>(
-                    self.solver.graph(),
-                    &self.velocity[1],
-                    group,
-                    "v",
-                )?);
+                let speed = self.config.speed;
+                let u = self.prescribed_velocity::<XFace>("u", velocity_x(speed))?;
+                written.push(dump_field(group, "u", &u)?);
+                let v = self.prescribed_velocity::<YFace>("v", velocity_y(speed))?;
+                written.push(dump_field(group, "v", &v)?);
             }
         }
         Ok(written)
     }
+    fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+        // The interiors are final after a step; a pending overlapped
+        // exchange is settled first, as for every read of the solutions.
+        self.transport.settle()?;
+        let mut fields = Vec::new();
+        for (index, solver) in self.transport.owned().zip(self.transport.solvers()) {
+            let patch = self.transport.layout().patch(index)?;
+            let group = create_patch_group(root, index, patch.offset(), patch.cells())?;
+            fields.clear();
+            for species in SPECIES {
+                fields.push(dump_solution(
+                    solver,
+                    species,
+                    &group,
+                    &format!("Y_{species}"),
+                )?);
+            }
+            if self.flow.is_none() {
+                let graph = solver.graph();
+                fields.push(dump_graph_field::<XFace>(
+                    graph,
+                    &self.velocity[0],
+                    &group,
+                    "u",
+                )?);
+                fields.push(dump_graph_field::<YFace>(
+                    graph,
+                    &self.velocity[1],
+                    &group,
+                    "v",
+                )?);
+            }
+        }
+        // The flow's pieces go into the same patch groups.
+        if let Some(flow) = &self.flow {
+            fields.extend(dump_own_flow_patches(flow, NAME, root)?);
+        }
+        Ok(fields)
+    }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         for species in SPECIES {
-            save_solution(&self.solver, species, group)?;
+            save_patched_solution(&self.transport, species, group)?;
         }
         if let Some(flow) = &self.flow {
             save_flow(flow, group, "flow_")?;
         }
-        crate::checkpoint::save_series(group, "invariants", &self.invariants)
+        self.save_shared_state(group)
     }
     fn load_state(&mut self, group: &hdf5::Group, time: f64, step: u64) -> CaseResult<()> {
+        self.transport.set_clock(time, step)?;
         for species in SPECIES {
-            load_solution(&self.solver, species, group)?;
+            load_patched_solution(&self.transport, species, group)?;
         }
         if let Some(flow) = &mut self.flow {
             load_flow(flow, group, "flow_", time, step)?;
-            self.solver.carry_by(flow, &self.velocity)?;
+            self.transport.carry_by(flow, &self.velocity)?;
         }
+        self.load_shared_state(group)
+    }
+    fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
+        save_own_patch_solutions(&self.transport, &SPECIES, root)?;
+        match &self.flow {
+            Some(flow) => save_own_flow_patches(flow, NAME, root),
+            None => Ok(()),
+        }
+    }
+    fn save_shared_state(&self, group: &hdf5::Group) -> CaseResult<()> {
+        crate::checkpoint::save_series(group, "invariants", &self.invariants)
+    }
+    fn load_shared_state(&mut self, group: &hdf5::Group) -> CaseResult<()> {
         if let [a, b] = crate::checkpoint::load_series(group, "invariants")?[..] {
             self.invariants = [a, b];
         }
-        Ok(self.solver.set_clock(time, step)?)
+        Ok(())
+    }
+    fn load_own_patches(
+        &mut self,
+        patches: &RankCheckpoint,
+        shared: &hdf5::Group,
+        time: f64,
+        step: u64,
+    ) -> CaseResult<()> {
+        self.transport.set_clock(time, step)?;
+        load_own_patch_solutions(&self.transport, &SPECIES, patches)?;
+        if let Some(flow) = &mut self.flow {
+            load_own_flow_patches(flow, NAME, patches, time, step)?;
+            self.transport.carry_by(flow, &self.velocity)?;
+        }
+        self.load_shared_state(shared)
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
-        let mut graphs = vec![("species".into(), self.solver.graph())];
+        let mut graphs = patch_graphs("species", &self.transport);
         if let Some(flow) = &self.flow {
-            graphs.push(("momentum".into(), flow.graph()));
+            graphs.extend(crate::setup::flow_graphs(flow));
         }
         graphs
+    }
+    fn patched(&self) -> Option<&PatchedTransport> {
+        Some(&self.transport)
+    }
+    fn exchange_time(&self) -> Option<std::time::Duration> {
+        let species = (self.transport.layout().len() > 1).then(|| self.transport.exchange_time());
+        let flow = self
+            .flow
+            .as_ref()
+            .and_then(IncompressibleFlow::exchange_time);
+        match (species, flow) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or_default() + b.unwrap_or_default()),
+        }
+    }
+    fn poisson_on_patches(&self) -> Option<(std::time::Duration, usize, usize)> {
+        self.flow
+            .as_ref()
+            .and_then(crate::setup::flow_poisson_on_patches)
     }
     fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
         let [total, difference] = self.invariants()?;
@@ -320,9 +454,9 @@ impl Simulation for Reacting {
             (difference - difference0).abs() / total0.abs().max(f64::MIN_POSITIVE);
         let mut lowest = f64::INFINITY;
         for species in SPECIES {
-            lowest = lowest.min(bounds_and_mass(&self.solver, species)?.0);
+            lowest = lowest.min(patched_bounds_and_mass(&self.transport, species)?.0);
         }
-        let (_, _, produced) = bounds_and_mass(&self.solver, "C")?;
+        let (_, _, produced) = patched_bounds_and_mass(&self.transport, "C")?;
         let tolerance = 1e-10;
         let bounded = self.config.scheme == "central" || lowest >= -1e-12;
         Ok(CaseCheck {

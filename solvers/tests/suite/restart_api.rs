@@ -4,7 +4,7 @@
 //! cannot cover the transport solver's ghosts).
 
 use watershed_exprgraph::Tag;
-use watershed_fields::{Grid, LocationKind, XFace, YFace};
+use watershed_fields::{GhostWidth, Grid, LocationKind, XFace, YFace};
 use watershed_solvers::{
     BoundaryCondition, BoundaryConditions, ConvectiveScheme, IncompressibleFlowBuilder,
     SolverError, TransportEquation, TransportSolver, TransportSolverBuilder,
@@ -94,6 +94,84 @@ fn a_transport_equation_is_carried_by_the_flow_velocity() {
         Err(SolverError::Setup { equation, reason }) => {
             assert_eq!(equation, "u (STATE_NONE)");
             assert!(reason.contains("ghost"), "{reason}");
+        }
+        other => panic!("expected a Setup error, got {other:?}"),
+    }
+}
+
+/// A solver on one patch of a decomposed grid takes its window of a flow
+/// over the whole domain: each allocated point, seam and periodic ghosts
+/// included, holds the flow's value at the same global point. A flow on
+/// another grid is refused naming the field and both grids.
+#[test]
+fn a_solver_on_a_patch_is_carried_by_its_window_of_the_whole_flow() {
+    let grid = Grid::new([8, 8, 1], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true, true, false]);
+    let flow = IncompressibleFlowBuilder::new(&grid.whole_domain(2), 0.1)
+        .build()
+        .unwrap();
+    flow.set_velocity::<XFace>(|[x, y, _]| 1.0 + x + 10.0 * y)
+        .unwrap();
+    flow.set_velocity::<YFace>(|[x, _, _]| -x).unwrap();
+    let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
+    let offset = [4usize, 0, 0];
+    let patch =
+        watershed_fields::Patch::new(&grid, offset, [4, 8, 1], GhostWidth::uniform(1)).unwrap();
+    let mut builder = TransportSolverBuilder::new(&patch).equation(
+        TransportEquation::new("c").convection(velocity.clone(), ConvectiveScheme::Upwind),
+    );
+    builder
+        .factory_mut()
+        .placeholder(velocity[0].clone(), LocationKind::XFace)
+        .unwrap();
+    builder
+        .factory_mut()
+        .placeholder(velocity[1].clone(), LocationKind::YFace)
+        .unwrap();
+    let solver = builder.build().unwrap();
+    solver.carry_by(&flow, &velocity).unwrap();
+    let (whole_layout, whole) = flow
+        .with_velocity::<XFace, _>(|u| (u.layout().clone(), u.values().unwrap().to_vec()))
+        .unwrap();
+    let checked = solver
+        .graph()
+        .with_field::<XFace, _>(&velocity[0], |u| {
+            let layout = u.layout();
+            let values = u.values().unwrap();
+            let mut checked = 0;
+            for [i, j, k] in layout.allocated() {
+                let global = [i + offset[0] as isize, j, k];
+                assert_eq!(
+                    values[layout.linear_index([i, j, k])].to_bits(),
+                    whole[whole_layout.linear_index(global)].to_bits(),
+                    "x face {:?} of the patch",
+                    [i, j, k]
+                );
+                checked += 1;
+            }
+            // The patch's first face is the whole domain's face x = 0.5,
+            // its first ghost face x = 0.375.
+            let first = values[layout.linear_index([0, 0, 0])];
+            assert_eq!(first, 1.0 + 0.5 + 10.0 * 0.0625);
+            let ghost = values[layout.linear_index([-1, 0, 0])];
+            assert_eq!(ghost, 1.0 + 0.375 + 10.0 * 0.0625);
+            checked
+        })
+        .unwrap();
+    assert!(checked > 4 * 8, "ghosts included: {checked} points");
+
+    let other = Grid::new([16, 8, 1], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true, true, false]);
+    let foreign = IncompressibleFlowBuilder::new(&other.whole_domain(2), 0.1)
+        .build()
+        .unwrap();
+    match solver.carry_by(&foreign, &velocity) {
+        Err(SolverError::Setup { equation, reason }) => {
+            assert_eq!(equation, "u (STATE_NONE)");
+            assert!(reason.contains("[16, 8, 1]-cell grid"), "{reason}");
+            assert!(reason.contains("[8, 8, 1]-cell grid"), "{reason}");
         }
         other => panic!("expected a Setup error, got {other:?}"),
     }
