@@ -74,9 +74,6 @@ pub struct CaseInfo {
     pub prepare: fn(&CaseOptions) -> CaseResult<Prepared>,
     /// The effective configuration as TOML (for `--print-config`).
     pub config_text: fn(&CaseOptions) -> CaseResult<String>,
-    /// Whether the case runs on patches (`patches` in its configuration)
-    /// and so across MPI ranks (`mpirun -np N watershed run ...`).
-    pub decomposes: bool,
 }
 
 impl std::fmt::Debug for CaseInfo {

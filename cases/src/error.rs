@@ -131,7 +131,7 @@ impl CaseError {
     /// them (see `crate::driver::OutputFiles::PerRank`).
     pub fn per_rank_refused(case: &str) -> Self {
         CaseError::Usage(format!(
-            "`{case}` cannot write its dumps and checkpoints per rank (--per-rank-files): it does not run on patches (set patches=PX,PY,PZ, for a case that decomposes: advection, heat, reacting-species, wasatch-scalability and the flows); leave --per-rank-files out and rank 0 writes the whole domain"
+            "`{case}` cannot write its dumps and checkpoints per rank (--per-rank-files): it does not run on patches (set patches=PX,PY,PZ with more than one patch, or run it on several ranks); leave --per-rank-files out and rank 0 writes the whole domain"
         ))
     }
 }

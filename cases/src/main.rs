@@ -382,8 +382,8 @@ fn run_case(
     ranks: Option<Rc<dyn RankLink>>,
 ) -> Result<Outcome, Failure> {
     let info = find_case(&args.case).map_err(usage)?;
-    if let Some(link) = ranks.as_deref().filter(|l| l.ranks() > 1) {
-        check_spreadable(&info, &args, link)?;
+    if ranks.as_deref().is_some_and(|l| l.ranks() > 1) {
+        check_spreadable(&args)?;
     }
     let follower = is_follower(ranks.as_deref());
     let threads = match args.threads {
@@ -830,26 +830,9 @@ fn outcome_of(
     }
 }
 
-/// A run on several ranks: only cases that decompose, and only the
-/// options that work across ranks.
-fn check_spreadable(
-    info: &watershed_cases::CaseInfo,
-    args: &RunArgs,
-    link: &dyn RankLink,
-) -> Result<(), Failure> {
-    if !info.decomposes {
-        let spreadable: Vec<&str> = registered_cases()
-            .iter()
-            .filter(|c| c.decomposes)
-            .map(|c| c.name)
-            .collect();
-        return Err(usage(CaseError::Usage(format!(
-            "case {} runs on one patch and so on one rank, but mpirun started {} ranks; run it without mpirun, or run a case that decomposes ({}) with --set patches=PX,PY,PZ",
-            info.name,
-            link.ranks(),
-            spreadable.join(", ")
-        ))));
-    }
+/// A run on several ranks: only the options that work across ranks
+/// (every case decomposes).
+fn check_spreadable(args: &RunArgs) -> Result<(), Failure> {
     let single_process_only = [
         (args.convergence, "--convergence"),
         (args.emit.is_some(), "--emit"),

@@ -155,11 +155,21 @@ fn patch_layouts_that_cannot_run_are_refused_by_name() {
             .map(|_| ())
             .unwrap_err()
     };
-    // The hand-built ExprLib graph does not decompose (its Wasatch twin,
-    // the same equations through the transport solver, does).
-    let error = prepare("exprlib-scalability", &["patches=2,1,1"]);
+    // The hand-built ExprLib graph decomposes as the solvers do: a count
+    // that does not divide its cells is refused naming the axis.
+    let error = prepare(
+        "exprlib-scalability",
+        &["cells=8", "pdes=2", "patches=1,3,1"],
+    );
     assert!(
-        matches!(error, watershed_cases::CaseError::UnknownKey { ref key, .. } if key == "patches"),
+        matches!(error, watershed_cases::CaseError::Field(watershed_fields::FieldError::InvalidLayout { ref reason })
+            if reason.contains("3 patches along y do not divide its 8 cells")),
+        "{error}"
+    );
+    // Its exchange runs between steps: it has nothing to overlap.
+    let error = prepare("exprlib-scalability", &["overlap_exchange=true"]);
+    assert!(
+        matches!(error, watershed_cases::CaseError::UnknownKey { ref key, .. } if key == "overlap_exchange"),
         "{error}"
     );
     // A count that does not divide the cells names the divisors.
@@ -204,6 +214,16 @@ fn decomposed_cases_pass_their_checks_on_patches() {
         ],
         None,
     );
+    // The hand-built ExprLib graph on 2 x 1 x 2 patches: its step against
+    // the hand-written loop over the whole domain, every variant.
+    for variant in watershed_cases::cases::scalability::VARIANTS {
+        let v = format!("variant=\"{variant}\"");
+        passes(
+            "exprlib-scalability",
+            &["pdes=3", "cells=8", &v, "steps=3", "patches=2,1,2"],
+            None,
+        );
+    }
     // The flows on patches: the momentum and the Poisson solve.
     passes(
         "taylor-green",

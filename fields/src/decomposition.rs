@@ -14,8 +14,12 @@
 //! non-periodic one a patch side on the domain boundary has none (its
 //! ghosts are a boundary condition's, see [`Patch::minus_boundary`]).
 
+use crate::device::Device;
 use crate::error::{FieldError, FieldResult};
+use crate::field::SpatialField;
 use crate::grid::{GhostWidth, Grid, Patch, axis_name};
+use crate::layout::FieldLayout;
+use crate::location::Location;
 use crate::side::Side;
 use std::ops::Range;
 
@@ -223,6 +227,72 @@ impl PatchLayout {
         let start = rank * base + rank.min(extra);
         let end = start + base + usize::from(rank < extra);
         Ok(start..end)
+    }
+
+    /// The whole domain's `L` field named `name`, with the layout's ghost
+    /// layers, from `all`: every patch's allocated values, ghosts included,
+    /// in patch order (what a gather of every patch's field gives). Each
+    /// point of the domain takes the value of the patch whose interior
+    /// holds it, whatever the other patches' ghosts hold there (they may
+    /// be stale: a field written since its last exchange); each ghost
+    /// point of the whole domain, the value of a patch whose ghost layers
+    /// reach it. An error, naming the field, when `all` does not hold
+    /// every patch's points.
+    ///
+    /// ```
+    /// use watershed_fields::{CellCentre, GhostWidth, Grid, PatchLayout};
+    /// let grid = Grid::new([4, 2, 1], [1.0; 3], [0.0; 3])?;
+    /// let layout = PatchLayout::new(&grid, [2, 1, 1], GhostWidth::uniform(1))?;
+    /// // Each patch holds (2 + 2) x (2 + 2) points (z has no ghosts in 2D):
+    /// // 1 on the first, 2 on the second, ghosts included.
+    /// let all: Vec<f64> = [1.0, 2.0].iter().flat_map(|&v| vec![v; 16]).collect();
+    /// let whole = layout.assemble::<CellCentre>("T", &all)?;
+    /// let at = |p| whole.values().unwrap()[whole.layout().linear_index(p)];
+    /// // Each cell has its own patch's value, not the other's ghost.
+    /// assert_eq!((at([1, 0, 0]), at([2, 0, 0])), (1.0, 2.0));
+    /// // The whole domain's ghosts: the patch that reaches them.
+    /// assert_eq!((at([-1, 0, 0]), at([4, 0, 0])), (1.0, 2.0));
+    /// # Ok::<(), watershed_fields::FieldError>(())
+    /// ```
+    pub fn assemble<L: Location>(&self, name: &str, all: &[f64]) -> FieldResult<SpatialField<L>> {
+        let whole_patch = Patch::new(&self.grid, [0; 3], self.grid.cells(), self.ghosts)?;
+        let mut whole = SpatialField::<L>::new(name, &whole_patch, Device::Cpu)?;
+        let to = whole.layout().clone();
+        let parts = (0..self.len())
+            .map(|index| Ok(FieldLayout::new(&self.patch(index)?, L::KIND)))
+            .collect::<FieldResult<Vec<_>>>()?;
+        let expected: usize = parts.iter().map(FieldLayout::allocated_len).sum();
+        if all.len() != expected {
+            return Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "field {name}: {} values to put together, but the {} patches of the layout {:?} hold {expected} points of {:?}",
+                    all.len(),
+                    self.len(),
+                    self.counts,
+                    L::KIND
+                ),
+            });
+        }
+        let values = whole.values_mut()?;
+        // The ghosts first, then every interior over them.
+        for interiors in [false, true] {
+            let mut start = 0;
+            for from in &parts {
+                let part = &all[start..start + from.allocated_len()];
+                start += from.allocated_len();
+                let offset = from.patch().offset().map(|o| o as isize);
+                let points = if interiors {
+                    from.interior()
+                } else {
+                    from.allocated()
+                };
+                for local in points.iter() {
+                    let global = [0, 1, 2].map(|a| local[a] + offset[a]);
+                    values[to.linear_index(global)] = part[from.linear_index(local)];
+                }
+            }
+        }
+        Ok(whole)
     }
 
     /// The rank of `ranks` that owns patch `index` (see [`Self::owned_by`]).

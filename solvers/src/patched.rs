@@ -63,8 +63,7 @@ use watershed_fields::halo::{
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
-    CellCentre, Device, FieldError, FieldLayout, FieldResult, LocationKind, Patch, PatchLayout,
-    SpatialField,
+    CellCentre, FieldError, FieldResult, LocationKind, Patch, PatchLayout, SpatialField,
 };
 
 /// The trace track of a decomposed run's exchanges, gathers and reductions.
@@ -348,7 +347,7 @@ impl PatchedTransport {
     pub fn whole_solution(&self, equation: &str) -> SolverResult<SpatialField<CellCentre>> {
         let (mine, per_patch) = self.allocated_values(equation)?;
         let all = self.gather(&mine, per_patch)?;
-        self.assemble(equation, &all, per_patch)
+        self.assemble(equation, &all)
     }
 
     /// [`Self::whole_solution`] on rank 0 only (`None` on the others), for
@@ -363,7 +362,7 @@ impl PatchedTransport {
         let gathered = self.link.gather_to_root(&mine, &counts);
         self.spent("gather to rank 0", started);
         match gathered? {
-            Some(all) => Ok(Some(self.assemble(equation, &all, per_patch)?)),
+            Some(all) => Ok(Some(self.assemble(equation, &all)?)),
             None => Ok(None),
         }
     }
@@ -385,27 +384,8 @@ impl PatchedTransport {
 
     /// The whole domain's field from `all`, every patch's allocated values
     /// in patch order.
-    fn assemble(
-        &self,
-        equation: &str,
-        all: &[f64],
-        per_patch: usize,
-    ) -> SolverResult<SpatialField<CellCentre>> {
-        let ghosts = self.solvers[0].graph().patch().ghosts();
-        let grid = self.layout.grid();
-        let whole_patch = Patch::new(grid, [0; 3], grid.cells(), ghosts)?;
-        let mut whole = SpatialField::<CellCentre>::new(equation, &whole_patch, Device::Cpu)?;
-        let to = whole.layout().clone();
-        let values = whole.values_mut()?;
-        for (index, part) in all.chunks(per_patch.max(1)).enumerate() {
-            let from = FieldLayout::new(&self.layout.patch(index)?, LocationKind::CellCentre);
-            let offset = from.patch().offset().map(|o| o as isize);
-            for local in from.allocated().iter() {
-                let global = [0, 1, 2].map(|a| local[a] + offset[a]);
-                values[to.linear_index(global)] = part[from.linear_index(local)];
-            }
-        }
-        Ok(whole)
+    fn assemble(&self, equation: &str, all: &[f64]) -> SolverResult<SpatialField<CellCentre>> {
+        Ok(self.layout.assemble::<CellCentre>(equation, all)?)
     }
 
     /// Sets the solution of `equation` on every owned patch, ghosts

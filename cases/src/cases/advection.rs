@@ -33,7 +33,6 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: AdvectionConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<AdvectionConfig>(NAME, o),
-    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/advection.toml`).

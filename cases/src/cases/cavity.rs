@@ -36,7 +36,6 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: CavityConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<CavityConfig>(NAME, o),
-    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/lid-driven-cavity.toml`).

@@ -41,7 +41,6 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: ChannelConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<ChannelConfig>(NAME, o),
-    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/channel.toml`).

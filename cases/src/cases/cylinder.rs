@@ -41,7 +41,6 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: CylinderConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<CylinderConfig>(NAME, o),
-    decomposes: true,
 };
 
 /// Channel height.

@@ -32,7 +32,6 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: HeatConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<HeatConfig>(NAME, o),
-    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/heat.toml`).

@@ -41,7 +41,6 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: ReactingConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<ReactingConfig>(NAME, o),
-    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/reacting-species.toml`).

@@ -4,7 +4,7 @@
 
 use crate::case::{CaseInfo, CaseOptions, Prepared};
 use crate::checkpoint::RankCheckpoint;
-use crate::checkpoint::{load_graph_field, save_graph_field};
+use crate::checkpoint::{load_graph_field, save_field, save_graph_field};
 use crate::config::{CaseConfig, RangeProblem, in_range, one_of};
 use crate::driver::{CaseCheck, Simulation, Stop};
 use crate::error::{CaseError, CaseResult};
@@ -17,14 +17,18 @@ use crate::solver_state::{
 use serde::{Deserialize, Serialize};
 use std::f64::consts::PI;
 use std::path::Path;
+use watershed_exprgraph::patched::PatchedGraphs;
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression,
     NativeExpression, PlacementPolicy, Symbols, Tag,
 };
+use watershed_fields::io::read_field_window;
 use watershed_fields::{
-    CellCentre, GhostWidth, Grid, HostMemory, LocationKind, Patch, XFace, YFace, ZFace,
+    CellCentre, GhostWidth, Grid, HostMemory, LocationKind, Patch, PatchLayout, SpatialField,
+    XFace, YFace, ZFace,
 };
-use watershed_io::dumps::{DumpedField, dump_graph_field};
+use watershed_io::dumps::{DumpedField, dump_field, dump_graph_field};
+use watershed_io::rank_dumps::create_patch_group;
 use watershed_operators::{Expr, FaceLocation, divergence, exp, gradient, interpolate_to_face};
 use watershed_solvers::{
     BoundaryConditions, Diffusivity, PatchedTransport, TransportEquation, TransportSolver,
@@ -43,7 +47,6 @@ pub const EXPRLIB_INFO: CaseInfo = CaseInfo {
     documented_config: ScalabilityConfig::<ExprLibKind>::DOCUMENTED,
     prepare: prepare_exprlib,
     config_text: |o| config_text_of::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, o),
-    decomposes: false,
 };
 
 /// The Wasatch registry entry.
@@ -53,7 +56,6 @@ pub const WASATCH_INFO: CaseInfo = CaseInfo {
     documented_config: ScalabilityConfig::<WasatchKind>::DOCUMENTED,
     prepare: prepare_wasatch,
     config_text: |o| config_text_of::<ScalabilityConfig<WasatchKind>>(WASATCH, o),
-    decomposes: true,
 };
 
 /// Which of the two cases a configuration belongs to.
@@ -95,8 +97,8 @@ pub struct ScalabilityConfig<K: Kind> {
     /// Time integrator (Wasatch only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub integrator: Option<String>,
-    /// Patches along x, y, z (Wasatch only: the transport solver's
-    /// equations decompose, the hand-built ExprLib graph does not).
+    /// Patches along x, y, z: the transport solver's equations (Wasatch)
+    /// or the hand-built graph (ExprLib, [`PatchedGraphs`]) on each patch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patches: Option<[usize; 3]>,
     /// Overlap each stage's seam exchange with the next stage's interior
@@ -117,7 +119,7 @@ impl<K: Kind> Default for ScalabilityConfig<K> {
             dt: 1e-6,
             fusion: true,
             integrator: K::WASATCH.then(|| "forward-euler".to_string()),
-            patches: K::WASATCH.then_some([1, 1, 1]),
+            patches: Some([1, 1, 1]),
             overlap_exchange: K::WASATCH.then_some(false),
             kind: std::marker::PhantomData,
         }
@@ -146,24 +148,20 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
             )),
             (None, false) => None,
         };
-        let patches = match (&self.patches, K::WASATCH) {
-            (Some(_), true) | (None, false) => None,
-            (None, true) => Some((
+        let patches = match &self.patches {
+            Some(_) => None,
+            None => Some((
                 "patches".into(),
                 "(missing)".into(),
                 "[px, py, pz], each dividing cells".into(),
-            )),
-            (Some(p), false) => Some((
-                "patches".into(),
-                format!("{p:?}"),
-                "none: exprlib-scalability's hand-built graph runs on one patch (wasatch-scalability, the same equations through the transport solver, decomposes)".into(),
             )),
         };
         let overlap = match (&self.overlap_exchange, K::WASATCH) {
             (Some(v), false) => Some((
                 "overlap_exchange".into(),
                 v.to_string(),
-                "none: exprlib-scalability's hand-built graph runs on one patch and exchanges nothing".into(),
+                "none: exprlib-scalability exchanges its fields between steps, not during them"
+                    .into(),
             )),
             _ => None,
         };
@@ -639,11 +637,12 @@ fn relative_difference(a: &[Vec<f64>], b: &[Vec<f64>]) -> f64 {
 
 const CHECK_TOLERANCE: f64 = 1e-12;
 
-/// The running ExprLib test.
+/// The running ExprLib test: the hand-built graph on each patch of its
+/// layout this rank owns, the solutions' seams exchanged after each step.
 pub struct ExprLib {
     config: ScalabilityConfig<ExprLibKind>,
     grid: Grid,
-    graph: ExpressionGraph,
+    graphs: PatchedGraphs,
     mode: ExecutionMode,
     steps: u64,
 }
@@ -652,21 +651,32 @@ fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
     let loaded = crate::setup::load_config::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, options)?;
     let c = loaded.config.clone();
     let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
-    let graph = exprlib_stepping_graph(
-        &grid.whole_domain(1),
-        c.pdes,
-        &c.variant,
-        c.dt,
-        c.fusion,
-        options.placement.clone(),
+    let layout = crate::setup::patch_layout(
+        &grid,
+        c.patches.unwrap_or([1, 1, 1]),
+        GhostWidth::uniform(1),
+        options,
     )?;
+    // Every patch's phi and gamma are set from their functions at global
+    // coordinates, ghosts included, as one graph over the whole domain sets
+    // them: the first step reads the same values.
+    let graphs = PatchedGraphs::build(layout, options.rank_link(), |patch| {
+        exprlib_stepping_graph(
+            patch,
+            c.pdes,
+            &c.variant,
+            c.dt,
+            c.fusion,
+            options.placement.clone(),
+        )
+    })?;
     Ok(Prepared {
         config_text: crate::config::to_text(EXPRLIB, &loaded)?,
         stop: Stop::Steps(c.steps),
         simulation: Box::new(ExprLib {
             config: c,
             grid,
-            graph,
+            graphs,
             mode: case_execution_mode(options),
             steps: 0,
         }),
@@ -674,13 +684,22 @@ fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
 }
 
 impl ExprLib {
-    /// Makes each phi_next (periodic ghosts filled by its modifier) the
-    /// next phi: a pointer swap wherever the fields live.
+    /// Makes each phi_next (its periodic ghosts filled by its modifier
+    /// where the patch spans an axis) the next phi, a pointer swap
+    /// wherever the fields live, then fills the seams from the other
+    /// patches.
     fn advance_state(&self) -> CaseResult<()> {
+        let phis: Vec<Tag> = (0..self.config.pdes).map(phi).collect();
         for i in 0..self.config.pdes {
-            self.graph.rotate_fields(&[phi(i), phi_next(i)])?;
+            self.graphs.rotate_fields(&[phi(i), phi_next(i)])?;
         }
+        self.graphs.exchange(&phis)?;
         Ok(())
+    }
+
+    /// The interiors of `tag` over the whole domain (collective).
+    fn whole_interior(&self, tag: &Tag) -> CaseResult<Vec<f64>> {
+        interior(&self.graphs.whole_field(tag)?)
     }
 }
 
@@ -704,43 +723,127 @@ impl Simulation for ExprLib {
         Ok(self.config.dt)
     }
     fn step(&mut self, _dt: f64) -> CaseResult<()> {
-        self.graph.execute(self.mode)?;
+        self.graphs.execute(self.mode)?;
         self.advance_state()?;
         self.steps += 1;
         Ok(())
     }
     fn dump(&self, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-        (0..self.config.pdes.min(4))
-            .map(|i| {
-                dump_graph_field::<CellCentre>(&self.graph, &phi(i), group, &format!("phi{i}"))
-            })
-            .collect::<Result<_, _>>()
-            .map_err(CaseError::from)
+        let mut written = Vec::new();
+        for i in 0..self.config.pdes.min(4) {
+            let name = format!("phi{i}");
+            written.push(match self.graphs.gather_field(&phi(i))? {
+                Some(whole) => dump_field(group, &name, &whole)?,
+                // A follower rank: rank 0 writes the gathered field.
+                None => DumpedField {
+                    name,
+                    location: LocationKind::CellCentre,
+                    extent: self.grid.cells(),
+                    components: 1,
+                    derived: None,
+                },
+            });
+        }
+        Ok(written)
+    }
+    fn dump_own_patches(&self, root: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+        let mut fields = Vec::new();
+        for (index, graph) in self.graphs.owned().zip(self.graphs.graphs()) {
+            let patch = self.graphs.layout().patch(index)?;
+            let group = create_patch_group(root, index, patch.offset(), patch.cells())?;
+            fields = (0..self.config.pdes.min(4))
+                .map(|i| dump_graph_field::<CellCentre>(graph, &phi(i), &group, &format!("phi{i}")))
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(fields)
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         for i in 0..self.config.pdes {
-            save_graph_field::<CellCentre>(&self.graph, &phi(i), group, &format!("phi{i}"))?;
+            if let Some(whole) = self.graphs.gather_field(&phi(i))? {
+                save_field(group, &format!("phi{i}"), &whole)?;
+            }
         }
         Ok(())
     }
     fn load_state(&mut self, group: &hdf5::Group, _time: f64, step: u64) -> CaseResult<()> {
         for i in 0..self.config.pdes {
-            load_graph_field::<CellCentre>(&self.graph, &phi(i), group, &format!("phi{i}"))?;
+            let name = format!("phi{i}");
+            for graph in self.graphs.graphs() {
+                graph.with_field_mut::<CellCentre, _>(&phi(i), |field| -> CaseResult<()> {
+                    let part: SpatialField<CellCentre> =
+                        read_field_window(group, &name, field.layout().patch())?;
+                    field.values_mut()?.copy_from_slice(part.values()?);
+                    Ok(())
+                })??;
+            }
+        }
+        self.steps = step;
+        Ok(())
+    }
+    fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
+        for (index, graph) in self.graphs.owned().zip(self.graphs.graphs()) {
+            let patch = self.graphs.layout().patch(index)?;
+            let group = create_patch_group(root, index, patch.offset(), patch.cells())?;
+            for i in 0..self.config.pdes {
+                save_graph_field::<CellCentre>(graph, &phi(i), &group, &format!("phi{i}"))?;
+            }
+        }
+        Ok(())
+    }
+    fn load_own_patches(
+        &mut self,
+        patches: &RankCheckpoint,
+        _shared: &hdf5::Group,
+        _time: f64,
+        step: u64,
+    ) -> CaseResult<()> {
+        let layout = self.graphs.layout();
+        if patches.patches() != layout.len() {
+            return Err(CaseError::Restart {
+                path: patches.path(),
+                reason: format!(
+                    "it was written per rank on {} patches, this run has {}: restart it with its own patch layout (drop the --set patches=... that changes it)",
+                    patches.patches(),
+                    layout.len()
+                ),
+            });
+        }
+        for (index, graph) in self.graphs.owned().zip(self.graphs.graphs()) {
+            let (_file, group) = patches.patch(index)?;
+            for i in 0..self.config.pdes {
+                load_graph_field::<CellCentre>(graph, &phi(i), &group, &format!("phi{i}"))?;
+            }
         }
         self.steps = step;
         Ok(())
     }
     fn graphs(&self) -> Vec<(String, &ExpressionGraph)> {
-        vec![("exprlib".into(), &self.graph)]
+        let one = self.graphs.layout().len() == 1;
+        self.graphs
+            .owned()
+            .zip(self.graphs.graphs())
+            .map(|(index, graph)| {
+                let name = if one {
+                    "exprlib".to_string()
+                } else {
+                    format!("exprlib patch {index}")
+                };
+                (name, graph)
+            })
+            .collect()
+    }
+    fn patch_layout(&self) -> Option<&PatchLayout> {
+        Some(self.graphs.layout())
+    }
+    fn exchange_time(&self) -> Option<std::time::Duration> {
+        (self.graphs.layout().len() > 1).then(|| self.graphs.exchange_time())
     }
     fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
         let c = &self.config;
         let phis: Vec<Vec<f64>> = (0..c.pdes)
-            .map(|i| self.graph.with_field::<CellCentre, _>(&phi(i), interior)?)
+            .map(|i| self.whole_interior(&phi(i)))
             .collect::<CaseResult<_>>()?;
-        let gamma_values = self
-            .graph
-            .with_field::<CellCentre, _>(&gamma(), interior)??;
+        let gamma_values = self.whole_interior(&gamma())?;
         let expected = reference_step(
             c.cells,
             1.0 / c.cells as f64,
@@ -749,12 +852,9 @@ impl Simulation for ExprLib {
             &c.variant,
             c.dt,
         );
-        self.graph.execute(self.mode)?;
+        self.graphs.execute(self.mode)?;
         let computed: Vec<Vec<f64>> = (0..c.pdes)
-            .map(|i| {
-                self.graph
-                    .with_field::<CellCentre, _>(&phi_next(i), interior)?
-            })
+            .map(|i| self.whole_interior(&phi_next(i)))
             .collect::<CaseResult<_>>()?;
         let difference = relative_difference(&computed, &expected);
         Ok(CaseCheck {

@@ -36,7 +36,6 @@ pub const INFO: CaseInfo = CaseInfo {
     documented_config: TaylorGreenConfig::DOCUMENTED,
     prepare,
     config_text: |o| config_text_of::<TaylorGreenConfig>(NAME, o),
-    decomposes: true,
 };
 
 /// Configuration (see `cases/configs/taylor-green.toml`).

@@ -8,12 +8,16 @@
 //! grad(phi))` and the divergence of `phi` carried by a constant velocity,
 //! on a grid periodic along x and y, with `dt` inside both stability
 //! limits. The whole domain's ghosts are filled by a hand-written periodic
-//! loop; the patches' by the exchange.
+//! loop; the patches' by the exchange, by hand and through
+//! [`PatchedGraphs`].
 
+use std::rc::Rc;
+use watershed_exprgraph::patched::PatchedGraphs;
 use watershed_exprgraph::{
-    ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, Tag,
+    ExecutionMode, ExpressionGraph, Factory, GraphError, GraphOptions, LanguageExpression, Tag,
 };
 use watershed_fields::halo::exchange_ghosts;
+use watershed_fields::ranks::SingleProcess;
 use watershed_fields::{
     CellCentre, Device, GhostWidth, Grid, Patch, PatchLayout, SpatialField, XFace, YFace,
 };
@@ -220,4 +224,128 @@ fn patches_with_exchanged_ghosts_give_the_whole_domains_bits() {
         largest < 1.5,
         "the scheme is not stable: |phi| reached {largest}"
     );
+}
+
+/// The same scheme through [`PatchedGraphs`]: one graph per patch from one
+/// recipe, `phi` and `next` rotated after each step and `phi`'s seams and
+/// periodic images exchanged; the whole field put back together has the
+/// whole domain's bits at every cell, on every layout.
+#[test]
+fn patched_graphs_step_with_the_whole_domains_bits() {
+    let grid = Grid::new([24, 18, 1], [2.4, 1.8, 1.0], [0.0; 3])
+        .unwrap()
+        .with_periodic([true, true, false]);
+    let ghosts = GhostWidth::uniform(1);
+    let steps = 12;
+    let reference = run(
+        &PatchLayout::new(&grid, [1, 1, 1], ghosts).unwrap(),
+        steps,
+        true,
+    );
+    let reference_layout = reference[0].layout().clone();
+    let reference_values = reference[0].values().unwrap();
+    let tags = Tags {
+        phi: Tag::none("phi"),
+        gamma: Tag::none("gamma"),
+        next: Tag::none("next"),
+    };
+    for counts in [[2, 1, 1], [3, 2, 1]] {
+        let layout = PatchLayout::new(&grid, counts, ghosts).unwrap();
+        let graphs = PatchedGraphs::build(layout, Rc::new(SingleProcess), |patch| {
+            Ok::<_, GraphError>(build(&tags, patch))
+        })
+        .unwrap();
+        assert_eq!(graphs.graphs().len(), counts[0] * counts[1]);
+        for graph in graphs.graphs() {
+            let patch = graph.patch().clone();
+            for (tag, which) in [(&tags.phi, 0), (&tags.gamma, 1)] {
+                graph
+                    .with_field_mut::<CellCentre, _>(tag, |f| fill_interior(f, &patch, which))
+                    .unwrap();
+            }
+        }
+        let written = graphs
+            .exchange(&[tags.phi.clone(), tags.gamma.clone()])
+            .unwrap();
+        assert!(written > 0);
+        for _ in 0..steps {
+            graphs.execute(ExecutionMode::Serial).unwrap();
+            graphs
+                .rotate_fields(&[tags.phi.clone(), tags.next.clone()])
+                .unwrap();
+            graphs.exchange(std::slice::from_ref(&tags.phi)).unwrap();
+        }
+        let whole = graphs.whole_field(&tags.phi).unwrap();
+        let gathered = graphs.gather_field(&tags.phi).unwrap().unwrap();
+        assert_eq!(gathered.values().unwrap(), whole.values().unwrap());
+        let layout = whole.layout();
+        let values = whole.values().unwrap();
+        for g in reference_layout.interior().iter() {
+            let (got, expected) = (
+                values[layout.linear_index(g)],
+                reference_values[reference_layout.linear_index(g)],
+            );
+            assert_eq!(
+                got.to_bits(),
+                expected.to_bits(),
+                "layout {counts:?}, cell {g:?}: {got} against {expected}"
+            );
+        }
+        // Put back into the patches and gathered again: the same field.
+        graphs.set_whole_field(&tags.phi, &whole).unwrap();
+        assert_eq!(
+            graphs.whole_field(&tags.phi).unwrap().values().unwrap(),
+            values
+        );
+    }
+}
+
+/// A recipe that builds on another patch is refused naming the patch; a
+/// whole field with fewer ghost layers than the patches is refused
+/// naming the field and both layouts.
+#[test]
+fn patched_graphs_refuse_a_wrong_recipe_and_a_thin_whole_field() {
+    let grid = Grid::new([24, 18, 1], [2.4, 1.8, 1.0], [0.0; 3])
+        .unwrap()
+        .with_periodic([true, true, false]);
+    let layout = PatchLayout::new(&grid, [2, 1, 1], GhostWidth::uniform(1)).unwrap();
+    let tags = Tags {
+        phi: Tag::none("phi"),
+        gamma: Tag::none("gamma"),
+        next: Tag::none("next"),
+    };
+    let whole_patch = grid.whole_domain(1);
+    let error = PatchedGraphs::build(layout.clone(), Rc::new(SingleProcess), |_| {
+        Ok::<_, GraphError>(build(&tags, &whole_patch))
+    })
+    .unwrap_err();
+    match error {
+        GraphError::Usage(reason) => {
+            assert!(
+                reason.contains("the recipe for patch 0 built a graph on cells [24, 18, 1]"),
+                "{reason}"
+            );
+            assert!(reason.contains("the patch has [12, 18, 1]"), "{reason}");
+        }
+        other => panic!("expected a usage error, got {other:?}"),
+    }
+    let graphs = PatchedGraphs::build(layout, Rc::new(SingleProcess), |patch| {
+        Ok::<_, GraphError>(build(&tags, patch))
+    })
+    .unwrap();
+    let thin = SpatialField::<CellCentre>::new("phi", &grid.whole_domain(0), Device::Cpu).unwrap();
+    match graphs.set_whole_field(&tags.phi, &thin) {
+        Err(GraphError::Field(watershed_fields::FieldError::InvalidLayout { reason })) => {
+            assert!(reason.contains("field phi"), "{reason}");
+            assert!(
+                reason.contains("with [0, 0, 0] ghost layers below"),
+                "{reason}"
+            );
+            assert!(
+                reason.contains("needs [1, 1, 0] below and [1, 1, 0] above"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected an invalid layout, got {other:?}"),
+    }
 }

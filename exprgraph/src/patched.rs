@@ -1,0 +1,427 @@
+//! Expression graphs on the patches of a decomposed grid (issue 51): one
+//! graph per patch a rank owns, built by one recipe on its own
+//! [`Patch`], the ghost points of chosen cell-centred fields exchanged
+//! across patch seams ([`watershed_fields::halo`]), and fields over the
+//! whole domain gathered from and put back into the patches. What
+//! `watershed_solvers::PatchedTransport` does for transport solvers, for a
+//! graph built by hand (the ExprLib test's, a user's own).
+//!
+//! Why a decomposed graph gives the whole domain's bits: each patch's
+//! graph computes its interior from its ghost layers with the arithmetic
+//! of the whole domain (coordinates are global), so once every ghost point
+//! holds the value the whole domain holds there (the exchange copies the
+//! owner's value, and periodic images across patches), every interior
+//! value is the whole domain's. A graph's own conditions (modifiers) fill
+//! what the exchange leaves: physical boundaries, and a periodic axis the
+//! patch spans. The exchange also copies a patch's own periodic images, so
+//! a graph without any condition is complete after it.
+//!
+//! Collective calls ([`PatchedGraphs::exchange`], the gathers) must be
+//! made by every rank in the same order; a rank that fails returns its
+//! error, and the caller of a run on several ranks must end the job.
+
+use crate::error::{GraphError, GraphResult};
+use crate::graph::ExpressionGraph;
+use crate::scheduler::ExecutionMode;
+use crate::tag::Tag;
+use std::cell::{Cell, RefCell};
+use std::ops::Range;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use watershed_fields::halo::{
+    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, copy_runs_by_points,
+    exchange_reusing,
+};
+use watershed_fields::ranks::RankLink;
+use watershed_fields::{
+    CellCentre, FieldError, FieldResult, LocationKind, Patch, PatchLayout, SpatialField,
+};
+
+/// The graphs of the patches of `layout` one rank owns.
+///
+/// ```
+/// use std::rc::Rc;
+/// use watershed_exprgraph::patched::PatchedGraphs;
+/// use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, Tag};
+/// use watershed_fields::{CellCentre, GhostWidth, Grid, LocationKind, PatchLayout, ranks::SingleProcess};
+/// use watershed_exprgraph::operators::{divergence, gradient};
+/// use watershed_fields::XFace;
+/// let grid = Grid::new([16, 1, 1], [1.0; 3], [0.0; 3])?.with_periodic([true, false, false]);
+/// let layout = PatchLayout::new(&grid, [2, 1, 1], GhostWidth::uniform(1))?;
+/// let (phi, next) = (Tag::none("phi"), Tag::none("next"));
+/// let graphs = PatchedGraphs::build(layout, Rc::new(SingleProcess), |patch| {
+///     let mut factory = Factory::new();
+///     factory.placeholder(phi.clone(), LocationKind::CellCentre)?;
+///     let p = phi.clone();
+///     factory.register(LanguageExpression::new::<CellCentre>(next.clone(), move |s| {
+///         s.field::<CellCentre>(&p) + 0.1 * divergence::<XFace>(gradient::<XFace>(s.field(&p)))
+///     }))?;
+///     let options = GraphOptions { persistent: vec![next.clone()], ..Default::default() };
+///     ExpressionGraph::build(&factory, &[next.clone()], patch, &options)
+/// })?;
+/// graphs.set_field(&phi, |[x, _, _]| (6.283185307179586 * x).sin())?;
+/// graphs.exchange(&[phi.clone()])?; // the seams and the periodic images
+/// graphs.execute(ExecutionMode::Serial)?;
+/// let whole = graphs.whole_field(&next)?;
+/// assert_eq!(whole.layout().interior_extent(), [16, 1, 1]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct PatchedGraphs {
+    layout: PatchLayout,
+    link: Rc<dyn RankLink>,
+    owned: Range<usize>,
+    /// One per owned patch, in patch order.
+    graphs: Vec<ExpressionGraph>,
+    /// This rank's part of the layout's cell-centred exchange.
+    route: HaloRoute,
+    /// The exchange's scratch storage, reused.
+    buffers: RefCell<HaloBuffers>,
+    /// Wall time spent in exchanges and gathers.
+    exchange_time: Cell<Duration>,
+}
+
+impl std::fmt::Debug for PatchedGraphs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PatchedGraphs")
+            .field("patches", &self.layout.counts())
+            .field("rank", &self.link.rank())
+            .field("ranks", &self.link.ranks())
+            .field("owned", &self.owned)
+            .finish()
+    }
+}
+
+impl PatchedGraphs {
+    /// Builds the graph of each patch of `layout` the rank of `link` owns
+    /// with `recipe` (the recipe a whole-domain run uses, given the patch
+    /// instead of the whole domain). An error naming the patch when the
+    /// recipe builds on another patch.
+    pub fn build<E: From<GraphError>>(
+        layout: PatchLayout,
+        link: Rc<dyn RankLink>,
+        mut recipe: impl FnMut(&Patch) -> Result<ExpressionGraph, E>,
+    ) -> Result<Self, E> {
+        let field = |e: FieldError| E::from(GraphError::Field(e));
+        let owned = layout.owned_by(link.rank(), link.ranks()).map_err(field)?;
+        let mut graphs = Vec::with_capacity(owned.len());
+        for index in owned.clone() {
+            let patch = layout.patch(index).map_err(field)?;
+            let graph = recipe(&patch)?;
+            let built = graph.patch();
+            if *built != patch {
+                return Err(E::from(GraphError::Usage(format!(
+                    "the recipe for patch {index} built a graph on cells {:?} at {:?} with {:?} ghosts, but the patch has {:?} at {:?} with {:?}; build on the patch the recipe is given",
+                    built.cells(),
+                    built.offset(),
+                    built.ghosts(),
+                    patch.cells(),
+                    patch.offset(),
+                    patch.ghosts()
+                ))));
+            }
+            graphs.push(graph);
+        }
+        let plan = HaloPlan::new(&layout, LocationKind::CellCentre).map_err(field)?;
+        let route = HaloRoute::new(&plan, &layout, link.rank(), link.ranks()).map_err(field)?;
+        Ok(PatchedGraphs {
+            layout,
+            link,
+            owned,
+            graphs,
+            route,
+            buffers: RefCell::new(HaloBuffers::default()),
+            exchange_time: Cell::new(Duration::ZERO),
+        })
+    }
+
+    /// The patch layout.
+    pub fn layout(&self) -> &PatchLayout {
+        &self.layout
+    }
+
+    /// The patches this rank owns.
+    pub fn owned(&self) -> Range<usize> {
+        self.owned.clone()
+    }
+
+    /// The graphs of the owned patches, in patch order.
+    pub fn graphs(&self) -> &[ExpressionGraph] {
+        &self.graphs
+    }
+
+    /// The link between the ranks.
+    pub fn link(&self) -> &dyn RankLink {
+        self.link.as_ref()
+    }
+
+    /// Wall time this rank spent in exchanges and gathers.
+    pub fn exchange_time(&self) -> Duration {
+        self.exchange_time.get()
+    }
+
+    /// Executes every owned patch's graph in patch order. A patch's error
+    /// is returned as it is (its points are the patch's own; add the
+    /// patch's offset to place them in the grid).
+    pub fn execute(&self, mode: ExecutionMode) -> GraphResult<()> {
+        for graph in &self.graphs {
+            graph.execute(mode)?;
+        }
+        Ok(())
+    }
+
+    /// Rotates the storage of `tags` in every owned patch's graph
+    /// ([`ExpressionGraph::rotate_fields`]).
+    pub fn rotate_fields(&self, tags: &[Tag]) -> GraphResult<()> {
+        for graph in &self.graphs {
+            graph.rotate_fields(tags)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the cell field `tag` of every owned patch, ghosts included,
+    /// to `value` at each point's global coordinates: the values a graph
+    /// over the whole domain gets at the same points.
+    pub fn set_field(&self, tag: &Tag, value: impl Fn([f64; 3]) -> f64) -> GraphResult<()> {
+        for graph in &self.graphs {
+            graph.set_field::<CellCentre>(tag, &value)?;
+        }
+        Ok(())
+    }
+
+    /// Fills the ghost points of the cell fields `tags` of every owned
+    /// patch from the patches that own those points (seams, and periodic
+    /// images, a patch's own included), on this rank or another: every
+    /// field of `tags` travels in one message per pair of ranks.
+    /// Collective. Returns how many points this rank wrote (0 with one
+    /// patch, whose graph's own conditions fill its periodic images).
+    pub fn exchange(&self, tags: &[Tag]) -> GraphResult<usize> {
+        if self.layout.len() == 1 || tags.is_empty() {
+            return Ok(0);
+        }
+        let started = Instant::now();
+        let mut fields = GraphFields {
+            first: self.owned.start,
+            graphs: &self.graphs,
+            tags,
+            failure: RefCell::new(None),
+        };
+        let exchanged = exchange_reusing(
+            &self.route,
+            self.link.as_ref(),
+            &mut fields,
+            &mut self.buffers.borrow_mut(),
+        );
+        self.spent(started);
+        if let Some(failure) = fields.failure.into_inner() {
+            return Err(failure);
+        }
+        Ok(exchanged?)
+    }
+
+    /// The cell field `tag` over the whole domain, with the layout's ghost
+    /// layers, from every patch of every rank (collective; every rank
+    /// gets it). After an exchange of `tag` it is what one graph over the
+    /// whole domain holds, bit for bit.
+    pub fn whole_field(&self, tag: &Tag) -> GraphResult<SpatialField<CellCentre>> {
+        let (mine, counts) = self.allocated_values(tag)?;
+        let started = Instant::now();
+        let all = self.link.gather_in_rank_order(&mine, &counts);
+        self.spent(started);
+        Ok(self
+            .layout
+            .assemble::<CellCentre>(&tag.to_string(), &all?)?)
+    }
+
+    /// [`Self::whole_field`] on rank 0 only (`None` on the others), for
+    /// writing: no other rank holds a copy of the whole domain.
+    pub fn gather_field(&self, tag: &Tag) -> GraphResult<Option<SpatialField<CellCentre>>> {
+        let (mine, counts) = self.allocated_values(tag)?;
+        let started = Instant::now();
+        let gathered = self.link.gather_to_root(&mine, &counts);
+        self.spent(started);
+        match gathered? {
+            Some(all) => Ok(Some(
+                self.layout.assemble::<CellCentre>(&tag.to_string(), &all)?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    /// Sets the cell field `tag` of every owned patch, ghosts included,
+    /// from the same points of `whole` (a field over the whole domain with
+    /// at least the layout's ghost layers, e.g. read from a checkpoint any
+    /// layout wrote). An error naming the field when `whole` lies on
+    /// another grid or holds too few ghost layers.
+    pub fn set_whole_field(&self, tag: &Tag, whole: &SpatialField<CellCentre>) -> GraphResult<()> {
+        let from = whole.layout();
+        let source = whole.values()?;
+        for graph in &self.graphs {
+            graph.with_field_mut::<CellCentre, _>(tag, |field| -> GraphResult<()> {
+                let to = field.layout().clone();
+                let offset = [0, 1, 2].map(|a| {
+                    to.patch().offset()[a] as isize - from.patch().offset()[a] as isize
+                });
+                let own = to.allocated();
+                let corners = [own.lo, [0, 1, 2].map(|a| own.hi[a] - 1)];
+                let fits = to.patch().grid() == from.patch().grid()
+                    && corners.iter().all(|c| {
+                        from.allocated()
+                            .contains([0, 1, 2].map(|a| c[a] + offset[a]))
+                    });
+                if !fits {
+                    return Err(GraphError::Field(FieldError::InvalidLayout {
+                        reason: format!(
+                            "field {tag}: the whole field given covers {:?} cells from {:?} of a {:?}-cell grid with {:?} ghost layers below and {:?} above; patch {:?} from {:?} of a {:?}-cell grid needs {:?} below and {:?} above: give a field over the same grid with at least the patches' ghost layers",
+                            from.interior_extent(),
+                            from.patch().offset(),
+                            from.patch().grid().cells(),
+                            from.ghosts().minus,
+                            from.ghosts().plus,
+                            to.interior_extent(),
+                            to.patch().offset(),
+                            to.patch().grid().cells(),
+                            to.ghosts().minus,
+                            to.ghosts().plus
+                        ),
+                    }));
+                }
+                let values = field.values_mut()?;
+                for p in to.allocated().iter() {
+                    let global = [0, 1, 2].map(|a| p[a] + offset[a]);
+                    values[to.linear_index(p)] = source[from.linear_index(global)];
+                }
+                Ok(())
+            })??;
+        }
+        Ok(())
+    }
+
+    /// Every allocated value of `tag` on each owned patch, in patch
+    /// order, and how many values each rank gives.
+    fn allocated_values(&self, tag: &Tag) -> GraphResult<(Vec<f64>, Vec<usize>)> {
+        let mut mine = Vec::new();
+        for graph in &self.graphs {
+            graph.with_field::<CellCentre, _>(tag, |field| -> GraphResult<()> {
+                mine.extend_from_slice(field.values()?);
+                Ok(())
+            })??;
+        }
+        let per_patch = mine.len() / self.graphs.len().max(1);
+        let counts = (0..self.link.ranks())
+            .map(|rank| {
+                let owned = self.layout.owned_by(rank, self.link.ranks())?;
+                Ok(owned.len() * per_patch)
+            })
+            .collect::<FieldResult<Vec<_>>>()?;
+        Ok((mine, counts))
+    }
+
+    fn spent(&self, started: Instant) {
+        self.exchange_time
+            .set(self.exchange_time.get() + started.elapsed());
+    }
+}
+
+/// The cell fields `tags` of the graphs of patches `first..`, as the
+/// exchange reads and writes them (one value per tag at each point). A
+/// graph's error is kept whole in `failure` (the exchange carries field
+/// errors only).
+struct GraphFields<'a> {
+    first: usize,
+    graphs: &'a [ExpressionGraph],
+    tags: &'a [Tag],
+    failure: RefCell<Option<GraphError>>,
+}
+
+impl GraphFields<'_> {
+    fn graph(&self, patch: usize) -> FieldResult<&ExpressionGraph> {
+        patch
+            .checked_sub(self.first)
+            .and_then(|k| self.graphs.get(k))
+            .ok_or_else(|| FieldError::InvalidLayout {
+                reason: format!(
+                    "patch {patch} is not among this rank's patches {}..{}",
+                    self.first,
+                    self.first + self.graphs.len()
+                ),
+            })
+    }
+
+    /// `result`'s field error, or its graph error kept in `failure`.
+    fn keep<T>(&self, result: GraphResult<FieldResult<T>>) -> FieldResult<T> {
+        match result {
+            Ok(inner) => inner,
+            Err(GraphError::Field(error)) => Err(error),
+            Err(error) => {
+                let reason = error.to_string();
+                *self.failure.borrow_mut() = Some(error);
+                Err(FieldError::InvalidLayout { reason })
+            }
+        }
+    }
+}
+
+impl HaloFields for GraphFields<'_> {
+    fn width(&self) -> usize {
+        self.tags.len()
+    }
+
+    /// Each tag's runs copied as slices from one graph's field into
+    /// another's.
+    fn copy_runs(
+        &mut self,
+        source: usize,
+        destination: usize,
+        runs: &[CopyRun],
+    ) -> FieldResult<()> {
+        if source == destination {
+            return copy_runs_by_points(self, source, destination, runs);
+        }
+        let (from, to) = (self.graph(source)?, self.graph(destination)?);
+        for tag in self.tags {
+            let copied = to.with_field_mut::<CellCentre, _>(tag, |written| {
+                let read = from.with_field::<CellCentre, _>(tag, |read| -> FieldResult<()> {
+                    copy_runs_between(Some(read.values()?), written.values_mut()?, runs);
+                    Ok(())
+                });
+                self.keep(read)
+            });
+            self.keep(copied)?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()> {
+        let graph = self.graph(patch)?;
+        let width = self.tags.len();
+        let start = out.len();
+        out.resize(start + at.len() * width, 0.0);
+        for (t, tag) in self.tags.iter().enumerate() {
+            let read = graph.with_field::<CellCentre, _>(tag, |field| -> FieldResult<()> {
+                let values = field.values()?;
+                for (slot, &i) in out[start + t..].iter_mut().step_by(width).zip(at) {
+                    *slot = values[i];
+                }
+                Ok(())
+            });
+            self.keep(read)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()> {
+        let graph = self.graph(patch)?;
+        let width = self.tags.len();
+        for (t, tag) in self.tags.iter().enumerate() {
+            let written = graph.with_field_mut::<CellCentre, _>(tag, |field| -> FieldResult<()> {
+                let out = field.values_mut()?;
+                for (&i, &v) in at.iter().zip(values[t..].iter().step_by(width)) {
+                    out[i] = v;
+                }
+                Ok(())
+            });
+            self.keep(written)?;
+        }
+        Ok(())
+    }
+}
