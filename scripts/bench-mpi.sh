@@ -2,7 +2,8 @@
 # Issue 51's benchmarks, in release mode: the cost of a message through
 # OpenMPI's shared-memory and TCP transports (the halo exchange's path),
 # and the wasatch-scalability case (the ExprLib equations through the
-# transport solver) on 1, 2 and 4 ranks, strong (one grid) and near-weak
+# transport solver) and exprlib-scalability (the hand-built graph on
+# PatchedGraphs) on 1, 2 and 4 ranks, strong (one grid) and near-weak
 # (cells per rank about constant: a cube cannot double), with each rank's
 # stepping and exchange time; the multigrid Poisson solve on 2 x 1 x 2
 # patches of a 64^3 periodic box against the whole domain's on every
@@ -32,10 +33,10 @@ echo "== the same through TCP on the loopback (btl self,tcp)"
 mpirun --oversubscribe --mca btl self,tcp -np 2 target/release/examples/mpi_pingpong
 
 # One run: prints ms/step and the per-rank exchange table.
-case_run() { # ranks cells patches
-    local ranks="$1" cells="$2" patches="$3"
-    local args=(run wasatch-scalability --set pdes=10 --set "cells=$cells" --set variant=coupled
-        --set "patches=$patches" --steps 40 --threads 1 --quiet --output "$out/r$ranks-c$cells-p${patches//,/x}")
+case_run() { # case ranks cells patches
+    local case="$1" ranks="$2" cells="$3" patches="$4"
+    local args=(run "$case" --set pdes=10 --set "cells=$cells" --set variant=coupled
+        --set "patches=$patches" --steps 40 --threads 1 --quiet --output "$out/$case-r$ranks-c$cells-p${patches//,/x}")
     local log="$out/log"
     if [ "$ranks" = 0 ]; then
         "$W" "${args[@]}" >"$log" 2>&1
@@ -45,19 +46,21 @@ case_run() { # ranks cells patches
     fi
     local per_step
     per_step="$(grep -o 'stepping: [0-9.e+-]* ms/step' "$log" | head -n 1)"
-    echo "ranks $ranks, ${cells}^3 cells, patches $patches: $per_step"
+    echo "$case: ranks $ranks, ${cells}^3 cells, patches $patches: $per_step"
     grep -E "^  rank [0-9]+:|^exchanges and reductions" "$log" || true
 }
-echo "== wasatch-scalability, 10 coupled equations, 40 forward-Euler steps, 1 thread per rank"
-echo "-- one process, no mpirun: one patch, then 2 x 2 patches (the exchange's cost in one process)"
-case_run 0 32 1,1,1
-case_run 0 32 2,2,1
-echo "-- strong: 32^3 cells on 2 x 2 patches"
-for ranks in 1 2 4; do case_run "$ranks" 32 2,2,1; done
-echo "-- near-weak: about 4096 cells per rank (16^3 on 1, 20^3 on 2, 26^3 on 4)"
-case_run 1 16 1,1,1
-case_run 2 20 2,1,1
-case_run 4 26 2,2,1
+for case in wasatch-scalability exprlib-scalability; do
+    echo "== $case, 10 coupled equations, 40 forward-Euler steps, 1 thread per rank"
+    echo "-- one process, no mpirun: one patch, then 2 x 2 patches (the exchange's cost in one process)"
+    case_run "$case" 0 32 1,1,1
+    case_run "$case" 0 32 2,2,1
+    echo "-- strong: 32^3 cells on 2 x 2 patches"
+    for ranks in 1 2 4; do case_run "$case" "$ranks" 32 2,2,1; done
+    echo "-- near-weak: about 4096 cells per rank (16^3 on 1, 20^3 on 2, 26^3 on 4)"
+    case_run "$case" 1 16 1,1,1
+    case_run "$case" 2 20 2,1,1
+    case_run "$case" 4 26 2,2,1
+done
 
 echo "== the multigrid Poisson solve (CG, 1e-8) of a 64^3 periodic box: whole on every rank, and on 2 x 1 x 2 patches across the ranks"
 for ranks in 1 2 4; do

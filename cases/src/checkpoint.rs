@@ -151,6 +151,21 @@ impl RankCheckpoint {
         self.patch_ranks.len()
     }
 
+    /// Refuses, naming the checkpoint and both counts, a run whose layout
+    /// has another number of patches than the checkpoint holds.
+    pub fn check_patch_count(&self, patches: usize) -> CaseResult<()> {
+        if self.patches() == patches {
+            return Ok(());
+        }
+        Err(CaseError::Restart {
+            path: self.path(),
+            reason: format!(
+                "it was written per rank on {} patches, this run has {patches}: restart it with its own patch layout (drop the --set patches=... that changes it)",
+                self.patches()
+            ),
+        })
+    }
+
     /// Opens the file holding patch `index` and its group; the file must be
     /// of this checkpoint's step. A restart with another number of patches
     /// is refused here, naming both counts.

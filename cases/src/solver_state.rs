@@ -183,16 +183,7 @@ pub fn load_own_flow_patches(
     step: u64,
 ) -> CaseResult<()> {
     let layout = flow_layout(flow, case)?.clone();
-    if patches.patches() != layout.len() {
-        return Err(CaseError::Restart {
-            path: patches.path(),
-            reason: format!(
-                "it was written per rank on {} patches, this run has {}: restart it with its own patch layout (drop the --set patches=... that changes it)",
-                patches.patches(),
-                layout.len()
-            ),
-        });
-    }
+    patches.check_patch_count(layout.len())?;
     for index in 0..layout.len() {
         let patch = layout.patch(index)?;
         let (offset, cells) = (patch.offset(), patch.cells());
@@ -367,16 +358,7 @@ pub fn load_own_patch_solutions(
     equations: &[&str],
     patches: &RankCheckpoint,
 ) -> CaseResult<()> {
-    if patches.patches() != transport.layout().len() {
-        return Err(crate::error::CaseError::Restart {
-            path: patches.path(),
-            reason: format!(
-                "it was written per rank on {} patches, this run has {}: restart it with its own patch layout (drop the --set patches=... that changes it)",
-                patches.patches(),
-                transport.layout().len()
-            ),
-        });
-    }
+    patches.check_patch_count(transport.layout().len())?;
     transport.settle()?;
     for (index, solver) in transport.owned().zip(transport.solvers()) {
         let (_file, group) = patches.patch(index)?;

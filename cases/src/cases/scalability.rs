@@ -797,17 +797,7 @@ impl Simulation for ExprLib {
         _time: f64,
         step: u64,
     ) -> CaseResult<()> {
-        let layout = self.graphs.layout();
-        if patches.patches() != layout.len() {
-            return Err(CaseError::Restart {
-                path: patches.path(),
-                reason: format!(
-                    "it was written per rank on {} patches, this run has {}: restart it with its own patch layout (drop the --set patches=... that changes it)",
-                    patches.patches(),
-                    layout.len()
-                ),
-            });
-        }
+        patches.check_patch_count(self.graphs.layout().len())?;
         for (index, graph) in self.graphs.owned().zip(self.graphs.graphs()) {
             let (_file, group) = patches.patch(index)?;
             for i in 0..self.config.pdes {
