@@ -29,10 +29,13 @@ cargo test --workspace "${features[@]}" "$@"
 echo "==> the light build (no default features: no cudarc, GPU requests are clear errors; the system HDF5)"
 source scripts/system-hdf5.sh
 cargo test -p watershed-fields --no-default-features --test without_cuda "$@"
-# Clippy lints the light build (every target) here; .ci/run lints the
-# default build with the `mpi` feature: between them every `cfg` of the
-# code is linted.
-cargo clippy --workspace --no-default-features --all-targets -- -D warnings
+# Clippy lints the light build here: the libraries and programs, and the
+# one test written for it (the other tests, examples and benches have no
+# code that depends on the features, and .ci/run lints every target of
+# the default build with the `mpi` feature): between them every `cfg` of
+# the code is linted.
+cargo clippy --workspace --no-default-features --lib --bins -- -D warnings
+cargo clippy -p watershed-fields --no-default-features --test without_cuda -- -D warnings
 
 echo "==> MPI: the halo exchange, decomposed transport and the watershed program across 1, 2 and 4 ranks (the mpi feature; mpirun --oversubscribe)"
 # The examples and the program, as the workspace's tests built them
