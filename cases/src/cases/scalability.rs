@@ -99,8 +99,7 @@ pub struct ScalabilityConfig<K: Kind> {
     pub integrator: Option<String>,
     /// Patches along x, y, z: the transport solver's equations (Wasatch)
     /// or the hand-built graph (ExprLib, [`PatchedGraphs`]) on each patch.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub patches: Option<[usize; 3]>,
+    pub patches: [usize; 3],
     /// Overlap each stage's seam exchange with the next stage's interior
     /// work (Wasatch only; the same bits either way; off by default).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -119,7 +118,7 @@ impl<K: Kind> Default for ScalabilityConfig<K> {
             dt: 1e-6,
             fusion: true,
             integrator: K::WASATCH.then(|| "forward-euler".to_string()),
-            patches: Some([1, 1, 1]),
+            patches: [1, 1, 1],
             overlap_exchange: K::WASATCH.then_some(false),
             kind: std::marker::PhantomData,
         }
@@ -148,14 +147,6 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
             )),
             (None, false) => None,
         };
-        let patches = match &self.patches {
-            Some(_) => None,
-            None => Some((
-                "patches".into(),
-                "(missing)".into(),
-                "[px, py, pz], each dividing cells".into(),
-            )),
-        };
         let overlap = match (&self.overlap_exchange, K::WASATCH) {
             (Some(v), false) => Some((
                 "overlap_exchange".into(),
@@ -171,7 +162,6 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
             .or_else(|| in_range("steps", self.steps, 1, 1_000_000_000))
             .or_else(|| in_range("dt", self.dt, 1e-300, 1.0))
             .or(integrator)
-            .or(patches)
             .or(overlap)
     }
 }
@@ -651,12 +641,7 @@ fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
     let loaded = crate::setup::load_config::<ScalabilityConfig<ExprLibKind>>(EXPRLIB, options)?;
     let c = loaded.config.clone();
     let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
-    let layout = crate::setup::patch_layout(
-        &grid,
-        c.patches.unwrap_or([1, 1, 1]),
-        GhostWidth::uniform(1),
-        options,
-    )?;
+    let layout = crate::setup::patch_layout(&grid, c.patches, GhostWidth::uniform(1), options)?;
     // Every patch's phi and gamma are set from their functions at global
     // coordinates, ghosts included, as one graph over the whole domain sets
     // them: the first step reads the same values.
@@ -974,12 +959,7 @@ fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
     let loaded = crate::setup::load_config::<ScalabilityConfig<WasatchKind>>(WASATCH, options)?;
     let c = loaded.config.clone();
     let grid = Grid::new([c.cells; 3], [1.0; 3], [0.0; 3])?.with_periodic([true; 3]);
-    let layout = crate::setup::patch_layout(
-        &grid,
-        c.patches.unwrap_or([1, 1, 1]),
-        GhostWidth::uniform(1),
-        options,
-    )?;
+    let layout = crate::setup::patch_layout(&grid, c.patches, GhostWidth::uniform(1), options)?;
     let mut failure = None;
     let built = PatchedTransport::build(layout, options.rank_link(), |patch| {
         wasatch_solver(
