@@ -633,6 +633,10 @@ pub struct ExprLib {
     config: ScalabilityConfig<ExprLibKind>,
     grid: Grid,
     graphs: PatchedGraphs,
+    /// Each equation's `[phi, phi_next]`, rotated after every step.
+    levels: Vec<[Tag; 2]>,
+    /// Every `phi`, exchanged together after every step.
+    phis: Vec<Tag>,
     mode: ExecutionMode,
     steps: u64,
 }
@@ -659,6 +663,8 @@ fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
         config_text: crate::config::to_text(EXPRLIB, &loaded)?,
         stop: Stop::Steps(c.steps),
         simulation: Box::new(ExprLib {
+            levels: (0..c.pdes).map(|i| [phi(i), phi_next(i)]).collect(),
+            phis: (0..c.pdes).map(phi).collect(),
             config: c,
             grid,
             graphs,
@@ -674,11 +680,10 @@ impl ExprLib {
     /// wherever the fields live, then fills the seams from the other
     /// patches.
     fn advance_state(&self) -> CaseResult<()> {
-        let phis: Vec<Tag> = (0..self.config.pdes).map(phi).collect();
-        for i in 0..self.config.pdes {
-            self.graphs.rotate_fields(&[phi(i), phi_next(i)])?;
+        for level in &self.levels {
+            self.graphs.rotate_fields(level)?;
         }
-        self.graphs.exchange(&phis)?;
+        self.graphs.exchange(&self.phis)?;
         Ok(())
     }
 
