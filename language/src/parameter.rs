@@ -6,11 +6,14 @@
 //! A [`Parameter`] is a shared handle: clones see the same value. Its value
 //! is read once when an assignment or reduction starts, so every point of
 //! one evaluation sees the same number even if another thread sets it
-//! meanwhile. The generic kernel (`lower_cached` of `watershed-lowering`) reads the
-//! parameter's slot, not its value; the CPU evaluator runs a copy
-//! specialised to the current values (`lower_specialised`, cached
-//! by value), so a parameter costs nothing per point once its value has
-//! been seen.
+//! meanwhile. A kernel (`lower_cached` of `watershed-lowering`) reads the
+//! parameter's slot, never its value, so one kernel serves every value.
+//! Lowering keeps parameters symbolic where they scale linear forms: in
+//! `phi + dt * rhs` the weights become values such as `1 - 6 c dt` that
+//! every back end forms once per call, before its loops
+//! (`watershed_lowering::kernel::Weight::Uniform`), so such a parameter
+//! costs nothing per point; a nonlinear operation that reads one gets it
+//! as a row filled once per block.
 
 use std::fmt;
 use std::sync::Arc;

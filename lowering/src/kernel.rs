@@ -16,6 +16,13 @@
 //! `div(interp(gamma) * grad(phi))` in 3D is one instruction: the sum of six
 //! products `(gamma_a + gamma_b) * (phi_a - phi_b)` written to the target.
 //!
+//! A weight or constant is a number or a *uniform value* ([`Weight`]): a
+//! parameter, or sums, products and quotients of parameters and numbers,
+//! listed in [`Kernel::uniforms`] and formed once per call by every back
+//! end. So a run-time `dt` scales a form as a literal would:
+//! `phi + dt (c sum - 6c phi)` is one form with weights `1 - 6c dt` and
+//! `c dt`, not a product and an addition per point.
+//!
 //! A stencil offset along y or z re-lowers its argument for that neighbouring
 //! row (memoised, so each row's flux is computed once); an offset along x
 //! shifts the argument's sources. After lowering, a backward pass computes how
@@ -86,42 +93,195 @@ impl Source {
     }
 }
 
+/// A weight or the constant of a [`LinearForm`]: a number, or a value that
+/// is the same at every point of one evaluation but known only when it
+/// starts (a parameter such as `dt`, or an expression of parameters and
+/// numbers), which every back end computes once per call from the
+/// kernel's [`uniforms`](Kernel::uniforms) before its loops.
+///
+/// Keeping such values symbolic lets lowering distribute a run-time scalar
+/// over a linear form as it distributes a number: `phi + dt (a sum - b phi)`
+/// becomes `(1 - b dt) phi + (a dt) sum`, two weights formed once per call,
+/// instead of a product and an addition per point.
+#[derive(Debug, Clone, Copy)]
+pub enum Weight {
+    /// A number known when the kernel is lowered.
+    Number(f64),
+    /// Entry `k` of the kernel's [`uniforms`](Kernel::uniforms).
+    Uniform(u16),
+}
+
+impl Weight {
+    /// The number, when the weight is one.
+    pub fn number(self) -> Option<f64> {
+        match self {
+            Weight::Number(value) => Some(value),
+            Weight::Uniform(_) => None,
+        }
+    }
+
+    /// Whether the weight is the number `value` (`0.0 == -0.0`).
+    pub fn is(self, value: f64) -> bool {
+        self.number() == Some(value)
+    }
+
+    /// Whether two weights are the same value in every evaluation: numbers
+    /// with the same bits, or the same uniform entry.
+    pub fn same(self, other: Weight) -> bool {
+        match (self, other) {
+            (Weight::Number(a), Weight::Number(b)) => a.to_bits() == b.to_bits(),
+            (Weight::Uniform(a), Weight::Uniform(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// The weight's value given the values of the kernel's uniforms
+    /// ([`Kernel::uniform_values`]).
+    pub fn value(self, uniforms: &[f64]) -> f64 {
+        match self {
+            Weight::Number(value) => value,
+            Weight::Uniform(k) => uniforms.get(k as usize).copied().unwrap_or(f64::NAN),
+        }
+    }
+}
+
+impl PartialEq for Weight {
+    fn eq(&self, other: &Weight) -> bool {
+        self.same(*other)
+    }
+}
+
+impl PartialEq<f64> for Weight {
+    fn eq(&self, other: &f64) -> bool {
+        self.is(*other)
+    }
+}
+
+impl fmt::Display for Weight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Weight::Number(value) => write!(f, "{value:?}"),
+            Weight::Uniform(k) => write!(f, "u{k}"),
+        }
+    }
+}
+
+/// How a kernel's uniform value `k` is computed, once per call, from the
+/// parameters and the uniforms before it (one IEEE operation each, so
+/// that every back end gives the same bits).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum UniformValue {
+    /// The value of parameter `slot`.
+    Parameter(u16),
+    /// `a + b`.
+    Sum(Weight, Weight),
+    /// `a * b`.
+    Product(Weight, Weight),
+    /// `a / b`.
+    Quotient(Weight, Weight),
+}
+
+/// The uniform values of a kernel under construction: each distinct
+/// computation once, numbers folded as lowering always folded them.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Uniforms {
+    pub(crate) values: Vec<UniformValue>,
+}
+
+impl Uniforms {
+    fn intern(&mut self, value: UniformValue) -> Weight {
+        let k = match self.values.iter().position(|v| *v == value) {
+            Some(k) => k,
+            None => {
+                self.values.push(value);
+                self.values.len() - 1
+            }
+        };
+        Weight::Uniform(k as u16)
+    }
+
+    /// Parameter `slot`'s value.
+    pub(crate) fn parameter(&mut self, slot: u16) -> Weight {
+        self.intern(UniformValue::Parameter(slot))
+    }
+
+    /// `a * b`; numbers multiply, and a factor of exactly 1 leaves the
+    /// other as it is (`1 * v` is `v` for every `v`).
+    pub(crate) fn product(&mut self, a: Weight, b: Weight) -> Weight {
+        match (a, b) {
+            (Weight::Number(x), Weight::Number(y)) => Weight::Number(x * y),
+            (Weight::Number(one), other) | (other, Weight::Number(one)) if one == 1.0 => other,
+            _ => self.intern(UniformValue::Product(a, b)),
+        }
+    }
+
+    /// `a + b`; numbers add.
+    pub(crate) fn sum(&mut self, a: Weight, b: Weight) -> Weight {
+        match (a, b) {
+            (Weight::Number(x), Weight::Number(y)) => Weight::Number(x + y),
+            _ => self.intern(UniformValue::Sum(a, b)),
+        }
+    }
+
+    /// `a / b`; numbers divide.
+    pub(crate) fn quotient(&mut self, a: Weight, b: Weight) -> Weight {
+        match (a, b) {
+            (Weight::Number(x), Weight::Number(y)) => Weight::Number(x / y),
+            _ => self.intern(UniformValue::Quotient(a, b)),
+        }
+    }
+}
+
 /// `constant + sum weight * source`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinearForm {
     /// The constant part.
-    pub constant: f64,
+    pub constant: Weight,
     /// The terms, in evaluation order.
-    pub terms: SmallVec<[(Source, f64); 4]>,
+    pub terms: SmallVec<[(Source, Weight); 4]>,
 }
 
 impl LinearForm {
-    pub(crate) fn constant(value: f64) -> Self {
+    pub(crate) fn constant(value: Weight) -> Self {
         LinearForm {
             constant: value,
             terms: SmallVec::new(),
         }
     }
 
+    pub(crate) fn number(value: f64) -> Self {
+        Self::constant(Weight::Number(value))
+    }
+
     pub(crate) fn source(source: Source) -> Self {
         LinearForm {
-            constant: 0.0,
-            terms: SmallVec::from_iter([(source, 1.0)]),
+            constant: Weight::Number(0.0),
+            terms: SmallVec::from_iter([(source, Weight::Number(1.0))]),
         }
     }
 
-    pub(crate) fn as_constant(&self) -> Option<f64> {
+    pub(crate) fn as_constant(&self) -> Option<Weight> {
         self.terms.is_empty().then_some(self.constant)
     }
 
-    pub(crate) fn scaled(mut self, by: f64) -> Self {
+    /// Whether the form has no constant part (a constant of either zero).
+    pub fn has_no_constant(&self) -> bool {
+        self.constant.is(0.0)
+    }
+
+    /// Whether every weight and the constant are numbers.
+    pub fn is_numeric(&self) -> bool {
+        self.constant.number().is_some() && self.terms.iter().all(|t| t.1.number().is_some())
+    }
+
+    pub(crate) fn scaled(mut self, by: Weight, uniforms: &mut Uniforms) -> Self {
         // A zero constant is no term at all: `v / 0` is `inf * v`, not
         // `0 * inf + inf * v` (which would be NaN for every v).
-        if self.constant != 0.0 {
-            self.constant *= by;
+        if !self.has_no_constant() {
+            self.constant = uniforms.product(self.constant, by);
         }
         for term in &mut self.terms {
-            term.1 *= by;
+            term.1 = uniforms.product(term.1, by);
         }
         self
     }
@@ -134,14 +294,25 @@ impl LinearForm {
     }
 
     /// `self + by * other`, merging terms that read the same source.
-    pub(crate) fn add_scaled(mut self, other: &LinearForm, by: f64) -> Self {
-        if other.constant != 0.0 {
-            self.constant += by * other.constant;
+    pub(crate) fn add_scaled(
+        mut self,
+        other: &LinearForm,
+        by: Weight,
+        uniforms: &mut Uniforms,
+    ) -> Self {
+        if !other.has_no_constant() {
+            let scaled = uniforms.product(by, other.constant);
+            self.constant = if self.has_no_constant() && scaled.number().is_none() {
+                scaled
+            } else {
+                uniforms.sum(self.constant, scaled)
+            };
         }
         for &(source, weight) in &other.terms {
+            let scaled = uniforms.product(by, weight);
             match self.terms.iter_mut().find(|(s, _)| *s == source) {
-                Some(term) => term.1 += by * weight,
-                None => self.terms.push((source, by * weight)),
+                Some(term) => term.1 = uniforms.sum(term.1, scaled),
+                None => self.terms.push((source, scaled)),
             }
         }
         // Terms whose weights cancel stay, with weight 0: evaluation then
@@ -161,7 +332,7 @@ pub const MAX_GROUP_SOURCES: usize = 8;
 #[derive(Debug, Clone, PartialEq)]
 pub struct WeightGroup {
     /// The shared weight.
-    pub weight: f64,
+    pub weight: Weight,
     /// The sources, in the form's term order (one to [`MAX_GROUP_SOURCES`]).
     pub sources: SmallVec<[Source; MAX_GROUP_SOURCES]>,
 }
@@ -172,29 +343,28 @@ impl LinearForm {
     /// (a divergence of fluxes): no constant, an even number of terms, each
     /// pair's weights opposite.
     pub fn is_differences(&self) -> bool {
-        self.constant == 0.0
+        self.has_no_constant()
             && self.terms.len() >= 2
             && self.terms.len().is_multiple_of(2)
-            && self.terms.chunks(2).all(|p| p[0].1 == -p[1].1)
+            && self.terms.chunks(2).all(|p| match (p[0].1, p[1].1) {
+                (Weight::Number(a), Weight::Number(b)) => a == -b,
+                _ => false,
+            })
     }
 
-    /// Whether two terms have weights with the same bits: then
+    /// Whether two terms have the same weight ([`Weight::same`]): then
     /// [`groups`](Self::groups) has fewer groups than the form has terms.
     /// Allocation-free, for evaluators that decide per call.
     pub fn shares_weights(&self) -> bool {
         let terms = &self.terms;
-        (1..terms.len()).any(|i| {
-            terms[..i]
-                .iter()
-                .any(|t| t.1.to_bits() == terms[i].1.to_bits())
-        })
+        (1..terms.len()).any(|i| terms[..i].iter().any(|t| t.1.same(terms[i].1)))
     }
 
     /// The form's terms grouped by weight, in the order every back end
     /// evaluates a form that is not [`differences`](Self::is_differences):
     /// `constant + w_1 * T_1 + w_2 * T_2 + ...`, added left to right (a
     /// zero constant is left out: the sum starts at `w_1 * T_1`), where
-    /// group `g` holds the terms whose weight has the same bits as `w_g`,
+    /// group `g` holds the terms whose weight is the same as `w_g`,
     /// groups ordered by their first term, and `T_g` is the
     /// [`pairwise_sum`] of the group's sources in term order. A run longer
     /// than [`MAX_GROUP_SOURCES`] is split into consecutive groups of that
@@ -205,10 +375,9 @@ impl LinearForm {
     /// equal every group is one term and the two orders are the same.
     pub fn groups(&self) -> SmallVec<[WeightGroup; 4]> {
         let mut groups: SmallVec<[WeightGroup; 4]> = SmallVec::new();
-        let mut open: SmallVec<[(u64, usize); 4]> = SmallVec::new();
+        let mut open: SmallVec<[(Weight, usize); 4]> = SmallVec::new();
         for &(source, weight) in &self.terms {
-            let bits = weight.to_bits();
-            match open.iter_mut().find(|(b, _)| *b == bits) {
+            match open.iter_mut().find(|(w, _)| w.same(weight)) {
                 Some((_, at)) if groups[*at].sources.len() < MAX_GROUP_SOURCES => {
                     groups[*at].sources.push(source);
                 }
@@ -220,7 +389,7 @@ impl LinearForm {
                     });
                     match found {
                         Some(entry) => entry.1 = at,
-                        None => open.push((bits, at)),
+                        None => open.push((weight, at)),
                     }
                 }
             }
@@ -251,8 +420,10 @@ pub fn pairwise_sum<T>(items: impl IntoIterator<Item = T>, add: impl Fn(T, T) ->
 
 /// A weight that can be divided out of a product and multiplied back in
 /// without changing non-finite results (not 0, not infinite, not NaN).
-pub(crate) fn usable_weight(weight: f64) -> bool {
-    weight != 0.0 && weight.is_finite()
+pub(crate) fn usable_weight(weight: Weight) -> bool {
+    weight
+        .number()
+        .is_some_and(|weight| weight != 0.0 && weight.is_finite())
 }
 
 /// An instruction operand: a constant or a linear form of one or two terms,
@@ -317,7 +488,7 @@ pub enum Instruction {
         /// The linear form.
         form: LinearForm,
         /// Fused products `(w, left, right)`.
-        products: Vec<(f64, Operand, Operand)>,
+        products: Vec<(Weight, Operand, Operand)>,
     },
     /// `out = op(arg)`.
     Unary {
@@ -373,12 +544,14 @@ pub enum Instruction {
         /// (dy, dz) of the row.
         row_offset: [isize; 2],
     },
-    /// `out = ` the value of parameter `slot` at every point.
-    Parameter {
+    /// `out =` uniform value `uniform` ([`Kernel::uniforms`]) at every
+    /// point: a parameter, or an expression of parameters, that a
+    /// nonlinear operation reads.
+    Uniform {
         /// Destination.
         out: Register,
-        /// Index into the kernel's parameter list.
-        slot: u16,
+        /// Index into the kernel's uniforms.
+        uniform: u16,
     },
     /// `out =` restriction or prolongation ([`StencilOp::Restrict`],
     /// [`StencilOp::Prolongate`]) of field `slot`, which lives on another
@@ -417,7 +590,7 @@ impl Instruction {
             | Instruction::Select { out, .. }
             | Instruction::Coordinate { out, .. }
             | Instruction::Mask { out, .. }
-            | Instruction::Parameter { out, .. }
+            | Instruction::Uniform { out, .. }
             | Instruction::Transfer { out, .. }
             | Instruction::Limited { out, .. } => *out,
         }
@@ -431,7 +604,7 @@ impl Instruction {
             | Instruction::Select { out, .. }
             | Instruction::Coordinate { out, .. }
             | Instruction::Mask { out, .. }
-            | Instruction::Parameter { out, .. }
+            | Instruction::Uniform { out, .. }
             | Instruction::Transfer { out, .. }
             | Instruction::Limited { out, .. } => out,
         }
@@ -465,7 +638,7 @@ impl Instruction {
             }
             Instruction::Coordinate { .. }
             | Instruction::Mask { .. }
-            | Instruction::Parameter { .. }
+            | Instruction::Uniform { .. }
             | Instruction::Transfer { .. } => {}
             Instruction::Limited {
                 velocity, cells, ..
@@ -524,6 +697,10 @@ pub struct Kernel {
     /// The parameters read, by slot (those of the tree it was lowered from;
     /// [`lower_cached`](crate::lower_cached) maps them to another tree's).
     pub parameters: Vec<Arc<ParameterCell>>,
+    /// The values that are the same at every point of a call (the weights
+    /// [`Weight::Uniform`] names), in the order they are computed: each
+    /// reads parameters and the entries before it.
+    pub uniforms: Vec<UniformValue>,
     /// Location of the result (`None`: a constant).
     pub location: Option<LocationKind>,
     /// Register holding the result when the kernel does not write the
@@ -543,6 +720,25 @@ impl Kernel {
     pub fn next_identity() -> u64 {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The values of [`uniforms`](Self::uniforms) for the parameter
+    /// values `parameters` (by slot; a missing one reads as NaN): what
+    /// every back end computes once per call, one IEEE operation each.
+    pub fn uniform_values(&self, parameters: &[f64]) -> SmallVec<[f64; 8]> {
+        let mut values: SmallVec<[f64; 8]> = SmallVec::with_capacity(self.uniforms.len());
+        for uniform in &self.uniforms {
+            let value = match *uniform {
+                UniformValue::Parameter(slot) => {
+                    parameters.get(slot as usize).copied().unwrap_or(f64::NAN)
+                }
+                UniformValue::Sum(a, b) => a.value(&values) + b.value(&values),
+                UniformValue::Product(a, b) => a.value(&values) * b.value(&values),
+                UniformValue::Quotient(a, b) => a.value(&values) / b.value(&values),
+            };
+            values.push(value);
+        }
+        values
     }
 
     /// Number of instructions run per row.
@@ -604,6 +800,20 @@ impl fmt::Display for Kernel {
                 format!("r{r}")
             }
         };
+        for (k, uniform) in self.uniforms.iter().enumerate() {
+            match uniform {
+                UniformValue::Parameter(slot) => writeln!(
+                    f,
+                    "u{k} = parameter {}",
+                    self.parameters
+                        .get(*slot as usize)
+                        .map_or("?", |p| p.name())
+                )?,
+                UniformValue::Sum(a, b) => writeln!(f, "u{k} = {a} + {b}")?,
+                UniformValue::Product(a, b) => writeln!(f, "u{k} = {a} * {b}")?,
+                UniformValue::Quotient(a, b) => writeln!(f, "u{k} = {a} / {b}")?,
+            }
+        }
         for instruction in &self.instructions {
             let out = name(instruction.out());
             match instruction {
@@ -611,17 +821,17 @@ impl fmt::Display for Kernel {
                     let mut parts: Vec<String> = form
                         .terms
                         .iter()
-                        .map(|(s, w)| format!("{w:?}*{}", describe_source(s, self)))
+                        .map(|(s, w)| format!("{w}*{}", describe_source(s, self)))
                         .collect();
                     parts.extend(products.iter().map(|(w, l, r)| {
                         format!(
-                            "{w:?}*{}*{}",
+                            "{w}*{}*{}",
                             describe_operand(l, self),
                             describe_operand(r, self)
                         )
                     }));
-                    if form.constant != 0.0 || parts.is_empty() {
-                        parts.push(format!("{:?}", form.constant));
+                    if !form.has_no_constant() || parts.is_empty() {
+                        parts.push(form.constant.to_string());
                     }
                     writeln!(f, "{out} = {}", parts.join(" + "))?;
                 }
@@ -669,13 +879,7 @@ impl fmt::Display for Kernel {
                     "{out} = mask {} of {location} (row {row_offset:?})",
                     set.describe()
                 )?,
-                Instruction::Parameter { slot, .. } => writeln!(
-                    f,
-                    "{out} = parameter {}",
-                    self.parameters
-                        .get(*slot as usize)
-                        .map_or("?", |p| p.name())
-                )?,
+                Instruction::Uniform { uniform, .. } => writeln!(f, "{out} = u{uniform}")?,
                 Instruction::Transfer {
                     op,
                     slot,
@@ -722,8 +926,8 @@ mod tests {
 
     fn form(constant: f64, terms: &[(Source, f64)]) -> LinearForm {
         LinearForm {
-            constant,
-            terms: terms.iter().copied().collect(),
+            constant: Weight::Number(constant),
+            terms: terms.iter().map(|&(s, w)| (s, Weight::Number(w))).collect(),
         }
     }
 
@@ -743,16 +947,16 @@ mod tests {
             ],
         );
         let groups = f.groups();
-        let summary: Vec<(f64, Vec<Source>)> = groups
+        let summary: Vec<(Weight, Vec<Source>)> = groups
             .iter()
             .map(|g| (g.weight, g.sources.to_vec()))
             .collect();
         assert_eq!(
             summary,
             vec![
-                (-6.0, vec![at(0, 0)]),
-                (2.0, vec![at(0, -1), at(0, 1), at(0, 2)]),
-                (3.0, vec![at(1, 0), at(1, 1)]),
+                (Weight::Number(-6.0), vec![at(0, 0)]),
+                (Weight::Number(2.0), vec![at(0, -1), at(0, 1), at(0, 2)]),
+                (Weight::Number(3.0), vec![at(1, 0), at(1, 1)]),
             ]
         );
         assert!(!f.is_differences());
@@ -765,14 +969,14 @@ mod tests {
     #[test]
     fn zero_weights_of_either_sign_stay_apart_and_long_runs_split() {
         let f = form(0.0, &[(at(0, 0), 0.0), (at(0, 1), -0.0), (at(0, 2), 0.0)]);
-        let weights: Vec<(u64, usize)> = f
+        let weights: Vec<(Option<u64>, usize)> = f
             .groups()
             .iter()
-            .map(|g| (g.weight.to_bits(), g.sources.len()))
+            .map(|g| (g.weight.number().map(f64::to_bits), g.sources.len()))
             .collect();
         assert_eq!(
             weights,
-            vec![(0.0f64.to_bits(), 2), ((-0.0f64).to_bits(), 1)]
+            vec![(Some(0.0f64.to_bits()), 2), (Some((-0.0f64).to_bits()), 1)]
         );
 
         let many: Vec<(Source, f64)> = (0..19).map(|x| (at(0, x), 0.25)).collect();

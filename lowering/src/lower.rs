@@ -9,7 +9,7 @@ use crate::error::{OperatorError, OperatorResult};
 use crate::ir::Node;
 use crate::kernel::{
     Instruction, Kernel, KernelField, LinearForm, MAX_SHIFT, OUTPUT, Operand, ReadExtent, Register,
-    Source, fusable_factor, usable_weight,
+    Source, Uniforms, Weight, fusable_factor, usable_weight,
 };
 use crate::parameter::ParameterCell;
 use crate::pointwise::{BinaryOp, UnaryOp};
@@ -37,6 +37,12 @@ struct Lowering<'p> {
     by_value: HashMap<(u64, [isize; 2]), Vec<LoweredSubtree>>,
     instructions: Vec<Instruction>,
     registers: u16,
+    /// The values the same at every point of a call (parameters and
+    /// expressions of them), which weights may name.
+    uniforms: Uniforms,
+    /// The register each uniform value was written to for a nonlinear
+    /// reader ([`Instruction::Uniform`]), written once.
+    uniform_registers: HashMap<u16, Register>,
 }
 
 impl Lowering<'_> {
@@ -55,15 +61,36 @@ impl Lowering<'_> {
         })
     }
 
-    /// An operand for `form`, materialising it when it is too large to inline.
+    /// An operand for `form`, materialising it when it is too large to
+    /// inline or has weights only known at run time (an operand's weights
+    /// are numbers).
     fn operand(&mut self, form: LinearForm) -> Operand {
-        if let Some(c) = form.as_constant() {
-            return Operand::Constant(c);
+        match form.as_constant() {
+            Some(Weight::Number(c)) => return Operand::Constant(c),
+            Some(Weight::Uniform(uniform)) => {
+                let register = match self.uniform_registers.get(&uniform) {
+                    Some(&register) => register,
+                    None => {
+                        let register = self.new_register();
+                        self.instructions.push(Instruction::Uniform {
+                            out: register,
+                            uniform,
+                        });
+                        self.uniform_registers.insert(uniform, register);
+                        register
+                    }
+                };
+                return Operand::One(Source::Register { register, shift: 0 }, 1.0);
+            }
+            None => {}
         }
-        if form.constant == 0.0 {
+        let number = |w: Weight| w.number();
+        if form.has_no_constant() {
             match form.terms.as_slice() {
-                [(s, w)] => return Operand::One(*s, *w),
-                [(s0, w0), (s1, w1)] => return Operand::Two(*s0, *w0, *s1, *w1),
+                [(s, w)] if let Some(w) = number(*w) => return Operand::One(*s, w),
+                [(s0, w0), (s1, w1)] if let (Some(w0), Some(w1)) = (number(*w0), number(*w1)) => {
+                    return Operand::Two(*s0, w0, *s1, w1);
+                }
                 _ => {}
             }
         }
@@ -186,7 +213,7 @@ impl Lowering<'_> {
                     offset: [0, row[0], row[1]],
                 })
             }
-            Node::Constant(value) => LinearForm::constant(*value),
+            Node::Constant(value) => LinearForm::number(*value),
             Node::Parameter { cell } => {
                 let slot = match self.parameters.iter().position(|p| p.id() == cell.id()) {
                     Some(slot) => slot,
@@ -195,7 +222,7 @@ impl Lowering<'_> {
                         self.parameters.len() - 1
                     }
                 } as u16;
-                self.emit(|out| Instruction::Parameter { out, slot })
+                LinearForm::constant(self.uniforms.parameter(slot))
             }
             Node::Coordinate { axis, location } => {
                 let (axis, location) = (*axis, *location);
@@ -224,12 +251,14 @@ impl Lowering<'_> {
             Node::Unary {
                 op: UnaryOp::Negate,
                 arg,
-            } => self.lower(arg, row)?.scaled(-1.0),
+            } => self
+                .lower(arg, row)?
+                .scaled(Weight::Number(-1.0), &mut self.uniforms),
             Node::Unary { op, arg } => {
                 let value = self.lower(arg, row)?;
                 match value.as_constant() {
-                    Some(c) => LinearForm::constant(op.apply(c)),
-                    None => {
+                    Some(Weight::Number(c)) => LinearForm::number(op.apply(c)),
+                    _ => {
                         let arg = self.operand(value);
                         let op = *op;
                         self.emit(|out| Instruction::Unary { op, out, arg })
@@ -239,14 +268,26 @@ impl Lowering<'_> {
             Node::Binary { op, left, right } => {
                 let a = self.lower(left, row)?;
                 let b = self.lower(right, row)?;
+                let u = &mut self.uniforms;
+                let number = |w: Option<Weight>| w.and_then(Weight::number);
                 match (op, a.as_constant(), b.as_constant()) {
-                    (_, Some(x), Some(y)) => LinearForm::constant(op.apply(x, y)),
-                    (BinaryOp::Add, _, _) => a.add_scaled(&b, 1.0),
-                    (BinaryOp::Subtract, _, _) => a.add_scaled(&b, -1.0),
-                    (BinaryOp::Multiply, Some(x), None) => b.scaled(x),
-                    (BinaryOp::Multiply, None, Some(y)) => a.scaled(y),
-                    (BinaryOp::Divide, None, Some(y)) => a.scaled(1.0 / y),
-                    (BinaryOp::Pow, None, Some(2.0)) => {
+                    (_, Some(Weight::Number(x)), Some(Weight::Number(y))) => {
+                        LinearForm::number(op.apply(x, y))
+                    }
+                    (BinaryOp::Add, _, _) => a.add_scaled(&b, Weight::Number(1.0), u),
+                    (BinaryOp::Subtract, _, _) => a.add_scaled(&b, Weight::Number(-1.0), u),
+                    // A parameter (or an expression of parameters) scales a
+                    // form as a number does: its weights become uniform
+                    // values, formed once per call.
+                    (BinaryOp::Multiply, Some(x), Some(y)) => LinearForm::constant(u.product(x, y)),
+                    (BinaryOp::Multiply, Some(x), None) => b.scaled(x, u),
+                    (BinaryOp::Multiply, None, Some(y)) => a.scaled(y, u),
+                    (BinaryOp::Divide, Some(x), Some(y)) => LinearForm::constant(u.quotient(x, y)),
+                    (BinaryOp::Divide, None, Some(y)) => {
+                        let reciprocal = u.quotient(Weight::Number(1.0), y);
+                        a.scaled(reciprocal, u)
+                    }
+                    (BinaryOp::Pow, None, Some(Weight::Number(2.0))) => {
                         // x^2 as one product: correctly rounded (the vector
                         // `pow` is within 2 ulp), and the same for every x,
                         // zeros, infinities and NaN included.
@@ -259,8 +300,8 @@ impl Lowering<'_> {
                         })
                     }
                     (BinaryOp::Multiply | BinaryOp::Divide, None, None)
-                        if a.constant == 0.0
-                            && b.constant == 0.0
+                        if a.has_no_constant()
+                            && b.has_no_constant()
                             && usable_weight(a.terms[0].1)
                             && usable_weight(b.terms[0].1) =>
                     {
@@ -269,8 +310,10 @@ impl Lowering<'_> {
                         // the product loop does no scaling (e.g. a face
                         // diffusivity times a gradient is one add, one
                         // subtract and one multiply per point).
-                        let (wa, wb) = (a.terms[0].1, b.terms[0].1);
-                        let (left, right) = (a.scaled(1.0 / wa), b.scaled(1.0 / wb));
+                        let (wa, wb) = (number(Some(a.terms[0].1)), number(Some(b.terms[0].1)));
+                        let (wa, wb) = (wa.unwrap_or(1.0), wb.unwrap_or(1.0));
+                        let left = a.scaled(Weight::Number(1.0 / wa), u);
+                        let right = b.scaled(Weight::Number(1.0 / wb), u);
                         let left = self.operand(left);
                         let right = self.operand(right);
                         let op = *op;
@@ -285,7 +328,7 @@ impl Lowering<'_> {
                         } else {
                             wa / wb
                         };
-                        product.scaled(factor)
+                        product.scaled(Weight::Number(factor), &mut self.uniforms)
                     }
                     _ => {
                         let left = self.operand(a);
@@ -307,9 +350,11 @@ impl Lowering<'_> {
             } => {
                 let c = self.lower(condition, row)?;
                 match c.as_constant() {
-                    Some(c) if c != 0.0 => self.lower(if_true, row)?,
-                    Some(_) => self.lower(if_false, row)?,
-                    None => {
+                    Some(Weight::Number(c)) if c != 0.0 => self.lower(if_true, row)?,
+                    Some(Weight::Number(_)) => self.lower(if_false, row)?,
+                    // A condition of parameters is decided per call, by
+                    // the back ends (a C kernel holds both loop nests).
+                    _ => {
                         let t = self.lower(if_true, row)?;
                         let f = self.lower(if_false, row)?;
                         let condition = self.operand(c);
@@ -370,7 +415,7 @@ impl Lowering<'_> {
                     | StencilOp::Divergence { .. }
                     | StencilOp::Gradient4 { .. }
                     | StencilOp::Divergence4 { .. }
-                    | StencilOp::CentredDerivative { .. } => Ok(LinearForm::constant(0.0)),
+                    | StencilOp::CentredDerivative { .. } => Ok(LinearForm::number(0.0)),
                     StencilOp::InterpolateToFace { .. }
                     | StencilOp::InterpolateToCell { .. }
                     | StencilOp::InterpolateToFace4 { .. }
@@ -390,10 +435,10 @@ impl Lowering<'_> {
             }
         }
         if let Some(points) = op.linear_points(grid.spacing(), grid.active_dimensions()) {
-            let mut sum = LinearForm::constant(0.0);
+            let mut sum = LinearForm::number(0.0);
             for (offset, weight) in points {
                 let value = self.at_offset(&args[0], row, offset)?;
-                sum = sum.add_scaled(&value, weight);
+                sum = sum.add_scaled(&value, Weight::Number(weight), &mut self.uniforms);
             }
             return Ok(sum);
         }
@@ -455,6 +500,8 @@ impl Kernel {
             by_value: HashMap::new(),
             instructions: Vec::new(),
             registers: 0,
+            uniforms: Uniforms::default(),
+            uniform_registers: HashMap::new(),
         };
         let form = lowering.lower(root, [0, 0])?;
         let Lowering {
@@ -463,6 +510,7 @@ impl Kernel {
             fields,
             transfers,
             parameters,
+            uniforms,
             ..
         } = lowering;
         let mut registers = registers;
@@ -471,8 +519,8 @@ impl Kernel {
         // is exactly its register and nothing else reads it.
         let direct = match form.terms.as_slice() {
             [(Source::Register { register, shift: 0 }, w)]
-                if form.constant == 0.0
-                    && *w == 1.0
+                if form.has_no_constant()
+                    && w.is(1.0)
                     && instructions.last().is_some_and(|i| i.out() == *register)
                     && !instructions.iter().any(|i| {
                         i.sources().iter().any(
@@ -596,6 +644,7 @@ impl Kernel {
             halo,
             fields,
             parameters,
+            uniforms: uniforms.values,
             location: root.location(),
             result,
             identity: Kernel::next_identity(),
@@ -644,7 +693,7 @@ fn compact_registers(instructions: &mut [Instruction], result: Register) -> (u16
             }
             Instruction::Coordinate { .. }
             | Instruction::Mask { .. }
-            | Instruction::Parameter { .. }
+            | Instruction::Uniform { .. }
             | Instruction::Transfer { .. } => {}
             Instruction::Limited {
                 velocity, cells, ..

@@ -730,7 +730,10 @@ fn the_flow_time_step_matches_a_hand_loop_over_the_faces() {
 /// Forward Euler never reads the step's start value, so its steps swap
 /// two time levels and its graph has no third (`start`); SSP-RK3 reads
 /// it in its later stages and rotates it into place every step. Both give
-/// the hand-computed values of `dT/dt = 1` (`T = T0 + t`).
+/// the hand-computed values of `dT/dt = 1` (`T = T0 + t`): forward Euler
+/// exactly (`T + dt` with dyadic numbers), SSP-RK3 to a few ulps (its
+/// stage weights 1/3 and 2/3 are not exact in binary, and the update
+/// `a T0 + b T + (b dt) rhs` rounds each weight once).
 #[test]
 fn only_integrators_that_read_the_start_value_rotate_it() {
     let patch = Grid::new([4, 3, 1], [1.0; 3], [0.0; 3])
@@ -772,7 +775,15 @@ fn only_integrators_that_read_the_start_value_rotate_it() {
             .with_solution("T", |t| {
                 let layout = t.layout();
                 for index in layout.interior() {
-                    assert_eq!(t.values().unwrap()[layout.linear_index(index)], 2.75);
+                    let value = t.values().unwrap()[layout.linear_index(index)];
+                    if rotates {
+                        assert!(
+                            (value - 2.75).abs() <= 4.0 * f64::EPSILON * 2.75,
+                            "{integrator:?}: {value}"
+                        );
+                    } else {
+                        assert_eq!(value, 2.75, "{integrator:?}");
+                    }
                 }
             })
             .unwrap();

@@ -111,6 +111,7 @@ mod tests {
             halo: 0,
             fields: Vec::new(),
             parameters: Vec::new(),
+            uniforms: Vec::new(),
             location: None,
             result: 0,
             identity: Kernel::next_identity(),

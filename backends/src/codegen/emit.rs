@@ -25,7 +25,9 @@
 //! call ([`geometry`]). C takes arrays of these; CUDA takes them in one
 //! struct passed by value ([`cuda_arguments`]), so a launch copies nothing.
 
-use crate::kernel::{Instruction, Kernel, OUTPUT, Operand, Register, Source, pairwise_sum};
+use crate::kernel::{
+    Instruction, Kernel, OUTPUT, Operand, Register, Source, UniformValue, Weight, pairwise_sum,
+};
 use crate::mask::PointSet;
 use crate::pointwise::{BinaryOp, Limiter, UnaryOp};
 use crate::stencil::StencilOp;
@@ -179,6 +181,15 @@ impl Emitter<'_> {
         literal(v, self.dialect)
     }
 
+    /// A weight: its literal, or the name of the uniform value computed
+    /// before the loops ([`uniform_prelude`]: `uv0`, `uv1`, ...).
+    fn weight(&self, w: Weight) -> String {
+        match w {
+            Weight::Number(v) => self.lit(v),
+            Weight::Uniform(k) => format!("uv{k}"),
+        }
+    }
+
     /// An operand as the interpreter's lanes compute it (`with_lane!`).
     fn operand(&self, operand: &Operand, read: &dyn Fn(Source) -> String) -> String {
         match *operand {
@@ -235,31 +246,37 @@ impl Emitter<'_> {
     ) -> String {
         let instruction = &self.kernel.instructions[index];
         let lit = |v: f64| self.lit(v);
+        let weight = |w: Weight| self.weight(w);
         match instruction {
             Instruction::Linear { form, products, .. } => {
                 let terms = &form.terms;
                 let c = form.constant;
                 let base = if !terms.is_empty() || products.is_empty() {
                     if terms.is_empty() {
-                        Some(lit(c))
+                        Some(weight(c))
                     } else if form.is_differences() {
                         let parts: Vec<String> = terms
                             .chunks(2)
                             .map(|p| {
-                                format!("{} * ({} - {})", lit(p[1].1), read(p[1].0), read(p[0].0))
+                                format!(
+                                    "{} * ({} - {})",
+                                    weight(p[1].1),
+                                    read(p[1].0),
+                                    read(p[0].0)
+                                )
                             })
                             .collect();
                         Some(parts.join(" + "))
-                    } else if terms.len() == 1 && c == 0.0 {
-                        Some(format!("{} * {}", lit(terms[0].1), read(terms[0].0)))
+                    } else if terms.len() == 1 && form.has_no_constant() {
+                        Some(format!("{} * {}", weight(terms[0].1), read(terms[0].0)))
                     } else {
                         // A zero constant is left out: `-0.0 + v` is `v` for
                         // every `v`, and the interpreter adds `-0.0` in its
                         // place (same bits), where `0.0 + v` would cost an
                         // addition per point only to turn `-0.0` into `+0.0`.
                         let mut parts: Vec<String> = Vec::new();
-                        if c != 0.0 {
-                            parts.push(lit(c));
+                        if !form.has_no_constant() {
+                            parts.push(weight(c));
                         }
                         for group in form.groups() {
                             let sum =
@@ -267,19 +284,19 @@ impl Emitter<'_> {
                                     format!("({a} + {b})")
                                 })
                                 .unwrap_or_default();
-                            parts.push(format!("{} * {}", lit(group.weight), sum));
+                            parts.push(format!("{} * {}", weight(group.weight), sum));
                         }
                         Some(parts.join(" + "))
                     }
                 } else {
                     None
                 };
-                let mut text = base.unwrap_or_else(|| lit(c));
+                let mut text = base.unwrap_or_else(|| weight(c));
                 for (w, l, r) in products {
                     let _ = write!(
                         text,
                         " + {} * ({} * {})",
-                        lit(*w),
+                        weight(*w),
                         self.operand(l, read),
                         self.operand(r, read)
                     );
@@ -393,7 +410,7 @@ impl Emitter<'_> {
                     PointSet::Points(_) => unreachable!("refused by `unsupported`"),
                 }
             }
-            Instruction::Parameter { slot, .. } => format!("p{slot}"),
+            Instruction::Uniform { uniform, .. } => format!("uv{uniform}"),
             Instruction::Transfer {
                 op,
                 slot,
@@ -622,6 +639,27 @@ fn row_declarations(kernel: &Kernel, indent: &str) -> String {
     text
 }
 
+/// The kernel's uniform values ([`Kernel::uniforms`]), one constant each,
+/// computed once per call before the loops with the operation
+/// [`Kernel::uniform_values`] does (so the interpreter's bits).
+fn uniform_prelude(emitter: &Emitter<'_>, indent: &str) -> String {
+    let mut text = String::new();
+    for (k, uniform) in emitter.kernel.uniforms.iter().enumerate() {
+        let value = match *uniform {
+            UniformValue::Parameter(slot) => format!("p{slot}"),
+            UniformValue::Sum(a, b) => format!("{} + {}", emitter.weight(a), emitter.weight(b)),
+            UniformValue::Product(a, b) => {
+                format!("{} * {}", emitter.weight(a), emitter.weight(b))
+            }
+            UniformValue::Quotient(a, b) => {
+                format!("{} / {}", emitter.weight(a), emitter.weight(b))
+            }
+        };
+        let _ = writeln!(text, "{indent}const double uv{k} = {value}; (void)uv{k};");
+    }
+    text
+}
+
 /// At most this many uniform conditions are specialised per kernel (each
 /// doubles the kernel's loop nests).
 const MAX_SWITCHES: usize = 3;
@@ -641,7 +679,7 @@ fn uniform_registers(kernel: &Kernel) -> Vec<bool> {
                 | Instruction::Unary { .. }
                 | Instruction::Binary { .. }
                 | Instruction::Select { .. }
-                | Instruction::Parameter { .. }
+                | Instruction::Uniform { .. }
         );
         uniform[out as usize] = point_wise
             && instruction
@@ -859,6 +897,7 @@ pub fn c_function(
     for slot in 0..kernel.parameters.len() {
         let _ = writeln!(body, "    const double p{slot} = p[{slot}];");
     }
+    body.push_str(&uniform_prelude(&emitter, "    "));
     let _ = writeln!(
         body,
         "    const long long rl = width * rowcap;\n    (void)rl; (void)halo;\n    unsigned long long bad = 0;"
@@ -1384,6 +1423,7 @@ fn cuda_point_body(
     for slot in 0..kernel.parameters.len() {
         let _ = writeln!(body, "    const double p{slot} = p[{slot}];");
     }
+    body.push_str(&uniform_prelude(emitter, "    "));
     body.push_str(&row_declarations(kernel, "    "));
     let ssa = |register: Register, shift: isize| format!("r{register}_{}", offset_name(shift));
     for (i, instruction) in kernel.instructions.iter().enumerate() {

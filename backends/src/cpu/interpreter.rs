@@ -58,6 +58,9 @@ pub(super) struct Context<'a> {
     pub(super) fields: &'a [FieldData<'a>],
     /// Parameter values by slot, read once when the evaluation started.
     pub(super) parameters: &'a [f64],
+    /// The kernel's uniform values for those parameters
+    /// ([`Kernel::uniform_values`]): what the weights they name are.
+    pub(super) uniforms: SmallVec<[f64; 8]>,
     /// The patch, for the layouts coordinates and masks read.
     pub(super) patch: &'a Patch,
     /// The layout of each location on the patch, by [`LocationKind::ALL`]
@@ -315,17 +318,22 @@ impl Context<'_> {
             unsafe {
                 match instruction {
                     Instruction::Linear { form, products, .. } => {
-                        let terms: smallvec::SmallVec<[(Stream, f64); 8]> =
-                            form.terms.iter().map(|(s, w)| (stream(*s), *w)).collect();
+                        let uniforms = &self.uniforms;
+                        let terms: smallvec::SmallVec<[(Stream, f64); 8]> = form
+                            .terms
+                            .iter()
+                            .map(|(s, w)| (stream(*s), w.value(uniforms)))
+                            .collect();
+                        let form_constant = form.constant.value(uniforms);
                         // A constant alone is the first product pass's start value.
                         let mut assigned = false;
                         if !terms.is_empty() || products.is_empty() {
                             // The generated code leaves a zero constant out of
                             // a sum of terms; `-0.0 + v` is `v` bit for bit.
-                            let constant = if form.constant == 0.0 && !terms.is_empty() {
+                            let constant = if form.has_no_constant() && !terms.is_empty() {
                                 -0.0
                             } else {
-                                form.constant
+                                form_constant
                             };
                             let as_differences = form.is_differences();
                             if form.shares_weights() && !as_differences {
@@ -335,7 +343,10 @@ impl Context<'_> {
                                     .groups()
                                     .iter()
                                     .map(|g| {
-                                        (g.weight, g.sources.iter().map(|s| stream(*s)).collect())
+                                        (
+                                            g.weight.value(uniforms),
+                                            g.sources.iter().map(|s| stream(*s)).collect(),
+                                        )
                                     })
                                     .collect();
                                 grouped_linear(out, extent, constant, &groups);
@@ -346,7 +357,7 @@ impl Context<'_> {
                         }
                         let products: smallvec::SmallVec<[(f64, Resolved, Resolved); 4]> = products
                             .iter()
-                            .map(|(w, l, r)| (*w, resolve(l), resolve(r)))
+                            .map(|(w, l, r)| (w.value(uniforms), resolve(l), resolve(r)))
                             .collect();
                         let mut rest = products.as_slice();
                         while !rest.is_empty() {
@@ -356,7 +367,7 @@ impl Context<'_> {
                                 .take(MAX_FUSED_PRODUCTS)
                                 .take_while(|(_, l, r)| (factor_shape(l), factor_shape(r)) == shape)
                                 .count();
-                            product_pass(out, extent, &rest[..count], !assigned, form.constant);
+                            product_pass(out, extent, &rest[..count], !assigned, form_constant);
                             assigned = true;
                             rest = &rest[count..];
                         }
@@ -400,10 +411,10 @@ impl Context<'_> {
                             f64::from(set.contains(index, layout))
                         });
                     }
-                    Instruction::Parameter { slot, .. } => {
+                    Instruction::Uniform { uniform, .. } => {
                         let value = self
-                            .parameters
-                            .get(*slot as usize)
+                            .uniforms
+                            .get(*uniform as usize)
                             .copied()
                             .unwrap_or(f64::NAN);
                         for r in 0..rows {
@@ -488,6 +499,7 @@ pub(super) fn context<'a>(
         native,
         fields,
         parameters,
+        uniforms: kernel.uniform_values(parameters),
         patch,
         layouts: Default::default(),
         width: plan.width,

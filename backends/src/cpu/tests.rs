@@ -272,6 +272,7 @@ fn kernel_reading(z: isize) -> Kernel {
             transfer: None,
         }],
         parameters: Vec::new(),
+        uniforms: Vec::new(),
         location: Some(LocationKind::CellCentre),
         result: OUTPUT,
         identity: Kernel::next_identity(),

@@ -21,6 +21,7 @@ use watershed_fields::{
 };
 use watershed_operators::codegen::{self, Backend, Form};
 use watershed_operators::ir::Node;
+use watershed_operators::kernel::{Instruction, Kernel, UniformValue};
 use watershed_operators::*;
 
 fn c_available() -> bool {
@@ -1034,4 +1035,134 @@ fn fourth_order_operators_and_relabelled_fluxes_match_the_interpreter() {
         let flux = carrier * u_y;
         (watershed_operators::shift(flux.clone(), [0, 1, 0]) - flux) * 7.0
     });
+}
+
+/// A run-time scalar scales a linear form as a number does: in
+/// `phi + dt (0.3 (phi_w + phi_e) - 0.6 phi + 0.5 exp(phi))` the weights
+/// become values formed once per call from `dt` (`1 - 0.6 dt`, `0.3 dt`,
+/// `0.5 dt`), so each point costs the multiplies of the numeric form, not
+/// an extra product and addition. The update is one linear instruction
+/// after the `exp`; the generated C forms the weights before its loops and
+/// multiplies by `dt` nowhere inside them. Every back end gives the same
+/// bits for each `dt`, a new `dt` gives new weights (nothing is kept from
+/// the call before), and the values are the formula's to rounding.
+#[test]
+fn a_run_time_scalar_becomes_weights_formed_once_per_call() {
+    let patch = patch_3d([9, 6, 5], 1);
+    let mut rng = Xorshift::new(41);
+    let phi = random_cells("phi", &patch, &mut rng);
+    let dt = Parameter::new("dt", 0.1);
+    let make = || {
+        field(&phi)
+            + dt.expr()
+                * ((watershed_operators::shift(&phi, [-1, 0, 0])
+                    + watershed_operators::shift(&phi, [1, 0, 0]))
+                    * 0.3
+                    - field(&phi) * 0.6
+                    + exp(&phi) * 0.5)
+    };
+    let kernel = Kernel::compile(make().node(), &patch, true).unwrap();
+    let linear: Vec<&Instruction> = kernel
+        .instructions
+        .iter()
+        .filter(|i| matches!(i, Instruction::Linear { .. }))
+        .collect();
+    assert_eq!(kernel.len(), 2, "exp, then the update:\n{kernel}");
+    assert_eq!(linear.len(), 1, "{kernel}");
+    let Instruction::Linear { form, products, .. } = linear[0] else {
+        unreachable!()
+    };
+    assert!(products.is_empty(), "{kernel}");
+    // phi once (its two terms merged), its two neighbours sharing one
+    // weight, and the exp's row: every weight formed from dt.
+    assert_eq!(form.terms.len(), 4, "{kernel}");
+    assert!(
+        form.terms.iter().all(|(_, w)| w.number().is_none()),
+        "{kernel}"
+    );
+    assert_eq!(form.groups().len(), 3, "{kernel}");
+    assert_eq!(
+        kernel.uniforms.first(),
+        Some(&UniformValue::Parameter(0)),
+        "{kernel}"
+    );
+    if c_available() {
+        let source = codegen::generated_source(make().node(), &patch, vmath::Dialect::C).unwrap();
+        let body = &source[source.find("long long kernel(").expect("the function")..];
+        let loops = &body[body.find("for (").expect("the loops")..];
+        assert!(
+            !loops.contains("p0"),
+            "dt is read before the loops:\n{body}"
+        );
+        assert!(body.contains("const double uv0 = p0;"), "{body}");
+        let cuda = codegen::generated_source(make().node(), &patch, vmath::Dialect::Cuda).unwrap();
+        assert!(cuda.contains("const double uv0 = p0;"), "{cuda}");
+    }
+    let layout = phi.layout().clone();
+    let values = phi.values().unwrap();
+    let at = |i: [isize; 3], dx: isize| values[layout.linear_index([i[0] + dx, i[1], i[2]])];
+    for step in [0.1, 0.3, 1e-3] {
+        dt.set(step);
+        same_bits(&patch, Region::Interior, Parallelism::Serial, make);
+        let mut target = sentinel_target::<CellCentre>("target", &patch);
+        target.assign(make()).unwrap();
+        let t = target.values().unwrap();
+        for i in layout.interior().iter() {
+            let c = at(i, 0);
+            let formula = c + step * (0.3 * (at(i, -1) + at(i, 1)) - 0.6 * c + 0.5 * c.exp());
+            let got = t[layout.linear_index(i)];
+            assert!(
+                (got - formula).abs() <= 1e-14 * formula.abs().max(1.0),
+                "dt = {step} at {i:?}: {got:e}, the formula {formula:e}"
+            );
+        }
+    }
+    check_cuda(make().node(), &patch);
+}
+
+/// A stage update `a start + b (now + dt rhs)` with a condition on `a`
+/// (decided per call) and every weight formed from `a`, `b` and `dt`:
+/// both back ends give the same bits, and the formula's values to
+/// rounding, for `a = 0` and `a != 0`.
+#[test]
+fn stage_weights_and_a_uniform_condition_together() {
+    let patch = patch_3d([9, 6, 5], 1);
+    let mut rng = Xorshift::new(43);
+    let start = random_cells("start", &patch, &mut rng);
+    let now = random_cells("now", &patch, &mut rng);
+    let (a, b, dt) = (
+        Parameter::new("a", 0.0),
+        Parameter::new("b", 1.0),
+        Parameter::new("dt", 0.25),
+    );
+    let make = || {
+        let update = field(&now)
+            + dt.expr() * (field(&now) * -2.0 + watershed_operators::shift(&now, [0, 1, 0]));
+        cond(
+            a.expr::<CellCentre>().not_equals(0.0),
+            a.expr() * &start + b.expr() * update.clone(),
+        )
+        .otherwise(b.expr() * update)
+    };
+    let layout = now.layout().clone();
+    let (s, n) = (start.values().unwrap(), now.values().unwrap());
+    for (av, bv) in [(0.0, 1.0), (0.75, 0.25), (1.0 / 3.0, 2.0 / 3.0)] {
+        a.set(av);
+        b.set(bv);
+        same_bits(&patch, Region::Interior, Parallelism::Serial, make);
+        let mut target = sentinel_target::<CellCentre>("target", &patch);
+        target.assign(make()).unwrap();
+        let t = target.values().unwrap();
+        for i in layout.interior().iter() {
+            let p = layout.linear_index(i);
+            let north = n[layout.linear_index([i[0], i[1] + 1, i[2]])];
+            let formula = av * s[p] + bv * (n[p] + 0.25 * (-2.0 * n[p] + north));
+            assert!(
+                (t[p] - formula).abs() <= 1e-14 * formula.abs().max(1.0),
+                "a = {av} at {i:?}: {:e}, the formula {formula:e}",
+                t[p]
+            );
+        }
+    }
+    check_cuda(make().node(), &patch);
 }
