@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where TransportSolver's update kernel loses to the hand-built graph's
-# (issue 51's ratio >= 0.9): the two kernels Watershed generated for one
-# ExprLib equation (snapshots in scripts/update-kernel/kernels.c) and
+# (issue 51's ratio >= 0.9): the kernels Watershed generated for one
+# ExprLib equation (the graph's, the solver's before and after weights
+# became uniform values; snapshots in scripts/update-kernel/kernels.c) and
 # hand-written variants, compiled with the engine's flags (-O3
 # -march=native -std=c11) and timed by scripts/update-kernel/main.c.
 # Usage: scripts/bench-update-kernel.sh [ROUNDS] (default 60).

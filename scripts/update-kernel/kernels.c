@@ -473,3 +473,40 @@ long long solver_distributed(const double *const *f, const long long *fs, const 
     }
     return bad != 0;
 }
+
+/* TransportSolver's update as generated after weights became uniform values
+ * (2026-11-29, thirty-fourth session): dt scales the form's weights once
+ * per call (uv0..uv3), the finiteness test kept. */
+long long solver_uniform(const double *const *f, const long long *fs, const double *p, const double *g,
+    double *t, long long tsy, long long tsz, double *s, long long width, long long rowcap,
+    long long halo, long long x0, long long x1, long long j0, long long rows, long long k0,
+    long long planes)
+{
+    (void)g; (void)p; (void)fs; (void)s; (void)t; (void)tsy; (void)tsz;
+    const double p0 = p[0];
+    const double uv0 = p0; (void)uv0;
+    const double uv1 = 409.6 * uv0; (void)uv1;
+    const double uv2 = (-2457.6000000000004) * uv0; (void)uv2;
+    const double uv3 = 1.0 + uv2; (void)uv3;
+    const long long rl = width * rowcap;
+    (void)rl; (void)halo;
+    unsigned long long bad = 0;
+    for (long long k = k0; k < k0 + planes; ++k)
+    for (long long r = 0; r < rows; ++r) {
+        const long long j = j0 + r;
+        const double *F0_m1_0 = f[0] + (j + -1LL) * fs[0] + (k + 0LL) * fs[1];
+        const double *F0_0_m1 = f[0] + (j + 0LL) * fs[0] + (k + -1LL) * fs[1];
+        const double *F0_0_0 = f[0] + (j + 0LL) * fs[0] + (k + 0LL) * fs[1];
+        const double *F0_0_1 = f[0] + (j + 0LL) * fs[0] + (k + 1LL) * fs[1];
+        const double *F0_1_0 = f[0] + (j + 1LL) * fs[0] + (k + 0LL) * fs[1];
+        double *T = t + j * tsy + k * tsz; (void)T;
+#pragma GCC ivdep
+        for (long long x = x0 + 0LL; x < x1 + 0LL; ++x) {
+            const double r0 = ws_exp(F0_0_0[x + 0LL]);
+            const double v = uv3 * F0_0_0[x + 0LL] + uv1 * (((F0_0_0[x + -1LL] + F0_0_0[x + 1LL]) + (F0_m1_0[x + 0LL] + F0_1_0[x + 0LL])) + (F0_0_m1[x + 0LL] + F0_0_1[x + 0LL])) + uv0 * r0;
+            T[x] = v;
+            bad |= ws_to_bits(v - v);
+        }
+    }
+    return bad != 0;
+}

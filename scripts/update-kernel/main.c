@@ -21,6 +21,7 @@ DECLARE(solver_unchecked)
 DECLARE(solver_hoisted)
 DECLARE(solver_hoisted_unchecked)
 DECLARE(solver_distributed)
+DECLARE(solver_uniform)
 
 static double now(void) {
     struct timespec t;
@@ -42,10 +43,11 @@ int main(int argc, char **argv) {
         }
     }
     kernel kernels[] = {graph, solver_checked, solver_unchecked, solver_hoisted,
-                        solver_hoisted_unchecked, solver_distributed};
-    const char *names[] = {"graph (dt folded)", "solver, as generated", "solver, unchecked",
+                        solver_hoisted_unchecked, solver_distributed, solver_uniform};
+    const char *names[] = {"graph (dt folded)", "solver before (dt a product per point)", "solver, unchecked",
                            "solver, 409.6 dt hoisted", "solver, hoisted, unchecked",
-                           "solver, dt distributed, checked"};
+                           "solver, dt distributed, checked",
+                           "solver, generated with uniform weights"};
     const int count = sizeof kernels / sizeof kernels[0];
     double best[16];
     for (int v = 0; v < count; v++) best[v] = 1e9;
