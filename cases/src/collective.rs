@@ -18,6 +18,7 @@ use crate::error::{CaseError, CaseResult};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use watershed_fields::ranks::RankLink;
+use watershed_io::rank_dumps::RankDumpReport;
 
 /// Whether this process is a follower: a rank other than 0 of a run on
 /// several ranks.
@@ -34,6 +35,34 @@ pub fn leader_decides(ranks: Option<&dyn RankLink>, decision: bool) -> CaseResul
             Ok(all[0] != 0.0)
         }
         _ => Ok(decision),
+    }
+}
+
+/// Every rank's report of the dump file it wrote, by rank, on every rank
+/// (collective when there are several): what rank 0 records a dump per
+/// rank from without opening the files.
+pub fn gather_dump_reports(
+    ranks: Option<&dyn RankLink>,
+    mine: RankDumpReport,
+) -> CaseResult<Vec<RankDumpReport>> {
+    match ranks {
+        Some(link) if link.ranks() > 1 => {
+            let all = link.gather_in_rank_order(
+                &mine.to_numbers(),
+                &vec![RankDumpReport::NUMBERS; link.ranks()],
+            )?;
+            all.chunks(RankDumpReport::NUMBERS)
+                .enumerate()
+                .map(|(rank, numbers)| {
+                    RankDumpReport::from_numbers(numbers).ok_or_else(|| {
+                        CaseError::Usage(format!(
+                            "rank {rank}'s report of its dump file ({numbers:?}) is not a file size and a fingerprint: the ranks run different builds of watershed"
+                        ))
+                    })
+                })
+                .collect()
+        }
+        _ => Ok(vec![mine]),
     }
 }
 

@@ -12,7 +12,7 @@
 use crate::checkpoint::{
     CheckpointHeader, RankCheckpoint, read_checkpoint, write_checkpoint, write_rank_checkpoint,
 };
-use crate::collective::{any_signal, in_memory, is_follower, leader_decides};
+use crate::collective::{any_signal, gather_dump_reports, in_memory, is_follower, leader_decides};
 use crate::error::{CaseError, CaseResult};
 use crate::progress::{Progress, ProgressMode, StepInfo};
 use crate::solver_state::{dump_own_flow_patches, load_own_flow_patches, save_own_flow_patches};
@@ -580,7 +580,7 @@ pub fn run<S: Simulation + ?Sized>(
             (OutputFiles::Whole, None) => in_memory(|group| sim.dump(group).map(|_| ()))?,
             (OutputFiles::PerRank { directory }, output) => {
                 let (rank, count) = ranks.map_or((0, 1), |link| (link.rank(), link.ranks()));
-                write_rank_dump(
+                let written = write_rank_dump(
                     directory,
                     sim.case(),
                     sim.time(),
@@ -589,10 +589,20 @@ pub fn run<S: Simulation + ?Sized>(
                     count,
                     |root| sim.dump_own_patches(root),
                 )?;
-                // Recorded once every rank's file is complete.
-                leader_decides(ranks, true)?;
+                // Recorded once every rank's file is complete, from what
+                // each rank reports of it (rank 0 opens no other file).
+                let reports = gather_dump_reports(ranks, written.report)?;
                 if let Some(output) = output {
-                    let path = output.record_rank_dump(sim.time(), sim.steps(), count)?;
+                    let layout = sim
+                        .patch_layout()
+                        .ok_or_else(|| per_rank_refused(sim.case()))?;
+                    let path = output.record_rank_dump(
+                        sim.time(),
+                        sim.steps(),
+                        layout,
+                        &reports,
+                        written.fields,
+                    )?;
                     tracing::info!(file = %path.display(), ranks = count, step = sim.steps(), time = sim.time(), "dump written per rank");
                 }
             }

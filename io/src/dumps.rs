@@ -23,12 +23,17 @@ use crate::dump_file::{read_fields, write_dump_file};
 use crate::error::{OutputError, OutputResult};
 use crate::files::{is_writers_temporary, numbered_file_step, write_text_file_atomically};
 use crate::lock::OutputLock;
-use crate::rank_dumps::{rank_dump_file_name, rank_dump_file_step, read_rank_dump_file};
+use crate::rank_dumps::{
+    RankDumpReport, fields_fingerprint, patch_group_name, rank_dump_file_name, rank_dump_file_step,
+    read_rank_dump_file,
+};
 use crate::xdmf::{dumped_locations, xdmf_document, xdmf_file_name};
 use std::path::{Path, PathBuf};
 use watershed_exprgraph::{ExpressionGraph, GraphLocation, Tag};
 use watershed_fields::io::{GhostSelection, write_field};
-use watershed_fields::{FieldLayout, FieldScalar, Grid, Location, LocationKind, SpatialField};
+use watershed_fields::{
+    FieldLayout, FieldScalar, Grid, Location, LocationKind, PatchLayout, SpatialField,
+};
 
 pub use crate::record::{DumpPiece, DumpRecord, DumpedField};
 
@@ -231,7 +236,7 @@ impl DumpSeries {
                 let complete =
                     ranks.is_some_and(|n| (0..n).all(|r| of_step.iter().any(|f| f.1 == r)));
                 match ranks {
-                    Some(n) if complete => record = Some(self.read_rank_dump(step, n, None)?),
+                    Some(n) if complete => record = Some(self.read_rank_dump(step, n)?),
                     _ => self.incomplete.push(step),
                 }
             }
@@ -335,39 +340,117 @@ impl DumpSeries {
         Ok(path)
     }
 
-    /// Records the dump at (`time`, `step`) that `ranks` ranks have each
-    /// written into a file of their own
-    /// ([`crate::rank_dumps::write_rank_dump`]); call it on the rank that
-    /// holds this series once every rank has returned from writing. Each
-    /// rank's file is read back (its patch groups, not the values); they
-    /// must all be there, of this dump, hold the same fields, and their
-    /// patches must tile the grid. Then the XDMF is rewritten, with the
-    /// dump as a spatial collection of its patches. Files this step had
-    /// before (a whole dump, or rank files of more ranks) are removed.
+    /// Records the dump at (`time`, `step`) that every rank has written
+    /// into a file of its own ([`crate::rank_dumps::write_rank_dump`]) and
+    /// reported (`reports`, by rank, gathered from every rank); call it on
+    /// the rank that holds this series. `fields` are what rank 0's own
+    /// file holds. No rank's file is opened: each must be in this
+    /// series' directory with the size its rank reported (else it was
+    /// written where this rank cannot see it, or replaced), every rank's
+    /// fields must be rank 0's, and the pieces are the patches of
+    /// `layout` each rank owns, which must tile the grid. Then the XDMF is
+    /// rewritten, with the dump as a spatial collection of its patches.
+    /// Files this step had before (a whole dump, or rank files of more
+    /// ranks) are removed.
     pub fn record_rank_dump(
         &mut self,
         time: f64,
         step: u64,
-        ranks: usize,
+        layout: &PatchLayout,
+        reports: &[RankDumpReport],
+        fields: Vec<DumpedField>,
     ) -> OutputResult<PathBuf> {
-        let record = self.read_rank_dump(step, ranks, Some(time))?;
-        self.remember(record)?;
+        let ranks = reports.len();
+        let fail = |reason: String| {
+            OutputError::output(
+                &self.directory,
+                format!("the dump at step {step} per rank: {reason}"),
+            )
+        };
+        if ranks == 0 {
+            return Err(fail("no rank reported its file".into()));
+        }
+        if layout.grid().cells() != self.grid.cells() {
+            return Err(fail(format!(
+                "the patch layout is of a grid of {:?} cells, the series of {:?}",
+                layout.grid().cells(),
+                self.grid.cells()
+            )));
+        }
+        if fields_fingerprint(&fields) != reports[0].fields {
+            return Err(fail(
+                "rank 0's fields are not those its report describes".into(),
+            ));
+        }
+        let mut pieces = Vec::new();
+        for (rank, report) in reports.iter().enumerate() {
+            let file = rank_dump_file_name(&self.case, step, rank);
+            let path = self.directory.join(&file);
+            let seen = std::fs::metadata(&path).map(|m| m.len()).map_err(|e| {
+                OutputError::output(
+                    &path,
+                    format!(
+                        "rank {rank} wrote its file of the dump at step {step} ({} bytes), but it is not here ({e}): every rank must write into a directory this rank reads (a shared file system)",
+                        report.bytes
+                    ),
+                )
+            })?;
+            if seen != report.bytes {
+                return Err(OutputError::output(
+                    &path,
+                    format!(
+                        "holds {seen} bytes, but rank {rank} wrote {}: the file was replaced, or the directory is not the one rank {rank} wrote to; remove it or choose another --output",
+                        report.bytes
+                    ),
+                ));
+            }
+            if report.fields != reports[0].fields {
+                return Err(OutputError::output(
+                    &path,
+                    format!(
+                        "rank {rank}'s patches hold other fields than rank 0's: every patch of a dump holds the same fields"
+                    ),
+                ));
+            }
+            for index in layout.owned_by(rank, ranks)? {
+                let patch = layout.patch(index)?;
+                pieces.push(DumpPiece {
+                    file: file.clone(),
+                    group: patch_group_name(index),
+                    patch: index,
+                    offset: patch.offset(),
+                    cells: patch.cells(),
+                });
+            }
+        }
+        self.check_tiling(step, &pieces)?;
+        let mut fields = fields;
+        // The whole grid's extent per location: the pieces of a face
+        // field tile it as the patches tile the cells.
+        let whole = self.grid.whole_domain(0);
+        for field in &mut fields {
+            field.extent = FieldLayout::new(&whole, field.location).interior_extent();
+        }
+        self.remember(DumpRecord {
+            file: rank_dump_file_name(&self.case, step, 0),
+            time,
+            step,
+            fields,
+            pieces,
+        })?;
         Ok(self
             .directory
             .join(rank_dump_file_name(&self.case, step, 0)))
     }
 
-    /// The record of the dump at `step` written by `ranks` ranks, from
-    /// their files; `time`, when given, is the time they must all hold.
-    fn read_rank_dump(
-        &self,
-        step: u64,
-        ranks: usize,
-        time: Option<f64>,
-    ) -> OutputResult<DumpRecord> {
+    /// The record of the dump at `step` written by `ranks` ranks, read
+    /// back from their files (a restart's check of a dump it keeps): they
+    /// must all be there, of this dump and time, hold the same fields, and
+    /// their patches must tile the grid.
+    fn read_rank_dump(&self, step: u64, ranks: usize) -> OutputResult<DumpRecord> {
         let mut fields: Option<Vec<DumpedField>> = None;
         let mut pieces = Vec::new();
-        let mut dump_time = time;
+        let mut dump_time: Option<f64> = None;
         for rank in 0..ranks {
             let path = self
                 .directory

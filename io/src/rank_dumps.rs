@@ -16,12 +16,18 @@
 //! needs to put the patches back together, without the XDMF.
 //!
 //! **Completion.** Rank 0 records the dump ([`crate::DumpSeries::record_rank_dump`])
-//! only after every rank has written its file: it reads their patch
-//! groups, checks that they tile the grid, and only then rewrites the
-//! XDMF, which shows each dump as a spatial collection of its patches
-//! (one dataset in ParaView, see [`crate::xdmf`]). A run killed between
-//! the files and the XDMF leaves a dump the XDMF does not name; a restart
-//! that finds a dump's files incomplete removes them.
+//! only after every rank has written its file and reported it
+//! ([`RankDumpReport`]: the file's size and a fingerprint of the fields
+//! it holds, gathered from every rank). Rank 0 opens no other rank's
+//! file: it checks that each file is where it sees the output directory
+//! and of the size its rank wrote (a rank writing to a disk rank 0 cannot
+//! read is refused by name), that every rank holds rank 0's fields, and
+//! takes the pieces from the patch layout (which patches each rank owns).
+//! Only then does it rewrite the XDMF, which shows each dump as a spatial
+//! collection of its patches (one dataset in ParaView, see
+//! [`crate::xdmf`]). A run killed between the files and the XDMF leaves a
+//! dump the XDMF does not name; a restart reads the files of each dump
+//! back ([`read_rank_dump_file`]) and removes those of an incomplete one.
 
 use crate::attributes::{
     hdf5_error, read_number_attribute, read_triple_attribute, write_number_attribute,
@@ -223,12 +229,94 @@ pub fn read_rank_dump_file(path: &Path, grid: &Grid) -> OutputResult<RankDumpFil
     })
 }
 
+/// What a rank says of the dump file it wrote, for rank 0 to record the
+/// dump without opening the file ([`crate::DumpSeries::record_rank_dump`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankDumpReport {
+    /// The file's size in bytes once complete.
+    pub bytes: u64,
+    /// [`fields_fingerprint`] of the fields its patches hold.
+    pub fields: u64,
+}
+
+impl RankDumpReport {
+    /// How many numbers [`Self::to_numbers`] gives.
+    pub const NUMBERS: usize = 3;
+
+    /// The report as numbers a gather of `f64` carries exactly: the size
+    /// (below 2^53 bytes), then the fingerprint's high and low 32 bits.
+    pub fn to_numbers(self) -> [f64; Self::NUMBERS] {
+        [
+            self.bytes as f64,
+            (self.fields >> 32) as f64,
+            (self.fields & 0xffff_ffff) as f64,
+        ]
+    }
+
+    /// The report [`Self::to_numbers`] gave; `None` for numbers it cannot
+    /// have given (not whole, out of range, too few).
+    pub fn from_numbers(numbers: &[f64]) -> Option<Self> {
+        let whole = |value: f64, limit: f64| {
+            (value >= 0.0 && value < limit && value.fract() == 0.0).then_some(value as u64)
+        };
+        let [bytes, high, low] = numbers else {
+            return None;
+        };
+        let word = 4_294_967_296.0;
+        Some(RankDumpReport {
+            bytes: whole(*bytes, 9_007_199_254_740_992.0)?,
+            fields: (whole(*high, word)? << 32) | whole(*low, word)?,
+        })
+    }
+}
+
+/// A fingerprint of a dump's fields (names, locations, components and
+/// how derived fields were computed, in order; not their extents, which
+/// differ between patches): FNV-1a over their bytes, the same in every
+/// process, so ranks can compare what their files hold by sending 8
+/// bytes.
+pub fn fields_fingerprint(fields: &[DumpedField]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &byte in bytes {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for field in fields {
+        eat(field.name.as_bytes());
+        eat(&[0]);
+        eat(field.location.name().as_bytes());
+        eat(&(field.components as u64).to_le_bytes());
+        match &field.derived {
+            Some(how) => {
+                eat(&[1]);
+                eat(how.as_bytes());
+            }
+            None => eat(&[0]),
+        }
+        eat(&[0xff]);
+    }
+    hash
+}
+
+/// What [`write_rank_dump`] wrote.
+#[derive(Debug, Clone)]
+pub struct WrittenRankDump {
+    /// The file.
+    pub path: PathBuf,
+    /// The fields its patches hold (each with the extent of its last patch).
+    pub fields: Vec<DumpedField>,
+    /// What to send to rank 0.
+    pub report: RankDumpReport,
+}
+
 /// Writes rank `rank`'s file of the dump of `case` at (`time`, `step`)
 /// into `directory` (which rank 0's [`crate::DumpSeries`] holds), whole or
 /// not at all: `write` adds one group per owned patch
 /// ([`create_patch_group`]) and returns the fields each holds. Every rank
-/// calls this; rank 0 then records the dump with
-/// [`crate::DumpSeries::record_rank_dump`] once every rank has returned.
+/// calls this and sends the [`RankDumpReport`] to rank 0, which then
+/// records the dump with [`crate::DumpSeries::record_rank_dump`].
 #[allow(clippy::too_many_arguments)]
 pub fn write_rank_dump<E: From<OutputError>>(
     directory: &Path,
@@ -238,7 +326,7 @@ pub fn write_rank_dump<E: From<OutputError>>(
     rank: usize,
     ranks: usize,
     write: impl FnOnce(&hdf5::Group) -> Result<Vec<DumpedField>, E>,
-) -> Result<PathBuf, E> {
+) -> Result<WrittenRankDump, E> {
     if rank >= ranks {
         return Err(E::from(OutputError::output(
             directory,
@@ -246,7 +334,7 @@ pub fn write_rank_dump<E: From<OutputError>>(
         )));
     }
     let path = directory.join(rank_dump_file_name(case, step, rank));
-    crate::dump_file::write_dump_file(
+    let fields = crate::dump_file::write_dump_file(
         &path,
         case,
         time,
@@ -257,7 +345,23 @@ pub fn write_rank_dump<E: From<OutputError>>(
         },
         write,
     )?;
-    Ok(path)
+    let bytes = std::fs::metadata(&path)
+        .map_err(|e| {
+            E::from(OutputError::output(
+                &path,
+                format!("cannot read the size of the dump file just written: {e}"),
+            ))
+        })?
+        .len();
+    let report = RankDumpReport {
+        bytes,
+        fields: fields_fingerprint(&fields),
+    };
+    Ok(WrittenRankDump {
+        path,
+        fields,
+        report,
+    })
 }
 
 #[cfg(test)]
@@ -277,7 +381,7 @@ mod tests {
         step: u64,
         rank: usize,
         ranks: usize,
-    ) -> PathBuf {
+    ) -> WrittenRankDump {
         write_rank_dump::<OutputError>(dir, "demo", 0.5 * step as f64, step, rank, ranks, |root| {
             let mut fields = Vec::new();
             for index in layout.owned_by(rank, ranks)? {
@@ -295,6 +399,19 @@ mod tests {
             Ok(fields)
         })
         .unwrap()
+    }
+
+    /// Records the dump at `step` from what each of `written` (every
+    /// rank's, in rank order) reports, as rank 0 does.
+    fn record(
+        series: &mut DumpSeries,
+        layout: &PatchLayout,
+        time: f64,
+        step: u64,
+        written: &[WrittenRankDump],
+    ) -> OutputResult<PathBuf> {
+        let reports: Vec<RankDumpReport> = written.iter().map(|w| w.report).collect();
+        series.record_rank_dump(time, step, layout, &reports, written[0].fields.clone())
     }
 
     fn layout() -> PatchLayout {
@@ -365,10 +482,18 @@ mod tests {
         let grid = layout.grid().clone();
         let mut series = DumpSeries::create(dir.path(), "demo", &grid, false, None).unwrap();
         // 4 patches over 3 ranks: rank 0 owns two.
-        for rank in 0..3 {
-            write_rank(dir.path(), &layout, 2, rank, 3);
+        let written: Vec<WrittenRankDump> = (0..3)
+            .map(|rank| write_rank(dir.path(), &layout, 2, rank, 3))
+            .collect();
+        for w in &written {
+            let bytes = std::fs::metadata(&w.path).unwrap().len();
+            assert_eq!(w.report.bytes, bytes);
+            assert_eq!(w.report.fields, written[0].report.fields);
+            // The report survives the gather's numbers exactly.
+            let numbers = w.report.to_numbers();
+            assert_eq!(RankDumpReport::from_numbers(&numbers), Some(w.report));
         }
-        series.record_rank_dump(1.0, 2, 3).unwrap();
+        record(&mut series, &layout, 1.0, 2, &written).unwrap();
         let record = &series.dumps()[0];
         assert_eq!(record.pieces.len(), 4);
         assert_eq!(
@@ -412,7 +537,7 @@ mod tests {
         rank: usize,
         ranks: usize,
         extra: bool,
-    ) -> OutputResult<PathBuf> {
+    ) -> OutputResult<WrittenRankDump> {
         write_rank_dump::<OutputError>(dir, "demo", 1.0, 2, rank, ranks, |root| {
             let mut fields = Vec::new();
             for index in layout.owned_by(rank, ranks)? {
@@ -452,10 +577,10 @@ mod tests {
         let layout = layout();
         let grid = layout.grid().clone();
         let mut series = DumpSeries::create(dir.path(), "demo", &grid, false, None).unwrap();
-        for rank in 0..3 {
-            write_face_rank(dir.path(), &layout, rank, 3, false).unwrap();
-        }
-        series.record_rank_dump(1.0, 2, 3).unwrap();
+        let written: Vec<WrittenRankDump> = (0..3)
+            .map(|rank| write_face_rank(dir.path(), &layout, rank, 3, false).unwrap())
+            .collect();
+        record(&mut series, &layout, 1.0, 2, &written).unwrap();
         let record = &series.dumps()[0];
         // The whole x-face field has 9 planes over 8 cells.
         let u = record.fields.iter().find(|f| f.name == "u").unwrap();
@@ -480,11 +605,15 @@ mod tests {
             faces.contains("Dimensions=\"2 2 5\" NumberType=\"Float\" Precision=\"8\" Format=\"HDF\">demo_00000002.rank00000.h5:/patch_00001/u<"),
             "{faces}"
         );
-        // A piece with a face plane too many is refused by name.
+        // A piece with a face plane too many, in files a run left
+        // without recording them, is refused by name when a restart reads
+        // them back.
+        drop(series);
+        std::fs::remove_file(dir.path().join("demo.lock")).ok();
         for rank in 0..2 {
             write_face_rank(dir.path(), &layout, rank, 2, rank == 1).unwrap();
         }
-        let error = series.record_rank_dump(1.0, 2, 2).unwrap_err();
+        let error = DumpSeries::create(dir.path(), "demo", &grid, false, Some(2)).unwrap_err();
         assert!(
             matches!(&error, OutputError::Output { path, reason }
                 if path.ends_with("demo_00000002.rank00001.h5")
@@ -493,31 +622,75 @@ mod tests {
         );
     }
 
+    /// Rank 0 records a dump from the ranks' reports without opening
+    /// their files, but refuses one it cannot see (written to a disk it
+    /// does not share), one of another size than its rank wrote, and a
+    /// rank whose patches hold other fields, each by name; nothing is
+    /// recorded.
     #[test]
-    fn a_missing_or_foreign_rank_file_is_refused_by_name() {
+    fn a_missing_replaced_or_different_rank_file_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let layout = layout();
         let mut series =
             DumpSeries::create(dir.path(), "demo", layout.grid(), false, None).unwrap();
-        write_rank(dir.path(), &layout, 1, 0, 2);
-        let missing = series.record_rank_dump(0.5, 1, 2).unwrap_err();
+        let first = write_rank(dir.path(), &layout, 1, 0, 2);
+        let elsewhere = tempfile::tempdir().unwrap();
+        let second = write_rank(elsewhere.path(), &layout, 1, 1, 2);
+        let missing = record(&mut series, &layout, 0.5, 1, &[first.clone(), second]).unwrap_err();
         assert!(
             matches!(&missing, OutputError::Output { path, reason }
-                if path.ends_with("demo_00000001.rank00001.h5") && reason.contains("rank 1's file")),
+                if path.ends_with("demo_00000001.rank00001.h5")
+                    && reason.contains("rank 1 wrote its file")
+                    && reason.contains("shared file system")),
             "{missing}"
         );
-        // Rank 1's file of another step, renamed into this one's place.
-        let other = write_rank(dir.path(), &layout, 3, 1, 2);
-        std::fs::rename(&other, dir.path().join("demo_00000001.rank00001.h5")).unwrap();
-        let foreign = series.record_rank_dump(0.5, 1, 2).unwrap_err();
+        // Rank 1's file here, then one byte longer than it wrote.
+        let second = write_rank(dir.path(), &layout, 1, 1, 2);
+        let mut longer = std::fs::read(&second.path).unwrap();
+        longer.push(0);
+        std::fs::write(&second.path, longer).unwrap();
+        let replaced = record(
+            &mut series,
+            &layout,
+            0.5,
+            1,
+            &[first.clone(), second.clone()],
+        )
+        .unwrap_err();
         assert!(
-            matches!(&foreign, OutputError::Output { reason, .. } if reason.contains("at step 3")),
-            "{foreign}"
+            matches!(&replaced, OutputError::Output { path, reason }
+                if path.ends_with("demo_00000001.rank00001.h5")
+                    && reason.contains(&format!("but rank 1 wrote {}", second.report.bytes))),
+            "{replaced}"
         );
-        // Only two of three ranks' patches: the grid is not covered.
+        // Rank 1's patches with another field than rank 0's.
+        let second = write_rank(dir.path(), &layout, 1, 1, 2);
+        let mut other = second.clone();
+        other.report.fields = fields_fingerprint(&[DumpedField {
+            name: "d".into(),
+            ..first.fields[0].clone()
+        }]);
+        let different = record(&mut series, &layout, 0.5, 1, &[first.clone(), other]).unwrap_err();
+        assert!(
+            matches!(&different, OutputError::Output { path, reason }
+                if path.ends_with("demo_00000001.rank00001.h5")
+                    && reason.contains("rank 1's patches hold other fields than rank 0's")),
+            "{different}"
+        );
+        assert!(series.dumps().is_empty());
+        record(&mut series, &layout, 0.5, 1, &[first, second]).unwrap();
+        assert_eq!(series.dumps().len(), 1);
+    }
+
+    /// A restart reads each complete dump's files back: patches of two
+    /// layouts that overlap are refused.
+    #[test]
+    fn a_restart_refuses_rank_files_whose_patches_overlap() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = layout();
+        let grid = layout.grid().clone();
         write_rank(dir.path(), &layout, 4, 0, 3);
         write_rank(dir.path(), &layout, 4, 1, 3);
-        let grid = Grid::new([8, 4, 2], [1.0, 0.5, 0.25], [0.0; 3]).unwrap();
         let two = PatchLayout::new(&grid, [2, 1, 1], GhostWidth::uniform(1)).unwrap();
         // Rank 2 writes a patch of another layout that overlaps patch 0.
         write_rank_dump::<OutputError>(dir.path(), "demo", 2.0, 4, 2, 3, |root| {
@@ -527,12 +700,11 @@ mod tests {
             Ok(vec![dump_field(&group, "c", &c)?])
         })
         .unwrap();
-        let overlap = series.record_rank_dump(2.0, 4, 3).unwrap_err();
+        let overlap = DumpSeries::create(dir.path(), "demo", &grid, false, Some(4)).unwrap_err();
         assert!(
             matches!(&overlap, OutputError::Output { reason, .. } if reason.contains("overlap")),
             "{overlap}"
         );
-        assert!(series.dumps().is_empty());
     }
 
     #[test]
@@ -555,14 +727,14 @@ mod tests {
                     )],
                 )
                 .unwrap();
-            for rank in 0..2 {
-                write_rank(dir.path(), &layout, 2, rank, 2);
-            }
-            series.record_rank_dump(1.0, 2, 2).unwrap();
-            for rank in 0..4 {
-                write_rank(dir.path(), &layout, 2, rank, 4);
-            }
-            series.record_rank_dump(1.0, 2, 4).unwrap();
+            let two: Vec<WrittenRankDump> = (0..2)
+                .map(|rank| write_rank(dir.path(), &layout, 2, rank, 2))
+                .collect();
+            record(&mut series, &layout, 1.0, 2, &two).unwrap();
+            let four: Vec<WrittenRankDump> = (0..4)
+                .map(|rank| write_rank(dir.path(), &layout, 2, rank, 4))
+                .collect();
+            record(&mut series, &layout, 1.0, 2, &four).unwrap();
             assert_eq!(series.dumps().len(), 2);
             // A dump at step 4 killed before rank 1 wrote.
             write_rank(dir.path(), &layout, 4, 0, 2);
