@@ -166,12 +166,6 @@ fn patch_layouts_that_cannot_run_are_refused_by_name() {
             if reason.contains("3 patches along y do not divide its 8 cells")),
         "{error}"
     );
-    // Its exchange runs between steps: it has nothing to overlap.
-    let error = prepare("exprlib-scalability", &["overlap_exchange=true"]);
-    assert!(
-        matches!(error, watershed_cases::CaseError::UnknownKey { ref key, .. } if key == "overlap_exchange"),
-        "{error}"
-    );
     // A count that does not divide the cells names the divisors.
     let error = prepare("advection", &["cells=32", "patches=3,1,1"]);
     assert!(
@@ -224,6 +218,18 @@ fn decomposed_cases_pass_their_checks_on_patches() {
             None,
         );
     }
+    // With each step's exchange overlapped with its interior work.
+    passes(
+        "exprlib-scalability",
+        &[
+            "pdes=3",
+            "cells=8",
+            "steps=3",
+            "patches=2,1,2",
+            "overlap_exchange=true",
+        ],
+        None,
+    );
     // The flows on patches: the momentum and the Poisson solve.
     passes(
         "taylor-green",

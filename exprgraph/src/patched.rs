@@ -22,6 +22,7 @@
 
 use crate::error::{GraphError, GraphResult};
 use crate::graph::ExpressionGraph;
+use crate::overlap::{OverlapPlan, stale_sides};
 use crate::scheduler::ExecutionMode;
 use crate::tag::Tag;
 use std::cell::{Cell, RefCell};
@@ -30,7 +31,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 use watershed_fields::halo::{
     CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, copy_runs_by_points,
-    exchange_reusing,
+    exchange_during, exchange_reusing,
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
@@ -76,9 +77,20 @@ pub struct PatchedGraphs {
     route: HaloRoute,
     /// The exchange's scratch storage, reused.
     buffers: RefCell<HaloBuffers>,
-    /// Wall time spent in exchanges and gathers.
+    /// Wall time spent in exchanges and gathers (interior work run
+    /// during an exchange excluded).
     exchange_time: Cell<Duration>,
+    /// Wall time of the interior work run while exchanges were in flight.
+    interior_during_exchanges: Cell<Duration>,
+    /// Each owned graph's split around the exchange of the tags it was
+    /// made for ([`Self::exchange_and_execute`]); `None` inside when a
+    /// graph cannot be split.
+    split: RefCell<Option<Split>>,
 }
+
+/// The exchanged tags a split was made for, and each owned graph's
+/// [`OverlapPlan`] (`None` when a graph cannot be split).
+type Split = (Vec<Tag>, Option<Vec<OverlapPlan>>);
 
 impl std::fmt::Debug for PatchedGraphs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,6 +143,8 @@ impl PatchedGraphs {
             route,
             buffers: RefCell::new(HaloBuffers::default()),
             exchange_time: Cell::new(Duration::ZERO),
+            interior_during_exchanges: Cell::new(Duration::ZERO),
+            split: RefCell::new(None),
         })
     }
 
@@ -216,6 +230,96 @@ impl PatchedGraphs {
             return Err(failure);
         }
         Ok(exchanged?)
+    }
+
+    /// [`Self::exchange`] of `tags`, then [`Self::execute`], with the two
+    /// overlapped: the values other ranks need are read and sent, this
+    /// rank's own seams copied, then every owned graph computes the points
+    /// that read no ghost of `tags` another rank sends
+    /// ([`ExpressionGraph::execute_interior`], from the graph's
+    /// [`OverlapPlan`] for the sides [`stale_sides`] names) while the
+    /// messages travel, the received ghosts are written, and the rims and
+    /// the nodes that could not be split run
+    /// ([`ExpressionGraph::execute_rim`]). Each point is computed once,
+    /// by the same kernel from the same inputs, so the bits are those of
+    /// the two calls in turn. Where a graph cannot be split (it places
+    /// nodes on a GPU, or runs under a memory budget) the two calls run in
+    /// turn. Collective; returns how many points this rank wrote.
+    pub fn exchange_and_execute(&self, tags: &[Tag], mode: ExecutionMode) -> GraphResult<usize> {
+        if self.layout.len() == 1 || tags.is_empty() {
+            self.execute(mode)?;
+            return Ok(0);
+        }
+        let mut split = self.split.borrow_mut();
+        if split.as_ref().is_none_or(|(made_for, _)| made_for != tags) {
+            let plans = self
+                .graphs
+                .iter()
+                .zip(self.owned.clone())
+                .map(|(graph, index)| {
+                    graph
+                        .overlap_plan_with_sides(
+                            tags,
+                            stale_sides(&self.layout, index, &self.owned),
+                        )
+                        .ok()
+                })
+                .collect::<Option<Vec<_>>>();
+            *split = Some((tags.to_vec(), plans));
+        }
+        let Some(plans) = split.as_ref().and_then(|(_, plans)| plans.as_ref()) else {
+            let exchanged = self.exchange(tags)?;
+            self.execute(mode)?;
+            return Ok(exchanged);
+        };
+        let failed: RefCell<Option<GraphError>> = RefCell::new(None);
+        let worked = Cell::new(Duration::ZERO);
+        let mut interiors = |progress: &mut dyn FnMut()| -> FieldResult<()> {
+            let began = Instant::now();
+            for (graph, plan) in self.graphs.iter().zip(plans) {
+                if let Err(error) = graph.execute_interior_with(mode, plan, progress) {
+                    let reason = error.to_string();
+                    *failed.borrow_mut() = Some(error);
+                    worked.set(worked.get() + began.elapsed());
+                    return Err(FieldError::InvalidLayout { reason });
+                }
+            }
+            worked.set(worked.get() + began.elapsed());
+            Ok(())
+        };
+        let started = Instant::now();
+        let mut fields = GraphFields {
+            first: self.owned.start,
+            graphs: &self.graphs,
+            tags,
+            failure: RefCell::new(None),
+        };
+        let exchanged = exchange_during(
+            &self.route,
+            self.link.as_ref(),
+            &mut fields,
+            &mut self.buffers.borrow_mut(),
+            &mut interiors,
+        );
+        let exposed = started.elapsed().saturating_sub(worked.get());
+        self.exchange_time.set(self.exchange_time.get() + exposed);
+        self.interior_during_exchanges
+            .set(self.interior_during_exchanges.get() + worked.get());
+        if let Some(failure) = failed.into_inner().or(fields.failure.into_inner()) {
+            return Err(failure);
+        }
+        let exchanged = exchanged?;
+        for (graph, plan) in self.graphs.iter().zip(plans) {
+            graph.execute_rim(mode, plan)?;
+        }
+        Ok(exchanged)
+    }
+
+    /// Wall time of the interior work run while exchanges were in flight
+    /// ([`Self::exchange_and_execute`]; the work [`Self::exchange_time`]
+    /// leaves out).
+    pub fn interior_during_exchanges(&self) -> Duration {
+        self.interior_during_exchanges.get()
     }
 
     /// The cell field `tag` over the whole domain, with the layout's ghost

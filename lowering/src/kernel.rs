@@ -1001,6 +1001,66 @@ mod tests {
         assert!(!form(0.0, &pairs[..3]).is_differences());
     }
 
+    /// Uniform values: numbers fold as before, a factor of exactly 1
+    /// leaves the other, each computation is listed once, and the values
+    /// follow the list in order with one operation each.
+    #[test]
+    fn uniform_values_fold_numbers_share_computations_and_evaluate_in_order() {
+        let mut u = Uniforms::default();
+        assert_eq!(
+            u.product(Weight::Number(0.5), Weight::Number(3.0)),
+            Weight::Number(1.5)
+        );
+        let dt = u.parameter(0);
+        assert_eq!(u.product(Weight::Number(1.0), dt), dt);
+        assert_eq!(u.parameter(0), dt, "one entry per parameter");
+        let scaled = u.product(Weight::Number(409.6), dt);
+        assert_eq!(u.product(Weight::Number(409.6), dt), scaled, "listed once");
+        let six = u.product(Weight::Number(-6.0), scaled);
+        let centre = u.sum(Weight::Number(1.0), six);
+        let inverse = u.quotient(Weight::Number(1.0), dt);
+        assert_eq!(u.values.len(), 5);
+        let kernel = Kernel {
+            instructions: Vec::new(),
+            extensions: Vec::new(),
+            registers: 0,
+            halo: 0,
+            fields: Vec::new(),
+            parameters: Vec::new(),
+            uniforms: u.values.clone(),
+            location: None,
+            result: OUTPUT,
+            identity: Kernel::next_identity(),
+        };
+        let step = 1e-3;
+        let values = kernel.uniform_values(&[step]);
+        assert_eq!(dt.value(&values), step);
+        assert_eq!(scaled.value(&values), 409.6 * step);
+        assert_eq!(centre.value(&values), 1.0 + -6.0 * (409.6 * step));
+        assert_eq!(inverse.value(&values), 1.0 / step);
+        // A parameter slot the call does not give reads as NaN.
+        assert!(dt.value(&kernel.uniform_values(&[])).is_nan());
+        // Terms with the same uniform weight form one group; a number
+        // equal to the uniform's value today is another weight.
+        let f = LinearForm {
+            constant: Weight::Number(0.0),
+            terms: [(at(0, -1), scaled), (at(0, 0), centre), (at(0, 1), scaled)]
+                .into_iter()
+                .chain([(at(1, 0), Weight::Number(409.6 * step))])
+                .collect(),
+        };
+        let groups: Vec<(Weight, usize)> = f
+            .groups()
+            .iter()
+            .map(|g| (g.weight, g.sources.len()))
+            .collect();
+        assert_eq!(
+            groups,
+            [(scaled, 2), (centre, 1), (Weight::Number(409.6 * step), 1)]
+        );
+        assert!(!f.is_differences());
+    }
+
     #[test]
     fn the_pairwise_sum_pairs_neighbours_level_by_level() {
         let text = |n: usize| {

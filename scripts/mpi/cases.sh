@@ -119,7 +119,7 @@ run_quietly mpirun --oversubscribe -np 2 "$W" run wasatch-scalability "${wasatch
 grep -q "interior work during them" "$out/last.log" || { echo "no overlapped work in the per-rank table"; cat "$out/last.log"; exit 1; }
 $SAME "$out/wasatch-one" "$out/wasatch-overlapped"
 
-echo "--> exprlib-scalability (the hand-built graph, 3 coupled equations) on 2 x 1 x 2 patches on 2 and 4 ranks: one patch's bits; per rank on 4 ranks continued on 2 from the step-3 checkpoint"
+echo "--> exprlib-scalability (the hand-built graph, 3 coupled equations) on 2 x 1 x 2 patches on 2 and 4 ranks (and overlapped on 2): one patch's bits; per rank on 4 ranks continued on 2 from the step-3 checkpoint"
 exprlib=(--set pdes=3 --set cells=16 --set variant=coupled --steps 6 --dump-every 3 --quiet)
 run_quietly "$W" run exprlib-scalability "${exprlib[@]}" --set patches=1,1,1 --output "$out/exprlib-one"
 for ranks in 2 4; do
@@ -127,6 +127,10 @@ for ranks in 2 4; do
         --set patches=2,1,2 --output "$out/exprlib-np$ranks"
     $SAME "$out/exprlib-one" "$out/exprlib-np$ranks"
 done
+# Each step's exchange overlapped with its interior work, on 2 ranks.
+run_quietly mpirun --oversubscribe -np 2 "$W" run exprlib-scalability "${exprlib[@]}" \
+    --set patches=2,1,2 --set overlap_exchange=true --output "$out/exprlib-overlapped"
+$SAME "$out/exprlib-one" "$out/exprlib-overlapped"
 run_quietly mpirun --oversubscribe -np 4 "$W" run exprlib-scalability "${exprlib[@]}" \
     --set patches=2,1,2 --checkpoint-every 3 --per-rank-files --output "$out/exprlib-per-rank"
 run_quietly mpirun --oversubscribe -np 2 "$W" run exprlib-scalability \

@@ -55,7 +55,7 @@ use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use watershed_exprgraph::overlap::OverlapPlan;
+use watershed_exprgraph::overlap::{OverlapPlan, stale_sides};
 use watershed_exprgraph::{RecordedEvent, Tag};
 use watershed_fields::halo::{
     CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, copy_runs_by_points,
@@ -739,70 +739,6 @@ fn split_graphs(
         .zip(owned.clone())
         .map(|(s, index)| s.overlap_plan(stale_sides(layout, index, owned)).ok())
         .collect()
-}
-
-/// The sides of patch `index` whose ghost layers are cut off the box its
-/// graph may read while the exchange runs: every ghost region (a face, an
-/// edge or a corner of the ghost layers) filled from a patch of another
-/// rank must lie outside that box. Regions filled by this rank's own
-/// patches are copied before the messages travel
-/// ([`watershed_fields::halo::exchange_during`]); a patch's own periodic
-/// images and physical ghosts are filled when its solution is written. A
-/// stale face cuts its side; a stale edge or corner not already cut off
-/// cuts its side along its last axis (never x, where possible: a rim
-/// along x is rows of single points).
-fn stale_sides(layout: &PatchLayout, index: usize, owned: &Range<usize>) -> [[bool; 2]; 3] {
-    let grid = layout.grid();
-    let (counts, periodic, active) = (layout.counts(), grid.periodic(), grid.active_dimensions());
-    let here = layout.position(index);
-    // The patch filling the ghost region at `offset` (-1, 0, 1 per axis),
-    // or `None` where a non-periodic boundary's conditions fill it.
-    let source = |offset: [isize; 3]| -> Option<usize> {
-        let mut position = here;
-        for a in 0..3 {
-            let moved = here[a] as isize + offset[a];
-            position[a] = if (0..counts[a] as isize).contains(&moved) {
-                moved as usize
-            } else if periodic[a] {
-                moved.rem_euclid(counts[a] as isize) as usize
-            } else {
-                return None;
-            };
-        }
-        Some(layout.index(position))
-    };
-    let mut regions = Vec::new();
-    for dz in -1..=1isize {
-        for dy in -1..=1isize {
-            for dx in -1..=1isize {
-                let offset = [dx, dy, dz];
-                let nonzero = (0..3).filter(|&a| offset[a] != 0).count();
-                if nonzero == 0 || (0..3).any(|a| offset[a] != 0 && !active[a]) {
-                    continue;
-                }
-                regions.push((nonzero, offset));
-            }
-        }
-    }
-    // Faces first: they force their cuts.
-    regions.sort_by_key(|(nonzero, _)| *nonzero);
-    let mut stale = [[false; 2]; 3];
-    for (_, offset) in regions {
-        let Some(from) = source(offset) else {
-            continue;
-        };
-        if owned.contains(&from) {
-            continue;
-        }
-        let side = |a: usize| usize::from(offset[a] > 0);
-        if (0..3).any(|a| offset[a] != 0 && stale[a][side(a)]) {
-            continue;
-        }
-        if let Some(a) = (0..3).rev().find(|&a| offset[a] != 0) {
-            stale[a][side(a)] = true;
-        }
-    }
-    stale
 }
 
 /// `error` of patch `index` with its cells made global and the patch named.

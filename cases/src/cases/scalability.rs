@@ -100,10 +100,11 @@ pub struct ScalabilityConfig<K: Kind> {
     /// Patches along x, y, z: the transport solver's equations (Wasatch)
     /// or the hand-built graph (ExprLib, [`PatchedGraphs`]) on each patch.
     pub patches: [usize; 3],
-    /// Overlap each stage's seam exchange with the next stage's interior
-    /// work (Wasatch only; the same bits either way; off by default).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub overlap_exchange: Option<bool>,
+    /// Overlap the seam exchange with interior work: each stage's with
+    /// the next stage's (Wasatch), each step's with its own (ExprLib,
+    /// [`PatchedGraphs::exchange_and_execute`]). The same bits either way;
+    /// off by default.
+    pub overlap_exchange: bool,
     #[serde(skip)]
     kind: std::marker::PhantomData<K>,
 }
@@ -119,7 +120,7 @@ impl<K: Kind> Default for ScalabilityConfig<K> {
             fusion: true,
             integrator: K::WASATCH.then(|| "forward-euler".to_string()),
             patches: [1, 1, 1],
-            overlap_exchange: K::WASATCH.then_some(false),
+            overlap_exchange: false,
             kind: std::marker::PhantomData,
         }
     }
@@ -147,22 +148,12 @@ impl<K: Kind> CaseConfig for ScalabilityConfig<K> {
             )),
             (None, false) => None,
         };
-        let overlap = match (&self.overlap_exchange, K::WASATCH) {
-            (Some(v), false) => Some((
-                "overlap_exchange".into(),
-                v.to_string(),
-                "none: exprlib-scalability exchanges its fields between steps, not during them"
-                    .into(),
-            )),
-            _ => None,
-        };
         in_range("pdes", self.pdes, 1, 200)
             .or_else(|| in_range("cells", self.cells, 4, 256))
             .or_else(|| one_of("variant", &self.variant, &VARIANTS))
             .or_else(|| in_range("steps", self.steps, 1, 1_000_000_000))
             .or_else(|| in_range("dt", self.dt, 1e-300, 1.0))
             .or(integrator)
-            .or(overlap)
     }
 }
 
@@ -635,8 +626,14 @@ pub struct ExprLib {
     graphs: PatchedGraphs,
     /// Each equation's `[phi, phi_next]`, rotated after every step.
     levels: Vec<[Tag; 2]>,
-    /// Every `phi`, exchanged together after every step.
+    /// Every `phi`, exchanged together after every step (or, with
+    /// `overlap_exchange`, at the start of the next one, during its
+    /// interior work).
     phis: Vec<Tag>,
+    /// With `overlap_exchange`: the phis' seam ghosts are not yet
+    /// exchanged (the next step exchanges them; [`ExprLib::settle`]
+    /// before anything else reads them).
+    seams_pending: std::cell::Cell<bool>,
     mode: ExecutionMode,
     steps: u64,
 }
@@ -665,6 +662,7 @@ fn prepare_exprlib(options: &CaseOptions) -> CaseResult<Prepared> {
         simulation: Box::new(ExprLib {
             levels: (0..c.pdes).map(|i| [phi(i), phi_next(i)]).collect(),
             phis: (0..c.pdes).map(phi).collect(),
+            seams_pending: std::cell::Cell::new(false),
             config: c,
             grid,
             graphs,
@@ -684,6 +682,16 @@ impl ExprLib {
             self.graphs.rotate_fields(level)?;
         }
         self.graphs.exchange(&self.phis)?;
+        Ok(())
+    }
+
+    /// Exchanges the phis' seams an overlapped step left for the next one,
+    /// so that every allocated point holds one patch's value (collective).
+    fn settle(&self) -> CaseResult<()> {
+        if self.seams_pending.get() {
+            self.graphs.exchange(&self.phis)?;
+            self.seams_pending.set(false);
+        }
         Ok(())
     }
 
@@ -713,8 +721,24 @@ impl Simulation for ExprLib {
         Ok(self.config.dt)
     }
     fn step(&mut self, _dt: f64) -> CaseResult<()> {
-        self.graphs.execute(self.mode)?;
-        self.advance_state()?;
+        if self.config.overlap_exchange {
+            // The seams the last step left travel while the interior is
+            // computed; this step's are left for the next. (The first
+            // step, and the first after a restart, read the ghosts the
+            // state was set or loaded with, as a run without overlap does.)
+            if self.seams_pending.get() {
+                self.graphs.exchange_and_execute(&self.phis, self.mode)?;
+            } else {
+                self.graphs.execute(self.mode)?;
+            }
+            for level in &self.levels {
+                self.graphs.rotate_fields(level)?;
+            }
+            self.seams_pending.set(true);
+        } else {
+            self.graphs.execute(self.mode)?;
+            self.advance_state()?;
+        }
         self.steps += 1;
         Ok(())
     }
@@ -748,6 +772,7 @@ impl Simulation for ExprLib {
         Ok(fields)
     }
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
+        self.settle()?;
         for i in 0..self.config.pdes {
             if let Some(whole) = self.graphs.gather_field(&phi(i))? {
                 save_field(group, &format!("phi{i}"), &whole)?;
@@ -767,10 +792,13 @@ impl Simulation for ExprLib {
                 })??;
             }
         }
+        // Loaded with their ghosts, as written once settled.
+        self.seams_pending.set(false);
         self.steps = step;
         Ok(())
     }
     fn save_own_patches(&self, root: &hdf5::Group) -> CaseResult<()> {
+        self.settle()?;
         for (index, graph) in self.graphs.owned().zip(self.graphs.graphs()) {
             let patch = self.graphs.layout().patch(index)?;
             let group = create_patch_group(root, index, patch.offset(), patch.cells())?;
@@ -794,6 +822,7 @@ impl Simulation for ExprLib {
                 load_graph_field::<CellCentre>(graph, &phi(i), &group, &format!("phi{i}"))?;
             }
         }
+        self.seams_pending.set(false);
         self.steps = step;
         Ok(())
     }
@@ -818,7 +847,12 @@ impl Simulation for ExprLib {
     fn exchange_time(&self) -> Option<std::time::Duration> {
         (self.graphs.layout().len() > 1).then(|| self.graphs.exchange_time())
     }
+    fn interior_during_exchanges(&self) -> Option<std::time::Duration> {
+        (self.config.overlap_exchange && self.graphs.layout().len() > 1)
+            .then(|| self.graphs.interior_during_exchanges())
+    }
     fn finish(&mut self, _output: Option<&Path>) -> CaseResult<CaseCheck> {
+        self.settle()?;
         let c = &self.config;
         let phis: Vec<Vec<f64>> = (0..c.pdes)
             .map(|i| self.whole_interior(&phi(i)))
@@ -987,7 +1021,7 @@ fn prepare_wasatch(options: &CaseOptions) -> CaseResult<Prepared> {
         return Err(error);
     }
     let mut transport = built?;
-    transport.set_overlap(c.overlap_exchange.unwrap_or(false))?;
+    transport.set_overlap(c.overlap_exchange)?;
     for i in 0..c.pdes {
         transport.set_initial_condition(&format!("phi{i}"), initial_phi(i))?;
     }

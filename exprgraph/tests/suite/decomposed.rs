@@ -297,6 +297,50 @@ fn patched_graphs_step_with_the_whole_domains_bits() {
             graphs.whole_field(&tags.phi).unwrap().values().unwrap(),
             values
         );
+
+        // Stepping with each step's exchange overlapped with its interior
+        // work (the exchange of phi left for the start of the next step):
+        // the same bits.
+        let overlapped = PatchedGraphs::build(
+            PatchLayout::new(&grid, counts, ghosts).unwrap(),
+            Rc::new(SingleProcess),
+            |patch| Ok::<_, GraphError>(build(&tags, patch)),
+        )
+        .unwrap();
+        for graph in overlapped.graphs() {
+            let patch = graph.patch().clone();
+            for (tag, which) in [(&tags.phi, 0), (&tags.gamma, 1)] {
+                graph
+                    .with_field_mut::<CellCentre, _>(tag, |f| fill_interior(f, &patch, which))
+                    .unwrap();
+            }
+        }
+        overlapped
+            .exchange(std::slice::from_ref(&tags.gamma))
+            .unwrap();
+        for _ in 0..steps {
+            let written = overlapped
+                .exchange_and_execute(std::slice::from_ref(&tags.phi), ExecutionMode::Serial)
+                .unwrap();
+            assert!(written > 0);
+            overlapped
+                .rotate_fields(&[tags.phi.clone(), tags.next.clone()])
+                .unwrap();
+        }
+        overlapped
+            .exchange(std::slice::from_ref(&tags.phi))
+            .unwrap();
+        let again = overlapped.whole_field(&tags.phi).unwrap();
+        assert!(
+            again
+                .values()
+                .unwrap()
+                .iter()
+                .zip(values)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "layout {counts:?}: the overlapped steps differ"
+        );
+        assert!(overlapped.interior_during_exchanges() > std::time::Duration::ZERO);
     }
 }
 
