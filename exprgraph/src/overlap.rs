@@ -10,6 +10,9 @@
 //! clean box) and which boxes after (its rim: the region minus the clean
 //! box, at most six boxes). [`crate::ExpressionGraph::execute_interior`]
 //! and [`crate::ExpressionGraph::execute_rim`] run the two halves.
+//! [`stale_sides`] says which sides of a patch of a decomposed grid get
+//! their ghosts from another rank (the sides to cut), for
+//! [`crate::patched::PatchedGraphs`] and the transport solvers on patches.
 //!
 //! ## Rules (forward, in plan order)
 //!

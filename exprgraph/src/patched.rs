@@ -31,7 +31,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 use watershed_fields::halo::{
     CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, copy_runs_by_points,
-    exchange_during, exchange_reusing,
+    exchange_during,
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
@@ -212,6 +212,18 @@ impl PatchedGraphs {
         if self.layout.len() == 1 || tags.is_empty() {
             return Ok(0);
         }
+        self.exchange_around(tags, &mut |_| Ok(()), &Cell::new(Duration::ZERO))
+    }
+
+    /// The exchange of `tags` with `work` run while the messages travel
+    /// ([`exchange_during`]); `worked` holds the wall time `work` took,
+    /// which counts as interior work, not as exchange time.
+    fn exchange_around(
+        &self,
+        tags: &[Tag],
+        work: &mut watershed_fields::ranks::Work<'_>,
+        worked: &Cell<Duration>,
+    ) -> GraphResult<usize> {
         let started = Instant::now();
         let mut fields = GraphFields {
             first: self.owned.start,
@@ -219,13 +231,17 @@ impl PatchedGraphs {
             tags,
             failure: RefCell::new(None),
         };
-        let exchanged = exchange_reusing(
+        let exchanged = exchange_during(
             &self.route,
             self.link.as_ref(),
             &mut fields,
             &mut self.buffers.borrow_mut(),
+            work,
         );
-        self.spent(started);
+        let exposed = started.elapsed().saturating_sub(worked.get());
+        self.exchange_time.set(self.exchange_time.get() + exposed);
+        self.interior_during_exchanges
+            .set(self.interior_during_exchanges.get() + worked.get());
         if let Some(failure) = fields.failure.into_inner() {
             return Err(failure);
         }
@@ -287,25 +303,10 @@ impl PatchedGraphs {
             worked.set(worked.get() + began.elapsed());
             Ok(())
         };
-        let started = Instant::now();
-        let mut fields = GraphFields {
-            first: self.owned.start,
-            graphs: &self.graphs,
-            tags,
-            failure: RefCell::new(None),
-        };
-        let exchanged = exchange_during(
-            &self.route,
-            self.link.as_ref(),
-            &mut fields,
-            &mut self.buffers.borrow_mut(),
-            &mut interiors,
-        );
-        let exposed = started.elapsed().saturating_sub(worked.get());
-        self.exchange_time.set(self.exchange_time.get() + exposed);
-        self.interior_during_exchanges
-            .set(self.interior_during_exchanges.get() + worked.get());
-        if let Some(failure) = failed.into_inner().or(fields.failure.into_inner()) {
+        let exchanged = self.exchange_around(tags, &mut interiors, &worked);
+        // The interior work's own error first: the exchange then reports
+        // only that the work failed.
+        if let Some(failure) = failed.into_inner() {
             return Err(failure);
         }
         let exchanged = exchanged?;
