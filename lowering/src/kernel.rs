@@ -269,11 +269,6 @@ impl LinearForm {
         self.constant.is(0.0)
     }
 
-    /// Whether every weight and the constant are numbers.
-    pub fn is_numeric(&self) -> bool {
-        self.constant.number().is_some() && self.terms.iter().all(|t| t.1.number().is_some())
-    }
-
     pub(crate) fn scaled(mut self, by: Weight, uniforms: &mut Uniforms) -> Self {
         // A zero constant is no term at all: `v / 0` is `inf * v`, not
         // `0 * inf + inf * v` (which would be NaN for every v).
@@ -418,12 +413,13 @@ pub fn pairwise_sum<T>(items: impl IntoIterator<Item = T>, add: impl Fn(T, T) ->
     level.into_iter().next()
 }
 
-/// A weight that can be divided out of a product and multiplied back in
-/// without changing non-finite results (not 0, not infinite, not NaN).
-pub(crate) fn usable_weight(weight: Weight) -> bool {
+/// The weight's number when it can be divided out of a product and
+/// multiplied back in without changing non-finite results (a number, not
+/// 0, not infinite, not NaN).
+pub(crate) fn usable_weight(weight: Weight) -> Option<f64> {
     weight
         .number()
-        .is_some_and(|weight| weight != 0.0 && weight.is_finite())
+        .filter(|weight| *weight != 0.0 && weight.is_finite())
 }
 
 /// An instruction operand: a constant or a linear form of one or two terms,

@@ -269,7 +269,6 @@ impl Lowering<'_> {
                 let a = self.lower(left, row)?;
                 let b = self.lower(right, row)?;
                 let u = &mut self.uniforms;
-                let number = |w: Option<Weight>| w.and_then(Weight::number);
                 match (op, a.as_constant(), b.as_constant()) {
                     (_, Some(Weight::Number(x)), Some(Weight::Number(y))) => {
                         LinearForm::number(op.apply(x, y))
@@ -302,16 +301,14 @@ impl Lowering<'_> {
                     (BinaryOp::Multiply | BinaryOp::Divide, None, None)
                         if a.has_no_constant()
                             && b.has_no_constant()
-                            && usable_weight(a.terms[0].1)
-                            && usable_weight(b.terms[0].1) =>
+                            && let (Some(wa), Some(wb)) =
+                                (usable_weight(a.terms[0].1), usable_weight(b.terms[0].1)) =>
                     {
                         // Pull the weights out of both factors into the
                         // consumer's weight: (wa A)(wb B) = (wa wb) (A B), so
                         // the product loop does no scaling (e.g. a face
                         // diffusivity times a gradient is one add, one
                         // subtract and one multiply per point).
-                        let (wa, wb) = (number(Some(a.terms[0].1)), number(Some(b.terms[0].1)));
-                        let (wa, wb) = (wa.unwrap_or(1.0), wb.unwrap_or(1.0));
                         let left = a.scaled(Weight::Number(1.0 / wa), u);
                         let right = b.scaled(Weight::Number(1.0 / wb), u);
                         let left = self.operand(left);
