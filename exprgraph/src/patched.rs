@@ -30,8 +30,7 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use watershed_fields::halo::{
-    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, copy_runs_by_points,
-    exchange_during,
+    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, exchange_during,
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
@@ -472,7 +471,7 @@ impl HaloFields for GraphFields<'_> {
     }
 
     /// Each tag's runs copied as slices from one graph's field into
-    /// another's.
+    /// another's, or within one field (a patch's own periodic images).
     fn copy_runs(
         &mut self,
         source: usize,
@@ -480,7 +479,16 @@ impl HaloFields for GraphFields<'_> {
         runs: &[CopyRun],
     ) -> FieldResult<()> {
         if source == destination {
-            return copy_runs_by_points(self, source, destination, runs);
+            let graph = self.graph(source)?;
+            for tag in self.tags {
+                let copied = graph.with_field_mut::<CellCentre, _>(tag, |field| {
+                    field
+                        .values_mut()
+                        .map(|values| copy_runs_between(None, values, runs))
+                });
+                self.keep(copied)?;
+            }
+            return Ok(());
         }
         let (from, to) = (self.graph(source)?, self.graph(destination)?);
         for tag in self.tags {

@@ -278,25 +278,21 @@ pub struct HaloRoute {
     compiled: CompiledRoute,
 }
 
-/// A route as an exchange runs it: the values this rank sends read
-/// alone, the points its patches give each other copied in runs, and the
-/// points received written.
+/// A route as an exchange runs it: each message read straight from the
+/// fields into its buffer, the points this rank's patches give each other
+/// copied in runs, and each received message written straight from its
+/// buffer into the ghosts.
 #[derive(Debug, Clone, PartialEq, Default)]
 struct CompiledRoute {
-    /// Per owned source patch, the linear indices read to be sent.
-    send_reads: Vec<Vec<usize>>,
-    /// Per rank, the values sent it (indices into the values read).
-    sends: Vec<Vec<usize>>,
+    /// Per rank, the message sent it as pieces read in turn: (owned source
+    /// patch, the linear indices read there).
+    sends: Vec<Vec<(usize, Vec<usize>)>>,
     /// (source, destination) owned patch indices and their runs.
     local: Vec<(usize, usize, Vec<CopyRun>)>,
-    /// Per owned destination patch, the points written from messages and
-    /// (rank, value) for each.
-    received: Vec<ReceivedPoints>,
+    /// Per owned destination patch, the pieces of messages it receives:
+    /// (rank, first value in its message, ghost points written in turn).
+    received: Vec<Vec<(usize, usize, Vec<usize>)>>,
 }
-
-/// A destination patch's points written from messages, and for each the
-/// rank it comes from and its place in that rank's message.
-type ReceivedPoints = (Vec<usize>, Vec<(usize, usize)>);
 
 impl HaloRoute {
     /// The route of rank `rank` of `ranks` through `plan` (made for
@@ -380,7 +376,10 @@ impl HaloRoute {
     }
 
     /// The route with what an exchange runs worked out: the local copies
-    /// grouped by pair of patches in runs of consecutive points.
+    /// grouped by pair of patches in runs of consecutive points, each
+    /// message cut into pieces read from one patch, each destination's
+    /// received points into pieces of one message (consecutive values of
+    /// a message go to consecutive points of the plan).
     fn compiled(mut self) -> Self {
         // Where each value read comes from: (source owned index, point).
         let origin: Vec<(usize, usize)> = self
@@ -392,8 +391,7 @@ impl HaloRoute {
         let mut local: Vec<(usize, usize, Vec<CopyRun>)> = Vec::new();
         let mut received = Vec::with_capacity(self.writes.len());
         for (destination, (at, slots)) in self.writes.iter().enumerate() {
-            let mut points = Vec::new();
-            let mut sources = Vec::new();
+            let mut pieces: Vec<(usize, usize, Vec<usize>)> = Vec::new();
             for (&to, slot) in at.iter().zip(slots) {
                 match *slot {
                     Slot::Read(n) => {
@@ -416,48 +414,34 @@ impl HaloRoute {
                             _ => runs.push(CopyRun { from, to, len: 1 }),
                         }
                     }
-                    Slot::Received { from, n } => {
-                        points.push(to);
-                        sources.push((from, n));
-                    }
+                    Slot::Received { from, n } => match pieces.last_mut() {
+                        Some((rank, first, points))
+                            if *rank == from && *first + points.len() == n =>
+                        {
+                            points.push(to);
+                        }
+                        _ => pieces.push((from, n, vec![to])),
+                    },
                 }
             }
-            received.push((points, sources));
-        }
-        // Read only the values sent, renumbered.
-        let mut sent = vec![false; origin.len()];
-        let mut send_reads = vec![Vec::new(); self.reads.len()];
-        let mut order: Vec<usize> = self.sends.iter().flatten().copied().collect();
-        order.sort_unstable();
-        order.dedup();
-        for n in order {
-            let (k, point) = origin[n];
-            send_reads[k].push(point);
-            sent[n] = true;
-        }
-        // The values are read patch by patch: renumber in that order.
-        let mut by_patch = vec![0usize; send_reads.len()];
-        let mut first = 0;
-        for (k, reads) in send_reads.iter().enumerate() {
-            by_patch[k] = first;
-            first += reads.len();
-        }
-        let mut seen = vec![0usize; send_reads.len()];
-        let mut renumbered = vec![usize::MAX; origin.len()];
-        let mut sorted: Vec<usize> = (0..origin.len()).filter(|&n| sent[n]).collect();
-        sorted.sort_unstable();
-        for n in sorted {
-            let k = origin[n].0;
-            renumbered[n] = by_patch[k] + seen[k];
-            seen[k] += 1;
+            received.push(pieces);
         }
         let sends = self
             .sends
             .iter()
-            .map(|send| send.iter().map(|&n| renumbered[n]).collect())
+            .map(|send| {
+                let mut pieces: Vec<(usize, Vec<usize>)> = Vec::new();
+                for &n in send {
+                    let (k, point) = origin[n];
+                    match pieces.last_mut() {
+                        Some((source, points)) if *source == k => points.push(point),
+                        _ => pieces.push((k, vec![point])),
+                    }
+                }
+                pieces
+            })
             .collect();
         self.compiled = CompiledRoute {
-            send_reads,
             sends,
             local,
             received,
@@ -534,13 +518,11 @@ impl HaloRoute {
     }
 }
 
-/// Scratch storage an exchange reuses from call to call (the values read
-/// and each destination's values), so that a stepping loop allocates
-/// nothing per exchange.
+/// Scratch storage an exchange reuses from call to call (the messages
+/// sent), so that a stepping loop allocates no send buffers per exchange.
 #[derive(Debug, Default)]
 pub struct HaloBuffers {
-    read: Vec<f64>,
-    values: Vec<f64>,
+    outgoing: Vec<Vec<f64>>,
 }
 
 /// The exchange of the rank `link` names along `route` (made for that
@@ -594,22 +576,18 @@ pub fn exchange_during(
         });
     }
     let width = fields.width();
-    let HaloBuffers { read, values } = buffers;
     let compiled = &route.compiled;
     // Every value sent is read before any ghost is written (ghosts are
-    // never read: the points read are interior points of their owners).
-    read.clear();
-    for (k, at) in compiled.send_reads.iter().enumerate() {
-        if !at.is_empty() {
-            fields.read(route.owned.start + k, at, read)?;
+    // never read: the points read are interior points of their owners),
+    // straight into its message.
+    let outgoing = &mut buffers.outgoing;
+    outgoing.resize_with(compiled.sends.len(), Vec::new);
+    for (message, pieces) in outgoing.iter_mut().zip(&compiled.sends) {
+        message.clear();
+        for (k, at) in pieces {
+            fields.read(route.owned.start + k, at, message)?;
         }
     }
-    let value = |n: usize| &read[n * width..(n + 1) * width];
-    let outgoing: Vec<Vec<f64>> = compiled
-        .sends
-        .iter()
-        .map(|send| send.iter().flat_map(|&n| value(n)).copied().collect())
-        .collect();
     let expected: Vec<usize> = route.receives.iter().map(|&n| n * width).collect();
     // The ghosts this rank's own patches give each other are written
     // before the messages travel: work run during the swap may read them.
@@ -627,7 +605,7 @@ pub fn exchange_during(
         Ok(())
     };
     let copied = copy_locally();
-    let incoming = link.swap_during(&outgoing, &expected, work)?;
+    let incoming = link.swap_during(outgoing, &expected, work)?;
     copied?;
     for (from, (buffer, &expected)) in incoming.iter().zip(&expected).enumerate() {
         if buffer.len() != expected {
@@ -639,16 +617,13 @@ pub fn exchange_during(
             });
         }
     }
-    for (k, (at, sources)) in compiled.received.iter().enumerate() {
-        if at.is_empty() {
-            continue;
+    // Each piece straight from its message (the lengths were checked).
+    for (k, pieces) in compiled.received.iter().enumerate() {
+        for (from, first, at) in pieces {
+            let values = &incoming[*from][first * width..(first + at.len()) * width];
+            written += at.len();
+            fields.write(route.owned.start + k, at, values)?;
         }
-        values.clear();
-        for &(from, n) in sources {
-            values.extend_from_slice(&incoming[from][n * width..(n + 1) * width]);
-        }
-        written += at.len();
-        fields.write(route.owned.start + k, at, values)?;
     }
     Ok(written)
 }
@@ -815,9 +790,72 @@ mod tests {
         (g[0] * 10_000 + g[1] * 100 + g[2]) as f64 + 0.25
     }
 
+    /// Ranks as threads of this process, every pair joined by a channel:
+    /// a [`RankLink`] whose messages really travel between the ranks'
+    /// own fields, for exchanges across ranks without MPI.
+    #[derive(Debug)]
+    struct ThreadLink {
+        rank: usize,
+        ranks: usize,
+        to: Vec<std::sync::mpsc::Sender<Vec<f64>>>,
+        from: Vec<std::sync::mpsc::Receiver<Vec<f64>>>,
+    }
+
+    impl ThreadLink {
+        /// The links of `ranks` ranks, in rank order.
+        fn all(ranks: usize) -> Vec<ThreadLink> {
+            let mut senders: Vec<Vec<_>> = (0..ranks).map(|_| Vec::new()).collect();
+            let mut receivers: Vec<Vec<_>> = (0..ranks).map(|_| Vec::new()).collect();
+            for sender in senders.iter_mut() {
+                for receiver in receivers.iter_mut() {
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    sender.push(tx);
+                    receiver.push(rx);
+                }
+            }
+            senders
+                .into_iter()
+                .zip(receivers)
+                .enumerate()
+                .map(|(rank, (to, from))| ThreadLink {
+                    rank,
+                    ranks,
+                    to,
+                    from,
+                })
+                .collect()
+        }
+    }
+
+    impl RankLink for ThreadLink {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+
+        fn ranks(&self) -> usize {
+            self.ranks
+        }
+
+        fn swap(&self, outgoing: &[Vec<f64>], _: &[usize]) -> FieldResult<Vec<Vec<f64>>> {
+            // Channel [a][b] of `all` carries a's messages to b: rank a
+            // holds its sending end at `to[b]`, rank b its receiving end
+            // at `from[a]`.
+            for (to, message) in self.to.iter().zip(outgoing) {
+                to.send(message.clone()).unwrap();
+            }
+            Ok(self.from.iter().map(|from| from.recv().unwrap()).collect())
+        }
+
+        fn abort(&self, code: i32) -> ! {
+            panic!("rank {} aborted with status {code}", self.rank)
+        }
+    }
+
     /// Fields of every patch with their interiors from `value_at` and their
-    /// ghosts NaN; then the exchange; then every ghost point compared with
-    /// a hand-written reference: inside the domain (after wrapping periodic
+    /// ghosts NaN; then the exchange, by `ranks` ranks (threads, each
+    /// owning its contiguous run of patches, its messages travelling
+    /// through [`ThreadLink`]); then every ghost point compared with a
+    /// hand-written reference: inside the domain (after wrapping periodic
     /// axes, faces normal to a non-periodic axis counting the boundary
     /// face) the value at the wrapped point, NaN outside.
     fn check<L: Location>(
@@ -825,6 +863,7 @@ mod tests {
         counts: [usize; 3],
         periodic: [bool; 3],
         ghosts: usize,
+        ranks: usize,
     ) {
         let grid = Grid::new(cells, [1.0; 3], [0.0; 3])
             .unwrap()
@@ -848,7 +887,25 @@ mod tests {
                 field
             })
             .collect();
-        exchange_ghosts(&layout, &mut fields).unwrap();
+        if ranks == 1 {
+            exchange_ghosts(&layout, &mut fields).unwrap();
+        } else {
+            let plan = HaloPlan::new(&layout, L::KIND).unwrap();
+            let mut rest: &mut [SpatialField<L, f64>] = &mut fields;
+            std::thread::scope(|scope| {
+                for link in ThreadLink::all(ranks) {
+                    let owned = layout.owned_by(link.rank, ranks).unwrap();
+                    let (mine, others) = std::mem::take(&mut rest).split_at_mut(owned.len());
+                    rest = others;
+                    let (plan, layout) = (&plan, &layout);
+                    scope.spawn(move || {
+                        let route = HaloRoute::new(plan, layout, link.rank, ranks).unwrap();
+                        let mut held = PatchFields::new(layout, owned.start, mine).unwrap();
+                        exchange_with(&route, &link, &mut held).unwrap();
+                    });
+                }
+            });
+        }
         let active = grid.active_dimensions();
         let normal = match L::KIND {
             LocationKind::XFace => 0,
@@ -894,9 +951,22 @@ mod tests {
 
     #[test]
     fn seams_corners_and_periodic_wraps_take_the_owners_values() {
-        check::<CellCentre>([8, 6, 1], [2, 3, 1], [true, false, false], 2);
-        check::<XFace>([8, 6, 1], [4, 2, 1], [false, true, false], 1);
-        check::<YFace>([6, 8, 4], [3, 2, 2], [false, false, true], 2);
+        check::<CellCentre>([8, 6, 1], [2, 3, 1], [true, false, false], 2, 1);
+        check::<XFace>([8, 6, 1], [4, 2, 1], [false, true, false], 1, 1);
+        check::<YFace>([6, 8, 4], [3, 2, 2], [false, false, true], 2, 1);
+    }
+
+    /// The same exchanges by 2, 3 and 5 ranks: messages read straight from
+    /// the fields and written straight into the ghosts, in pieces that
+    /// switch between ranks and patches.
+    #[test]
+    fn ranks_exchanging_messages_fill_the_ghosts_one_rank_fills() {
+        for ranks in [2, 3, 5] {
+            check::<CellCentre>([8, 6, 1], [2, 3, 1], [true, false, false], 2, ranks);
+            check::<XFace>([8, 6, 1], [4, 2, 1], [false, true, false], 1, ranks);
+            check::<YFace>([6, 8, 4], [3, 2, 2], [false, false, true], 2, ranks);
+            check::<crate::location::ZFace>([6, 4, 6], [3, 2, 2], [true, true, true], 1, ranks);
+        }
     }
 
     #[test]
@@ -930,6 +1000,7 @@ mod tests {
             periodic in prop::array::uniform3(any::<bool>()),
             ghosts in 0usize..3,
             location in 0usize..4,
+            ranks in 1usize..4,
         ) {
             let counts = [0, 1, 2].map(|a| {
                 let mut c = divisor_at_most(cells[a], wanted[a]);
@@ -939,11 +1010,13 @@ mod tests {
                 }
                 c
             });
+            // No more ranks than patches.
+            let ranks = ranks.min(counts.iter().product());
             match location {
-                0 => check::<CellCentre>(cells, counts, periodic, ghosts),
-                1 => check::<XFace>(cells, counts, periodic, ghosts),
-                2 => check::<YFace>(cells, counts, periodic, ghosts),
-                _ => check::<crate::location::ZFace>(cells, counts, periodic, ghosts),
+                0 => check::<CellCentre>(cells, counts, periodic, ghosts, ranks),
+                1 => check::<XFace>(cells, counts, periodic, ghosts, ranks),
+                2 => check::<YFace>(cells, counts, periodic, ghosts, ranks),
+                _ => check::<crate::location::ZFace>(cells, counts, periodic, ghosts, ranks),
             }
         }
     }
