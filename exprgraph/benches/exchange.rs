@@ -12,7 +12,7 @@ use std::time::Instant;
 use watershed_exprgraph::patched::PatchedGraphs;
 use watershed_exprgraph::{ExpressionGraph, Factory, GraphError, GraphOptions, Tag};
 use watershed_fields::ranks::SingleProcess;
-use watershed_fields::{GhostWidth, Grid, LocationKind, PatchLayout};
+use watershed_fields::{CellCentre, GhostWidth, Grid, LocationKind, PatchLayout};
 
 const FIELDS: usize = 10;
 const CELLS: usize = 32;
@@ -48,7 +48,7 @@ fn main() {
             let patched = graphs(counts, ghosts, &tags);
             for (i, tag) in tags.iter().enumerate() {
                 patched
-                    .set_field(tag, |x| x[0] + 2.0 * x[1] + 3.0 * x[2] + i as f64)
+                    .set_field::<CellCentre>(tag, |x| x[0] + 2.0 * x[1] + 3.0 * x[2] + i as f64)
                     .expect("set");
             }
             let points = patched.exchange(&tags).expect("exchange");

@@ -53,7 +53,7 @@
 //! | executor | `placing`, `dot` | placing a built graph again; its Graphviz views |
 //! | executor | [`overlap`] | which box of each node runs before an exchange of ghost layers ends (interior) and which after (rim), from a built graph's plan |
 //! | executor | [`scheduler`] | execution: serial or threaded, memory budget, the node protocol; a split execution's two halves around an exchange (`scheduler/split.rs`) |
-//! | executor | [`patched`] | [`PatchedGraphs`](patched::PatchedGraphs): one graph per patch a rank owns, cell fields' seams exchanged, whole fields gathered and put back |
+//! | executor | [`patched`] | [`PatchedGraphs`](patched::PatchedGraphs): one graph per patch a rank owns, seams of cell and face fields exchanged, whole fields gathered and put back |
 //! | executor | [`adaptive`] | `ExecutionMode::Adaptive`: one thread timed against several, the faster kept |
 //! | executor | [`gpu`] | the GPU executor, step replay as CUDA graphs, the GPU timeline |
 //! | executor | [`trace`] | Chrome-trace timeline and the timing table |

@@ -1,8 +1,9 @@
 //! Expression graphs on the patches of a decomposed grid (issue 51): one
 //! graph per patch a rank owns, built by one recipe on its own
-//! [`Patch`], the ghost points of chosen cell-centred fields exchanged
-//! across patch seams ([`watershed_fields::halo`]), and fields over the
-//! whole domain gathered from and put back into the patches. What
+//! [`Patch`], the ghost points of chosen fields (cell-centred or on faces,
+//! a staggered velocity's) exchanged across patch seams
+//! ([`watershed_fields::halo`]), and fields over the whole domain
+//! gathered from and put back into the patches. What
 //! `watershed_solvers::PatchedTransport` does for transport solvers, for a
 //! graph built by hand (the ExprLib test's, a user's own).
 //!
@@ -24,8 +25,9 @@ use crate::error::{GraphError, GraphResult};
 use crate::graph::ExpressionGraph;
 use crate::overlap::{OverlapPlan, stale_sides};
 use crate::scheduler::ExecutionMode;
+use crate::store::GraphLocation;
 use crate::tag::Tag;
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -34,7 +36,8 @@ use watershed_fields::halo::{
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
-    CellCentre, FieldError, FieldResult, LocationKind, Patch, PatchLayout, SpatialField,
+    CellCentre, FieldError, FieldLayout, FieldResult, LocationKind, Patch, PatchLayout,
+    SpatialField, XFace, YFace, ZFace,
 };
 
 /// The graphs of the patches of `layout` one rank owns.
@@ -59,10 +62,10 @@ use watershed_fields::{
 ///     let options = GraphOptions { persistent: vec![next.clone()], ..Default::default() };
 ///     ExpressionGraph::build(&factory, &[next.clone()], patch, &options)
 /// })?;
-/// graphs.set_field(&phi, |[x, _, _]| (6.283185307179586 * x).sin())?;
+/// graphs.set_field::<CellCentre>(&phi, |[x, _, _]| (6.283185307179586 * x).sin())?;
 /// graphs.exchange(&[phi.clone()])?; // the seams and the periodic images
 /// graphs.execute(ExecutionMode::Serial)?;
-/// let whole = graphs.whole_field(&next)?;
+/// let whole = graphs.whole_field::<CellCentre>(&next)?;
 /// assert_eq!(whole.layout().interior_extent(), [16, 1, 1]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -72,8 +75,9 @@ pub struct PatchedGraphs {
     owned: Range<usize>,
     /// One per owned patch, in patch order.
     graphs: Vec<ExpressionGraph>,
-    /// This rank's part of the layout's cell-centred exchange.
-    route: HaloRoute,
+    /// This rank's part of the layout's exchange, per location
+    /// ([`location_index`]), worked out when first exchanged.
+    routes: [OnceCell<HaloRoute>; 4],
     /// The exchange's scratch storage, reused.
     buffers: RefCell<HaloBuffers>,
     /// Wall time spent in exchanges and gathers (interior work run
@@ -132,14 +136,12 @@ impl PatchedGraphs {
             }
             graphs.push(graph);
         }
-        let plan = HaloPlan::new(&layout, LocationKind::CellCentre).map_err(field)?;
-        let route = HaloRoute::new(&plan, &layout, link.rank(), link.ranks()).map_err(field)?;
         Ok(PatchedGraphs {
             layout,
             link,
             owned,
             graphs,
-            route,
+            routes: Default::default(),
             buffers: RefCell::new(HaloBuffers::default()),
             exchange_time: Cell::new(Duration::ZERO),
             interior_during_exchanges: Cell::new(Duration::ZERO),
@@ -191,60 +193,135 @@ impl PatchedGraphs {
         Ok(())
     }
 
-    /// Sets the cell field `tag` of every owned patch, ghosts included,
-    /// to `value` at each point's global coordinates: the values a graph
-    /// over the whole domain gets at the same points.
-    pub fn set_field(&self, tag: &Tag, value: impl Fn([f64; 3]) -> f64) -> GraphResult<()> {
+    /// Sets the field `tag` (at location `L`) of every owned patch,
+    /// ghosts included, to `value` at each point's global coordinates: the
+    /// values a graph over the whole domain gets at the same points.
+    pub fn set_field<L: GraphLocation>(
+        &self,
+        tag: &Tag,
+        value: impl Fn([f64; 3]) -> f64,
+    ) -> GraphResult<()> {
         for graph in &self.graphs {
-            graph.set_field::<CellCentre>(tag, &value)?;
+            graph.set_field::<L>(tag, &value)?;
         }
         Ok(())
     }
 
-    /// Fills the ghost points of the cell fields `tags` of every owned
-    /// patch from the patches that own those points (seams, and periodic
-    /// images, a patch's own included), on this rank or another: every
-    /// field of `tags` travels in one message per pair of ranks.
-    /// Collective. Returns how many points this rank wrote (0 with one
-    /// patch, whose graph's own conditions fill its periodic images).
+    /// Fills the ghost points of the fields `tags` of every owned patch
+    /// from the patches that own those points (seams, and periodic
+    /// images, a patch's own included), on this rank or another: the
+    /// fields of one location travel together, in one message per pair of
+    /// ranks. Collective. Returns how many points this rank wrote (0 with
+    /// one patch, whose graph's own conditions fill its periodic images).
+    /// An error naming the tag when a graph has no such field.
     pub fn exchange(&self, tags: &[Tag]) -> GraphResult<usize> {
         if self.layout.len() == 1 || tags.is_empty() {
             return Ok(0);
         }
-        self.exchange_around(tags, &mut |_| Ok(()), &Cell::new(Duration::ZERO))
+        let mut written = 0;
+        for (kind, tags) in self.by_location(tags)? {
+            written +=
+                self.exchange_around(kind, &tags, &mut |_| Ok(()), &Cell::new(Duration::ZERO))?;
+        }
+        Ok(written)
     }
 
-    /// The exchange of `tags` with `work` run while the messages travel
-    /// ([`exchange_during`]); `worked` holds the wall time `work` took,
-    /// which counts as interior work, not as exchange time.
+    /// `tags` grouped by their location in the owned graphs, in the order
+    /// of [`location_index`] (the same on every rank).
+    fn by_location(&self, tags: &[Tag]) -> GraphResult<Vec<(LocationKind, Vec<Tag>)>> {
+        let mut groups: [Vec<Tag>; 4] = Default::default();
+        for tag in tags {
+            let mut location = None;
+            for (graph, index) in self.graphs.iter().zip(self.owned.clone()) {
+                let Some(info) = graph.field_info(tag) else {
+                    return Err(GraphError::Usage(format!(
+                        "field {tag} is not a field of patch {index}'s graph: exchange fields the recipe's graphs hold"
+                    )));
+                };
+                match location {
+                    Some(kind) if kind != info.location => {
+                        return Err(GraphError::Usage(format!(
+                            "field {tag} lies at {kind:?} in one patch's graph and at {:?} in patch {index}'s: build every patch's graph with one recipe",
+                            info.location
+                        )));
+                    }
+                    _ => location = Some(info.location),
+                }
+            }
+            let Some(kind) = location else {
+                continue;
+            };
+            groups[location_index(kind)].push(tag.clone());
+        }
+        Ok(LOCATIONS
+            .into_iter()
+            .zip(groups)
+            .filter(|(_, tags)| !tags.is_empty())
+            .collect())
+    }
+
+    /// This rank's route through the exchange of fields at `kind`.
+    fn route(&self, kind: LocationKind) -> GraphResult<&HaloRoute> {
+        let cell = &self.routes[location_index(kind)];
+        if let Some(route) = cell.get() {
+            return Ok(route);
+        }
+        let plan = HaloPlan::new(&self.layout, kind)?;
+        let route = HaloRoute::new(&plan, &self.layout, self.link.rank(), self.link.ranks())?;
+        Ok(cell.get_or_init(|| route))
+    }
+
+    /// The exchange of `tags` (all at `kind`) with `work` run while the
+    /// messages travel ([`exchange_during`]); `worked` holds the wall time
+    /// `work` took, which counts as interior work, not as exchange time.
     fn exchange_around(
         &self,
+        kind: LocationKind,
         tags: &[Tag],
         work: &mut watershed_fields::ranks::Work<'_>,
         worked: &Cell<Duration>,
     ) -> GraphResult<usize> {
+        let route = self.route(kind)?;
         let started = Instant::now();
-        let mut fields = GraphFields {
+        let (exchanged, failure) = match kind {
+            LocationKind::CellCentre => self.exchange_at::<CellCentre>(route, tags, work),
+            LocationKind::XFace => self.exchange_at::<XFace>(route, tags, work),
+            LocationKind::YFace => self.exchange_at::<YFace>(route, tags, work),
+            LocationKind::ZFace => self.exchange_at::<ZFace>(route, tags, work),
+        };
+        let exposed = started.elapsed().saturating_sub(worked.get());
+        self.exchange_time.set(self.exchange_time.get() + exposed);
+        self.interior_during_exchanges
+            .set(self.interior_during_exchanges.get() + worked.get());
+        if let Some(failure) = failure {
+            return Err(failure);
+        }
+        Ok(exchanged?)
+    }
+
+    /// [`exchange_during`] along `route` of the fields `tags` at `L`, and
+    /// the graph error a field access kept, if any.
+    fn exchange_at<L: GraphLocation>(
+        &self,
+        route: &HaloRoute,
+        tags: &[Tag],
+        work: &mut watershed_fields::ranks::Work<'_>,
+    ) -> (FieldResult<usize>, Option<GraphError>) {
+        let mut fields = GraphFields::<L> {
             first: self.owned.start,
             graphs: &self.graphs,
             tags,
             failure: RefCell::new(None),
+            location: std::marker::PhantomData,
         };
         let exchanged = exchange_during(
-            &self.route,
+            route,
             self.link.as_ref(),
             &mut fields,
             &mut self.buffers.borrow_mut(),
             work,
         );
-        let exposed = started.elapsed().saturating_sub(worked.get());
-        self.exchange_time.set(self.exchange_time.get() + exposed);
-        self.interior_during_exchanges
-            .set(self.interior_during_exchanges.get() + worked.get());
-        if let Some(failure) = fields.failure.into_inner() {
-            return Err(failure);
-        }
-        Ok(exchanged?)
+        (exchanged, fields.failure.into_inner())
     }
 
     /// [`Self::exchange`] of `tags`, then [`Self::execute`], with the two
@@ -259,7 +336,10 @@ impl PatchedGraphs {
     /// by the same kernel from the same inputs, so the bits are those of
     /// the two calls in turn. Where a graph cannot be split (it places
     /// nodes on a GPU, or runs under a memory budget) the two calls run in
-    /// turn. Collective; returns how many points this rank wrote.
+    /// turn. With fields of several locations, the messages of the last
+    /// location ([`LocationKind`] order) travel during the interior work,
+    /// the others' before it. Collective; returns how many points this
+    /// rank wrote.
     pub fn exchange_and_execute(&self, tags: &[Tag], mode: ExecutionMode) -> GraphResult<usize> {
         if self.layout.len() == 1 || tags.is_empty() {
             self.execute(mode)?;
@@ -302,7 +382,21 @@ impl PatchedGraphs {
             worked.set(worked.get() + began.elapsed());
             Ok(())
         };
-        let exchanged = self.exchange_around(tags, &mut interiors, &worked);
+        // The fields of every location but the last exchanged first, the
+        // interior work run during the last location's messages.
+        let mut groups = self.by_location(tags)?;
+        let Some((last_kind, last_tags)) = groups.pop() else {
+            self.execute(mode)?;
+            return Ok(0);
+        };
+        let mut before = 0;
+        for (kind, tags) in groups {
+            before +=
+                self.exchange_around(kind, &tags, &mut |_| Ok(()), &Cell::new(Duration::ZERO))?;
+        }
+        let exchanged = self
+            .exchange_around(last_kind, &last_tags, &mut interiors, &worked)
+            .map(|written| written + before);
         // The interior work's own error first: the exchange then reports
         // only that the work failed.
         if let Some(failure) = failed.into_inner() {
@@ -322,45 +416,48 @@ impl PatchedGraphs {
         self.interior_during_exchanges.get()
     }
 
-    /// The cell field `tag` over the whole domain, with the layout's ghost
-    /// layers, from every patch of every rank (collective; every rank
-    /// gets it). After an exchange of `tag` it is what one graph over the
-    /// whole domain holds, bit for bit.
-    pub fn whole_field(&self, tag: &Tag) -> GraphResult<SpatialField<CellCentre>> {
-        let (mine, counts) = self.allocated_values(tag)?;
+    /// The field `tag` (at location `L`) over the whole domain, with the
+    /// layout's ghost layers, from every patch of every rank (collective;
+    /// every rank gets it). After an exchange of `tag` it is what one graph
+    /// over the whole domain holds, bit for bit.
+    pub fn whole_field<L: GraphLocation>(&self, tag: &Tag) -> GraphResult<SpatialField<L>> {
+        let (mine, counts) = self.allocated_values::<L>(tag)?;
         let started = Instant::now();
         let all = self.link.gather_in_rank_order(&mine, &counts);
         self.spent(started);
-        Ok(self
-            .layout
-            .assemble::<CellCentre>(&tag.to_string(), &all?)?)
+        Ok(self.layout.assemble::<L>(&tag.to_string(), &all?)?)
     }
 
     /// [`Self::whole_field`] on rank 0 only (`None` on the others), for
     /// writing: no other rank holds a copy of the whole domain.
-    pub fn gather_field(&self, tag: &Tag) -> GraphResult<Option<SpatialField<CellCentre>>> {
-        let (mine, counts) = self.allocated_values(tag)?;
+    pub fn gather_field<L: GraphLocation>(
+        &self,
+        tag: &Tag,
+    ) -> GraphResult<Option<SpatialField<L>>> {
+        let (mine, counts) = self.allocated_values::<L>(tag)?;
         let started = Instant::now();
         let gathered = self.link.gather_to_root(&mine, &counts);
         self.spent(started);
         match gathered? {
-            Some(all) => Ok(Some(
-                self.layout.assemble::<CellCentre>(&tag.to_string(), &all)?,
-            )),
+            Some(all) => Ok(Some(self.layout.assemble::<L>(&tag.to_string(), &all)?)),
             None => Ok(None),
         }
     }
 
-    /// Sets the cell field `tag` of every owned patch, ghosts included,
-    /// from the same points of `whole` (a field over the whole domain with
-    /// at least the layout's ghost layers, e.g. read from a checkpoint any
-    /// layout wrote). An error naming the field when `whole` lies on
-    /// another grid or holds too few ghost layers.
-    pub fn set_whole_field(&self, tag: &Tag, whole: &SpatialField<CellCentre>) -> GraphResult<()> {
+    /// Sets the field `tag` (at location `L`) of every owned patch, ghosts
+    /// included, from the same points of `whole` (a field over the whole
+    /// domain with at least the layout's ghost layers, e.g. read from a
+    /// checkpoint any layout wrote). An error naming the field when
+    /// `whole` lies on another grid or holds too few ghost layers.
+    pub fn set_whole_field<L: GraphLocation>(
+        &self,
+        tag: &Tag,
+        whole: &SpatialField<L>,
+    ) -> GraphResult<()> {
         let from = whole.layout();
         let source = whole.values()?;
         for graph in &self.graphs {
-            graph.with_field_mut::<CellCentre, _>(tag, |field| -> GraphResult<()> {
+            graph.with_field_mut::<L, _>(tag, |field| -> GraphResult<()> {
                 let to = field.layout().clone();
                 let offset = [0, 1, 2].map(|a| {
                     to.patch().offset()[a] as isize - from.patch().offset()[a] as isize
@@ -400,21 +497,28 @@ impl PatchedGraphs {
         Ok(())
     }
 
-    /// Every allocated value of `tag` on each owned patch, in patch
-    /// order, and how many values each rank gives.
-    fn allocated_values(&self, tag: &Tag) -> GraphResult<(Vec<f64>, Vec<usize>)> {
+    /// Every allocated value of `tag` (at `L`) on each owned patch, in
+    /// patch order, and how many values each rank gives (face fields hold
+    /// one more plane on the patches along a non-periodic domain's `+`
+    /// side).
+    fn allocated_values<L: GraphLocation>(&self, tag: &Tag) -> GraphResult<(Vec<f64>, Vec<usize>)> {
         let mut mine = Vec::new();
         for graph in &self.graphs {
-            graph.with_field::<CellCentre, _>(tag, |field| -> GraphResult<()> {
+            graph.with_field::<L, _>(tag, |field| -> GraphResult<()> {
                 mine.extend_from_slice(field.values()?);
                 Ok(())
             })??;
         }
-        let per_patch = mine.len() / self.graphs.len().max(1);
-        let counts = (0..self.link.ranks())
+        let ranks = self.link.ranks();
+        let counts = (0..ranks)
             .map(|rank| {
-                let owned = self.layout.owned_by(rank, self.link.ranks())?;
-                Ok(owned.len() * per_patch)
+                self.layout
+                    .owned_by(rank, ranks)?
+                    .try_fold(0usize, |sum, index| {
+                        let points =
+                            FieldLayout::new(&self.layout.patch(index)?, L::KIND).allocated_len();
+                        Ok(sum + points)
+                    })
             })
             .collect::<FieldResult<Vec<_>>>()?;
         Ok((mine, counts))
@@ -426,18 +530,37 @@ impl PatchedGraphs {
     }
 }
 
-/// The cell fields `tags` of the graphs of patches `first..`, as the
+/// The locations in exchange order; [`location_index`] numbers them.
+const LOCATIONS: [LocationKind; 4] = [
+    LocationKind::CellCentre,
+    LocationKind::XFace,
+    LocationKind::YFace,
+    LocationKind::ZFace,
+];
+
+/// `kind`'s place in [`LOCATIONS`].
+fn location_index(kind: LocationKind) -> usize {
+    match kind {
+        LocationKind::CellCentre => 0,
+        LocationKind::XFace => 1,
+        LocationKind::YFace => 2,
+        LocationKind::ZFace => 3,
+    }
+}
+
+/// The fields `tags` (at `L`) of the graphs of patches `first..`, as the
 /// exchange reads and writes them (one value per tag at each point). A
 /// graph's error is kept whole in `failure` (the exchange carries field
 /// errors only).
-struct GraphFields<'a> {
+struct GraphFields<'a, L> {
     first: usize,
     graphs: &'a [ExpressionGraph],
     tags: &'a [Tag],
     failure: RefCell<Option<GraphError>>,
+    location: std::marker::PhantomData<L>,
 }
 
-impl GraphFields<'_> {
+impl<L> GraphFields<'_, L> {
     fn graph(&self, patch: usize) -> FieldResult<&ExpressionGraph> {
         patch
             .checked_sub(self.first)
@@ -465,7 +588,7 @@ impl GraphFields<'_> {
     }
 }
 
-impl HaloFields for GraphFields<'_> {
+impl<L: GraphLocation> HaloFields for GraphFields<'_, L> {
     fn width(&self) -> usize {
         self.tags.len()
     }
@@ -481,7 +604,7 @@ impl HaloFields for GraphFields<'_> {
         if source == destination {
             let graph = self.graph(source)?;
             for tag in self.tags {
-                let copied = graph.with_field_mut::<CellCentre, _>(tag, |field| {
+                let copied = graph.with_field_mut::<L, _>(tag, |field| {
                     field
                         .values_mut()
                         .map(|values| copy_runs_between(None, values, runs))
@@ -492,8 +615,8 @@ impl HaloFields for GraphFields<'_> {
         }
         let (from, to) = (self.graph(source)?, self.graph(destination)?);
         for tag in self.tags {
-            let copied = to.with_field_mut::<CellCentre, _>(tag, |written| {
-                let read = from.with_field::<CellCentre, _>(tag, |read| -> FieldResult<()> {
+            let copied = to.with_field_mut::<L, _>(tag, |written| {
+                let read = from.with_field::<L, _>(tag, |read| -> FieldResult<()> {
                     copy_runs_between(Some(read.values()?), written.values_mut()?, runs);
                     Ok(())
                 });
@@ -510,7 +633,7 @@ impl HaloFields for GraphFields<'_> {
         let start = out.len();
         out.resize(start + at.len() * width, 0.0);
         for (t, tag) in self.tags.iter().enumerate() {
-            let read = graph.with_field::<CellCentre, _>(tag, |field| -> FieldResult<()> {
+            let read = graph.with_field::<L, _>(tag, |field| -> FieldResult<()> {
                 let values = field.values()?;
                 for (slot, &i) in out[start + t..].iter_mut().step_by(width).zip(at) {
                     *slot = values[i];
@@ -526,7 +649,7 @@ impl HaloFields for GraphFields<'_> {
         let graph = self.graph(patch)?;
         let width = self.tags.len();
         for (t, tag) in self.tags.iter().enumerate() {
-            let written = graph.with_field_mut::<CellCentre, _>(tag, |field| -> FieldResult<()> {
+            let written = graph.with_field_mut::<L, _>(tag, |field| -> FieldResult<()> {
                 let out = field.values_mut()?;
                 for (&i, &v) in at.iter().zip(values[t..].iter().step_by(width)) {
                     out[i] = v;

@@ -746,7 +746,7 @@ impl Simulation for ExprLib {
         let mut written = Vec::new();
         for i in 0..self.config.pdes.min(4) {
             let name = format!("phi{i}");
-            written.push(match self.graphs.gather_field(&phi(i))? {
+            written.push(match self.graphs.gather_field::<CellCentre>(&phi(i))? {
                 Some(whole) => dump_field(group, &name, &whole)?,
                 // A follower rank: rank 0 writes the gathered field.
                 None => DumpedField {
@@ -774,7 +774,7 @@ impl Simulation for ExprLib {
     fn save_state(&self, group: &hdf5::Group) -> CaseResult<()> {
         self.settle()?;
         for i in 0..self.config.pdes {
-            if let Some(whole) = self.graphs.gather_field(&phi(i))? {
+            if let Some(whole) = self.graphs.gather_field::<CellCentre>(&phi(i))? {
                 save_field(group, &format!("phi{i}"), &whole)?;
             }
         }

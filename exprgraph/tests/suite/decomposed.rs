@@ -275,8 +275,11 @@ fn patched_graphs_step_with_the_whole_domains_bits() {
                 .unwrap();
             graphs.exchange(std::slice::from_ref(&tags.phi)).unwrap();
         }
-        let whole = graphs.whole_field(&tags.phi).unwrap();
-        let gathered = graphs.gather_field(&tags.phi).unwrap().unwrap();
+        let whole = graphs.whole_field::<CellCentre>(&tags.phi).unwrap();
+        let gathered = graphs
+            .gather_field::<CellCentre>(&tags.phi)
+            .unwrap()
+            .unwrap();
         assert_eq!(gathered.values().unwrap(), whole.values().unwrap());
         let layout = whole.layout();
         let values = whole.values().unwrap();
@@ -294,7 +297,11 @@ fn patched_graphs_step_with_the_whole_domains_bits() {
         // Put back into the patches and gathered again: the same field.
         graphs.set_whole_field(&tags.phi, &whole).unwrap();
         assert_eq!(
-            graphs.whole_field(&tags.phi).unwrap().values().unwrap(),
+            graphs
+                .whole_field::<CellCentre>(&tags.phi)
+                .unwrap()
+                .values()
+                .unwrap(),
             values
         );
 
@@ -330,7 +337,7 @@ fn patched_graphs_step_with_the_whole_domains_bits() {
         overlapped
             .exchange(std::slice::from_ref(&tags.phi))
             .unwrap();
-        let again = overlapped.whole_field(&tags.phi).unwrap();
+        let again = overlapped.whole_field::<CellCentre>(&tags.phi).unwrap();
         assert!(
             again
                 .values()
@@ -391,5 +398,173 @@ fn patched_graphs_refuse_a_wrong_recipe_and_a_thin_whole_field() {
             );
         }
         other => panic!("expected an invalid layout, got {other:?}"),
+    }
+}
+
+/// The graph of a staggered update on `patch`: `u` (x faces) and `v`
+/// (y faces) given, `phi` given on the cells; it computes
+/// `d = div(u, v)`, which reads each cell's `+` faces, and
+/// `w = u - 0.1 grad_x(phi)`, which reads the cells on either side of
+/// each face.
+fn staggered(patch: &Patch) -> ExpressionGraph {
+    let (u, v, phi) = (Tag::none("u"), Tag::none("v"), Tag::none("phi"));
+    let mut factory = Factory::new();
+    for (tag, kind) in [
+        (&u, watershed_fields::LocationKind::XFace),
+        (&v, watershed_fields::LocationKind::YFace),
+        (&phi, watershed_fields::LocationKind::CellCentre),
+    ] {
+        factory.placeholder(tag.clone(), kind).unwrap();
+    }
+    let (du, dv) = (u.clone(), v.clone());
+    factory
+        .register(LanguageExpression::new::<CellCentre>(
+            Tag::none("d"),
+            move |s| divergence(s.field::<XFace>(&du)) + divergence(s.field::<YFace>(&dv)),
+        ))
+        .unwrap();
+    let (wu, wphi) = (u.clone(), phi.clone());
+    factory
+        .register(LanguageExpression::new::<XFace>(Tag::none("w"), move |s| {
+            s.field::<XFace>(&wu)
+                - watershed_operators::gradient::<XFace>(s.field::<CellCentre>(&wphi)) * 0.1
+        }))
+        .unwrap();
+    let roots = [Tag::none("d"), Tag::none("w")];
+    let options = GraphOptions {
+        persistent: roots.to_vec(),
+        ..GraphOptions::default()
+    };
+    let graph = ExpressionGraph::build(&factory, &roots, patch, &options).unwrap();
+    for tag in [&u, &v, &phi] {
+        graph.fill_placeholder(tag).unwrap();
+    }
+    graph
+}
+
+/// Face fields exchanged between patch graphs: on a grid periodic along x
+/// and walled along y (so the top patches' `v` holds the boundary face),
+/// the divergence of `(u, v)` and the face update of `u` have the whole
+/// domain's bits on every layout, stepped plainly or overlapped, and the
+/// exchanged face fields put together equal the whole domain's, ghosts
+/// included. A tag no graph holds is refused by name.
+#[test]
+fn patched_graphs_exchange_face_fields_with_the_whole_domains_bits() {
+    let grid = Grid::new([12, 10, 1], [1.2, 1.0, 1.0], [0.0; 3])
+        .unwrap()
+        .with_periodic([true, false, false]);
+    let ghosts = GhostWidth::uniform(1);
+    let value = |k: f64| move |x: [f64; 3]| (k * x[0]).sin() + x[1] * x[1] * k;
+    let (u, v, phi) = (Tag::none("u"), Tag::none("v"), Tag::none("phi"));
+    let set = |graphs: &PatchedGraphs| {
+        graphs.set_field::<XFace>(&u, value(1.0)).unwrap();
+        graphs.set_field::<YFace>(&v, value(2.0)).unwrap();
+        graphs.set_field::<CellCentre>(&phi, value(3.0)).unwrap();
+    };
+    let everything = [u.clone(), v.clone(), phi.clone()];
+    // The whole domain: one patch, whose exchange fills its own periodic
+    // images (PatchedGraphs leaves those to a graph's conditions).
+    let whole_layout = PatchLayout::new(&grid, [1, 1, 1], ghosts).unwrap();
+    let whole = staggered(&whole_layout.patch(0).unwrap());
+    whole.set_field::<XFace>(&u, value(1.0)).unwrap();
+    whole.set_field::<YFace>(&v, value(2.0)).unwrap();
+    whole.set_field::<CellCentre>(&phi, value(3.0)).unwrap();
+    whole
+        .with_field_mut::<XFace, _>(&u, |f| {
+            exchange_ghosts(&whole_layout, std::slice::from_mut(f))
+        })
+        .unwrap()
+        .unwrap();
+    whole
+        .with_field_mut::<YFace, _>(&v, |f| {
+            exchange_ghosts(&whole_layout, std::slice::from_mut(f))
+        })
+        .unwrap()
+        .unwrap();
+    whole
+        .with_field_mut::<CellCentre, _>(&phi, |f| {
+            exchange_ghosts(&whole_layout, std::slice::from_mut(f))
+        })
+        .unwrap()
+        .unwrap();
+    whole.execute(ExecutionMode::Serial).unwrap();
+    fn same<L: watershed_exprgraph::GraphLocation>(
+        got: &SpatialField<L>,
+        expected: &SpatialField<L>,
+        points: watershed_fields::IndexBox,
+        what: &str,
+    ) {
+        let (gl, el) = (got.layout(), expected.layout());
+        let (g, e) = (got.values().unwrap(), expected.values().unwrap());
+        for p in points.iter() {
+            assert_eq!(
+                g[gl.linear_index(p)].to_bits(),
+                e[el.linear_index(p)].to_bits(),
+                "{what} at {p:?}"
+            );
+        }
+    }
+    for counts in [[2, 1, 1], [3, 2, 1], [1, 2, 1]] {
+        let layout = PatchLayout::new(&grid, counts, ghosts).unwrap();
+        for overlapped in [false, true] {
+            let graphs = PatchedGraphs::build(layout.clone(), Rc::new(SingleProcess), |patch| {
+                Ok::<_, GraphError>(staggered(patch))
+            })
+            .unwrap();
+            set(&graphs);
+            if overlapped {
+                graphs
+                    .exchange_and_execute(&everything, ExecutionMode::Serial)
+                    .unwrap();
+            } else {
+                assert!(graphs.exchange(&everything).unwrap() > 0);
+                graphs.execute(ExecutionMode::Serial).unwrap();
+            }
+            let what = format!("layout {counts:?}, overlapped {overlapped}");
+            whole
+                .with_field::<CellCentre, _>(&Tag::none("d"), |e| {
+                    let got = graphs.whole_field::<CellCentre>(&Tag::none("d")).unwrap();
+                    same(&got, e, e.layout().interior(), &format!("d, {what}"));
+                })
+                .unwrap();
+            whole
+                .with_field::<XFace, _>(&Tag::none("w"), |e| {
+                    let got = graphs.whole_field::<XFace>(&Tag::none("w")).unwrap();
+                    same(&got, e, e.layout().interior(), &format!("w, {what}"));
+                })
+                .unwrap();
+            whole
+                .with_field::<YFace, _>(&v, |e| {
+                    let got = graphs.gather_field::<YFace>(&v).unwrap().unwrap();
+                    assert_eq!(
+                        got.layout().interior_extent(),
+                        [12, 11, 1],
+                        "the boundary face on +y"
+                    );
+                    same(&got, e, e.layout().allocated(), &format!("v, {what}"));
+                })
+                .unwrap();
+            whole
+                .with_field::<XFace, _>(&u, |e| {
+                    let got = graphs.whole_field::<XFace>(&u).unwrap();
+                    same(&got, e, e.layout().allocated(), &format!("u, {what}"));
+                    // Put back and gathered again: the same field.
+                    graphs.set_whole_field::<XFace>(&u, &got).unwrap();
+                    let again = graphs.whole_field::<XFace>(&u).unwrap();
+                    assert_eq!(again.values().unwrap(), got.values().unwrap());
+                })
+                .unwrap();
+        }
+    }
+    let layout = PatchLayout::new(&grid, [2, 1, 1], ghosts).unwrap();
+    let graphs = PatchedGraphs::build(layout, Rc::new(SingleProcess), |patch| {
+        Ok::<_, GraphError>(staggered(patch))
+    })
+    .unwrap();
+    match graphs.exchange(&[u.clone(), Tag::none("nowhere")]) {
+        Err(GraphError::Usage(why)) => {
+            assert!(why.contains("nowhere") && why.contains("patch 0"), "{why}")
+        }
+        other => panic!("expected a usage error naming the tag, got {other:?}"),
     }
 }
