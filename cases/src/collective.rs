@@ -123,6 +123,27 @@ pub fn local_rank() -> Option<usize> {
     .find_map(|name| std::env::var(name).ok()?.parse().ok())
 }
 
+/// How many ranks run on this process's machine, as the launcher says
+/// (OpenMPI's `OMPI_COMM_WORLD_LOCAL_SIZE`, MPICH's `MPI_LOCALNRANKS`,
+/// PMIx's `PMIX_LOCAL_SIZE`): the ranks that share its cores.
+pub fn local_ranks() -> Option<usize> {
+    [
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+        "PMIX_LOCAL_SIZE",
+    ]
+    .iter()
+    .find_map(|name| std::env::var(name).ok()?.parse().ok())
+    .filter(|&n| n >= 1)
+}
+
+/// The threads each of `local_ranks` ranks on a machine of `cores` cores
+/// takes by default: an even share, at least one (more ranks than cores
+/// oversubscribe anyway; more threads would make it worse).
+pub fn threads_per_rank(cores: usize, local_ranks: usize) -> usize {
+    (cores / local_ranks.max(1)).max(1)
+}
+
 /// Joins the MPI run this process was started in: the MPI environment
 /// (keep it until the end: dropping it finalises MPI) and the link over
 /// its world. `None` when not started by `mpirun`.
@@ -142,6 +163,15 @@ pub fn join_mpi_run() -> CaseResult<Option<(mpi::environment::Universe, Rc<dyn R
 mod tests {
     use super::*;
     use watershed_fields::ranks::SingleProcess;
+
+    #[test]
+    fn the_cores_are_shared_among_the_ranks_of_a_machine() {
+        assert_eq!(threads_per_rank(16, 1), 16);
+        assert_eq!(threads_per_rank(16, 4), 4);
+        assert_eq!(threads_per_rank(16, 3), 5);
+        assert_eq!(threads_per_rank(2, 4), 1);
+        assert_eq!(threads_per_rank(8, 0), 8);
+    }
 
     #[test]
     fn one_process_decides_alone_and_writes_nothing_to_disk() {

@@ -73,8 +73,10 @@ struct RunArgs {
     /// Override one configuration key (repeatable), e.g. `--set re=400`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
-    /// Threads for graph execution (default: WATERSHED_THREADS, else up to
-    /// the cores: each graph times 1 thread against all and keeps the faster).
+    /// Threads per process, for graph execution and the work between
+    /// graphs (default: WATERSHED_THREADS, else up to the cores, divided
+    /// among the ranks on this machine under mpirun: each graph times 1
+    /// thread against all and keeps the faster).
     #[arg(long)]
     threads: Option<usize>,
     /// Where to run: auto (a GPU if present, else the CPU), cpu, gpu, gpu:K.
@@ -194,7 +196,9 @@ fn runtime(e: CaseError) -> Failure {
     Failure::Run(Box::new(e))
 }
 
-fn default_threads() -> Result<usize, Failure> {
+/// The thread count when `--threads` names none: `WATERSHED_THREADS`,
+/// else the cores shared among the `local_ranks` ranks on this machine.
+fn default_threads(local_ranks: usize) -> Result<usize, Failure> {
     match std::env::var("WATERSHED_THREADS") {
         Ok(text) => text
             .trim()
@@ -206,7 +210,31 @@ fn default_threads() -> Result<usize, Failure> {
                     "WATERSHED_THREADS = {text:?} is not a thread count (an integer >= 1)"
                 )))
             }),
-        Err(_) => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        Err(_) => Ok(watershed_cases::collective::threads_per_rank(
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            local_ranks,
+        )),
+    }
+}
+
+/// Gives rayon's global pool, which runs the work between graph executions
+/// (a flow's Poisson solve on patches, the reductions and prepared
+/// assignments of the solvers), `threads` threads, as the graphs get: by
+/// default it would take every core, whatever `--threads` says, and under
+/// mpirun every rank would.
+fn set_global_threads(threads: usize) -> Result<(), Failure> {
+    let built = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("watershed-{i}"))
+        .build_global();
+    match built {
+        Ok(()) => Ok(()),
+        // Already set (a second run in this process) to the same count.
+        Err(_) if rayon::current_num_threads() == threads => Ok(()),
+        Err(e) => Err(runtime(CaseError::Usage(format!(
+            "cannot give the work between graphs {threads} thread(s): {e}; rayon's global pool already has {}",
+            rayon::current_num_threads()
+        )))),
     }
 }
 
@@ -386,10 +414,15 @@ fn run_case(
         check_spreadable(&args)?;
     }
     let follower = is_follower(ranks.as_deref());
+    let local_ranks = match ranks.as_deref().filter(|l| l.ranks() > 1) {
+        Some(_) => watershed_cases::collective::local_ranks().unwrap_or(1),
+        None => 1,
+    };
     let threads = match args.threads {
         Some(n) => check_thread_count(n, "--threads")?,
-        None => check_thread_count(default_threads()?, "WATERSHED_THREADS")?,
+        None => check_thread_count(default_threads(local_ranks)?, "WATERSHED_THREADS")?,
     };
+    set_global_threads(threads)?;
     check_backend()?;
     if let Some(path) = &args.dot {
         check_writable(path, "--dot")?;

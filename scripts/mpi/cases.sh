@@ -69,6 +69,11 @@ for ranks in 1 2 4; do
     fi
 done
 grep -q "ranks: 4 (MPI)" "$out/last.log" || { echo "no per-rank table in the summary"; cat "$out/last.log"; exit 1; }
+# Without --threads, the 4 ranks share this machine's cores: each takes
+# max(1, cores / 4) threads (for its graphs and the work between them).
+share=$(( $(nproc) / 4 )); [ "$share" -ge 1 ] || share=1
+grep -qE "threads: (up to )?$share([^0-9]|$)" "$out/last.log" \
+    || { echo "expected $share thread(s) per rank by default"; cat "$out/last.log"; exit 1; }
 
 echo "--> dumps and checkpoints per rank (--per-rank-files) on 2 and 4 ranks: every rank writes its patches, the same bits as one patch"
 for ranks in 2 4; do
