@@ -320,6 +320,17 @@ impl ExpressionGraph {
             .count()
     }
 
+    /// The names of the nodes of `kind` (after fusion), in plan order.
+    pub fn node_names_of_kind(&self, kind: ExpressionKind) -> Vec<String> {
+        self.plan
+            .order
+            .iter()
+            .map(|&n| &self.plan.nodes[n])
+            .filter(|n| n.form.expression().kind() == kind)
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
     /// The language kernels one execution runs after fusion: one per
     /// language node, one per masked assignment of each language modifier
     /// (a boundary condition is one per side and ghost layer).

@@ -110,7 +110,9 @@ impl PatchedGraphs {
     /// Builds the graph of each patch of `layout` the rank of `link` owns
     /// with `recipe` (the recipe a whole-domain run uses, given the patch
     /// instead of the whole domain). An error naming the patch when the
-    /// recipe builds on another patch.
+    /// recipe builds on another patch, or, on more than one patch, when
+    /// its graph holds a reduction or an iterative solve (either would see
+    /// the patch's cells only).
     pub fn build<E: From<GraphError>>(
         layout: PatchLayout,
         link: Rc<dyn RankLink>,
@@ -133,6 +135,9 @@ impl PatchedGraphs {
                     patch.offset(),
                     patch.ghosts()
                 ))));
+            }
+            if layout.len() > 1 {
+                refuse_whole_domain_nodes(&graph, index, layout.len()).map_err(E::from)?;
             }
             graphs.push(graph);
         }
@@ -528,6 +533,33 @@ impl PatchedGraphs {
         self.exchange_time
             .set(self.exchange_time.get() + started.elapsed());
     }
+}
+
+/// Refuses the graph of patch `index` (of `patches`) when it holds nodes
+/// that need the whole domain: a reduction would reduce over the patch's
+/// own cells and leave its parameter holding the last patch's value, and
+/// an iterative solve would solve on the patch alone. Either would be a
+/// wrong answer without an error.
+fn refuse_whole_domain_nodes(
+    graph: &ExpressionGraph,
+    index: usize,
+    patches: usize,
+) -> GraphResult<()> {
+    let reductions = graph.node_names_of_kind(crate::ExpressionKind::Reduction);
+    if !reductions.is_empty() {
+        return Err(GraphError::Usage(format!(
+            "the recipe's graph for patch {index} holds the reduction(s) {}: on {patches} patches each would reduce over its own patch's cells and its parameter would keep the last patch's value; reduce the whole field instead (whole_field or gather_field), or leave the reduction out of the recipe",
+            reductions.join(", ")
+        )));
+    }
+    let solves = graph.node_names_of_kind(crate::ExpressionKind::IterativeSolve);
+    if !solves.is_empty() {
+        return Err(GraphError::Usage(format!(
+            "the recipe's graph for patch {index} holds the iterative solve(s) {}: on {patches} patches each would solve on its own patch alone; solve on the patches with a decomposed solver (watershed_solvers' PatchedMultigrid) between executions, or leave the solve out of the recipe",
+            solves.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// The locations in exchange order; [`location_index`] numbers them.

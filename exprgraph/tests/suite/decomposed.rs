@@ -568,3 +568,54 @@ fn patched_graphs_exchange_face_fields_with_the_whole_domains_bits() {
         other => panic!("expected a usage error naming the tag, got {other:?}"),
     }
 }
+
+/// A recipe whose graph reduces a field (here the sum of `phi`) would, on
+/// several patches, reduce each patch's cells alone and leave the
+/// parameter holding the last patch's value: `PatchedGraphs::build`
+/// refuses it, naming the reduction and the patch. On one patch, the
+/// whole domain, it builds and reduces the whole field.
+#[test]
+fn patched_graphs_refuse_a_reduction_that_would_see_one_patch() {
+    let grid = Grid::new([8, 6, 1], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true, true, false]);
+    let total = watershed_operators::Parameter::new("sum of phi", 0.0);
+    let phi = Tag::none("phi");
+    let recipe = |patch: &Patch| {
+        let mut factory = Factory::new();
+        factory
+            .placeholder(phi.clone(), watershed_fields::LocationKind::CellCentre)
+            .unwrap();
+        let read = phi.clone();
+        factory
+            .register_reduction(watershed_exprgraph::LanguageReduction::new::<CellCentre>(
+                Tag::none("sum of phi"),
+                &total,
+                watershed_operators::Reduction::Sum,
+                move |s| s.field::<CellCentre>(&read),
+            ))
+            .unwrap();
+        let graph = ExpressionGraph::build(
+            &factory,
+            &[Tag::none("sum of phi")],
+            patch,
+            &GraphOptions::default(),
+        )?;
+        graph.fill_placeholder(&phi)?;
+        Ok::<_, GraphError>(graph)
+    };
+    let split = PatchLayout::new(&grid, [2, 1, 1], GhostWidth::uniform(1)).unwrap();
+    match PatchedGraphs::build(split, Rc::new(SingleProcess), recipe) {
+        Err(GraphError::Usage(why)) => {
+            assert!(why.contains("patch 0"), "{why}");
+            assert!(why.contains("sum of phi"), "{why}");
+            assert!(why.contains("on 2 patches"), "{why}");
+        }
+        other => panic!("expected a usage error naming the reduction, got {other:?}"),
+    }
+    let whole = PatchLayout::new(&grid, [1, 1, 1], GhostWidth::uniform(1)).unwrap();
+    let graphs = PatchedGraphs::build(whole, Rc::new(SingleProcess), recipe).unwrap();
+    graphs.set_field::<CellCentre>(&phi, |_| 0.5).unwrap();
+    graphs.execute(ExecutionMode::Serial).unwrap();
+    assert_eq!(total.get(), 0.5 * 48.0);
+}
