@@ -223,8 +223,14 @@ impl PatchedGraphs {
         if self.layout.len() == 1 || tags.is_empty() {
             return Ok(0);
         }
+        self.exchange_groups(self.by_location(tags)?)
+    }
+
+    /// The exchange of each location's tags in turn, nothing run during
+    /// the messages; returns the points written.
+    fn exchange_groups(&self, groups: Vec<(LocationKind, Vec<Tag>)>) -> GraphResult<usize> {
         let mut written = 0;
-        for (kind, tags) in self.by_location(tags)? {
+        for (kind, tags) in groups {
             written +=
                 self.exchange_around(kind, &tags, &mut |_| Ok(()), &Cell::new(Duration::ZERO))?;
         }
@@ -394,11 +400,7 @@ impl PatchedGraphs {
             self.execute(mode)?;
             return Ok(0);
         };
-        let mut before = 0;
-        for (kind, tags) in groups {
-            before +=
-                self.exchange_around(kind, &tags, &mut |_| Ok(()), &Cell::new(Duration::ZERO))?;
-        }
+        let before = self.exchange_groups(groups)?;
         let exchanged = self
             .exchange_around(last_kind, &last_tags, &mut interiors, &worked)
             .map(|written| written + before);
