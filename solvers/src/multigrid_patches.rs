@@ -133,6 +133,9 @@ pub struct PatchedMultigrid {
     options: MultigridOptions,
     /// The conditions on the non-periodic sides.
     conditions: BoundaryConditions,
+    /// Whether the grid has a non-periodic side, whose ghosts an exchange
+    /// fills again (with none, the exchange writes every ghost point).
+    physical_sides: bool,
     /// Interior cells of the finest level (for means).
     cells: f64,
     /// With bodies: the finest level's interior fluid cells, every patch's.
@@ -265,6 +268,7 @@ impl PatchedMultigrid {
             order,
             options,
             conditions,
+            physical_sides: (0..3).any(|a| active[a] && !grid.periodic()[a]),
             cells: grid.cells().iter().product::<usize>() as f64,
             fluid_cells: 0.0,
             exchange_time: Duration::ZERO,
@@ -492,7 +496,9 @@ impl PatchedMultigrid {
 
     /// Fills the seam ghosts of `which` from the patches owning them,
     /// then its physical sides again (homogeneous conditions with
-    /// `homogeneous`). Nothing with one patch: its writers filled it.
+    /// `homogeneous`; on a grid periodic along every axis the exchange
+    /// wrote every ghost point, a patch's own periodic images included).
+    /// Nothing with one patch: its writers filled it.
     fn exchange(&mut self, which: Vector, homogeneous: bool) -> SolverResult<()> {
         if self.layout.len() == 1 {
             return Ok(());
@@ -515,20 +521,23 @@ impl PatchedMultigrid {
         );
         self.exchange_time += started.elapsed();
         exchanged?;
-        for patch in &mut self.patches {
-            patch.refill(which, homogeneous)?;
+        if self.physical_sides {
+            for patch in &mut self.patches {
+                patch.refill(which, homogeneous)?;
+            }
         }
         Ok(())
     }
 
     /// `sweeps` Jacobi sweeps on `level` of every patch, the seams
-    /// exchanged after each.
+    /// exchanged after each but the last unless `ghosts_after`.
     fn smooth(
         &mut self,
         level: usize,
         sweeps: usize,
         homogeneous: bool,
         from_zero: bool,
+        ghosts_after: bool,
     ) -> SolverResult<()> {
         if sweeps == 0 {
             if from_zero {
@@ -542,28 +551,49 @@ impl PatchedMultigrid {
             for patch in &mut self.patches {
                 patch.smooth(level, 1, homogeneous, from_zero && sweep == 0)?;
             }
-            self.exchange(Vector::Solution(level), homogeneous)?;
+            if ghosts_after || sweep + 1 < sweeps {
+                self.exchange(Vector::Solution(level), homogeneous)?;
+            }
         }
         Ok(())
     }
 
     /// One V-cycle on `level` (see [`Multigrid`]'s), the agglomeration
-    /// level handing over to the whole coarse hierarchy.
-    fn cycle(&mut self, level: usize, homogeneous: bool, from_zero: bool) -> SolverResult<()> {
+    /// level handing over to the whole coarse hierarchy. With
+    /// `ghosts_after` false the result's seam ghosts are left stale (its
+    /// last exchange skipped): for a caller that reads only its interior.
+    fn cycle(
+        &mut self,
+        level: usize,
+        homogeneous: bool,
+        from_zero: bool,
+        ghosts_after: bool,
+    ) -> SolverResult<()> {
         if level + 1 == self.patches[0].levels() {
             return self.agglomerate(level);
         }
-        self.smooth(level, self.options.pre_smoothing, homogeneous, from_zero)?;
+        // The residual reads the smoothed values' ghosts.
+        self.smooth(
+            level,
+            self.options.pre_smoothing,
+            homogeneous,
+            from_zero,
+            true,
+        )?;
         for patch in &mut self.patches {
             patch.residual(level)?;
             patch.restrict_residual(level)?;
         }
-        self.cycle(level + 1, true, true)?;
+        // The prolongation reads the coarse correction's ghosts.
+        self.cycle(level + 1, true, true, true)?;
         for patch in &mut self.patches {
             patch.correct(level, homogeneous)?;
         }
-        self.exchange(Vector::Solution(level), homogeneous)?;
-        self.smooth(level, self.options.post_smoothing, homogeneous, false)
+        let post = self.options.post_smoothing;
+        if ghosts_after || post > 0 {
+            self.exchange(Vector::Solution(level), homogeneous)?;
+        }
+        self.smooth(level, post, homogeneous, false, ghosts_after)
     }
 
     /// The coarse correction: `level`'s right-hand sides of every patch
@@ -596,7 +626,8 @@ impl PatchedMultigrid {
 
 impl PoissonSpace for PatchedMultigrid {
     fn v_cycle(&mut self) -> SolverResult<()> {
-        self.cycle(0, false, false)
+        // The residual norm after it reads the ghosts.
+        self.cycle(0, false, false, true)
     }
 
     fn residual_norm(&mut self) -> SolverResult<f64> {
@@ -621,7 +652,11 @@ impl PoissonSpace for PatchedMultigrid {
         for patch in &mut self.patches {
             patch.lend_residual_as_rhs();
         }
-        let outcome = self.cycle(0, true, true);
+        // CG reads only the interior of the preconditioned residual `z`:
+        // its inner product with `r`, and the direction `p = z + beta p`,
+        // whose own exchange fills `p`'s ghosts (`direction`,
+        // `first_direction`). The last exchange of `z` is skipped.
+        let outcome = self.cycle(0, true, true, false);
         for patch in &mut self.patches {
             patch.lend_residual_as_rhs();
         }
@@ -632,7 +667,8 @@ impl PoissonSpace for PatchedMultigrid {
         for patch in &mut self.patches {
             patch.cg_first_direction()?;
         }
-        Ok(())
+        // `p = z` copied `z`'s stale seam ghosts (see `precondition`).
+        self.exchange(Vector::CgDirection, true)
     }
 
     fn search(&mut self) -> SolverResult<()> {

@@ -123,8 +123,13 @@ pub(crate) fn preconditioned_cg(
         }
         space.search()?;
         let alpha = rz / space.product(Product::DirectionImage)?;
-        residuals.push(space.advance(alpha)?);
+        let residual = space.advance(alpha)?;
+        residuals.push(residual);
         iterations += 1;
+        // The solution is final: no V-cycle for a direction never taken.
+        if residual <= target || !residual.is_finite() {
+            break;
+        }
         space.precondition()?;
         let rz_next = space.product(Product::ResidualZ)?;
         space.direction(rz_next / rz)?;
