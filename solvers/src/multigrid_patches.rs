@@ -37,8 +37,12 @@
 //!   problem with a Dirichlet side (no mean to remove) equal it bit for
 //!   bit.
 //! * **Costs.** Each Jacobi sweep, correction and CG direction exchanges
-//!   one field's seams; the agglomeration gathers level `D` (a few hundred
-//!   cells on the usual grids) to every rank once per cycle.
+//!   one field's seams, except the last sweep of a preconditioning cycle
+//!   (CG reads only the interior of its result; the direction built from
+//!   it is exchanged instead); the agglomeration gathers level `D` (a few
+//!   hundred cells on the usual grids) to every rank once per cycle.
+//!   `cargo bench -p watershed-solvers --bench poisson_patches` times the
+//!   solve against the whole domain's.
 //!
 //! Second and fourth order (the finest level then has 3 ghost layers and
 //! exchanges them), on the CPU. Immersed bodies close faces as on the
