@@ -46,6 +46,7 @@ for ranks in 1 2 4; do
     mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_transport
     mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_flow
     mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_poisson
+    mpirun --oversubscribe -np "$ranks" target/debug/examples/mpi_reductions
 done
 # The watershed program under mpirun: bitwise dumps and checkpoints,
 # a restart on another rank count, errors and a killed rank.

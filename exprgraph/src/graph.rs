@@ -331,6 +331,27 @@ impl ExpressionGraph {
             .collect()
     }
 
+    /// The reduction nodes (after fusion), in plan order.
+    pub(crate) fn reductions(&self) -> Vec<&crate::LanguageReduction> {
+        self.plan
+            .order
+            .iter()
+            .filter_map(|&n| self.plan.nodes[n].form.reduction())
+            .collect()
+    }
+
+    /// The names of the nodes that read parameter `id` (a reduction's
+    /// result) in the same execution, in plan order.
+    pub(crate) fn parameter_readers(&self, id: u64) -> Vec<String> {
+        self.plan
+            .order
+            .iter()
+            .map(|&n| &self.plan.nodes[n])
+            .filter(|n| n.parameters_read.contains(&id))
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
     /// The language kernels one execution runs after fusion: one per
     /// language node, one per masked assignment of each language modifier
     /// (a boundary condition is one per side and ghost layer).

@@ -17,7 +17,15 @@
 //! patch spans. The exchange also copies a patch's own periodic images, so
 //! a graph without any condition is complete after it.
 //!
-//! Collective calls ([`PatchedGraphs::exchange`], the gathers) must be
+//! Reductions: each patch's graph reduces its own interior; after an
+//! execution every reduction's raw partial result is gathered from every
+//! rank and combined in patch order ([`PatchedGraphs::execute`]), so the
+//! parameter holds the whole domain's value, the same bits on any number
+//! of ranks for one layout. A node that read the parameter during the
+//! execution would have read one patch's part: such a recipe is refused.
+//!
+//! Collective calls ([`PatchedGraphs::exchange`], the gathers, and on
+//! several patches an execution of a graph with reductions) must be
 //! made by every rank in the same order; a rank that fails returns its
 //! error, and the caller of a run on several ranks must end the job.
 
@@ -111,8 +119,11 @@ impl PatchedGraphs {
     /// with `recipe` (the recipe a whole-domain run uses, given the patch
     /// instead of the whole domain). An error naming the patch when the
     /// recipe builds on another patch, or, on more than one patch, when
-    /// its graph holds a reduction or an iterative solve (either would see
-    /// the patch's cells only).
+    /// its graph holds an iterative solve (it would solve on the patch
+    /// alone) or a reduction that a node of the same graph reads (it
+    /// would read the patch's partial result). Reductions read after an
+    /// execution are combined across the patches
+    /// ([`Self::execute`]).
     pub fn build<E: From<GraphError>>(
         layout: PatchLayout,
         link: Rc<dyn RankLink>,
@@ -138,6 +149,9 @@ impl PatchedGraphs {
             }
             if layout.len() > 1 {
                 refuse_whole_domain_nodes(&graph, index, layout.len()).map_err(E::from)?;
+            }
+            if let Some(first) = graphs.first() {
+                same_reductions(first, &graph, owned.start, index).map_err(E::from)?;
             }
             graphs.push(graph);
         }
@@ -179,12 +193,64 @@ impl PatchedGraphs {
         self.exchange_time.get()
     }
 
-    /// Executes every owned patch's graph in patch order. A patch's error
-    /// is returned as it is (its points are the patch's own; add the
-    /// patch's offset to place them in the grid).
+    /// Executes every owned patch's graph in patch order, then sets each
+    /// reduction's parameter to its value over the whole domain: every
+    /// patch's partial result (of every rank, collective on more than one
+    /// patch) combined in patch order, then finished
+    /// ([`LanguageReduction::finishing_with`](crate::LanguageReduction::finishing_with))
+    /// and checked where the reduction asks for it. A minimum or maximum
+    /// is the whole domain's bit for bit; a sum adds the patches' sums in
+    /// patch order, the same on any number of ranks for one layout (to
+    /// rounding the whole domain's, which adds in another order). A
+    /// patch's error is returned as it is (its points are the patch's
+    /// own; add the patch's offset to place them in the grid).
     pub fn execute(&self, mode: ExecutionMode) -> GraphResult<()> {
         for graph in &self.graphs {
             graph.execute(mode)?;
+        }
+        self.combine_reductions()
+    }
+
+    /// Every owned graph's reductions' partial results gathered from every
+    /// rank, combined in patch order and published in every owned graph
+    /// (see [`Self::execute`]). Nothing with one patch, whose graph
+    /// published the whole domain's values.
+    fn combine_reductions(&self) -> GraphResult<()> {
+        if self.layout.len() == 1 {
+            return Ok(());
+        }
+        let Some(first) = self.graphs.first() else {
+            return Ok(());
+        };
+        let count = first.reductions().len();
+        if count == 0 {
+            return Ok(());
+        }
+        let mine: Vec<f64> = self
+            .graphs
+            .iter()
+            .flat_map(|graph| graph.reductions().into_iter().map(|r| r.last_raw()))
+            .collect();
+        let ranks = self.link.ranks();
+        let counts = (0..ranks)
+            .map(|rank| Ok(self.layout.owned_by(rank, ranks)?.len() * count))
+            .collect::<FieldResult<Vec<usize>>>()?;
+        let started = Instant::now();
+        let all = self.link.gather_in_rank_order(&mine, &counts);
+        self.spent(started);
+        let all = all?;
+        for (k, reduction) in first.reductions().into_iter().enumerate() {
+            let kind = reduction.reduction();
+            let total = all
+                .iter()
+                .skip(k)
+                .step_by(count)
+                .copied()
+                .reduce(|a, b| kind.merge(a, b))
+                .unwrap_or_else(|| kind.identity());
+            for graph in &self.graphs {
+                graph.reductions()[k].publish(total)?;
+            }
         }
         Ok(())
     }
@@ -413,6 +479,7 @@ impl PatchedGraphs {
         for (graph, plan) in self.graphs.iter().zip(plans) {
             graph.execute_rim(mode, plan)?;
         }
+        self.combine_reductions()?;
         Ok(exchanged)
     }
 
@@ -547,18 +614,48 @@ fn refuse_whole_domain_nodes(
     index: usize,
     patches: usize,
 ) -> GraphResult<()> {
-    let reductions = graph.node_names_of_kind(crate::ExpressionKind::Reduction);
-    if !reductions.is_empty() {
-        return Err(GraphError::Usage(format!(
-            "the recipe's graph for patch {index} holds the reduction(s) {}: on {patches} patches each would reduce over its own patch's cells and its parameter would keep the last patch's value; reduce the whole field instead (whole_field or gather_field), or leave the reduction out of the recipe",
-            reductions.join(", ")
-        )));
+    for reduction in graph.reductions() {
+        let read_by = graph.parameter_readers(reduction.parameter().id());
+        if !read_by.is_empty() {
+            return Err(GraphError::Usage(format!(
+                "the recipe's graph for patch {index} holds the reduction {}, whose parameter {} the node(s) {} of the same graph read: on {patches} patches they would read the patch's own partial result; read the parameter after the execution (PatchedGraphs combines the patches' results then), or split the recipe in two graphs",
+                reduction.result(),
+                reduction.parameter().name(),
+                read_by.join(", ")
+            )));
+        }
     }
     let solves = graph.node_names_of_kind(crate::ExpressionKind::IterativeSolve);
     if !solves.is_empty() {
         return Err(GraphError::Usage(format!(
             "the recipe's graph for patch {index} holds the iterative solve(s) {}: on {patches} patches each would solve on its own patch alone; solve on the patches with a decomposed solver (watershed_solvers' PatchedMultigrid) between executions, or leave the solve out of the recipe",
             solves.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// An error naming patch `index` when its graph's reductions (their
+/// results, in plan order) are not those of patch `first`'s graph: the
+/// patches' partial results are combined by position.
+fn same_reductions(
+    first: &ExpressionGraph,
+    graph: &ExpressionGraph,
+    first_index: usize,
+    index: usize,
+) -> GraphResult<()> {
+    let names = |g: &ExpressionGraph| -> Vec<String> {
+        g.reductions()
+            .iter()
+            .map(|r| format!("{} ({:?})", r.result(), r.reduction()))
+            .collect()
+    };
+    let (expected, found) = (names(first), names(graph));
+    if expected != found {
+        return Err(GraphError::Usage(format!(
+            "the recipe's graph for patch {index} holds the reductions [{}], patch {first_index}'s [{}]: build every patch's graph with one recipe",
+            found.join(", "),
+            expected.join(", ")
         )));
     }
     Ok(())

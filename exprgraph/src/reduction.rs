@@ -23,6 +23,7 @@ use crate::expression::{
     inputs_after_inlining, parameter_ids, used_inputs,
 };
 use crate::tag::Tag;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use watershed_fields::{FieldLayout, GpuStream, Location, LocationKind};
 use watershed_operators::gpu_reduction::gpu_reduction;
@@ -71,6 +72,20 @@ pub struct LanguageReduction {
     finish: Option<fn(f64) -> f64>,
     check_finite: bool,
     prepared: PreparedCache,
+    /// The raw value of the last run (before `finish`), as bits: what a
+    /// graph on one patch of several contributes to the whole domain's
+    /// result ([`crate::patched::PatchedGraphs`]).
+    last_raw: LastRaw,
+}
+
+/// The raw value a reduction last computed; a clone keeps it.
+#[derive(Debug, Default)]
+struct LastRaw(AtomicU64);
+
+impl Clone for LastRaw {
+    fn clone(&self) -> Self {
+        LastRaw(AtomicU64::new(self.0.load(Ordering::Relaxed)))
+    }
 }
 
 /// The reduction as last run; a clone starts empty.
@@ -132,6 +147,7 @@ impl LanguageReduction {
             finish: None,
             check_finite: false,
             prepared: PreparedCache::default(),
+            last_raw: LastRaw::default(),
         }
     }
 
@@ -224,8 +240,15 @@ impl LanguageReduction {
         Ok(prepared.run_with(bound, parallelism)?)
     }
 
+    /// The raw value (before [`Self::finishing_with`]'s function) of the
+    /// last run; 0 before the first.
+    pub(crate) fn last_raw(&self) -> f64 {
+        f64::from_bits(self.last_raw.0.load(Ordering::Relaxed))
+    }
+
     /// Finishes `raw`, checks it when asked to, and writes the parameter.
-    fn publish(&self, raw: f64) -> GraphResult<()> {
+    pub(crate) fn publish(&self, raw: f64) -> GraphResult<()> {
+        self.last_raw.0.store(raw.to_bits(), Ordering::Relaxed);
         let value = self.finish.map_or(raw, |finish| finish(raw));
         if self.check_finite && !value.is_finite() {
             return Err(GraphError::ReductionNotFinite {

@@ -569,18 +569,175 @@ fn patched_graphs_exchange_face_fields_with_the_whole_domains_bits() {
     }
 }
 
-/// A recipe whose graph reduces a field (here the sum of `phi`) would, on
-/// several patches, reduce each patch's cells alone and leave the
-/// parameter holding the last patch's value: `PatchedGraphs::build`
-/// refuses it, naming the reduction and the patch. On one patch, the
-/// whole domain, it builds and reduces the whole field.
+/// The reductions of the reduction test's recipe: what each computes, and
+/// its parameter.
+struct Reductions {
+    sum: watershed_operators::Parameter,
+    largest: watershed_operators::Parameter,
+    smallest: watershed_operators::Parameter,
+    norm: watershed_operators::Parameter,
+    jumps: watershed_operators::Parameter,
+}
+
+/// A graph on `patch` reducing `phi`: its sum, its largest and smallest
+/// value, its L2 norm (a sum of squares finished by `sqrt`) and the sum of
+/// the squared differences between x neighbours (which reads ghosts);
+/// `next = 2 phi` keeps it executing something else.
+fn reducing_graph(
+    patch: &Patch,
+    phi: &Tag,
+    next: &Tag,
+    parameters: &Reductions,
+) -> Result<ExpressionGraph, GraphError> {
+    use watershed_exprgraph::LanguageReduction;
+    use watershed_operators::Reduction;
+    let mut factory = Factory::new();
+    factory.placeholder(phi.clone(), watershed_fields::LocationKind::CellCentre)?;
+    let read = phi.clone();
+    factory.register(LanguageExpression::new::<CellCentre>(
+        next.clone(),
+        move |s| 2.0 * s.field::<CellCentre>(&read),
+    ))?;
+    let mut roots = vec![next.clone()];
+    let plain = [
+        ("sum", &parameters.sum, Reduction::Sum),
+        ("largest", &parameters.largest, Reduction::Max),
+        ("smallest", &parameters.smallest, Reduction::Min),
+        ("norm", &parameters.norm, Reduction::SumOfSquares),
+    ];
+    for (name, parameter, kind) in plain {
+        let read = phi.clone();
+        let mut reduction =
+            LanguageReduction::new::<CellCentre>(Tag::none(name), parameter, kind, move |s| {
+                s.field::<CellCentre>(&read)
+            });
+        if kind == Reduction::SumOfSquares {
+            reduction = reduction.finishing_with(f64::sqrt);
+        }
+        factory.register_reduction(reduction)?;
+        roots.push(Tag::none(name));
+    }
+    let read = phi.clone();
+    factory.register_reduction(LanguageReduction::new::<CellCentre>(
+        Tag::none("jumps"),
+        &parameters.jumps,
+        Reduction::SumOfSquares,
+        move |s| {
+            let phi = s.field::<CellCentre>(&read);
+            watershed_operators::shift(phi.clone(), [1, 0, 0]) - phi
+        },
+    ))?;
+    roots.push(Tag::none("jumps"));
+    let graph = ExpressionGraph::build(&factory, &roots, patch, &GraphOptions::default())?;
+    graph.fill_placeholder(phi)?;
+    Ok(graph)
+}
+
 #[test]
-fn patched_graphs_refuse_a_reduction_that_would_see_one_patch() {
+fn patched_graphs_combine_every_patchs_reduction_in_patch_order() {
+    let (nx, ny) = (8, 6);
+    let grid = Grid::new([nx, ny, 1], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true, true, false]);
+    let h = grid.spacing();
+    // Small integers: every sum is exact in any order, so every layout
+    // must give the hand-written loop's bits.
+    let value = |i: usize, j: usize| ((3 * i + 5 * j) % 7) as f64 - 3.0;
+    let at = |x: [f64; 3]| {
+        let i = (x[0] / h[0]).floor() as isize;
+        let j = (x[1] / h[1]).floor() as isize;
+        value(
+            i.rem_euclid(nx as isize) as usize,
+            j.rem_euclid(ny as isize) as usize,
+        )
+    };
+    let (mut sum, mut largest, mut smallest, mut squares, mut jumps) =
+        (0.0, f64::NEG_INFINITY, f64::INFINITY, 0.0, 0.0);
+    for j in 0..ny {
+        for i in 0..nx {
+            let v = value(i, j);
+            sum += v;
+            largest = f64::max(largest, v);
+            smallest = f64::min(smallest, v);
+            squares += v * v;
+            let jump = value((i + 1) % nx, j) - v;
+            jumps += jump * jump;
+        }
+    }
+    let phi = Tag::none("phi");
+    let next = Tag::none("next");
+    let parameters = Reductions {
+        sum: watershed_operators::Parameter::new("sum", f64::NAN),
+        largest: watershed_operators::Parameter::new("largest", f64::NAN),
+        smallest: watershed_operators::Parameter::new("smallest", f64::NAN),
+        norm: watershed_operators::Parameter::new("norm", f64::NAN),
+        jumps: watershed_operators::Parameter::new("jumps", f64::NAN),
+    };
+    for counts in [[1, 1, 1], [2, 1, 1], [2, 3, 1], [4, 2, 1]] {
+        for overlapped in [false, true] {
+            let layout = PatchLayout::new(&grid, counts, GhostWidth::uniform(1)).unwrap();
+            let graphs = PatchedGraphs::build(layout, Rc::new(SingleProcess), |patch| {
+                reducing_graph(patch, &phi, &next, &parameters)
+            })
+            .unwrap();
+            // `at` wraps the periodic axes: every ghost right. On several
+            // patches the ghosts are then spoilt, so that the jumps must
+            // read what the exchange brings.
+            graphs.set_field::<CellCentre>(&phi, at).unwrap();
+            let spoilt = if graphs.layout().len() > 1 {
+                graphs.graphs()
+            } else {
+                &[]
+            };
+            for graph in spoilt {
+                graph
+                    .with_field_mut::<CellCentre, _>(&phi, |f| -> Result<(), GraphError> {
+                        let layout = f.layout().clone();
+                        let values = f.values_mut()?;
+                        for p in layout.allocated().iter() {
+                            if !layout.interior().contains(p) {
+                                values[layout.linear_index(p)] = 1.0e3;
+                            }
+                        }
+                        Ok(())
+                    })
+                    .unwrap()
+                    .unwrap();
+            }
+            for parameter in [
+                &parameters.sum,
+                &parameters.largest,
+                &parameters.smallest,
+                &parameters.norm,
+                &parameters.jumps,
+            ] {
+                parameter.set(f64::NAN);
+            }
+            if overlapped {
+                graphs
+                    .exchange_and_execute(std::slice::from_ref(&phi), ExecutionMode::Serial)
+                    .unwrap();
+            } else {
+                graphs.exchange(std::slice::from_ref(&phi)).unwrap();
+                graphs.execute(ExecutionMode::Serial).unwrap();
+            }
+            let case = format!("{counts:?}, overlapped {overlapped}");
+            assert_eq!(parameters.sum.get(), sum, "{case}");
+            assert_eq!(parameters.largest.get(), largest, "{case}");
+            assert_eq!(parameters.smallest.get(), smallest, "{case}");
+            assert_eq!(parameters.norm.get(), squares.sqrt(), "{case}");
+            assert_eq!(parameters.jumps.get(), jumps, "{case}");
+        }
+    }
+}
+
+#[test]
+fn patched_graphs_refuse_a_reduction_read_in_the_same_graph() {
     let grid = Grid::new([8, 6, 1], [1.0; 3], [0.0; 3])
         .unwrap()
         .with_periodic([true, true, false]);
     let total = watershed_operators::Parameter::new("sum of phi", 0.0);
-    let phi = Tag::none("phi");
+    let (phi, scaled) = (Tag::none("phi"), Tag::none("phi / sum"));
     let recipe = |patch: &Patch| {
         let mut factory = Factory::new();
         factory
@@ -595,12 +752,19 @@ fn patched_graphs_refuse_a_reduction_that_would_see_one_patch() {
                 move |s| s.field::<CellCentre>(&read),
             ))
             .unwrap();
-        let graph = ExpressionGraph::build(
-            &factory,
-            &[Tag::none("sum of phi")],
-            patch,
-            &GraphOptions::default(),
-        )?;
+        let (read, sum) = (phi.clone(), total.clone());
+        factory
+            .register(LanguageExpression::new::<CellCentre>(
+                scaled.clone(),
+                move |s| s.field::<CellCentre>(&read) / sum.expr(),
+            ))
+            .unwrap();
+        let options = GraphOptions {
+            persistent: vec![scaled.clone()],
+            ..GraphOptions::default()
+        };
+        let graph =
+            ExpressionGraph::build(&factory, std::slice::from_ref(&scaled), patch, &options)?;
         graph.fill_placeholder(&phi)?;
         Ok::<_, GraphError>(graph)
     };
@@ -609,13 +773,24 @@ fn patched_graphs_refuse_a_reduction_that_would_see_one_patch() {
         Err(GraphError::Usage(why)) => {
             assert!(why.contains("patch 0"), "{why}");
             assert!(why.contains("sum of phi"), "{why}");
+            assert!(why.contains("phi / sum"), "{why}");
             assert!(why.contains("on 2 patches"), "{why}");
         }
-        other => panic!("expected a usage error naming the reduction, got {other:?}"),
+        other => {
+            panic!("expected a usage error naming the reduction and its reader, got {other:?}")
+        }
     }
+    // On one patch the reduction sees the whole domain: accepted.
     let whole = PatchLayout::new(&grid, [1, 1, 1], GhostWidth::uniform(1)).unwrap();
     let graphs = PatchedGraphs::build(whole, Rc::new(SingleProcess), recipe).unwrap();
     graphs.set_field::<CellCentre>(&phi, |_| 0.5).unwrap();
     graphs.execute(ExecutionMode::Serial).unwrap();
     assert_eq!(total.get(), 0.5 * 48.0);
+    let first = graphs.graphs()[0]
+        .with_field::<CellCentre, _>(&scaled, |f| {
+            f.values().map(|v| v[f.layout().linear_index([0, 0, 0])])
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, 0.5 / 24.0);
 }
