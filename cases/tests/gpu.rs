@@ -5,17 +5,22 @@
 //! the launches' arguments and kernels in
 //! `operators/tests/suite/gpu_launch_on_host.rs`).
 
+use std::rc::Rc;
 use std::sync::{Mutex, MutexGuard};
 use watershed_cases::cases::scalability::{
     exprlib_factory, exprlib_heterogeneous_graph, gamma, gamma_value, initial_phi, phi, phi_next,
 };
 use watershed_exprgraph::GraphError;
+use watershed_exprgraph::patched::PatchedGraphs;
 use watershed_exprgraph::{
     ExecutionMode, ExpressionGraph, Factory, GpuScratch, GraphOptions, LanguageExpression,
     LanguageReduction, NativeExpression, PlacementPolicy, StepReplay, StreamMode, Tag, Target,
 };
 use watershed_fields::gpu::gpu_for_tests;
-use watershed_fields::{CellCentre, Device, Grid, HostMemory, LocationKind, MemoryPool, Patch};
+use watershed_fields::ranks::SingleProcess;
+use watershed_fields::{
+    CellCentre, Device, GhostWidth, Grid, HostMemory, LocationKind, MemoryPool, Patch, PatchLayout,
+};
 use watershed_operators::{Parameter, Reduction, abs, laplacian};
 
 /// The GPU and a lock held for the test's duration: the tests of this
@@ -480,6 +485,117 @@ fn a_reduction_on_the_gpu_gives_the_cpus_bits_and_feeds_later_nodes() {
     let scaled = Tag::none("scaled");
     let (worst, differing) = difference(&values(&gpu_graph, &scaled), &values(&cpu, &scaled));
     assert_eq!(differing, 0, "scaled differs by up to {worst:e}");
+}
+
+/// Three explicit steps of `next = phi + 0.1 lap(phi)` on 2 x 2 x 1
+/// patches of a periodic box, `phi`'s seams exchanged before each, with
+/// two reductions (the sum of `next`, the largest `|lap phi|`) combined
+/// over the patches: the last step's parameters, the whole `phi`, the
+/// sum of its interior, and how many nodes of a patch's graph run on a
+/// GPU.
+fn patched_steps(placement: PlacementPolicy) -> (f64, f64, Vec<f64>, f64, usize) {
+    // Unit spacing: 0.1 lap is well inside the explicit limit (1/6).
+    let grid = Grid::new([16, 12, 6], [16.0, 12.0, 6.0], [0.0; 3])
+        .unwrap()
+        .with_periodic([true; 3]);
+    let layout = PatchLayout::new(&grid, [2, 2, 1], GhostWidth::uniform(1)).unwrap();
+    let (sum, largest) = (
+        Parameter::new("sum of next", f64::NAN),
+        Parameter::new("max |lap phi|", f64::NAN),
+    );
+    let (u, next) = (Tag::none("phi"), Tag::none("next"));
+    let graphs = PatchedGraphs::build(layout, Rc::new(SingleProcess), |patch| {
+        let mut factory = Factory::new();
+        factory.placeholder(u.clone(), LocationKind::CellCentre)?;
+        let t = u.clone();
+        factory.register(LanguageExpression::new::<CellCentre>(
+            next.clone(),
+            move |s| {
+                let phi = s.field::<CellCentre>(&t);
+                phi.clone() + 0.1 * laplacian(phi)
+            },
+        ))?;
+        let n = next.clone();
+        factory.register_reduction(LanguageReduction::new::<CellCentre>(
+            Tag::none("sum of next"),
+            &sum,
+            Reduction::Sum,
+            move |s| s.field::<CellCentre>(&n),
+        ))?;
+        let t = u.clone();
+        factory.register_reduction(LanguageReduction::new::<CellCentre>(
+            Tag::none("max |lap phi|"),
+            &largest,
+            Reduction::Max,
+            move |s| abs(laplacian(s.field::<CellCentre>(&t))),
+        ))?;
+        let options = GraphOptions {
+            persistent: vec![next.clone()],
+            placement: placement.clone(),
+            ..Default::default()
+        };
+        let roots = [
+            next.clone(),
+            Tag::none("sum of next"),
+            Tag::none("max |lap phi|"),
+        ];
+        let graph = ExpressionGraph::build(&factory, &roots, patch, &options)?;
+        graph.fill_placeholder(&u)?;
+        Ok::<_, GraphError>(graph)
+    })
+    .unwrap();
+    graphs
+        .set_field::<CellCentre>(&u, |[x, y, z]| {
+            (0.4 * x).sin() * (0.5 * y).cos() + 0.01 * z * x
+        })
+        .unwrap();
+    for _ in 0..3 {
+        graphs.exchange(std::slice::from_ref(&u)).unwrap();
+        graphs.execute(ExecutionMode::Serial).unwrap();
+        graphs.rotate_fields(&[u.clone(), next.clone()]).unwrap();
+    }
+    let whole = graphs.whole_field::<CellCentre>(&u).unwrap();
+    let layout = whole.layout().clone();
+    let values = whole.values().unwrap().to_vec();
+    let interior_sum = layout
+        .interior()
+        .iter()
+        .map(|p| values[layout.linear_index(p)])
+        .sum();
+    let on_gpu = graphs.graphs()[0].device_plan().gpu_nodes();
+    (sum.get(), largest.get(), values, interior_sum, on_gpu)
+}
+
+#[test]
+fn graphs_on_patches_on_the_gpu_exchange_and_reduce_with_the_cpus_bits() {
+    let Some((gpu, _alone)) =
+        gpu_alone("graphs_on_patches_on_the_gpu_exchange_and_reduce_with_the_cpus_bits")
+    else {
+        return;
+    };
+    let (cpu_sum, cpu_largest, cpu_phi, whole_sum, none) = patched_steps(PlacementPolicy::Cpu);
+    let (gpu_sum, gpu_largest, gpu_phi, _, on_gpu) = patched_steps(PlacementPolicy::Gpu(gpu));
+    assert_eq!(none, 0);
+    assert!(on_gpu >= 3, "{on_gpu} nodes on the GPU");
+    // The last step's sum of `next` is the sum of the final `phi` over
+    // the whole domain (added in another order).
+    assert!(cpu_largest > 0.0);
+    assert!(
+        (cpu_sum - whole_sum).abs() <= 1e-12 * whole_sum.abs().max(1.0),
+        "{cpu_sum} vs {whole_sum}"
+    );
+    assert_eq!(
+        gpu_sum.to_bits(),
+        cpu_sum.to_bits(),
+        "{gpu_sum} vs {cpu_sum}"
+    );
+    assert_eq!(
+        gpu_largest.to_bits(),
+        cpu_largest.to_bits(),
+        "{gpu_largest} vs {cpu_largest}"
+    );
+    let (worst, differing) = difference(&gpu_phi, &cpu_phi);
+    assert_eq!(differing, 0, "phi differs by up to {worst:e}");
 }
 
 #[test]
