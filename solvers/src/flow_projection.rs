@@ -6,13 +6,17 @@
 //! a stage runs in four parts on every rank:
 //!
 //! 1. the momentum graphs of the owned patches compute `u*`, gathered into
-//!    the whole domain's fields (`crate::flow_patches`);
-//! 2. a small whole-domain graph computes `div(u*)` and its norm (one
-//!    kernel; every rank holds the whole `u*`), after forcing `u*` where
-//!    immersed bodies are (the flow's own graph forces it again, to the
-//!    same bits, for the correction);
-//! 3. here, each owned patch takes its window of `div(u*)` as right-hand
-//!    side and of the last `psi` as guess, and the [`PatchedMultigrid`]
+//!    the whole domain's fields of the flow's own graph
+//!    (`crate::flow_patches`);
+//! 2. here, a small graph on each owned patch (a [`PatchedGraphs`]) takes
+//!    its momentum graph's `u*` (unforced where bodies are), whose seams
+//!    and periodic images are exchanged, forces it where immersed bodies
+//!    are (the flow's own graph forces it again, to the same bits, for the
+//!    correction) and computes `div(u*)` on the patch: the whole domain's
+//!    values point for point. The norm of `div(u*)` adds the patches' sums
+//!    in patch order;
+//! 3. each owned patch takes its `div(u*)` as right-hand side and its
+//!    window of the last `psi` as guess, and the [`PatchedMultigrid`]
 //!    solves on the patches, across the ranks; the owned patches' `psi`
 //!    interiors are gathered in patch order into the whole domain's `psi`,
 //!    whose ghosts then take the projection's conditions, as the whole
@@ -36,19 +40,28 @@ use crate::windows::{append_interior, place_interior, take_window};
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphError, Tag};
+use watershed_exprgraph::patched::PatchedGraphs;
+use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphError, GraphLocation, Tag};
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
-    CellCentre, Device, FieldLayout, FieldResult, LocationKind, PatchLayout, SpatialField,
+    CellCentre, Device, FieldLayout, FieldResult, LocationKind, PatchLayout, SpatialField, on_face,
 };
 
 /// The projection's solve on the patches one rank owns.
 pub(crate) struct PatchProjection {
     link: Rc<dyn RankLink>,
     owned: Range<usize>,
-    /// `div(u*)` and its norm on the whole domain.
-    divergence: ExpressionGraph,
+    /// With bodies: `u*` forced on each owned patch from the unforced
+    /// velocity (`gathered`).
+    forced: Option<PatchedGraphs>,
+    /// `div(u*)` and its norm on each owned patch.
+    divergence: PatchedGraphs,
     divergence_tag: Tag,
+    /// The velocity components, and the tags the momentum's result is
+    /// known by in the forcing graphs (the unforced velocity) or, without
+    /// bodies, in the divergence graphs (`u*`).
+    active: Vec<usize>,
+    gathered: [Tag; 3],
     psi_tag: Tag,
     solver: PatchedMultigrid,
     /// Per owned patch: the right-hand side and the solution.
@@ -71,7 +84,9 @@ impl PatchProjection {
     /// The solve of `lap(psi) = div(u*)` on the patches of `layout` the rank
     /// of `link` owns, with `walls` and the Laplacian of `order`, the faces
     /// of `immersed`'s bodies closed; `divergence` computes
-    /// `divergence_tag` on the whole domain.
+    /// `divergence_tag` on each owned patch from the components `active`
+    /// of `u*`; with bodies `forced` makes `u*` from the unforced velocity
+    /// `gathered`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         layout: &PatchLayout,
@@ -80,8 +95,11 @@ impl PatchProjection {
         options: MultigridOptions,
         order: SpaceOrder,
         immersed: Option<&Immersed>,
-        divergence: ExpressionGraph,
+        forced: Option<PatchedGraphs>,
+        divergence: PatchedGraphs,
         divergence_tag: Tag,
+        active: &[usize],
+        gathered: [Tag; 3],
         psi_tag: Tag,
     ) -> SolverResult<Self> {
         let mut solver =
@@ -120,8 +138,11 @@ impl PatchProjection {
         Ok(PatchProjection {
             link,
             owned,
+            forced,
             divergence,
             divergence_tag,
+            active: active.to_vec(),
+            gathered,
             psi_tag,
             solver,
             rhs,
@@ -137,12 +158,6 @@ impl PatchProjection {
             moving: Duration::ZERO,
             solving: Duration::ZERO,
         })
-    }
-
-    /// The graph computing `div(u*)` (its `u*` placeholders receive the
-    /// gathered velocity).
-    pub(crate) fn divergence_graph(&self) -> &ExpressionGraph {
-        &self.divergence
     }
 
     /// The report of the last solve that succeeded.
@@ -162,35 +177,73 @@ impl PatchProjection {
     }
 
     /// Wall time in the solver's exchanges and reductions across patches,
-    /// and in moving windows and `psi` between the whole domain and the
-    /// patches.
+    /// in the exchange of `u*`'s seams, and in moving windows and `psi`
+    /// between the whole domain and the patches.
     pub(crate) fn exchange_time(&self) -> Duration {
-        self.solver.exchange_time() + self.moving
+        let forcing = self
+            .forced
+            .as_ref()
+            .map_or(Duration::ZERO, PatchedGraphs::exchange_time);
+        self.solver.exchange_time() + forcing + self.divergence.exchange_time() + self.moving
     }
 
-    /// `div(u*)` on the whole domain, then `psi` solved on the patches and
-    /// gathered into `whole`'s `psi` (collective). A graph's failure comes
-    /// back as it is, for the flow to name the field.
+    /// `div(u*)` on each owned patch from `momentum`'s `provisional`
+    /// velocity (the owned patches' momentum graphs, in patch order), then
+    /// `psi` solved on the patches and gathered into `whole`'s `psi`
+    /// (collective). A graph's failure comes back as it is, for the flow
+    /// to name the field.
     pub(crate) fn solve(
         &mut self,
+        momentum: &[&ExpressionGraph],
+        provisional: &[Tag; 3],
         whole: &ExpressionGraph,
         mode: ExecutionMode,
     ) -> Result<(), ProjectionFailure> {
-        self.divergence
-            .execute(mode)
-            .map_err(|e| ProjectionFailure::Graph(Box::new(e)))?;
+        let graph_failure = |e: GraphError| ProjectionFailure::Graph(Box::new(e));
+        let tags = |of: &[Tag; 3]| -> Vec<Tag> {
+            self.active.iter().map(|&axis| of[axis].clone()).collect()
+        };
+        // u* (unforced with bodies) from the momentum graphs.
         let started = Instant::now();
-        for ((rhs, psi), index) in self
+        let (first, into) = match &self.forced {
+            Some(forced) => (forced, &self.gathered),
+            None => (&self.divergence, provisional),
+        };
+        for (from, to) in momentum.iter().zip(first.graphs()) {
+            for &axis in &self.active {
+                on_face!(axis, F => copy_field::<F>(from, &provisional[axis], to, &into[axis])
+                    .map_err(graph_failure)?);
+            }
+        }
+        self.moving += started.elapsed();
+        if let Some(forced) = &self.forced {
+            // Forced u* on the interiors, then into the divergence graphs.
+            forced
+                .exchange_and_execute(&tags(&self.gathered), mode)
+                .map_err(graph_failure)?;
+            let started = Instant::now();
+            for (from, to) in forced.graphs().iter().zip(self.divergence.graphs()) {
+                for &axis in &self.active {
+                    on_face!(axis, F => copy_field::<F>(from, &provisional[axis], to, &provisional[axis])
+                        .map_err(graph_failure)?);
+                }
+            }
+            self.moving += started.elapsed();
+        }
+        self.divergence
+            .exchange_and_execute(&tags(provisional), mode)
+            .map_err(graph_failure)?;
+        let started = Instant::now();
+        for ((rhs, psi), (graph, index)) in self
             .rhs
             .iter_mut()
             .zip(&mut self.psi)
-            .zip(self.owned.clone())
+            .zip(self.divergence.graphs().iter().zip(self.owned.clone()))
         {
             let offset = self.parts[index].0;
-            self.divergence
-                .with_field::<CellCentre, _>(&self.divergence_tag, |from| {
-                    take_window(from, rhs, offset, false)
-                })??;
+            graph.with_field::<CellCentre, _>(&self.divergence_tag, |from| {
+                take_window(from, rhs, [0; 3], false)
+            })??;
             whole.with_field::<CellCentre, _>(&self.psi_tag, |from| {
                 take_window(from, psi, offset, false)
             })??;
@@ -220,6 +273,27 @@ impl PatchProjection {
         self.moving += started.elapsed();
         Ok(())
     }
+}
+
+/// Copies every allocated value of `from`'s field `tag` into `to`'s field
+/// `into` (both on one patch, at `F`).
+fn copy_field<F: GraphLocation>(
+    from: &ExpressionGraph,
+    tag: &Tag,
+    to: &ExpressionGraph,
+    into: &Tag,
+) -> Result<(), GraphError> {
+    from.with_field::<F, _>(tag, |source| {
+        to.with_field_mut::<F, _>(into, |target| -> Result<(), GraphError> {
+            if source.layout() != target.layout() {
+                return Err(GraphError::Usage(format!(
+                    "{tag} of the momentum graph and {into} of the divergence graph lie on different layouts; build both on the same patch"
+                )));
+            }
+            target.values_mut()?.copy_from_slice(source.values()?);
+            Ok(())
+        })?
+    })?
 }
 
 /// Why a decomposed projection failed.

@@ -259,8 +259,10 @@ impl Immersed {
     }
 
     /// The forcing map of velocity component `axis` over `layout`'s
-    /// allocated points. A forced interior face whose outward neighbour is
-    /// not allocated is an error (the body is too close to a side).
+    /// allocated points (the whole domain's, or a patch's, whose faces lie
+    /// at their indices plus the patch's offset). A forced interior face
+    /// whose outward neighbour is not allocated is an error (the body is
+    /// too close to a side).
     pub(crate) fn forcing(&self, axis: usize, layout: &FieldLayout) -> SolverResult<FaceForcing> {
         let allocated = layout.allocated();
         let interior = layout.interior();
@@ -275,9 +277,12 @@ impl Immersed {
             solid: 0,
             forced: 0,
         };
+        // A patch's faces are placed by their indices in the whole grid.
+        let patch_offset = layout.patch().offset();
         for index in allocated.iter() {
             let at = layout.linear_index(index);
-            let x = self.face_position(axis, index);
+            let global = [0, 1, 2].map(|a| index[a] + patch_offset[a] as isize);
+            let x = self.face_position(axis, global);
             let (phi, body) = self.nearest(x);
             if phi < 0.0 {
                 forcing.keep[at] = 0.0;
@@ -313,9 +318,10 @@ impl Immersed {
                     return Err(SolverError::Setup {
                         equation: "incompressible flow".into(),
                         reason: format!(
-                            "body '{}' comes within a cell of a side: the forced face {index:?} of {} interpolates from {outward:?}, outside the grid; keep bodies at least two cells off the sides",
+                            "body '{}' comes within a cell of a side: the forced face {global:?} of {} interpolates from {:?}, outside the grid; keep bodies at least two cells off the sides",
                             self.bodies[body].name(),
-                            ["u", "v", "w"][axis]
+                            ["u", "v", "w"][axis],
+                            [0, 1, 2].map(|a| global[a] + offset[a])
                         ),
                     });
                 }
@@ -450,7 +456,7 @@ impl Immersed {
 mod tests {
     use super::*;
     use crate::body::Shape;
-    use watershed_fields::{Device, SpatialField, XFace, YFace};
+    use watershed_fields::{Device, LocationKind, SpatialField, XFace, YFace};
 
     fn grid() -> Grid {
         Grid::new([16, 16, 1], [1.0, 1.0, 1.0], [0.0; 3]).unwrap()
@@ -528,6 +534,65 @@ mod tests {
         let v = SpatialField::<YFace>::new("v", &patch, Device::Cpu).unwrap();
         let vertical = immersed.forcing(1, v.layout()).unwrap();
         assert_eq!(vertical.solid, forcing.solid, "the disc is symmetric");
+    }
+
+    /// A patch's forcing map holds, at each of its interior faces, the
+    /// whole domain's coefficients at the same face of the grid: its faces
+    /// are placed by their indices plus the patch's offset.
+    #[test]
+    fn a_patchs_forcing_is_the_whole_domains_at_the_same_faces() {
+        let body =
+            Body::fixed("disc", Shape::circle([0.45, 0.55, 0.0], 0.2)).rotating([0.0, 0.0, 2.0]);
+        let immersed = Immersed::new(vec![body], &grid()).unwrap();
+        let whole_patch = grid().whole_domain(1);
+        let layout = watershed_fields::PatchLayout::new(
+            &grid(),
+            [2, 2, 1],
+            watershed_fields::GhostWidth::uniform(1),
+        )
+        .unwrap();
+        for axis in [0, 1] {
+            let kind = [LocationKind::XFace, LocationKind::YFace][axis];
+            let whole_layout = FieldLayout::new(&whole_patch, kind);
+            let whole = immersed.forcing(axis, &whole_layout).unwrap();
+            let coefficient = |forcing: &FaceForcing, offset: [isize; 3], at: usize| {
+                forcing
+                    .neighbours
+                    .iter()
+                    .find(|(o, _)| *o == offset)
+                    .map_or(0.0, |(_, c)| c[at])
+            };
+            let (mut solid, mut forced) = (0, 0);
+            for index in 0..layout.len() {
+                let patch = layout.patch(index).unwrap();
+                let part_layout = FieldLayout::new(&patch, kind);
+                let part = immersed.forcing(axis, &part_layout).unwrap();
+                let offset = patch.offset().map(|o| o as isize);
+                for point in part_layout.interior().iter() {
+                    let global = [0, 1, 2].map(|a| point[a] + offset[a]);
+                    let (at, whole_at) = (
+                        part_layout.linear_index(point),
+                        whole_layout.linear_index(global),
+                    );
+                    let what = format!("axis {axis}, patch {index}, face {global:?}");
+                    assert_eq!(part.keep[at], whole.keep[whole_at], "{what}");
+                    assert_eq!(part.value[at], whole.value[whole_at], "{what}");
+                    assert_eq!(part.open[at], whole.open[whole_at], "{what}");
+                    for step in [[1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, -1, 0]] {
+                        assert_eq!(
+                            coefficient(&part, step, at),
+                            coefficient(&whole, step, whole_at),
+                            "{what}, neighbour {step:?}"
+                        );
+                    }
+                }
+                solid += part.solid;
+                forced += part.forced;
+            }
+            // Every solid and forced face lies on one patch.
+            assert!(whole.solid > 0 && whole.forced > 0);
+            assert_eq!((solid, forced), (whole.solid, whole.forced), "axis {axis}");
+        }
     }
 
     #[test]

@@ -40,6 +40,7 @@ use crate::stepping::{self, StabilityLimit, Stepping, TimeStep};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use watershed_exprgraph::patched::PatchedGraphs;
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
     LanguageExpression, LanguageReduction, PlacementPolicy, Symbols, Tag,
@@ -451,6 +452,9 @@ impl IncompressibleFlowBuilder {
         // the solve on the patches between it and this graph.
         let decomposed = split.is_some() && !self.replicated_projection;
         let mut divergence_factory = Factory::new();
+        // With bodies and the solve on patches: the graphs forcing each
+        // patch's unforced velocity, before the divergence graphs.
+        let mut forcing_factory = Factory::new();
         for &axis in &active {
             recipe.declare_state(&mut factory, axis)?;
             if split.is_none() {
@@ -488,15 +492,18 @@ impl IncompressibleFlowBuilder {
                 let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
                 factory.placeholder(gathered_tags[axis].clone(), location)?;
                 if decomposed {
-                    // The divergence graph forces the gathered velocity
-                    // too: the solve needs div(u*) of the forced u*
-                    // before the flow's own graph runs.
-                    divergence_factory.placeholder(gathered_tags[axis].clone(), location)?;
+                    // The divergence graphs on the patches read u*; with
+                    // bodies the forcing graphs make it first from the
+                    // unforced velocity (forced again, to the same bits,
+                    // in this graph for the correction): the solve needs
+                    // div(u*) of the forced u* before this graph runs.
+                    divergence_factory.placeholder(provisional.clone(), location)?;
                     on_face!(axis, F => attach_conditions::<F>(&mut divergence_factory, provisional, conditions.clone())?);
                     if let Some(tags) = &forcing[axis] {
-                        tags.declare(&mut divergence_factory, location)?;
-                        on_face!(axis, F => attach_conditions::<F>(&mut divergence_factory, &tags.free, conditions.clone())?);
-                        divergence_factory
+                        forcing_factory.placeholder(tags.free.clone(), location)?;
+                        tags.declare(&mut forcing_factory, location)?;
+                        on_face!(axis, F => attach_conditions::<F>(&mut forcing_factory, &tags.free, conditions.clone())?);
+                        forcing_factory
                             .register(on_face!(axis, F => tags.expression::<F>(provisional)))?;
                     }
                 }
@@ -704,14 +711,55 @@ impl IncompressibleFlowBuilder {
                     ..GraphOptions::default()
                 };
                 let roots = [divergence_tag.clone(), Tag::none("|div(u*)|")];
-                let divergence =
-                    ExpressionGraph::build(&divergence_factory, &roots, &self.patch, &options)?;
-                for &axis in &active {
-                    divergence.fill_placeholder(&gathered_tags[axis])?;
-                    if let (Some(tags), Some(immersed)) = (&forcing[axis], &immersed) {
-                        on_face!(axis, F => tags.fill::<F>(&divergence, immersed)?);
+                // One divergence graph per owned patch; the norm of
+                // div(u*) adds the patches' sums in patch order.
+                let divergence = PatchedGraphs::build(layout.clone(), link.clone(), |patch| {
+                    let graph =
+                        ExpressionGraph::build(&divergence_factory, &roots, patch, &options)?;
+                    for &axis in &active {
+                        graph.fill_placeholder(&provisional_tags[axis])?;
                     }
-                }
+                    Ok::<_, SolverError>(graph)
+                })?;
+                // With bodies, one forcing graph per owned patch: u* from
+                // the unforced velocity, whose seams it exchanges first
+                // (a forced face interpolates from its outward neighbour).
+                let forced = match &immersed {
+                    Some(immersed) => {
+                        let options = GraphOptions {
+                            persistent: active
+                                .iter()
+                                .map(|&a| provisional_tags[a].clone())
+                                .collect(),
+                            placement: self.placement.clone(),
+                            ..GraphOptions::default()
+                        };
+                        let roots: Vec<Tag> = active
+                            .iter()
+                            .map(|&a| provisional_tags[a].clone())
+                            .collect();
+                        Some(PatchedGraphs::build(
+                            layout.clone(),
+                            link.clone(),
+                            |patch| {
+                                let graph = ExpressionGraph::build(
+                                    &forcing_factory,
+                                    &roots,
+                                    patch,
+                                    &options,
+                                )?;
+                                for &axis in &active {
+                                    if let Some(tags) = &forcing[axis] {
+                                        graph.fill_placeholder(&tags.free)?;
+                                        on_face!(axis, F => tags.fill::<F>(&graph, immersed)?);
+                                    }
+                                }
+                                Ok::<_, SolverError>(graph)
+                            },
+                        )?)
+                    }
+                    None => None,
+                };
                 Some(PatchProjection::new(
                     layout,
                     link.clone(),
@@ -719,8 +767,11 @@ impl IncompressibleFlowBuilder {
                     poisson,
                     self.order,
                     immersed.as_ref(),
+                    forced,
                     divergence,
                     divergence_tag,
+                    &active,
+                    gathered_tags.clone(),
                     psi_tag.clone(),
                 )?)
             }
@@ -1438,11 +1489,7 @@ impl IncompressibleFlow {
                 && reads_start_level(self.integrator))
             .then_some(&self.start);
             let levels = [&self.now, &self.provisional, &self.gathered];
-            let mut targets = vec![&self.graph];
-            if let Some(projection) = &self.projection {
-                targets.push(projection.divergence_graph());
-            }
-            match patches.run_momentum(&self.graph, &targets, levels, start, self.mode) {
+            match patches.run_momentum(&self.graph, &[&self.graph], levels, start, self.mode) {
                 Ok(()) => {}
                 Err(MomentumFailure::Solver(error)) => return Err(error),
                 Err(MomentumFailure::Graph { error, offset }) => {
@@ -1457,8 +1504,10 @@ impl IncompressibleFlow {
                 }
             }
         }
-        if let Some(projection) = &mut self.projection {
-            match projection.solve(&self.graph, self.mode) {
+        if let (Some(projection), Some(patches)) = (&mut self.projection, &self.patches) {
+            let momentum: Vec<&ExpressionGraph> =
+                patches.graphs().into_iter().map(|(_, g)| g).collect();
+            match projection.solve(&momentum, &self.provisional, &self.graph, self.mode) {
                 Ok(()) => {}
                 Err(ProjectionFailure::Solver(error)) => return Err(error),
                 Err(ProjectionFailure::Graph(error)) => return Err((*error).into()),
