@@ -219,17 +219,17 @@ impl PatchedGraphs {
         if self.layout.len() == 1 {
             return Ok(());
         }
-        let Some(first) = self.graphs.first() else {
-            return Ok(());
-        };
-        let count = first.reductions().len();
-        if count == 0 {
-            return Ok(());
-        }
-        let mine: Vec<f64> = self
+        let reductions: Vec<Vec<&crate::LanguageReduction>> = self
             .graphs
             .iter()
-            .flat_map(|graph| graph.reductions().into_iter().map(|r| r.last_raw()))
+            .map(ExpressionGraph::reductions)
+            .collect();
+        let Some(count) = reductions.first().map(Vec::len).filter(|&n| n > 0) else {
+            return Ok(());
+        };
+        let mine: Vec<f64> = reductions
+            .iter()
+            .flat_map(|own| own.iter().map(|r| r.last_raw()))
             .collect();
         let ranks = self.link.ranks();
         let counts = (0..ranks)
@@ -239,7 +239,7 @@ impl PatchedGraphs {
         let all = self.link.gather_in_rank_order(&mine, &counts);
         self.spent(started);
         let all = all?;
-        for (k, reduction) in first.reductions().into_iter().enumerate() {
+        for (k, reduction) in reductions[0].iter().enumerate() {
             let kind = reduction.reduction();
             let total = all
                 .iter()
@@ -248,8 +248,8 @@ impl PatchedGraphs {
                 .copied()
                 .reduce(|a, b| kind.merge(a, b))
                 .unwrap_or_else(|| kind.identity());
-            for graph in &self.graphs {
-                graph.reductions()[k].publish(total)?;
+            for own in &reductions {
+                own[k].publish(total)?;
             }
         }
         Ok(())

@@ -19,9 +19,9 @@
 //!    every interior value has the bits of the whole domain's;
 //! 3. the interiors of every patch of every rank are gathered in patch
 //!    order ([`RankLink::gather_in_rank_order`]) into the whole domain's
-//!    `u*` of each graph that reads it: the flow's own graph (the
-//!    correction), and the divergence graph of the Poisson solve on the
-//!    patches (`crate::flow_projection`).
+//!    `u*` of the flow's own graph (the correction); the Poisson solve on
+//!    the patches takes each patch graph's `u*` as it is
+//!    (`crate::flow_projection`).
 //!
 //! With the projection replicated
 //! ([`IncompressibleFlowBuilder::replicated_projection`](crate::IncompressibleFlowBuilder::replicated_projection)),
@@ -168,12 +168,11 @@ impl FlowPatches {
     /// One stage's momentum: the windows of `now` (and of `start`, when
     /// the stage reads it) from `whole` into each patch graph, its
     /// execution, and the gather of every patch's `provisional` interior
-    /// into the field `gathered` of each of `targets` (collective: every
-    /// rank calls it). `levels`: `[now, provisional, gathered]`.
+    /// into `whole`'s field `gathered` (collective: every rank calls it).
+    /// `levels`: `[now, provisional, gathered]`.
     pub(crate) fn run_momentum(
         &self,
         whole: &ExpressionGraph,
-        targets: &[&ExpressionGraph],
         levels: [&[Tag; 3]; 3],
         start: Option<&[Tag; 3]>,
         mode: ExecutionMode,
@@ -204,14 +203,12 @@ impl FlowPatches {
         }
         let started = Instant::now();
         let all = self.link.gather_in_rank_order(&mine, &self.counts)?;
-        for target in targets {
-            let mut at = 0;
-            for part in &self.parts {
-                for (&axis, layout) in self.active.iter().zip(&part.components) {
-                    at = on_face!(axis, F => target.with_field_mut::<F, _>(&gathered[axis], |u| {
-                        place_interior(&all, at, layout, part.offset, u)
-                    })??);
-                }
+        let mut at = 0;
+        for part in &self.parts {
+            for (&axis, layout) in self.active.iter().zip(&part.components) {
+                at = on_face!(axis, F => whole.with_field_mut::<F, _>(&gathered[axis], |u| {
+                    place_interior(&all, at, layout, part.offset, u)
+                })??);
             }
         }
         self.spent(started);

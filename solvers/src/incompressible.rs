@@ -726,18 +726,15 @@ impl IncompressibleFlowBuilder {
                 // (a forced face interpolates from its outward neighbour).
                 let forced = match &immersed {
                     Some(immersed) => {
-                        let options = GraphOptions {
-                            persistent: active
-                                .iter()
-                                .map(|&a| provisional_tags[a].clone())
-                                .collect(),
-                            placement: self.placement.clone(),
-                            ..GraphOptions::default()
-                        };
                         let roots: Vec<Tag> = active
                             .iter()
                             .map(|&a| provisional_tags[a].clone())
                             .collect();
+                        let options = GraphOptions {
+                            persistent: roots.clone(),
+                            placement: self.placement.clone(),
+                            ..GraphOptions::default()
+                        };
                         Some(PatchedGraphs::build(
                             layout.clone(),
                             link.clone(),
@@ -1489,7 +1486,7 @@ impl IncompressibleFlow {
                 && reads_start_level(self.integrator))
             .then_some(&self.start);
             let levels = [&self.now, &self.provisional, &self.gathered];
-            match patches.run_momentum(&self.graph, &[&self.graph], levels, start, self.mode) {
+            match patches.run_momentum(&self.graph, levels, start, self.mode) {
                 Ok(()) => {}
                 Err(MomentumFailure::Solver(error)) => return Err(error),
                 Err(MomentumFailure::Graph { error, offset }) => {
