@@ -32,11 +32,12 @@
 //! decomposed). Either way every rank holds the whole domain's velocity.
 
 use crate::error::{SolverError, SolverResult};
-use crate::windows::{append_interior, place_interior, take_window};
+use crate::windows::{append_interior, copy_field, place_interior, take_window};
 use std::cell::Cell;
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+use watershed_exprgraph::patched::PatchedGraphs;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphError, GraphLocation, Tag};
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{FieldLayout, Location, Patch, PatchLayout};
@@ -66,7 +67,7 @@ pub(crate) struct FlowPatches {
     link: Rc<dyn RankLink>,
     owned: Range<usize>,
     /// One per owned patch, in patch order.
-    graphs: Vec<ExpressionGraph>,
+    momentum: PatchedGraphs,
     active: Vec<usize>,
     /// Every patch of the layout, in patch order: its offset in the whole
     /// domain and the layout of each active component, what the gather
@@ -102,10 +103,7 @@ impl FlowPatches {
         mut graph_of: impl FnMut(&Patch) -> SolverResult<ExpressionGraph>,
     ) -> SolverResult<Self> {
         let owned = layout.owned_by(link.rank(), link.ranks())?;
-        let graphs = owned
-            .clone()
-            .map(|index| graph_of(&layout.patch(index)?))
-            .collect::<SolverResult<Vec<_>>>()?;
+        let momentum = PatchedGraphs::build(layout.clone(), link.clone(), &mut graph_of)?;
         let parts = (0..layout.len())
             .map(|index| {
                 let patch = layout.patch(index)?;
@@ -131,7 +129,7 @@ impl FlowPatches {
             layout,
             link,
             owned,
-            graphs,
+            momentum,
             active: active.to_vec(),
             parts,
             counts,
@@ -151,13 +149,13 @@ impl FlowPatches {
 
     /// The graphs with their patch indices.
     pub(crate) fn graphs(&self) -> Vec<(usize, &ExpressionGraph)> {
-        self.owned.clone().zip(&self.graphs).collect()
+        self.owned.clone().zip(self.momentum.graphs()).collect()
     }
 
     /// Wall time spent moving velocities between the whole domain and the
-    /// patches.
+    /// patches, and exchanging the state's seams.
     pub(crate) fn exchange_time(&self) -> Duration {
-        self.exchange_time.get()
+        self.exchange_time.get() + self.momentum.exchange_time()
     }
 
     fn spent(&self, started: Instant) {
@@ -178,37 +176,111 @@ impl FlowPatches {
         mode: ExecutionMode,
     ) -> Result<(), MomentumFailure> {
         let [now, provisional, gathered] = levels;
-        let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
-        for (graph, index) in self.graphs.iter().zip(self.owned.clone()) {
+        self.take_windows(whole, now)?;
+        if let Some(start) = start {
+            self.take_windows(whole, start)?;
+        }
+        self.execute(mode)?;
+        self.gather(provisional, whole, gathered)?;
+        Ok(())
+    }
+
+    /// The state level `now` of every owned patch ready for a stage of a
+    /// flow whose state lives on the patches: from `whole`'s windows,
+    /// ghosts included, when `whole`'s velocity was written since the
+    /// patches last gave it theirs (`from_whole`: initial values, a
+    /// restart), otherwise its seams and periodic images exchanged
+    /// between the patches (collective). Either way each ghost a stage
+    /// reads holds the whole domain's value there, or is a physical
+    /// ghost the patch's own conditions fill.
+    pub(crate) fn prepare_state(
+        &self,
+        whole: &ExpressionGraph,
+        now: &[Tag; 3],
+        from_whole: bool,
+    ) -> Result<(), MomentumFailure> {
+        if from_whole {
+            return self.take_windows(whole, now);
+        }
+        let tags: Vec<Tag> = self.active.iter().map(|&a| now[a].clone()).collect();
+        self.momentum.exchange(&tags)?;
+        Ok(())
+    }
+
+    /// Copies into every owned patch graph its window of `whole`'s fields
+    /// `tags`, ghosts included.
+    fn take_windows(
+        &self,
+        whole: &ExpressionGraph,
+        tags: &[Tag; 3],
+    ) -> Result<(), MomentumFailure> {
+        let started = Instant::now();
+        for (graph, index) in self.momentum.graphs().iter().zip(self.owned.clone()) {
             let offset = self.parts[index].offset;
-            let started = Instant::now();
             for &axis in &self.active {
-                on_face!(axis, F => copy_window::<F>(whole, &now[axis], graph, offset)?);
-                if let Some(start) = start {
-                    on_face!(axis, F => copy_window::<F>(whole, &start[axis], graph, offset)?);
-                }
+                on_face!(axis, F => copy_window::<F>(whole, &tags[axis], graph, offset)?);
             }
-            self.spent(started);
+        }
+        self.spent(started);
+        Ok(())
+    }
+
+    /// Executes every owned patch's momentum graph; an error keeps the
+    /// patch's offset.
+    pub(crate) fn execute(&self, mode: ExecutionMode) -> Result<(), MomentumFailure> {
+        for (graph, index) in self.momentum.graphs().iter().zip(self.owned.clone()) {
             graph
                 .execute(mode)
                 .map_err(|error| MomentumFailure::Graph {
                     error: Box::new(error),
-                    offset,
+                    offset: self.parts[index].offset,
                 })?;
+        }
+        Ok(())
+    }
+
+    /// Gathers the interior of every patch's field `from` (of every rank,
+    /// in patch order) into `whole`'s field `into` (collective).
+    pub(crate) fn gather(
+        &self,
+        from: &[Tag; 3],
+        whole: &ExpressionGraph,
+        into: &[Tag; 3],
+    ) -> SolverResult<()> {
+        let started = Instant::now();
+        let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
+        for graph in self.momentum.graphs() {
             for &axis in &self.active {
-                on_face!(axis, F => graph.with_field::<F, _>(&provisional[axis], |u| {
+                on_face!(axis, F => graph.with_field::<F, _>(&from[axis], |u| {
                     append_interior(u, &mut mine)
                 })??);
             }
         }
-        let started = Instant::now();
         let all = self.link.gather_in_rank_order(&mine, &self.counts)?;
         let mut at = 0;
         for part in &self.parts {
             for (&axis, layout) in self.active.iter().zip(&part.components) {
-                at = on_face!(axis, F => whole.with_field_mut::<F, _>(&gathered[axis], |u| {
+                at = on_face!(axis, F => whole.with_field_mut::<F, _>(&into[axis], |u| {
                     place_interior(&all, at, layout, part.offset, u)
                 })??);
+            }
+        }
+        self.spent(started);
+        Ok(())
+    }
+
+    /// Copies each owned patch's corrected velocity `next` from its graph
+    /// in `corrected` (one per owned patch, in patch order) into the same
+    /// level of its momentum graph, ghosts included.
+    pub(crate) fn take_corrected(
+        &self,
+        corrected: &[ExpressionGraph],
+        next: &[Tag; 3],
+    ) -> SolverResult<()> {
+        let started = Instant::now();
+        for (from, to) in corrected.iter().zip(self.momentum.graphs()) {
+            for &axis in &self.active {
+                on_face!(axis, F => copy_field::<F>(from, &next[axis], to, &next[axis])?);
             }
         }
         self.spent(started);

@@ -36,12 +36,12 @@ use crate::immersed::Immersed;
 use crate::multigrid::{MultigridOptions, SolveReport};
 use crate::multigrid_patches::PatchedMultigrid;
 use crate::staggered::SpaceOrder;
-use crate::windows::{append_interior, place_interior, take_window};
+use crate::windows::{append_interior, copy_field, place_interior, take_window};
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use watershed_exprgraph::patched::PatchedGraphs;
-use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphError, GraphLocation, Tag};
+use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphError, Tag};
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
     CellCentre, Device, FieldLayout, FieldResult, LocationKind, PatchLayout, SpatialField, on_face,
@@ -56,6 +56,10 @@ pub(crate) struct PatchProjection {
     forced: Option<PatchedGraphs>,
     /// `div(u*)` and its norm on each owned patch.
     divergence: PatchedGraphs,
+    /// When the flow's state lives on the patches: the correction of the
+    /// velocity on each owned patch, `u = u* - grad(psi)` with its
+    /// conditions, from `u*` and `psi` (whose seams it exchanges).
+    correction: Option<PatchedGraphs>,
     divergence_tag: Tag,
     /// The velocity components, and the tags the momentum's result is
     /// known by in the forcing graphs (the unforced velocity) or, without
@@ -73,6 +77,11 @@ pub(crate) struct PatchProjection {
     counts: Vec<usize>,
     /// The projection's conditions, filled into the whole `psi`'s ghosts.
     walls: BoundaryConditions,
+    /// The version of the whole domain's `psi` when the patches' `psi`
+    /// was last gathered into it or taken from it: a different one means
+    /// it was written since (a restart), and the next solve's guess is
+    /// taken from it.
+    psi_gathered: Option<u64>,
     report: SolveReport,
     /// Wall time copying windows and gathering `psi`.
     moving: Duration,
@@ -97,6 +106,7 @@ impl PatchProjection {
         immersed: Option<&Immersed>,
         forced: Option<PatchedGraphs>,
         divergence: PatchedGraphs,
+        correction: Option<PatchedGraphs>,
         divergence_tag: Tag,
         active: &[usize],
         gathered: [Tag; 3],
@@ -140,6 +150,7 @@ impl PatchProjection {
             owned,
             forced,
             divergence,
+            correction,
             divergence_tag,
             active: active.to_vec(),
             gathered,
@@ -150,6 +161,7 @@ impl PatchProjection {
             parts,
             counts,
             walls,
+            psi_gathered: None,
             report: SolveReport {
                 iterations: 0,
                 residuals: Vec::new(),
@@ -180,18 +192,25 @@ impl PatchProjection {
     /// in the exchange of `u*`'s seams, and in moving windows and `psi`
     /// between the whole domain and the patches.
     pub(crate) fn exchange_time(&self) -> Duration {
-        let forcing = self
-            .forced
-            .as_ref()
-            .map_or(Duration::ZERO, PatchedGraphs::exchange_time);
-        self.solver.exchange_time() + forcing + self.divergence.exchange_time() + self.moving
+        let of = |graphs: &Option<PatchedGraphs>| {
+            graphs
+                .as_ref()
+                .map_or(Duration::ZERO, PatchedGraphs::exchange_time)
+        };
+        self.solver.exchange_time()
+            + of(&self.forced)
+            + of(&self.correction)
+            + self.divergence.exchange_time()
+            + self.moving
     }
 
     /// `div(u*)` on each owned patch from `momentum`'s `provisional`
     /// velocity (the owned patches' momentum graphs, in patch order), then
-    /// `psi` solved on the patches and gathered into `whole`'s `psi`
-    /// (collective). A graph's failure comes back as it is, for the flow
-    /// to name the field.
+    /// `psi` solved on the patches (collective), its guess the last
+    /// solution, or `whole`'s `psi` where that was written since it was
+    /// last gathered. A graph's failure comes back as it is, for the flow
+    /// to name the field. Then either [`Self::gather_psi`] or
+    /// [`Self::correct`].
     pub(crate) fn solve(
         &mut self,
         momentum: &[&ExpressionGraph],
@@ -234,6 +253,11 @@ impl PatchProjection {
             .exchange_and_execute(&tags(provisional), mode)
             .map_err(graph_failure)?;
         let started = Instant::now();
+        let version = whole.field_version(&self.psi_tag)?;
+        let guess_from_whole = version.is_none() || version != self.psi_gathered;
+        // The patches' psi now follows the whole one's, until it is
+        // written again.
+        self.psi_gathered = version;
         for ((rhs, psi), (graph, index)) in self
             .rhs
             .iter_mut()
@@ -244,9 +268,13 @@ impl PatchProjection {
             graph.with_field::<CellCentre, _>(&self.divergence_tag, |from| {
                 take_window(from, rhs, [0; 3], false)
             })??;
-            whole.with_field::<CellCentre, _>(&self.psi_tag, |from| {
-                take_window(from, psi, offset, false)
-            })??;
+            // Otherwise the patch's psi is the last solution, whose
+            // interior the whole psi holds since it was gathered.
+            if guess_from_whole {
+                whole.with_field::<CellCentre, _>(&self.psi_tag, |from| {
+                    take_window(from, psi, offset, false)
+                })??;
+            }
         }
         self.moving += started.elapsed();
         let started = Instant::now();
@@ -255,6 +283,13 @@ impl PatchProjection {
             .solve_preconditioned_cg(&self.rhs, &mut self.psi);
         self.solving += started.elapsed();
         self.report = solved?;
+        Ok(())
+    }
+
+    /// Gathers the owned patches' `psi` interiors in patch order into
+    /// `whole`'s `psi`, whose ghosts then take the projection's
+    /// conditions, as the whole domain's solve leaves them (collective).
+    pub(crate) fn gather_psi(&mut self, whole: &ExpressionGraph) -> SolverResult<()> {
         let started = Instant::now();
         let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
         for psi in &self.psi {
@@ -270,36 +305,67 @@ impl PatchProjection {
             }
             walls.apply(psi)
         })??;
+        self.psi_gathered = whole.field_version(&self.psi_tag)?;
         self.moving += started.elapsed();
         Ok(())
     }
-}
 
-/// Copies every allocated value of `from`'s field `tag` into `to`'s field
-/// `into` (both on one patch, at `F`).
-fn copy_field<F: GraphLocation>(
-    from: &ExpressionGraph,
-    tag: &Tag,
-    to: &ExpressionGraph,
-    into: &Tag,
-) -> Result<(), GraphError> {
-    from.with_field::<F, _>(tag, |source| {
-        to.with_field_mut::<F, _>(into, |target| -> Result<(), GraphError> {
-            if source.layout() != target.layout() {
-                return Err(GraphError::Usage(format!(
-                    "{tag} of the momentum graph and {into} of the divergence graph lie on different layouts; build both on the same patch"
-                )));
+    /// The velocity corrected on each owned patch (the flow's state on
+    /// the patches): `momentum`'s `u*` (`provisional`) and the solved
+    /// `psi` into each correction graph, `psi`'s seams and periodic
+    /// images exchanged (its physical ghosts take the projection's
+    /// conditions in the graph), then every correction graph executed.
+    /// Its graphs, in patch order, hold the corrected velocity. A graph's
+    /// failure comes back with the patch's offset.
+    pub(crate) fn correct(
+        &mut self,
+        momentum: &[&ExpressionGraph],
+        provisional: &[Tag; 3],
+        mode: ExecutionMode,
+    ) -> Result<&[ExpressionGraph], ProjectionFailure> {
+        let Some(correction) = &self.correction else {
+            return Err(ProjectionFailure::Solver(SolverError::Setup {
+                equation: "incompressible flow on patches".into(),
+                reason: "the velocity is corrected on the whole domain, not on the patches: gather psi instead".into(),
+            }));
+        };
+        let graph_failure = |e: GraphError| ProjectionFailure::Graph(Box::new(e));
+        let started = Instant::now();
+        for ((from, to), psi) in momentum.iter().zip(correction.graphs()).zip(&self.psi) {
+            for &axis in &self.active {
+                on_face!(axis, F => copy_field::<F>(from, &provisional[axis], to, &provisional[axis])
+                    .map_err(graph_failure)?);
             }
-            target.values_mut()?.copy_from_slice(source.values()?);
-            Ok(())
-        })?
-    })?
+            to.with_field_mut::<CellCentre, _>(&self.psi_tag, |into| -> SolverResult<()> {
+                take_window(psi, into, [0; 3], false)
+            })
+            .map_err(graph_failure)??;
+        }
+        self.moving += started.elapsed();
+        correction
+            .exchange(std::slice::from_ref(&self.psi_tag))
+            .map_err(graph_failure)?;
+        for (graph, index) in correction.graphs().iter().zip(self.owned.clone()) {
+            graph
+                .execute(mode)
+                .map_err(|error| ProjectionFailure::Patch {
+                    error: Box::new(error),
+                    offset: self.parts[index].0,
+                })?;
+        }
+        Ok(correction.graphs())
+    }
 }
 
 /// Why a decomposed projection failed.
 pub(crate) enum ProjectionFailure {
     /// The divergence graph's execution.
     Graph(Box<GraphError>),
+    /// A correction graph's execution; `offset` turns its points global.
+    Patch {
+        error: Box<GraphError>,
+        offset: [isize; 3],
+    },
     /// The solve, or moving fields.
     Solver(SolverError),
 }

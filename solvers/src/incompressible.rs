@@ -451,12 +451,27 @@ impl IncompressibleFlowBuilder {
         // With patches, unless replicated: div(u*) in a graph of its own,
         // the solve on the patches between it and this graph.
         let decomposed = split.is_some() && !self.replicated_projection;
+        // Without bodies the state itself lives on the patches: each
+        // patch's momentum graph keeps its levels, a graph per patch
+        // corrects the velocity, and this graph receives the velocity
+        // and psi once per step for what reads the whole domain.
+        let on_patches = decomposed && immersed.is_none();
+        let mut correction_factory = Factory::new();
         let mut divergence_factory = Factory::new();
         // With bodies and the solve on patches: the graphs forcing each
         // patch's unforced velocity, before the divergence graphs.
         let mut forcing_factory = Factory::new();
         for &axis in &active {
-            recipe.declare_state(&mut factory, axis)?;
+            if on_patches {
+                // The velocity the patches hold at the end of a step, with
+                // the conditions of what a stage writes.
+                let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
+                factory.placeholder(now[axis].clone(), location)?;
+                let conditions = conditions[axis].clone().with_time(&parameters.state_time);
+                on_face!(axis, F => attach_conditions::<F>(&mut factory, &now[axis], conditions)?);
+            } else {
+                recipe.declare_state(&mut factory, axis)?;
+            }
             if split.is_none() {
                 // With bodies the stage writes the unforced velocity, which
                 // the forcing node below turns into u*.
@@ -485,39 +500,49 @@ impl IncompressibleFlowBuilder {
             // What a stage writes is at the state time.
             let conditions = conditions[axis].clone().with_time(&parameters.state_time);
             let (provisional, corrected) = (&provisional_tags[axis], &next[axis]);
-            if split.is_some() {
+            if split.is_some() && !on_patches {
                 // Gathered from the patches' momentum graphs: u*, or with
                 // bodies the unforced velocity the forcing node below
                 // turns into u* (as in the whole flow's graph).
                 let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
                 factory.placeholder(gathered_tags[axis].clone(), location)?;
-                if decomposed {
-                    // The divergence graphs on the patches read u*; with
-                    // bodies the forcing graphs make it first from the
-                    // unforced velocity (forced again, to the same bits,
-                    // in this graph for the correction): the solve needs
-                    // div(u*) of the forced u* before this graph runs.
-                    divergence_factory.placeholder(provisional.clone(), location)?;
-                    on_face!(axis, F => attach_conditions::<F>(&mut divergence_factory, provisional, conditions.clone())?);
-                    if let Some(tags) = &forcing[axis] {
-                        forcing_factory.placeholder(tags.free.clone(), location)?;
-                        tags.declare(&mut forcing_factory, location)?;
-                        on_face!(axis, F => attach_conditions::<F>(&mut forcing_factory, &tags.free, conditions.clone())?);
-                        forcing_factory
-                            .register(on_face!(axis, F => tags.expression::<F>(provisional)))?;
-                    }
+            }
+            if decomposed {
+                // The divergence graphs on the patches read u*; with
+                // bodies the forcing graphs make it first from the
+                // unforced velocity (forced again, to the same bits, in
+                // this graph for the correction): the solve needs div(u*)
+                // of the forced u* before this graph runs.
+                let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
+                divergence_factory.placeholder(provisional.clone(), location)?;
+                on_face!(axis, F => attach_conditions::<F>(&mut divergence_factory, provisional, conditions.clone())?);
+                if let Some(tags) = &forcing[axis] {
+                    forcing_factory.placeholder(tags.free.clone(), location)?;
+                    tags.declare(&mut forcing_factory, location)?;
+                    on_face!(axis, F => attach_conditions::<F>(&mut forcing_factory, &tags.free, conditions.clone())?);
+                    forcing_factory
+                        .register(on_face!(axis, F => tags.expression::<F>(provisional)))?;
                 }
             }
-            on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions.clone())?);
+            // On the patches u* comes from the momentum graph with its
+            // conditions already applied at the same time.
+            let home = if on_patches {
+                let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
+                correction_factory.placeholder(provisional.clone(), location)?;
+                &mut correction_factory
+            } else {
+                on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions.clone())?);
+                &mut factory
+            };
             if let Some(tags) = &forcing[axis] {
                 let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
-                tags.declare(&mut factory, location)?;
-                on_face!(axis, F => attach_conditions::<F>(&mut factory, &tags.free, conditions.clone())?);
-                factory.register(on_face!(axis, F => tags.expression::<F>(provisional)))?;
+                tags.declare(home, location)?;
+                on_face!(axis, F => attach_conditions::<F>(home, &tags.free, conditions.clone())?);
+                home.register(on_face!(axis, F => tags.expression::<F>(provisional)))?;
             }
             let (from, psi, order) = (provisional.clone(), psi_tag.clone(), self.order);
             let open = forcing[axis].as_ref().map(|tags| tags.open.clone());
-            factory.register(on_face!(axis, F => {
+            home.register(on_face!(axis, F => {
                 LanguageExpression::new::<F>(corrected.clone(), move |s| {
                     let correction = order.gradient::<F>(s.field::<CellCentre>(&psi));
                     match &open {
@@ -528,7 +553,7 @@ impl IncompressibleFlowBuilder {
                 })
                 .checking_finite()
             }))?;
-            on_face!(axis, F => attach_conditions::<F>(&mut factory, corrected, conditions)?);
+            on_face!(axis, F => attach_conditions::<F>(home, corrected, conditions)?);
         }
         let order = self.order;
         let divergence_of = |velocity: [Tag; 3], dims: Vec<usize>| {
@@ -586,6 +611,17 @@ impl IncompressibleFlowBuilder {
             factory.register(solve)?;
             Some(state)
         };
+        if on_patches {
+            // The solved psi, its seams exchanged between the correction
+            // graphs and its physical ghosts given the projection's
+            // conditions, as the whole domain's psi takes them.
+            correction_factory
+                .placeholder(psi_tag.clone(), watershed_fields::LocationKind::CellCentre)?;
+            attach_conditions::<CellCentre>(&mut correction_factory, &psi_tag, walls.clone())?;
+        }
+        // What the step's diagnostics read: the corrected velocity, which
+        // with the state on the patches this graph receives as `now`.
+        let current = if on_patches { &now } else { &next };
         let (psi, scale) = (psi_tag.clone(), pressure_scale.clone());
         factory.register(LanguageExpression::new::<CellCentre>(
             pressure_tag.clone(),
@@ -596,7 +632,7 @@ impl IncompressibleFlowBuilder {
             after.clone(),
             &divergence_after,
             Reduction::SumOfSquares,
-            divergence_of(next.clone(), active.clone()),
+            divergence_of(current.clone(), active.clone()),
         ))?;
 
         // The CFL limit's speeds: max |u| of each new velocity component,
@@ -605,7 +641,7 @@ impl IncompressibleFlowBuilder {
         let speeds = NAMES.map(|n| Parameter::new(&format!("max |{n}|"), 0.0));
         let speed_tags = NAMES.map(|n| Tag::none(&format!("max |{n}|")));
         for &axis in &active {
-            let velocity = next[axis].clone();
+            let velocity = current[axis].clone();
             factory.register_reduction(on_face!(axis, F => LanguageReduction::new::<F>(
                 speed_tags[axis].clone(),
                 &speeds[axis],
@@ -614,12 +650,12 @@ impl IncompressibleFlowBuilder {
             )))?;
         }
 
-        let mut roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
+        let mut roots: Vec<Tag> = active.iter().map(|&a| current[a].clone()).collect();
         roots.extend([pressure_tag.clone(), after]);
         if !decomposed {
             roots.push(Tag::none("|div(u*)|"));
         }
-        if split.is_some() {
+        if split.is_some() && !on_patches {
             // The state levels stay here (the patches copy their windows
             // from them), though no node of this graph reads them.
             roots.extend(active.iter().map(|&a| now[a].clone()));
@@ -657,7 +693,7 @@ impl IncompressibleFlowBuilder {
             for (a, b) in edge_pairs(&active) {
                 let sum_of_squares = Parameter::new(&format!("|omega_{a}{b}|^2"), 0.0);
                 let tag = Tag::none(&format!("|omega_{a}{b}|^2"));
-                let velocity = next.clone();
+                let velocity = current.clone();
                 let (order, spacing) = (self.order, grid.spacing());
                 factory.register_reduction(on_face!(a, F => LanguageReduction::new::<F>(
                     tag.clone(),
@@ -694,12 +730,12 @@ impl IncompressibleFlowBuilder {
         for &axis in &active {
             // Receives the step's start value after the first stage, which
             // does not read it (see `crate::stages`).
-            if reads_start_level(self.integrator) {
+            if reads_start_level(self.integrator) && !on_patches {
                 graph.fill_placeholder(&start[axis])?;
             }
             // A flow starts at rest unless its velocity is set.
             graph.fill_placeholder(&now[axis])?;
-            if split.is_some() {
+            if split.is_some() && !on_patches {
                 graph.fill_placeholder(&gathered_tags[axis])?;
             }
         }
@@ -757,6 +793,35 @@ impl IncompressibleFlowBuilder {
                     }
                     None => None,
                 };
+                // With the state on the patches, one correction graph per
+                // owned patch.
+                let correction = if on_patches {
+                    let roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
+                    let options = GraphOptions {
+                        persistent: roots.clone(),
+                        placement: self.placement.clone(),
+                        ..GraphOptions::default()
+                    };
+                    Some(PatchedGraphs::build(
+                        layout.clone(),
+                        link.clone(),
+                        |patch| {
+                            let graph = ExpressionGraph::build(
+                                &correction_factory,
+                                &roots,
+                                patch,
+                                &options,
+                            )?;
+                            for &axis in &active {
+                                graph.fill_placeholder(&provisional_tags[axis])?;
+                            }
+                            graph.fill_placeholder(&psi_tag)?;
+                            Ok::<_, SolverError>(graph)
+                        },
+                    )?)
+                } else {
+                    None
+                };
                 Some(PatchProjection::new(
                     layout,
                     link.clone(),
@@ -766,6 +831,7 @@ impl IncompressibleFlowBuilder {
                     immersed.as_ref(),
                     forced,
                     divergence,
+                    correction,
                     divergence_tag,
                     &active,
                     gathered_tags.clone(),
@@ -776,7 +842,8 @@ impl IncompressibleFlowBuilder {
         };
         let patches = match split {
             Some((layout, link)) => Some(FlowPatches::build(layout, link, &active, |patch| {
-                recipe.patch_graph(patch, &provisional_tags, self.placement.clone())
+                let levels = on_patches.then_some(&next);
+                recipe.patch_graph(patch, &provisional_tags, levels, self.placement.clone())
             })?),
             None => None,
         };
@@ -835,6 +902,9 @@ impl IncompressibleFlowBuilder {
             last_dt: None,
             force_sums_of: None,
             patches,
+            // Nothing received yet: the first stage takes the velocity
+            // from `graph`.
+            state_on_patches: on_patches.then(Vec::new),
         })
     }
 
@@ -996,28 +1066,40 @@ impl MomentumRecipe {
     /// The momentum graph of one patch: every component's stage update
     /// into `provisional` (kept after each execution for the gather), with
     /// the conditions of what a stage writes on the patch's physical sides.
+    /// With `next` (the state on the patches) it also holds the level the
+    /// corrected velocity is copied into, to rotate the levels with.
     fn patch_graph(
         &self,
         patch: &Patch,
         provisional: &[Tag; 3],
+        next: Option<&[Tag; 3]>,
         placement: PlacementPolicy,
     ) -> SolverResult<ExpressionGraph> {
         let mut factory = Factory::new();
         for &axis in &self.active {
             self.declare_state(&mut factory, axis)?;
+            if let Some(next) = next {
+                let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
+                factory.placeholder(next[axis].clone(), location)?;
+            }
             self.register_update(&mut factory, axis, &provisional[axis])?;
             let conditions = self.conditions[axis]
                 .clone()
                 .with_time(&self.parameters.state_time);
             on_face!(axis, F => attach_conditions::<F>(&mut factory, &provisional[axis], conditions)?);
         }
-        let roots: Vec<Tag> = self
+        let mut roots: Vec<Tag> = self
             .active
             .iter()
             .map(|&a| provisional[a].clone())
             .collect();
+        let persistent = roots.clone();
+        if let Some(next) = next {
+            // No node reads the level; it stays for the rotation.
+            roots.extend(self.active.iter().map(|&a| next[a].clone()));
+        }
         let options = GraphOptions {
-            persistent: roots.clone(),
+            persistent,
             placement,
             ..GraphOptions::default()
         };
@@ -1027,6 +1109,9 @@ impl MomentumRecipe {
                 graph.fill_placeholder(&self.start[axis])?;
             }
             graph.fill_placeholder(&self.now[axis])?;
+            if let Some(next) = next {
+                graph.fill_placeholder(&next[axis])?;
+            }
         }
         Ok(graph)
     }
@@ -1161,6 +1246,14 @@ pub struct IncompressibleFlow {
     /// With [`IncompressibleFlowBuilder::patches`]: the momentum graphs of
     /// this rank's patches; `graph` then holds the projection only.
     patches: Option<FlowPatches>,
+    /// With the projection on the patches and no bodies the state lives on
+    /// the patches (`crate::flow_patches`), and `graph` receives the
+    /// velocity and `psi` at the end of each step. The versions of its
+    /// velocity components when it last received them: a different one
+    /// means the velocity was written since (initial values, a restart),
+    /// and the next stage takes it from here. `None` for a flow whose
+    /// state lives in `graph`.
+    state_on_patches: Option<Vec<Option<u64>>>,
 }
 
 impl std::fmt::Debug for IncompressibleFlow {
@@ -1480,34 +1573,27 @@ impl IncompressibleFlow {
     fn run_stage(&mut self, stage: Option<usize>, dt: f64) -> SolverResult<()> {
         self.speeds_of = [None; 3];
         self.vorticity_of = None;
+        if self.state_on_patches.is_some() {
+            return self.run_stage_on_patches(stage, dt);
+        }
         if let Some(patches) = &self.patches {
             // Later stages read the step's start level.
             let start = (stage.is_some_and(|index| index > 0)
                 && reads_start_level(self.integrator))
             .then_some(&self.start);
             let levels = [&self.now, &self.provisional, &self.gathered];
-            match patches.run_momentum(&self.graph, levels, start, self.mode) {
-                Ok(()) => {}
-                Err(MomentumFailure::Solver(error)) => return Err(error),
-                Err(MomentumFailure::Graph { error, offset }) => {
-                    if let Some((node, cell)) = not_finite_in(&error)
-                        && let Some(axis) =
-                            (0..3).find(|&a| node == self.provisional[a].name.as_ref())
-                    {
-                        let global = [0, 1, 2].map(|a| cell[a] + offset[a]);
-                        return Err(self.diverged(axis, global, dt));
-                    }
-                    return Err((*error).into());
-                }
+            if let Err(failure) = patches.run_momentum(&self.graph, levels, start, self.mode) {
+                return Err(self.momentum_error(failure, dt));
             }
         }
         if let (Some(projection), Some(patches)) = (&mut self.projection, &self.patches) {
             let momentum: Vec<&ExpressionGraph> =
                 patches.graphs().into_iter().map(|(_, g)| g).collect();
-            match projection.solve(&momentum, &self.provisional, &self.graph, self.mode) {
-                Ok(()) => {}
-                Err(ProjectionFailure::Solver(error)) => return Err(error),
-                Err(ProjectionFailure::Graph(error)) => return Err((*error).into()),
+            let solved = projection
+                .solve(&momentum, &self.provisional, &self.graph, self.mode)
+                .and_then(|()| Ok(projection.gather_psi(&self.graph)?));
+            if let Err(failure) = solved {
+                return Err(self.projection_error(failure, dt));
             }
         }
         if let Err(error) = self.graph.execute(self.mode) {
@@ -1548,6 +1634,124 @@ impl IncompressibleFlow {
             self.speeds_of[axis] = self.graph.field_version(&self.now[axis])?;
         }
         self.vorticity_of = self.speeds_of[self.active[0]];
+        self.record_projection()
+    }
+
+    /// A stage of a flow whose state lives on the patches (see
+    /// `crate::flow_patches`): the state's seams exchanged (or its windows
+    /// taken from `graph` where the velocity was written there), the
+    /// momentum, the solve and the correction on the patches, the levels
+    /// rotated there; after a step's last stage (and the initial
+    /// projection) the velocity and `psi` gathered into `graph`, which
+    /// forms the pressure and reduces the speeds, divergence and
+    /// enstrophy of the whole domain.
+    fn run_stage_on_patches(&mut self, stage: Option<usize>, dt: f64) -> SolverResult<()> {
+        let unavailable = || SolverError::Setup {
+            equation: "incompressible flow on patches".into(),
+            reason:
+                "the flow's state is on patches, but it has no patches or no projection on them"
+                    .into(),
+        };
+        let patches = self.patches.as_ref().ok_or_else(unavailable)?;
+        let versions = self
+            .active
+            .iter()
+            .map(|&a| self.graph.field_version(&self.now[a]))
+            .collect::<Result<Vec<_>, _>>()?;
+        let from_whole =
+            versions.contains(&None) || self.state_on_patches.as_ref() != Some(&versions);
+        let momentum = patches
+            .prepare_state(&self.graph, &self.now, from_whole)
+            .and_then(|()| patches.execute(self.mode));
+        if let Err(failure) = momentum {
+            return Err(self.momentum_error(failure, dt));
+        }
+        // The patches now hold the velocity `graph` holds, until one of
+        // them is written again.
+        self.state_on_patches = Some(versions);
+        let (Some(patches), Some(projection)) = (&self.patches, &mut self.projection) else {
+            return Err(unavailable());
+        };
+        let graphs: Vec<&ExpressionGraph> = patches.graphs().into_iter().map(|(_, g)| g).collect();
+        let corrected = projection
+            .solve(&graphs, &self.provisional, &self.graph, self.mode)
+            .and_then(|()| projection.correct(&graphs, &self.provisional, self.mode))
+            .and_then(|corrected| Ok(patches.take_corrected(corrected, &self.next)?));
+        if let Err(failure) = corrected {
+            return Err(self.projection_error(failure, dt));
+        }
+        for (_, graph) in patches.graphs() {
+            for &axis in &self.active {
+                match stage {
+                    Some(index) => advance_levels(
+                        graph,
+                        self.integrator,
+                        index,
+                        &self.start[axis],
+                        &self.now[axis],
+                        &self.next[axis],
+                    )?,
+                    None => {
+                        graph.rotate_fields(&[self.now[axis].clone(), self.next[axis].clone()])?
+                    }
+                }
+            }
+        }
+        let last = stage.is_none_or(|index| index + 1 == self.integrator.stages().len());
+        if last {
+            patches.gather(&self.now, &self.graph, &self.now)?;
+            projection.gather_psi(&self.graph)?;
+            self.graph.execute(self.mode)?;
+            let mut versions = Vec::with_capacity(self.active.len());
+            for &axis in &self.active {
+                let version = self.graph.field_version(&self.now[axis])?;
+                self.speeds_of[axis] = version;
+                versions.push(version);
+            }
+            self.vorticity_of = self.speeds_of[self.active[0]];
+            self.state_on_patches = Some(versions);
+        }
+        self.record_projection()
+    }
+
+    /// The error of a failed momentum on the patches: a non-finite `u*`
+    /// as divergence at its global point.
+    fn momentum_error(&self, failure: MomentumFailure, dt: f64) -> SolverError {
+        match failure {
+            MomentumFailure::Solver(error) => error,
+            MomentumFailure::Graph { error, offset } => {
+                if let Some((node, cell)) = not_finite_in(&error)
+                    && let Some(axis) = (0..3).find(|&a| node == self.provisional[a].name.as_ref())
+                {
+                    let global = [0, 1, 2].map(|a| cell[a] + offset[a]);
+                    return self.diverged(axis, global, dt);
+                }
+                (*error).into()
+            }
+        }
+    }
+
+    /// The error of a failed projection on the patches: a non-finite
+    /// corrected velocity as divergence at its global point.
+    fn projection_error(&self, failure: ProjectionFailure, dt: f64) -> SolverError {
+        match failure {
+            ProjectionFailure::Solver(error) => error,
+            ProjectionFailure::Graph(error) => (*error).into(),
+            ProjectionFailure::Patch { error, offset } => {
+                if let Some((node, cell)) = not_finite_in(&error)
+                    && let Some(axis) = (0..3).find(|&a| node == self.next[a].name.as_ref())
+                {
+                    let global = [0, 1, 2].map(|a| cell[a] + offset[a]);
+                    return self.diverged(axis, global, dt);
+                }
+                (*error).into()
+            }
+        }
+    }
+
+    /// The last projection's report, from the solve and the divergence
+    /// reductions.
+    fn record_projection(&mut self) -> SolverResult<()> {
         let state = self.poisson.as_ref().map(|p| lock_state(p));
         let report = match (&state, &self.projection) {
             (Some(state), _) => state.report(),

@@ -3,9 +3,11 @@
 //! fields and the interiors it gathers into them (`crate::flow_patches`,
 //! `crate::multigrid_patches`), and the patches of a whole field that a
 //! rank writes and reads back when every rank holds the whole domain (a
-//! decomposed flow's files per rank: [`cut_window`], [`paste_window`]).
+//! decomposed flow's files per rank: [`cut_window`], [`paste_window`]),
+//! and a field copied whole between two graphs of one patch.
 
 use crate::error::{SolverError, SolverResult};
+use watershed_exprgraph::{ExpressionGraph, GraphError, GraphLocation, Tag};
 use watershed_fields::{Device, FieldError, FieldLayout, IndexBox, Location, Patch, SpatialField};
 
 /// A new CPU field on the patch of `cells` cells from global cell
@@ -275,4 +277,30 @@ mod tests {
             "{error}"
         );
     }
+}
+
+/// Copies every allocated value of `from`'s field `tag` into `to`'s field
+/// `into`: two graphs on one patch, at location `F`. An error naming both
+/// when their layouts differ.
+pub(crate) fn copy_field<F: GraphLocation>(
+    from: &ExpressionGraph,
+    tag: &Tag,
+    to: &ExpressionGraph,
+    into: &Tag,
+) -> Result<(), GraphError> {
+    from.with_field::<F, _>(tag, |source| {
+        to.with_field_mut::<F, _>(into, |target| -> Result<(), GraphError> {
+            if source.layout() != target.layout() {
+                return Err(GraphError::Usage(format!(
+                    "{tag} of one graph and {into} of another lie on different layouts ({:?} and {:?} ghost layers on {:?} cells and {:?}); build both on the same patch",
+                    source.layout().ghosts(),
+                    target.layout().ghosts(),
+                    source.layout().interior_extent(),
+                    target.layout().interior_extent()
+                )));
+            }
+            target.values_mut()?.copy_from_slice(source.values()?);
+            Ok(())
+        })?
+    })?
 }

@@ -434,6 +434,53 @@ fn a_flow_with_its_projection_on_patches_restarts_with_its_own_bits() {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
+#[test]
+fn a_velocity_written_into_a_running_flow_on_patches_is_where_it_continues() {
+    // With the projection on the patches the state lives on them; a
+    // velocity and psi written into the flow between steps (a restart
+    // into a flow that has already stepped) must be where the next step
+    // starts from, not what the patches held.
+    let grid = cavity_grid();
+    let patch = grid.whole_domain(1);
+    let build = || {
+        cavity(&patch)
+            .patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess))
+            .build()
+            .unwrap()
+    };
+    let (mut ahead, mut behind) = (build(), build());
+    for _ in 0..3 {
+        let dt = ahead.stable_time_step(0.5, 0.2).unwrap();
+        ahead.step(dt).unwrap();
+    }
+    let dt = behind.stable_time_step(0.5, 0.2).unwrap();
+    behind.step(dt).unwrap();
+    copy_state(&ahead, &mut behind);
+    run_and_compare(&mut ahead, &mut behind, 3, "written", Match::Bits)
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Each patch's own velocity is the whole domain's there.
+    for (index, graph) in behind.momentum_graphs() {
+        let offset = layout(&grid, [2, 2, 1], 1).patch(index).unwrap().offset();
+        let tag = watershed_exprgraph::Tag::new("u", watershed_exprgraph::Context::StateN);
+        let (values, own) = graph
+            .with_field::<XFace, _>(&tag, |u| (u.values().unwrap().to_vec(), u.layout().clone()))
+            .unwrap();
+        behind
+            .with_velocity::<XFace, _>(|whole| {
+                let at = whole.layout();
+                for p in own.interior().iter() {
+                    let global = [0, 1, 2].map(|a| p[a] + offset[a] as isize);
+                    assert_eq!(
+                        values[own.linear_index(p)].to_bits(),
+                        whole.values().unwrap()[at.linear_index(global)].to_bits(),
+                        "u of patch {index} at {p:?}"
+                    );
+                }
+            })
+            .unwrap();
+    }
+}
+
 /// The setup error of building `builder`, checked to name `words`.
 fn refused(builder: IncompressibleFlowBuilder, words: &[&str]) {
     let error = builder.build().unwrap_err();
