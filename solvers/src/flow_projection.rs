@@ -311,15 +311,15 @@ impl PatchProjection {
     }
 
     /// The velocity corrected on each owned patch (the flow's state on
-    /// the patches): `momentum`'s `u*` (`provisional`) and the solved
-    /// `psi` into each correction graph, `psi`'s seams and periodic
-    /// images exchanged (its physical ghosts take the projection's
-    /// conditions in the graph), then every correction graph executed.
-    /// Its graphs, in patch order, hold the corrected velocity. A graph's
-    /// failure comes back with the patch's offset.
+    /// the patches): the divergence graphs' `u*` (`provisional`, forced
+    /// where bodies are) and the solved `psi` into each correction graph,
+    /// `psi`'s seams and periodic images exchanged (its physical ghosts
+    /// take the projection's conditions in the graph), then every
+    /// correction graph executed. Its graphs, in patch order, hold the
+    /// corrected velocity. A graph's failure comes back with the patch's
+    /// offset.
     pub(crate) fn correct(
         &mut self,
-        momentum: &[&ExpressionGraph],
         provisional: &[Tag; 3],
         mode: ExecutionMode,
     ) -> Result<&[ExpressionGraph], ProjectionFailure> {
@@ -331,7 +331,15 @@ impl PatchProjection {
         };
         let graph_failure = |e: GraphError| ProjectionFailure::Graph(Box::new(e));
         let started = Instant::now();
-        for ((from, to), psi) in momentum.iter().zip(correction.graphs()).zip(&self.psi) {
+        // u* as the divergence graphs hold it: forced where bodies are,
+        // its conditions applied.
+        for ((from, to), psi) in self
+            .divergence
+            .graphs()
+            .iter()
+            .zip(correction.graphs())
+            .zip(&self.psi)
+        {
             for &axis in &self.active {
                 on_face!(axis, F => copy_field::<F>(from, &provisional[axis], to, &provisional[axis])
                     .map_err(graph_failure)?);

@@ -86,8 +86,10 @@ impl ForcingTags {
         })
     }
 
-    /// Fills the coefficient fields of component `F` from the bodies;
-    /// returns the counts of solid and forced interior faces.
+    /// Fills the coefficient fields of component `F` that `graph` holds
+    /// from the bodies (a graph forcing u* holds every one but the open
+    /// faces, a graph correcting u* on a patch only those); returns the
+    /// counts of solid and forced interior faces of the graph's patch.
     pub(crate) fn fill<F: FaceLocation + GraphLocation>(
         &self,
         graph: &ExpressionGraph,
@@ -116,15 +118,20 @@ impl ForcingTags {
             graph.fill_placeholder(tag)?;
             SolverResult::Ok(())
         };
-        write(&self.keep, &|f| Some(&f.keep))?;
-        write(&self.value, &|f| Some(&f.value))?;
+        let held = |tag: &Tag| graph.field_info(tag).is_some();
+        if held(&self.keep) {
+            write(&self.keep, &|f| Some(&f.keep))?;
+        }
+        if held(&self.value) {
+            write(&self.value, &|f| Some(&f.value))?;
+        }
         // The open faces are read by the velocity's correction only: a
         // graph that forces u* without correcting it (a decomposed
-        // projection's divergence graph) does not hold them.
-        if graph.field_info(&self.open).is_some() {
+        // projection's forcing graph) does not hold them.
+        if held(&self.open) {
             write(&self.open, &|f| Some(&f.open))?;
         }
-        for (offset, tag) in &self.neighbours {
+        for (offset, tag) in self.neighbours.iter().filter(|(_, t)| held(t)) {
             write(tag, &|f| {
                 f.neighbours
                     .iter()

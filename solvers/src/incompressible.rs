@@ -451,11 +451,11 @@ impl IncompressibleFlowBuilder {
         // With patches, unless replicated: div(u*) in a graph of its own,
         // the solve on the patches between it and this graph.
         let decomposed = split.is_some() && !self.replicated_projection;
-        // Without bodies the state itself lives on the patches: each
-        // patch's momentum graph keeps its levels, a graph per patch
-        // corrects the velocity, and this graph receives the velocity
-        // and psi once per step for what reads the whole domain.
-        let on_patches = decomposed && immersed.is_none();
+        // With the projection on the patches the state itself lives on
+        // them: each patch's momentum graph keeps its levels, a graph per
+        // patch corrects the velocity, and this graph receives the
+        // velocity and psi once per step for what reads the whole domain.
+        let on_patches = decomposed;
         let mut correction_factory = Factory::new();
         let mut divergence_factory = Factory::new();
         // With bodies and the solve on patches: the graphs forcing each
@@ -524,21 +524,25 @@ impl IncompressibleFlowBuilder {
                         .register(on_face!(axis, F => tags.expression::<F>(provisional)))?;
                 }
             }
-            // On the patches u* comes from the momentum graph with its
-            // conditions already applied at the same time.
+            // On the patches u* (forced where bodies are) comes from the
+            // divergence graph of its patch.
+            let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
             let home = if on_patches {
-                let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
                 correction_factory.placeholder(provisional.clone(), location)?;
                 &mut correction_factory
             } else {
-                on_face!(axis, F => attach_conditions::<F>(&mut factory, provisional, conditions.clone())?);
                 &mut factory
             };
-            if let Some(tags) = &forcing[axis] {
-                let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
-                tags.declare(home, location)?;
-                on_face!(axis, F => attach_conditions::<F>(home, &tags.free, conditions.clone())?);
-                home.register(on_face!(axis, F => tags.expression::<F>(provisional)))?;
+            on_face!(axis, F => attach_conditions::<F>(home, provisional, conditions.clone())?);
+            match &forcing[axis] {
+                // The correction leaves the solid faces alone.
+                Some(tags) if on_patches => home.placeholder(tags.open.clone(), location)?,
+                Some(tags) => {
+                    tags.declare(home, location)?;
+                    on_face!(axis, F => attach_conditions::<F>(home, &tags.free, conditions.clone())?);
+                    home.register(on_face!(axis, F => tags.expression::<F>(provisional)))?;
+                }
+                None => {}
             }
             let (from, psi, order) = (provisional.clone(), psi_tag.clone(), self.order);
             let open = forcing[axis].as_ref().map(|tags| tags.open.clone());
@@ -675,7 +679,7 @@ impl IncompressibleFlowBuilder {
                             &mut factory,
                             immersed,
                             n,
-                            &next,
+                            current,
                             &pressure_tag,
                             &active,
                             grid.spacing(),
@@ -814,6 +818,9 @@ impl IncompressibleFlowBuilder {
                             )?;
                             for &axis in &active {
                                 graph.fill_placeholder(&provisional_tags[axis])?;
+                                if let (Some(tags), Some(immersed)) = (&forcing[axis], &immersed) {
+                                    on_face!(axis, F => tags.fill::<F>(&graph, immersed)?);
+                                }
                             }
                             graph.fill_placeholder(&psi_tag)?;
                             Ok::<_, SolverError>(graph)
@@ -851,7 +858,18 @@ impl IncompressibleFlowBuilder {
         if let Some(immersed) = &immersed {
             for &axis in &active {
                 if let Some(tags) = &forcing[axis] {
-                    immersed_faces[axis] = on_face!(axis, F => tags.fill::<F>(&graph, immersed)?);
+                    immersed_faces[axis] = if on_patches {
+                        // This graph holds no forcing: the counts of the
+                        // whole domain's faces.
+                        let kind = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
+                        let faces = immersed.forcing(
+                            axis,
+                            &watershed_fields::FieldLayout::new(&self.patch, kind),
+                        )?;
+                        (faces.solid, faces.forced)
+                    } else {
+                        on_face!(axis, F => tags.fill::<F>(&graph, immersed)?)
+                    };
                 }
             }
             for reductions in &mut forces {
@@ -1675,7 +1693,7 @@ impl IncompressibleFlow {
         let graphs: Vec<&ExpressionGraph> = patches.graphs().into_iter().map(|(_, g)| g).collect();
         let corrected = projection
             .solve(&graphs, &self.provisional, &self.graph, self.mode)
-            .and_then(|()| projection.correct(&graphs, &self.provisional, self.mode))
+            .and_then(|()| projection.correct(&self.provisional, self.mode))
             .and_then(|corrected| Ok(patches.take_corrected(corrected, &self.next)?));
         if let Err(failure) = corrected {
             return Err(self.projection_error(failure, dt));
