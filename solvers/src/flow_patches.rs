@@ -1,35 +1,54 @@
 //! The momentum stages of an incompressible flow on the patches of a
-//! decomposed grid (issue 51).
+//! decomposed grid, and the velocity's time levels they keep (issue 51).
 //!
 //! A stage of [`IncompressibleFlow`](crate::IncompressibleFlow) is an
 //! explicit part (every component's right-hand side and Shu-Osher update,
 //! most of the kernels) and the projection (the divergence, the Poisson
 //! solve, the correction, the reductions). Built with
 //! [`IncompressibleFlowBuilder::patches`](crate::IncompressibleFlowBuilder::patches),
-//! the explicit part runs here, one graph per patch this rank owns. Each
-//! stage:
+//! the explicit part runs here, one graph per patch this rank owns (a
+//! [`PatchedGraphs`]).
 //!
-//! 1. every patch graph receives the window of the whole domain's state
-//!    levels it covers, its ghost layers included (the seam ghosts are the
-//!    neighbours' interior values, the physical ghosts the whole domain's
-//!    conditions), then applies the velocity conditions at the stage's
-//!    time on its physical sides, as the whole graph does;
-//! 2. it computes `u*` on its interior, with the same kernels: coordinates
+//! ## The state on the patches (the projection on the patches)
+//!
+//! Each patch's graph keeps the velocity's levels (`now`, the step's
+//! `start`, and `next`, which receives the corrected velocity). A stage:
+//!
+//! 1. exchanges the seams and periodic images of `now` between the
+//!    patches ([`PatchedGraphs::exchange`]): every ghost a stage reads
+//!    then holds the whole domain's value there, and the patch's own
+//!    velocity conditions at the stage's time fill its physical ghosts
+//!    (over the whole allocated extent across each side, corners
+//!    included), as the whole domain's graph fills them. Where the flow's
+//!    own velocity was written since the patches last gave it theirs
+//!    (initial values, a restart: [`ExpressionGraph::field_version`]
+//!    tells), the patches take their windows of it instead, ghosts
+//!    included;
+//! 2. computes `u*` on each interior, with the same kernels: coordinates
 //!    are global and the conditions apply only on the domain's sides, so
 //!    every interior value has the bits of the whole domain's;
-//! 3. the interiors of every patch of every rank are gathered in patch
-//!    order ([`RankLink::gather_in_rank_order`]) into the whole domain's
-//!    `u*` of the flow's own graph (the correction); the Poisson solve on
-//!    the patches takes each patch graph's `u*` as it is
-//!    (`crate::flow_projection`).
+//! 3. the projection on the patches (`crate::flow_projection`) solves for
+//!    `psi` and corrects `u*` in a graph per patch, whose result is copied
+//!    into `next` here ([`FlowPatches::take_corrected`]); the levels then
+//!    rotate in each patch's graph as in the whole domain's.
 //!
-//! With the projection replicated
-//! ([`IncompressibleFlowBuilder::replicated_projection`](crate::IncompressibleFlowBuilder::replicated_projection)),
-//! the flow's own graph holds the whole projection and every rank solves
-//! the whole Poisson problem with identical inputs and arithmetic, so the
-//! flow gives the undecomposed flow's bits on any layout and any number of
-//! ranks (the degenerate case of agglomerating the multigrid: no level
-//! decomposed). Either way every rank holds the whole domain's velocity.
+//! After a step's last stage the interiors of `now` of every patch of
+//! every rank are gathered in patch order
+//! ([`RankLink::gather_in_rank_order`]) into the flow's own graph, which
+//! reduces what needs the whole domain and is what dumps, checkpoints and
+//! diagnostics read.
+//!
+//! ## The state on the whole domain (the projection replicated)
+//!
+//! With
+//! [`IncompressibleFlowBuilder::replicated_projection`](crate::IncompressibleFlowBuilder::replicated_projection),
+//! the flow's own graph holds the state and the whole projection: every
+//! stage each patch graph receives its window of the whole domain's
+//! levels, ghosts included, computes `u*`, and the interiors are gathered
+//! into the flow's graph, where every rank solves the whole Poisson
+//! problem with identical inputs and arithmetic, so the flow gives the
+//! undecomposed flow's bits on any layout and any number of ranks (the
+//! degenerate case of agglomerating the multigrid: no level decomposed).
 
 use crate::error::{SolverError, SolverResult};
 use crate::windows::{append_interior, copy_field, place_interior, take_window};

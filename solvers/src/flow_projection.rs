@@ -1,28 +1,39 @@
-//! The Poisson solve of a decomposed flow's projection on the patches
-//! (issue 51): what lets a flow on patches scale, since the solve is
-//! about nine tenths of a step.
+//! The projection of a decomposed flow on the patches (issue 51): the
+//! Poisson solve, about nine tenths of a step, and the correction of the
+//! velocity, what lets a flow on patches scale.
 //!
 //! With [`IncompressibleFlowBuilder::patches`](crate::IncompressibleFlowBuilder::patches)
-//! a stage runs in four parts on every rank:
+//! a stage runs in these parts on every rank:
 //!
-//! 1. the momentum graphs of the owned patches compute `u*`, gathered into
-//!    the whole domain's fields of the flow's own graph
-//!    (`crate::flow_patches`);
+//! 1. the momentum graphs of the owned patches compute `u*` from the
+//!    state they keep (`crate::flow_patches`);
 //! 2. here, a small graph on each owned patch (a [`PatchedGraphs`]) takes
 //!    its momentum graph's `u*` (unforced where bodies are), whose seams
 //!    and periodic images are exchanged, forces it where immersed bodies
-//!    are (the flow's own graph forces it again, to the same bits, for the
-//!    correction) and computes `div(u*)` on the patch: the whole domain's
-//!    values point for point. The norm of `div(u*)` adds the patches' sums
-//!    in patch order;
-//! 3. each owned patch takes its `div(u*)` as right-hand side and its
-//!    window of the last `psi` as guess, and the [`PatchedMultigrid`]
-//!    solves on the patches, across the ranks; the owned patches' `psi`
-//!    interiors are gathered in patch order into the whole domain's `psi`,
-//!    whose ghosts then take the projection's conditions, as the whole
-//!    domain's solve leaves them;
-//! 4. the flow's own graph corrects the velocity with `grad(psi)`, forms
-//!    the pressure and reduces the energy, speeds and divergence.
+//!    are (in forcing graphs of their own, after an exchange of the
+//!    unforced velocity, since a forced face interpolates from its
+//!    outward neighbour) and computes `div(u*)` on the patch: the whole
+//!    domain's values point for point. The norm of `div(u*)` adds the
+//!    patches' sums in patch order;
+//! 3. each owned patch takes its `div(u*)` as right-hand side and its last
+//!    `psi` as guess (or its window of the flow's `psi` where that was
+//!    written since, a restart), and the [`PatchedMultigrid`] solves on the
+//!    patches, across the ranks;
+//! 4. a correction graph on each owned patch takes the divergence graph's
+//!    `u*` and the solved `psi`, whose seams are exchanged (its physical
+//!    ghosts take the projection's conditions in the graph, as the whole
+//!    domain's `psi` takes them), and writes `u = u* - grad(psi)` (closed
+//!    faces of bodies kept) with the velocity's conditions, into the
+//!    momentum graph's next level;
+//! 5. after a step's last stage the owned patches' `psi` interiors are
+//!    gathered in patch order into the whole domain's `psi` (its ghosts
+//!    then take the projection's conditions), beside the velocity, and the
+//!    flow's own graph forms the pressure and reduces the energy, speeds,
+//!    divergence, enstrophy and forces.
+//!
+//! With the projection replicated this module takes no part: the flow's
+//! own graph solves the whole domain's Poisson problem and corrects the
+//! velocity from the gathered `u*` (forcing it there where bodies are).
 //!
 //! The solve runs between graph executions, on the thread that steps the
 //! flow: MPI is called from that thread only. Its inner products add
@@ -209,8 +220,8 @@ impl PatchProjection {
     /// `psi` solved on the patches (collective), its guess the last
     /// solution, or `whole`'s `psi` where that was written since it was
     /// last gathered. A graph's failure comes back as it is, for the flow
-    /// to name the field. Then either [`Self::gather_psi`] or
-    /// [`Self::correct`].
+    /// to name the field. Then [`Self::correct`], and after a step's last
+    /// stage [`Self::gather_psi`].
     pub(crate) fn solve(
         &mut self,
         momentum: &[&ExpressionGraph],

@@ -158,24 +158,28 @@ impl IncompressibleFlowBuilder {
     }
 
     /// Runs the flow on the patches of `layout` that the rank of `link`
-    /// owns: the momentum stages (right-hand sides and updates) one graph
-    /// per patch (see [`crate::flow_patches`]), and the projection's
-    /// Poisson solve on the patches too, with a [`crate::PatchedMultigrid`]
-    /// (`crate::flow_projection`). The flow gives the same bits on any
-    /// number of ranks for one layout, and the undecomposed flow's values
-    /// to the Poisson tolerance (the solver's inner products add per-patch
-    /// sums in patch order); with [`Self::replicated_projection`] the
-    /// projection runs whole on every rank instead, and the flow gives the
-    /// undecomposed flow's bits. Every rank holds the whole domain's
-    /// velocity and pressure: the builder's patch stays the whole domain
-    /// (what the dumps and the checkpoints see); the layout must decompose
-    /// its grid with no more ghost layers than it has. A convective
-    /// outflow's speed is the mean over its whole side of the whole
-    /// domain's velocity, the same on every rank. Immersed bodies force
-    /// the gathered velocity (in the divergence graph and in the flow's
-    /// own graph, with the same bits), their force reductions run in the
-    /// flow's own graph, and the solve on the patches closes their faces
-    /// ([`crate::PatchedMultigrid`]).
+    /// owns, its state with it: each patch's momentum graph keeps the
+    /// velocity's time levels and computes the stages' right-hand sides
+    /// and updates (see [`crate::flow_patches`]), the projection's Poisson
+    /// solve runs on the patches with a [`crate::PatchedMultigrid`], and a
+    /// graph per patch corrects the velocity (`crate::flow_projection`).
+    /// The flow gives the same bits on any number of ranks for one layout,
+    /// and the undecomposed flow's values to the Poisson tolerance (the
+    /// solver's inner products add per-patch sums in patch order); with
+    /// [`Self::replicated_projection`] the projection runs whole on every
+    /// rank instead, and the flow gives the undecomposed flow's bits. At
+    /// the end of every step the velocity and `psi` are gathered into the
+    /// flow's own graph over the whole domain, on every rank: the pressure,
+    /// the speeds for the next time step, the divergence, the enstrophy and
+    /// the bodies' forces are reduced there, and what reads the flow
+    /// (dumps, checkpoints, diagnostics) sees the whole domain as before.
+    /// The builder's patch stays the whole domain; the layout must
+    /// decompose its grid with no more ghost layers than it has. A
+    /// convective outflow's speed is the mean over its whole side of that
+    /// velocity, the same on every rank. Immersed bodies are forced on the
+    /// patches, the solve on the patches closes their faces
+    /// ([`crate::PatchedMultigrid`]), and a velocity written into the flow
+    /// between steps (a restart) is where the patches continue from.
     ///
     /// ```
     /// use std::rc::Rc;
@@ -206,7 +210,9 @@ impl IncompressibleFlowBuilder {
     /// gives the undecomposed flow's bits on any layout (a check of the
     /// decomposed momentum, or a run that must reproduce one process
     /// exactly), but the solve, nine tenths of a step, does not get
-    /// faster with more ranks.
+    /// faster with more ranks; the state stays in the flow's own graph,
+    /// each stage's momentum taking its windows from it and giving back
+    /// `u*`.
     pub fn replicated_projection(mut self) -> Self {
         self.replicated_projection = true;
         self
@@ -449,20 +455,21 @@ impl IncompressibleFlowBuilder {
         };
         let split = self.split(needed)?;
         // With patches, unless replicated: div(u*) in a graph of its own,
-        // the solve on the patches between it and this graph.
-        let decomposed = split.is_some() && !self.replicated_projection;
-        // With the projection on the patches the state itself lives on
-        // them: each patch's momentum graph keeps its levels, a graph per
+        // the solve on the patches after it, and the state itself on the
+        // patches: each patch's momentum graph keeps its levels, a graph per
         // patch corrects the velocity, and this graph receives the
         // velocity and psi once per step for what reads the whole domain.
-        let on_patches = decomposed;
+        // Replicated, this graph keeps the state and the projection, and
+        // receives u* from the patches every stage.
+        let decomposed = split.is_some() && !self.replicated_projection;
+        let replicated = split.is_some() && !decomposed;
         let mut correction_factory = Factory::new();
         let mut divergence_factory = Factory::new();
         // With bodies and the solve on patches: the graphs forcing each
         // patch's unforced velocity, before the divergence graphs.
         let mut forcing_factory = Factory::new();
         for &axis in &active {
-            if on_patches {
+            if decomposed {
                 // The velocity the patches hold at the end of a step, with
                 // the conditions of what a stage writes.
                 let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
@@ -500,7 +507,7 @@ impl IncompressibleFlowBuilder {
             // What a stage writes is at the state time.
             let conditions = conditions[axis].clone().with_time(&parameters.state_time);
             let (provisional, corrected) = (&provisional_tags[axis], &next[axis]);
-            if split.is_some() && !on_patches {
+            if replicated {
                 // Gathered from the patches' momentum graphs: u*, or with
                 // bodies the unforced velocity the forcing node below
                 // turns into u* (as in the whole flow's graph).
@@ -527,7 +534,7 @@ impl IncompressibleFlowBuilder {
             // On the patches u* (forced where bodies are) comes from the
             // divergence graph of its patch.
             let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
-            let home = if on_patches {
+            let home = if decomposed {
                 correction_factory.placeholder(provisional.clone(), location)?;
                 &mut correction_factory
             } else {
@@ -536,7 +543,7 @@ impl IncompressibleFlowBuilder {
             on_face!(axis, F => attach_conditions::<F>(home, provisional, conditions.clone())?);
             match &forcing[axis] {
                 // The correction leaves the solid faces alone.
-                Some(tags) if on_patches => home.placeholder(tags.open.clone(), location)?,
+                Some(tags) if decomposed => home.placeholder(tags.open.clone(), location)?,
                 Some(tags) => {
                     tags.declare(home, location)?;
                     on_face!(axis, F => attach_conditions::<F>(home, &tags.free, conditions.clone())?);
@@ -615,7 +622,7 @@ impl IncompressibleFlowBuilder {
             factory.register(solve)?;
             Some(state)
         };
-        if on_patches {
+        if decomposed {
             // The solved psi, its seams exchanged between the correction
             // graphs and its physical ghosts given the projection's
             // conditions, as the whole domain's psi takes them.
@@ -625,7 +632,7 @@ impl IncompressibleFlowBuilder {
         }
         // What the step's diagnostics read: the corrected velocity, which
         // with the state on the patches this graph receives as `now`.
-        let current = if on_patches { &now } else { &next };
+        let current = if decomposed { &now } else { &next };
         let (psi, scale) = (psi_tag.clone(), pressure_scale.clone());
         factory.register(LanguageExpression::new::<CellCentre>(
             pressure_tag.clone(),
@@ -659,7 +666,7 @@ impl IncompressibleFlowBuilder {
         if !decomposed {
             roots.push(Tag::none("|div(u*)|"));
         }
-        if split.is_some() && !on_patches {
+        if replicated {
             // The state levels stay here (the patches copy their windows
             // from them), though no node of this graph reads them.
             roots.extend(active.iter().map(|&a| now[a].clone()));
@@ -734,12 +741,12 @@ impl IncompressibleFlowBuilder {
         for &axis in &active {
             // Receives the step's start value after the first stage, which
             // does not read it (see `crate::stages`).
-            if reads_start_level(self.integrator) && !on_patches {
+            if reads_start_level(self.integrator) && !decomposed {
                 graph.fill_placeholder(&start[axis])?;
             }
             // A flow starts at rest unless its velocity is set.
             graph.fill_placeholder(&now[axis])?;
-            if split.is_some() && !on_patches {
+            if replicated {
                 graph.fill_placeholder(&gathered_tags[axis])?;
             }
         }
@@ -799,7 +806,7 @@ impl IncompressibleFlowBuilder {
                 };
                 // With the state on the patches, one correction graph per
                 // owned patch.
-                let correction = if on_patches {
+                let correction = if decomposed {
                     let roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
                     let options = GraphOptions {
                         persistent: roots.clone(),
@@ -849,7 +856,7 @@ impl IncompressibleFlowBuilder {
         };
         let patches = match split {
             Some((layout, link)) => Some(FlowPatches::build(layout, link, &active, |patch| {
-                let levels = on_patches.then_some(&next);
+                let levels = decomposed.then_some(&next);
                 recipe.patch_graph(patch, &provisional_tags, levels, self.placement.clone())
             })?),
             None => None,
@@ -858,7 +865,7 @@ impl IncompressibleFlowBuilder {
         if let Some(immersed) = &immersed {
             for &axis in &active {
                 if let Some(tags) = &forcing[axis] {
-                    immersed_faces[axis] = if on_patches {
+                    immersed_faces[axis] = if decomposed {
                         // This graph holds no forcing: the counts of the
                         // whole domain's faces.
                         let kind = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
@@ -922,7 +929,7 @@ impl IncompressibleFlowBuilder {
             patches,
             // Nothing received yet: the first stage takes the velocity
             // from `graph`.
-            state_on_patches: on_patches.then(Vec::new),
+            state_on_patches: decomposed.then(Vec::new),
         })
     }
 
@@ -1217,7 +1224,8 @@ pub struct IncompressibleFlow {
     start: [Tag; 3],
     provisional: [Tag; 3],
     /// What the flow's graph receives the patches' momentum into (with
-    /// patches): `provisional`, or with bodies the unforced velocity.
+    /// patches and the projection replicated): `provisional`, or with
+    /// bodies the unforced velocity.
     gathered: [Tag; 3],
     psi: Tag,
     pressure: Tag,
@@ -1262,7 +1270,9 @@ pub struct IncompressibleFlow {
     /// the next step's force is then known as if no restart had happened.
     force_sums_of: Option<u64>,
     /// With [`IncompressibleFlowBuilder::patches`]: the momentum graphs of
-    /// this rank's patches; `graph` then holds the projection only.
+    /// this rank's patches; `graph` then holds the projection (replicated)
+    /// or what reads the whole domain at a step's end (the state on the
+    /// patches).
     patches: Option<FlowPatches>,
     /// With the projection on the patches and no bodies the state lives on
     /// the patches (`crate::flow_patches`), and `graph` receives the
@@ -1602,16 +1612,6 @@ impl IncompressibleFlow {
             let levels = [&self.now, &self.provisional, &self.gathered];
             if let Err(failure) = patches.run_momentum(&self.graph, levels, start, self.mode) {
                 return Err(self.momentum_error(failure, dt));
-            }
-        }
-        if let (Some(projection), Some(patches)) = (&mut self.projection, &self.patches) {
-            let momentum: Vec<&ExpressionGraph> =
-                patches.graphs().into_iter().map(|(_, g)| g).collect();
-            let solved = projection
-                .solve(&momentum, &self.provisional, &self.graph, self.mode)
-                .and_then(|()| Ok(projection.gather_psi(&self.graph)?));
-            if let Err(failure) = solved {
-                return Err(self.projection_error(failure, dt));
             }
         }
         if let Err(error) = self.graph.execute(self.mode) {
