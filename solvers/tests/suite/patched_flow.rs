@@ -481,6 +481,44 @@ fn a_velocity_written_into_a_running_flow_on_patches_is_where_it_continues() {
     }
 }
 
+#[test]
+fn a_flow_on_patches_that_diverges_names_the_grids_cell() {
+    // A velocity spike written into a running flow on 2 x 2 patches, in
+    // the last patch (cells 12.. along x, 8.. along y): the stage that
+    // overflows names a cell of the grid near the spike, not the patch's
+    // own numbering (which would put it near [6, 4]).
+    let grid = cavity_grid();
+    let patch = grid.whole_domain(1);
+    let mut flow = cavity(&patch)
+        .patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess))
+        .build()
+        .unwrap();
+    let dt = flow.stable_time_step(0.5, 0.2).unwrap();
+    flow.step(dt).unwrap();
+    let spike = [18isize, 12, 0];
+    flow.with_velocity_mut::<XFace, _>(|u| {
+        let at = u.layout().linear_index(spike);
+        u.values_mut().unwrap()[at] = 1e200;
+    })
+    .unwrap();
+    let error = flow.step(dt).unwrap_err();
+    let SolverError::Diverged {
+        equation,
+        cell,
+        step,
+        ..
+    } = &error
+    else {
+        panic!("expected Diverged, got {error:?}");
+    };
+    assert!(equation.starts_with("momentum ("), "{equation}");
+    assert_eq!(*step, 2);
+    assert!(
+        (0..2).all(|a| (cell[a] - spike[a]).abs() <= 2),
+        "the cell {cell:?} is not beside the spike at {spike:?}: {error}"
+    );
+}
+
 /// The setup error of building `builder`, checked to name `words`.
 fn refused(builder: IncompressibleFlowBuilder, words: &[&str]) {
     let error = builder.build().unwrap_err();
