@@ -81,7 +81,9 @@ pub fn flow_on_patches(
 
 /// The graphs of `flow` named for timings and traces: `momentum` (its
 /// whole stage), or `projection` and each patch's momentum graph on this
-/// rank (`momentum patch k`) when the momentum runs on patches.
+/// rank (`momentum patch k`) when the momentum runs on patches, and with
+/// the projection on the patches its parts' graphs there (`forcing patch
+/// k` with bodies, `divergence patch k`, `correction patch k`).
 pub fn flow_graphs(
     flow: &IncompressibleFlow,
 ) -> Vec<(String, &watershed_exprgraph::ExpressionGraph)> {
@@ -93,6 +95,9 @@ pub fn flow_graphs(
     let mut graphs = vec![(main.to_string(), flow.graph())];
     for (index, graph) in flow.momentum_graphs() {
         graphs.push((format!("momentum patch {index}"), graph));
+    }
+    for (part, index, graph) in flow.projection_graphs() {
+        graphs.push((format!("{part} patch {index}"), graph));
     }
     graphs
 }

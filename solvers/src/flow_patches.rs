@@ -205,13 +205,16 @@ impl FlowPatches {
     }
 
     /// The state level `now` of every owned patch ready for a stage of a
-    /// flow whose state lives on the patches: from `whole`'s windows,
-    /// ghosts included, when `whole`'s velocity was written since the
-    /// patches last gave it theirs (`from_whole`: initial values, a
-    /// restart), otherwise its seams and periodic images exchanged
-    /// between the patches (collective). Either way each ghost a stage
-    /// reads holds the whole domain's value there, or is a physical
-    /// ghost the patch's own conditions fill.
+    /// flow whose state lives on the patches: its seams and periodic
+    /// images exchanged between the patches (collective), after, when
+    /// `whole`'s velocity was written since the patches last gave it
+    /// theirs (`from_whole`: initial values, a restart), each patch took
+    /// its window of it, ghosts included. Either way each ghost a stage
+    /// reads holds the whole domain's value there, or is a physical ghost
+    /// the patch's own conditions fill. The exchange runs in both cases,
+    /// so that every rank makes the same collective calls even where only
+    /// some ranks' velocity was written (it then rewrites the seams the
+    /// windows brought with the same values).
     pub(crate) fn prepare_state(
         &self,
         whole: &ExpressionGraph,
@@ -219,7 +222,7 @@ impl FlowPatches {
         from_whole: bool,
     ) -> Result<(), MomentumFailure> {
         if from_whole {
-            return self.take_windows(whole, now);
+            self.take_windows(whole, now)?;
         }
         let tags: Vec<Tag> = self.active.iter().map(|&a| now[a].clone()).collect();
         self.momentum.exchange(&tags)?;

@@ -183,6 +183,27 @@ impl PatchProjection {
         })
     }
 
+    /// The graphs on the owned patches, named by part (`"forcing"` with
+    /// bodies, `"divergence"`, `"correction"` with the state on the
+    /// patches), with their patch indices, in that order and patch order.
+    pub(crate) fn graphs(&self) -> Vec<(&'static str, usize, &ExpressionGraph)> {
+        let parts = [
+            ("forcing", self.forced.as_ref()),
+            ("divergence", Some(&self.divergence)),
+            ("correction", self.correction.as_ref()),
+        ];
+        parts
+            .into_iter()
+            .filter_map(|(name, graphs)| graphs.map(|g| (name, g)))
+            .flat_map(|(name, graphs)| {
+                self.owned
+                    .clone()
+                    .zip(graphs.graphs())
+                    .map(move |(index, graph)| (name, index, graph))
+            })
+            .collect()
+    }
+
     /// The report of the last solve that succeeded.
     pub(crate) fn report(&self) -> &SolveReport {
         &self.report
@@ -279,8 +300,9 @@ impl PatchProjection {
             graph.with_field::<CellCentre, _>(&self.divergence_tag, |from| {
                 take_window(from, rhs, [0; 3], false)
             })??;
-            // Otherwise the patch's psi is the last solution, whose
-            // interior the whole psi holds since it was gathered.
+            // Otherwise the patch's psi is the last solution: the whole
+            // psi's interior when it was gathered at a step's end, newer
+            // within a step.
             if guess_from_whole {
                 whole.with_field::<CellCentre, _>(&self.psi_tag, |from| {
                     take_window(from, psi, offset, false)

@@ -517,9 +517,8 @@ impl IncompressibleFlowBuilder {
             if decomposed {
                 // The divergence graphs on the patches read u*; with
                 // bodies the forcing graphs make it first from the
-                // unforced velocity (forced again, to the same bits, in
-                // this graph for the correction): the solve needs div(u*)
-                // of the forced u* before this graph runs.
+                // unforced velocity. The correction graphs take u* from
+                // the divergence graphs, forced.
                 let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
                 divergence_factory.placeholder(provisional.clone(), location)?;
                 on_face!(axis, F => attach_conditions::<F>(&mut divergence_factory, provisional, conditions.clone())?);
@@ -1274,13 +1273,13 @@ pub struct IncompressibleFlow {
     /// or what reads the whole domain at a step's end (the state on the
     /// patches).
     patches: Option<FlowPatches>,
-    /// With the projection on the patches and no bodies the state lives on
-    /// the patches (`crate::flow_patches`), and `graph` receives the
-    /// velocity and `psi` at the end of each step. The versions of its
-    /// velocity components when it last received them: a different one
-    /// means the velocity was written since (initial values, a restart),
-    /// and the next stage takes it from here. `None` for a flow whose
-    /// state lives in `graph`.
+    /// With the projection on the patches the state lives on the patches
+    /// (`crate::flow_patches`), and `graph` receives the velocity and
+    /// `psi` at the end of each step. The versions of its velocity
+    /// components when the patches last gave it theirs or took it from
+    /// there: a different one means the velocity was written since
+    /// (initial values, a restart), and the next stage takes it from
+    /// here. `None` for a flow whose state lives in `graph`.
     state_on_patches: Option<Vec<Option<u64>>>,
 }
 
@@ -1417,6 +1416,18 @@ impl IncompressibleFlow {
         self.patches
             .as_ref()
             .map(FlowPatches::graphs)
+            .unwrap_or_default()
+    }
+
+    /// With the projection on the patches: the graphs of its parts on the
+    /// patches this rank owns, each with its part's name (`"forcing"`
+    /// with bodies, `"divergence"`, `"correction"`) and its patch's index
+    /// in the layout, in that order and patch order (empty otherwise):
+    /// for timings and traces.
+    pub fn projection_graphs(&self) -> Vec<(&'static str, usize, &ExpressionGraph)> {
+        self.projection
+            .as_ref()
+            .map(PatchProjection::graphs)
             .unwrap_or_default()
     }
 
