@@ -67,10 +67,10 @@ pub(crate) struct PatchProjection {
     forced: Option<PatchedGraphs>,
     /// `div(u*)` and its norm on each owned patch.
     divergence: PatchedGraphs,
-    /// When the flow's state lives on the patches: the correction of the
-    /// velocity on each owned patch, `u = u* - grad(psi)` with its
-    /// conditions, from `u*` and `psi` (whose seams it exchanges).
-    correction: Option<PatchedGraphs>,
+    /// The correction of the velocity on each owned patch, `u = u* -
+    /// grad(psi)` with its conditions, from `u*` and `psi` (whose seams
+    /// it exchanges).
+    correction: PatchedGraphs,
     divergence_tag: Tag,
     /// The velocity components, and the tags the momentum's result is
     /// known by in the forcing graphs (the unforced velocity) or, without
@@ -117,7 +117,7 @@ impl PatchProjection {
         immersed: Option<&Immersed>,
         forced: Option<PatchedGraphs>,
         divergence: PatchedGraphs,
-        correction: Option<PatchedGraphs>,
+        correction: PatchedGraphs,
         divergence_tag: Tag,
         active: &[usize],
         gathered: [Tag; 3],
@@ -184,13 +184,13 @@ impl PatchProjection {
     }
 
     /// The graphs on the owned patches, named by part (`"forcing"` with
-    /// bodies, `"divergence"`, `"correction"` with the state on the
-    /// patches), with their patch indices, in that order and patch order.
+    /// bodies, `"divergence"`, `"correction"`), with their patch indices,
+    /// in that order and patch order.
     pub(crate) fn graphs(&self) -> Vec<(&'static str, usize, &ExpressionGraph)> {
         let parts = [
             ("forcing", self.forced.as_ref()),
             ("divergence", Some(&self.divergence)),
-            ("correction", self.correction.as_ref()),
+            ("correction", Some(&self.correction)),
         ];
         parts
             .into_iter()
@@ -231,7 +231,7 @@ impl PatchProjection {
         };
         self.solver.exchange_time()
             + of(&self.forced)
-            + of(&self.correction)
+            + self.correction.exchange_time()
             + self.divergence.exchange_time()
             + self.moving
     }
@@ -356,12 +356,7 @@ impl PatchProjection {
         provisional: &[Tag; 3],
         mode: ExecutionMode,
     ) -> Result<&[ExpressionGraph], ProjectionFailure> {
-        let Some(correction) = &self.correction else {
-            return Err(ProjectionFailure::Solver(SolverError::Setup {
-                equation: "incompressible flow on patches".into(),
-                reason: "the velocity is corrected on the whole domain, not on the patches: gather psi instead".into(),
-            }));
-        };
+        let correction = &self.correction;
         let graph_failure = |e: GraphError| ProjectionFailure::Graph(Box::new(e));
         let started = Instant::now();
         // u* as the divergence graphs hold it: forced where bodies are,

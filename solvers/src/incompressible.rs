@@ -751,22 +751,33 @@ impl IncompressibleFlowBuilder {
         }
         let projection = match &split {
             Some((layout, link)) if decomposed => {
-                let options = GraphOptions {
-                    persistent: vec![divergence_tag.clone()],
-                    placement: self.placement.clone(),
-                    ..GraphOptions::default()
-                };
-                let roots = [divergence_tag.clone(), Tag::none("|div(u*)|")];
+                let on_patches =
+                    |factory: &Factory,
+                     roots: &[Tag],
+                     persistent: &[Tag],
+                     fill: &dyn Fn(&ExpressionGraph) -> SolverResult<()>| {
+                        per_patch_graphs(
+                            (layout, link),
+                            factory,
+                            roots,
+                            persistent,
+                            self.placement.clone(),
+                            fill,
+                        )
+                    };
                 // One divergence graph per owned patch; the norm of
                 // div(u*) adds the patches' sums in patch order.
-                let divergence = PatchedGraphs::build(layout.clone(), link.clone(), |patch| {
-                    let graph =
-                        ExpressionGraph::build(&divergence_factory, &roots, patch, &options)?;
-                    for &axis in &active {
-                        graph.fill_placeholder(&provisional_tags[axis])?;
-                    }
-                    Ok::<_, SolverError>(graph)
-                })?;
+                let divergence = on_patches(
+                    &divergence_factory,
+                    &[divergence_tag.clone(), Tag::none("|div(u*)|")],
+                    std::slice::from_ref(&divergence_tag),
+                    &|graph| {
+                        for &axis in &active {
+                            graph.fill_placeholder(&provisional_tags[axis])?;
+                        }
+                        Ok(())
+                    },
+                )?;
                 // With bodies, one forcing graph per owned patch: u* from
                 // the unforced velocity, whose seams it exchanges first
                 // (a forced face interpolates from its outward neighbour).
@@ -776,65 +787,31 @@ impl IncompressibleFlowBuilder {
                             .iter()
                             .map(|&a| provisional_tags[a].clone())
                             .collect();
-                        let options = GraphOptions {
-                            persistent: roots.clone(),
-                            placement: self.placement.clone(),
-                            ..GraphOptions::default()
-                        };
-                        Some(PatchedGraphs::build(
-                            layout.clone(),
-                            link.clone(),
-                            |patch| {
-                                let graph = ExpressionGraph::build(
-                                    &forcing_factory,
-                                    &roots,
-                                    patch,
-                                    &options,
-                                )?;
-                                for &axis in &active {
-                                    if let Some(tags) = &forcing[axis] {
-                                        graph.fill_placeholder(&tags.free)?;
-                                        on_face!(axis, F => tags.fill::<F>(&graph, immersed)?);
-                                    }
+                        Some(on_patches(&forcing_factory, &roots, &roots, &|graph| {
+                            for &axis in &active {
+                                if let Some(tags) = &forcing[axis] {
+                                    graph.fill_placeholder(&tags.free)?;
+                                    on_face!(axis, F => tags.fill::<F>(graph, immersed)?);
                                 }
-                                Ok::<_, SolverError>(graph)
-                            },
-                        )?)
+                            }
+                            Ok(())
+                        })?)
                     }
                     None => None,
                 };
                 // With the state on the patches, one correction graph per
                 // owned patch.
-                let correction = if decomposed {
-                    let roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
-                    let options = GraphOptions {
-                        persistent: roots.clone(),
-                        placement: self.placement.clone(),
-                        ..GraphOptions::default()
-                    };
-                    Some(PatchedGraphs::build(
-                        layout.clone(),
-                        link.clone(),
-                        |patch| {
-                            let graph = ExpressionGraph::build(
-                                &correction_factory,
-                                &roots,
-                                patch,
-                                &options,
-                            )?;
-                            for &axis in &active {
-                                graph.fill_placeholder(&provisional_tags[axis])?;
-                                if let (Some(tags), Some(immersed)) = (&forcing[axis], &immersed) {
-                                    on_face!(axis, F => tags.fill::<F>(&graph, immersed)?);
-                                }
-                            }
-                            graph.fill_placeholder(&psi_tag)?;
-                            Ok::<_, SolverError>(graph)
-                        },
-                    )?)
-                } else {
-                    None
-                };
+                let roots: Vec<Tag> = active.iter().map(|&a| next[a].clone()).collect();
+                let correction = on_patches(&correction_factory, &roots, &roots, &|graph| {
+                    for &axis in &active {
+                        graph.fill_placeholder(&provisional_tags[axis])?;
+                        if let (Some(tags), Some(immersed)) = (&forcing[axis], &immersed) {
+                            on_face!(axis, F => tags.fill::<F>(graph, immersed)?);
+                        }
+                    }
+                    graph.fill_placeholder(&psi_tag)?;
+                    Ok(())
+                })?;
                 Some(PatchProjection::new(
                     layout,
                     link.clone(),
@@ -1012,6 +989,29 @@ fn edge_vorticity<F: FaceLocation>(
 }
 
 /// The provisional velocity `u*` of a stage, before its projection.
+/// One graph per patch of `layout` that the rank of `link` owns, built
+/// from `factory` for `roots` (keeping `persistent`), with `placement`;
+/// `fill` then provides each graph's placeholders.
+fn per_patch_graphs(
+    (layout, link): (&PatchLayout, &Rc<dyn RankLink>),
+    factory: &Factory,
+    roots: &[Tag],
+    persistent: &[Tag],
+    placement: PlacementPolicy,
+    fill: &dyn Fn(&ExpressionGraph) -> SolverResult<()>,
+) -> SolverResult<PatchedGraphs> {
+    let options = GraphOptions {
+        persistent: persistent.to_vec(),
+        placement,
+        ..GraphOptions::default()
+    };
+    PatchedGraphs::build(layout.clone(), link.clone(), |patch| {
+        let graph = ExpressionGraph::build(factory, roots, patch, &options)?;
+        fill(&graph)?;
+        Ok::<_, SolverError>(graph)
+    })
+}
+
 fn provisional_tags() -> [Tag; 3] {
     NAMES.map(|n| Tag::none(&format!("{n}*")))
 }

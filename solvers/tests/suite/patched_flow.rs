@@ -59,6 +59,15 @@ fn layout(grid: &Grid, counts: [usize; 3], ghosts: usize) -> PatchLayout {
     PatchLayout::new(grid, counts, GhostWidth::uniform(ghosts)).unwrap()
 }
 
+/// The cavity with its projection on 2 x 2 patches in one process.
+fn cavity_on_2_by_2_patches() -> IncompressibleFlow {
+    let grid = cavity_grid();
+    cavity(&grid.whole_domain(1))
+        .patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess))
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn a_cavity_on_patches_has_the_whole_domains_bits() {
     let grid = cavity_grid();
@@ -417,14 +426,7 @@ fn flows_with_their_projection_on_patches_match_the_whole_flow() {
 fn a_flow_with_its_projection_on_patches_restarts_with_its_own_bits() {
     // The Poisson guess is the flow's own psi, so a restart from the
     // state (what a checkpoint holds) continues with the same bits.
-    let grid = cavity_grid();
-    let patch = grid.whole_domain(1);
-    let build = || {
-        cavity(&patch)
-            .patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess))
-            .build()
-            .unwrap()
-    };
+    let build = cavity_on_2_by_2_patches;
     let (mut first, mut twin) = (build(), build());
     run_and_compare(&mut first, &mut twin, 3, "twins", Match::Bits)
         .unwrap_or_else(|e| panic!("{e}"));
@@ -440,14 +442,7 @@ fn a_velocity_written_into_a_running_flow_on_patches_is_where_it_continues() {
     // velocity and psi written into the flow between steps (a restart
     // into a flow that has already stepped) must be where the next step
     // starts from, not what the patches held.
-    let grid = cavity_grid();
-    let patch = grid.whole_domain(1);
-    let build = || {
-        cavity(&patch)
-            .patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess))
-            .build()
-            .unwrap()
-    };
+    let build = cavity_on_2_by_2_patches;
     let (mut ahead, mut behind) = (build(), build());
     for _ in 0..3 {
         let dt = ahead.stable_time_step(0.5, 0.2).unwrap();
@@ -460,7 +455,10 @@ fn a_velocity_written_into_a_running_flow_on_patches_is_where_it_continues() {
         .unwrap_or_else(|e| panic!("{e}"));
     // Each patch's own velocity is the whole domain's there.
     for (index, graph) in behind.momentum_graphs() {
-        let offset = layout(&grid, [2, 2, 1], 1).patch(index).unwrap().offset();
+        let offset = layout(&cavity_grid(), [2, 2, 1], 1)
+            .patch(index)
+            .unwrap()
+            .offset();
         let tag = watershed_exprgraph::Tag::new("u", watershed_exprgraph::Context::StateN);
         let (values, own) = graph
             .with_field::<XFace, _>(&tag, |u| (u.values().unwrap().to_vec(), u.layout().clone()))
@@ -487,12 +485,7 @@ fn a_flow_on_patches_that_diverges_names_the_grids_cell() {
     // the last patch (cells 12.. along x, 8.. along y): the stage that
     // overflows names a cell of the grid near the spike, not the patch's
     // own numbering (which would put it near [6, 4]).
-    let grid = cavity_grid();
-    let patch = grid.whole_domain(1);
-    let mut flow = cavity(&patch)
-        .patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess))
-        .build()
-        .unwrap();
+    let mut flow = cavity_on_2_by_2_patches();
     let dt = flow.stable_time_step(0.5, 0.2).unwrap();
     flow.step(dt).unwrap();
     let spike = [18isize, 12, 0];
