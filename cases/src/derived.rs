@@ -40,269 +40,327 @@ pub const BODY_MASK_DERIVATION: &str = "derived for viewing: 1 where the cell ce
 /// How `body_distance` is derived.
 pub const BODY_DISTANCE_DERIVATION: &str = "derived for viewing: the signed distance of the cell centre to the nearest immersed body (negative inside; its 0 contour is the surface)";
 
-/// A velocity at the cell centres of a whole grid, each component stored
-/// x fastest (`i + nx (j + ny k)`).
+/// A box of cells of a grid: its first cell and cells per axis.
+pub type CellBox = ([usize; 3], [usize; 3]);
+
+/// The cells around a box that the derived fields read, along one axis:
+/// two more each side (a one-sided difference at a wall reads two cells
+/// inward), cut at walls and wrapped across a periodic side.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Reach {
+    /// The first sampled cell, unwrapped: on a periodic axis it may lie
+    /// before the grid's first cell or past its last.
+    start: isize,
+    /// Cells sampled.
+    len: usize,
+    /// The grid's cells along the axis.
+    cells: usize,
+    periodic: bool,
+}
+
+impl Reach {
+    /// The reach of the box `[first, first + extent)` on an axis of
+    /// `cells` cells, resolved (`active`) or not.
+    fn of_box(first: usize, extent: usize, cells: usize, periodic: bool, active: bool) -> Self {
+        let whole = Reach {
+            start: 0,
+            len: cells,
+            cells,
+            periodic,
+        };
+        if !active {
+            return whole;
+        }
+        let (lo, hi) = (first as isize - 2, (first + extent) as isize + 2);
+        if periodic {
+            if hi - lo >= cells as isize {
+                whole
+            } else {
+                Reach {
+                    start: lo,
+                    len: (hi - lo) as usize,
+                    cells,
+                    periodic,
+                }
+            }
+        } else {
+            let (lo, hi) = (lo.max(0), hi.min(cells as isize));
+            Reach {
+                start: lo,
+                len: (hi - lo) as usize,
+                cells,
+                periodic,
+            }
+        }
+    }
+
+    /// Where the grid's cell `cell` lies in the sampled cells.
+    fn local(&self, cell: usize) -> usize {
+        let offset = cell as isize - self.start;
+        if self.periodic {
+            offset.rem_euclid(self.cells as isize) as usize
+        } else {
+            offset as usize
+        }
+    }
+
+    /// The grid's cell that the sampled cell `local` is.
+    fn global(&self, local: usize) -> usize {
+        (self.start + local as isize).rem_euclid(self.cells as isize) as usize
+    }
+}
+
+/// A flow's velocity at the cell centres of a box of its grid and of the
+/// cells around it that the differences read ([`Reach`]), each component
+/// stored x fastest over the sampled cells.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CellVelocity {
-    /// Cells per axis.
-    pub cells: [usize; 3],
+    /// The whole grid's cells per axis.
+    cells: [usize; 3],
     /// Cell widths per axis.
-    pub spacing: [f64; 3],
+    spacing: [f64; 3],
     /// The grid's origin (its lower corner).
-    pub origin: [f64; 3],
+    origin: [f64; 3],
     /// Whether each axis is periodic.
-    pub periodic: [bool; 3],
+    periodic: [bool; 3],
     /// Whether each axis is resolved (more than one cell).
-    pub active: [bool; 3],
-    /// u, v, w at the cell centres (zero along an unresolved axis).
-    pub components: [Vec<f64>; 3],
+    active: [bool; 3],
+    /// The box whose cells the derived fields are for.
+    window: CellBox,
+    /// The sampled cells per axis.
+    reach: [Reach; 3],
+    /// u, v, w at the sampled cells (zero along an unresolved axis).
+    components: [Vec<f64>; 3],
 }
 
 impl CellVelocity {
-    /// Averages the staggered velocity of `flow` to the cell centres.
-    pub fn of_flow(flow: &IncompressibleFlow) -> CaseResult<Self> {
-        let mut velocity: Option<CellVelocity> = None;
+    /// Averages the staggered velocity of `flow` to the cell centres of
+    /// `window` (the whole grid when `None`) and of the cells around it
+    /// that the differences read; an error when the box does not lie in
+    /// the grid.
+    pub fn of_flow(flow: &IncompressibleFlow, window: Option<CellBox>) -> CaseResult<Self> {
+        let grid = flow.with_pressure(|p| p.layout().patch().grid().clone())?;
+        let mut velocity = CellVelocity::empty(
+            grid.cells(),
+            grid.spacing(),
+            grid.origin(),
+            grid.periodic(),
+            grid.active_dimensions(),
+            window,
+        )?;
         for &axis in flow.active_axes() {
-            let mut one = on_face!(axis, F => {
-                flow.with_velocity::<F, _>(|u| face_to_cells(u, axis))??
+            velocity.components[axis] = on_face!(axis, F => {
+                flow.with_velocity::<F, _>(|u| velocity.face_to_cells(u, axis))??
             });
-            match &mut velocity {
-                Some(target) => target.components[axis] = std::mem::take(&mut one.components[axis]),
-                None => velocity = Some(one),
+        }
+        Ok(velocity)
+    }
+
+    /// A zero velocity on the cells `window` reaches (the whole grid of
+    /// `cells` when `None`).
+    fn empty(
+        cells: [usize; 3],
+        spacing: [f64; 3],
+        origin: [f64; 3],
+        periodic: [bool; 3],
+        active: [bool; 3],
+        window: Option<CellBox>,
+    ) -> CaseResult<Self> {
+        let (first, extent) = window.unwrap_or(([0; 3], cells));
+        if (0..3).any(|a| {
+            first[a]
+                .checked_add(extent[a])
+                .is_none_or(|end| end > cells[a])
+        }) {
+            return Err(crate::error::CaseError::Usage(format!(
+                "a window of {extent:?} cells from {first:?} does not lie in the flow's {cells:?} cells"
+            )));
+        }
+        let reach =
+            [0, 1, 2].map(|a| Reach::of_box(first[a], extent[a], cells[a], periodic[a], active[a]));
+        let sampled = reach.iter().map(|r| r.len).product();
+        Ok(CellVelocity {
+            cells,
+            spacing,
+            origin,
+            periodic,
+            active,
+            window: (first, extent),
+            reach,
+            components: [0, 1, 2].map(|_| vec![0.0; sampled]),
+        })
+    }
+
+    /// Component `axis` (`u` on its faces) at the sampled cell centres:
+    /// the mean of the cell's two faces along `axis`.
+    fn face_to_cells<L: Location>(&self, u: &SpatialField<L>, axis: usize) -> CaseResult<Vec<f64>> {
+        let layout = u.layout();
+        let extent = layout.interior_extent();
+        let values = u.values()?;
+        let [rx, ry, rz] = &self.reach;
+        let mut out = Vec::with_capacity(rx.len * ry.len * rz.len);
+        for k in 0..rz.len {
+            for j in 0..ry.len {
+                for i in 0..rx.len {
+                    let lo = [rx.global(i), ry.global(j), rz.global(k)];
+                    let mut hi = lo;
+                    // Without a boundary face on +axis (periodic), the face
+                    // after the last cell is the first one.
+                    hi[axis] = (hi[axis] + 1) % extent[axis];
+                    let at = |p: [usize; 3]| values[layout.linear_index(p.map(|v| v as isize))];
+                    out.push(0.5 * (at(lo) + at(hi)));
+                }
             }
         }
-        Ok(velocity.unwrap_or(CellVelocity {
-            cells: [0; 3],
-            spacing: [1.0; 3],
-            origin: [0.0; 3],
-            periodic: [false; 3],
-            active: [false; 3],
-            components: [Vec::new(), Vec::new(), Vec::new()],
-        }))
+        Ok(out)
     }
 
-    fn len(&self) -> usize {
-        self.cells.iter().product()
+    /// The grid's cells of the window, x fastest.
+    fn window_cells(&self) -> impl Iterator<Item = [usize; 3]> + '_ {
+        let (first, extent) = self.window;
+        (0..extent[2]).flat_map(move |k| {
+            (0..extent[1]).flat_map(move |j| {
+                (0..extent[0]).map(move |i| [first[0] + i, first[1] + j, first[2] + k])
+            })
+        })
     }
 
-    fn index(&self, i: [usize; 3]) -> usize {
-        i[0] + self.cells[0] * (i[1] + self.cells[1] * i[2])
+    /// Component `c` at the grid's cell `cell` (sampled).
+    fn at(&self, c: usize, cell: [usize; 3]) -> f64 {
+        let [x, y, z] = [0, 1, 2].map(|a| self.reach[a].local(cell[a]));
+        self.components[c][x + self.reach[0].len * (y + self.reach[1].len * z)]
     }
 
-    /// The vector at every cell, interleaved (x, y, z) per cell.
+    /// The vector at every cell of the window, interleaved (x, y, z) per
+    /// cell.
     pub fn interleaved(&self) -> Vec<f64> {
-        (0..self.len())
-            .flat_map(|n| [0, 1, 2].map(|c| self.components[c][n]))
+        self.window_cells()
+            .flat_map(|cell| [0, 1, 2].map(|c| self.at(c, cell)))
             .collect()
     }
 
-    /// The magnitude at every cell.
+    /// The magnitude at every cell of the window.
     pub fn speed(&self) -> Vec<f64> {
-        (0..self.len())
-            .map(|n| {
-                let [u, v, w] = [0, 1, 2].map(|c| self.components[c][n]);
+        self.window_cells()
+            .map(|cell| {
+                let [u, v, w] = [0, 1, 2].map(|c| self.at(c, cell));
                 (u * u + v * v + w * w).sqrt()
             })
             .collect()
     }
 
-    /// d(component c)/d(axis b) at every cell (see the module docs).
-    pub fn derivative(&self, c: usize, b: usize) -> Vec<f64> {
+    /// d(component c)/d(axis b) at the grid's cell `cell` (see the module
+    /// docs).
+    fn derivative(&self, c: usize, b: usize, cell: [usize; 3]) -> f64 {
         let n = self.cells[b];
-        let q = &self.components[c];
         let h = self.spacing[b];
-        let mut out = vec![0.0; self.len()];
         if !self.active[b] || n < 2 {
-            return out;
+            return 0.0;
         }
-        for k in 0..self.cells[2] {
-            for j in 0..self.cells[1] {
-                for x in 0..self.cells[0] {
-                    let i = [x, j, k];
-                    let at = |m: usize| {
-                        let mut shifted = i;
-                        shifted[b] = m;
-                        q[self.index(shifted)]
-                    };
-                    let m = i[b];
-                    let d = if self.periodic[b] {
-                        (at((m + 1) % n) - at((m + n - 1) % n)) / (2.0 * h)
-                    } else if m > 0 && m + 1 < n {
-                        (at(m + 1) - at(m - 1)) / (2.0 * h)
-                    } else if n == 2 {
-                        (at(1) - at(0)) / h
-                    } else if m == 0 {
-                        (-3.0 * at(0) + 4.0 * at(1) - at(2)) / (2.0 * h)
-                    } else {
-                        (3.0 * at(n - 1) - 4.0 * at(n - 2) + at(n - 3)) / (2.0 * h)
-                    };
-                    out[self.index(i)] = d;
-                }
-            }
+        let at = |m: usize| {
+            let mut shifted = cell;
+            shifted[b] = m;
+            self.at(c, shifted)
+        };
+        let m = cell[b];
+        if self.periodic[b] {
+            (at((m + 1) % n) - at((m + n - 1) % n)) / (2.0 * h)
+        } else if m > 0 && m + 1 < n {
+            (at(m + 1) - at(m - 1)) / (2.0 * h)
+        } else if n == 2 {
+            (at(1) - at(0)) / h
+        } else if m == 0 {
+            (-3.0 * at(0) + 4.0 * at(1) - at(2)) / (2.0 * h)
+        } else {
+            (3.0 * at(n - 1) - 4.0 * at(n - 2) + at(n - 3)) / (2.0 * h)
         }
-        out
     }
 
-    /// The vorticity: (x, y, z) interleaved per cell in 3D, the scalar
-    /// dv/dx - du/dy in 2D (`components` 3 or 1).
+    /// The vorticity at every cell of the window: (x, y, z) interleaved
+    /// per cell in 3D, the scalar dv/dx - du/dy in 2D (`components` 3 or
+    /// 1).
     pub fn vorticity(&self) -> (Vec<f64>, usize) {
-        let d = |c, b| self.derivative(c, b);
-        let omega_z: Vec<f64> = d(1, 0).iter().zip(d(0, 1)).map(|(a, b)| a - b).collect();
+        let d = |c, b, cell| self.derivative(c, b, cell);
         if !self.active[2] {
+            let omega_z = self
+                .window_cells()
+                .map(|cell| d(1, 0, cell) - d(0, 1, cell))
+                .collect();
             return (omega_z, 1);
         }
-        let omega_x: Vec<f64> = d(2, 1).iter().zip(d(1, 2)).map(|(a, b)| a - b).collect();
-        let omega_y: Vec<f64> = d(0, 2).iter().zip(d(2, 0)).map(|(a, b)| a - b).collect();
-        let interleaved = (0..self.len())
-            .flat_map(|n| [omega_x[n], omega_y[n], omega_z[n]])
+        let interleaved = self
+            .window_cells()
+            .flat_map(|cell| {
+                [
+                    d(2, 1, cell) - d(1, 2, cell),
+                    d(0, 2, cell) - d(2, 0, cell),
+                    d(1, 0, cell) - d(0, 1, cell),
+                ]
+            })
             .collect();
         (interleaved, 3)
     }
 }
 
-/// One face component averaged to the cell centres, in a
-/// [`CellVelocity`] of its own.
-fn face_to_cells<L: Location>(u: &SpatialField<L>, axis: usize) -> CaseResult<CellVelocity> {
-    let layout = u.layout();
-    let patch = layout.patch();
-    let grid = patch.grid();
-    let cells = patch.cells();
-    let extent = layout.interior_extent();
-    let values = u.values()?;
-    let mut out = Vec::with_capacity(cells.iter().product());
-    for k in 0..cells[2] {
-        for j in 0..cells[1] {
-            for i in 0..cells[0] {
-                let lo = [i, j, k];
-                let mut hi = lo;
-                // Without a boundary face on +axis (periodic), the face
-                // after the last cell is the first one.
-                hi[axis] = (hi[axis] + 1) % extent[axis];
-                let at = |p: [usize; 3]| values[layout.linear_index(p.map(|v| v as isize))];
-                out.push(0.5 * (at(lo) + at(hi)));
-            }
-        }
-    }
-    let mut components = [0, 1, 2].map(|_| vec![0.0; out.len()]);
-    components[axis] = out;
-    Ok(CellVelocity {
-        cells,
-        spacing: grid.spacing(),
-        origin: grid.origin(),
-        periodic: grid.periodic(),
-        active: grid.active_dimensions(),
-        components,
-    })
-}
-
-/// The fields derived from a flow for viewing, computed once over the
-/// whole grid and written whole or patch by patch (a dump per rank).
-#[derive(Debug, Clone, PartialEq)]
-pub struct DerivedFlowFields {
-    /// The grid's cells, origin and spacing (and the cell velocity).
-    velocity: CellVelocity,
-    /// Name, values (x fastest, components interleaved), components, how.
-    fields: Vec<(&'static str, Vec<f64>, usize, &'static str)>,
-}
-
-impl DerivedFlowFields {
-    /// `velocity`, `speed` and `vorticity` of `flow` at the cell centres,
-    /// and with immersed bodies `body_mask` and `body_distance` (see the
-    /// module docs).
-    pub fn of_flow(flow: &IncompressibleFlow) -> CaseResult<Self> {
-        let velocity = CellVelocity::of_flow(flow)?;
-        let (vorticity, vorticity_components) = velocity.vorticity();
-        let mut fields = vec![
-            ("velocity", velocity.interleaved(), 3, VELOCITY_DERIVATION),
-            ("speed", velocity.speed(), 1, SPEED_DERIVATION),
-            (
-                "vorticity",
-                vorticity,
-                vorticity_components,
-                VORTICITY_DERIVATION,
-            ),
-        ];
-        if !flow.bodies().is_empty() {
-            let [nx, ny, nz] = velocity.cells;
-            let mut distance = Vec::with_capacity(nx * ny * nz);
-            for k in 0..nz {
-                for j in 0..ny {
-                    for i in 0..nx {
-                        let centre = [0, 1, 2].map(|a| {
-                            velocity.origin[a] + ([i, j, k][a] as f64 + 0.5) * velocity.spacing[a]
-                        });
-                        distance.push(flow.body_distance(centre).unwrap_or(f64::INFINITY));
-                    }
-                }
-            }
-            let mask: Vec<f64> = distance
-                .iter()
-                .map(|&d| if d < 0.0 { 1.0 } else { 0.0 })
-                .collect();
-            fields.push(("body_mask", mask, 1, BODY_MASK_DERIVATION));
-            fields.push(("body_distance", distance, 1, BODY_DISTANCE_DERIVATION));
-        }
-        Ok(DerivedFlowFields { velocity, fields })
-    }
-
-    /// Writes every field into `group`: over the whole grid, or (`window`:
-    /// `(offset, cells)`) over the box of `cells` cells from global cell
-    /// `offset`, with that box's origin.
-    pub fn write(
-        &self,
-        group: &hdf5::Group,
-        window: Option<([usize; 3], [usize; 3])>,
-    ) -> CaseResult<Vec<DumpedField>> {
-        let whole = self.velocity.cells;
-        let (offset, cells) = window.unwrap_or(([0; 3], whole));
-        if (0..3).any(|a| {
-            offset[a]
-                .checked_add(cells[a])
-                .is_none_or(|end| end > whole[a])
-        }) {
-            return Err(crate::error::CaseError::Usage(format!(
-                "a window of {cells:?} cells from {offset:?} does not lie in the flow's {whole:?} cells"
-            )));
-        }
-        let origin = [0, 1, 2]
-            .map(|a| self.velocity.origin[a] + (offset[a] as f64 + 0.5) * self.velocity.spacing[a]);
-        let mut written = Vec::with_capacity(self.fields.len());
-        for (name, data, components, how) in &self.fields {
-            let part;
-            let values = if window.is_none() {
-                data.as_slice()
-            } else {
-                let row = cells[0] * components;
-                let mut cut = Vec::with_capacity(cells.iter().product::<usize>() * components);
-                for k in offset[2]..offset[2] + cells[2] {
-                    for j in offset[1]..offset[1] + cells[1] {
-                        let start = (offset[0] + whole[0] * (j + whole[1] * k)) * components;
-                        cut.extend_from_slice(&data[start..start + row]);
-                    }
-                }
-                part = cut;
-                part.as_slice()
-            };
-            written.push(write_cell_dataset(
-                group,
-                name,
-                (cells, origin, self.velocity.spacing),
-                *components,
-                values,
-                how,
-            )?);
-        }
-        Ok(written)
-    }
-}
-
 /// Writes `velocity`, `speed` and `vorticity` of `flow` at the cell
-/// centres into `group` (see the module docs).
+/// centres of `window` (the whole grid when `None`; a patch for a dump per
+/// rank) into `group`, with that box's origin, and with immersed bodies
+/// `body_mask` and `body_distance` (see the module docs). Each cell gets
+/// the same bits whichever box holds it. The fields are formed one at a
+/// time, each dropped once written: besides the cell velocity, one
+/// field's values at most are held.
 pub fn dump_derived_flow_fields(
     flow: &IncompressibleFlow,
     group: &hdf5::Group,
+    window: Option<CellBox>,
 ) -> CaseResult<Vec<DumpedField>> {
-    DerivedFlowFields::of_flow(flow)?.write(group, None)
+    let velocity = CellVelocity::of_flow(flow, window)?;
+    let (first, extent) = velocity.window;
+    let origin =
+        [0, 1, 2].map(|a| velocity.origin[a] + (first[a] as f64 + 0.5) * velocity.spacing[a]);
+    let write = |name: &str, values: Vec<f64>, components: usize, how: &str| {
+        write_cell_dataset(
+            group,
+            name,
+            (extent, origin, velocity.spacing),
+            components,
+            &values,
+            how,
+        )
+    };
+    let mut written = vec![
+        write("velocity", velocity.interleaved(), 3, VELOCITY_DERIVATION)?,
+        write("speed", velocity.speed(), 1, SPEED_DERIVATION)?,
+    ];
+    let (vorticity, components) = velocity.vorticity();
+    written.push(write(
+        "vorticity",
+        vorticity,
+        components,
+        VORTICITY_DERIVATION,
+    )?);
+    if !flow.bodies().is_empty() {
+        let distance: Vec<f64> = velocity
+            .window_cells()
+            .map(|cell| {
+                let centre = [0, 1, 2]
+                    .map(|a| velocity.origin[a] + (cell[a] as f64 + 0.5) * velocity.spacing[a]);
+                flow.body_distance(centre).unwrap_or(f64::INFINITY)
+            })
+            .collect();
+        let mask = distance
+            .iter()
+            .map(|&d| if d < 0.0 { 1.0 } else { 0.0 })
+            .collect();
+        written.push(write("body_mask", mask, 1, BODY_MASK_DERIVATION)?);
+        written.push(write(
+            "body_distance",
+            distance,
+            1,
+            BODY_DISTANCE_DERIVATION,
+        )?);
+    }
+    Ok(written)
 }
 
 /// Writes `data` (x fastest, `components` interleaved) on `cells` cells,
@@ -367,18 +425,26 @@ fn write_cell_dataset(
 mod tests {
     use super::*;
 
-    fn field(
+    /// `f` at the cell centres of the whole grid of `cells` (spacing 0.1,
+    /// 0.2, 0.3, origin 0) sampled as [`CellVelocity::of_flow`] samples a
+    /// flow for `window`.
+    fn sampled(
         cells: [usize; 3],
         periodic: [bool; 3],
-        f: impl Fn([f64; 3]) -> [f64; 3],
+        window: Option<CellBox>,
+        f: &impl Fn([f64; 3]) -> [f64; 3],
     ) -> CellVelocity {
         let spacing = [0.1, 0.2, 0.3];
+        let active = cells.map(|n| n > 1);
+        let mut velocity =
+            CellVelocity::empty(cells, spacing, [0.0; 3], periodic, active, window).unwrap();
+        let reach = velocity.reach;
         let mut components = [Vec::new(), Vec::new(), Vec::new()];
-        for k in 0..cells[2] {
-            for j in 0..cells[1] {
-                for i in 0..cells[0] {
-                    let x = [i, j, k].map(|n| n as f64);
-                    let centre = [0, 1, 2].map(|a| (x[a] + 0.5) * spacing[a]);
+        for k in 0..reach[2].len {
+            for j in 0..reach[1].len {
+                for i in 0..reach[0].len {
+                    let cell = [reach[0].global(i), reach[1].global(j), reach[2].global(k)];
+                    let centre = [0, 1, 2].map(|a| (cell[a] as f64 + 0.5) * spacing[a]);
                     let value = f(centre);
                     for c in 0..3 {
                         components[c].push(value[c]);
@@ -386,14 +452,16 @@ mod tests {
                 }
             }
         }
-        CellVelocity {
-            cells,
-            spacing,
-            origin: [0.0; 3],
-            periodic,
-            active: cells.map(|n| n > 1),
-            components,
-        }
+        velocity.components = components;
+        velocity
+    }
+
+    fn field(
+        cells: [usize; 3],
+        periodic: [bool; 3],
+        f: impl Fn([f64; 3]) -> [f64; 3],
+    ) -> CellVelocity {
+        sampled(cells, periodic, None, &f)
     }
 
     #[test]
@@ -453,5 +521,80 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Every box of a small grid (walls and periodic sides, boxes one cell
+    /// wide at a wall, boxes that wrap): each cell's derived values have the
+    /// bits of the whole grid's, which is what makes a dump per rank equal
+    /// to a whole dump.
+    #[test]
+    fn every_box_gets_the_whole_grids_bits_at_its_cells() {
+        let f = |[x, y, z]: [f64; 3]| {
+            [
+                (3.0 * x).sin() + y * z,
+                (2.0 * y).cos() * x,
+                (x * z).exp() - y,
+            ]
+        };
+        let boxes = |n: usize| {
+            (0..n).flat_map(move |first| (1..=n - first).map(move |extent| (first, extent)))
+        };
+        for (cells, periodic) in [
+            ([6, 5, 4], [true, false, true]),
+            ([5, 6, 4], [false, true, false]),
+            ([7, 4, 1], [true, false, false]),
+        ] {
+            let whole = sampled(cells, periodic, None, &f);
+            let (whole_vorticity, components) = whole.vorticity();
+            let (whole_velocity, whole_speed) = (whole.interleaved(), whole.speed());
+            let index = |cell: [usize; 3]| cell[0] + cells[0] * (cell[1] + cells[1] * cell[2]);
+            for (x0, nx) in boxes(cells[0]) {
+                for (y0, ny) in boxes(cells[1]) {
+                    for (z0, nz) in boxes(cells[2]) {
+                        let window = ([x0, y0, z0], [nx, ny, nz]);
+                        let part = sampled(cells, periodic, Some(window), &f);
+                        let (vorticity, part_components) = part.vorticity();
+                        assert_eq!(part_components, components);
+                        let (velocity, speed) = (part.interleaved(), part.speed());
+                        for (n, cell) in part.window_cells().enumerate() {
+                            let w = index(cell);
+                            let bits = |v: &[f64], at: usize, c: usize| {
+                                v[at * c..at * c + c]
+                                    .iter()
+                                    .map(|x| x.to_bits())
+                                    .collect::<Vec<_>>()
+                            };
+                            assert_eq!(
+                                bits(&vorticity, n, components),
+                                bits(&whole_vorticity, w, components),
+                                "vorticity at {cell:?} in box {window:?} of {cells:?}"
+                            );
+                            assert_eq!(bits(&velocity, n, 3), bits(&whole_velocity, w, 3));
+                            assert_eq!(speed[n].to_bits(), whole_speed[w].to_bits());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_box_outside_the_grid_is_refused_naming_it() {
+        let error = CellVelocity::empty(
+            [4, 4, 1],
+            [1.0; 3],
+            [0.0; 3],
+            [false; 3],
+            [true, true, false],
+            Some(([2, 0, 0], [3, 4, 1])),
+        )
+        .unwrap_err();
+        let text = error.to_string();
+        assert!(
+            matches!(error, crate::error::CaseError::Usage(_))
+                && text.contains("[3, 4, 1] cells from [2, 0, 0]")
+                && text.contains("[4, 4, 1]"),
+            "{text}"
+        );
     }
 }

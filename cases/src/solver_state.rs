@@ -5,7 +5,7 @@
 //! checkpoint restarts on any patch layout).
 
 use crate::checkpoint::{RankCheckpoint, load_field, load_series, save_field, save_series};
-use crate::derived::{DerivedFlowFields, dump_derived_flow_fields};
+use crate::derived::dump_derived_flow_fields;
 use crate::error::{CaseError, CaseResult};
 use watershed_exprgraph::ExpressionGraph;
 use watershed_fields::io::{read_field, read_field_window};
@@ -16,10 +16,23 @@ use watershed_io::rank_dumps::create_patch_group;
 use watershed_solvers::windows::{cut_window, paste_window};
 use watershed_solvers::{IncompressibleFlow, PatchedTransport};
 
+/// Whether this rank leaves a decomposed `flow`'s whole-domain files to
+/// rank 0: every rank holds the whole velocity, `psi` and pressure
+/// (gathered once per step), so rank 0 writes them without any other
+/// rank's part, and the others compute and write nothing.
+fn leaves_whole_files_to_rank_0(flow: &IncompressibleFlow) -> bool {
+    flow.rank().is_some_and(|(rank, _)| rank != 0)
+}
+
 /// Dumps the velocity components (`u`, `v`, `w` on their faces), the
 /// pressure `p` of `flow`, and the cell-centred fields derived from them
-/// for viewing ([`crate::derived`]).
+/// for viewing ([`crate::derived`]). On a rank other than 0 of a
+/// decomposed flow, nothing: rank 0 holds the same whole fields and writes
+/// them (the others' dumps go to files in memory that nobody reads).
 pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
+    if leaves_whole_files_to_rank_0(flow) {
+        return Ok(Vec::new());
+    }
     let mut written = Vec::new();
     for &axis in flow.active_axes() {
         let name = ["u", "v", "w"][axis];
@@ -28,7 +41,7 @@ pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<V
         }));
     }
     written.push(flow.with_pressure(|p| dump_field(group, "p", p))??);
-    written.extend(dump_derived_flow_fields(flow, group)?);
+    written.extend(dump_derived_flow_fields(flow, group, None)?);
     Ok(written)
 }
 
@@ -38,8 +51,12 @@ const FORCE_SUMS: &str = "force_sums";
 
 /// Saves the state of `flow` (velocity, projection potential, pressure,
 /// all with ghosts, and its bodies' weighted momentum sums when it
-/// computes forces) under names starting with `prefix`.
+/// computes forces) under names starting with `prefix`. On a rank other
+/// than 0 of a decomposed flow, nothing, as for [`dump_flow`].
 pub fn save_flow(flow: &IncompressibleFlow, group: &hdf5::Group, prefix: &str) -> CaseResult<()> {
+    if leaves_whole_files_to_rank_0(flow) {
+        return Ok(());
+    }
     for &axis in flow.active_axes() {
         let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
         on_face!(axis, F => flow.with_velocity::<F, _>(|u| save_field(group, &name, u))??);
@@ -110,15 +127,15 @@ fn flow_layout<'a>(flow: &'a IncompressibleFlow, case: &str) -> CaseResult<&'a P
 /// patch of a decomposed `flow` this rank owns, a group with what
 /// [`dump_flow`] writes of the whole domain cut to the patch (the face
 /// components' pieces as [`watershed_io::DumpPiece::extent`] says, the
-/// pressure and the derived fields on its cells); returns what each patch
-/// holds. Every rank holds the whole flow, so nothing crosses ranks.
+/// pressure and the derived fields on its cells, computed for those cells
+/// alone); returns what each patch holds. Every rank holds the whole flow,
+/// so nothing crosses ranks.
 pub fn dump_own_flow_patches(
     flow: &IncompressibleFlow,
     case: &str,
     root: &hdf5::Group,
 ) -> CaseResult<Vec<DumpedField>> {
     let layout = flow_layout(flow, case)?;
-    let derived = DerivedFlowFields::of_flow(flow)?;
     let mut written = Vec::new();
     for index in flow.owned_patches().unwrap_or_default() {
         let patch = layout.patch(index)?;
@@ -134,7 +151,11 @@ pub fn dump_own_flow_patches(
         }
         let part = flow.with_pressure(|p| cut_window(p, offset, cells))??;
         fields.push(dump_field(&group, "p", &part)?);
-        fields.extend(derived.write(&group, Some((offset, cells)))?);
+        fields.extend(dump_derived_flow_fields(
+            flow,
+            &group,
+            Some((offset, cells)),
+        )?);
         written = fields;
     }
     Ok(written)

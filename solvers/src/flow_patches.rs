@@ -161,6 +161,11 @@ impl FlowPatches {
         &self.layout
     }
 
+    /// This rank and the number of ranks.
+    pub(crate) fn rank(&self) -> (usize, usize) {
+        (self.link.rank(), self.link.ranks())
+    }
+
     /// The patches this rank owns.
     pub(crate) fn owned(&self) -> Range<usize> {
         self.owned.clone()

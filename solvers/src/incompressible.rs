@@ -1437,6 +1437,13 @@ impl IncompressibleFlow {
         self.patches.as_ref().map(FlowPatches::owned)
     }
 
+    /// With [`IncompressibleFlowBuilder::patches`]: this rank and the
+    /// number of ranks sharing the patches; `None` for an undecomposed
+    /// flow.
+    pub fn rank(&self) -> Option<(usize, usize)> {
+        self.patches.as_ref().map(FlowPatches::rank)
+    }
+
     /// With [`IncompressibleFlowBuilder::patches`]: the layout of the
     /// patches; `None` for an undecomposed flow.
     pub fn patch_layout(&self) -> Option<&PatchLayout> {
