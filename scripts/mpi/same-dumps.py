@@ -76,10 +76,14 @@ def main():
         if a.startswith("--from-step="):
             from_step = int(a.split("=", 1)[1])
     patterns = ["*_[0-9]*.h5"]
+    found = [p for pattern in patterns for p in reference.glob(pattern)]
+    if any(".rank" in p.name for p in found):
+        sys.exit(
+            f"{reference} holds dumps per rank (*.rank*.h5); the reference must be a run's whole dumps: give it as the first folder, the run per rank as the second"
+        )
     files = sorted(
         p
-        for pattern in patterns
-        for p in reference.glob(pattern)
+        for p in found
         if (("--checkpoints" in sys.argv) or not p.name.startswith("checkpoint_"))
         and step_of(p) >= from_step
     )
