@@ -21,8 +21,9 @@
 
 use crate::error::CaseResult;
 use hdf5::types::VarLenUnicode;
+use hdf5::{Hyperslab, SliceOrIndex};
 use std::path::PathBuf;
-use watershed_fields::{Location, LocationKind, SpatialField, on_face};
+use watershed_fields::{Grid, Location, LocationKind, SpatialField, on_face};
 use watershed_io::attributes::hdf5_error;
 use watershed_io::dumps::DumpedField;
 use watershed_solvers::IncompressibleFlow;
@@ -110,6 +111,27 @@ impl Reach {
     }
 }
 
+/// `window` (the whole grid of `cells` when `None`), or an error when it
+/// does not lie in the grid.
+fn checked_window(cells: [usize; 3], window: Option<CellBox>) -> CaseResult<CellBox> {
+    let (first, extent) = window.unwrap_or(([0; 3], cells));
+    if (0..3).any(|a| {
+        first[a]
+            .checked_add(extent[a])
+            .is_none_or(|end| end > cells[a])
+    }) {
+        return Err(crate::error::CaseError::Usage(format!(
+            "a window of {extent:?} cells from {first:?} does not lie in the flow's {cells:?} cells"
+        )));
+    }
+    Ok((first, extent))
+}
+
+/// The grid of `flow` (its pressure's, the whole domain's).
+fn flow_grid(flow: &IncompressibleFlow) -> CaseResult<Grid> {
+    Ok(flow.with_pressure(|p| p.layout().patch().grid().clone())?)
+}
+
 /// A flow's velocity at the cell centres of a box of its grid and of the
 /// cells around it that the differences read ([`Reach`]), each component
 /// stored x fastest over the sampled cells.
@@ -139,21 +161,27 @@ impl CellVelocity {
     /// that the differences read; an error when the box does not lie in
     /// the grid.
     pub fn of_flow(flow: &IncompressibleFlow, window: Option<CellBox>) -> CaseResult<Self> {
-        let grid = flow.with_pressure(|p| p.layout().patch().grid().clone())?;
-        let mut velocity = CellVelocity::empty(
-            grid.cells(),
-            grid.spacing(),
-            grid.origin(),
-            grid.periodic(),
-            grid.active_dimensions(),
-            window,
-        )?;
+        let mut velocity = CellVelocity::on_grid(&flow_grid(flow)?, window)?;
         for &axis in flow.active_axes() {
             velocity.components[axis] = on_face!(axis, F => {
                 flow.with_velocity::<F, _>(|u| velocity.face_to_cells(u, axis))??
             });
         }
         Ok(velocity)
+    }
+
+    /// A zero velocity on the cells of `grid` that `window` reaches (the
+    /// whole grid when `None`); an error when the box does not lie in the
+    /// grid.
+    fn on_grid(grid: &Grid, window: Option<CellBox>) -> CaseResult<Self> {
+        CellVelocity::empty(
+            grid.cells(),
+            grid.spacing(),
+            grid.origin(),
+            grid.periodic(),
+            grid.active_dimensions(),
+            window,
+        )
     }
 
     /// A zero velocity on the cells `window` reaches (the whole grid of
@@ -166,16 +194,7 @@ impl CellVelocity {
         active: [bool; 3],
         window: Option<CellBox>,
     ) -> CaseResult<Self> {
-        let (first, extent) = window.unwrap_or(([0; 3], cells));
-        if (0..3).any(|a| {
-            first[a]
-                .checked_add(extent[a])
-                .is_none_or(|end| end > cells[a])
-        }) {
-            return Err(crate::error::CaseError::Usage(format!(
-                "a window of {extent:?} cells from {first:?} does not lie in the flow's {cells:?} cells"
-            )));
-        }
+        let (first, extent) = checked_window(cells, window)?;
         let reach =
             [0, 1, 2].map(|a| Reach::of_box(first[a], extent[a], cells[a], periodic[a], active[a]));
         let sampled = reach.iter().map(|r| r.len).product();
@@ -302,93 +321,201 @@ impl CellVelocity {
     }
 }
 
+/// One field derived for viewing: its dataset name, components per cell,
+/// how it is derived, and how its values over a box are formed from the
+/// cell velocity there.
+struct Derivation {
+    name: &'static str,
+    components: usize,
+    how: &'static str,
+    form: fn(&CellVelocity, &IncompressibleFlow) -> Vec<f64>,
+}
+
+/// The signed distance of every cell centre of the velocity's window to
+/// the flow's nearest body (infinite without one).
+fn body_distances(velocity: &CellVelocity, flow: &IncompressibleFlow) -> Vec<f64> {
+    velocity
+        .window_cells()
+        .map(|cell| {
+            let centre = [0, 1, 2]
+                .map(|a| velocity.origin[a] + (cell[a] as f64 + 0.5) * velocity.spacing[a]);
+            flow.body_distance(centre).unwrap_or(f64::INFINITY)
+        })
+        .collect()
+}
+
+/// What a dump of `flow` derives (see the module docs): `vorticity` has
+/// `vorticity_components` per cell.
+fn derivations(flow: &IncompressibleFlow, vorticity_components: usize) -> Vec<Derivation> {
+    let mut all = vec![
+        Derivation {
+            name: "velocity",
+            components: 3,
+            how: VELOCITY_DERIVATION,
+            form: |velocity, _| velocity.interleaved(),
+        },
+        Derivation {
+            name: "speed",
+            components: 1,
+            how: SPEED_DERIVATION,
+            form: |velocity, _| velocity.speed(),
+        },
+        Derivation {
+            name: "vorticity",
+            components: vorticity_components,
+            how: VORTICITY_DERIVATION,
+            form: |velocity, _| velocity.vorticity().0,
+        },
+    ];
+    if !flow.bodies().is_empty() {
+        all.push(Derivation {
+            name: "body_mask",
+            components: 1,
+            how: BODY_MASK_DERIVATION,
+            form: |velocity, flow| {
+                body_distances(velocity, flow)
+                    .into_iter()
+                    .map(|d| if d < 0.0 { 1.0 } else { 0.0 })
+                    .collect()
+            },
+        });
+        all.push(Derivation {
+            name: "body_distance",
+            components: 1,
+            how: BODY_DISTANCE_DERIVATION,
+            form: body_distances,
+        });
+    }
+    all
+}
+
 /// Writes `velocity`, `speed` and `vorticity` of `flow` at the cell
 /// centres of `window` (the whole grid when `None`; a patch for a dump per
 /// rank) into `group`, with that box's origin, and with immersed bodies
 /// `body_mask` and `body_distance` (see the module docs). Each cell gets
-/// the same bits whichever box holds it. The fields are formed one at a
-/// time, each dropped once written: besides the cell velocity, one
-/// field's values at most are held.
+/// the same bits whichever box holds it, so each dataset is formed and
+/// written one chunk of planes at a time (the chunks HDF5 picks for the
+/// whole dataset, about 64 MiB): a dump holds at most one chunk's values
+/// and the cell velocity around it, not whole derived fields.
 pub fn dump_derived_flow_fields(
     flow: &IncompressibleFlow,
     group: &hdf5::Group,
     window: Option<CellBox>,
 ) -> CaseResult<Vec<DumpedField>> {
-    let velocity = CellVelocity::of_flow(flow, window)?;
-    let (first, extent) = velocity.window;
-    let origin =
-        [0, 1, 2].map(|a| velocity.origin[a] + (first[a] as f64 + 0.5) * velocity.spacing[a]);
-    let write = |name: &str, values: Vec<f64>, components: usize, how: &str| {
-        write_cell_dataset(
+    write_derived_fields(flow, group, window, None)
+}
+
+/// [`dump_derived_flow_fields`], `planes` planes at a time when given
+/// (else a chunk's).
+fn write_derived_fields(
+    flow: &IncompressibleFlow,
+    group: &hdf5::Group,
+    window: Option<CellBox>,
+    planes: Option<usize>,
+) -> CaseResult<Vec<DumpedField>> {
+    let grid = flow_grid(flow)?;
+    // The box checked against the grid before any dataset exists.
+    let (first, extent) = checked_window(grid.cells(), window)?;
+    let (spacing, corner) = (grid.spacing(), grid.origin());
+    let origin = [0, 1, 2].map(|a| corner[a] + (first[a] as f64 + 0.5) * spacing[a]);
+    let vorticity_components = if grid.active_dimensions()[2] { 3 } else { 1 };
+    let mut written = Vec::new();
+    for derivation in derivations(flow, vorticity_components) {
+        let (dataset, dumped) = create_cell_dataset(
             group,
-            name,
-            (extent, origin, velocity.spacing),
-            components,
-            &values,
-            how,
-        )
-    };
-    let mut written = vec![
-        write("velocity", velocity.interleaved(), 3, VELOCITY_DERIVATION)?,
-        write("speed", velocity.speed(), 1, SPEED_DERIVATION)?,
-    ];
-    let (vorticity, components) = velocity.vorticity();
-    written.push(write(
-        "vorticity",
-        vorticity,
-        components,
-        VORTICITY_DERIVATION,
-    )?);
-    if !flow.bodies().is_empty() {
-        let distance: Vec<f64> = velocity
-            .window_cells()
-            .map(|cell| {
-                let centre = [0, 1, 2]
-                    .map(|a| velocity.origin[a] + (cell[a] as f64 + 0.5) * velocity.spacing[a]);
-                flow.body_distance(centre).unwrap_or(f64::INFINITY)
-            })
-            .collect();
-        let mask = distance
-            .iter()
-            .map(|&d| if d < 0.0 { 1.0 } else { 0.0 })
-            .collect();
-        written.push(write("body_mask", mask, 1, BODY_MASK_DERIVATION)?);
-        written.push(write(
-            "body_distance",
-            distance,
-            1,
-            BODY_DISTANCE_DERIVATION,
-        )?);
+            derivation.name,
+            (extent, origin, spacing),
+            derivation.components,
+            derivation.how,
+        )?;
+        let planes = planes
+            .or_else(|| dataset.chunk().and_then(|chunk| chunk.first().copied()))
+            .unwrap_or(extent[2])
+            .max(1);
+        let mut k = 0;
+        while k < extent[2] {
+            let slab = planes.min(extent[2] - k);
+            let velocity = CellVelocity::of_flow(
+                flow,
+                Some((
+                    [first[0], first[1], first[2] + k],
+                    [extent[0], extent[1], slab],
+                )),
+            )?;
+            let values = (derivation.form)(&velocity, flow);
+            write_planes(&dataset, derivation.components, (k, slab), extent, &values)?;
+            k += slab;
+        }
+        written.push(dumped);
     }
     Ok(written)
 }
 
-/// Writes `data` (x fastest, `components` interleaved) on `cells` cells,
-/// the first centred at `first_centre`, `spacing` apart (`box_`), as a
-/// dataset of shape `(nz, ny, nx[, components])` marked as derived, with
-/// the `location`, `origin` (the first cell's centre) and `spacing`
-/// attributes of a solution field.
-fn write_cell_dataset(
-    group: &hdf5::Group,
-    name: &str,
-    box_: ([usize; 3], [f64; 3], [f64; 3]),
-    components: usize,
-    data: &[f64],
-    how: &str,
-) -> CaseResult<DumpedField> {
-    let file = PathBuf::from(group.filename());
-    let err = |e| hdf5_error(&file, name, e);
-    let (cells, first_centre, spacing) = box_;
+/// The shape of a dataset of `components` values on each of `cells`
+/// cells: `(nz, ny, nx[, components])`.
+fn dataset_shape(cells: [usize; 3], components: usize) -> Vec<usize> {
     let mut shape = vec![cells[2], cells[1], cells[0]];
     if components > 1 {
         shape.push(components);
     }
-    let array = ndarray::ArrayViewD::from_shape(shape, data)
+    shape
+}
+
+/// Writes `values` (x fastest, components interleaved) into planes
+/// `k .. k + slab` of `dataset` (of `cells` cells).
+fn write_planes(
+    dataset: &hdf5::Dataset,
+    components: usize,
+    (k, slab): (usize, usize),
+    cells: [usize; 3],
+    values: &[f64],
+) -> CaseResult<()> {
+    let file = PathBuf::from(dataset.filename());
+    let name = dataset.name();
+    let err = |e| hdf5_error(&file, &name, e);
+    let shape = dataset_shape([cells[0], cells[1], slab], components);
+    let array = ndarray::ArrayViewD::from_shape(shape.clone(), values)
         .map_err(|e| err(hdf5::Error::from(e.to_string())))?;
+    let mut selection: Vec<SliceOrIndex> = shape
+        .iter()
+        .map(|&n| SliceOrIndex::SliceTo {
+            start: 0,
+            step: 1,
+            end: n,
+            block: 1,
+        })
+        .collect();
+    selection[0] = SliceOrIndex::SliceTo {
+        start: k,
+        step: 1,
+        end: k + slab,
+        block: 1,
+    };
+    Ok(dataset
+        .write_slice(array, Hyperslab::from(selection))
+        .map_err(err)?)
+}
+
+/// Creates the dataset of `components` values on each of `cells` cells,
+/// the first centred at `first_centre`, `spacing` apart (`box_`), of
+/// shape `(nz, ny, nx[, components])` with Fletcher-32 checksums (HDF5's
+/// own chunks), marked as derived, with the `location`, `origin` (the
+/// first cell's centre) and `spacing` attributes of a solution field; its
+/// values are written by [`write_planes`].
+fn create_cell_dataset(
+    group: &hdf5::Group,
+    name: &str,
+    box_: ([usize; 3], [f64; 3], [f64; 3]),
+    components: usize,
+    how: &str,
+) -> CaseResult<(hdf5::Dataset, DumpedField)> {
+    let file = PathBuf::from(group.filename());
+    let err = |e| hdf5_error(&file, name, e);
+    let (cells, first_centre, spacing) = box_;
     let dataset = group
-        .new_dataset_builder()
+        .new_dataset::<f64>()
         .fletcher32()
-        .with_data(array)
+        .shape(dataset_shape(cells, components))
         .create(name)
         .map_err(err)?;
     for (attribute, text) in [
@@ -412,13 +539,14 @@ fn write_cell_dataset(
             .create(attribute)
             .map_err(|e| hdf5_error(&file, &format!("{name}/{attribute}"), e))?;
     }
-    Ok(DumpedField {
+    let dumped = DumpedField {
         name: name.into(),
         location: LocationKind::CellCentre,
         extent: cells,
         components,
         derived: Some(how.into()),
-    })
+    };
+    Ok((dataset, dumped))
 }
 
 #[cfg(test)]
@@ -596,5 +724,57 @@ mod tests {
                 && text.contains("[4, 4, 1]"),
             "{text}"
         );
+    }
+
+    /// A flow's derived fields written a few planes at a time hold the
+    /// bits of those written whole, over the whole grid and over a box
+    /// (the chunks of a real dump are 64 MiB, too large for a test to
+    /// split).
+    #[test]
+    fn derived_fields_written_by_planes_equal_those_written_whole() {
+        use watershed_fields::{XFace, YFace, ZFace};
+        let grid = Grid::new([6, 5, 7], [1.0, 1.2, 1.4], [0.0; 3])
+            .unwrap()
+            .with_periodic([true, false, true]);
+        let flow = watershed_solvers::IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
+            .build()
+            .unwrap();
+        flow.set_velocity::<XFace>(|[x, y, z]| (3.0 * x).sin() + y * z)
+            .unwrap();
+        flow.set_velocity::<YFace>(|[x, y, z]| (2.0 * y).cos() * x - z)
+            .unwrap();
+        flow.set_velocity::<ZFace>(|[x, y, z]| (x * z).sin() - y)
+            .unwrap();
+        let file = hdf5::File::with_options()
+            .with_fapl(|p| p.core_filebacked(false))
+            .create("derived-by-planes.h5")
+            .unwrap();
+        let read = |group: &hdf5::Group, name: &str| -> Vec<u64> {
+            group
+                .dataset(name)
+                .unwrap()
+                .read_raw::<f64>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        for window in [None, Some(([1, 0, 2], [4, 5, 5]))] {
+            let whole = file.create_group(&format!("whole {window:?}")).unwrap();
+            let fields = write_derived_fields(&flow, &whole, window, Some(usize::MAX)).unwrap();
+            assert_eq!(fields.len(), 3);
+            for planes in [1, 2, 3] {
+                let group = file.create_group(&format!("{planes} {window:?}")).unwrap();
+                write_derived_fields(&flow, &group, window, Some(planes)).unwrap();
+                for field in &fields {
+                    assert_eq!(
+                        read(&group, &field.name),
+                        read(&whole, &field.name),
+                        "{} by {planes} planes over {window:?}",
+                        field.name
+                    );
+                }
+            }
+        }
     }
 }
