@@ -92,8 +92,9 @@ pub(crate) struct FlowPatches {
     /// domain and the layout of each active component, what the gather
     /// places.
     parts: Vec<PatchPart>,
-    /// The values each rank gives to the gather.
-    counts: Vec<usize>,
+    /// The values each rank gives to the gather of each active component
+    /// (in the order of `active`).
+    counts: Vec<Vec<usize>>,
     /// Wall time spent copying windows and gathering.
     exchange_time: Cell<Duration>,
 }
@@ -103,13 +104,6 @@ struct PatchPart {
     offset: [isize; 3],
     /// The layout of each active velocity component on the patch.
     components: Vec<FieldLayout>,
-}
-
-impl PatchPart {
-    /// The interior points of every active component.
-    fn contribution(&self) -> usize {
-        self.components.iter().map(FieldLayout::interior_len).sum()
-    }
 }
 
 impl FlowPatches {
@@ -136,14 +130,18 @@ impl FlowPatches {
             })
             .collect::<FieldResult<Vec<_>>>()?;
         let ranks = link.ranks();
-        let counts = (0..ranks)
-            .map(|rank| {
-                Ok(layout
-                    .owned_by(rank, ranks)?
-                    .map(|i| parts[i].contribution())
-                    .sum())
+        let counts = (0..active.len())
+            .map(|component| {
+                (0..ranks)
+                    .map(|rank| {
+                        Ok(layout
+                            .owned_by(rank, ranks)?
+                            .map(|i| parts[i].components[component].interior_len())
+                            .sum())
+                    })
+                    .collect::<FieldResult<Vec<usize>>>()
             })
-            .collect::<FieldResult<Vec<usize>>>()?;
+            .collect::<FieldResult<Vec<_>>>()?;
         Ok(FlowPatches {
             layout,
             link,
@@ -267,7 +265,9 @@ impl FlowPatches {
     }
 
     /// Gathers the interior of every patch's field `from` (of every rank,
-    /// in patch order) into `whole`'s field `into` (collective).
+    /// in patch order) into `whole`'s field `into` (collective), one
+    /// component at a time: what travels is held for one component, not
+    /// for the whole velocity.
     pub(crate) fn gather(
         &self,
         from: &[Tag; 3],
@@ -275,22 +275,23 @@ impl FlowPatches {
         into: &[Tag; 3],
     ) -> SolverResult<()> {
         let started = Instant::now();
-        let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
-        for graph in self.momentum.graphs() {
-            for &axis in &self.active {
+        for (component, &axis) in self.active.iter().enumerate() {
+            let counts = &self.counts[component];
+            let mut mine = Vec::with_capacity(counts[self.link.rank()]);
+            for graph in self.momentum.graphs() {
                 on_face!(axis, F => graph.with_field::<F, _>(&from[axis], |u| {
                     append_interior(u, &mut mine)
                 })??);
             }
-        }
-        let all = self.link.gather_in_rank_order(&mine, &self.counts)?;
-        let mut at = 0;
-        for part in &self.parts {
-            for (&axis, layout) in self.active.iter().zip(&part.components) {
-                at = on_face!(axis, F => whole.with_field_mut::<F, _>(&into[axis], |u| {
-                    place_interior(&all, at, layout, part.offset, u)
-                })??);
-            }
+            let all = self.link.gather_in_rank_order(&mine, counts)?;
+            drop(mine);
+            on_face!(axis, F => whole.with_field_mut::<F, _>(&into[axis], |u| -> SolverResult<()> {
+                let mut at = 0;
+                for part in &self.parts {
+                    at = place_interior(&all, at, &part.components[component], part.offset, u)?;
+                }
+                Ok(())
+            })??);
         }
         self.spent(started);
         Ok(())
