@@ -167,12 +167,19 @@ impl CellVelocity {
                 flow.with_velocity::<F, _>(|u| velocity.face_to_cells(u, axis))??
             });
         }
+        // The components the flow does not have are zero.
+        let sampled = velocity.reach.iter().map(|r| r.len).product();
+        for component in &mut velocity.components {
+            if component.is_empty() {
+                component.resize(sampled, 0.0);
+            }
+        }
         Ok(velocity)
     }
 
-    /// A zero velocity on the cells of `grid` that `window` reaches (the
-    /// whole grid when `None`); an error when the box does not lie in the
-    /// grid.
+    /// A velocity with no values yet on the cells of `grid` that `window`
+    /// reaches (the whole grid when `None`); an error when the box does
+    /// not lie in the grid.
     fn on_grid(grid: &Grid, window: Option<CellBox>) -> CaseResult<Self> {
         CellVelocity::empty(
             grid.cells(),
@@ -184,8 +191,8 @@ impl CellVelocity {
         )
     }
 
-    /// A zero velocity on the cells `window` reaches (the whole grid of
-    /// `cells` when `None`).
+    /// A velocity with no values yet on the cells `window` reaches (the
+    /// whole grid of `cells` when `None`).
     fn empty(
         cells: [usize; 3],
         spacing: [f64; 3],
@@ -197,7 +204,6 @@ impl CellVelocity {
         let (first, extent) = checked_window(cells, window)?;
         let reach =
             [0, 1, 2].map(|a| Reach::of_box(first[a], extent[a], cells[a], periodic[a], active[a]));
-        let sampled = reach.iter().map(|r| r.len).product();
         Ok(CellVelocity {
             cells,
             spacing,
@@ -206,7 +212,7 @@ impl CellVelocity {
             active,
             window: (first, extent),
             reach,
-            components: [0, 1, 2].map(|_| vec![0.0; sampled]),
+            components: [Vec::new(), Vec::new(), Vec::new()],
         })
     }
 
@@ -394,9 +400,9 @@ fn derivations(flow: &IncompressibleFlow, vorticity_components: usize) -> Vec<De
 /// rank) into `group`, with that box's origin, and with immersed bodies
 /// `body_mask` and `body_distance` (see the module docs). Each cell gets
 /// the same bits whichever box holds it, so each dataset is formed and
-/// written one chunk of planes at a time (the chunks HDF5 picks for the
-/// whole dataset, about 64 MiB): a dump holds at most one chunk's values
-/// and the cell velocity around it, not whole derived fields.
+/// written one chunk of planes at a time (chunks of about 4 MiB): a dump
+/// holds one chunk's values and the cell velocity around it, not whole
+/// derived fields.
 pub fn dump_derived_flow_fields(
     flow: &IncompressibleFlow,
     group: &hdf5::Group,
@@ -451,6 +457,10 @@ fn write_derived_fields(
     Ok(written)
 }
 
+/// About the bytes of one chunk of a derived dataset: the values a dump
+/// holds of it at once.
+const CHUNK_BYTES: usize = 4 << 20;
+
 /// The shape of a dataset of `components` values on each of `cells`
 /// cells: `(nz, ny, nx[, components])`.
 fn dataset_shape(cells: [usize; 3], components: usize) -> Vec<usize> {
@@ -498,8 +508,8 @@ fn write_planes(
 
 /// Creates the dataset of `components` values on each of `cells` cells,
 /// the first centred at `first_centre`, `spacing` apart (`box_`), of
-/// shape `(nz, ny, nx[, components])` with Fletcher-32 checksums (HDF5's
-/// own chunks), marked as derived, with the `location`, `origin` (the
+/// shape `(nz, ny, nx[, components])` with Fletcher-32 checksums (in
+/// chunks of whole planes, about [`CHUNK_BYTES`] each), marked as derived, with the `location`, `origin` (the
 /// first cell's centre) and `spacing` attributes of a solution field; its
 /// values are written by [`write_planes`].
 fn create_cell_dataset(
@@ -512,10 +522,15 @@ fn create_cell_dataset(
     let file = PathBuf::from(group.filename());
     let err = |e| hdf5_error(&file, name, e);
     let (cells, first_centre, spacing) = box_;
+    // Chunks of whole planes, about CHUNK_BYTES each: what a dump holds
+    // of a derived field at once (HDF5 would take 64 MiB chunks).
+    let plane_bytes = (cells[0] * cells[1] * components * std::mem::size_of::<f64>()).max(1);
+    let planes = (CHUNK_BYTES / plane_bytes).clamp(1, cells[2].max(1));
     let dataset = group
         .new_dataset::<f64>()
         .fletcher32()
         .shape(dataset_shape(cells, components))
+        .chunk(dataset_shape([cells[0], cells[1], planes], components))
         .create(name)
         .map_err(err)?;
     for (attribute, text) in [
@@ -728,7 +743,7 @@ mod tests {
 
     /// A flow's derived fields written a few planes at a time hold the
     /// bits of those written whole, over the whole grid and over a box
-    /// (the chunks of a real dump are 64 MiB, too large for a test to
+    /// (the chunks of a real dump are 4 MiB, too large for a test to
     /// split).
     #[test]
     fn derived_fields_written_by_planes_equal_those_written_whole() {
