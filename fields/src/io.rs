@@ -2,7 +2,9 @@
 //!
 //! A field is written as one dataset of shape `(nz, ny, nx)` (x varies
 //! fastest, the order ParaView's XDMF reader and h5py expect) holding either
-//! its interior points or its points with ghosts. Attributes on the dataset
+//! its interior points or its points with ghosts, in chunks of whole
+//! planes of about 4 MiB with Fletcher-32 checksums, written one chunk at a
+//! time (writing holds one chunk's copy of the values). Attributes on the dataset
 //! describe it completely, so [`read_field`] can rebuild the field and any
 //! HDF5 tool can interpret it:
 //!
@@ -131,6 +133,10 @@ fn check_dataset_name(group: &hdf5::Group, name: &str) -> FieldResult<()> {
     )
 }
 
+/// About the bytes of one chunk of a field's dataset: what writing it
+/// holds at once beside the field.
+const CHUNK_BYTES: usize = 4 << 20;
+
 fn to_u64(values: [usize; 3]) -> [u64; 3] {
     values.map(|v| v as u64)
 }
@@ -152,26 +158,50 @@ pub fn write_field<L: Location, T: FieldScalar>(
         GhostSelection::WithGhosts => layout.allocated(),
     };
     let values = field.values()?;
-    let data: Vec<T> = if stored == layout.allocated() {
-        values.to_vec()
-    } else {
-        stored
-            .iter()
-            .map(|index| values[layout.linear_index(index)])
-            .collect()
-    };
     let extent = stored.extent();
     let err = |e| hdf5_error(group, name, e);
     // Fletcher-32 checksums per chunk: corrupted bytes are an error on read.
+    // Chunks of whole planes, about CHUNK_BYTES each, written one at a
+    // time: a dump or checkpoint holds one chunk's copy of the values, not
+    // a copy of the whole field (HDF5 would take 64 MiB chunks).
+    let plane = extent[0] * extent[1];
+    let plane_bytes = (plane * std::mem::size_of::<T>()).max(1);
+    let planes = (CHUNK_BYTES / plane_bytes).clamp(1, extent[2].max(1));
     let dataset = group
-        .new_dataset_builder()
+        .new_dataset::<T>()
         .fletcher32()
-        .with_data(
-            ndarray::ArrayView3::from_shape((extent[2], extent[1], extent[0]), &data)
-                .expect("data holds the stored box"),
-        )
+        .shape((extent[2], extent[1], extent[0]))
+        .chunk((planes, extent[1], extent[0]))
         .create(name)
         .map_err(err)?;
+    let mut slab = Vec::new();
+    let mut k = 0;
+    while k < extent[2] {
+        let count = planes.min(extent[2] - k);
+        let data: &[T] = if stored == layout.allocated() {
+            &values[k * plane..(k + count) * plane]
+        } else {
+            slab.clear();
+            for z in k..k + count {
+                for y in 0..extent[1] {
+                    let row = [
+                        stored.lo[0],
+                        stored.lo[1] + y as isize,
+                        stored.lo[2] + z as isize,
+                    ];
+                    let start = layout.linear_index(row);
+                    slab.extend_from_slice(&values[start..start + extent[0]]);
+                }
+            }
+            &slab
+        };
+        let array = ndarray::ArrayView3::from_shape((count, extent[1], extent[0]), data)
+            .map_err(|e| err(hdf5::Error::from(e.to_string())))?;
+        dataset
+            .write_slice(array, (k..k + count, 0..extent[1], 0..extent[0]))
+            .map_err(err)?;
+        k += count;
+    }
 
     let patch = layout.patch();
     let grid = patch.grid();
