@@ -174,17 +174,26 @@ pub trait Simulation {
         None
     }
     /// Starts recording the case's timed work outside its graphs (a
-    /// decomposed case's exchanges) from `epoch`, for the trace.
+    /// decomposed case's exchanges, a decomposed flow's Poisson solves)
+    /// from `epoch`, for the trace.
     fn start_recording(&self, epoch: Instant) {
         if let Some(transport) = self.patched() {
             transport.start_recording(epoch);
         }
+        if let Some(flow) = self.flow() {
+            flow.start_recording(epoch);
+        }
     }
     /// What [`Self::start_recording`] recorded since.
     fn take_recording(&self) -> Vec<RecordedEvent> {
-        self.patched()
+        let mut events = self
+            .patched()
             .map(PatchedTransport::take_recording)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let Some(flow) = self.flow() {
+            events.extend(flow.take_recording());
+        }
+        events
     }
     /// The case's time series, written into the output directory as the
     /// run goes (`None`: the case has none): its file name and header.
@@ -550,6 +559,12 @@ pub fn run<S: Simulation + ?Sized>(
         return Err(CaseError::Usage(
             "checkpoints need an output directory".into(),
         ));
+    }
+    // On several ranks every rank starts its trace's clock after one
+    // collective call, so that their timelines agree (to a message's
+    // latency) when rank 0 puts them into one trace.
+    if control.record_trace {
+        leader_decides(ranks, true)?;
     }
     let epoch = Instant::now();
     if control.record_trace {

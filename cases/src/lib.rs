@@ -9,6 +9,8 @@
 //! * [`interrupt`]: SIGINT and SIGTERM end a run after its step, with a checkpoint;
 //! * [`collective`]: what the ranks of a decomposed run agree on (rank 0
 //!   writes; the others dump and checkpoint in memory, in step);
+//! * [`rank_trace`]: the trace of a run on several ranks, gathered onto
+//!   rank 0;
 //! * [`checkpoint`]: atomic checkpoints and bitwise restarts;
 //! * [`config`]: strict TOML configurations with `--set` overrides;
 //! * [`setup`]: a case's graph options, execution mode, integrator and
@@ -56,6 +58,7 @@ pub mod error;
 pub mod inspect;
 pub mod interrupt;
 pub mod progress;
+pub mod rank_trace;
 pub mod registry;
 pub mod setup;
 pub mod solver_state;

@@ -113,7 +113,7 @@ struct RunArgs {
     /// --config may change what does not alter the state, e.g. end_time).
     #[arg(long, value_name = "FILE.h5")]
     restart: Option<PathBuf>,
-    /// Write a Chrome trace (chrome://tracing, Perfetto) of the whole run.
+    /// Write a Chrome trace (chrome://tracing, Perfetto) of the whole run: every graph's nodes, and on patches the exchanges and a flow's Poisson solves on tracks of their own; under mpirun rank 0 writes every rank's, each track named with its rank
     #[arg(long, value_name = "FILE.json")]
     trace: Option<PathBuf>,
     /// Write the expression graphs in Graphviz DOT.
@@ -736,12 +736,20 @@ fn run_case(
         Some(link) => Some(per_rank_times(link, &report, &options.placement)?),
         None => None,
     };
+    // On several ranks rank 0 writes every rank's events into one trace.
+    let trace = match ranks.as_deref().filter(|l| l.ranks() > 1) {
+        Some(link) if args.trace.is_some() => {
+            watershed_cases::rank_trace::gather_trace(link, &report.trace).map_err(runtime)?
+        }
+        _ => None,
+    };
     let Some(output) = output else {
         // A follower: rank 0 reports for every rank.
         return Ok(outcome_of(&report, &check));
     };
     if let Some(path) = &args.trace {
-        write_file(path, &watershed_exprgraph::chrome_trace_of(&report.trace))?;
+        let events = trace.as_deref().unwrap_or(&report.trace);
+        write_file(path, &watershed_exprgraph::chrome_trace_of(events))?;
         if report.trace_dropped > 0 {
             tracing::warn!(
                 dropped = report.trace_dropped,
@@ -871,7 +879,6 @@ fn check_spreadable(args: &RunArgs) -> Result<(), Failure> {
         (args.emit.is_some(), "--emit"),
         (args.plan.is_some(), "--plan"),
         (args.dot.is_some(), "--dot"),
-        (args.trace.is_some(), "--trace"),
         (args.cuda_graphs, "--cuda-graphs"),
         (args.print_config, "--print-config"),
     ];

@@ -1851,6 +1851,69 @@ fn the_trace_of_a_decomposed_run_shows_its_exchanges() {
     assert!(trace.contains("advection patch 1"));
 }
 
+/// `--trace` of a decomposed flow shows what runs outside its graphs: the
+/// exchange of the state's seams every stage and the gather of the
+/// velocity and `psi` once a step on the exchange track, each stage's
+/// Poisson solve on a track of its own.
+#[test]
+fn the_trace_of_a_decomposed_flow_shows_its_solves_and_exchanges() {
+    let dir = temp();
+    let trace = dir.path().join("trace.json");
+    let out = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "lid-driven-cavity",
+            "--set",
+            "cells=16",
+            "--set",
+            "patches=2,2,1",
+            "--steps",
+            "3",
+            "--quiet",
+            "--output",
+            path(&dir.path().join("out")),
+            "--trace",
+            path(&trace),
+        ],
+    );
+    assert!(
+        out.code == 0 || out.code == 3,
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let trace = std::fs::read_to_string(trace).unwrap();
+    let head = &trace[..trace.len().min(600)];
+    assert!(
+        trace.contains("\"name\":\"Poisson solve on patches\""),
+        "{head}"
+    );
+    assert!(
+        trace.contains("\"name\":\"exchanges across patches\""),
+        "{head}"
+    );
+    // The cavity's integrator has one projection per stage: at least one
+    // solve and one state exchange per step, one gather per step and one
+    // after the initial projection.
+    let solves = trace
+        .matches("\"name\":\"div(u*), the solve and its exchanges\"")
+        .count();
+    let seams = trace.matches("\"name\":\"seams of the velocity\"").count();
+    let gathers = trace
+        .matches("\"name\":\"gather of the velocity and psi\"")
+        .count();
+    assert!(
+        solves >= 3 && seams == solves,
+        "{solves} solves, {seams} state exchanges"
+    );
+    assert!(
+        gathers >= 3 && gathers <= solves + 1,
+        "{gathers} gathers, {solves} solves"
+    );
+    assert!(trace.contains("correction patch 3"), "{head}");
+}
+
 /// A checkpoint written per rank (--per-rank-files) restarts, in a run
 /// that writes whole dumps, to the bits of a straight run; without one of
 /// its rank files, or on another patch layout, it is refused naming the

@@ -15,7 +15,8 @@
 # (emulated) GPU; the lid-driven cavity on 2 x 2 patches (its momentum and
 # its Poisson solve) on 1, 2 and 4 ranks and the 3D Taylor-Green vortex on
 # 2 x 1 x 2 patches on 2 and 4 ranks give the bits of one process with the
-# same layout (with the projection replicated, those of one patch), and a
+# same layout (with the projection replicated, those of one patch; traced,
+# rank 0 writing every rank's tracks into one trace), and a
 # cavity checkpoint of 2 ranks restarts on 4, and so do its dumps and
 # checkpoints per rank (each patch's pieces of the staggered velocity);
 # the Taylor-Green vortex per rank on 4 ranks; the channel with its
@@ -219,13 +220,29 @@ WATERSHED_EMULATE_GPUS=2 run_unchecked mpirun --oversubscribe -np 2 "$W" run lid
     --set patches=2,2,1 --device gpu --per-rank-files --output "$out/cavity-gpus-per-rank"
 $SAME "$out/cavity-alone" "$out/cavity-gpus-per-rank"
 
-echo "--> the 3D Taylor-Green vortex on 2 x 1 x 2 patches on 2 and 4 ranks: the bits of one process"
+echo "--> the 3D Taylor-Green vortex on 2 x 1 x 2 patches on 2 and 4 ranks: the bits of one process; traced (--trace), rank 0 writes every rank's tracks into one trace"
 tgv=(--set cells=16 --set dimensions=3 --steps 6 --dump-every 3 --quiet)
 run_unchecked "$W" run taylor-green "${tgv[@]}" --set patches=2,1,2 --output "$out/tgv-alone"
 for ranks in 2 4; do
     run_unchecked mpirun --oversubscribe -np "$ranks" "$W" run taylor-green "${tgv[@]}" \
-        --set patches=2,1,2 --output "$out/tgv-np$ranks"
+        --set patches=2,1,2 --output "$out/tgv-np$ranks" --trace "$out/tgv-np$ranks.json"
     $SAME "$out/tgv-alone" "$out/tgv-np$ranks"
+    # Every rank's graphs, exchanges and solves, each track named with its
+    # rank; every rank ran as many solves and state exchanges.
+    "$WATERSHED_PYTHON" - "$out/tgv-np$ranks.json" "$ranks" <<'PY'
+import json, sys
+from collections import Counter
+events = json.load(open(sys.argv[1]))["traceEvents"]
+ranks = int(sys.argv[2])
+names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+spans = Counter((names[e["pid"]], e["name"]) for e in events if e.get("ph") == "X")
+solves = [spans[(f"rank {r}: Poisson solve on patches", "div(u*), the solve and its exchanges")] for r in range(ranks)]
+seams = [spans[(f"rank {r}: exchanges across patches", "seams of the velocity")] for r in range(ranks)]
+momentum = [sum(n for (track, _), n in spans.items() if track.startswith(f"rank {r}: momentum patch")) for r in range(ranks)]
+if min(solves) < 6 or len(set(solves)) != 1 or seams != solves or min(momentum) == 0:
+    sys.exit(f"{sys.argv[1]}: solves {solves}, state exchanges {seams}, momentum nodes {momentum} per rank")
+print(f"{ranks} ranks in one trace: {solves[0]} solves and state exchanges on each")
+PY
 done
 run_unchecked mpirun --oversubscribe -np 4 "$W" run taylor-green "${tgv[@]}" \
     --set patches=2,1,2 --per-rank-files --output "$out/tgv-per-rank"

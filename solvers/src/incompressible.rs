@@ -31,7 +31,9 @@ use crate::immersed::Immersed;
 use crate::immersed_nodes::{ForceReductions, ForcingTags};
 use crate::integrator::{Stage, TimeIntegrator};
 use crate::multigrid::{Multigrid, MultigridOptions, first_non_finite};
+use crate::patched::EXCHANGE_TRACK;
 use crate::projection::{PoissonSolve, PoissonState, lock_state};
+use crate::span_recording::SpanRecording;
 use crate::stages::{
     StageParameters, advance_levels, not_finite_in, reads_start_level, update_expression,
 };
@@ -39,11 +41,11 @@ use crate::staggered::{SpaceOrder, difference_to_whole, weighted};
 use crate::stepping::{self, StabilityLimit, Stepping, TimeStep};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use watershed_exprgraph::patched::PatchedGraphs;
 use watershed_exprgraph::{
     Context, ExecutionMode, ExpressionGraph, Factory, GraphLocation, GraphOptions,
-    LanguageExpression, LanguageReduction, PlacementPolicy, Symbols, Tag,
+    LanguageExpression, LanguageReduction, PlacementPolicy, RecordedEvent, Symbols, Tag,
 };
 use watershed_fields::on_face;
 use watershed_fields::ranks::RankLink;
@@ -73,6 +75,10 @@ pub struct ProjectionReport {
     /// the solve's `relative_tolerance` bounds.
     pub relative_residual: f64,
 }
+
+/// The trace track of a decomposed flow's Poisson solves on the patches
+/// (the divergence of `u*`, the multigrid and its exchanges and waits).
+pub const POISSON_TRACK: &str = "Poisson solve on patches";
 
 /// The pressure solve's options unless [`IncompressibleFlowBuilder::poisson_options`]
 /// sets them: multigrid-preconditioned CG to a relative residual of 1e-10,
@@ -906,6 +912,7 @@ impl IncompressibleFlowBuilder {
             // Nothing received yet: the first stage takes the velocity
             // from `graph`.
             state_on_patches: decomposed.then(Vec::new),
+            recording: SpanRecording::default(),
         })
     }
 
@@ -1281,6 +1288,10 @@ pub struct IncompressibleFlow {
     /// (initial values, a restart), and the next stage takes it from
     /// here. `None` for a flow whose state lives in `graph`.
     state_on_patches: Option<Vec<Option<u64>>>,
+    /// When recording for a trace: the work of a decomposed flow outside
+    /// its graphs (the state's seams, the Poisson solves, the step's
+    /// gather) since [`IncompressibleFlow::start_recording`].
+    recording: SpanRecording,
 }
 
 impl std::fmt::Debug for IncompressibleFlow {
@@ -1460,6 +1471,22 @@ impl IncompressibleFlow {
             .as_ref()
             .map_or(Duration::ZERO, PatchProjection::exchange_time);
         self.patches.as_ref().map(|p| p.exchange_time() + solve)
+    }
+
+    /// Records every following piece of a decomposed flow's work outside
+    /// its graphs, timed from `epoch` (the graphs' epoch: one timeline),
+    /// until [`Self::take_recording`]: the exchange of the state's seams
+    /// and the step's gather of the velocity and `psi` on the
+    /// [`EXCHANGE_TRACK`], each Poisson solve on the [`POISSON_TRACK`].
+    /// Nothing is recorded for an undecomposed flow, whose work is all in
+    /// its graph.
+    pub fn start_recording(&self, epoch: Instant) {
+        self.recording.start(epoch);
+    }
+
+    /// What [`Self::start_recording`] recorded since; recording stops.
+    pub fn take_recording(&self) -> Vec<RecordedEvent> {
+        self.recording.take()
     }
 
     /// With [`IncompressibleFlowBuilder::patches`] (projection not
@@ -1696,9 +1723,15 @@ impl IncompressibleFlow {
             .collect::<Result<Vec<_>, _>>()?;
         let from_whole =
             versions.contains(&None) || self.state_on_patches.as_ref() != Some(&versions);
-        let momentum = patches
-            .prepare_state(&self.graph, &self.now, from_whole)
-            .and_then(|()| patches.execute(self.mode));
+        let started = Instant::now();
+        let prepared = patches.prepare_state(&self.graph, &self.now, from_whole);
+        self.recording.record(
+            EXCHANGE_TRACK,
+            "seams of the velocity",
+            started,
+            Instant::now(),
+        );
+        let momentum = prepared.and_then(|()| patches.execute(self.mode));
         if let Err(failure) = momentum {
             return Err(self.momentum_error(failure, dt));
         }
@@ -1709,8 +1742,15 @@ impl IncompressibleFlow {
             return Err(unavailable());
         };
         let graphs: Vec<&ExpressionGraph> = patches.graphs().into_iter().map(|(_, g)| g).collect();
-        let corrected = projection
-            .solve(&graphs, &self.provisional, &self.graph, self.mode)
+        let started = Instant::now();
+        let solved = projection.solve(&graphs, &self.provisional, &self.graph, self.mode);
+        self.recording.record(
+            POISSON_TRACK,
+            "div(u*), the solve and its exchanges",
+            started,
+            Instant::now(),
+        );
+        let corrected = solved
             .and_then(|()| projection.correct(&self.provisional, self.mode))
             .and_then(|corrected| Ok(patches.take_corrected(corrected, &self.next)?));
         if let Err(failure) = corrected {
@@ -1735,8 +1775,15 @@ impl IncompressibleFlow {
         }
         let last = stage.is_none_or(|index| index + 1 == self.integrator.stages().len());
         if last {
+            let started = Instant::now();
             patches.gather(&self.now, &self.graph, &self.now)?;
             projection.gather_psi(&self.graph)?;
+            self.recording.record(
+                EXCHANGE_TRACK,
+                "gather of the velocity and psi",
+                started,
+                Instant::now(),
+            );
             self.graph.execute(self.mode)?;
             let mut versions = Vec::with_capacity(self.active.len());
             for &axis in &self.active {

@@ -28,6 +28,7 @@
 //! | [`solver`] | [`TransportSolver`]: the graph, the stages, fixed or stability-limited `dt` |
 //! | [`patched`] | [`PatchedTransport`]: one transport solver per patch of a decomposed grid, seams exchanged after each stage, reductions in patch order, the whole domain's bits on any number of ranks |
 //! | `projection` | the projection's Poisson solve as a graph node (`ExpressionKind::IterativeSolve`) |
+//! | `span_recording` | timed spans of work outside the graphs (exchanges, gathers, a solve on patches) for a run's trace |
 //! | [`stages`] | [`StageParameters`], the language update node, the rotation of time levels |
 //! | [`symbols`] | [`SolverSymbols`]: `s.solution("Y")`, `s.given("u")` in user expressions, no `Context` spelled |
 //! | [`error`] | [`SolverError`] |
@@ -54,6 +55,7 @@ pub mod patched;
 mod poisson_iteration;
 mod projection;
 pub mod solver;
+mod span_recording;
 pub mod stages;
 pub mod staggered;
 mod stepping;

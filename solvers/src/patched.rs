@@ -51,6 +51,7 @@
 
 use crate::error::{SolverError, SolverResult};
 use crate::solver::TransportSolver;
+use crate::span_recording::SpanRecording;
 use std::cell::{Cell, RefCell};
 use std::ops::Range;
 use std::rc::Rc;
@@ -113,9 +114,9 @@ pub struct PatchedTransport {
     stale: Cell<bool>,
     /// Interior work run while exchanges were in flight.
     interior_during_exchanges: Cell<Duration>,
-    /// When recording for a trace: the epoch and each exchange, gather
-    /// and reduction since ([`Self::start_recording`]).
-    recording: RefCell<Option<(Instant, Vec<RecordedEvent>)>>,
+    /// When recording for a trace: each exchange, gather and reduction
+    /// since [`Self::start_recording`].
+    recording: SpanRecording,
 }
 
 impl std::fmt::Debug for PatchedTransport {
@@ -198,7 +199,7 @@ impl PatchedTransport {
             overlap: None,
             stale: Cell::new(false),
             interior_during_exchanges: Cell::new(Duration::ZERO),
-            recording: RefCell::new(None),
+            recording: SpanRecording::default(),
         };
         Ok(transport)
     }
@@ -559,36 +560,20 @@ impl PatchedTransport {
         self.exchange_time.set(self.exchange_time.get() + exposed);
         self.interior_during_exchanges
             .set(self.interior_during_exchanges.get() + work);
-        if let Some((epoch, events)) = self.recording.borrow_mut().as_mut()
-            && events.len() < watershed_exprgraph::trace::MAX_RECORDED_EVENTS
-        {
-            events.push(RecordedEvent {
-                graph: EXCHANGE_TRACK.to_string(),
-                name: what.to_string(),
-                category: "cpu",
-                thread: 0,
-                stream: None,
-                start: started.saturating_duration_since(*epoch),
-                end: ended.saturating_duration_since(*epoch),
-            });
-        }
+        self.recording.record(EXCHANGE_TRACK, what, started, ended);
     }
 
     /// Records every following exchange, gather and reduction across
     /// patches, timed from `epoch` (the graphs' epoch: one timeline), until
     /// [`Self::take_recording`].
     pub fn start_recording(&self, epoch: Instant) {
-        *self.recording.borrow_mut() = Some((epoch, Vec::new()));
+        self.recording.start(epoch);
     }
 
     /// The events recorded since [`Self::start_recording`], on their own
     /// track ([`EXCHANGE_TRACK`]) of a Chrome trace; recording stops.
     pub fn take_recording(&self) -> Vec<RecordedEvent> {
-        self.recording
-            .borrow_mut()
-            .take()
-            .map(|(_, events)| events)
-            .unwrap_or_default()
+        self.recording.take()
     }
 
     /// Wall time this rank spent in seam exchanges and in combining

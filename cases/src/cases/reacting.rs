@@ -429,6 +429,11 @@ impl Simulation for Reacting {
     fn patched(&self) -> Option<&PatchedTransport> {
         Some(&self.transport)
     }
+    /// The computed flow (none with the prescribed one); its work on the
+    /// patches joins the trace. Files per rank are this case's own (above).
+    fn flow(&self) -> Option<&IncompressibleFlow> {
+        self.flow.as_ref()
+    }
     fn exchange_time(&self) -> Option<std::time::Duration> {
         let species = (self.transport.layout().len() > 1).then(|| self.transport.exchange_time());
         let flow = self
