@@ -222,6 +222,10 @@ impl CellVelocity {
         let layout = u.layout();
         let extent = layout.interior_extent();
         let values = u.values()?;
+        let (strides, ghosts) = (layout.strides(), layout.ghosts().minus);
+        // The linear index of the face at interior index `p`.
+        let index =
+            |p: [usize; 3]| -> usize { (0..3).map(|a| (p[a] + ghosts[a]) * strides[a]).sum() };
         let [rx, ry, rz] = &self.reach;
         let mut out = Vec::with_capacity(rx.len * ry.len * rz.len);
         for k in 0..rz.len {
@@ -232,12 +236,115 @@ impl CellVelocity {
                     // Without a boundary face on +axis (periodic), the face
                     // after the last cell is the first one.
                     hi[axis] = (hi[axis] + 1) % extent[axis];
-                    let at = |p: [usize; 3]| values[layout.linear_index(p.map(|v| v as isize))];
-                    out.push(0.5 * (at(lo) + at(hi)));
+                    out.push(0.5 * (values[index(lo)] + values[index(hi)]));
                 }
             }
         }
         Ok(out)
+    }
+
+    /// The position among a component's values of every cell of the
+    /// window, x fastest.
+    fn window_indices(&self) -> Vec<usize> {
+        let (first, extent) = self.window;
+        let [lx, ly, lz] = [0, 1, 2].map(|a| {
+            (0..extent[a])
+                .map(|p| self.reach[a].local(first[a] + p))
+                .collect::<Vec<_>>()
+        });
+        let (sx, sy) = (self.reach[0].len, self.reach[0].len * self.reach[1].len);
+        let mut indices = Vec::with_capacity(extent.iter().product());
+        for &z in &lz {
+            for &y in &ly {
+                indices.extend(lx.iter().map(|&x| x + sx * y + sy * z));
+            }
+        }
+        indices
+    }
+
+    /// The vector at every cell of the window, interleaved (x, y, z) per
+    /// cell.
+    pub fn interleaved(&self) -> Vec<f64> {
+        let [u, v, w] = &self.components;
+        self.window_indices()
+            .into_iter()
+            .flat_map(|n| [u[n], v[n], w[n]])
+            .collect()
+    }
+
+    /// The magnitude at every cell of the window.
+    pub fn speed(&self) -> Vec<f64> {
+        let [u, v, w] = &self.components;
+        self.window_indices()
+            .into_iter()
+            .map(|n| (u[n] * u[n] + v[n] * v[n] + w[n] * w[n]).sqrt())
+            .collect()
+    }
+
+    /// How d/d(axis `b`) reads each cell of the window along `b` (see the
+    /// module docs), by its position in the window: the sampled cells it
+    /// reads along `b`.
+    fn stencils(&self, b: usize) -> Vec<Stencil> {
+        let (first, extent) = self.window;
+        let n = self.cells[b];
+        let reach = &self.reach[b];
+        let local = |m: usize| reach.local(m);
+        (0..extent[b])
+            .map(|p| {
+                let m = first[b] + p;
+                if !self.active[b] || n < 2 {
+                    Stencil::Zero
+                } else if self.periodic[b] {
+                    Stencil::Central(local((m + n - 1) % n), local((m + 1) % n))
+                } else if m > 0 && m + 1 < n {
+                    Stencil::Central(local(m - 1), local(m + 1))
+                } else if n == 2 {
+                    Stencil::Pair(local(0), local(1))
+                } else if m == 0 {
+                    Stencil::Forward(local(0), local(1), local(2))
+                } else {
+                    Stencil::Backward(local(n - 1), local(n - 2), local(n - 3))
+                }
+            })
+            .collect()
+    }
+
+    /// The vorticity at every cell of the window: (x, y, z) interleaved
+    /// per cell in 3D, the scalar dv/dx - du/dy in 2D (`components` 3 or
+    /// 1).
+    pub fn vorticity(&self) -> (Vec<f64>, usize) {
+        let (_, extent) = self.window;
+        let stencils = [0, 1, 2].map(|b| self.stencils(b));
+        let strides = [1, self.reach[0].len, self.reach[0].len * self.reach[1].len];
+        let lengths = [0, 1, 2].map(|a| self.reach[a].len);
+        let three = self.active[2];
+        let mut out =
+            Vec::with_capacity(extent.iter().product::<usize>() * if three { 3 } else { 1 });
+        let indices = self.window_indices();
+        let mut cell = 0;
+        for z in 0..extent[2] {
+            for y in 0..extent[1] {
+                for x in 0..extent[0] {
+                    let n = indices[cell];
+                    cell += 1;
+                    let position = [x, y, z];
+                    // d(component c)/d(axis b) at this cell.
+                    let d = |c: usize, b: usize| {
+                        let along = (n / strides[b]) % lengths[b];
+                        let base = n - along * strides[b];
+                        let values = &self.components[c];
+                        stencils[b][position[b]]
+                            .apply(self.spacing[b], |l| values[base + l * strides[b]])
+                    };
+                    if three {
+                        out.extend([d(2, 1) - d(1, 2), d(0, 2) - d(2, 0), d(1, 0) - d(0, 1)]);
+                    } else {
+                        out.push(d(1, 0) - d(0, 1));
+                    }
+                }
+            }
+        }
+        (out, if three { 3 } else { 1 })
     }
 
     /// The grid's cells of the window, x fastest.
@@ -249,105 +356,71 @@ impl CellVelocity {
             })
         })
     }
+}
 
-    /// Component `c` at the grid's cell `cell` (sampled).
-    fn at(&self, c: usize, cell: [usize; 3]) -> f64 {
-        let [x, y, z] = [0, 1, 2].map(|a| self.reach[a].local(cell[a]));
-        self.components[c][x + self.reach[0].len * (y + self.reach[1].len * z)]
-    }
+/// The sampled cells a second-order difference along one axis reads (see
+/// the module docs), as positions along that axis.
+#[derive(Debug, Clone, Copy)]
+enum Stencil {
+    /// An unresolved axis: no derivative.
+    Zero,
+    /// Central: the cells before and after.
+    Central(usize, usize),
+    /// Two cells in all: their difference.
+    Pair(usize, usize),
+    /// One-sided at the first wall: cells 0, 1 and 2.
+    Forward(usize, usize, usize),
+    /// One-sided at the last wall: cells n - 1, n - 2 and n - 3.
+    Backward(usize, usize, usize),
+}
 
-    /// The vector at every cell of the window, interleaved (x, y, z) per
-    /// cell.
-    pub fn interleaved(&self) -> Vec<f64> {
-        self.window_cells()
-            .flat_map(|cell| [0, 1, 2].map(|c| self.at(c, cell)))
-            .collect()
-    }
-
-    /// The magnitude at every cell of the window.
-    pub fn speed(&self) -> Vec<f64> {
-        self.window_cells()
-            .map(|cell| {
-                let [u, v, w] = [0, 1, 2].map(|c| self.at(c, cell));
-                (u * u + v * v + w * w).sqrt()
-            })
-            .collect()
-    }
-
-    /// d(component c)/d(axis b) at the grid's cell `cell` (see the module
-    /// docs).
-    fn derivative(&self, c: usize, b: usize, cell: [usize; 3]) -> f64 {
-        let n = self.cells[b];
-        let h = self.spacing[b];
-        if !self.active[b] || n < 2 {
-            return 0.0;
+impl Stencil {
+    /// The difference of the values `at` gives, on cells `h` apart.
+    fn apply(self, h: f64, at: impl Fn(usize) -> f64) -> f64 {
+        match self {
+            Stencil::Zero => 0.0,
+            Stencil::Central(before, after) => (at(after) - at(before)) / (2.0 * h),
+            Stencil::Pair(first, second) => (at(second) - at(first)) / h,
+            Stencil::Forward(c0, c1, c2) => (-3.0 * at(c0) + 4.0 * at(c1) - at(c2)) / (2.0 * h),
+            Stencil::Backward(c0, c1, c2) => (3.0 * at(c0) - 4.0 * at(c1) + at(c2)) / (2.0 * h),
         }
-        let at = |m: usize| {
-            let mut shifted = cell;
-            shifted[b] = m;
-            self.at(c, shifted)
-        };
-        let m = cell[b];
-        if self.periodic[b] {
-            (at((m + 1) % n) - at((m + n - 1) % n)) / (2.0 * h)
-        } else if m > 0 && m + 1 < n {
-            (at(m + 1) - at(m - 1)) / (2.0 * h)
-        } else if n == 2 {
-            (at(1) - at(0)) / h
-        } else if m == 0 {
-            (-3.0 * at(0) + 4.0 * at(1) - at(2)) / (2.0 * h)
-        } else {
-            (3.0 * at(n - 1) - 4.0 * at(n - 2) + at(n - 3)) / (2.0 * h)
-        }
-    }
-
-    /// The vorticity at every cell of the window: (x, y, z) interleaved
-    /// per cell in 3D, the scalar dv/dx - du/dy in 2D (`components` 3 or
-    /// 1).
-    pub fn vorticity(&self) -> (Vec<f64>, usize) {
-        let d = |c, b, cell| self.derivative(c, b, cell);
-        if !self.active[2] {
-            let omega_z = self
-                .window_cells()
-                .map(|cell| d(1, 0, cell) - d(0, 1, cell))
-                .collect();
-            return (omega_z, 1);
-        }
-        let interleaved = self
-            .window_cells()
-            .flat_map(|cell| {
-                [
-                    d(2, 1, cell) - d(1, 2, cell),
-                    d(0, 2, cell) - d(2, 0, cell),
-                    d(1, 0, cell) - d(0, 1, cell),
-                ]
-            })
-            .collect();
-        (interleaved, 3)
     }
 }
 
 /// One field derived for viewing: its dataset name, components per cell,
-/// how it is derived, and how its values over a box are formed from the
-/// cell velocity there.
+/// how it is derived, and how its values over a slab are formed.
 struct Derivation {
     name: &'static str,
     components: usize,
     how: &'static str,
-    form: fn(&CellVelocity, &IncompressibleFlow) -> Vec<f64>,
+    form: fn(&Slab<'_>) -> Vec<f64>,
 }
 
-/// The signed distance of every cell centre of the velocity's window to
-/// the flow's nearest body (infinite without one).
-fn body_distances(velocity: &CellVelocity, flow: &IncompressibleFlow) -> Vec<f64> {
-    velocity
-        .window_cells()
-        .map(|cell| {
-            let centre = [0, 1, 2]
-                .map(|a| velocity.origin[a] + (cell[a] as f64 + 0.5) * velocity.spacing[a]);
-            flow.body_distance(centre).unwrap_or(f64::INFINITY)
+/// What the derived fields of a slab of planes are formed from: the cell
+/// velocity around it and, once asked for, its cells' distances to the
+/// bodies (the mask and the distance read the same).
+struct Slab<'a> {
+    velocity: CellVelocity,
+    flow: &'a IncompressibleFlow,
+    distances: std::cell::OnceCell<Vec<f64>>,
+}
+
+impl Slab<'_> {
+    /// The signed distance of every cell centre of the slab to the flow's
+    /// nearest body (infinite without one).
+    fn distances(&self) -> &[f64] {
+        self.distances.get_or_init(|| {
+            let velocity = &self.velocity;
+            velocity
+                .window_cells()
+                .map(|cell| {
+                    let centre = [0, 1, 2]
+                        .map(|a| velocity.origin[a] + (cell[a] as f64 + 0.5) * velocity.spacing[a]);
+                    self.flow.body_distance(centre).unwrap_or(f64::INFINITY)
+                })
+                .collect()
         })
-        .collect()
+    }
 }
 
 /// What a dump of `flow` derives (see the module docs): `vorticity` has
@@ -358,19 +431,19 @@ fn derivations(flow: &IncompressibleFlow, vorticity_components: usize) -> Vec<De
             name: "velocity",
             components: 3,
             how: VELOCITY_DERIVATION,
-            form: |velocity, _| velocity.interleaved(),
+            form: |slab| slab.velocity.interleaved(),
         },
         Derivation {
             name: "speed",
             components: 1,
             how: SPEED_DERIVATION,
-            form: |velocity, _| velocity.speed(),
+            form: |slab| slab.velocity.speed(),
         },
         Derivation {
             name: "vorticity",
             components: vorticity_components,
             how: VORTICITY_DERIVATION,
-            form: |velocity, _| velocity.vorticity().0,
+            form: |slab| slab.velocity.vorticity().0,
         },
     ];
     if !flow.bodies().is_empty() {
@@ -378,10 +451,10 @@ fn derivations(flow: &IncompressibleFlow, vorticity_components: usize) -> Vec<De
             name: "body_mask",
             components: 1,
             how: BODY_MASK_DERIVATION,
-            form: |velocity, flow| {
-                body_distances(velocity, flow)
-                    .into_iter()
-                    .map(|d| if d < 0.0 { 1.0 } else { 0.0 })
+            form: |slab| {
+                slab.distances()
+                    .iter()
+                    .map(|&d| if d < 0.0 { 1.0 } else { 0.0 })
                     .collect()
             },
         });
@@ -389,7 +462,7 @@ fn derivations(flow: &IncompressibleFlow, vorticity_components: usize) -> Vec<De
             name: "body_distance",
             components: 1,
             how: BODY_DISTANCE_DERIVATION,
-            form: body_distances,
+            form: |slab| slab.distances().to_vec(),
         });
     }
     all
@@ -399,10 +472,10 @@ fn derivations(flow: &IncompressibleFlow, vorticity_components: usize) -> Vec<De
 /// centres of `window` (the whole grid when `None`; a patch for a dump per
 /// rank) into `group`, with that box's origin, and with immersed bodies
 /// `body_mask` and `body_distance` (see the module docs). Each cell gets
-/// the same bits whichever box holds it, so each dataset is formed and
-/// written one chunk of planes at a time (chunks of about 4 MiB): a dump
-/// holds one chunk's values and the cell velocity around it, not whole
-/// derived fields.
+/// the same bits whichever box holds it, so the datasets are formed and
+/// written one chunk of planes at a time (chunks of about 4 MiB), from one
+/// cell velocity per chunk: a dump holds one chunk's values and the cell
+/// velocity around it, not whole derived fields.
 pub fn dump_derived_flow_fields(
     flow: &IncompressibleFlow,
     group: &hdf5::Group,
@@ -425,34 +498,45 @@ fn write_derived_fields(
     let (spacing, corner) = (grid.spacing(), grid.origin());
     let origin = [0, 1, 2].map(|a| corner[a] + (first[a] as f64 + 0.5) * spacing[a]);
     let vorticity_components = if grid.active_dimensions()[2] { 3 } else { 1 };
-    let mut written = Vec::new();
-    for derivation in derivations(flow, vorticity_components) {
+    let derivations = derivations(flow, vorticity_components);
+    // Every dataset in chunks of the same planes (about CHUNK_BYTES for
+    // the widest), so that each slab's cell velocity serves them all.
+    let widest = derivations.iter().map(|d| d.components).max().unwrap_or(1);
+    let plane_bytes = (extent[0] * extent[1] * widest * std::mem::size_of::<f64>()).max(1);
+    let chunk_planes = (CHUNK_BYTES / plane_bytes).clamp(1, extent[2].max(1));
+    let mut datasets = Vec::with_capacity(derivations.len());
+    let mut written = Vec::with_capacity(derivations.len());
+    for derivation in &derivations {
         let (dataset, dumped) = create_cell_dataset(
             group,
             derivation.name,
             (extent, origin, spacing),
-            derivation.components,
+            (derivation.components, chunk_planes),
             derivation.how,
         )?;
-        let planes = planes
-            .or_else(|| dataset.chunk().and_then(|chunk| chunk.first().copied()))
-            .unwrap_or(extent[2])
-            .max(1);
-        let mut k = 0;
-        while k < extent[2] {
-            let slab = planes.min(extent[2] - k);
-            let velocity = CellVelocity::of_flow(
+        datasets.push(dataset);
+        written.push(dumped);
+    }
+    let planes = planes.unwrap_or(chunk_planes).max(1);
+    let mut k = 0;
+    while k < extent[2] {
+        let slab = planes.min(extent[2] - k);
+        let planes = Slab {
+            velocity: CellVelocity::of_flow(
                 flow,
                 Some((
                     [first[0], first[1], first[2] + k],
                     [extent[0], extent[1], slab],
                 )),
-            )?;
-            let values = (derivation.form)(&velocity, flow);
-            write_planes(&dataset, derivation.components, (k, slab), extent, &values)?;
-            k += slab;
+            )?,
+            flow,
+            distances: std::cell::OnceCell::new(),
+        };
+        for (derivation, dataset) in derivations.iter().zip(&datasets) {
+            let values = (derivation.form)(&planes);
+            write_planes(dataset, derivation.components, (k, slab), extent, &values)?;
         }
-        written.push(dumped);
+        k += slab;
     }
     Ok(written)
 }
@@ -509,23 +593,19 @@ fn write_planes(
 /// Creates the dataset of `components` values on each of `cells` cells,
 /// the first centred at `first_centre`, `spacing` apart (`box_`), of
 /// shape `(nz, ny, nx[, components])` with Fletcher-32 checksums (in
-/// chunks of whole planes, about [`CHUNK_BYTES`] each), marked as derived, with the `location`, `origin` (the
+/// chunks of `planes` whole planes), marked as derived, with the `location`, `origin` (the
 /// first cell's centre) and `spacing` attributes of a solution field; its
 /// values are written by [`write_planes`].
 fn create_cell_dataset(
     group: &hdf5::Group,
     name: &str,
     box_: ([usize; 3], [f64; 3], [f64; 3]),
-    components: usize,
+    (components, planes): (usize, usize),
     how: &str,
 ) -> CaseResult<(hdf5::Dataset, DumpedField)> {
     let file = PathBuf::from(group.filename());
     let err = |e| hdf5_error(&file, name, e);
     let (cells, first_centre, spacing) = box_;
-    // Chunks of whole planes, about CHUNK_BYTES each: what a dump holds
-    // of a derived field at once (HDF5 would take 64 MiB chunks).
-    let plane_bytes = (cells[0] * cells[1] * components * std::mem::size_of::<f64>()).max(1);
-    let planes = (CHUNK_BYTES / plane_bytes).clamp(1, cells[2].max(1));
     let dataset = group
         .new_dataset::<f64>()
         .fletcher32()
