@@ -243,9 +243,10 @@ impl CellVelocity {
         Ok(out)
     }
 
-    /// The position among a component's values of every cell of the
-    /// window, x fastest.
-    fn window_indices(&self) -> Vec<usize> {
+    /// Calls `visit` with the position among a component's values of
+    /// every cell of the window and the cell's position in the window, x
+    /// fastest.
+    fn for_each_cell(&self, mut visit: impl FnMut(usize, [usize; 3])) {
         let (first, extent) = self.window;
         let [lx, ly, lz] = [0, 1, 2].map(|a| {
             (0..extent[a])
@@ -253,32 +254,35 @@ impl CellVelocity {
                 .collect::<Vec<_>>()
         });
         let (sx, sy) = (self.reach[0].len, self.reach[0].len * self.reach[1].len);
-        let mut indices = Vec::with_capacity(extent.iter().product());
-        for &z in &lz {
-            for &y in &ly {
-                indices.extend(lx.iter().map(|&x| x + sx * y + sy * z));
+        for (z, &cz) in lz.iter().enumerate() {
+            for (y, &cy) in ly.iter().enumerate() {
+                for (x, &cx) in lx.iter().enumerate() {
+                    visit(cx + sx * cy + sy * cz, [x, y, z]);
+                }
             }
         }
-        indices
+    }
+
+    /// Cells in the window.
+    fn window_len(&self) -> usize {
+        self.window.1.iter().product()
     }
 
     /// The vector at every cell of the window, interleaved (x, y, z) per
     /// cell.
     pub fn interleaved(&self) -> Vec<f64> {
         let [u, v, w] = &self.components;
-        self.window_indices()
-            .into_iter()
-            .flat_map(|n| [u[n], v[n], w[n]])
-            .collect()
+        let mut out = Vec::with_capacity(3 * self.window_len());
+        self.for_each_cell(|n, _| out.extend([u[n], v[n], w[n]]));
+        out
     }
 
     /// The magnitude at every cell of the window.
     pub fn speed(&self) -> Vec<f64> {
         let [u, v, w] = &self.components;
-        self.window_indices()
-            .into_iter()
-            .map(|n| (u[n] * u[n] + v[n] * v[n] + w[n] * w[n]).sqrt())
-            .collect()
+        let mut out = Vec::with_capacity(self.window_len());
+        self.for_each_cell(|n, _| out.push((u[n] * u[n] + v[n] * v[n] + w[n] * w[n]).sqrt()));
+        out
     }
 
     /// How d/d(axis `b`) reads each cell of the window along `b` (see the
@@ -313,38 +317,26 @@ impl CellVelocity {
     /// per cell in 3D, the scalar dv/dx - du/dy in 2D (`components` 3 or
     /// 1).
     pub fn vorticity(&self) -> (Vec<f64>, usize) {
-        let (_, extent) = self.window;
         let stencils = [0, 1, 2].map(|b| self.stencils(b));
         let strides = [1, self.reach[0].len, self.reach[0].len * self.reach[1].len];
         let lengths = [0, 1, 2].map(|a| self.reach[a].len);
-        let three = self.active[2];
-        let mut out =
-            Vec::with_capacity(extent.iter().product::<usize>() * if three { 3 } else { 1 });
-        let indices = self.window_indices();
-        let mut cell = 0;
-        for z in 0..extent[2] {
-            for y in 0..extent[1] {
-                for x in 0..extent[0] {
-                    let n = indices[cell];
-                    cell += 1;
-                    let position = [x, y, z];
-                    // d(component c)/d(axis b) at this cell.
-                    let d = |c: usize, b: usize| {
-                        let along = (n / strides[b]) % lengths[b];
-                        let base = n - along * strides[b];
-                        let values = &self.components[c];
-                        stencils[b][position[b]]
-                            .apply(self.spacing[b], |l| values[base + l * strides[b]])
-                    };
-                    if three {
-                        out.extend([d(2, 1) - d(1, 2), d(0, 2) - d(2, 0), d(1, 0) - d(0, 1)]);
-                    } else {
-                        out.push(d(1, 0) - d(0, 1));
-                    }
-                }
+        let components = if self.active[2] { 3 } else { 1 };
+        let mut out = Vec::with_capacity(components * self.window_len());
+        self.for_each_cell(|n, position| {
+            // d(component c)/d(axis b) at this cell.
+            let d = |c: usize, b: usize| {
+                let along = (n / strides[b]) % lengths[b];
+                let base = n - along * strides[b];
+                let values = &self.components[c];
+                stencils[b][position[b]].apply(self.spacing[b], |l| values[base + l * strides[b]])
+            };
+            if components == 3 {
+                out.extend([d(2, 1) - d(1, 2), d(0, 2) - d(2, 0), d(1, 0) - d(0, 1)]);
+            } else {
+                out.push(d(1, 0) - d(0, 1));
             }
-        }
-        (out, if three { 3 } else { 1 })
+        });
+        (out, components)
     }
 
     /// The grid's cells of the window, x fastest.
@@ -611,6 +603,10 @@ fn create_cell_dataset(
         .fletcher32()
         .shape(dataset_shape(cells, components))
         .chunk(dataset_shape([cells[0], cells[1], planes], components))
+        // No chunk cache: each chunk is written whole, once, and the
+        // datasets of a dump stay open together while their chunks are
+        // written in turn (a cache would keep every dataset's last chunk).
+        .chunk_cache(0, 0, 1.0)
         .create(name)
         .map_err(err)?;
     for (attribute, text) in [

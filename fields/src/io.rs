@@ -172,6 +172,8 @@ pub fn write_field<L: Location, T: FieldScalar>(
         .fletcher32()
         .shape((extent[2], extent[1], extent[0]))
         .chunk((planes, extent[1], extent[0]))
+        // No chunk cache: each chunk is written whole, once.
+        .chunk_cache(0, 0, 1.0)
         .create(name)
         .map_err(err)?;
     let mut slab = Vec::new();
