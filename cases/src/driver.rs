@@ -25,7 +25,7 @@ use watershed_fields::{GpuCalls, Grid, MemoryPool, PatchLayout};
 use watershed_io::csv::{SeriesFile, SeriesLayout};
 use watershed_io::dumps::{DumpSeries, DumpedField};
 use watershed_io::rank_dumps::write_rank_dump;
-use watershed_solvers::{IncompressibleFlow, PatchedTransport};
+use watershed_solvers::{IncompressibleFlow, PatchedTransport, ProjectionTotals};
 
 /// A check a case makes at the end of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -385,6 +385,10 @@ pub struct RunReport {
     /// spent in it during the stepping (outside the graphs), and the
     /// solver's levels in all and on patches.
     pub poisson_on_patches: Option<(Duration, usize, usize)>,
+    /// Of a flow: its Poisson solves during the stepping (their count and
+    /// iterations), with the largest final relative residual since the
+    /// flow was built.
+    pub poisson_solves: Option<ProjectionTotals>,
     /// Peak resident memory of the process (bytes), when the OS says.
     pub cpu_memory_high_water: Option<u64>,
     /// Per GPU whose memory the run used (ordinal, bytes): the most the
@@ -693,6 +697,7 @@ pub fn run<S: Simulation + ?Sized>(
     let exchange_before = sim.exchange_time();
     let overlapped_before = sim.interior_during_exchanges();
     let poisson_before = sim.poisson_on_patches();
+    let solves_before = sim.flow().map(IncompressibleFlow::projection_totals);
     let mut first_step_time: Option<Duration> = None;
     let stop_reason = loop {
         if done(control.stop, sim.time(), sim.steps()) {
@@ -800,6 +805,14 @@ pub fn run<S: Simulation + ?Sized>(
         let before = poisson_before.map_or(Duration::ZERO, |(b, _, _)| b);
         (t.saturating_sub(before), levels, on_patches)
     });
+    let poisson_solves = sim.flow().map(|flow| {
+        let (after, before) = (flow.projection_totals(), solves_before.unwrap_or_default());
+        ProjectionTotals {
+            solves: after.solves.saturating_sub(before.solves),
+            iterations: after.iterations.saturating_sub(before.iterations),
+            ..after
+        }
+    });
     progress.finish();
     if interrupted.is_some()
         && (output.is_some() || follower)
@@ -871,6 +884,7 @@ pub fn run<S: Simulation + ?Sized>(
         exchange_time,
         interior_during_exchanges,
         poisson_on_patches,
+        poisson_solves,
         cpu_memory_high_water: process_memory_high_water(),
         gpu_memory_high_water: gpu_memory_high_water(),
         gpu_calls,
@@ -954,6 +968,16 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
             report.graph_time.as_secs_f64(),
             100.0 * report.graph_time.as_secs_f64() / wall
         );
+        if let Some(solves) = report.poisson_solves.filter(|t| t.solves > 0) {
+            let _ = writeln!(
+                text,
+                "Poisson solves: {} in the stepping, {:.1} CG iterations on average (at most {}); final relative residual at most {:.1e}",
+                solves.solves,
+                solves.iterations as f64 / solves.solves as f64,
+                solves.most_iterations,
+                solves.worst_relative_residual
+            );
+        }
         if let Some((solve, levels, on_patches)) = report.poisson_on_patches {
             let _ = writeln!(
                 text,

@@ -1851,6 +1851,53 @@ fn the_trace_of_a_decomposed_run_shows_its_exchanges() {
     assert!(trace.contains("advection patch 1"));
 }
 
+/// A flow's summary reports its Poisson solves: one per projection, at
+/// least one CG iteration each, and a final relative residual within the
+/// solve's tolerance (1e-10, `default_poisson_options`).
+#[test]
+fn a_flows_summary_reports_its_poisson_solves_within_their_tolerance() {
+    let dir = temp();
+    let out = watershed_in(
+        dir.path(),
+        &[
+            "run",
+            "lid-driven-cavity",
+            "--set",
+            "cells=16",
+            "--steps",
+            "4",
+            "--quiet",
+            "--output",
+            path(&dir.path().join("out")),
+        ],
+    );
+    assert!(
+        out.code == 0 || out.code == 3,
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("Poisson solves: "))
+        .unwrap_or_else(|| panic!("no Poisson solves line:\n{}", out.stdout));
+    let number = |after: &str, until: &str| -> f64 {
+        let rest = &line[line.find(after).unwrap() + after.len()..];
+        rest[..rest.find(until).unwrap_or(rest.len())]
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let solves = number("Poisson solves: ", " in the stepping");
+    let mean = number("stepping, ", " CG iterations");
+    let most = number("(at most ", ")");
+    let residual = number("residual at most ", "\n");
+    assert!(solves >= 4.0, "{line}");
+    assert!(mean >= 1.0 && most >= mean, "{line}");
+    assert!(residual > 0.0 && residual <= 1e-10, "{line}");
+}
+
 /// `--trace` of a decomposed flow shows what runs outside its graphs: the
 /// exchange of the state's seams every stage and the gather of the
 /// velocity and `psi` once a step on the exchange track, each stage's

@@ -76,6 +76,31 @@ pub struct ProjectionReport {
     pub relative_residual: f64,
 }
 
+/// The Poisson solves of a flow since it was built (its initial
+/// projection included): how many, their CG iterations, and the largest
+/// final relative residual ([`ProjectionReport::relative_residual`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ProjectionTotals {
+    /// Solves, one per projection.
+    pub solves: u64,
+    /// CG iterations of all of them.
+    pub iterations: u64,
+    /// The most iterations one solve took.
+    pub most_iterations: usize,
+    /// The largest final residual over the right-hand side's norm.
+    pub worst_relative_residual: f64,
+}
+
+impl ProjectionTotals {
+    /// Counts `report`'s solve.
+    fn add(&mut self, report: &ProjectionReport) {
+        self.solves += 1;
+        self.iterations += report.iterations as u64;
+        self.most_iterations = self.most_iterations.max(report.iterations);
+        self.worst_relative_residual = self.worst_relative_residual.max(report.relative_residual);
+    }
+}
+
 /// The trace track of a decomposed flow's Poisson solves on the patches
 /// (the divergence of `u*`, the multigrid and its exchanges and waits).
 pub const POISSON_TRACK: &str = "Poisson solve on patches";
@@ -896,6 +921,7 @@ impl IncompressibleFlowBuilder {
             time: 0.0,
             steps: 0,
             last: ProjectionReport::default(),
+            totals: ProjectionTotals::default(),
             prepared: Mutex::new(Assignments::default()),
             immersed,
             immersed_faces,
@@ -1253,6 +1279,8 @@ pub struct IncompressibleFlow {
     time: f64,
     steps: u64,
     last: ProjectionReport,
+    /// Every projection's solve since the flow was built.
+    totals: ProjectionTotals,
     /// The time step's speed reductions and the kinetic energy, prepared
     /// once ([`crate::prepared`]); a mutex because those queries take
     /// `&self`.
@@ -1501,6 +1529,12 @@ impl IncompressibleFlow {
     /// and waits included).
     pub fn projection_solve_time(&self) -> Option<Duration> {
         self.projection.as_ref().map(PatchProjection::solve_time)
+    }
+
+    /// Every projection's Poisson solve since the flow was built (its
+    /// initial projection included): count, iterations, worst residual.
+    pub fn projection_totals(&self) -> ProjectionTotals {
+        self.totals
     }
 
     /// The last projection's solve and divergences.
@@ -1859,6 +1893,7 @@ impl IncompressibleFlow {
                 0.0
             },
         };
+        self.totals.add(&self.last);
         Ok(())
     }
 

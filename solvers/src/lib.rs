@@ -69,7 +69,7 @@ pub use boundary_value::{BoundaryExpression, BoundaryPoint};
 pub use convection::ConvectionForm;
 pub use error::{SolverError, SolverResult};
 pub use incompressible::{
-    IncompressibleFlow, IncompressibleFlowBuilder, Outflow, ProjectionReport,
+    IncompressibleFlow, IncompressibleFlowBuilder, Outflow, ProjectionReport, ProjectionTotals,
     default_poisson_options,
 };
 pub use integrator::{Stage, TimeIntegrator};
