@@ -23,6 +23,7 @@ use crate::error::CaseResult;
 use hdf5::types::VarLenUnicode;
 use hdf5::{Hyperslab, SliceOrIndex};
 use std::path::PathBuf;
+use watershed_fields::io::chunk_planes;
 use watershed_fields::{Grid, Location, LocationKind, SpatialField, on_face};
 use watershed_io::attributes::hdf5_error;
 use watershed_io::dumps::DumpedField;
@@ -491,11 +492,14 @@ fn write_derived_fields(
     let origin = [0, 1, 2].map(|a| corner[a] + (first[a] as f64 + 0.5) * spacing[a]);
     let vorticity_components = if grid.active_dimensions()[2] { 3 } else { 1 };
     let derivations = derivations(flow, vorticity_components);
-    // Every dataset in chunks of the same planes (about CHUNK_BYTES for
-    // the widest), so that each slab's cell velocity serves them all.
+    // Every dataset in chunks of the same planes (about
+    // `watershed_fields::io::CHUNK_BYTES` for the widest), so that each
+    // slab's cell velocity serves them all.
     let widest = derivations.iter().map(|d| d.components).max().unwrap_or(1);
-    let plane_bytes = (extent[0] * extent[1] * widest * std::mem::size_of::<f64>()).max(1);
-    let chunk_planes = (CHUNK_BYTES / plane_bytes).clamp(1, extent[2].max(1));
+    let planes_per_chunk = chunk_planes(
+        extent[0] * extent[1] * widest * std::mem::size_of::<f64>(),
+        extent[2],
+    );
     let mut datasets = Vec::with_capacity(derivations.len());
     let mut written = Vec::with_capacity(derivations.len());
     for derivation in &derivations {
@@ -503,13 +507,13 @@ fn write_derived_fields(
             group,
             derivation.name,
             (extent, origin, spacing),
-            (derivation.components, chunk_planes),
+            (derivation.components, planes_per_chunk),
             derivation.how,
         )?;
         datasets.push(dataset);
         written.push(dumped);
     }
-    let planes = planes.unwrap_or(chunk_planes).max(1);
+    let planes = planes.unwrap_or(planes_per_chunk).max(1);
     let mut k = 0;
     while k < extent[2] {
         let slab = planes.min(extent[2] - k);
@@ -532,10 +536,6 @@ fn write_derived_fields(
     }
     Ok(written)
 }
-
-/// About the bytes of one chunk of a derived dataset: the values a dump
-/// holds of it at once.
-const CHUNK_BYTES: usize = 4 << 20;
 
 /// The shape of a dataset of `components` values on each of `cells`
 /// cells: `(nz, ny, nx[, components])`.

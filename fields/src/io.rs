@@ -133,9 +133,16 @@ fn check_dataset_name(group: &hdf5::Group, name: &str) -> FieldResult<()> {
     )
 }
 
-/// About the bytes of one chunk of a field's dataset: what writing it
-/// holds at once beside the field.
-const CHUNK_BYTES: usize = 4 << 20;
+/// About the bytes of one chunk of a dataset the project writes (a field,
+/// a derived field): what writing it holds at once beside its source.
+pub const CHUNK_BYTES: usize = 4 << 20;
+
+/// The whole planes of `plane_bytes` bytes each that make a chunk of
+/// about [`CHUNK_BYTES`], for a dataset of `planes` planes: at least one,
+/// at most all.
+pub fn chunk_planes(plane_bytes: usize, planes: usize) -> usize {
+    (CHUNK_BYTES / plane_bytes.max(1)).clamp(1, planes.max(1))
+}
 
 fn to_u64(values: [usize; 3]) -> [u64; 3] {
     values.map(|v| v as u64)
@@ -165,8 +172,7 @@ pub fn write_field<L: Location, T: FieldScalar>(
     // time: a dump or checkpoint holds one chunk's copy of the values, not
     // a copy of the whole field (HDF5 would take 64 MiB chunks).
     let plane = extent[0] * extent[1];
-    let plane_bytes = (plane * std::mem::size_of::<T>()).max(1);
-    let planes = (CHUNK_BYTES / plane_bytes).clamp(1, extent[2].max(1));
+    let planes = chunk_planes(plane * std::mem::size_of::<T>(), extent[2]);
     let dataset = group
         .new_dataset::<T>()
         .fletcher32()
