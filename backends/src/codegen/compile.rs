@@ -17,18 +17,20 @@
 //!   path this back end shares with the emulated GPU; an entry that does not match its
 //!   checksum (truncated, overwritten, written before checksums) or does
 //!   not load is a miss: it is rebuilt with a note in the log, never
-//!   loaded (a truncated object would kill the process with SIGBUS).
+//!   loaded (a truncated object would kill the process with SIGBUS). The
+//!   directory is kept under `$WATERSHED_KERNEL_CACHE_MB` (default 1024)
+//!   by [`super::cache_bound`], which lists it only when needed.
 //! * Libraries stay loaded for the life of the process (kernels hold their
 //!   function pointers).
 
+use super::cache_bound::{CacheSizes, bound_after_build};
 use super::emit::{self, FiniteCheck, Unsupported};
 use crate::error::{CompileFailure, OperatorError, OperatorResult};
 use crate::kernel::Kernel;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use watershed_fields::shared_object::{self, ObjectError, ObjectSource};
 
 /// The C signature of every generated CPU kernel (see [`emit::c_function`]).
@@ -309,62 +311,6 @@ fn cache_limit_from(value: Option<&str>) -> Result<u64, String> {
     }
 }
 
-/// Bounds the kernel cache in `directory` to `limit` bytes: when its
-/// entries (`ws_*` sources and libraries, grouped by key) take more, the
-/// least recently written or used ones are deleted until they take at most
-/// three quarters of it. The entry `keep` (just written) is never deleted.
-/// Deleting a library another process has loaded is harmless (the mapping
-/// stays); one it is about to load is rebuilt ([`library_for`] treats an
-/// entry that fails to load as a miss). Returns how many entries went.
-pub fn evict(directory: &Path, limit: u64, keep: &str) -> std::io::Result<usize> {
-    shared_object::sweep_orphaned_temporaries(directory);
-    let mut entries: HashMap<String, (u64, std::time::SystemTime, Vec<PathBuf>)> = HashMap::new();
-    let mut total = 0u64;
-    for item in std::fs::read_dir(directory)? {
-        let item = item?;
-        let name = item.file_name().to_string_lossy().into_owned();
-        let Some(stem) = name
-            .strip_suffix(".so")
-            .or_else(|| name.strip_suffix(".so.sum"))
-            .or_else(|| name.strip_suffix(".c"))
-            .filter(|stem| stem.starts_with("ws_"))
-        else {
-            continue;
-        };
-        let metadata = item.metadata()?;
-        let modified = metadata.modified()?;
-        total = total.saturating_add(metadata.len());
-        let entry = entries
-            .entry(stem.to_string())
-            .or_insert((0, modified, Vec::new()));
-        entry.0 = entry.0.saturating_add(metadata.len());
-        entry.1 = entry.1.max(modified);
-        entry.2.push(item.path());
-    }
-    if total <= limit {
-        return Ok(0);
-    }
-    let mut oldest_first: Vec<_> = entries.into_iter().filter(|(k, _)| k != keep).collect();
-    oldest_first.sort_by(|a, b| a.1.1.cmp(&b.1.1).then_with(|| a.0.cmp(&b.0)));
-    let target = limit / 4 * 3;
-    let mut evicted = 0;
-    for (_, (bytes, _, paths)) in oldest_first {
-        if total <= target {
-            break;
-        }
-        for path in paths {
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        total = total.saturating_sub(bytes);
-        evicted += 1;
-    }
-    Ok(evicted)
-}
-
 /// Loads the library of cache entry `key` holding `source`
 /// ([`shared_object::load_or_build`]: memory, else the cache directory,
 /// else the compiler; an entry that is not whole, does not load or lacks
@@ -409,11 +355,14 @@ pub fn library_for(key: &str, source: &str) -> OperatorResult<Arc<libloading::Li
                 }
                 ObjectSource::Built(took) => {
                     count(took);
-                    // The cache stays bounded: each new entry may evict the
-                    // oldest. Best effort: a directory that cannot be listed
-                    // or cleaned (another process evicting at the same
+                    // The cache stays bounded: a new entry may evict the
+                    // oldest (listing the directory only when this
+                    // process's count of it passes the limit). Best
+                    // effort: a directory that cannot be listed or
+                    // cleaned (another process evicting at the same
                     // time) only leaves the cache larger.
-                    let _ = evict(&directory, cache_limit_bytes(), key);
+                    static SIZES: Mutex<CacheSizes> = Mutex::new(CacheSizes::new());
+                    let _ = bound_after_build(&SIZES, &directory, key, cache_limit_bytes());
                 }
                 ObjectSource::Rebuilt(took) => {
                     count(took);

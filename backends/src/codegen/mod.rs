@@ -21,6 +21,7 @@
 //! argument):
 #![doc = include_str!("design.md")]
 
+pub mod cache_bound;
 pub mod compile;
 pub mod compiled;
 pub mod emit;

@@ -644,10 +644,10 @@ fn eviction_removes_the_oldest_entries_down_to_three_quarters_of_the_limit() {
     }
     std::fs::write(dir.join("README"), vec![b'x'; 5000]).unwrap();
     // Under the limit: nothing goes.
-    assert_eq!(codegen::compile::evict(&dir, 4000, "ws_00").unwrap(), 0);
+    assert_eq!(codegen::cache_bound::evict(&dir, 4000, "ws_00").unwrap(), 0);
     // Limit 2000 bytes: down to 1500, i.e. three entries kept (1200 bytes);
     // ws_00 is the oldest but is the one being kept.
-    assert_eq!(codegen::compile::evict(&dir, 2000, "ws_00").unwrap(), 7);
+    assert_eq!(codegen::cache_bound::evict(&dir, 2000, "ws_00").unwrap(), 7);
     let mut left: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
