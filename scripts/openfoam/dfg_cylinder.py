@@ -25,21 +25,7 @@ import subprocess
 import sys
 import time
 
-HEADER = """FoamFile
-{{
-    version 2.0;
-    format ascii;
-    class {cls};
-    object {obj};
-}}
-"""
-
-
-def write(path, cls, obj, body):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(HEADER.format(cls=cls, obj=obj))
-        f.write(body)
+from foam_files import SECOND_ORDER_SCHEMES, find_debian_openfoam, write
 
 
 def block_mesh(n, dz):
@@ -197,18 +183,7 @@ functions
     }}
 }}
 """)
-    write(f"{case}/system/fvSchemes", "dictionary", "fvSchemes", """ddtSchemes { default backward; }
-gradSchemes { default Gauss linear; }
-divSchemes
-{
-    default none;
-    div(phi,U) Gauss linear;
-    div((nuEff*dev2(T(grad(U))))) Gauss linear;
-}
-laplacianSchemes { default Gauss linear corrected; }
-interpolationSchemes { default linear; }
-snGradSchemes { default corrected; }
-""")
+    write(f"{case}/system/fvSchemes", "dictionary", "fvSchemes", SECOND_ORDER_SCHEMES)
     write(f"{case}/system/fvSolution", "dictionary", "fvSolution", """solvers
 {
     p { solver GAMG; smoother DIC; tolerance 1e-8; relTol 0.01; }
@@ -252,9 +227,7 @@ def main():
     parser.add_argument("--statistics-from", type=float, default=6.0)
     parser.add_argument("--case", default="target/openfoam/dfg")
     args = parser.parse_args()
-    # Debian's packages find their etc/ through WM_PROJECT_DIR.
-    if "WM_PROJECT_DIR" not in os.environ and os.path.isdir("/usr/share/openfoam/etc"):
-        os.environ["WM_PROJECT_DIR"] = "/usr/share/openfoam"
+    find_debian_openfoam()
     for tool in ["blockMesh", "pimpleFoam"]:
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not on PATH: install OpenFOAM (apt-get install openfoam)")

@@ -29,24 +29,10 @@ import subprocess
 import sys
 import time
 
-HEADER = """FoamFile
-{{
-    version 2.0;
-    format ascii;
-    class {cls};
-    object {obj};
-}}
-"""
+from foam_files import SECOND_ORDER_SCHEMES, find_debian_openfoam, write
 
 NU = 1.0 / 1600.0
 LENGTH = 2.0 * math.pi
-
-
-def write(path, cls, obj, body):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(HEADER.format(cls=cls, obj=obj))
-        f.write(body)
 
 
 def setup(case, n, end_time, courant, ranks):
@@ -114,19 +100,7 @@ functions
     }}
 }}
 """)
-    write(f"{case}/system/fvSchemes", "dictionary", "fvSchemes", """
-ddtSchemes { default backward; }
-gradSchemes { default Gauss linear; }
-divSchemes
-{
-    default none;
-    div(phi,U) Gauss linear;
-    div((nuEff*dev2(T(grad(U))))) Gauss linear;
-}
-laplacianSchemes { default Gauss linear corrected; }
-interpolationSchemes { default linear; }
-snGradSchemes { default corrected; }
-""")
+    write(f"{case}/system/fvSchemes", "dictionary", "fvSchemes", SECOND_ORDER_SCHEMES)
     write(f"{case}/system/fvSolution", "dictionary", "fvSolution", """
 solvers
 {
@@ -234,9 +208,7 @@ def main():
     args = parser.parse_args()
     if args.cells < 4 or args.ranks < 1 or args.cells % args.ranks != 0:
         raise SystemExit(f"--cells {args.cells} and --ranks {args.ranks}: give at least 4 cells and a rank count that divides them")
-    # Debian's packages find their etc/ through WM_PROJECT_DIR.
-    if "WM_PROJECT_DIR" not in os.environ and os.path.isdir("/usr/share/openfoam/etc"):
-        os.environ["WM_PROJECT_DIR"] = "/usr/share/openfoam"
+    find_debian_openfoam()
     tools = ["blockMesh", "postProcess", "pimpleFoam"] + (["decomposePar", "mpirun"] if args.ranks > 1 else [])
     for tool in tools:
         if shutil.which(tool) is None:
