@@ -17,20 +17,27 @@ use watershed_solvers::windows::{cut_window, paste_window};
 use watershed_solvers::{IncompressibleFlow, PatchedTransport};
 
 /// Whether this rank leaves a decomposed `flow`'s whole-domain files to
-/// rank 0: every rank holds the whole velocity, `psi` and pressure
-/// (gathered once per step), so rank 0 writes them without any other
-/// rank's part, and the others compute and write nothing.
-fn leaves_whole_files_to_rank_0(flow: &IncompressibleFlow) -> bool {
-    flow.rank().is_some_and(|(rank, _)| rank != 0)
+/// rank 0: the whole velocity, `psi` and pressure are gathered onto every
+/// rank when read ([`IncompressibleFlow::gather_whole`]), so rank 0 writes
+/// them without any other rank's part, and the others take part in the
+/// gather and write nothing.
+fn leaves_whole_files_to_rank_0(flow: &IncompressibleFlow) -> CaseResult<bool> {
+    if flow.rank().is_some_and(|(rank, _)| rank != 0) {
+        // Rank 0's reads gather from every rank: this rank's share.
+        flow.gather_whole()?;
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 /// Dumps the velocity components (`u`, `v`, `w` on their faces), the
 /// pressure `p` of `flow`, and the cell-centred fields derived from them
 /// for viewing ([`crate::derived`]). On a rank other than 0 of a
-/// decomposed flow, nothing: rank 0 holds the same whole fields and writes
-/// them (the others' dumps go to files in memory that nobody reads).
+/// decomposed flow, only its part of the gather: rank 0 holds the same
+/// whole fields and writes them (the others' dumps go to files in memory
+/// that nobody reads).
 pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-    if leaves_whole_files_to_rank_0(flow) {
+    if leaves_whole_files_to_rank_0(flow)? {
         return Ok(Vec::new());
     }
     let mut written = Vec::new();
@@ -52,9 +59,10 @@ const FORCE_SUMS: &str = "force_sums";
 /// Saves the state of `flow` (velocity, projection potential, pressure,
 /// all with ghosts, and its bodies' weighted momentum sums when it
 /// computes forces) under names starting with `prefix`. On a rank other
-/// than 0 of a decomposed flow, nothing, as for [`dump_flow`].
+/// than 0 of a decomposed flow, only its part of the gather, as for
+/// [`dump_flow`].
 pub fn save_flow(flow: &IncompressibleFlow, group: &hdf5::Group, prefix: &str) -> CaseResult<()> {
-    if leaves_whole_files_to_rank_0(flow) {
+    if leaves_whole_files_to_rank_0(flow)? {
         return Ok(());
     }
     for &axis in flow.active_axes() {

@@ -1941,12 +1941,17 @@ fn the_trace_of_a_decomposed_flow_shows_its_solves_and_exchanges() {
         "{head}"
     );
     // The cavity's integrator has one projection per stage: at least one
-    // solve and one state exchange per step, one gather per step and one
-    // after the initial projection.
+    // solve and one state exchange per step, the step's reductions on the
+    // patches once a step and after the initial projection, and the
+    // gather of the whole velocity and psi only for what reads them (the
+    // last dump; the energy each step adds the patches' sums).
     let solves = trace
         .matches("\"name\":\"div(u*), the solve and its exchanges\"")
         .count();
     let seams = trace.matches("\"name\":\"seams of the velocity\"").count();
+    let reductions = trace
+        .matches("\"name\":\"the step's reductions on the patches\"")
+        .count();
     let gathers = trace
         .matches("\"name\":\"gather of the velocity and psi\"")
         .count();
@@ -1955,9 +1960,10 @@ fn the_trace_of_a_decomposed_flow_shows_its_solves_and_exchanges() {
         "{solves} solves, {seams} state exchanges"
     );
     assert!(
-        gathers >= 3 && gathers <= solves + 1,
-        "{gathers} gathers, {solves} solves"
+        reductions == 4 && reductions <= solves + 1,
+        "{reductions} step reductions, {solves} solves"
     );
+    assert_eq!(gathers, 1, "{gathers} gathers of the whole velocity");
     assert!(trace.contains("correction patch 3"), "{head}");
 }
 

@@ -211,6 +211,14 @@ pub(crate) fn node_of(
     fields: &[FieldInfo],
     patch: &Patch,
 ) -> GraphResult<GraphNode> {
+    // A reduction keeps its last raw result and its prepared kernel: each
+    // graph built from one factory (the patches of a `PatchedGraphs`)
+    // needs its own, or every patch would report the last one's partial
+    // result.
+    let form = match form {
+        NodeForm::Reduction(shared) => NodeForm::Reduction(Arc::new(shared.as_ref().clone())),
+        other => other,
+    };
     let expression = form.expression();
     let name = expression.name();
     let slot = |tag: &Tag| {

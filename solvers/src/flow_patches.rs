@@ -32,11 +32,13 @@
 //!    into `next` here ([`FlowPatches::take_corrected`]); the levels then
 //!    rotate in each patch's graph as in the whole domain's.
 //!
-//! After a step's last stage the interiors of `now` of every patch of
+//! After a step's last stage a graph per patch reduces the new velocity
+//! (`crate::flow_reductions`). The interiors of `now` of every patch of
 //! every rank are gathered in patch order
-//! ([`RankLink::gather_in_rank_order`]) into the flow's own graph, which
-//! reduces what needs the whole domain and is what dumps, checkpoints and
-//! diagnostics read.
+//! ([`RankLink::gather_in_rank_order`]) into the flow's own graph when
+//! something reads the whole domain (dumps, checkpoints, a case's lines),
+//! or after every step where that graph reduces the bodies' forces or a
+//! convective outflow's speed.
 //!
 //! ## The state on the whole domain (the projection replicated)
 //!
@@ -61,6 +63,7 @@ use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphError, GraphLocat
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{FieldLayout, Location, Patch, PatchLayout};
 use watershed_fields::{FieldResult, on_face};
+use watershed_operators::{field, interior_sum};
 
 /// Why a stage's momentum on the patches failed.
 #[derive(Debug)]
@@ -230,6 +233,50 @@ impl FlowPatches {
         let tags: Vec<Tag> = self.active.iter().map(|&a| now[a].clone()).collect();
         self.momentum.exchange(&tags)?;
         Ok(())
+    }
+
+    /// Per active component (in the order of `active`), the sum of the
+    /// squares of `now` over every patch's interior: each owned patch's
+    /// sum, those of every rank gathered and added in patch order
+    /// (collective), so the same bits on any number of ranks for one
+    /// layout, and one patch's bits on one patch.
+    pub(crate) fn sums_of_squares(&self, now: &[Tag; 3]) -> SolverResult<Vec<f64>> {
+        let started = Instant::now();
+        let components = self.active.len();
+        let mut mine = Vec::with_capacity(self.owned.len() * components);
+        for graph in self.momentum.graphs() {
+            for &axis in &self.active {
+                let sum = on_face!(axis, F => graph.with_field::<F, _>(&now[axis], |u| {
+                    interior_sum(field(u) * field(u))
+                })??);
+                mine.push(sum);
+            }
+        }
+        let ranks = self.link.ranks();
+        let counts = (0..ranks)
+            .map(|rank| Ok(self.layout.owned_by(rank, ranks)?.len() * components))
+            .collect::<FieldResult<Vec<usize>>>()?;
+        let all = self.link.gather_in_rank_order(&mine, &counts)?;
+        let mut sums = vec![0.0; components];
+        for patch in all.chunks(components) {
+            for (sum, part) in sums.iter_mut().zip(patch) {
+                *sum += part;
+            }
+        }
+        self.spent(started);
+        Ok(sums)
+    }
+
+    /// Copies into every owned patch graph its window of `whole`'s
+    /// velocity `now`, ghosts included (not collective): the patches then
+    /// hold a velocity written into the whole domain (initial values, a
+    /// restart) before their next stage takes it.
+    pub(crate) fn take_state(&self, whole: &ExpressionGraph, now: &[Tag; 3]) -> SolverResult<()> {
+        self.take_windows(whole, now)
+            .map_err(|failure| match failure {
+                MomentumFailure::Solver(error) => error,
+                MomentumFailure::Graph { error, .. } => (*error).into(),
+            })
     }
 
     /// Copies into every owned patch graph its window of `whole`'s fields

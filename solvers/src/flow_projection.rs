@@ -25,11 +25,13 @@
 //!    domain's `psi` takes them), and writes `u = u* - grad(psi)` (closed
 //!    faces of bodies kept) with the velocity's conditions, into the
 //!    momentum graph's next level;
-//! 5. after a step's last stage the owned patches' `psi` interiors are
-//!    gathered in patch order into the whole domain's `psi` (its ghosts
-//!    then take the projection's conditions), beside the velocity, and the
-//!    flow's own graph forms the pressure and reduces the energy, speeds,
-//!    divergence, enstrophy and forces.
+//! 5. where the flow's whole domain is read (or its graph reduces forces
+//!    on bodies), the owned patches' `psi` interiors are gathered in
+//!    patch order into the whole domain's `psi` (its ghosts then take the
+//!    projection's conditions), beside the velocity, and the flow's own
+//!    graph forms the pressure (and reduces the forces). The speeds, the
+//!    divergence and the enstrophy are reduced on the patches
+//!    (`crate::flow_reductions`).
 //!
 //! With the projection replicated this module takes no part: the flow's
 //! own graph solves the whole domain's Poisson problem and corrects the
@@ -48,6 +50,7 @@ use crate::multigrid::{MultigridOptions, SolveReport};
 use crate::multigrid_patches::PatchedMultigrid;
 use crate::staggered::SpaceOrder;
 use crate::windows::{append_interior, copy_field, place_interior, take_window};
+use std::cell::Cell;
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -92,10 +95,10 @@ pub(crate) struct PatchProjection {
     /// was last gathered into it or taken from it: a different one means
     /// it was written since (a restart), and the next solve's guess is
     /// taken from it.
-    psi_gathered: Option<u64>,
+    psi_gathered: Cell<Option<u64>>,
     report: SolveReport,
     /// Wall time copying windows and gathering `psi`.
-    moving: Duration,
+    moving: Cell<Duration>,
     /// Wall time in the solves (their exchanges included).
     solving: Duration,
 }
@@ -172,13 +175,13 @@ impl PatchProjection {
             parts,
             counts,
             walls,
-            psi_gathered: None,
+            psi_gathered: Cell::new(None),
             report: SolveReport {
                 iterations: 0,
                 residuals: Vec::new(),
                 rhs_norm: 0.0,
             },
-            moving: Duration::ZERO,
+            moving: Cell::new(Duration::ZERO),
             solving: Duration::ZERO,
         })
     }
@@ -202,6 +205,10 @@ impl PatchProjection {
                     .map(move |(index, graph)| (name, index, graph))
             })
             .collect()
+    }
+
+    fn spent(&self, started: Instant) {
+        self.moving.set(self.moving.get() + started.elapsed());
     }
 
     /// The report of the last solve that succeeded.
@@ -233,7 +240,7 @@ impl PatchProjection {
             + of(&self.forced)
             + self.correction.exchange_time()
             + self.divergence.exchange_time()
-            + self.moving
+            + self.moving.get()
     }
 
     /// `div(u*)` on each owned patch from `momentum`'s `provisional`
@@ -266,7 +273,7 @@ impl PatchProjection {
                     .map_err(graph_failure)?);
             }
         }
-        self.moving += started.elapsed();
+        self.spent(started);
         if let Some(forced) = &self.forced {
             // Forced u* on the interiors, then into the divergence graphs.
             forced
@@ -279,17 +286,17 @@ impl PatchProjection {
                         .map_err(graph_failure)?);
                 }
             }
-            self.moving += started.elapsed();
+            self.spent(started);
         }
         self.divergence
             .exchange_and_execute(&tags(provisional), mode)
             .map_err(graph_failure)?;
         let started = Instant::now();
         let version = whole.field_version(&self.psi_tag)?;
-        let guess_from_whole = version.is_none() || version != self.psi_gathered;
+        let guess_from_whole = version.is_none() || version != self.psi_gathered.get();
         // The patches' psi now follows the whole one's, until it is
         // written again.
-        self.psi_gathered = version;
+        self.psi_gathered.set(version);
         for ((rhs, psi), (graph, index)) in self
             .rhs
             .iter_mut()
@@ -309,7 +316,7 @@ impl PatchProjection {
                 })??;
             }
         }
-        self.moving += started.elapsed();
+        self.spent(started);
         let started = Instant::now();
         let solved = self
             .solver
@@ -322,7 +329,7 @@ impl PatchProjection {
     /// Gathers the owned patches' `psi` interiors in patch order into
     /// `whole`'s `psi`, whose ghosts then take the projection's
     /// conditions, as the whole domain's solve leaves them (collective).
-    pub(crate) fn gather_psi(&mut self, whole: &ExpressionGraph) -> SolverResult<()> {
+    pub(crate) fn gather_psi(&self, whole: &ExpressionGraph) -> SolverResult<()> {
         let started = Instant::now();
         let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
         for psi in &self.psi {
@@ -338,8 +345,8 @@ impl PatchProjection {
             }
             walls.apply(psi)
         })??;
-        self.psi_gathered = whole.field_version(&self.psi_tag)?;
-        self.moving += started.elapsed();
+        self.psi_gathered.set(whole.field_version(&self.psi_tag)?);
+        self.spent(started);
         Ok(())
     }
 
@@ -377,7 +384,7 @@ impl PatchProjection {
             })
             .map_err(graph_failure)??;
         }
-        self.moving += started.elapsed();
+        self.spent(started);
         correction
             .exchange(std::slice::from_ref(&self.psi_tag))
             .map_err(graph_failure)?;

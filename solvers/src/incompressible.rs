@@ -27,6 +27,7 @@ use crate::convection::{ConvectionForm, momentum_convection};
 use crate::error::{SolverError, SolverResult};
 use crate::flow_patches::{FlowPatches, MomentumFailure};
 use crate::flow_projection::{PatchProjection, ProjectionFailure};
+use crate::flow_reductions::PatchReductions;
 use crate::immersed::Immersed;
 use crate::immersed_nodes::{ForceReductions, ForcingTags};
 use crate::integrator::{Stage, TimeIntegrator};
@@ -39,6 +40,7 @@ use crate::stages::{
 };
 use crate::staggered::{SpaceOrder, difference_to_whole, weighted};
 use crate::stepping::{self, StabilityLimit, Stepping, TimeStep};
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -199,12 +201,17 @@ impl IncompressibleFlowBuilder {
     /// solver's inner products add per-patch sums in patch order); with
     /// [`Self::replicated_projection`] the projection runs whole on every
     /// rank instead, and the flow gives the undecomposed flow's bits. At
-    /// the end of every step the velocity and `psi` are gathered into the
-    /// flow's own graph over the whole domain, on every rank: the pressure,
-    /// the speeds for the next time step, the divergence, the enstrophy and
-    /// the bodies' forces are reduced there, and what reads the flow
-    /// (dumps, checkpoints, diagnostics) sees the whole domain as before.
-    /// The builder's patch stays the whole domain; the layout must
+    /// the end of every step a graph per patch reduces the speeds for the
+    /// next time step, the divergence and the enstrophy, and
+    /// [`IncompressibleFlow::kinetic_energy`] adds the patches' sums (each
+    /// combined in patch order: `crate::flow_reductions`). The velocity
+    /// and `psi` are gathered into the flow's own graph over the whole
+    /// domain, on every rank, when something reads them (dumps,
+    /// checkpoints, a case's lines: [`IncompressibleFlow::gather_whole`]),
+    /// or after every step where that graph reduces the bodies' forces or
+    /// a convective outflow's speed; what reads the flow sees the whole
+    /// domain as before. The builder's patch stays the whole domain; the
+    /// layout must
     /// decompose its grid with no more ghost layers than it has. A
     /// convective outflow's speed is the mean over its whole side of that
     /// velocity, the same on every rank. Immersed bodies are forced on the
@@ -668,13 +675,35 @@ impl IncompressibleFlowBuilder {
             pressure_tag.clone(),
             move |s| scale.expr::<CellCentre>() * s.field::<CellCentre>(&psi),
         ))?;
+        // The step's reductions of the new velocity: in this graph, or with
+        // the state on the patches in a graph per patch
+        // (`crate::flow_reductions`), whose velocity has the conditions of
+        // what a stage writes.
+        let mut reductions_factory = Factory::new();
+        if decomposed {
+            for &axis in &active {
+                let location = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
+                reductions_factory.placeholder(now[axis].clone(), location)?;
+                let conditions = conditions[axis].clone().with_time(&parameters.state_time);
+                on_face!(axis, F => attach_conditions::<F>(&mut reductions_factory, &now[axis], conditions)?);
+            }
+        }
+        // In the order this graph's roots always had them.
+        let (mut divergence_roots, mut speed_roots, mut vorticity_roots) =
+            (Vec::new(), Vec::new(), Vec::new());
+        let reductions_home = if decomposed {
+            &mut reductions_factory
+        } else {
+            &mut factory
+        };
         let after = Tag::none("|div(u)|");
-        factory.register_reduction(LanguageReduction::new::<CellCentre>(
+        reductions_home.register_reduction(LanguageReduction::new::<CellCentre>(
             after.clone(),
             &divergence_after,
             Reduction::SumOfSquares,
             divergence_of(current.clone(), active.clone()),
         ))?;
+        divergence_roots.push(after);
 
         // The CFL limit's speeds: max |u| of each new velocity component,
         // reduced in the graph where the velocity lives. The driver reads
@@ -683,16 +712,44 @@ impl IncompressibleFlowBuilder {
         let speed_tags = NAMES.map(|n| Tag::none(&format!("max |{n}|")));
         for &axis in &active {
             let velocity = current[axis].clone();
-            factory.register_reduction(on_face!(axis, F => LanguageReduction::new::<F>(
+            reductions_home.register_reduction(on_face!(axis, F => LanguageReduction::new::<F>(
                 speed_tags[axis].clone(),
                 &speeds[axis],
                 Reduction::Max,
                 move |s| abs(s.field::<F>(&velocity)),
             )))?;
+            speed_roots.push(speed_tags[axis].clone());
+        }
+        let mut vorticity = Vec::new();
+        if self.enstrophy {
+            for (a, b) in edge_pairs(&active) {
+                let sum_of_squares = Parameter::new(&format!("|omega_{a}{b}|^2"), 0.0);
+                let tag = Tag::none(&format!("|omega_{a}{b}|^2"));
+                let velocity = current.clone();
+                let (order, spacing) = (self.order, grid.spacing());
+                reductions_home.register_reduction(
+                    on_face!(a, F => LanguageReduction::new::<F>(
+                        tag.clone(),
+                        &sum_of_squares,
+                        Reduction::SumOfSquares,
+                        move |s| edge_vorticity::<F>(s, &velocity, b, order, spacing),
+                    )),
+                )?;
+                vorticity_roots.push(tag);
+                vorticity.push(sum_of_squares);
+            }
         }
 
         let mut roots: Vec<Tag> = active.iter().map(|&a| current[a].clone()).collect();
-        roots.extend([pressure_tag.clone(), after]);
+        roots.push(pressure_tag.clone());
+        // With the state on the patches, their graphs reduce the velocity.
+        let mut reduction_roots = Vec::new();
+        let on_this_graph = if decomposed {
+            &mut reduction_roots
+        } else {
+            &mut roots
+        };
+        on_this_graph.append(&mut divergence_roots);
         if !decomposed {
             roots.push(Tag::none("|div(u*)|"));
         }
@@ -704,7 +761,12 @@ impl IncompressibleFlowBuilder {
                 roots.extend(active.iter().map(|&a| start[a].clone()));
             }
         }
-        roots.extend(active.iter().map(|&a| speed_tags[a].clone()));
+        let on_this_graph = if decomposed {
+            &mut reduction_roots
+        } else {
+            &mut roots
+        };
+        on_this_graph.append(&mut speed_roots);
         // The force on each body whose band fits (`crate::immersed`).
         let mut forces = Vec::new();
         let mut unforced = Vec::new();
@@ -729,23 +791,12 @@ impl IncompressibleFlowBuilder {
                 }
             }
         }
-        let mut vorticity = Vec::new();
-        if self.enstrophy {
-            for (a, b) in edge_pairs(&active) {
-                let sum_of_squares = Parameter::new(&format!("|omega_{a}{b}|^2"), 0.0);
-                let tag = Tag::none(&format!("|omega_{a}{b}|^2"));
-                let velocity = current.clone();
-                let (order, spacing) = (self.order, grid.spacing());
-                factory.register_reduction(on_face!(a, F => LanguageReduction::new::<F>(
-                    tag.clone(),
-                    &sum_of_squares,
-                    Reduction::SumOfSquares,
-                    move |s| edge_vorticity::<F>(s, &velocity, b, order, spacing),
-                )))?;
-                roots.push(tag);
-                vorticity.push(sum_of_squares);
-            }
-        }
+        let on_this_graph = if decomposed {
+            &mut reduction_roots
+        } else {
+            &mut roots
+        };
+        on_this_graph.append(&mut vorticity_roots);
         // `div(u*)` is kept rather than taken from the pool per execution:
         // the solve's prepared copy of it into the finest multigrid level
         // binds it by field id, and a scratch field is a new field (a new
@@ -861,6 +912,27 @@ impl IncompressibleFlowBuilder {
             }
             _ => None,
         };
+        // With the state on the patches, one graph per owned patch reduces
+        // the new velocity after a step's last stage.
+        let reductions = match &split {
+            Some((layout, link)) if decomposed => {
+                let graphs = per_patch_graphs(
+                    (layout, link),
+                    &reductions_factory,
+                    &reduction_roots,
+                    &[],
+                    self.placement.clone(),
+                    &|graph| {
+                        for &axis in &active {
+                            graph.fill_placeholder(&now[axis])?;
+                        }
+                        Ok(())
+                    },
+                )?;
+                Some(PatchReductions::new(graphs, &active, now.clone()))
+            }
+            _ => None,
+        };
         let patches = match split {
             Some((layout, link)) => Some(FlowPatches::build(layout, link, &active, |patch| {
                 let levels = decomposed.then_some(&next);
@@ -890,6 +962,7 @@ impl IncompressibleFlowBuilder {
                 reductions.fill(&graph, immersed, &active)?;
             }
         }
+        let gather_every_step = decomposed && (!forces.is_empty() || !convective.is_empty());
         Ok(IncompressibleFlow {
             graph,
             parameters,
@@ -897,9 +970,9 @@ impl IncompressibleFlowBuilder {
             divergence_before,
             divergence_after,
             speeds,
-            speeds_of: [None; 3],
+            speeds_of: Cell::new([None; 3]),
             vorticity,
-            vorticity_of: None,
+            vorticity_of: Cell::new(None),
             active,
             now,
             next,
@@ -935,9 +1008,14 @@ impl IncompressibleFlowBuilder {
             last_dt: None,
             force_sums_of: None,
             patches,
+            reductions,
+            // The forces on bodies and the speeds of convective outflows
+            // are reduced in `graph`, from the whole domain's velocity.
+            gather_every_step,
+            whole_stale: Cell::new(false),
             // Nothing received yet: the first stage takes the velocity
             // from `graph`.
-            state_on_patches: decomposed.then(Vec::new),
+            state_on_patches: RefCell::new(decomposed.then(Vec::new)),
             recording: SpanRecording::default(),
         })
     }
@@ -1043,6 +1121,16 @@ fn per_patch_graphs(
         fill(&graph)?;
         Ok::<_, SolverError>(graph)
     })
+}
+
+/// The error of a flow whose state should be on patches but has none (a
+/// construction fault, not a user's).
+fn state_not_on_patches() -> SolverError {
+    SolverError::Setup {
+        equation: "incompressible flow on patches".into(),
+        reason: "the flow's state is on patches, but it has no patches or no projection on them"
+            .into(),
+    }
 }
 
 fn provisional_tags() -> [Tag; 3] {
@@ -1244,12 +1332,12 @@ pub struct IncompressibleFlow {
     /// reductions), and the version of the current velocity they hold for
     /// ([`ExpressionGraph::field_version`]); `None` until a stage ran.
     speeds: [Parameter; 3],
-    speeds_of: [Option<u64>; 3],
+    speeds_of: Cell<[Option<u64>; 3]>,
     /// With [`IncompressibleFlowBuilder::track_enstrophy`]: the sums of the
     /// squared vorticity components of the last stage (graph reductions),
     /// and the version of `u` they hold for.
     vorticity: Vec<Parameter>,
-    vorticity_of: Option<u64>,
+    vorticity_of: Cell<Option<u64>>,
     active: Vec<usize>,
     now: [Tag; 3],
     next: [Tag; 3],
@@ -1315,7 +1403,18 @@ pub struct IncompressibleFlow {
     /// there: a different one means the velocity was written since
     /// (initial values, a restart), and the next stage takes it from
     /// here. `None` for a flow whose state lives in `graph`.
-    state_on_patches: Option<Vec<Option<u64>>>,
+    state_on_patches: RefCell<Option<Vec<Option<u64>>>>,
+    /// With the state on the patches: the graphs reducing the velocity
+    /// after a step's last stage (`crate::flow_reductions`).
+    reductions: Option<PatchReductions>,
+    /// With the state on the patches: whether `graph` receives the
+    /// velocity and `psi` after every step (its forces on bodies and the
+    /// speeds of convective outflows read the whole domain) rather than
+    /// when something reads them ([`IncompressibleFlow::gather_whole`]).
+    gather_every_step: bool,
+    /// With the state on the patches: whether the patches stepped since
+    /// `graph` last received their velocity and `psi`.
+    whole_stale: Cell<bool>,
     /// When recording for a trace: the work of a decomposed flow outside
     /// its graphs (the state's seams, the Poisson solves, the step's
     /// gather) since [`IncompressibleFlow::start_recording`].
@@ -1336,6 +1435,11 @@ impl std::fmt::Debug for IncompressibleFlow {
 impl IncompressibleFlow {
     /// The graph of a stage: momentum and projection, or the projection
     /// alone when the momentum runs on patches ([`Self::momentum_graphs`]).
+    /// With the state on the patches (the projection on them too), what
+    /// reads the whole domain: its velocity, `psi` and pressure are those
+    /// of the last [`Self::gather_whole`], which the flow's readers
+    /// ([`Self::with_velocity`], ...) make first; read its fields through
+    /// them, not through this graph.
     pub fn graph(&self) -> &ExpressionGraph {
         &self.graph
     }
@@ -1386,6 +1490,7 @@ impl IncompressibleFlow {
         &self,
         f: impl FnOnce(&SpatialField<CellCentre>) -> R,
     ) -> SolverResult<R> {
+        self.gather_whole()?;
         Ok(self.graph.with_field::<CellCentre, _>(&self.psi, f)?)
     }
 
@@ -1395,6 +1500,7 @@ impl IncompressibleFlow {
         &self,
         f: impl FnOnce(&mut SpatialField<CellCentre>) -> R,
     ) -> SolverResult<R> {
+        self.gather_whole()?;
         Ok(self.graph.with_field_mut::<CellCentre, _>(&self.psi, f)?)
     }
 
@@ -1405,6 +1511,7 @@ impl IncompressibleFlow {
         &self,
         f: impl FnOnce(&SpatialField<CellCentre>) -> R,
     ) -> SolverResult<R> {
+        self.gather_whole()?;
         Ok(self.graph.with_field::<CellCentre, _>(&self.pressure, f)?)
     }
 
@@ -1413,6 +1520,7 @@ impl IncompressibleFlow {
         &self,
         f: impl FnOnce(&mut SpatialField<CellCentre>) -> R,
     ) -> SolverResult<R> {
+        self.gather_whole()?;
         Ok(self
             .graph
             .with_field_mut::<CellCentre, _>(&self.pressure, f)?)
@@ -1424,6 +1532,7 @@ impl IncompressibleFlow {
         &self,
         f: impl FnOnce(&mut SpatialField<F>) -> R,
     ) -> SolverResult<R> {
+        self.gather_whole()?;
         Ok(self.graph.with_field_mut::<F, _>(&self.now[F::AXIS], f)?)
     }
 
@@ -1437,12 +1546,10 @@ impl IncompressibleFlow {
             return Ok(None);
         }
         let version = self.graph.field_version(&self.now[self.active[0]])?;
-        if version.is_none() || version != self.vorticity_of {
+        if version.is_none() || version != self.vorticity_of.get() {
             return Ok(None);
         }
-        let edges = on_face!(self.active[0], F => self.component::<F, _>(self.active[0], |u| {
-            u.layout().interior_len()
-        })?);
+        let edges = self.interior_len(self.active[0])?;
         let sum: f64 = self.vorticity.iter().map(Parameter::get).sum();
         Ok(Some(0.5 * sum / edges as f64))
     }
@@ -1460,14 +1567,25 @@ impl IncompressibleFlow {
 
     /// With the projection on the patches: the graphs of its parts on the
     /// patches this rank owns, each with its part's name (`"forcing"`
-    /// with bodies, `"divergence"`, `"correction"`) and its patch's index
+    /// with bodies, `"divergence"`, `"correction"`, then the step's
+    /// `"reductions"`) and its patch's index
     /// in the layout, in that order and patch order (empty otherwise):
     /// for timings and traces.
     pub fn projection_graphs(&self) -> Vec<(&'static str, usize, &ExpressionGraph)> {
-        self.projection
+        let mut graphs = self
+            .projection
             .as_ref()
             .map(PatchProjection::graphs)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let (Some(reductions), Some(patches)) = (&self.reductions, &self.patches) {
+            graphs.extend(
+                patches
+                    .owned()
+                    .zip(reductions.graphs())
+                    .map(|(index, graph)| ("reductions", index, graph)),
+            );
+        }
+        graphs
     }
 
     /// With [`IncompressibleFlowBuilder::patches`]: the patches whose
@@ -1491,21 +1609,30 @@ impl IncompressibleFlow {
 
     /// With [`IncompressibleFlowBuilder::patches`]: the wall time this rank
     /// spent moving velocities between the whole domain and its patches
-    /// (the windows each stage reads, the gather of what it wrote; waits
-    /// for other ranks included). `None` for an undecomposed flow.
+    /// and between the patches (the state's seams, the windows a stage
+    /// takes of a velocity written into the flow, the gathers, the
+    /// Poisson solve's exchanges and the step's reductions across patches;
+    /// waits for other ranks included). `None` for an undecomposed flow.
     pub fn exchange_time(&self) -> Option<Duration> {
         let solve = self
             .projection
             .as_ref()
             .map_or(Duration::ZERO, PatchProjection::exchange_time);
-        self.patches.as_ref().map(|p| p.exchange_time() + solve)
+        let reductions = self
+            .reductions
+            .as_ref()
+            .map_or(Duration::ZERO, PatchReductions::exchange_time);
+        self.patches
+            .as_ref()
+            .map(|p| p.exchange_time() + solve + reductions)
     }
 
     /// Records every following piece of a decomposed flow's work outside
     /// its graphs, timed from `epoch` (the graphs' epoch: one timeline),
-    /// until [`Self::take_recording`]: the exchange of the state's seams
-    /// and the step's gather of the velocity and `psi` on the
-    /// [`EXCHANGE_TRACK`], each Poisson solve on the [`POISSON_TRACK`].
+    /// until [`Self::take_recording`]: the exchange of the state's seams,
+    /// the step's reductions on the patches (their seams exchanged) and
+    /// each gather of the velocity and `psi` ([`Self::gather_whole`]) on
+    /// the [`EXCHANGE_TRACK`], each Poisson solve on the [`POISSON_TRACK`].
     /// Nothing is recorded for an undecomposed flow, whose work is all in
     /// its graph.
     pub fn start_recording(&self, epoch: Instant) {
@@ -1547,10 +1674,13 @@ impl IncompressibleFlow {
         axis: usize,
         f: impl FnOnce(&SpatialField<F>) -> R,
     ) -> SolverResult<R> {
+        self.gather_whole()?;
         Ok(self.graph.with_field::<F, _>(&self.now[axis], f)?)
     }
 
-    /// Runs `f` on velocity component `axis` (0 = u on x faces, ...).
+    /// Runs `f` on velocity component `axis` (0 = u on x faces, ...),
+    /// over the whole domain (for a decomposed flow, after
+    /// [`Self::gather_whole`]: collective).
     pub fn with_velocity<F: GraphLocation + FaceLocation, R>(
         &self,
         f: impl FnOnce(&SpatialField<F>) -> R,
@@ -1567,6 +1697,7 @@ impl IncompressibleFlow {
     ) -> SolverResult<()> {
         // The component's boundary conditions at the flow's time, so that
         // the state (and a dump of it) holds them from the start.
+        self.gather_whole()?;
         self.parameters.time.set(self.time);
         let conditions = self.conditions[F::AXIS]
             .clone()
@@ -1598,6 +1729,11 @@ impl IncompressibleFlow {
     /// `0.5 * mean(|u|^2)`: each component's squares averaged over its
     /// interior points.
     pub fn kinetic_energy(&self) -> SolverResult<f64> {
+        if let Some(patches) = &self.patches
+            && self.state_on_patches.borrow().is_some()
+        {
+            return self.kinetic_energy_on_patches(patches);
+        }
         let mut energy = 0.0;
         for &axis in &self.active {
             let mean_square = |count: usize, sum: f64| sum / count as f64;
@@ -1608,6 +1744,40 @@ impl IncompressibleFlow {
                 })??);
         }
         Ok(energy)
+    }
+
+    /// [`Self::kinetic_energy`] of a flow whose state lives on the
+    /// patches: each component's squares summed over each patch's
+    /// interior, added in patch order (collective), so the same bits on
+    /// any number of ranks for one layout. Where the whole domain's
+    /// velocity was written since the patches last took it (initial
+    /// values, a restart), they take it first.
+    fn kinetic_energy_on_patches(&self, patches: &FlowPatches) -> SolverResult<f64> {
+        let mut versions = Vec::with_capacity(self.active.len());
+        for &axis in &self.active {
+            versions.push(self.graph.field_version(&self.now[axis])?);
+        }
+        let written =
+            versions.contains(&None) || self.state_on_patches.borrow().as_ref() != Some(&versions);
+        if written {
+            patches.take_state(&self.graph, &self.now)?;
+        }
+        let sums = patches.sums_of_squares(&self.now)?;
+        let mut energy = 0.0;
+        for (&axis, sum) in self.active.iter().zip(sums) {
+            energy += 0.5 * (sum / self.interior_len(axis)? as f64);
+        }
+        Ok(energy)
+    }
+
+    /// The number of interior points of velocity component `axis` over
+    /// the whole domain (its layout only: nothing is gathered).
+    fn interior_len(&self, axis: usize) -> SolverResult<usize> {
+        Ok(
+            on_face!(axis, F => self.graph.with_field::<F, _>(&self.now[axis], |u| {
+            u.layout().interior_len()
+        })?),
+        )
     }
 
     /// The interior maximum of `|u|` (prepared once per field).
@@ -1678,9 +1848,9 @@ impl IncompressibleFlow {
     /// the projection of the initial velocity, whose update copies it) and
     /// moves the projected velocity to STATE_N.
     fn run_stage(&mut self, stage: Option<usize>, dt: f64) -> SolverResult<()> {
-        self.speeds_of = [None; 3];
-        self.vorticity_of = None;
-        if self.state_on_patches.is_some() {
+        self.speeds_of.set([None; 3]);
+        self.vorticity_of.set(None);
+        if self.state_on_patches.borrow().is_some() {
             return self.run_stage_on_patches(stage, dt);
         }
         if let Some(patches) = &self.patches {
@@ -1728,9 +1898,11 @@ impl IncompressibleFlow {
                     .rotate_fields(&[self.now[axis].clone(), self.next[axis].clone()])?,
             }
             // The speed reduction read what is now the current velocity.
-            self.speeds_of[axis] = self.graph.field_version(&self.now[axis])?;
+            let mut speeds_of = self.speeds_of.get();
+            speeds_of[axis] = self.graph.field_version(&self.now[axis])?;
+            self.speeds_of.set(speeds_of);
         }
-        self.vorticity_of = self.speeds_of[self.active[0]];
+        self.vorticity_of.set(self.speeds_of.get()[self.active[0]]);
         self.record_projection()
     }
 
@@ -1743,20 +1915,14 @@ impl IncompressibleFlow {
     /// forms the pressure and reduces the speeds, divergence and
     /// enstrophy of the whole domain.
     fn run_stage_on_patches(&mut self, stage: Option<usize>, dt: f64) -> SolverResult<()> {
-        let unavailable = || SolverError::Setup {
-            equation: "incompressible flow on patches".into(),
-            reason:
-                "the flow's state is on patches, but it has no patches or no projection on them"
-                    .into(),
-        };
-        let patches = self.patches.as_ref().ok_or_else(unavailable)?;
+        let patches = self.patches.as_ref().ok_or_else(state_not_on_patches)?;
         let versions = self
             .active
             .iter()
             .map(|&a| self.graph.field_version(&self.now[a]))
             .collect::<Result<Vec<_>, _>>()?;
         let from_whole =
-            versions.contains(&None) || self.state_on_patches.as_ref() != Some(&versions);
+            versions.contains(&None) || self.state_on_patches.borrow().as_ref() != Some(&versions);
         let started = Instant::now();
         let prepared = patches.prepare_state(&self.graph, &self.now, from_whole);
         self.recording.record(
@@ -1771,9 +1937,9 @@ impl IncompressibleFlow {
         }
         // The patches now hold the velocity `graph` holds, until one of
         // them is written again.
-        self.state_on_patches = Some(versions);
+        *self.state_on_patches.borrow_mut() = Some(versions);
         let (Some(patches), Some(projection)) = (&self.patches, &mut self.projection) else {
-            return Err(unavailable());
+            return Err(state_not_on_patches());
         };
         let graphs: Vec<&ExpressionGraph> = patches.graphs().into_iter().map(|(_, g)| g).collect();
         let started = Instant::now();
@@ -1809,26 +1975,90 @@ impl IncompressibleFlow {
         }
         let last = stage.is_none_or(|index| index + 1 == self.integrator.stages().len());
         if last {
+            // The new velocity's speeds, divergence and enstrophy, reduced
+            // on the patches; `graph` is now behind the patches.
+            let reductions = self.reductions.as_ref().ok_or_else(state_not_on_patches)?;
             let started = Instant::now();
-            patches.gather(&self.now, &self.graph, &self.now)?;
-            projection.gather_psi(&self.graph)?;
+            reductions.reduce(patches, self.mode)?;
             self.recording.record(
                 EXCHANGE_TRACK,
-                "gather of the velocity and psi",
+                "the step's reductions on the patches",
                 started,
                 Instant::now(),
             );
-            self.graph.execute(self.mode)?;
-            let mut versions = Vec::with_capacity(self.active.len());
+            self.whole_stale.set(true);
+            let mut reduced = [None; 3];
             for &axis in &self.active {
-                let version = self.graph.field_version(&self.now[axis])?;
-                self.speeds_of[axis] = version;
-                versions.push(version);
+                reduced[axis] = self.graph.field_version(&self.now[axis])?;
             }
-            self.vorticity_of = self.speeds_of[self.active[0]];
-            self.state_on_patches = Some(versions);
+            self.speeds_of.set(reduced);
+            self.vorticity_of.set(reduced[self.active[0]]);
+            if self.gather_every_step {
+                self.gather_whole()?;
+            }
         }
         self.record_projection()
+    }
+
+    /// With [`IncompressibleFlowBuilder::patches`] (the projection not
+    /// replicated), the flow's state lives on the patches: this brings
+    /// the whole domain's velocity, `psi` and pressure up to date, the
+    /// velocity and `psi` of every patch of every rank gathered in patch
+    /// order into [`Self::graph`], which then forms the pressure (and
+    /// reduces the forces on bodies). Nothing when they are current (no
+    /// step since the last gather) or the flow is not decomposed.
+    ///
+    /// Collective when it gathers: every rank must call it at the same
+    /// point. The readers of the whole domain ([`Self::with_velocity`],
+    /// [`Self::with_pressure`], [`Self::with_projection_potential`] and
+    /// their `_mut` forms, [`Self::set_velocity`]) call it themselves, so
+    /// ranks that step and read the same flow in the same order need
+    /// nothing more; a rank that skips a read another rank makes (it
+    /// writes nothing, say) calls this instead. The speeds and the
+    /// enstrophy the patches reduced stay valid for the velocity gathered.
+    pub fn gather_whole(&self) -> SolverResult<()> {
+        if !self.whole_stale.get() {
+            return Ok(());
+        }
+        let (Some(patches), Some(projection)) = (&self.patches, &self.projection) else {
+            return Err(state_not_on_patches());
+        };
+        let mut before = [None; 3];
+        for &axis in &self.active {
+            before[axis] = self.graph.field_version(&self.now[axis])?;
+        }
+        let started = Instant::now();
+        patches.gather(&self.now, &self.graph, &self.now)?;
+        projection.gather_psi(&self.graph)?;
+        self.recording.record(
+            EXCHANGE_TRACK,
+            "gather of the velocity and psi",
+            started,
+            Instant::now(),
+        );
+        self.graph.execute(self.mode)?;
+        self.whole_stale.set(false);
+        let mut versions = Vec::with_capacity(self.active.len());
+        let mut after = [None; 3];
+        for &axis in &self.active {
+            after[axis] = self.graph.field_version(&self.now[axis])?;
+            versions.push(after[axis]);
+        }
+        // What was reduced from the patches' velocity holds for the same
+        // velocity in `graph`.
+        let speeds_of = self.speeds_of.get();
+        if self
+            .active
+            .iter()
+            .all(|&a| before[a].is_some() && speeds_of[a] == before[a])
+        {
+            self.speeds_of.set(after);
+        }
+        if before[self.active[0]].is_some() && self.vorticity_of.get() == before[self.active[0]] {
+            self.vorticity_of.set(after[self.active[0]]);
+        }
+        *self.state_on_patches.borrow_mut() = Some(versions);
+        Ok(())
     }
 
     /// The error of a failed momentum on the patches: a non-finite `u*`
@@ -1938,7 +2168,7 @@ impl IncompressibleFlow {
         let first = self.active[0];
         let version = self.graph.field_version(&self.now[first])?;
         let momentum_known = version.is_some()
-            && (version == self.speeds_of[first] || version == self.force_sums_of);
+            && (version == self.speeds_of.get()[first] || version == self.force_sums_of);
         self.force_sums_of = None;
         for reductions in &mut self.forces {
             reductions.previous = reductions.momentum();
@@ -2084,7 +2314,7 @@ impl IncompressibleFlow {
         for &axis in &self.active {
             let speed = &mut speeds[axis];
             let version = self.graph.field_version(&self.now[axis])?;
-            let largest = if version.is_some() && version == self.speeds_of[axis] {
+            let largest = if version.is_some() && version == self.speeds_of.get()[axis] {
                 // The graph's reduction of this very velocity.
                 self.speeds[axis].get()
             } else {
@@ -2111,7 +2341,13 @@ impl IncompressibleFlow {
         let mut limit = StabilityLimit::new(grid, 1.0, 0.5, self.integrator, self.order)?;
         let mut speeds = [0.0f64; 3];
         for &axis in &self.active {
-            speeds[axis] = on_face!(axis, F => self.component::<F, _>(axis, |u| self.max_abs(u))??);
+            speeds[axis] = if self.state_on_patches.borrow().is_some() {
+                // A failing rank must not gather (the others would wait
+                // for it): the speeds the patches reduced last.
+                self.speeds[axis].get()
+            } else {
+                on_face!(axis, F => self.component::<F, _>(axis, |u| self.max_abs(u))??)
+            };
         }
         limit.convection(speeds, true);
         limit.diffusion(self.viscosity);

@@ -9,6 +9,7 @@
 //! | --- | --- |
 //! | [`incompressible`] | [`IncompressibleFlow`]: staggered Navier-Stokes with a multigrid pressure projection every stage |
 //! | `flow_projection` | a decomposed flow's Poisson solve on the patches, between the divergence and the correction |
+//! | `flow_reductions` | a decomposed flow's step reductions (speeds, `|div u|`, enstrophy) on its patches, combined in patch order |
 //! | `flow_patches` | a flow's momentum stages on the patches of a decomposed grid, gathered into the whole domain's graphs |
 //! | [`convection`] | [`ConvectionForm`]: the momentum convection of Morinishi et al. (divergence, advective, skew-symmetric) at second and fourth order |
 //! | [`staggered`] | [`SpaceOrder`] and the half-point averages and differences the conservative forms are built from |
@@ -44,6 +45,7 @@ pub mod convection;
 pub mod error;
 mod flow_patches;
 mod flow_projection;
+mod flow_reductions;
 mod immersed;
 mod immersed_nodes;
 pub mod incompressible;

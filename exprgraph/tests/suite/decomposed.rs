@@ -579,16 +579,39 @@ struct Reductions {
     jumps: watershed_operators::Parameter,
 }
 
-/// A graph on `patch` reducing `phi`: its sum, its largest and smallest
-/// value, its L2 norm (a sum of squares finished by `sqrt`) and the sum of
-/// the squared differences between x neighbours (which reads ghosts);
-/// `next = 2 phi` keeps it executing something else.
+/// A graph on `patch` reducing `phi` (see [`reducing_recipe`]).
 fn reducing_graph(
     patch: &Patch,
     phi: &Tag,
     next: &Tag,
     parameters: &Reductions,
 ) -> Result<ExpressionGraph, GraphError> {
+    let (factory, roots) = reducing_recipe(phi, next, parameters)?;
+    graph_of_recipe(&factory, &roots, patch, phi)
+}
+
+/// The graph of `factory` for `roots` on `patch`, `phi` provided.
+fn graph_of_recipe(
+    factory: &Factory,
+    roots: &[Tag],
+    patch: &Patch,
+    phi: &Tag,
+) -> Result<ExpressionGraph, GraphError> {
+    let graph = ExpressionGraph::build(factory, roots, patch, &GraphOptions::default())?;
+    graph.fill_placeholder(phi)?;
+    Ok(graph)
+}
+
+/// A recipe reducing `phi`: its sum, its largest and smallest value, its
+/// L2 norm (a sum of squares finished by `sqrt`) and the sum of the
+/// squared differences between x neighbours (which reads ghosts);
+/// `next = 2 phi` keeps it executing something else. Returns the factory
+/// and the roots.
+fn reducing_recipe(
+    phi: &Tag,
+    next: &Tag,
+    parameters: &Reductions,
+) -> Result<(Factory, Vec<Tag>), GraphError> {
     use watershed_exprgraph::LanguageReduction;
     use watershed_operators::Reduction;
     let mut factory = Factory::new();
@@ -628,9 +651,7 @@ fn reducing_graph(
         },
     ))?;
     roots.push(Tag::none("jumps"));
-    let graph = ExpressionGraph::build(&factory, &roots, patch, &GraphOptions::default())?;
-    graph.fill_placeholder(phi)?;
-    Ok(graph)
+    Ok((factory, roots))
 }
 
 #[test]
@@ -673,11 +694,20 @@ fn patched_graphs_combine_every_patchs_reduction_in_patch_order() {
         norm: watershed_operators::Parameter::new("norm", f64::NAN),
         jumps: watershed_operators::Parameter::new("jumps", f64::NAN),
     };
+    // The patches' graphs built from a recipe each, or all from one
+    // factory (each graph must keep its own partial results).
+    let (shared, roots) = reducing_recipe(&phi, &next, &parameters).unwrap();
     for counts in [[1, 1, 1], [2, 1, 1], [2, 3, 1], [4, 2, 1]] {
-        for overlapped in [false, true] {
+        for (overlapped, one_factory) in
+            [(false, false), (true, false), (false, true), (true, true)]
+        {
             let layout = PatchLayout::new(&grid, counts, GhostWidth::uniform(1)).unwrap();
             let graphs = PatchedGraphs::build(layout, Rc::new(SingleProcess), |patch| {
-                reducing_graph(patch, &phi, &next, &parameters)
+                if one_factory {
+                    graph_of_recipe(&shared, &roots, patch, &phi)
+                } else {
+                    reducing_graph(patch, &phi, &next, &parameters)
+                }
             })
             .unwrap();
             // `at` wraps the periodic axes: every ghost right. On several
@@ -721,7 +751,7 @@ fn patched_graphs_combine_every_patchs_reduction_in_patch_order() {
                 graphs.exchange(std::slice::from_ref(&phi)).unwrap();
                 graphs.execute(ExecutionMode::Serial).unwrap();
             }
-            let case = format!("{counts:?}, overlapped {overlapped}");
+            let case = format!("{counts:?}, overlapped {overlapped}, one factory {one_factory}");
             assert_eq!(parameters.sum.get(), sum, "{case}");
             assert_eq!(parameters.largest.get(), largest, "{case}");
             assert_eq!(parameters.smallest.get(), smallest, "{case}");

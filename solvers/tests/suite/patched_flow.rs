@@ -16,8 +16,8 @@
 mod case;
 
 use case::{
-    Match, cavity, cavity_grid, cavity_with_disc, disc_channel_grid, past_a_disc, run_and_compare,
-    set_taylor_green, taylor_green, taylor_green_grid,
+    Match, cavity, cavity_grid, cavity_with_disc, compare, disc_channel_grid, past_a_disc,
+    run_and_compare, set_taylor_green, taylor_green, taylor_green_grid,
 };
 use std::rc::Rc;
 use watershed_fields::ranks::SingleProcess;
@@ -548,4 +548,120 @@ fn what_does_not_decompose_is_refused_by_name() {
         cavity(&whole).patches(layout(&grid, [2, 2, 1], 2), Rc::new(SingleProcess)),
         &["2 ghost layers", "at most the whole domain's 1"],
     );
+}
+
+#[test]
+fn the_steps_reductions_on_patches_add_every_patchs_part() {
+    // Four patches along x in one process, a velocity without symmetry
+    // between them: the speeds, the energy, the enstrophy and the norms
+    // of div(u*) and div(u) after each step are the whole domain's (to
+    // the solver's tolerance), each patch's part counted once.
+    let grid = taylor_green_grid();
+    let patch = grid.whole_domain(1);
+    let whole = taylor_green(&patch, SpaceOrder::Second).build().unwrap();
+    let parts = taylor_green(&patch, SpaceOrder::Second)
+        .patches(layout(&grid, [4, 1, 1], 1), Rc::new(SingleProcess))
+        .build()
+        .unwrap();
+    for flow in [&whole, &parts] {
+        set_taylor_green(flow);
+        flow.set_velocity::<YFace>(|[x, y, z]| {
+            -x.cos() * y.sin() * z.cos() + if x > 5.0 { 0.4 } else { 0.0 }
+        })
+        .unwrap();
+    }
+    let (mut whole, mut parts) = (whole, parts);
+    for step in 0..3 {
+        let dt = whole.stable_time_step(0.5, 0.2).unwrap();
+        assert_eq!(
+            dt.to_bits(),
+            parts.stable_time_step(0.5, 0.2).unwrap().to_bits(),
+            "step {step}: the speeds' maxima"
+        );
+        whole.step(dt).unwrap();
+        parts.step(dt).unwrap();
+        let close = |a: f64, b: f64, what: &str| {
+            assert!(
+                (a - b).abs() <= 1e-9 * a.abs(),
+                "step {step}: {what} {b:e} on patches, {a:e} whole"
+            );
+        };
+        close(
+            whole.kinetic_energy().unwrap(),
+            parts.kinetic_energy().unwrap(),
+            "kinetic energy",
+        );
+        close(
+            whole.enstrophy().unwrap().unwrap(),
+            parts.enstrophy().unwrap().unwrap(),
+            "enstrophy",
+        );
+        let (w, p) = (whole.last_projection(), parts.last_projection());
+        close(w.divergence_before, p.divergence_before, "|div(u*)|");
+        assert!(
+            p.divergence_after <= 1e-6 * p.divergence_before,
+            "step {step}: |div u| {:e} after {:e}",
+            p.divergence_after,
+            p.divergence_before
+        );
+    }
+}
+
+#[test]
+fn a_flow_on_patches_gathers_its_whole_fields_only_when_they_are_read() {
+    // Stepped and asked only for its time step and energy, the flow on
+    // patches gathers nothing; read, it gathers once, and what it gives
+    // has the bits of a twin read after every step.
+    let grid = taylor_green_grid();
+    let patch = grid.whole_domain(1);
+    let build = || {
+        let flow = taylor_green(&patch, SpaceOrder::Second)
+            .patches(layout(&grid, [2, 1, 2], 1), Rc::new(SingleProcess))
+            .build()
+            .unwrap();
+        set_taylor_green(&flow);
+        flow
+    };
+    let gathers = |flow: &IncompressibleFlow| {
+        flow.take_recording()
+            .iter()
+            .filter(|e| e.name == "gather of the velocity and psi")
+            .count()
+    };
+    let (mut lazy, mut read) = (build(), build());
+    let epoch = std::time::Instant::now();
+    lazy.start_recording(epoch);
+    read.start_recording(epoch);
+    for _ in 0..3 {
+        let dt = lazy.stable_time_step(0.5, 0.2).unwrap();
+        lazy.step(dt).unwrap();
+        lazy.kinetic_energy().unwrap();
+        lazy.enstrophy().unwrap().unwrap();
+        read.step(dt).unwrap();
+        read.with_velocity::<XFace, _>(|_| ()).unwrap();
+    }
+    assert_eq!(gathers(&lazy), 0, "gathers while stepping");
+    assert_eq!(gathers(&read), 3, "gathers of the twin read every step");
+    lazy.start_recording(epoch);
+    compare(&read, &lazy, "read at the end", Match::Bits).unwrap_or_else(|e| panic!("{e}"));
+    compare(&read, &lazy, "read again", Match::Bits).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(gathers(&lazy), 1, "gathers of two reads after stepping");
+    // A velocity written after stepping is where the next step starts
+    // from (the write follows a gather, so nothing of the patches' state
+    // is lost).
+    for flow in [&read, &lazy] {
+        flow.with_velocity_mut::<XFace, _>(|u| {
+            let at = u.layout().linear_index([3, 4, 5]);
+            u.values_mut().unwrap()[at] += 0.01;
+        })
+        .unwrap();
+    }
+    run_and_compare(
+        &mut read,
+        &mut lazy,
+        2,
+        "written after stepping",
+        Match::Bits,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 }
