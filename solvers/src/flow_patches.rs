@@ -36,9 +36,7 @@
 //! (`crate::flow_reductions`). The interiors of `now` of every patch of
 //! every rank are gathered in patch order
 //! ([`RankLink::gather_in_rank_order`]) into the flow's own graph when
-//! something reads the whole domain (dumps, checkpoints, a case's lines),
-//! or after every step where that graph reduces the bodies' forces or a
-//! convective outflow's speed.
+//! something reads the whole domain (dumps, checkpoints, a case's lines).
 //!
 //! ## The state on the whole domain (the projection replicated)
 //!
@@ -63,7 +61,7 @@ use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphError, GraphLocat
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{FieldLayout, Location, Patch, PatchLayout};
 use watershed_fields::{FieldResult, on_face};
-use watershed_operators::{field, interior_sum};
+use watershed_operators::{Side, field, interior_sum};
 
 /// Why a stage's momentum on the patches failed.
 #[derive(Debug)]
@@ -267,6 +265,41 @@ impl FlowPatches {
         Ok(sums)
     }
 
+    /// The sum of the velocity component normal to `side` over the
+    /// domain's side (its last interior plane there): each owned patch
+    /// that lies on the side sums its part, those of every rank gathered
+    /// and added in patch order (collective), so the same bits on any
+    /// number of ranks for one layout, and one patch's bits on one patch.
+    pub(crate) fn side_sum(&self, now: &[Tag; 3], side: Side) -> SolverResult<f64> {
+        let started = Instant::now();
+        let axis = side.axis;
+        let cells = self.layout.grid().cells()[axis];
+        let mut mine = Vec::with_capacity(self.owned.len());
+        for (graph, index) in self.momentum.graphs().iter().zip(self.owned.clone()) {
+            let patch = self.layout.patch(index)?;
+            let on_side = if side.plus {
+                patch.offset()[axis] + patch.cells()[axis] == cells
+            } else {
+                patch.offset()[axis] == 0
+            };
+            let sum = if on_side {
+                on_face!(axis, F => graph.with_field::<F, _>(&now[axis], |u| -> SolverResult<f64> {
+                    plane_sum(u.layout(), u.values()?, side)
+                })??)
+            } else {
+                0.0
+            };
+            mine.push(sum);
+        }
+        let ranks = self.link.ranks();
+        let counts = (0..ranks)
+            .map(|rank| Ok(self.layout.owned_by(rank, ranks)?.len()))
+            .collect::<FieldResult<Vec<usize>>>()?;
+        let all = self.link.gather_in_rank_order(&mine, &counts)?;
+        self.spent(started);
+        Ok(all.iter().fold(0.0, |sum, part| sum + part))
+    }
+
     /// Copies into every owned patch graph its window of `whole`'s
     /// velocity `now`, ghosts included (not collective): the patches then
     /// hold a velocity written into the whole domain (initial values, a
@@ -361,6 +394,24 @@ impl FlowPatches {
         self.spent(started);
         Ok(())
     }
+}
+
+/// The sum of `values` (laid out by `layout`) over the last interior
+/// plane on `side`, in the layout's order.
+pub(crate) fn plane_sum(layout: &FieldLayout, values: &[f64], side: Side) -> SolverResult<f64> {
+    let axis = side.axis;
+    let mut plane = layout.interior();
+    let at = if side.plus {
+        plane.hi[axis] - 1
+    } else {
+        plane.lo[axis]
+    };
+    plane.lo[axis] = at;
+    plane.hi[axis] = at + 1;
+    Ok(plane
+        .iter()
+        .map(|i| values[layout.linear_index(i)])
+        .sum::<f64>())
 }
 
 /// The layout of velocity component `axis` (on the faces normal to it) on

@@ -25,13 +25,12 @@
 //!    domain's `psi` takes them), and writes `u = u* - grad(psi)` (closed
 //!    faces of bodies kept) with the velocity's conditions, into the
 //!    momentum graph's next level;
-//! 5. where the flow's whole domain is read (or its graph reduces forces
-//!    on bodies), the owned patches' `psi` interiors are gathered in
-//!    patch order into the whole domain's `psi` (its ghosts then take the
-//!    projection's conditions), beside the velocity, and the flow's own
-//!    graph forms the pressure (and reduces the forces). The speeds, the
-//!    divergence and the enstrophy are reduced on the patches
-//!    (`crate::flow_reductions`).
+//! 5. where the flow's whole domain is read, the owned patches' `psi`
+//!    interiors are gathered in patch order into the whole domain's `psi`
+//!    (its ghosts then take the projection's conditions), beside the
+//!    velocity, and the flow's own graph forms the pressure. The speeds,
+//!    the divergence, the enstrophy and the bodies' forces are reduced on
+//!    the patches after each step (`crate::flow_reductions`).
 //!
 //! With the projection replicated this module takes no part: the flow's
 //! own graph solves the whole domain's Poisson problem and corrects the
@@ -209,6 +208,12 @@ impl PatchProjection {
 
     fn spent(&self, started: Instant) {
         self.moving.set(self.moving.get() + started.elapsed());
+    }
+
+    /// The solved `psi` of each owned patch, in patch order (its
+    /// interior is the solution; its seam ghosts are stale).
+    pub(crate) fn psi(&self) -> &[SpatialField<CellCentre>] {
+        &self.psi
     }
 
     /// The report of the last solve that succeeded.

@@ -4,14 +4,17 @@
 //! After a step's last stage a flow whose state lives on the patches
 //! (`crate::flow_patches`) reduces, for the driver and the cases, the
 //! speeds of the CFL limit (`max |u|` per component), the norm of
-//! `div(u)` and, where it tracks it, the squared vorticity of every edge
-//! pair. Here one small graph per owned patch (a [`PatchedGraphs`]) takes
-//! its momentum graph's new velocity, has its seams and periodic images
-//! exchanged (the divergence and the vorticity read across them; its
-//! physical ghosts take the velocity's conditions in the graph), and
-//! reduces its interior; [`PatchedGraphs`] combines the patches' partial
-//! results in patch order. So nothing of the whole domain is gathered for
-//! them:
+//! `div(u)`, where it tracks it the squared vorticity of every edge pair,
+//! and with immersed bodies their weighted momentum and stresses (the
+//! forces; `crate::immersed_nodes`). Here one small graph per owned patch
+//! (a [`PatchedGraphs`]) takes its momentum graph's new velocity (and for
+//! the forces its `psi`, from which it forms the pressure as the flow's
+//! own graph does), has the velocity's seams and periodic images
+//! exchanged (the divergence, the vorticity and the stresses read across
+//! them; its physical ghosts take the velocity's conditions in the
+//! graph), and reduces its interior; [`PatchedGraphs`] combines the
+//! patches' partial results in patch order. So nothing of the whole
+//! domain is gathered for them:
 //!
 //! * a maximum is the whole domain's bit for bit;
 //! * a sum adds the patches' sums in patch order: the same bits on any
@@ -22,19 +25,21 @@
 //! squares, combined in patch order ([`FlowPatches::sums_of_squares`]),
 //! when a case asks for it.
 //!
+//! A convective outflow's speed, the mean outward velocity over its side,
+//! adds the patches' sums over their parts of the side in patch order
+//! (`FlowPatches::side_sum`) before each step.
+//!
 //! The whole domain's velocity and `psi` are then gathered only when
 //! something reads them (a dump, a checkpoint, a case's lines; see
-//! `IncompressibleFlow::ensure_whole`), or every step where the flow's
-//! own graph needs them: the forces on immersed bodies and the speeds of
-//! convective outflows.
+//! `IncompressibleFlow::gather_whole`).
 
 use crate::error::SolverResult;
 use crate::flow_patches::FlowPatches;
-use crate::windows::copy_field;
+use crate::windows::{copy_field, take_window};
 use std::time::Duration;
 use watershed_exprgraph::patched::PatchedGraphs;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Tag};
-use watershed_fields::on_face;
+use watershed_fields::{CellCentre, SpatialField, on_face};
 
 /// The graphs reducing a decomposed flow's new velocity, one per owned
 /// patch, in patch order.
@@ -44,28 +49,52 @@ pub(crate) struct PatchReductions {
     active: Vec<usize>,
     /// The velocity's tags, the same in the momentum graphs and here.
     velocity: [Tag; 3],
+    /// With forces on bodies: the projection potential's tag, from which
+    /// each graph forms the pressure the forces read.
+    psi: Option<Tag>,
 }
 
 impl PatchReductions {
-    /// `graphs` (built from one recipe whose reductions read `velocity`)
-    /// for the components `active`.
-    pub(crate) fn new(graphs: PatchedGraphs, active: &[usize], velocity: [Tag; 3]) -> Self {
+    /// `graphs` (built from one recipe whose reductions read `velocity`,
+    /// and `psi` where they form the pressure) for the components
+    /// `active`.
+    pub(crate) fn new(
+        graphs: PatchedGraphs,
+        active: &[usize],
+        velocity: [Tag; 3],
+        psi: Option<Tag>,
+    ) -> Self {
         PatchReductions {
             graphs,
             active: active.to_vec(),
             velocity,
+            psi,
         }
     }
 
     /// Copies each owned patch's velocity from its momentum graph in
-    /// `momentum` (ghosts included), exchanges its seams and reduces every
-    /// patch's interior, the partial results combined in patch order into
-    /// the recipe's parameters (collective: every rank calls it).
-    pub(crate) fn reduce(&self, momentum: &FlowPatches, mode: ExecutionMode) -> SolverResult<()> {
+    /// `momentum` (ghosts included) and, where the graphs read it, its
+    /// `psi` interior from `psi` (one per owned patch, in patch order),
+    /// exchanges the velocity's seams and reduces every patch's interior,
+    /// the partial results combined in patch order into the recipe's
+    /// parameters (collective: every rank calls it).
+    pub(crate) fn reduce(
+        &self,
+        momentum: &FlowPatches,
+        psi: &[SpatialField<CellCentre>],
+        mode: ExecutionMode,
+    ) -> SolverResult<()> {
         for ((_, from), to) in momentum.graphs().into_iter().zip(self.graphs.graphs()) {
             for &axis in &self.active {
                 let tag = &self.velocity[axis];
                 on_face!(axis, F => copy_field::<F>(from, tag, to, tag)?);
+            }
+        }
+        if let Some(tag) = &self.psi {
+            for (from, to) in psi.iter().zip(self.graphs.graphs()) {
+                to.with_field_mut::<CellCentre, _>(tag, |into| {
+                    take_window(from, into, [0; 3], false)
+                })??;
             }
         }
         let tags: Vec<Tag> = self

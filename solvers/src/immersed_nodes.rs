@@ -9,7 +9,7 @@ use crate::immersed::{FaceForcing, Immersed};
 use watershed_exprgraph::{
     ExpressionGraph, Factory, GraphLocation, LanguageExpression, LanguageReduction, Tag,
 };
-use watershed_fields::{CellCentre, FieldLayout, LocationKind, SpatialField, on_face};
+use watershed_fields::{CellCentre, FieldLayout, LocationKind, on_face};
 use watershed_operators::{
     Expr, FaceLocation, Parameter, Reduction, divergence, interpolate_to_cell, shift,
 };
@@ -261,10 +261,11 @@ impl ForceReductions {
         })
     }
 
-    /// Fills the weight fields from the body's band and sums the weight
-    /// over the fluid cells.
-    pub(crate) fn fill(
-        &mut self,
+    /// Fills the weight fields of `graph` (on the whole domain or on one
+    /// patch: the points are placed in the grid by the patch's offset)
+    /// from the body's band.
+    pub(crate) fn fill_weights(
+        &self,
         graph: &ExpressionGraph,
         immersed: &Immersed,
         active: &[usize],
@@ -273,9 +274,11 @@ impl ForceReductions {
         let fill = |tag: &Tag, pick: &dyn Fn(f64, [f64; 3]) -> f64| -> SolverResult<()> {
             graph.with_field_mut::<CellCentre, _>(tag, |field| -> SolverResult<()> {
                 let layout: FieldLayout = field.layout().clone();
+                let offset = layout.patch().offset().map(|o| o as isize);
                 let values = field.values_mut()?;
                 for index in layout.allocated().iter() {
-                    let (w, g) = immersed.force_weight(body, immersed.cell_position(index));
+                    let global = [0, 1, 2].map(|a| index[a] + offset[a]);
+                    let (w, g) = immersed.force_weight(body, immersed.cell_position(global));
                     values[layout.linear_index(index)] = pick(w, g);
                 }
                 Ok(())
@@ -287,19 +290,21 @@ impl ForceReductions {
         for &a in active {
             fill(&self.gradient[a], &move |_, g| g[a])?;
         }
-        let mut sum = 0.0;
-        graph.with_field::<CellCentre, _>(&self.weight, |field: &SpatialField<CellCentre>| {
-            let layout = field.layout();
-            for index in layout.interior().iter() {
-                let x = immersed.cell_position(index);
-                if immersed.nearest(x).0 >= 0.0 {
-                    let (w, _) = immersed.force_weight(body, x);
-                    sum += w;
-                }
-            }
-        })?;
-        self.fluid_weight = sum * self.volume;
         Ok(())
+    }
+
+    /// Sums the weight over the fluid cells of the whole domain, whose
+    /// cells `whole` (a layout of the whole grid) numbers.
+    pub(crate) fn sum_fluid_weight(&mut self, immersed: &Immersed, whole: &FieldLayout) {
+        let mut sum = 0.0;
+        for index in whole.interior().iter() {
+            let x = immersed.cell_position(index);
+            if immersed.nearest(x).0 >= 0.0 {
+                let (w, _) = immersed.force_weight(self.body, x);
+                sum += w;
+            }
+        }
+        self.fluid_weight = sum * self.volume;
     }
 
     /// The sums the graph reduced for the weighted momentum of the last

@@ -25,7 +25,7 @@ use crate::body::Body;
 use crate::boundary::{BoundaryCondition, BoundaryConditions};
 use crate::convection::{ConvectionForm, momentum_convection};
 use crate::error::{SolverError, SolverResult};
-use crate::flow_patches::{FlowPatches, MomentumFailure};
+use crate::flow_patches::{FlowPatches, MomentumFailure, plane_sum};
 use crate::flow_projection::{PatchProjection, ProjectionFailure};
 use crate::flow_reductions::PatchReductions;
 use crate::immersed::Immersed;
@@ -202,19 +202,18 @@ impl IncompressibleFlowBuilder {
     /// [`Self::replicated_projection`] the projection runs whole on every
     /// rank instead, and the flow gives the undecomposed flow's bits. At
     /// the end of every step a graph per patch reduces the speeds for the
-    /// next time step, the divergence and the enstrophy, and
-    /// [`IncompressibleFlow::kinetic_energy`] adds the patches' sums (each
-    /// combined in patch order: `crate::flow_reductions`). The velocity
-    /// and `psi` are gathered into the flow's own graph over the whole
-    /// domain, on every rank, when something reads them (dumps,
-    /// checkpoints, a case's lines: [`IncompressibleFlow::gather_whole`]),
-    /// or after every step where that graph reduces the bodies' forces or
-    /// a convective outflow's speed; what reads the flow sees the whole
-    /// domain as before. The builder's patch stays the whole domain; the
-    /// layout must
-    /// decompose its grid with no more ghost layers than it has. A
-    /// convective outflow's speed is the mean over its whole side of that
-    /// velocity, the same on every rank. Immersed bodies are forced on the
+    /// next time step, the divergence, the enstrophy and the bodies'
+    /// forces, and [`IncompressibleFlow::kinetic_energy`] adds the
+    /// patches' sums (each combined in patch order:
+    /// `crate::flow_reductions`). The velocity and `psi` are gathered into
+    /// the flow's own graph over the whole domain, on every rank, when
+    /// something reads them (dumps, checkpoints, a case's lines:
+    /// [`IncompressibleFlow::gather_whole`]); what reads the flow sees the
+    /// whole domain as before. The builder's patch stays the whole
+    /// domain; the layout must decompose its grid with no more ghost
+    /// layers than it has. A convective outflow's speed is the mean over
+    /// its whole side of that velocity (the patches' sums over their parts
+    /// of the side added in patch order), the same on every rank. Immersed bodies are forced on the
     /// patches, the solve on the patches closes their faces
     /// ([`crate::PatchedMultigrid`]), and a velocity written into the flow
     /// between steps (a restart) is where the patches continue from.
@@ -767,15 +766,33 @@ impl IncompressibleFlowBuilder {
             &mut roots
         };
         on_this_graph.append(&mut speed_roots);
-        // The force on each body whose band fits (`crate::immersed`).
+        // The force on each body whose band fits (`crate::immersed`), in
+        // the graph that reduces the new velocity: with the state on the
+        // patches, each patch's, which forms the pressure from `psi` for
+        // them as this graph does.
         let mut forces = Vec::new();
         let mut unforced = Vec::new();
         if let Some(immersed) = &immersed {
+            let fitting = (0..immersed.bodies().len()).any(|n| immersed.band(n).is_ok());
+            if decomposed && fitting {
+                reductions_factory
+                    .placeholder(psi_tag.clone(), watershed_fields::LocationKind::CellCentre)?;
+                let (psi, scale) = (psi_tag.clone(), pressure_scale.clone());
+                reductions_factory.register(LanguageExpression::new::<CellCentre>(
+                    pressure_tag.clone(),
+                    move |s| scale.expr::<CellCentre>() * s.field::<CellCentre>(&psi),
+                ))?;
+            }
             for (n, body) in immersed.bodies().iter().enumerate() {
                 match immersed.band(n) {
                     Ok(_) => {
-                        let reductions = ForceReductions::register(
-                            &mut factory,
+                        let (home, home_roots) = if decomposed {
+                            (&mut reductions_factory, &mut reduction_roots)
+                        } else {
+                            (&mut factory, &mut roots)
+                        };
+                        let mut reductions = ForceReductions::register(
+                            home,
                             immersed,
                             n,
                             current,
@@ -784,7 +801,14 @@ impl IncompressibleFlowBuilder {
                             grid.spacing(),
                             self.viscosity,
                         )?;
-                        roots.extend(reductions.roots.iter().cloned());
+                        home_roots.extend(reductions.roots.iter().cloned());
+                        reductions.sum_fluid_weight(
+                            immersed,
+                            &watershed_fields::FieldLayout::new(
+                                &self.patch,
+                                watershed_fields::LocationKind::CellCentre,
+                            ),
+                        );
                         forces.push(reductions);
                     }
                     Err(why) => unforced.push((body.name().to_string(), why)),
@@ -926,10 +950,19 @@ impl IncompressibleFlowBuilder {
                         for &axis in &active {
                             graph.fill_placeholder(&now[axis])?;
                         }
+                        if let Some(immersed) = &immersed
+                            && !forces.is_empty()
+                        {
+                            graph.fill_placeholder(&psi_tag)?;
+                            for reductions in &forces {
+                                reductions.fill_weights(graph, immersed, &active)?;
+                            }
+                        }
                         Ok(())
                     },
                 )?;
-                Some(PatchReductions::new(graphs, &active, now.clone()))
+                let psi = (!forces.is_empty()).then(|| psi_tag.clone());
+                Some(PatchReductions::new(graphs, &active, now.clone(), psi))
             }
             _ => None,
         };
@@ -958,11 +991,12 @@ impl IncompressibleFlowBuilder {
                     };
                 }
             }
-            for reductions in &mut forces {
-                reductions.fill(&graph, immersed, &active)?;
+            if !decomposed {
+                for reductions in &forces {
+                    reductions.fill_weights(&graph, immersed, &active)?;
+                }
             }
         }
-        let gather_every_step = decomposed && (!forces.is_empty() || !convective.is_empty());
         Ok(IncompressibleFlow {
             graph,
             parameters,
@@ -1009,9 +1043,6 @@ impl IncompressibleFlowBuilder {
             force_sums_of: None,
             patches,
             reductions,
-            // The forces on bodies and the speeds of convective outflows
-            // are reduced in `graph`, from the whole domain's velocity.
-            gather_every_step,
             whole_stale: Cell::new(false),
             // Nothing received yet: the first stage takes the velocity
             // from `graph`.
@@ -1407,11 +1438,6 @@ pub struct IncompressibleFlow {
     /// With the state on the patches: the graphs reducing the velocity
     /// after a step's last stage (`crate::flow_reductions`).
     reductions: Option<PatchReductions>,
-    /// With the state on the patches: whether `graph` receives the
-    /// velocity and `psi` after every step (its forces on bodies and the
-    /// speeds of convective outflows read the whole domain) rather than
-    /// when something reads them ([`IncompressibleFlow::gather_whole`]).
-    gather_every_step: bool,
     /// With the state on the patches: whether the patches stepped since
     /// `graph` last received their velocity and `psi`.
     whole_stale: Cell<bool>,
@@ -1753,6 +1779,19 @@ impl IncompressibleFlow {
     /// velocity was written since the patches last took it (initial
     /// values, a restart), they take it first.
     fn kinetic_energy_on_patches(&self, patches: &FlowPatches) -> SolverResult<f64> {
+        self.patches_take_written_velocity(patches)?;
+        let sums = patches.sums_of_squares(&self.now)?;
+        let mut energy = 0.0;
+        for (&axis, sum) in self.active.iter().zip(sums) {
+            energy += 0.5 * (sum / self.interior_len(axis)? as f64);
+        }
+        Ok(energy)
+    }
+
+    /// With the state on the patches: where the whole domain's velocity
+    /// was written since the patches last took it (initial values, a
+    /// restart), each patch takes its window of it (not collective).
+    fn patches_take_written_velocity(&self, patches: &FlowPatches) -> SolverResult<()> {
         let mut versions = Vec::with_capacity(self.active.len());
         for &axis in &self.active {
             versions.push(self.graph.field_version(&self.now[axis])?);
@@ -1762,12 +1801,7 @@ impl IncompressibleFlow {
         if written {
             patches.take_state(&self.graph, &self.now)?;
         }
-        let sums = patches.sums_of_squares(&self.now)?;
-        let mut energy = 0.0;
-        for (&axis, sum) in self.active.iter().zip(sums) {
-            energy += 0.5 * (sum / self.interior_len(axis)? as f64);
-        }
-        Ok(energy)
+        Ok(())
     }
 
     /// The number of interior points of velocity component `axis` over
@@ -1979,7 +2013,7 @@ impl IncompressibleFlow {
             // on the patches; `graph` is now behind the patches.
             let reductions = self.reductions.as_ref().ok_or_else(state_not_on_patches)?;
             let started = Instant::now();
-            reductions.reduce(patches, self.mode)?;
+            reductions.reduce(patches, projection.psi(), self.mode)?;
             self.recording.record(
                 EXCHANGE_TRACK,
                 "the step's reductions on the patches",
@@ -1993,9 +2027,6 @@ impl IncompressibleFlow {
             }
             self.speeds_of.set(reduced);
             self.vorticity_of.set(reduced[self.active[0]]);
-            if self.gather_every_step {
-                self.gather_whole()?;
-            }
         }
         self.record_projection()
     }
@@ -2004,8 +2035,8 @@ impl IncompressibleFlow {
     /// replicated), the flow's state lives on the patches: this brings
     /// the whole domain's velocity, `psi` and pressure up to date, the
     /// velocity and `psi` of every patch of every rank gathered in patch
-    /// order into [`Self::graph`], which then forms the pressure (and
-    /// reduces the forces on bodies). Nothing when they are current (no
+    /// order into [`Self::graph`], which then forms the pressure. Nothing
+    /// when they are current (no
     /// step since the last gather) or the flow is not decomposed.
     ///
     /// Collective when it gathers: every rank must call it at the same
@@ -2369,19 +2400,28 @@ impl IncompressibleFlow {
 
     /// Sets each convective outflow's `U_c` to the mean outward normal
     /// velocity through it (0 where the flow goes in).
+    /// With the state on the patches, the patches' sums over their parts
+    /// of the side, added in patch order (collective); the patches take a
+    /// velocity written into the whole domain first.
     fn set_outflow_speeds(&self) -> SolverResult<()> {
         for (side, speed) in &self.convective {
             let axis = side.axis;
-            let mean = on_face!(axis, F => self.component::<F, _>(axis, |u| -> SolverResult<f64> {
-                let layout = u.layout();
-                let values = u.values()?;
-                let mut boundary = layout.interior();
-                let at = if side.plus { boundary.hi[axis] - 1 } else { boundary.lo[axis] };
-                boundary.lo[axis] = at;
-                boundary.hi[axis] = at + 1;
-                let count = boundary.len().max(1) as f64;
-                Ok(boundary.iter().map(|i| values[layout.linear_index(i)]).sum::<f64>() / count)
-            })??);
+            // The points of the side: the last interior plane there (the
+            // layout only: nothing is gathered).
+            let count = on_face!(axis, F => self.graph.with_field::<F, _>(&self.now[axis], |u| {
+                let interior = u.layout().interior();
+                interior.len() / (interior.hi[axis] - interior.lo[axis]).max(1) as usize
+            })?);
+            let sum = match &self.patches {
+                Some(patches) if self.state_on_patches.borrow().is_some() => {
+                    self.patches_take_written_velocity(patches)?;
+                    patches.side_sum(&self.now, *side)?
+                }
+                _ => on_face!(axis, F => self.component::<F, _>(axis, |u| -> SolverResult<f64> {
+                    plane_sum(u.layout(), u.values()?, *side)
+                })??),
+            };
+            let mean = sum / count.max(1) as f64;
             let outward = if side.plus { mean } else { -mean };
             speed.set(outward.max(0.0));
         }

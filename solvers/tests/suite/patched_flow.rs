@@ -664,4 +664,46 @@ fn a_flow_on_patches_gathers_its_whole_fields_only_when_they_are_read() {
         Match::Bits,
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    // A body's force and a convective outflow's speed are reduced on the
+    // patches too: such flows gather nothing while stepping either, and
+    // agree with the whole domain's (the disc's force to the solver's
+    // tolerance, as `compare_with_force` checks on more layouts).
+    let grid = disc_channel_grid();
+    let patch = grid.whole_domain(1);
+    let mut whole = past_a_disc(&patch).build().unwrap();
+    let mut disc = past_a_disc(&patch)
+        .patches(layout(&grid, [2, 2, 1], 1), Rc::new(SingleProcess))
+        .build()
+        .unwrap();
+    let mut outflow = channel(Some([2, 2, 1]), false, Outflow::Convective);
+    let mut outflow_whole = channel(None, false, Outflow::Convective);
+    disc.start_recording(epoch);
+    outflow.start_recording(epoch);
+    for step in 0..3 {
+        let dt = whole.stable_time_step(0.5, 0.2).unwrap();
+        whole.step(dt).unwrap();
+        disc.step(dt).unwrap();
+        let (a, b) = (
+            whole.body_force("disc").unwrap(),
+            disc.body_force("disc").unwrap(),
+        );
+        let scale = a.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(
+            (0..2).all(|k| (a[k] - b[k]).abs() <= 1e-8 * scale),
+            "step {step}: force {b:?} on patches, {a:?} whole"
+        );
+        let dt = outflow_whole.stable_time_step(0.5, 0.2).unwrap();
+        outflow_whole.step(dt).unwrap();
+        outflow.step(dt).unwrap();
+        let (a, b) = (
+            outflow_whole.kinetic_energy().unwrap(),
+            outflow.kinetic_energy().unwrap(),
+        );
+        assert!(
+            (a - b).abs() <= 1e-9 * a,
+            "step {step}: energy {b:e} with the outflow on patches, {a:e} whole"
+        );
+    }
+    assert_eq!(gathers(&disc), 0, "gathers of the flow past a disc");
+    assert_eq!(gathers(&outflow), 0, "gathers of the convective outflow");
 }
