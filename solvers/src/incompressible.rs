@@ -494,8 +494,9 @@ impl IncompressibleFlowBuilder {
         // With patches, unless replicated: div(u*) in a graph of its own,
         // the solve on the patches after it, and the state itself on the
         // patches: each patch's momentum graph keeps its levels, a graph per
-        // patch corrects the velocity, and this graph receives the
-        // velocity and psi once per step for what reads the whole domain.
+        // patch corrects the velocity, a graph per patch reduces it after
+        // each step, and this graph receives the velocity and psi when
+        // something reads the whole domain.
         // Replicated, this graph keeps the state and the projection, and
         // receives u* from the patches every stage.
         let decomposed = split.is_some() && !self.replicated_projection;
