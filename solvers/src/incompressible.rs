@@ -1715,6 +1715,44 @@ impl IncompressibleFlow {
         self.component::<F, R>(F::AXIS, f)
     }
 
+    /// Runs `f` on velocity component `F` over this rank's patch of the
+    /// flow that has `patch`'s cells, its ghosts included and holding the
+    /// whole domain's values there (the seams exchanged and the physical
+    /// ghosts filled after the last step, for its reductions), when the
+    /// flow's state lives on patches and its velocity was not written
+    /// since that step; `None` otherwise (read the whole domain with
+    /// [`Self::with_velocity`]). Not collective: what a solver on the same
+    /// patch reads of the flow without any gather
+    /// ([`crate::TransportSolver::carry_by`]).
+    pub fn with_patch_velocity<F: GraphLocation + FaceLocation, R>(
+        &self,
+        patch: &Patch,
+        f: impl FnOnce(&SpatialField<F>) -> R,
+    ) -> SolverResult<Option<R>> {
+        let (Some(patches), Some(reductions)) = (&self.patches, &self.reductions) else {
+            return Ok(None);
+        };
+        // The step's reductions read this very velocity.
+        let reduced = self.speeds_of.get();
+        for &axis in &self.active {
+            let version = self.graph.field_version(&self.now[axis])?;
+            if version.is_none() || version != reduced[axis] {
+                return Ok(None);
+            }
+        }
+        let layout = patches.layout();
+        for (index, graph) in patches.owned().zip(reductions.graphs()) {
+            let own = layout.patch(index)?;
+            if own.grid() == patch.grid()
+                && own.offset() == patch.offset()
+                && own.cells() == patch.cells()
+            {
+                return Ok(Some(graph.with_field::<F, _>(&self.now[F::AXIS], f)?));
+            }
+        }
+        Ok(None)
+    }
+
     /// Sets velocity component `F` from `f(x, y, z)` at its face positions,
     /// then applies its boundary conditions at the flow's time (values
     /// given as expressions of time included).

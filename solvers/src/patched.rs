@@ -323,10 +323,11 @@ impl PatchedTransport {
 
     /// Sets the velocity placeholders `velocity` of every owned patch's
     /// solver to its window of `flow`'s velocity, ghosts included
-    /// ([`TransportSolver::carry_by`]): `flow` holds the whole domain (on
-    /// every rank, as a decomposed flow does), so each point gets the
-    /// value a solver over the whole domain would carry. No values cross
-    /// ranks.
+    /// ([`TransportSolver::carry_by`]): from the flow's own patch where the
+    /// flow's state lives on the same patches (nothing crosses ranks),
+    /// else from its whole domain (gathered when stale: collective), so
+    /// each point gets the value a solver over the whole domain would
+    /// carry.
     pub fn carry_by(
         &self,
         flow: &crate::incompressible::IncompressibleFlow,

@@ -316,33 +316,63 @@ impl TransportSolver {
     /// patch must cover this solver's, ghosts included (the same grid, at
     /// least as many ghost layers): a solver on one patch of a decomposed
     /// grid takes its window of a flow over the whole domain, its seam
-    /// ghosts the flow's values at the same points.
+    /// ghosts the flow's values at the same points. Where the flow's state
+    /// lives on the same patches and this rank holds the solver's patch,
+    /// the window comes from that patch's velocity, its seams exchanged
+    /// after the flow's step ([`IncompressibleFlow::with_patch_velocity`](crate::IncompressibleFlow::with_patch_velocity)):
+    /// the same values, and nothing of the whole domain is gathered.
     pub fn carry_by(
         &self,
         flow: &crate::incompressible::IncompressibleFlow,
         velocity: &[Tag; 3],
     ) -> SolverResult<()> {
+        /// The window of `source` that `tag` of `graph` covers, ghosts
+        /// included; `None` when `source` does not cover it.
+        fn copy_from<F: watershed_exprgraph::GraphLocation>(
+            graph: &ExpressionGraph,
+            source: &SpatialField<F>,
+            tag: &Tag,
+        ) -> SolverResult<Option<()>> {
+            let from = source.layout().clone();
+            graph.with_field_mut::<F, _>(tag, |target| -> SolverResult<Option<()>> {
+                let to = target.layout().clone();
+                let offset = [0, 1, 2]
+                    .map(|a| to.patch().offset()[a] as isize - from.patch().offset()[a] as isize);
+                let own = to.allocated();
+                let covered = watershed_fields::IndexBox::new(
+                    [0, 1, 2].map(|a| own.lo[a] + offset[a]),
+                    [0, 1, 2].map(|a| own.hi[a] + offset[a]),
+                );
+                if to.patch().grid() != from.patch().grid()
+                    || from.allocated().intersect(&covered) != covered
+                {
+                    return Ok(None);
+                }
+                crate::windows::take_window(source, target, offset, true)?;
+                Ok(Some(()))
+            })?
+        }
         fn copy<F: watershed_exprgraph::GraphLocation + watershed_operators::FaceLocation>(
             graph: &ExpressionGraph,
             flow: &crate::incompressible::IncompressibleFlow,
             tag: &Tag,
         ) -> SolverResult<()> {
+            let patch = graph.patch();
+            if let Some(Some(())) = flow
+                .with_patch_velocity::<F, _>(patch, |source| copy_from(graph, source, tag))?
+                .transpose()?
+            {
+                return Ok(());
+            }
             flow.with_velocity::<F, _>(|source| -> SolverResult<()> {
-                let from = source.layout().clone();
-                graph.with_field_mut::<F, _>(tag, |target| -> SolverResult<()> {
-                    let to = target.layout().clone();
-                    let offset = [0, 1, 2].map(|a| {
-                        to.patch().offset()[a] as isize - from.patch().offset()[a] as isize
-                    });
-                    let own = to.allocated();
-                    let covered = watershed_fields::IndexBox::new(
-                        [0, 1, 2].map(|a| own.lo[a] + offset[a]),
-                        [0, 1, 2].map(|a| own.hi[a] + offset[a]),
-                    );
-                    if to.patch().grid() != from.patch().grid()
-                        || from.allocated().intersect(&covered) != covered
-                    {
-                        return Err(SolverError::Setup {
+                match copy_from(graph, source, tag)? {
+                    Some(()) => Ok(()),
+                    None => {
+                        let (from, to) = (
+                            source.layout().clone(),
+                            graph.with_field::<F, _>(tag, |t| t.layout().clone())?,
+                        );
+                        Err(SolverError::Setup {
                             equation: tag.to_string(),
                             reason: format!(
                                 "the flow's velocity covers {:?} points from cell {:?} of a {:?}-cell grid with {:?} ghost layers, the transport solver's field {tag} needs {:?} from cell {:?} of a {:?}-cell grid with {:?}; build the flow on the same grid, over a patch that covers the solver's, with at least as many ghost layers",
@@ -355,10 +385,9 @@ impl TransportSolver {
                                 to.patch().grid().cells(),
                                 to.ghosts()
                             ),
-                        });
+                        })
                     }
-                    crate::windows::take_window(source, target, offset, true)
-                })?
+                }
             })?
         }
         let active = self.graph.patch().grid().active_dimensions();

@@ -707,3 +707,59 @@ fn a_flow_on_patches_gathers_its_whole_fields_only_when_they_are_read() {
     assert_eq!(gathers(&disc), 0, "gathers of the flow past a disc");
     assert_eq!(gathers(&outflow), 0, "gathers of the convective outflow");
 }
+
+#[test]
+fn a_patchs_velocity_after_a_step_is_the_whole_domains_at_every_point() {
+    // What a transport solver on the same patch carries without a gather
+    // (`with_patch_velocity`): every allocated point of the patch, its
+    // seams, corners and physical ghosts included, holds the whole
+    // domain's value there; after a write into the flow, nothing.
+    let check = |flow: &mut IncompressibleFlow, layout: &PatchLayout, what: &str| {
+        for step in 0..2 {
+            let dt = flow.stable_time_step(0.5, 0.2).unwrap();
+            flow.step(dt).unwrap();
+            for index in flow.owned_patches().unwrap() {
+                let patch = layout.patch(index).unwrap();
+                let offset = patch.offset().map(|o| o as isize);
+                let part = flow
+                    .with_patch_velocity::<XFace, _>(&patch, |u| {
+                        (u.values().unwrap().to_vec(), u.layout().clone())
+                    })
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("{what}: no velocity of patch {index}"));
+                flow.with_velocity::<XFace, _>(|whole| {
+                    let (values, own) = &part;
+                    let at = whole.layout();
+                    for p in own.allocated().iter() {
+                        let global = [0, 1, 2].map(|a| p[a] + offset[a]);
+                        assert_eq!(
+                            values[own.linear_index(p)].to_bits(),
+                            whole.values().unwrap()[at.linear_index(global)].to_bits(),
+                            "{what}, step {step}: u of patch {index} at {p:?}"
+                        );
+                    }
+                })
+                .unwrap();
+            }
+        }
+        let patch = layout.patch(0).unwrap();
+        flow.with_velocity_mut::<XFace, _>(|_| ()).unwrap();
+        assert!(
+            flow.with_patch_velocity::<XFace, _>(&patch, |_| ())
+                .unwrap()
+                .is_none(),
+            "{what}: a patch's velocity after a write"
+        );
+    };
+    let grid = cavity_grid();
+    let mut cavity = cavity_on_2_by_2_patches();
+    check(&mut cavity, &layout(&grid, [2, 2, 1], 1), "cavity");
+    let grid = taylor_green_grid();
+    let counts = [2, 1, 2];
+    let mut vortex = taylor_green(&grid.whole_domain(1), SpaceOrder::Second)
+        .patches(layout(&grid, counts, 1), Rc::new(SingleProcess))
+        .build()
+        .unwrap();
+    set_taylor_green(&vortex);
+    check(&mut vortex, &layout(&grid, counts, 1), "Taylor-Green");
+}
