@@ -539,13 +539,12 @@ impl Simulation for Cylinder {
             let (drag, lift) = self.coefficients()?;
             let length = self.recirculation_length()?;
             let dp = self.pressure_difference()?;
+            // Read on every rank: a read of a decomposed flow's whole
+            // velocity is collective (`IncompressibleFlow::gather_whole`).
+            let wake = self.wake_centreline()?;
             if let Some(dir) = output {
                 let csv = dir.join(format!("{NAME}_wake.csv"));
-                let rows: Vec<Vec<f64>> = self
-                    .wake_centreline()?
-                    .into_iter()
-                    .map(|(x, u)| vec![x, u])
-                    .collect();
+                let rows: Vec<Vec<f64>> = wake.into_iter().map(|(x, u)| vec![x, u]).collect();
                 write_csv(&csv, "x,u_on_y_0.2", &rows)?;
                 files.push(csv);
             }
