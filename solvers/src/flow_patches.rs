@@ -250,11 +250,7 @@ impl FlowPatches {
                 mine.push(sum);
             }
         }
-        let ranks = self.link.ranks();
-        let counts = (0..ranks)
-            .map(|rank| Ok(self.layout.owned_by(rank, ranks)?.len() * components))
-            .collect::<FieldResult<Vec<usize>>>()?;
-        let all = self.link.gather_in_rank_order(&mine, &counts)?;
+        let all = self.gather_per_patch(&mine, components)?;
         let mut sums = vec![0.0; components];
         for patch in all.chunks(components) {
             for (sum, part) in sums.iter_mut().zip(patch) {
@@ -284,20 +280,26 @@ impl FlowPatches {
             };
             let sum = if on_side {
                 on_face!(axis, F => graph.with_field::<F, _>(&now[axis], |u| -> SolverResult<f64> {
-                    plane_sum(u.layout(), u.values()?, side)
+                    Ok(plane_sum(u.layout(), u.values()?, side))
                 })??)
             } else {
                 0.0
             };
             mine.push(sum);
         }
-        let ranks = self.link.ranks();
-        let counts = (0..ranks)
-            .map(|rank| Ok(self.layout.owned_by(rank, ranks)?.len()))
-            .collect::<FieldResult<Vec<usize>>>()?;
-        let all = self.link.gather_in_rank_order(&mine, &counts)?;
+        let all = self.gather_per_patch(&mine, 1)?;
         self.spent(started);
         Ok(all.iter().fold(0.0, |sum, part| sum + part))
+    }
+
+    /// `mine` (`per_patch` values for each owned patch, in patch order)
+    /// and every other rank's, in patch order (collective).
+    fn gather_per_patch(&self, mine: &[f64], per_patch: usize) -> SolverResult<Vec<f64>> {
+        let ranks = self.link.ranks();
+        let counts = (0..ranks)
+            .map(|rank| Ok(self.layout.owned_by(rank, ranks)?.len() * per_patch))
+            .collect::<FieldResult<Vec<usize>>>()?;
+        Ok(self.link.gather_in_rank_order(mine, &counts)?)
     }
 
     /// Copies into every owned patch graph its window of `whole`'s
@@ -398,7 +400,7 @@ impl FlowPatches {
 
 /// The sum of `values` (laid out by `layout`) over the last interior
 /// plane on `side`, in the layout's order.
-pub(crate) fn plane_sum(layout: &FieldLayout, values: &[f64], side: Side) -> SolverResult<f64> {
+pub(crate) fn plane_sum(layout: &FieldLayout, values: &[f64], side: Side) -> f64 {
     let axis = side.axis;
     let mut plane = layout.interior();
     let at = if side.plus {
@@ -408,10 +410,10 @@ pub(crate) fn plane_sum(layout: &FieldLayout, values: &[f64], side: Side) -> Sol
     };
     plane.lo[axis] = at;
     plane.hi[axis] = at + 1;
-    Ok(plane
+    plane
         .iter()
         .map(|i| values[layout.linear_index(i)])
-        .sum::<f64>())
+        .sum::<f64>()
 }
 
 /// The layout of velocity component `axis` (on the faces normal to it) on

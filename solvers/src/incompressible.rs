@@ -744,12 +744,7 @@ impl IncompressibleFlowBuilder {
         roots.push(pressure_tag.clone());
         // With the state on the patches, their graphs reduce the velocity.
         let mut reduction_roots = Vec::new();
-        let on_this_graph = if decomposed {
-            &mut reduction_roots
-        } else {
-            &mut roots
-        };
-        on_this_graph.append(&mut divergence_roots);
+        reduction_home(decomposed, &mut reduction_roots, &mut roots).append(&mut divergence_roots);
         if !decomposed {
             roots.push(Tag::none("|div(u*)|"));
         }
@@ -761,12 +756,7 @@ impl IncompressibleFlowBuilder {
                 roots.extend(active.iter().map(|&a| start[a].clone()));
             }
         }
-        let on_this_graph = if decomposed {
-            &mut reduction_roots
-        } else {
-            &mut roots
-        };
-        on_this_graph.append(&mut speed_roots);
+        reduction_home(decomposed, &mut reduction_roots, &mut roots).append(&mut speed_roots);
         // The force on each body whose band fits (`crate::immersed`), in
         // the graph that reduces the new velocity: with the state on the
         // patches, each patch's, which forms the pressure from `psi` for
@@ -816,12 +806,7 @@ impl IncompressibleFlowBuilder {
                 }
             }
         }
-        let on_this_graph = if decomposed {
-            &mut reduction_roots
-        } else {
-            &mut roots
-        };
-        on_this_graph.append(&mut vorticity_roots);
+        reduction_home(decomposed, &mut reduction_roots, &mut roots).append(&mut vorticity_roots);
         // `div(u*)` is kept rather than taken from the pool per execution:
         // the solve's prepared copy of it into the finest multigrid level
         // binds it by field id, and a scratch field is a new field (a new
@@ -1153,6 +1138,17 @@ fn per_patch_graphs(
         fill(&graph)?;
         Ok::<_, SolverError>(graph)
     })
+}
+
+/// Where a step's reduction goes: with the state on the patches
+/// (`decomposed`) to the patches' reductions graphs, else to the flow's
+/// own graph.
+fn reduction_home<'a>(
+    decomposed: bool,
+    on_patches: &'a mut Vec<Tag>,
+    whole: &'a mut Vec<Tag>,
+) -> &'a mut Vec<Tag> {
+    if decomposed { on_patches } else { whole }
 }
 
 /// The error of a flow whose state should be on patches but has none (a
@@ -2457,7 +2453,7 @@ impl IncompressibleFlow {
                     patches.side_sum(&self.now, *side)?
                 }
                 _ => on_face!(axis, F => self.component::<F, _>(axis, |u| -> SolverResult<f64> {
-                    plane_sum(u.layout(), u.values()?, *side)
+                    Ok(plane_sum(u.layout(), u.values()?, *side))
                 })??),
             };
             let mean = sum / count.max(1) as f64;
