@@ -24,7 +24,7 @@ use hdf5::types::VarLenUnicode;
 use hdf5::{Hyperslab, SliceOrIndex};
 use std::path::PathBuf;
 use watershed_fields::io::chunk_planes;
-use watershed_fields::{Grid, Location, LocationKind, SpatialField, on_face};
+use watershed_fields::{Grid, Location, LocationKind, Patch, SpatialField, on_face};
 use watershed_io::attributes::hdf5_error;
 use watershed_io::dumps::DumpedField;
 use watershed_solvers::IncompressibleFlow;
@@ -128,9 +128,27 @@ fn checked_window(cells: [usize; 3], window: Option<CellBox>) -> CaseResult<Cell
     Ok((first, extent))
 }
 
-/// The grid of `flow` (its pressure's, the whole domain's).
-fn flow_grid(flow: &IncompressibleFlow) -> CaseResult<Grid> {
-    Ok(flow.with_pressure(|p| p.layout().patch().grid().clone())?)
+/// The grid of `flow` (nothing is read).
+fn flow_grid(flow: &IncompressibleFlow) -> Grid {
+    flow.graph().patch().grid().clone()
+}
+
+/// The patch of `flow`'s layout that this rank owns and that holds every
+/// cell of `window`, or `None` (an undecomposed flow, or a box across
+/// patches).
+fn owned_patch_around(flow: &IncompressibleFlow, window: CellBox) -> CaseResult<Option<Patch>> {
+    let (Some(layout), Some(owned)) = (flow.patch_layout(), flow.owned_patches()) else {
+        return Ok(None);
+    };
+    let (first, extent) = window;
+    for index in owned {
+        let patch = layout.patch(index)?;
+        let (offset, cells) = (patch.offset(), patch.cells());
+        if (0..3).all(|a| first[a] >= offset[a] && first[a] + extent[a] <= offset[a] + cells[a]) {
+            return Ok(Some(patch));
+        }
+    }
+    Ok(None)
 }
 
 /// A flow's velocity at the cell centres of a box of its grid and of the
@@ -161,12 +179,31 @@ impl CellVelocity {
     /// `window` (the whole grid when `None`) and of the cells around it
     /// that the differences read; an error when the box does not lie in
     /// the grid.
+    ///
+    /// A box inside one of this rank's patches of a flow whose state lives
+    /// on the patches is sampled from that patch (its velocity with the
+    /// seams exchanged: [`IncompressibleFlow::with_patch_velocity`]), so
+    /// nothing of the whole domain is read: a dump per rank forms no
+    /// whole field. Otherwise the whole domain's velocity is read.
     pub fn of_flow(flow: &IncompressibleFlow, window: Option<CellBox>) -> CaseResult<Self> {
-        let mut velocity = CellVelocity::on_grid(&flow_grid(flow)?, window)?;
+        let mut velocity = CellVelocity::on_grid(&flow_grid(flow), window)?;
+        let home = match window {
+            Some(window) => owned_patch_around(flow, window)?,
+            None => None,
+        };
         for &axis in flow.active_axes() {
-            velocity.components[axis] = on_face!(axis, F => {
-                flow.with_velocity::<F, _>(|u| velocity.face_to_cells(u, axis))??
-            });
+            let on_patch = match &home {
+                Some(patch) => on_face!(axis, F => {
+                    flow.with_patch_velocity::<F, _>(patch, |u| velocity.face_to_cells_on_patch(u, axis))?
+                }),
+                None => None,
+            };
+            velocity.components[axis] = match on_patch {
+                Some(values) => values?,
+                None => on_face!(axis, F => {
+                    flow.with_velocity::<F, _>(|u| velocity.face_to_cells(u, axis))??
+                }),
+            };
         }
         // The components the flow does not have are zero.
         let sampled = velocity.reach.iter().map(|r| r.len).product();
@@ -238,6 +275,61 @@ impl CellVelocity {
                     // after the last cell is the first one.
                     hi[axis] = (hi[axis] + 1) % extent[axis];
                     out.push(0.5 * (values[index(lo)] + values[index(hi)]));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Self::face_to_cells`] from `u` on a patch (the box's), whose
+    /// ghosts hold the whole domain's values there (periodic images
+    /// included): each sampled cell's faces are read at the position
+    /// nearest the patch, periodic images considered. A sampled cell
+    /// whose faces the patch does not hold (beyond its ghosts: never
+    /// read by a box inside a patch of three or more cells along each
+    /// axis, see [`Reach`]) is NaN, which would show in the derived
+    /// values rather than pass for one.
+    fn face_to_cells_on_patch<L: Location>(
+        &self,
+        u: &SpatialField<L>,
+        axis: usize,
+    ) -> CaseResult<Vec<f64>> {
+        let layout = u.layout();
+        let values = u.values()?;
+        let held = layout.allocated();
+        let offset = layout.patch().offset().map(|o| o as isize);
+        // Along each axis, the patch's position of sampled cell `local`
+        // (its face there; `None` when the patch holds neither it nor its
+        // next face along `axis`).
+        let positions: [Vec<Option<isize>>; 3] = [0, 1, 2].map(|a| {
+            let reach = &self.reach[a];
+            let next = isize::from(a == axis);
+            (0..reach.len)
+                .map(|local| {
+                    let cell = reach.global(local) as isize - offset[a];
+                    let period = reach.cells as isize;
+                    let images: &[isize] = if reach.periodic { &[0, -1, 1] } else { &[0] };
+                    images
+                        .iter()
+                        .map(|image| cell + image * period)
+                        .find(|&p| p >= held.lo[a] && p + next < held.hi[a])
+                })
+                .collect()
+        });
+        let mut out = Vec::with_capacity(self.reach.iter().map(|r| r.len).product());
+        for &k in &positions[2] {
+            for &j in &positions[1] {
+                for &i in &positions[0] {
+                    out.push(match (i, j, k) {
+                        (Some(i), Some(j), Some(k)) => {
+                            let lo = [i, j, k];
+                            let mut hi = lo;
+                            hi[axis] += 1;
+                            0.5 * (values[layout.linear_index(lo)]
+                                + values[layout.linear_index(hi)])
+                        }
+                        _ => f64::NAN,
+                    });
                 }
             }
         }
@@ -485,7 +577,7 @@ fn write_derived_fields(
     window: Option<CellBox>,
     planes: Option<usize>,
 ) -> CaseResult<Vec<DumpedField>> {
-    let grid = flow_grid(flow)?;
+    let grid = flow_grid(flow);
     // The box checked against the grid before any dataset exists.
     let (first, extent) = checked_window(grid.cells(), window)?;
     let (spacing, corner) = (grid.spacing(), grid.origin());

@@ -136,14 +136,18 @@ fn flow_layout<'a>(flow: &'a IncompressibleFlow, case: &str) -> CaseResult<&'a P
 /// [`dump_flow`] writes of the whole domain cut to the patch (the face
 /// components' pieces as [`watershed_io::DumpPiece::extent`] says, the
 /// pressure and the derived fields on its cells, computed for those cells
-/// alone); returns what each patch holds. Every rank holds the whole flow,
-/// so nothing crosses ranks.
+/// alone); returns what each patch holds. Collective (every rank calls it
+/// once). With the state on the patches each patch's fields are read
+/// there ([`IncompressibleFlow::refresh_patches`] first): nothing of the
+/// whole domain is formed or gathered; otherwise (the projection
+/// replicated) every rank holds the whole flow and cuts its patches out.
 pub fn dump_own_flow_patches(
     flow: &IncompressibleFlow,
     case: &str,
     root: &hdf5::Group,
 ) -> CaseResult<Vec<DumpedField>> {
     let layout = flow_layout(flow, case)?;
+    flow.refresh_patches()?;
     let mut written = Vec::new();
     for index in flow.owned_patches().unwrap_or_default() {
         let patch = layout.patch(index)?;
@@ -153,12 +157,19 @@ pub fn dump_own_flow_patches(
         for &axis in flow.active_axes() {
             let name = ["u", "v", "w"][axis];
             fields.push(on_face!(axis, F => {
-                let part = flow.with_velocity::<F, _>(|u| cut_window(u, offset, cells))??;
-                dump_field(&group, name, &part)?
+                patch_part(flow, &patch, name, |flow, f| flow.with_patch_velocity::<F, _>(&patch, f), |u| {
+                    dump_field(&group, name, u)
+                }, |flow| flow.with_velocity::<F, _>(|u| cut_window(u, offset, cells)))??
             }));
         }
-        let part = flow.with_pressure(|p| cut_window(p, offset, cells))??;
-        fields.push(dump_field(&group, "p", &part)?);
+        fields.push(patch_part(
+            flow,
+            &patch,
+            "p",
+            |flow, f| flow.with_patch_pressure(&patch, f),
+            |p| dump_field(&group, "p", p),
+            |flow| flow.with_pressure(|p| cut_window(p, offset, cells)),
+        )??);
         fields.extend(dump_derived_flow_fields(
             flow,
             &group,
@@ -169,41 +180,108 @@ pub fn dump_own_flow_patches(
     Ok(written)
 }
 
+/// `write` run on field `name` of `patch` of `flow`: the patch's own field
+/// where the flow's state lives on the patches (`on_patch`), else the
+/// patch cut from the whole domain (`cut`; every rank holds the whole
+/// flow then, so this is not collective).
+fn patch_part<L: Location, W>(
+    flow: &IncompressibleFlow,
+    patch: &Patch,
+    name: &str,
+    on_patch: impl FnOnce(
+        &IncompressibleFlow,
+        &mut dyn FnMut(&SpatialField<L>) -> W,
+    ) -> watershed_solvers::SolverResult<Option<W>>,
+    mut write: impl FnMut(&SpatialField<L>) -> W,
+    cut: impl FnOnce(
+        &IncompressibleFlow,
+    ) -> watershed_solvers::SolverResult<
+        watershed_solvers::SolverResult<SpatialField<L>>,
+    >,
+) -> CaseResult<W> {
+    if let Some(done) = on_patch(flow, &mut |field| write(field))? {
+        return Ok(done);
+    }
+    if flow.state_lives_on_patches() {
+        return Err(CaseError::Usage(format!(
+            "field {name} of patch {:?} from {:?} is not on this rank's patches of the flow",
+            patch.cells(),
+            patch.offset()
+        )));
+    }
+    let part = cut(flow)??;
+    Ok(write(&part))
+}
+
+/// The dataset of a checkpoint per rank holding the flow's pressure
+/// scale `1/(b dt)` of the last stage
+/// ([`IncompressibleFlow::pressure_scale`]), with which a restart forms
+/// the pressure from `psi` on the patches.
+const PRESSURE_SCALE: &str = "pressure_scale";
+
 /// For a checkpoint per rank ([`crate::checkpoint`]): saves what
 /// [`save_flow`] saves, cut to each patch of a decomposed `flow` this rank
-/// owns, with the whole fields' ghost layers, one group per patch (the
-/// bodies' momentum sums, the same on every rank, at the file's root).
+/// owns, one group per patch (the bodies' momentum sums, the same on
+/// every rank, at the file's root). Collective. With the state on the
+/// patches each patch's fields are read there with the patch's ghost
+/// layers (nothing of the whole domain is formed), and the pressure's
+/// scale is kept at the root; otherwise cut from the whole domain with
+/// its ghost layers.
 pub fn save_own_flow_patches(
     flow: &IncompressibleFlow,
     case: &str,
     root: &hdf5::Group,
 ) -> CaseResult<()> {
     let layout = flow_layout(flow, case)?;
+    flow.refresh_patches()?;
     for index in flow.owned_patches().unwrap_or_default() {
         let patch = layout.patch(index)?;
         let (offset, cells) = (patch.offset(), patch.cells());
         let group = create_patch_group(root, index, offset, cells)?;
         for &axis in flow.active_axes() {
             let name = ["u", "v", "w"][axis];
-            on_face!(axis, F => {
-                let part = flow.with_velocity::<F, _>(|u| cut_window(u, offset, cells))??;
-                save_field(&group, name, &part)?
-            });
+            on_face!(axis, F => patch_part(
+                flow,
+                &patch,
+                name,
+                |flow, f| flow.with_patch_velocity::<F, _>(&patch, f),
+                |u| save_field(&group, name, u),
+                |flow| flow.with_velocity::<F, _>(|u| cut_window(u, offset, cells)),
+            )??);
         }
-        let psi = flow.with_projection_potential(|f| cut_window(f, offset, cells))??;
-        save_field(&group, "psi", &psi)?;
-        let p = flow.with_pressure(|f| cut_window(f, offset, cells))??;
-        save_field(&group, "p", &p)?;
+        patch_part(
+            flow,
+            &patch,
+            "psi",
+            |flow, f| flow.with_patch_projection_potential(&patch, f),
+            |psi| save_field(&group, "psi", psi),
+            |flow| flow.with_projection_potential(|f| cut_window(f, offset, cells)),
+        )??;
+        patch_part(
+            flow,
+            &patch,
+            "p",
+            |flow, f| flow.with_patch_pressure(&patch, f),
+            |p| save_field(&group, "p", p),
+            |flow| flow.with_pressure(|f| cut_window(f, offset, cells)),
+        )??;
+    }
+    if flow.state_lives_on_patches() {
+        save_series(root, PRESSURE_SCALE, &[flow.pressure_scale()])?;
     }
     // Every rank holds the same sums; each file keeps them.
     save_force_sums(flow, root, FORCE_SUMS)
 }
 
 /// Restores what [`save_own_flow_patches`] saved, whichever number of
-/// ranks wrote it: every rank reads every patch (each from the file that
-/// holds it) into its whole fields, ghosts included, so that each point
-/// gets the bits it was saved with. The checkpoint's patch layout must be
-/// this run's; then the clock is set.
+/// ranks wrote it; the checkpoint's patch layout must be this run's; then
+/// the clock is set. Collective. Where the flow's state lives on the
+/// patches and the checkpoint keeps the pressure's scale, each rank reads
+/// its own patches into them (nothing of the whole domain is formed);
+/// otherwise (a checkpoint written before the scale was kept, or the
+/// projection replicated) every rank reads every patch into its whole
+/// fields, ghosts included. Either way each point gets the bits it was
+/// saved with.
 pub fn load_own_flow_patches(
     flow: &mut IncompressibleFlow,
     case: &str,
@@ -213,6 +291,40 @@ pub fn load_own_flow_patches(
 ) -> CaseResult<()> {
     let layout = flow_layout(flow, case)?.clone();
     patches.check_patch_count(layout.len())?;
+    let (file, _) = patches.patch(0)?;
+    if flow.state_lives_on_patches() && file.link_exists(PRESSURE_SCALE) {
+        let scale = load_series(&file, PRESSURE_SCALE)?;
+        let [scale] = scale[..] else {
+            return Err(CaseError::Restart {
+                path: std::path::PathBuf::from(file.filename()),
+                reason: format!(
+                    "dataset {PRESSURE_SCALE} holds {} values, not 1: the file is damaged",
+                    scale.len()
+                ),
+            });
+        };
+        for index in flow.owned_patches().unwrap_or_default() {
+            let patch = layout.patch(index)?;
+            let (_file, group) = patches.patch(index)?;
+            let restart = |reason: String| CaseError::Restart {
+                path: std::path::PathBuf::from(group.filename()),
+                reason,
+            };
+            for axis in flow.active_axes().to_vec() {
+                let name = ["u", "v", "w"][axis];
+                on_face!(axis, F => {
+                    let stored: SpatialField<F> = read_field(&group, name)?;
+                    check_patch_field(&stored, &patch, name).map_err(restart)?;
+                    flow.restore_patch_velocity::<F>(&stored)?
+                });
+            }
+            let stored: SpatialField<CellCentre> = read_field(&group, "psi")?;
+            check_patch_field(&stored, &patch, "psi").map_err(restart)?;
+            flow.restore_patch_projection_potential(&stored)?;
+        }
+        flow.finish_patch_restore(scale, time, step)?;
+        return load_force_sums(flow, &file, FORCE_SUMS);
+    }
     for index in 0..layout.len() {
         let patch = layout.patch(index)?;
         let (offset, cells) = (patch.offset(), patch.cells());
@@ -227,8 +339,32 @@ pub fn load_own_flow_patches(
         flow.with_pressure_mut(|f| load_patch_field(&group, "p", offset, cells, f))??;
     }
     flow.set_clock(time, step)?;
-    let (file, _) = patches.patch(0)?;
     load_force_sums(flow, &file, FORCE_SUMS)
+}
+
+/// Whether `stored` lies on `patch` (grid, first cell and cells; its
+/// ghost layers may differ); the reason naming both when not.
+fn check_patch_field<L: Location>(
+    stored: &SpatialField<L>,
+    patch: &Patch,
+    name: &str,
+) -> Result<(), String> {
+    let from = stored.layout().patch();
+    if from.grid() == patch.grid()
+        && from.offset() == patch.offset()
+        && from.cells() == patch.cells()
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "field {name} was saved on a {:?}-cell grid (patch of {:?} cells from {:?}); this run's patch has {:?} cells from {:?} on a {:?}-cell grid; restart with the configuration the checkpoint was written with",
+        from.grid().cells(),
+        from.cells(),
+        from.offset(),
+        patch.cells(),
+        patch.offset(),
+        patch.grid().cells()
+    ))
 }
 
 /// Reads dataset `name` of `group` (a patch of `cells` cells from

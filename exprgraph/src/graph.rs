@@ -149,6 +149,29 @@ impl ExpressionGraph {
         &self.state.pool
     }
 
+    /// Whether the graph's persistent fields are allocated: always, unless
+    /// it was built with [`GraphOptions::deferred_storage`] and nothing has
+    /// read, written, rotated or executed it since.
+    ///
+    /// ```
+    /// use watershed_exprgraph::{ExpressionGraph, Factory, GraphOptions, Tag};
+    /// use watershed_fields::{CellCentre, Grid, LocationKind};
+    /// let u = Tag::none("u");
+    /// let mut factory = Factory::new();
+    /// factory.placeholder(u.clone(), LocationKind::CellCentre)?;
+    /// let patch = Grid::new([64, 64, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+    /// let options = GraphOptions { deferred_storage: true, ..GraphOptions::default() };
+    /// let graph = ExpressionGraph::build(&factory, &[u.clone()], &patch, &options)?;
+    /// graph.fill_placeholder(&u)?; // a flag: no memory yet
+    /// assert!(!graph.holds_storage());
+    /// assert_eq!(graph.with_field::<CellCentre, _>(&u, |f| f.values().map(|v| v[0]))??, 0.0);
+    /// assert!(graph.holds_storage());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn holds_storage(&self) -> bool {
+        !self.state.storage_pending.load(Ordering::Acquire)
+    }
+
     /// The patch the graph computes on.
     pub fn patch(&self) -> &Patch {
         &self.plan.patch
@@ -172,6 +195,7 @@ impl ExpressionGraph {
         f: impl FnOnce(&watershed_fields::SpatialField<L>) -> R,
     ) -> GraphResult<R> {
         let slot = self.slot(tag, "read")?;
+        self.state.allocate_storage(&self.plan)?;
         // With GPU nodes, fields change location during an execution and
         // kernels may still use them: wait for a running execution, and
         // make the CPU copy current (a copy from the GPU, read-only).
@@ -202,6 +226,7 @@ impl ExpressionGraph {
         f: impl FnOnce(&mut watershed_fields::SpatialField<L>) -> R,
     ) -> GraphResult<R> {
         let slot = self.slot(tag, "written")?;
+        self.state.allocate_storage(&self.plan)?;
         let _execution = self.waits_for_execution();
         self.current_on_cpu(slot, true)?;
         let _access = FieldAccess::enter(self);
@@ -462,6 +487,7 @@ impl ExpressionGraph {
         if slots.len() < 2 {
             return Ok(());
         }
+        self.state.allocate_storage(&self.plan)?;
         if in_field_access(self) {
             return Err(GraphError::Native(
                 "rotate_fields was called inside with_field of the same graph; call it after the access ends".into(),

@@ -72,6 +72,12 @@ pub struct GraphOptions {
     /// that fails falls back to pageable memory, counted in the pool's
     /// statistics ([`ExpressionGraph::pool`]). Set it to compare the two.
     pub host_memory: Option<HostMemory>,
+    /// Allocate the persistent fields when the graph is first used (a
+    /// field read or written, an execution, a rotation) rather than when
+    /// it is built: a graph kept for reads that may never come holds no
+    /// memory until then ([`ExpressionGraph::holds_storage`]). Field
+    /// versions and placeholders' provided flags work without storage.
+    pub deferred_storage: bool,
 }
 
 /// The immutable part of a graph: nodes, fields, edges, order, boxes and

@@ -256,6 +256,7 @@ impl ExpressionGraph {
             ));
         }
         let threads = checked_threads(mode)?;
+        self.state.allocate_storage(&self.plan)?;
         let _serial = self
             .state
             .execution

@@ -10,7 +10,7 @@ use crate::plan::{GraphOptions, GraphPlan};
 use crate::scheduler::Statistics;
 use crate::store::{AnyField, FieldStore};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use watershed_fields::{FieldInit, Lifetime, MemoryPool};
 
 /// What a graph's executions change (see the module docs).
@@ -42,27 +42,22 @@ pub(crate) struct ExecutionState {
     /// The first half of a split execution ran and kept its scratch
     /// fields for the second ([`crate::overlap`]).
     pub(crate) split_pending: AtomicBool,
+    /// The persistent fields are not allocated yet
+    /// ([`GraphOptions::deferred_storage`]); cleared under `storage_lock`.
+    pub(crate) storage_pending: AtomicBool,
+    pub(crate) storage_lock: Mutex<()>,
 }
 
 impl ExecutionState {
     /// The state of a fresh graph of `plan`: its persistent fields
     /// allocated (zero) from a pool of the host memory `options` ask for,
-    /// nothing provided, run or replayed yet.
+    /// or with [`GraphOptions::deferred_storage`] at the first
+    /// [`Self::allocate_storage`]; nothing provided, run or replayed yet.
     pub(crate) fn new(plan: &GraphPlan, options: &GraphOptions) -> GraphResult<Self> {
         let pool = MemoryPool::host(GraphPlan::host_memory(options));
         let store = FieldStore::with_slots(plan.fields.len());
-        for (slot, field) in plan.fields.iter().enumerate() {
-            if field.persistent {
-                let value = AnyField::new(
-                    field.location,
-                    &field.tag.name,
-                    &plan.patch,
-                    Lifetime::Persistent,
-                    &pool,
-                    FieldInit::Zero,
-                )?;
-                store.put(slot, Some(value));
-            }
+        if !options.deferred_storage {
+            allocate_persistent(plan, &pool, &store)?;
         }
         let field_count = plan.fields.len();
         Ok(ExecutionState {
@@ -79,6 +74,47 @@ impl ExecutionState {
             stream_ordered_scratch: AtomicBool::new(false),
             gpu_timeline: AtomicBool::new(false),
             split_pending: AtomicBool::new(false),
+            storage_pending: AtomicBool::new(options.deferred_storage),
+            storage_lock: Mutex::new(()),
         })
     }
+
+    /// Allocates the persistent fields of a graph built with
+    /// [`GraphOptions::deferred_storage`] (zero, as at a build without
+    /// it), once; nothing when they are allocated. A placeholder bound to
+    /// a field in the meantime keeps it.
+    pub(crate) fn allocate_storage(&self, plan: &GraphPlan) -> GraphResult<()> {
+        if !self.storage_pending.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _once = self.storage_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.storage_pending.load(Ordering::Acquire) {
+            allocate_persistent(plan, &self.pool, &self.store)?;
+            self.storage_pending.store(false, Ordering::Release);
+        }
+        Ok(())
+    }
+}
+
+/// Allocates (zero, from `pool`) every persistent field of `plan` whose
+/// slot in `store` is empty.
+fn allocate_persistent(plan: &GraphPlan, pool: &MemoryPool, store: &FieldStore) -> GraphResult<()> {
+    for (slot, field) in plan.fields.iter().enumerate() {
+        let empty = store.slots[slot]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none();
+        if field.persistent && empty {
+            let value = AnyField::new(
+                field.location,
+                &field.tag.name,
+                &plan.patch,
+                Lifetime::Persistent,
+                pool,
+                FieldInit::Zero,
+            )?;
+            store.put(slot, Some(value));
+        }
+    }
+    Ok(())
 }

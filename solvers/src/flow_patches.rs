@@ -294,7 +294,11 @@ impl FlowPatches {
 
     /// `mine` (`per_patch` values for each owned patch, in patch order)
     /// and every other rank's, in patch order (collective).
-    fn gather_per_patch(&self, mine: &[f64], per_patch: usize) -> SolverResult<Vec<f64>> {
+    pub(crate) fn gather_per_patch(
+        &self,
+        mine: &[f64],
+        per_patch: usize,
+    ) -> SolverResult<Vec<f64>> {
         let ranks = self.link.ranks();
         let counts = (0..ranks)
             .map(|rank| Ok(self.layout.owned_by(rank, ranks)?.len() * per_patch))

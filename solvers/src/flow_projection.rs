@@ -312,9 +312,8 @@ impl PatchProjection {
             graph.with_field::<CellCentre, _>(&self.divergence_tag, |from| {
                 take_window(from, rhs, [0; 3], false)
             })??;
-            // Otherwise the patch's psi is the last solution: the whole
-            // psi's interior when it was gathered at a step's end, newer
-            // within a step.
+            // Otherwise the patch's psi is the last solution (or what a
+            // restart put on the patch), newer within a step.
             if guess_from_whole {
                 whole.with_field::<CellCentre, _>(&self.psi_tag, |from| {
                     take_window(from, psi, offset, false)
@@ -329,6 +328,38 @@ impl PatchProjection {
         self.solving += started.elapsed();
         self.report = solved?;
         Ok(())
+    }
+
+    /// Whether `whole`'s `psi` was written since the patches' `psi` last
+    /// followed it (a restart from whole-domain files): the next solve
+    /// takes its guess from there.
+    pub(crate) fn whole_psi_written(&self, whole: &ExpressionGraph) -> SolverResult<bool> {
+        let version = whole.field_version(&self.psi_tag)?;
+        Ok(version.is_none() || version != self.psi_gathered.get())
+    }
+
+    /// The patches' `psi` follows `whole`'s at `version` (at the flow's
+    /// build, where both are zero).
+    pub(crate) fn follow_whole_psi(&self, version: Option<u64>) {
+        self.psi_gathered.set(version);
+    }
+
+    /// Puts the interior of `stored` (a checkpoint's `psi` of the owned
+    /// patch at `position`, the same cells) into that patch's `psi`, the
+    /// next solve's guess.
+    pub(crate) fn restore_psi(
+        &mut self,
+        position: usize,
+        stored: &SpatialField<CellCentre>,
+    ) -> SolverResult<()> {
+        let psi = self
+            .psi
+            .get_mut(position)
+            .ok_or_else(|| SolverError::Setup {
+                equation: "the flow's restart on patches".into(),
+                reason: format!("this rank owns no patch at position {position}"),
+            })?;
+        take_window(stored, psi, [0; 3], false)
     }
 
     /// Gathers the owned patches' `psi` interiors in patch order into

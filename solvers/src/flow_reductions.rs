@@ -84,12 +84,7 @@ impl PatchReductions {
         psi: &[SpatialField<CellCentre>],
         mode: ExecutionMode,
     ) -> SolverResult<()> {
-        for ((_, from), to) in momentum.graphs().into_iter().zip(self.graphs.graphs()) {
-            for &axis in &self.active {
-                let tag = &self.velocity[axis];
-                on_face!(axis, F => copy_field::<F>(from, tag, to, tag)?);
-            }
-        }
+        self.copy_velocity(momentum)?;
         if let Some(tag) = &self.psi {
             for (from, to) in psi.iter().zip(self.graphs.graphs()) {
                 to.with_field_mut::<CellCentre, _>(tag, |into| {
@@ -97,13 +92,35 @@ impl PatchReductions {
                 })??;
             }
         }
-        let tags: Vec<Tag> = self
-            .active
+        self.graphs
+            .exchange_and_execute(&self.velocity_tags(), mode)?;
+        Ok(())
+    }
+
+    /// Copies each owned patch's velocity from its momentum graph in
+    /// `momentum` (ghosts included) and exchanges its seams, without
+    /// reducing (collective): what a read of each patch needs.
+    pub(crate) fn take_velocity(&self, momentum: &FlowPatches) -> SolverResult<()> {
+        self.copy_velocity(momentum)?;
+        self.graphs.exchange(&self.velocity_tags())?;
+        Ok(())
+    }
+
+    fn copy_velocity(&self, momentum: &FlowPatches) -> SolverResult<()> {
+        for ((_, from), to) in momentum.graphs().into_iter().zip(self.graphs.graphs()) {
+            for &axis in &self.active {
+                let tag = &self.velocity[axis];
+                on_face!(axis, F => copy_field::<F>(from, tag, to, tag)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn velocity_tags(&self) -> Vec<Tag> {
+        self.active
             .iter()
             .map(|&a| self.velocity[a].clone())
-            .collect();
-        self.graphs.exchange_and_execute(&tags, mode)?;
-        Ok(())
+            .collect()
     }
 
     /// The graphs on the owned patches, in patch order.

@@ -57,6 +57,8 @@ use watershed_operators::{
     Reduction, Side, abs, cond, field, interior_sum, on, shift,
 };
 
+mod patch_state;
+
 const NAMES: [&str; 3] = ["u", "v", "w"];
 
 /// How the last projection went.
@@ -823,6 +825,10 @@ impl IncompressibleFlowBuilder {
         let options = GraphOptions {
             persistent,
             placement: self.placement.clone(),
+            // With the state on the patches this graph only receives the
+            // whole domain for a read: no memory until one comes
+            // (`patch_state`).
+            deferred_storage: decomposed,
             ..GraphOptions::default()
         };
         let graph = ExpressionGraph::build(&factory, &roots, &self.patch, &options)?;
@@ -959,6 +965,21 @@ impl IncompressibleFlowBuilder {
             })?),
             None => None,
         };
+        // The patches and `graph` hold the same (zero) velocity and `psi`:
+        // nothing needs taking from `graph`, whose storage then waits for
+        // a read.
+        let state_on_patches = if decomposed {
+            let versions = active
+                .iter()
+                .map(|&a| graph.field_version(&now[a]))
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(versions)
+        } else {
+            None
+        };
+        if let Some(projection) = &projection {
+            projection.follow_whole_psi(graph.field_version(&psi_tag)?);
+        }
         let mut immersed_faces = [(0, 0); 3];
         if let Some(immersed) = &immersed {
             for &axis in &active {
@@ -1026,13 +1047,13 @@ impl IncompressibleFlowBuilder {
             unforced,
             body_force: self.body_force,
             last_dt: None,
-            force_sums_of: None,
+            force_sums_of: Cell::new(None),
             patches,
             reductions,
             whole_stale: Cell::new(false),
-            // Nothing received yet: the first stage takes the velocity
-            // from `graph`.
-            state_on_patches: RefCell::new(decomposed.then(Vec::new)),
+            pressure_written: Cell::new(false),
+            patch_velocity_current: Cell::new(false),
+            state_on_patches: RefCell::new(state_on_patches),
             recording: SpanRecording::default(),
         })
     }
@@ -1418,7 +1439,7 @@ pub struct IncompressibleFlow {
     /// The version of the first velocity component whose bodies' weighted
     /// momentum a restart put back ([`IncompressibleFlow::restore_force_sums`]):
     /// the next step's force is then known as if no restart had happened.
-    force_sums_of: Option<u64>,
+    force_sums_of: Cell<Option<u64>>,
     /// With [`IncompressibleFlowBuilder::patches`]: the momentum graphs of
     /// this rank's patches; `graph` then holds the projection (replicated)
     /// or what reads the whole domain at a step's end (the state on the
@@ -1438,6 +1459,14 @@ pub struct IncompressibleFlow {
     /// With the state on the patches: whether the patches stepped since
     /// `graph` last received their velocity and `psi`.
     whole_stale: Cell<bool>,
+    /// With the state on the patches: whether the whole domain's pressure
+    /// was written (a restart from whole-domain files) since a stage last
+    /// formed it from `psi`; a patch's pressure is then cut from there.
+    pressure_written: Cell<bool>,
+    /// With the state on the patches: whether the reductions graphs hold
+    /// the patches' current velocity with its seams exchanged (after a
+    /// step, a write on the patches or [`IncompressibleFlow::refresh_patches`]).
+    patch_velocity_current: Cell<bool>,
     /// When recording for a trace: the work of a decomposed flow outside
     /// its graphs (the state's seams, the Poisson solves, the step's
     /// gather) since [`IncompressibleFlow::start_recording`].
@@ -1544,6 +1573,7 @@ impl IncompressibleFlow {
         f: impl FnOnce(&mut SpatialField<CellCentre>) -> R,
     ) -> SolverResult<R> {
         self.gather_whole()?;
+        self.pressure_written.set(true);
         Ok(self
             .graph
             .with_field_mut::<CellCentre, _>(&self.pressure, f)?)
@@ -1728,13 +1758,10 @@ impl IncompressibleFlow {
         let (Some(patches), Some(reductions)) = (&self.patches, &self.reductions) else {
             return Ok(None);
         };
-        // The step's reductions read this very velocity.
-        let reduced = self.speeds_of.get();
-        for &axis in &self.active {
-            let version = self.graph.field_version(&self.now[axis])?;
-            if version.is_none() || version != reduced[axis] {
-                return Ok(None);
-            }
+        // The reductions graphs hold the patches' velocity, which the
+        // whole domain's has not overwritten since.
+        if !self.patch_velocity_current.get() || self.whole_velocity_written()? {
+            return Ok(None);
         }
         let layout = patches.layout();
         for (index, graph) in patches.owned().zip(reductions.graphs()) {
@@ -1756,6 +1783,11 @@ impl IncompressibleFlow {
         &self,
         f: impl Fn([f64; 3]) -> f64,
     ) -> SolverResult<()> {
+        if let Some(patches) = &self.patches
+            && self.state_on_patches.borrow().is_some()
+        {
+            return self.set_velocity_on_patches::<F>(patches, f);
+        }
         // The component's boundary conditions at the flow's time, so that
         // the state (and a dump of it) holds them from the start.
         self.gather_whole()?;
@@ -1827,26 +1859,32 @@ impl IncompressibleFlow {
     /// was written since the patches last took it (initial values, a
     /// restart), each patch takes its window of it (not collective).
     fn patches_take_written_velocity(&self, patches: &FlowPatches) -> SolverResult<()> {
-        let mut versions = Vec::with_capacity(self.active.len());
-        for &axis in &self.active {
-            versions.push(self.graph.field_version(&self.now[axis])?);
-        }
-        let written =
-            versions.contains(&None) || self.state_on_patches.borrow().as_ref() != Some(&versions);
-        if written {
+        if self.whole_velocity_written()? {
             patches.take_state(&self.graph, &self.now)?;
+            *self.state_on_patches.borrow_mut() = Some(self.whole_velocity_versions()?);
+            self.patch_velocity_current.set(false);
         }
         Ok(())
+    }
+
+    /// With the state on the patches: whether the whole domain's velocity
+    /// was written since the patches last took it or gave it theirs.
+    fn whole_velocity_written(&self) -> SolverResult<bool> {
+        let versions = self.whole_velocity_versions()?;
+        Ok(versions.contains(&None) || self.state_on_patches.borrow().as_ref() != Some(&versions))
     }
 
     /// The number of interior points of velocity component `axis` over
     /// the whole domain (its layout only: nothing is gathered).
     fn interior_len(&self, axis: usize) -> SolverResult<usize> {
-        Ok(
-            on_face!(axis, F => self.graph.with_field::<F, _>(&self.now[axis], |u| {
-            u.layout().interior_len()
-        })?),
-        )
+        Ok(self.whole_layout(axis).interior_len())
+    }
+
+    /// The layout of velocity component `axis` over the whole domain
+    /// (nothing is read or allocated).
+    fn whole_layout(&self, axis: usize) -> watershed_fields::FieldLayout {
+        let kind = on_face!(axis, F => <F as watershed_fields::Location>::KIND);
+        watershed_fields::FieldLayout::new(self.graph.patch(), kind)
     }
 
     /// The interior maximum of `|u|` (prepared once per field).
@@ -1992,6 +2030,7 @@ impl IncompressibleFlow {
             .collect::<Result<Vec<_>, _>>()?;
         let from_whole =
             versions.contains(&None) || self.state_on_patches.borrow().as_ref() != Some(&versions);
+        self.patch_velocity_current.set(false);
         let started = Instant::now();
         let prepared = patches.prepare_state(&self.graph, &self.now, from_whole);
         self.recording.record(
@@ -2042,6 +2081,7 @@ impl IncompressibleFlow {
                 }
             }
         }
+        self.pressure_written.set(false);
         let last = stage.is_none_or(|index| index + 1 == self.integrator.stages().len());
         if last {
             // The new velocity's speeds, divergence and enstrophy, reduced
@@ -2056,6 +2096,7 @@ impl IncompressibleFlow {
                 Instant::now(),
             );
             self.whole_stale.set(true);
+            self.patch_velocity_current.set(true);
             let mut reduced = [None; 3];
             for &axis in &self.active {
                 reduced[axis] = self.graph.field_version(&self.now[axis])?;
@@ -2234,8 +2275,8 @@ impl IncompressibleFlow {
         let first = self.active[0];
         let version = self.graph.field_version(&self.now[first])?;
         let momentum_known = version.is_some()
-            && (version == self.speeds_of.get()[first] || version == self.force_sums_of);
-        self.force_sums_of = None;
+            && (version == self.speeds_of.get()[first] || version == self.force_sums_of.get());
+        self.force_sums_of.set(None);
         for reductions in &mut self.forces {
             reductions.previous = reductions.momentum();
         }
@@ -2307,7 +2348,8 @@ impl IncompressibleFlow {
             reductions.restore_momentum_sums([chunk[0], chunk[1], chunk[2]]);
         }
         let first = self.active[0];
-        self.force_sums_of = self.graph.field_version(&self.now[first])?;
+        self.force_sums_of
+            .set(self.graph.field_version(&self.now[first])?);
         Ok(())
     }
 
@@ -2354,6 +2396,14 @@ impl IncompressibleFlow {
     /// The first velocity component (its axis) and interior point that is
     /// not finite.
     fn first_non_finite_velocity(&self) -> SolverResult<Option<(usize, [isize; 3])>> {
+        if let Some(patches) = &self.patches
+            && self.state_on_patches.borrow().is_some()
+        {
+            self.patches_take_written_velocity(patches)?;
+            return Ok(self
+                .first_non_finite_on_patches(patches, None)?
+                .map(|found| (found.point.axis, found.point.cell)));
+        }
         for &axis in &self.active {
             let bad = on_face!(axis, F => self.component::<F, _>(axis, first_non_finite)??);
             if let Some(cell) = bad {
@@ -2443,10 +2493,8 @@ impl IncompressibleFlow {
             let axis = side.axis;
             // The points of the side: the last interior plane there (the
             // layout only: nothing is gathered).
-            let count = on_face!(axis, F => self.graph.with_field::<F, _>(&self.now[axis], |u| {
-                let interior = u.layout().interior();
-                interior.len() / (interior.hi[axis] - interior.lo[axis]).max(1) as usize
-            })?);
+            let interior = self.whole_layout(axis).interior();
+            let count = interior.len() / (interior.hi[axis] - interior.lo[axis]).max(1) as usize;
             let sum = match &self.patches {
                 Some(patches) if self.state_on_patches.borrow().is_some() => {
                     self.patches_take_written_velocity(patches)?;

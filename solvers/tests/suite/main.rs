@@ -14,6 +14,11 @@ mod immersed_force;
 mod lid_driven_cavity;
 mod patched;
 mod patched_flow;
+/// The flows on patches that `patched_flow` and `patched_flow_state`
+/// compare with the whole domain.
+#[path = "../support/patched_flow_case.rs"]
+mod patched_flow_case;
+mod patched_flow_state;
 mod patched_multigrid;
 mod restart_api;
 mod scalar_conservation;

@@ -12,10 +12,7 @@
 //! bits on one patch, and restart with their own bits. What cannot be
 //! decomposed is refused by name.
 
-#[path = "../support/patched_flow_case.rs"]
-mod case;
-
-use case::{
+use crate::patched_flow_case::{
     Match, cavity, cavity_grid, cavity_with_disc, compare, disc_channel_grid, past_a_disc,
     run_and_compare, set_taylor_green, taylor_green, taylor_green_grid,
 };
