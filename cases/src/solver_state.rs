@@ -16,40 +16,26 @@ use watershed_io::rank_dumps::create_patch_group;
 use watershed_solvers::windows::{cut_window, paste_window};
 use watershed_solvers::{IncompressibleFlow, PatchedTransport};
 
-/// Whether this rank leaves a decomposed `flow`'s whole-domain files to
-/// rank 0: the whole velocity, `psi` and pressure are gathered onto every
-/// rank when read ([`IncompressibleFlow::gather_whole`]), so rank 0 writes
-/// them without any other rank's part, and the others take part in the
-/// gather and write nothing.
-fn leaves_whole_files_to_rank_0(flow: &IncompressibleFlow) -> CaseResult<bool> {
-    if flow.rank().is_some_and(|(rank, _)| rank != 0) {
-        // Rank 0's reads gather from every rank: this rank's share.
-        flow.gather_whole()?;
-        return Ok(true);
-    }
-    Ok(false)
-}
-
 /// Dumps the velocity components (`u`, `v`, `w` on their faces), the
 /// pressure `p` of `flow`, and the cell-centred fields derived from them
-/// for viewing ([`crate::derived`]). On a rank other than 0 of a
-/// decomposed flow, only its part of the gather: rank 0 holds the same
-/// whole fields and writes them (the others' dumps go to files in memory
-/// that nobody reads).
+/// for viewing ([`crate::derived`]). Collective for a decomposed flow:
+/// rank 0 writes, the whole domain gathered onto it alone
+/// ([`IncompressibleFlow::on_root_with_whole`]); the others send their
+/// patches, hold no whole field and write nothing.
 pub fn dump_flow(flow: &IncompressibleFlow, group: &hdf5::Group) -> CaseResult<Vec<DumpedField>> {
-    if leaves_whole_files_to_rank_0(flow)? {
-        return Ok(Vec::new());
-    }
-    let mut written = Vec::new();
-    for &axis in flow.active_axes() {
-        let name = ["u", "v", "w"][axis];
-        written.push(on_face!(axis, F => {
-            flow.with_velocity::<F, _>(|u| dump_field(group, name, u))??
-        }));
-    }
-    written.push(flow.with_pressure(|p| dump_field(group, "p", p))??);
-    written.extend(dump_derived_flow_fields(flow, group, None)?);
-    Ok(written)
+    let written = flow.on_root_with_whole(|| -> CaseResult<Vec<DumpedField>> {
+        let mut written = Vec::new();
+        for &axis in flow.active_axes() {
+            let name = ["u", "v", "w"][axis];
+            written.push(on_face!(axis, F => {
+                flow.with_velocity::<F, _>(|u| dump_field(group, name, u))??
+            }));
+        }
+        written.push(flow.with_pressure(|p| dump_field(group, "p", p))??);
+        written.extend(dump_derived_flow_fields(flow, group, None)?);
+        Ok(written)
+    })?;
+    written.unwrap_or_else(|| Ok(Vec::new()))
 }
 
 /// The dataset of a flow's checkpoint holding its bodies' weighted
@@ -58,21 +44,20 @@ const FORCE_SUMS: &str = "force_sums";
 
 /// Saves the state of `flow` (velocity, projection potential, pressure,
 /// all with ghosts, and its bodies' weighted momentum sums when it
-/// computes forces) under names starting with `prefix`. On a rank other
-/// than 0 of a decomposed flow, only its part of the gather, as for
-/// [`dump_flow`].
+/// computes forces) under names starting with `prefix`. Collective for a
+/// decomposed flow: rank 0 writes, as for [`dump_flow`].
 pub fn save_flow(flow: &IncompressibleFlow, group: &hdf5::Group, prefix: &str) -> CaseResult<()> {
-    if leaves_whole_files_to_rank_0(flow)? {
-        return Ok(());
-    }
-    for &axis in flow.active_axes() {
-        let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
-        on_face!(axis, F => flow.with_velocity::<F, _>(|u| save_field(group, &name, u))??);
-    }
-    let (psi, p) = (format!("{prefix}psi"), format!("{prefix}p"));
-    flow.with_projection_potential(|field| save_field(group, &psi, field))??;
-    flow.with_pressure(|field| save_field(group, &p, field))??;
-    save_force_sums(flow, group, &format!("{prefix}{FORCE_SUMS}"))
+    let saved = flow.on_root_with_whole(|| -> CaseResult<()> {
+        for &axis in flow.active_axes() {
+            let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
+            on_face!(axis, F => flow.with_velocity::<F, _>(|u| save_field(group, &name, u))??);
+        }
+        let (psi, p) = (format!("{prefix}psi"), format!("{prefix}p"));
+        flow.with_projection_potential(|field| save_field(group, &psi, field))??;
+        flow.with_pressure(|field| save_field(group, &p, field))??;
+        save_force_sums(flow, group, &format!("{prefix}{FORCE_SUMS}"))
+    })?;
+    saved.unwrap_or(Ok(()))
 }
 
 /// Saves the bodies' weighted momentum sums of `flow` as dataset `name`

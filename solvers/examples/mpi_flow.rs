@@ -25,7 +25,7 @@ use mpi::traits::Communicator;
 use std::rc::Rc;
 use watershed_fields::halo_mpi::MpiLink;
 use watershed_fields::ranks::{RankLink, SingleProcess};
-use watershed_fields::{GhostWidth, PatchLayout};
+use watershed_fields::{GhostWidth, PatchLayout, YFace};
 use watershed_solvers::{IncompressibleFlowBuilder, SpaceOrder};
 
 /// Builds `builder` twice and compares 4 steps: with the projection
@@ -63,6 +63,86 @@ fn check(
     }
     let compared = run_and_compare(&mut whole, &mut spread, 4, &replicated, Match::Bits)?;
     Ok(compared + run_and_compare(&mut alone, &mut spread_solve, 4, &decomposed, Match::Bits)?)
+}
+
+/// The 3D Taylor-Green vortex on 2 x 1 x 2 patches across the ranks of
+/// `link`, set, stepped and read as a run writing one file per dump reads
+/// it ([`IncompressibleFlow::on_root_with_whole`]): rank 0 gets the bits
+/// of the same flow in one process at every point, and no other rank
+/// forms a whole-domain field; a read of the whole domain on every rank
+/// afterwards gathers it everywhere, with the same bits.
+///
+/// [`IncompressibleFlow::on_root_with_whole`]: watershed_solvers::IncompressibleFlow::on_root_with_whole
+fn check_reads_on_rank_0(link: Rc<dyn RankLink>) -> Result<usize, String> {
+    let grid = taylor_green_grid();
+    let patch = grid.whole_domain(1);
+    let layout = PatchLayout::new(&grid, [2, 1, 2], GhostWidth::uniform(1))
+        .map_err(|e| format!("reads on rank 0: {e}"))?;
+    let fail = |e: watershed_solvers::SolverError| format!("reads on rank 0: {e}");
+    let alone = taylor_green(&patch, SpaceOrder::Second)
+        .patches(layout.clone(), Rc::new(SingleProcess))
+        .build()
+        .map_err(fail)?;
+    let rank = link.rank();
+    let mut spread = taylor_green(&patch, SpaceOrder::Second)
+        .patches(layout, link)
+        .build()
+        .map_err(fail)?;
+    let mut alone = alone;
+    set_taylor_green(&alone);
+    set_taylor_green(&spread);
+    for _ in 0..2 {
+        let dt = alone.stable_time_step(0.5, 0.2).map_err(fail)?;
+        alone.step(dt).map_err(fail)?;
+        spread.step(dt).map_err(fail)?;
+    }
+    let on_root = spread
+        .on_root_with_whole(|| {
+            spread.with_velocity::<YFace, _>(|v| v.values().map(<[f64]>::to_vec))
+        })
+        .map_err(fail)?;
+    let reference = alone
+        .with_velocity::<YFace, _>(|v| v.values().map(<[f64]>::to_vec))
+        .map_err(fail)?
+        .map_err(|e| format!("reads on rank 0: {e}"))?;
+    let compare = |values: &[f64], what: &str| -> Result<usize, String> {
+        match values
+            .iter()
+            .zip(&reference)
+            .position(|(a, b)| a.to_bits() != b.to_bits())
+        {
+            None if values.len() == reference.len() => Ok(values.len()),
+            None => Err(format!(
+                "{what}: {} points, {} in one process",
+                values.len(),
+                reference.len()
+            )),
+            Some(i) => Err(format!("{what}: point {i} differs from one process's")),
+        }
+    };
+    let mut compared = 0;
+    match on_root {
+        Some(values) => {
+            let values = values
+                .map_err(fail)?
+                .map_err(|e| format!("reads on rank 0: {e}"))?;
+            compared += compare(&values, "v gathered onto rank 0")?;
+        }
+        None if rank == 0 => return Err("rank 0 got nothing to read".into()),
+        None if spread.graph().holds_storage() => {
+            return Err(format!(
+                "rank {rank} formed the whole domain for rank 0's reads"
+            ));
+        }
+        None => {}
+    }
+    // A read on every rank gathers onto every rank.
+    let everywhere = spread
+        .with_velocity::<YFace, _>(|v| v.values().map(<[f64]>::to_vec))
+        .map_err(fail)?
+        .map_err(|e| format!("reads on rank 0: {e}"))?;
+    compared += compare(&everywhere, "v gathered onto every rank")?;
+    Ok(compared)
 }
 
 fn main() {
@@ -130,7 +210,8 @@ fn main() {
         false,
         "cavity with a disc [2, 2, 1]",
     ));
+    done(check_reads_on_rank_0(link.clone()));
     println!(
-        "rank {rank} of {ranks}: {compared} points of the flows on patches have the same bits over 4 steps of 5 cases (replicated projection against the whole domain, projection on patches against one process); time steps, kinetic energy and enstrophy equal"
+        "rank {rank} of {ranks}: {compared} points of the flows on patches have the same bits over 4 steps of 5 cases (replicated projection against the whole domain, projection on patches against one process); time steps, kinetic energy and enstrophy equal; the vortex gathered onto rank 0 alone for its reads (no whole field elsewhere), then onto every rank, with one process's bits"
     );
 }

@@ -383,6 +383,43 @@ impl FlowPatches {
         Ok(())
     }
 
+    /// [`Self::gather`] onto rank 0 alone (collective): rank 0 places every
+    /// patch's interior into `whole`'s field `into` and returns `true`;
+    /// the others send theirs, touch `whole` not at all (its fields are
+    /// not even allocated there) and return `false`.
+    pub(crate) fn gather_to_root(
+        &self,
+        from: &[Tag; 3],
+        whole: &ExpressionGraph,
+        into: &[Tag; 3],
+    ) -> SolverResult<bool> {
+        let started = Instant::now();
+        let mut received = false;
+        for (component, &axis) in self.active.iter().enumerate() {
+            let counts = &self.counts[component];
+            let mut mine = Vec::with_capacity(counts[self.link.rank()]);
+            for graph in self.momentum.graphs() {
+                on_face!(axis, F => graph.with_field::<F, _>(&from[axis], |u| {
+                    append_interior(u, &mut mine)
+                })??);
+            }
+            let Some(all) = self.link.gather_to_root(&mine, counts)? else {
+                continue;
+            };
+            drop(mine);
+            on_face!(axis, F => whole.with_field_mut::<F, _>(&into[axis], |u| -> SolverResult<()> {
+                let mut at = 0;
+                for part in &self.parts {
+                    at = place_interior(&all, at, &part.components[component], part.offset, u)?;
+                }
+                Ok(())
+            })??);
+            received = true;
+        }
+        self.spent(started);
+        Ok(received)
+    }
+
     /// Copies each owned patch's corrected velocity `next` from its graph
     /// in `corrected` (one per owned patch, in patch order) into the same
     /// level of its momentum graph, ghosts included.

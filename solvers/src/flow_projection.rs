@@ -367,22 +367,53 @@ impl PatchProjection {
     /// conditions, as the whole domain's solve leaves them (collective).
     pub(crate) fn gather_psi(&self, whole: &ExpressionGraph) -> SolverResult<()> {
         let started = Instant::now();
+        let mine = self.own_psi()?;
+        let all = self.link.gather_in_rank_order(&mine, &self.counts)?;
+        self.place_psi(&all, whole)?;
+        self.spent(started);
+        Ok(())
+    }
+
+    /// [`Self::gather_psi`] onto rank 0 alone (collective): `true` on
+    /// rank 0, which received it; the others send theirs and leave
+    /// `whole` alone.
+    pub(crate) fn gather_psi_to_root(&self, whole: &ExpressionGraph) -> SolverResult<bool> {
+        let started = Instant::now();
+        let mine = self.own_psi()?;
+        let received = match self.link.gather_to_root(&mine, &self.counts)? {
+            Some(all) => {
+                self.place_psi(&all, whole)?;
+                true
+            }
+            None => false,
+        };
+        self.spent(started);
+        Ok(received)
+    }
+
+    /// The owned patches' `psi` interiors, in patch order.
+    fn own_psi(&self) -> SolverResult<Vec<f64>> {
         let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
         for psi in &self.psi {
             append_interior(psi, &mut mine)?;
         }
-        let all = self.link.gather_in_rank_order(&mine, &self.counts)?;
+        Ok(mine)
+    }
+
+    /// Places every patch's `psi` interior (`all`, in patch order) into
+    /// `whole`'s `psi` and fills its ghosts with the projection's
+    /// conditions.
+    fn place_psi(&self, all: &[f64], whole: &ExpressionGraph) -> SolverResult<()> {
         let walls = &self.walls;
         let parts = &self.parts;
         whole.with_field_mut::<CellCentre, _>(&self.psi_tag, |psi| -> SolverResult<()> {
             let mut at = 0;
             for (offset, layout) in parts {
-                at = place_interior(&all, at, layout, *offset, psi)?;
+                at = place_interior(all, at, layout, *offset, psi)?;
             }
             walls.apply(psi)
         })??;
         self.psi_gathered.set(whole.field_version(&self.psi_tag)?);
-        self.spent(started);
         Ok(())
     }
 

@@ -1050,7 +1050,8 @@ impl IncompressibleFlowBuilder {
             force_sums_of: Cell::new(None),
             patches,
             reductions,
-            whole_stale: Cell::new(false),
+            whole: Cell::new(WholeState::Current),
+            root_reads: Cell::new(false),
             pressure_written: Cell::new(false),
             patch_velocity_current: Cell::new(false),
             state_on_patches: RefCell::new(state_on_patches),
@@ -1174,6 +1175,21 @@ fn reduction_home<'a>(
 
 /// The error of a flow whose state should be on patches but has none (a
 /// construction fault, not a user's).
+/// Where a decomposed flow's whole-domain fields (its own graph's) stand
+/// against its patches; the same on every rank, since every change is
+/// collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WholeState {
+    /// They hold the patches' state (or the flow's state lives there).
+    Current,
+    /// The patches stepped or were written since: a read gathers.
+    Stale,
+    /// Gathered onto rank 0 alone ([`IncompressibleFlow::on_root_with_whole`]):
+    /// current on rank 0 for its reads there, behind elsewhere; any other
+    /// read gathers onto every rank.
+    OnRoot,
+}
+
 fn state_not_on_patches() -> SolverError {
     SolverError::Setup {
         equation: "incompressible flow on patches".into(),
@@ -1458,7 +1474,10 @@ pub struct IncompressibleFlow {
     reductions: Option<PatchReductions>,
     /// With the state on the patches: whether the patches stepped since
     /// `graph` last received their velocity and `psi`.
-    whole_stale: Cell<bool>,
+    whole: Cell<WholeState>,
+    /// Rank 0 is inside [`IncompressibleFlow::on_root_with_whole`]: its
+    /// readers take the whole domain as it was gathered onto it.
+    root_reads: Cell<bool>,
     /// With the state on the patches: whether the whole domain's pressure
     /// was written (a restart from whole-domain files) since a stage last
     /// formed it from `psi`; a patch's pressure is then cut from there.
@@ -2095,7 +2114,7 @@ impl IncompressibleFlow {
                 started,
                 Instant::now(),
             );
-            self.whole_stale.set(true);
+            self.whole.set(WholeState::Stale);
             self.patch_velocity_current.set(true);
             let mut reduced = [None; 3];
             for &axis in &self.active {
@@ -2124,16 +2143,16 @@ impl IncompressibleFlow {
     /// writes nothing, say) calls this instead. The speeds and the
     /// enstrophy the patches reduced stay valid for the velocity gathered.
     pub fn gather_whole(&self) -> SolverResult<()> {
-        if !self.whole_stale.get() {
-            return Ok(());
+        match self.whole.get() {
+            WholeState::Current => return Ok(()),
+            // Rank 0's reads inside `on_root_with_whole`.
+            WholeState::OnRoot if self.root_reads.get() => return Ok(()),
+            WholeState::OnRoot | WholeState::Stale => {}
         }
         let (Some(patches), Some(projection)) = (&self.patches, &self.projection) else {
             return Err(state_not_on_patches());
         };
-        let mut before = [None; 3];
-        for &axis in &self.active {
-            before[axis] = self.graph.field_version(&self.now[axis])?;
-        }
+        let before = self.whole_versions_by_axis()?;
         let started = Instant::now();
         patches.gather(&self.now, &self.graph, &self.now)?;
         projection.gather_psi(&self.graph)?;
@@ -2143,8 +2162,66 @@ impl IncompressibleFlow {
             started,
             Instant::now(),
         );
+        self.whole.set(WholeState::Current);
+        self.whole_received(before)
+    }
+
+    /// The versions of the whole domain's velocity components, by axis
+    /// (nothing is read or allocated).
+    fn whole_versions_by_axis(&self) -> SolverResult<[Option<u64>; 3]> {
+        let mut versions = [None; 3];
+        for &axis in &self.active {
+            versions[axis] = self.graph.field_version(&self.now[axis])?;
+        }
+        Ok(versions)
+    }
+
+    /// Runs `f` on rank 0 only, with the whole domain's velocity, `psi`
+    /// and pressure gathered onto rank 0 alone when the flow's state
+    /// lives on the patches (collective: every rank calls it at the same
+    /// point; the others send their patches and hold no whole field).
+    /// Inside `f` rank 0 reads the whole domain through the flow's
+    /// readers ([`Self::with_velocity`], ...) without any further
+    /// gather, so `f` must make no collective call. Returns `f`'s result
+    /// on rank 0 (and on an undecomposed flow, which has no ranks), `None`
+    /// on the others: what writes a file of the whole domain.
+    pub fn on_root_with_whole<R>(&self, f: impl FnOnce() -> R) -> SolverResult<Option<R>> {
+        let root = self.rank().is_none_or(|(rank, _)| rank == 0);
+        if self.whole.get() == WholeState::Stale {
+            let (Some(patches), Some(projection)) = (&self.patches, &self.projection) else {
+                return Err(state_not_on_patches());
+            };
+            let before = self.whole_versions_by_axis()?;
+            let started = Instant::now();
+            let received = patches.gather_to_root(&self.now, &self.graph, &self.now)?;
+            let received_psi = projection.gather_psi_to_root(&self.graph)?;
+            self.recording.record(
+                EXCHANGE_TRACK,
+                "gather of the velocity and psi onto rank 0",
+                started,
+                Instant::now(),
+            );
+            self.whole.set(WholeState::OnRoot);
+            if received && received_psi {
+                self.whole_received(before)?;
+            }
+        }
+        if !root {
+            return Ok(None);
+        }
+        self.root_reads.set(true);
+        let result = f();
+        self.root_reads.set(false);
+        Ok(Some(result))
+    }
+
+    /// After the whole domain's velocity and `psi` arrived from the
+    /// patches: forms the pressure, and carries the tokens of what the
+    /// patches reduced and hold over to the velocity received.
+    /// `before`: the versions of the whole domain's velocity before it
+    /// arrived.
+    fn whole_received(&self, before: [Option<u64>; 3]) -> SolverResult<()> {
         self.graph.execute(self.mode)?;
-        self.whole_stale.set(false);
         let mut versions = Vec::with_capacity(self.active.len());
         let mut after = [None; 3];
         for &axis in &self.active {

@@ -32,7 +32,7 @@
 //!
 //! [`IncompressibleFlowBuilder::patches`]: crate::IncompressibleFlowBuilder::patches
 
-use super::{IncompressibleFlow, NAMES, state_not_on_patches};
+use super::{IncompressibleFlow, NAMES, WholeState, state_not_on_patches};
 use crate::error::{SolverError, SolverResult};
 use crate::flow_patches::FlowPatches;
 use crate::windows::{paste_window, take_window};
@@ -135,7 +135,7 @@ impl IncompressibleFlow {
             // Left for the first step's check, as in the whole domain.
             Some(_) => {
                 *self.state_on_patches.borrow_mut() = Some(self.whole_velocity_versions()?);
-                self.whole_stale.set(true);
+                self.whole.set(WholeState::Stale);
                 self.force_sums_of.set(None);
                 self.speeds_of.set([None; 3]);
                 self.vorticity_of.set(None);
@@ -165,7 +165,7 @@ impl IncompressibleFlow {
     fn reduce_written_patches(&self) -> SolverResult<()> {
         let versions = self.whole_velocity_versions()?;
         *self.state_on_patches.borrow_mut() = Some(versions.clone());
-        self.whole_stale.set(true);
+        self.whole.set(WholeState::Stale);
         self.force_sums_of.set(None);
         self.vorticity_of.set(None);
         self.speeds_of.set([None; 3]);

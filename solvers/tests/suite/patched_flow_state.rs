@@ -325,3 +325,39 @@ fn a_velocity_set_on_patches_that_is_not_finite_is_named_at_the_first_step() {
     }
     assert!(!flow.graph().holds_storage());
 }
+
+#[test]
+fn reads_on_rank_0_of_one_process_are_the_whole_domains() {
+    // One process is rank 0: `on_root_with_whole` runs its closure with
+    // the whole domain gathered, and a later read on every rank (here the
+    // same one) finds it gathered again, with the same bits.
+    let (mut flow, mut twin) = (vortex_on_patches(), vortex_on_patches());
+    set_vortex(&flow);
+    set_vortex(&twin);
+    let dt = flow.stable_time_step(0.5, 0.2).unwrap();
+    flow.step(dt).unwrap();
+    twin.step(dt).unwrap();
+    assert!(!flow.graph().holds_storage());
+    let on_root = flow
+        .on_root_with_whole(|| {
+            flow.with_pressure(|p| p.values().unwrap().to_vec())
+                .unwrap()
+        })
+        .unwrap()
+        .expect("one process is rank 0");
+    let whole = twin
+        .with_pressure(|p| p.values().unwrap().to_vec())
+        .unwrap();
+    assert_eq!(
+        on_root.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        whole.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    run_and_compare(
+        &mut twin,
+        &mut flow,
+        1,
+        "after a read on rank 0",
+        Match::Bits,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
