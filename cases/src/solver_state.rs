@@ -299,12 +299,12 @@ pub fn load_own_flow_patches(
                 let name = ["u", "v", "w"][axis];
                 on_face!(axis, F => {
                     let stored: SpatialField<F> = read_field(&group, name)?;
-                    check_patch_field(&stored, &patch, name).map_err(restart)?;
+                    check_patch_field(&stored, &patch, &group, name).map_err(restart)?;
                     flow.restore_patch_velocity::<F>(&stored)?
                 });
             }
             let stored: SpatialField<CellCentre> = read_field(&group, "psi")?;
-            check_patch_field(&stored, &patch, "psi").map_err(restart)?;
+            check_patch_field(&stored, &patch, &group, "psi").map_err(restart)?;
             flow.restore_patch_projection_potential(&stored)?;
         }
         flow.finish_patch_restore(scale, time, step)?;
@@ -327,28 +327,34 @@ pub fn load_own_flow_patches(
     load_force_sums(flow, &file, FORCE_SUMS)
 }
 
-/// Whether `stored` lies on `patch` (grid, first cell and cells; its
-/// ghost layers may differ); the reason naming both when not.
+/// Whether `stored` (dataset `name` of `group`) lies on `patch` with its
+/// ghost layers (another space order has others); the reason naming both
+/// when not.
 fn check_patch_field<L: Location>(
     stored: &SpatialField<L>,
     patch: &Patch,
+    group: &hdf5::Group,
     name: &str,
 ) -> Result<(), String> {
     let from = stored.layout().patch();
     if from.grid() == patch.grid()
         && from.offset() == patch.offset()
         && from.cells() == patch.cells()
+        && from.ghosts() == patch.ghosts()
     {
         return Ok(());
     }
     Err(format!(
-        "field {name} was saved on a {:?}-cell grid (patch of {:?} cells from {:?}); this run's patch has {:?} cells from {:?} on a {:?}-cell grid; restart with the configuration the checkpoint was written with",
+        "field {name} of {} was saved on a {:?}-cell grid (patch of {:?} cells from {:?}, ghosts {:?}); this run's patch has {:?} cells from {:?} on a {:?}-cell grid (ghosts {:?}); restart with the configuration the checkpoint was written with",
+        group.name(),
         from.grid().cells(),
         from.cells(),
         from.offset(),
+        from.ghosts(),
         patch.cells(),
         patch.offset(),
-        patch.grid().cells()
+        patch.grid().cells(),
+        patch.ghosts()
     ))
 }
 

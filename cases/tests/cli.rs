@@ -1944,7 +1944,8 @@ fn the_trace_of_a_decomposed_flow_shows_its_solves_and_exchanges() {
     // solve and one state exchange per step, the step's reductions on the
     // patches once a step and after the initial projection, and the
     // gather of the whole velocity and psi only for what reads them (the
-    // last dump; the energy each step adds the patches' sums).
+    // last dump, onto rank 0 alone; the energy each step adds the
+    // patches' sums).
     let solves = trace
         .matches("\"name\":\"div(u*), the solve and its exchanges\"")
         .count();
@@ -1955,6 +1956,9 @@ fn the_trace_of_a_decomposed_flow_shows_its_solves_and_exchanges() {
     let gathers = trace
         .matches("\"name\":\"gather of the velocity and psi\"")
         .count();
+    let onto_rank_0 = trace
+        .matches("\"name\":\"gather of the velocity and psi onto rank 0\"")
+        .count();
     assert!(
         solves >= 3 && seams == solves,
         "{solves} solves, {seams} state exchanges"
@@ -1963,7 +1967,11 @@ fn the_trace_of_a_decomposed_flow_shows_its_solves_and_exchanges() {
         reductions == 4 && reductions <= solves + 1,
         "{reductions} step reductions, {solves} solves"
     );
-    assert_eq!(gathers, 1, "{gathers} gathers of the whole velocity");
+    assert_eq!(
+        (gathers, onto_rank_0),
+        (0, 1),
+        "gathers of the whole velocity onto every rank, onto rank 0"
+    );
     assert!(trace.contains("correction patch 3"), "{head}");
 }
 
