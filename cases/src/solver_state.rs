@@ -55,6 +55,11 @@ pub fn save_flow(flow: &IncompressibleFlow, group: &hdf5::Group, prefix: &str) -
         let (psi, p) = (format!("{prefix}psi"), format!("{prefix}p"));
         flow.with_projection_potential(|field| save_field(group, &psi, field))??;
         flow.with_pressure(|field| save_field(group, &p, field))??;
+        save_series(
+            group,
+            &format!("{prefix}{PRESSURE_SCALE}"),
+            &[flow.pressure_scale()],
+        )?;
         save_force_sums(flow, group, &format!("{prefix}{FORCE_SUMS}"))
     })?;
     saved.unwrap_or(Ok(()))
@@ -90,7 +95,11 @@ fn load_force_sums(
         })
 }
 
-/// Restores what [`save_flow`] saved and sets the clock.
+/// Restores what [`save_flow`] saved and sets the clock. A flow whose
+/// state lives on the patches, from a checkpoint that keeps the
+/// pressure's scale, reads only its own patches' windows into them
+/// (nothing of the whole domain is formed on any rank); otherwise every
+/// rank reads the whole fields.
 pub fn load_flow(
     flow: &mut IncompressibleFlow,
     group: &hdf5::Group,
@@ -98,6 +107,33 @@ pub fn load_flow(
     time: f64,
     step: u64,
 ) -> CaseResult<()> {
+    let scale = format!("{prefix}{PRESSURE_SCALE}");
+    if flow.state_lives_on_patches() && group.link_exists(&scale) {
+        let scale = single_value(group, &scale)?;
+        let Some(layout) = flow.patch_layout().cloned() else {
+            return Err(CaseError::Usage(
+                "a flow whose state lives on patches has no patch layout".into(),
+            ));
+        };
+        let whole = flow.graph().patch().clone();
+        for index in flow.owned_patches().unwrap_or_default() {
+            let patch = layout.patch(index)?;
+            for axis in flow.active_axes().to_vec() {
+                let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
+                on_face!(axis, F => {
+                    check_stored_layout::<F>(group, &name, &whole)?;
+                    let stored: SpatialField<F> = read_field_window(group, &name, &patch)?;
+                    flow.restore_patch_velocity::<F>(&stored)?
+                });
+            }
+            let psi = format!("{prefix}psi");
+            check_stored_layout::<CellCentre>(group, &psi, &whole)?;
+            let stored: SpatialField<CellCentre> = read_field_window(group, &psi, &patch)?;
+            flow.restore_patch_projection_potential(&stored)?;
+        }
+        flow.finish_patch_restore(scale, time, step)?;
+        return load_force_sums(flow, group, &format!("{prefix}{FORCE_SUMS}"));
+    }
     for axis in flow.active_axes().to_vec() {
         let name = format!("{prefix}{}", ["u", "v", "w"][axis]);
         on_face!(axis, F => flow.with_velocity_mut::<F, _>(|u| load_field(group, &name, u))??);
@@ -107,6 +143,47 @@ pub fn load_flow(
     flow.with_pressure_mut(|field| load_field(group, &p, field))??;
     flow.set_clock(time, step)?;
     load_force_sums(flow, group, &format!("{prefix}{FORCE_SUMS}"))
+}
+
+/// Refuses dataset `name` of `group` unless it was saved from the whole
+/// domain `whole` with its ghost layers (what [`load_field`] checks),
+/// reading its attributes alone.
+fn check_stored_layout<L: Location>(
+    group: &hdf5::Group,
+    name: &str,
+    whole: &Patch,
+) -> CaseResult<()> {
+    let from = watershed_fields::io::stored_layout::<L, f64>(group, name)?;
+    let to = FieldLayout::new(whole, L::KIND);
+    if from == to && from.patch().grid() == to.patch().grid() {
+        return Ok(());
+    }
+    Err(CaseError::Restart {
+        path: std::path::PathBuf::from(group.filename()),
+        reason: format!(
+            "field {name} was saved on a {:?}-cell grid (patch {:?} cells, ghosts {:?}); this run has {:?} cells (patch {:?}, ghosts {:?}); restart with the configuration the checkpoint was written with",
+            from.patch().grid().cells(),
+            from.patch().cells(),
+            from.ghosts(),
+            to.patch().grid().cells(),
+            to.patch().cells(),
+            to.ghosts()
+        ),
+    })
+}
+
+/// The one value of dataset `name` of `group` (a series of length 1).
+fn single_value(group: &hdf5::Group, name: &str) -> CaseResult<f64> {
+    match load_series(group, name)?[..] {
+        [value] => Ok(value),
+        ref values => Err(CaseError::Restart {
+            path: std::path::PathBuf::from(group.filename()),
+            reason: format!(
+                "dataset {name} holds {} values, not 1: the file is damaged",
+                values.len()
+            ),
+        }),
+    }
 }
 
 /// The patch layout of a decomposed `flow`, or an error saying that
@@ -198,10 +275,10 @@ fn patch_part<L: Location, W>(
     Ok(write(&part))
 }
 
-/// The dataset of a checkpoint per rank holding the flow's pressure
-/// scale `1/(b dt)` of the last stage
-/// ([`IncompressibleFlow::pressure_scale`]), with which a restart forms
-/// the pressure from `psi` on the patches.
+/// The dataset of a flow's checkpoint (per rank, or after the prefix in
+/// one file) holding its pressure scale `1/(b dt)` of the last stage
+/// ([`IncompressibleFlow::pressure_scale`]), with which a restart on the
+/// patches forms the pressure from `psi`.
 const PRESSURE_SCALE: &str = "pressure_scale";
 
 /// For a checkpoint per rank ([`crate::checkpoint`]): saves what
@@ -278,16 +355,7 @@ pub fn load_own_flow_patches(
     patches.check_patch_count(layout.len())?;
     let (file, _) = patches.patch(0)?;
     if flow.state_lives_on_patches() && file.link_exists(PRESSURE_SCALE) {
-        let scale = load_series(&file, PRESSURE_SCALE)?;
-        let [scale] = scale[..] else {
-            return Err(CaseError::Restart {
-                path: std::path::PathBuf::from(file.filename()),
-                reason: format!(
-                    "dataset {PRESSURE_SCALE} holds {} values, not 1: the file is damaged",
-                    scale.len()
-                ),
-            });
-        };
+        let scale = single_value(&file, PRESSURE_SCALE)?;
         for index in flow.owned_patches().unwrap_or_default() {
             let patch = layout.patch(index)?;
             let (_file, group) = patches.patch(index)?;

@@ -1975,6 +1975,65 @@ fn the_trace_of_a_decomposed_flow_shows_its_solves_and_exchanges() {
     assert!(trace.contains("correction patch 3"), "{head}");
 }
 
+/// A decomposed flow's checkpoint in one file restarts with each rank
+/// reading only its own patches' windows (the pressure formed from `psi`
+/// with the scale the checkpoint keeps) to the bits of a straight run,
+/// and another space order (other ghost layers) is refused naming the
+/// file, the field and both layouts, before anything is read.
+#[test]
+fn a_flows_checkpoint_in_one_file_restarts_its_patches_bitwise_and_refuses_another_order() {
+    let dir = temp();
+    let cavity = [
+        "run",
+        "lid-driven-cavity",
+        "--set",
+        "cells=16",
+        "--set",
+        "patches=2,2,1",
+        "--quiet",
+    ];
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&str> = cavity.to_vec();
+        args.extend_from_slice(extra);
+        watershed_in(dir.path(), &args)
+    };
+    let straight = run(&["--steps", "4", "--dump-every", "4", "--output", "straight"]);
+    assert!(matches!(straight.code, 0 | 3), "{}", straight.stderr);
+    let first = run(&["--steps", "2", "--checkpoint-every", "2", "--output", "o"]);
+    assert!(matches!(first.code, 0 | 3), "{}", first.stderr);
+    let restart = |extra: &[&str]| {
+        let mut args = vec![
+            "--restart",
+            "o/checkpoint_00000002.h5",
+            "--steps",
+            "4",
+            "--output",
+            "o",
+            "--dump-every",
+            "4",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let other_order = restart(&["--set", "space_order=4"]);
+    assert_eq!(other_order.code, 2, "{}", other_order.stderr);
+    assert!(
+        other_order.stderr.contains("checkpoint_00000002.h5")
+            && other_order
+                .stderr
+                .contains("field u was saved on a [16, 16, 1]-cell grid")
+            && other_order.stderr.contains("minus: [3, 3, 0]"),
+        "{}",
+        other_order.stderr
+    );
+    let resumed = restart(&[]);
+    assert!(matches!(resumed.code, 0 | 3), "{}", resumed.stderr);
+    assert_eq!(
+        dataset_bits(&dir.path().join("o/lid-driven-cavity_00000004.h5")),
+        dataset_bits(&dir.path().join("straight/lid-driven-cavity_00000004.h5"))
+    );
+}
+
 /// A checkpoint written per rank (--per-rank-files) restarts, in a run
 /// that writes whole dumps, to the bits of a straight run; without one of
 /// its rank files, or on another patch layout, it is refused naming the

@@ -341,6 +341,17 @@ pub fn read_field_window<L: Location, T: FieldScalar>(
     Ok(field)
 }
 
+/// The layout dataset `name` of `group` was written from (its patch with
+/// ghosts and location), from its attributes alone: nothing of its
+/// values is read. Errors as [`read_field`] for a dataset that is missing,
+/// of another location or type, or whose attributes do not hold.
+pub fn stored_layout<L: Location, T: FieldScalar>(
+    group: &hdf5::Group,
+    name: &str,
+) -> FieldResult<FieldLayout> {
+    Ok(stored_field::<L, T>(group, name)?.layout)
+}
+
 /// A field dataset's attributes, checked: the dataset, the field's name,
 /// the patch and layout it was written from, and the box it stores.
 struct StoredField {
