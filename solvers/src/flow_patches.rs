@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 use watershed_exprgraph::patched::PatchedGraphs;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, GraphError, GraphLocation, Tag};
 use watershed_fields::ranks::RankLink;
-use watershed_fields::{FieldLayout, Location, Patch, PatchLayout};
+use watershed_fields::{FieldLayout, IndexBox, Location, Patch, PatchLayout};
 use watershed_fields::{FieldResult, on_face};
 use watershed_operators::{Side, field, interior_sum};
 
@@ -418,6 +418,96 @@ impl FlowPatches {
         }
         self.spent(started);
         Ok(received)
+    }
+
+    /// The values of `window`'s interior points (a box of the whole
+    /// domain, `window` with no ghosts; a face field's interior as
+    /// [`FieldLayout`] lays it out) of every patch's field, in patch order
+    /// (collective): each owned patch gives the points of its own
+    /// interior that lie in the window, read by `read` (its field in
+    /// patch-local indices), and every rank assembles them into a new
+    /// field of location `L` on `window`. What a case reads along a line
+    /// or a few rows, without the whole domain.
+    pub(crate) fn gather_window<L: Location>(
+        &self,
+        window: &Patch,
+        read: impl Fn(usize, &mut dyn FnMut(&watershed_fields::SpatialField<L>)) -> SolverResult<()>,
+    ) -> SolverResult<watershed_fields::SpatialField<L>> {
+        let started = Instant::now();
+        let target = FieldLayout::new(window, L::KIND);
+        let shift_of = |patch: &Patch| patch.offset().map(|o| o as isize);
+        let window_box = {
+            let interior = target.interior();
+            let at = shift_of(window);
+            IndexBox::new(
+                [0, 1, 2].map(|a| interior.lo[a] + at[a]),
+                [0, 1, 2].map(|a| interior.hi[a] + at[a]),
+            )
+        };
+        // Each patch's interior points in the window, in global indices.
+        let parts = (0..self.layout.len())
+            .map(|index| {
+                let patch = self.layout.patch(index)?;
+                let interior = FieldLayout::new(&patch, L::KIND).interior();
+                let at = shift_of(&patch);
+                let global = IndexBox::new(
+                    [0, 1, 2].map(|a| interior.lo[a] + at[a]),
+                    [0, 1, 2].map(|a| interior.hi[a] + at[a]),
+                );
+                Ok((at, global.intersect(&window_box)))
+            })
+            .collect::<SolverResult<Vec<_>>>()?;
+        let ranks = self.link.ranks();
+        let counts = (0..ranks)
+            .map(|rank| {
+                Ok(self
+                    .layout
+                    .owned_by(rank, ranks)?
+                    .map(|index| parts[index].1.len())
+                    .sum())
+            })
+            .collect::<FieldResult<Vec<usize>>>()?;
+        let mut mine = Vec::with_capacity(counts[self.link.rank()]);
+        for (position, index) in self.owned.clone().enumerate() {
+            let (at, points) = parts[index];
+            let mut failure = None;
+            read(position, &mut |field| {
+                let values = match field.values() {
+                    Ok(values) => values,
+                    Err(error) => {
+                        failure = Some(error);
+                        return;
+                    }
+                };
+                let layout = field.layout();
+                for point in points.iter() {
+                    let local = [0, 1, 2].map(|a| point[a] - at[a]);
+                    mine.push(values[layout.linear_index(local)]);
+                }
+            })?;
+            if let Some(error) = failure {
+                return Err(error.into());
+            }
+        }
+        let all = self.link.gather_in_rank_order(&mine, &counts)?;
+        let mut field = watershed_fields::SpatialField::<L>::new(
+            "a window of the whole domain",
+            window,
+            watershed_fields::Device::Cpu,
+        )?;
+        let values = field.values_mut()?;
+        let at = shift_of(window);
+        let mut next = all.iter();
+        for (_, points) in &parts {
+            for point in points.iter() {
+                let local = [0, 1, 2].map(|a| point[a] - at[a]);
+                if let Some(&value) = next.next() {
+                    values[target.linear_index(local)] = value;
+                }
+            }
+        }
+        self.spent(started);
+        Ok(field)
     }
 
     /// Copies each owned patch's corrected velocity `next` from its graph

@@ -186,37 +186,49 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
 }
 
 impl Cavity {
-    /// (y, u) along x = 0.5 and (x, v) along y = 0.5, walls included.
+    /// (y, u) along x = 0.5 and (x, v) along y = 0.5, walls included:
+    /// each line a window of the flow (on patches, gathered from them).
     pub fn centrelines(&self) -> CaseResult<(Profile, Profile)> {
-        let n = self.config.cells as isize;
-        let u_line = self.flow.with_velocity::<XFace, _>(|u| -> CaseResult<_> {
-            let layout = u.layout();
-            let values = u.values()?;
-            let mut line = vec![(0.0, 0.0)];
-            for j in 0..n {
-                let index = [n / 2, j, 0];
-                line.push((
-                    layout.coordinate(index)[1],
-                    values[layout.linear_index(index)],
-                ));
-            }
-            line.push((1.0, 1.0));
-            Ok(line)
-        })??;
-        let v_line = self.flow.with_velocity::<YFace, _>(|v| -> CaseResult<_> {
-            let layout = v.layout();
-            let values = v.values()?;
-            let mut line = vec![(0.0, 0.0)];
-            for i in 0..n {
-                let index = [i, n / 2, 0];
-                line.push((
-                    layout.coordinate(index)[0],
-                    values[layout.linear_index(index)],
-                ));
-            }
-            line.push((1.0, 0.0));
-            Ok(line)
-        })??;
+        let n = self.config.cells;
+        let half = n / 2;
+        // u on the x faces at x = 0.5 (the first face of the column of
+        // cells from n/2), every row.
+        let u_line = self.flow.with_velocity_window::<XFace, _>(
+            [half, 0, 0],
+            [1, n, 1],
+            |u| -> CaseResult<_> {
+                let layout = u.layout();
+                let values = u.values()?;
+                let mut line = vec![(0.0, 0.0)];
+                for j in 0..n as isize {
+                    let index = [0, j, 0];
+                    line.push((
+                        layout.coordinate(index)[1],
+                        values[layout.linear_index(index)],
+                    ));
+                }
+                line.push((1.0, 1.0));
+                Ok(line)
+            },
+        )??;
+        let v_line = self.flow.with_velocity_window::<YFace, _>(
+            [0, half, 0],
+            [n, 1, 1],
+            |v| -> CaseResult<_> {
+                let layout = v.layout();
+                let values = v.values()?;
+                let mut line = vec![(0.0, 0.0)];
+                for i in 0..n as isize {
+                    let index = [i, 0, 0];
+                    line.push((
+                        layout.coordinate(index)[0],
+                        values[layout.linear_index(index)],
+                    ));
+                }
+                line.push((1.0, 0.0));
+                Ok(line)
+            },
+        )??;
         Ok((u_line, v_line))
     }
 }

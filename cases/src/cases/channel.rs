@@ -216,39 +216,50 @@ fn prepare(options: &CaseOptions) -> CaseResult<Prepared> {
 }
 
 impl Channel {
-    /// The flow rates through the inflow and outflow faces.
+    /// The flow rates through the inflow and outflow faces (each a column
+    /// of faces, a window of the flow: on patches, gathered from them).
     pub fn flow_rates(&self) -> CaseResult<(f64, f64)> {
-        let (n, along) = (self.config.cells as isize, self.along as isize);
+        let (n, along) = (self.config.cells, self.along);
         let h = 1.0 / self.config.cells as f64;
-        self.flow.with_velocity::<XFace, _>(|u| -> CaseResult<_> {
-            let layout = u.layout();
-            let values = u.values()?;
-            let rate = |i: isize| -> f64 {
-                (0..n)
-                    .map(|j| values[layout.linear_index([i, j, 0])] * h)
-                    .sum()
-            };
-            Ok((rate(0), rate(along)))
-        })?
+        // The column of faces at the first face of the window's cells; the
+        // outflow face is the last of the domain, after its last cell.
+        let rate = |first: usize, face: isize| -> CaseResult<f64> {
+            self.flow.with_velocity_window::<XFace, _>(
+                [first, 0, 0],
+                [1, n, 1],
+                |u| -> CaseResult<f64> {
+                    let layout = u.layout();
+                    let values = u.values()?;
+                    Ok((0..n as isize)
+                        .map(|j| values[layout.linear_index([face, j, 0])] * h)
+                        .sum())
+                },
+            )?
+        };
+        Ok((rate(0, 0)?, rate(along - 1, 1)?))
     }
 
     /// (y, u) on the face column nearest x = 3/4 length.
     pub fn profile(&self) -> CaseResult<Vec<(f64, f64)>> {
-        let column = (3 * self.along / 4) as isize;
-        let n = self.config.cells as isize;
-        self.flow.with_velocity::<XFace, _>(|u| -> CaseResult<_> {
-            let layout = u.layout();
-            let values = u.values()?;
-            Ok((0..n)
-                .map(|j| {
-                    let index = [column, j, 0];
-                    (
-                        layout.coordinate(index)[1],
-                        values[layout.linear_index(index)],
-                    )
-                })
-                .collect())
-        })?
+        let column = 3 * self.along / 4;
+        let n = self.config.cells;
+        self.flow.with_velocity_window::<XFace, _>(
+            [column, 0, 0],
+            [1, n, 1],
+            |u| -> CaseResult<_> {
+                let layout = u.layout();
+                let values = u.values()?;
+                Ok((0..n as isize)
+                    .map(|j| {
+                        let index = [0, j, 0];
+                        (
+                            layout.coordinate(index)[1],
+                            values[layout.linear_index(index)],
+                        )
+                    })
+                    .collect())
+            },
+        )?
     }
 
     fn pulsating(&self) -> bool {

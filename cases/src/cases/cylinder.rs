@@ -346,23 +346,30 @@ impl Cylinder {
     /// `(x, u)` at the x faces, interpolated linearly between the two
     /// rows of faces around it.
     pub fn wake_centreline(&self) -> CaseResult<Vec<(f64, f64)>> {
-        self.flow.with_velocity::<XFace, _>(|u| -> CaseResult<_> {
-            let layout = u.layout();
-            let values = u.values()?;
-            let h = self.grid.spacing()[1];
-            // Face rows sit at y = (j + 1/2) h.
-            let below = ((CENTRE[1] / h) - 0.5).floor() as isize;
-            let weight = CENTRE[1] / h - 0.5 - below as f64;
-            let columns = layout.interior_extent()[0] as isize;
-            Ok((0..columns)
-                .map(|i| {
-                    let a = values[layout.linear_index([i, below, 0])];
-                    let b = values[layout.linear_index([i, below + 1, 0])];
-                    (layout.coordinate([i, below, 0])[0], a + weight * (b - a))
-                })
-                .filter(|&(x, _)| x > CENTRE[0] + 0.5 * DIAMETER)
-                .collect())
-        })?
+        let h = self.grid.spacing()[1];
+        // Face rows sit at y = (j + 1/2) h.
+        let below = ((CENTRE[1] / h) - 0.5).floor() as usize;
+        let weight = CENTRE[1] / h - 0.5 - below as f64;
+        let cells = self.grid.cells();
+        // The two rows of cells around the line, every column (a window of
+        // the flow: on patches, gathered from them).
+        self.flow.with_velocity_window::<XFace, _>(
+            [0, below, 0],
+            [cells[0], 2, 1],
+            |u| -> CaseResult<_> {
+                let layout = u.layout();
+                let values = u.values()?;
+                let columns = layout.interior_extent()[0] as isize;
+                Ok((0..columns)
+                    .map(|i| {
+                        let a = values[layout.linear_index([i, 0, 0])];
+                        let b = values[layout.linear_index([i, 1, 0])];
+                        (layout.coordinate([i, 0, 0])[0], a + weight * (b - a))
+                    })
+                    .filter(|&(x, _)| x > CENTRE[0] + 0.5 * DIAMETER)
+                    .collect())
+            },
+        )?
     }
 
     /// The recirculation length: from the cylinder's back (x = 0.25) to
@@ -386,36 +393,39 @@ impl Cylinder {
     pub fn pressure_difference(&self) -> CaseResult<f64> {
         let h = self.grid.spacing();
         let radius = 0.5 * DIAMETER;
-        let below = ((CENTRE[1] / h[1]) - 0.5).floor() as isize;
+        let below = ((CENTRE[1] / h[1]) - 0.5).floor() as usize;
         let weight = CENTRE[1] / h[1] - 0.5 - below as f64;
-        self.flow.with_pressure(|p| -> CaseResult<f64> {
-            let layout = p.layout();
-            let values = p.values()?;
-            let at = |i: isize, j: isize| values[layout.linear_index([i, j, 0])];
-            // `side` -1: the front, outward to smaller x; +1: the back.
-            let surface = |side: isize, j: isize| -> f64 {
-                let x_surface = CENTRE[0] + side as f64 * radius;
-                let mut i = (x_surface / h[0] - 0.5).floor() as isize;
-                if side > 0 {
-                    i += 1;
-                }
-                // The first cell centre outside the body along the row.
-                while self
-                    .flow
-                    .body_distance(layout.coordinate([i, j, 0]))
-                    .is_some_and(|d| d < 0.0)
-                {
-                    i += side;
-                }
-                let (near, far) = (at(i, j), at(i + side, j));
-                let distance = (layout.coordinate([i, j, 0])[0] - x_surface).abs();
-                near + (near - far) * distance / h[0]
-            };
-            let row = |side: isize| {
-                surface(side, below) + weight * (surface(side, below + 1) - surface(side, below))
-            };
-            Ok(row(-1) - row(1))
-        })?
+        let cells = self.grid.cells();
+        // The two rows of cells around y = 0.2, every column (a window of
+        // the flow: on patches, gathered from them).
+        self.flow
+            .with_pressure_window([0, below, 0], [cells[0], 2, 1], |p| -> CaseResult<f64> {
+                let layout = p.layout();
+                let values = p.values()?;
+                let at = |i: isize, row: isize| values[layout.linear_index([i, row, 0])];
+                // `side` -1: the front, outward to smaller x; +1: the back.
+                let surface = |side: isize, row: isize| -> f64 {
+                    let x_surface = CENTRE[0] + side as f64 * radius;
+                    let mut i = (x_surface / h[0] - 0.5).floor() as isize;
+                    if side > 0 {
+                        i += 1;
+                    }
+                    // The first cell centre outside the body along the row.
+                    while self
+                        .flow
+                        .body_distance(layout.coordinate([i, row, 0]))
+                        .is_some_and(|d| d < 0.0)
+                    {
+                        i += side;
+                    }
+                    let (near, far) = (at(i, row), at(i + side, row));
+                    let distance = (layout.coordinate([i, row, 0])[0] - x_surface).abs();
+                    near + (near - far) * distance / h[0]
+                };
+                let row =
+                    |side: isize| surface(side, 0) + weight * (surface(side, 1) - surface(side, 0));
+                Ok(row(-1) - row(1))
+            })?
     }
 }
 
@@ -539,8 +549,8 @@ impl Simulation for Cylinder {
             let (drag, lift) = self.coefficients()?;
             let length = self.recirculation_length()?;
             let dp = self.pressure_difference()?;
-            // Read on every rank: a read of a decomposed flow's whole
-            // velocity is collective (`IncompressibleFlow::gather_whole`).
+            // Read on every rank: a window of a decomposed flow is
+            // gathered from every rank's patches (collective).
             let wake = self.wake_centreline()?;
             if let Some(dir) = output {
                 let csv = dir.join(format!("{NAME}_wake.csv"));

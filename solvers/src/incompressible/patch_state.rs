@@ -35,7 +35,7 @@
 use super::{IncompressibleFlow, NAMES, WholeState, state_not_on_patches};
 use crate::error::{SolverError, SolverResult};
 use crate::flow_patches::FlowPatches;
-use crate::windows::{paste_window, take_window};
+use crate::windows::{cut_window, paste_window, take_window};
 use watershed_exprgraph::GraphLocation;
 use watershed_fields::{CellCentre, Device, FieldLayout, Location, Patch, SpatialField};
 use watershed_operators::FaceLocation;
@@ -447,6 +447,85 @@ impl IncompressibleFlow {
         self.pressure_scale.set(pressure_scale);
         self.pressure_written.set(false);
         self.reduce_written_patches()
+    }
+}
+
+impl IncompressibleFlow {
+    /// Runs `f` on velocity component `F` over a box of the whole domain
+    /// (`cells` cells from global cell `offset`): its interior points, a
+    /// face field's as [`FieldLayout`] lays them out (the face after the
+    /// box's last cell only where the box ends on a wall), indexed from
+    /// the box's first cell, with the whole domain's values. What a case
+    /// reads along a line or a few rows. With the state on the patches,
+    /// every patch's points in the box are gathered onto every rank in
+    /// patch order (collective) and the whole domain is never formed;
+    /// otherwise the box is cut from the whole domain. An error names a
+    /// box that does not lie in the grid.
+    pub fn with_velocity_window<F: GraphLocation + FaceLocation, R>(
+        &self,
+        offset: [usize; 3],
+        cells: [usize; 3],
+        f: impl FnOnce(&SpatialField<F>) -> R,
+    ) -> SolverResult<R> {
+        let window = self.window(offset, cells)?;
+        match &self.patches {
+            Some(patches) if self.state_lives_on_patches() => {
+                self.patches_take_written_velocity(patches)?;
+                let graphs = patches.graphs();
+                let part = patches.gather_window::<F>(&window, |position, give| {
+                    let (_, graph) = graphs.get(position).ok_or_else(state_not_on_patches)?;
+                    Ok(graph.with_field::<F, _>(&self.now[F::AXIS], |u| give(u))?)
+                })?;
+                Ok(f(&part))
+            }
+            _ => {
+                let part = self.with_velocity::<F, _>(|u| cut_window(u, offset, cells))??;
+                Ok(f(&part))
+            }
+        }
+    }
+
+    /// [`Self::with_velocity_window`] of the pressure (`1/(b dt)` of the
+    /// last stage times `psi` gathered from the patches, as the flow's
+    /// graph forms it; cut from the whole domain where that holds it).
+    pub fn with_pressure_window<R>(
+        &self,
+        offset: [usize; 3],
+        cells: [usize; 3],
+        f: impl FnOnce(&SpatialField<CellCentre>) -> R,
+    ) -> SolverResult<R> {
+        let window = self.window(offset, cells)?;
+        match (&self.patches, &self.projection) {
+            (Some(patches), Some(projection))
+                if self.state_lives_on_patches() && !self.pressure_written.get() =>
+            {
+                let psi = projection.psi();
+                let mut part = patches.gather_window::<CellCentre>(&window, |position, give| {
+                    give(psi.get(position).ok_or_else(state_not_on_patches)?);
+                    Ok(())
+                })?;
+                let scale = self.pressure_scale.get();
+                for value in part.values_mut()? {
+                    *value *= scale;
+                }
+                Ok(f(&part))
+            }
+            _ => {
+                let part = self.with_pressure(|p| cut_window(p, offset, cells))??;
+                Ok(f(&part))
+            }
+        }
+    }
+
+    /// The box of `cells` cells from `offset` of the flow's grid, without
+    /// ghosts, or the error naming it.
+    fn window(&self, offset: [usize; 3], cells: [usize; 3]) -> SolverResult<Patch> {
+        Ok(Patch::new(
+            self.graph.patch().grid(),
+            offset,
+            cells,
+            watershed_fields::GhostWidth::none(),
+        )?)
     }
 }
 

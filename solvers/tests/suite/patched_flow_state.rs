@@ -361,3 +361,70 @@ fn reads_on_rank_0_of_one_process_are_the_whole_domains() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn a_window_of_a_flow_on_patches_is_the_whole_domains_box_without_forming_it() {
+    // Lines and rows across several patches (what the cases read for
+    // their checks), gathered from the patches: the whole domain's values
+    // at every interior point of the box, and no whole field formed.
+    let (mut lazy, mut twin) = (vortex_on_patches(), vortex_on_patches());
+    set_vortex(&lazy);
+    set_vortex(&twin);
+    for _ in 0..2 {
+        let dt = twin.stable_time_step(0.5, 0.2).unwrap();
+        twin.step(dt).unwrap();
+        lazy.step(dt).unwrap();
+    }
+    let boxes = [
+        ([8, 0, 3], [1, 16, 1]),
+        ([0, 5, 0], [16, 2, 16]),
+        ([6, 6, 6], [5, 3, 4]),
+    ];
+    for (offset, cells) in boxes {
+        let what = format!("{cells:?} cells from {offset:?}");
+        let part = lazy
+            .with_velocity_window::<XFace, _>(offset, cells, |u| {
+                (u.values().unwrap().to_vec(), u.layout().clone())
+            })
+            .unwrap();
+        twin.with_velocity::<XFace, _>(|whole| {
+            let (values, layout) = &part;
+            // Periodic along x: no face after the box's last cell.
+            assert_eq!(layout.interior().extent(), cells);
+            for p in layout.interior().iter() {
+                let global = [0, 1, 2].map(|a| p[a] + offset[a] as isize);
+                assert_eq!(
+                    values[layout.linear_index(p)].to_bits(),
+                    whole.values().unwrap()[whole.layout().linear_index(global)].to_bits(),
+                    "u, {what}, at {p:?}"
+                );
+            }
+        })
+        .unwrap();
+        let pressure = lazy
+            .with_pressure_window(offset, cells, |p| {
+                (p.values().unwrap().to_vec(), p.layout().clone())
+            })
+            .unwrap();
+        twin.with_pressure(|whole| {
+            let (values, layout) = &pressure;
+            for p in layout.interior().iter() {
+                let global = [0, 1, 2].map(|a| p[a] + offset[a] as isize);
+                assert_eq!(
+                    values[layout.linear_index(p)].to_bits(),
+                    whole.values().unwrap()[whole.layout().linear_index(global)].to_bits(),
+                    "p, {what}, at {p:?}"
+                );
+            }
+        })
+        .unwrap();
+    }
+    assert!(!lazy.graph().holds_storage());
+    match lazy.with_velocity_window::<YFace, _>([10, 0, 0], [8, 1, 1], |_| ()) {
+        Err(SolverError::Field(error)) => {
+            let text = error.to_string();
+            assert!(text.contains("10") && text.contains('8'), "{text}");
+        }
+        other => panic!("a box beyond the grid: {other:?}"),
+    }
+}
