@@ -2140,8 +2140,10 @@ impl IncompressibleFlow {
     /// their `_mut` forms, [`Self::set_velocity`]) call it themselves, so
     /// ranks that step and read the same flow in the same order need
     /// nothing more; a rank that skips a read another rank makes (it
-    /// writes nothing, say) calls this instead. The speeds and the
-    /// enstrophy the patches reduced stay valid for the velocity gathered.
+    /// writes nothing, say) calls this instead. What rank 0 alone reads
+    /// (to write a file) goes through [`Self::on_root_with_whole`], which
+    /// forms nothing on the other ranks. The speeds and the enstrophy the
+    /// patches reduced stay valid for the velocity gathered.
     pub fn gather_whole(&self) -> SolverResult<()> {
         match self.whole.get() {
             WholeState::Current => return Ok(()),
@@ -2510,6 +2512,15 @@ impl IncompressibleFlow {
             let largest = if version.is_some() && version == self.speeds_of.get()[axis] {
                 // The graph's reduction of this very velocity.
                 self.speeds[axis].get()
+            } else if let Some(patches) = self
+                .patches
+                .as_ref()
+                .filter(|_| self.state_lives_on_patches())
+            {
+                // Never reduced on the patches (a flow starting at rest):
+                // each patch's interior maximum, the largest of all.
+                self.patches_take_written_velocity(patches)?;
+                self.max_abs_on_patches(patches, axis)?
             } else {
                 // Written since (initial values, a restart): reduce it now.
                 on_face!(axis, F => self.component::<F, _>(axis, |u| self.max_abs(u))??)

@@ -18,7 +18,11 @@
 //!   [`IncompressibleFlow::with_patch_projection_potential`],
 //!   [`IncompressibleFlow::with_patch_pressure`]) after one collective
 //!   [`IncompressibleFlow::refresh_patches`];
-//! * a restart from such a checkpoint puts each owned patch back
+//! * a case's line or rows (Ghia's centrelines, a wake line) is gathered
+//!   from the patches as a window ([`IncompressibleFlow::with_velocity_window`],
+//!   [`IncompressibleFlow::with_pressure_window`], collective);
+//! * a restart from a checkpoint (per rank, or the windows of one file)
+//!   puts each owned patch back
 //!   ([`IncompressibleFlow::restore_patch_velocity`],
 //!   [`IncompressibleFlow::restore_patch_projection_potential`],
 //!   [`IncompressibleFlow::finish_patch_restore`]), with the pressure's
@@ -62,7 +66,7 @@ const REPORT_LEN: usize = 5;
 
 impl IncompressibleFlow {
     /// Whether the flow's state lives on its patches
-    /// ([`IncompressibleFlowBuilder::patches`], the projection not
+    /// ([`IncompressibleFlowBuilder::patches`](crate::IncompressibleFlowBuilder::patches), the projection not
     /// replicated): its own graph then holds the whole domain only for
     /// reads, and the per-patch reads and restores below apply.
     pub fn state_lives_on_patches(&self) -> bool {
@@ -229,6 +233,32 @@ impl IncompressibleFlow {
                     patch,
                 },
             }))
+    }
+
+    /// The largest `|u|` of velocity component `axis` over every patch's
+    /// interior (collective): each owned patch's, the largest of all
+    /// patches of all ranks; a maximum, so the whole domain's bit for bit.
+    pub(super) fn max_abs_on_patches(
+        &self,
+        patches: &FlowPatches,
+        axis: usize,
+    ) -> SolverResult<f64> {
+        let mut mine = Vec::with_capacity(patches.owned().len());
+        for (_, graph) in patches.graphs() {
+            let largest = watershed_fields::on_face!(axis, F => graph.with_field::<F, _>(
+                &self.now[axis],
+                |u| -> SolverResult<f64> {
+                    let (layout, values) = (u.layout(), u.values()?);
+                    Ok(layout
+                        .interior()
+                        .iter()
+                        .fold(0.0f64, |m, p| m.max(values[layout.linear_index(p)].abs())))
+                },
+            )??);
+            mine.push(largest);
+        }
+        let all = patches.gather_per_patch(&mine, 1)?;
+        Ok(all.into_iter().fold(0.0f64, f64::max))
     }
 
     /// With the state on the patches: brings each owned patch up to date

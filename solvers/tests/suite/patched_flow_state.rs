@@ -4,7 +4,9 @@
 //! fields, and every value it gives is the one a twin that reads the
 //! whole domain gives, bit for bit.
 
-use crate::patched_flow_case::{Match, run_and_compare, taylor_green, taylor_green_grid};
+use crate::patched_flow_case::{
+    Match, cavity, cavity_grid, run_and_compare, taylor_green, taylor_green_grid,
+};
 use std::rc::Rc;
 use watershed_fields::ranks::SingleProcess;
 use watershed_fields::{
@@ -427,4 +429,38 @@ fn a_window_of_a_flow_on_patches_is_the_whole_domains_box_without_forming_it() {
         }
         other => panic!("a box beyond the grid: {other:?}"),
     }
+}
+
+#[test]
+fn a_flow_on_patches_starting_at_rest_steps_without_forming_the_whole_domain() {
+    // The cavity is never set: its first time step takes the largest
+    // speed from the patches (and the lid's), the whole domain's bits.
+    let grid = cavity_grid();
+    let mut whole = cavity(&grid.whole_domain(1)).build().unwrap();
+    let mut parts = cavity(&grid.whole_domain(1))
+        .patches(
+            PatchLayout::new(&grid, [2, 2, 1], GhostWidth::uniform(1)).unwrap(),
+            Rc::new(SingleProcess),
+        )
+        .build()
+        .unwrap();
+    for step in 0..3 {
+        let dt = whole.stable_time_step(0.5, 0.2).unwrap();
+        assert_eq!(
+            dt.to_bits(),
+            parts.stable_time_step(0.5, 0.2).unwrap().to_bits(),
+            "dt of step {step}"
+        );
+        whole.step(dt).unwrap();
+        parts.step(dt).unwrap();
+    }
+    assert!(!parts.graph().holds_storage());
+    run_and_compare(
+        &mut whole,
+        &mut parts,
+        1,
+        "the cavity from rest",
+        Match::Within(1e-9),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 }
