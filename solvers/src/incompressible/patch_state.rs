@@ -140,6 +140,7 @@ impl IncompressibleFlow {
             Some(_) => {
                 *self.state_on_patches.borrow_mut() = Some(self.whole_velocity_versions()?);
                 self.whole.set(WholeState::Stale);
+                self.patch_velocity_current.set(false);
                 self.force_sums_of.set(None);
                 self.speeds_of.set([None; 3]);
                 self.vorticity_of.set(None);
@@ -396,6 +397,8 @@ impl IncompressibleFlow {
         stored: &SpatialField<F>,
     ) -> SolverResult<()> {
         let (patches, _) = self.restored_patch(stored.layout(), stored.name())?;
+        // The reductions graphs' copy is behind until the restart ends.
+        self.patch_velocity_current.set(false);
         let patch = stored.layout().patch();
         for (index, graph) in patches.graphs() {
             if patches.layout().patch(index)?.offset() == patch.offset() {
