@@ -1509,8 +1509,10 @@ impl IncompressibleFlow {
     /// With the state on the patches (the projection on them too), what
     /// reads the whole domain: its velocity, `psi` and pressure are those
     /// of the last [`Self::gather_whole`], which the flow's readers
-    /// ([`Self::with_velocity`], ...) make first; read its fields through
-    /// them, not through this graph.
+    /// ([`Self::with_velocity`], ...) make first, and its fields are not
+    /// even allocated before the first such read
+    /// ([`ExpressionGraph::holds_storage`]); read its fields through the
+    /// flow's readers, not through this graph.
     pub fn graph(&self) -> &ExpressionGraph {
         &self.graph
     }
