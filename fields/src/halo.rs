@@ -260,8 +260,25 @@ enum Slot {
 /// its value from. Both ends of a message list its values in plan order
 /// (destination patch, then its ghost points in storage order), so a
 /// message carries values only.
+///
+/// It keeps runs of consecutive points, not the points one by one: its
+/// size follows the rows of the patches' surfaces, not their points.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HaloRoute {
+    rank: usize,
+    ranks: usize,
+    owned: Range<usize>,
+    /// Per rank, how many values it sends this rank.
+    receives: Vec<usize>,
+    /// How many ghost points of its patches this rank writes.
+    points_written: usize,
+    /// What an exchange runs ([`RawRoute::compile`]).
+    compiled: CompiledRoute,
+}
+
+/// A [`HaloRoute`] as it is worked out, point by point, before it is
+/// compiled into runs.
+struct RawRoute {
     rank: usize,
     ranks: usize,
     owned: Range<usize>,
@@ -274,8 +291,33 @@ pub struct HaloRoute {
     /// Per owned destination patch, its ghost points' linear indices and
     /// where each one's value comes from.
     writes: Vec<(Vec<usize>, Vec<Slot>)>,
-    /// What an exchange runs, derived from the above ([`Self::compiled`]).
-    compiled: CompiledRoute,
+}
+
+/// Consecutive linear indices `start..start + len` of one patch's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PointRun {
+    start: usize,
+    len: usize,
+}
+
+/// Appends point `point` to `runs`, extending the last run when it
+/// follows it.
+fn push_point(runs: &mut Vec<PointRun>, point: usize) {
+    match runs.last_mut() {
+        Some(run) if run.start + run.len == point => run.len += 1,
+        _ => runs.push(PointRun {
+            start: point,
+            len: 1,
+        }),
+    }
+}
+
+/// The points of `runs`, in turn, into `points` (cleared first).
+fn expand(runs: &[PointRun], points: &mut Vec<usize>) {
+    points.clear();
+    for run in runs {
+        points.extend(run.start..run.start + run.len);
+    }
 }
 
 /// A route as an exchange runs it: each message read straight from the
@@ -285,13 +327,14 @@ pub struct HaloRoute {
 #[derive(Debug, Clone, PartialEq, Default)]
 struct CompiledRoute {
     /// Per rank, the message sent it as pieces read in turn: (owned source
-    /// patch, the linear indices read there).
-    sends: Vec<Vec<(usize, Vec<usize>)>>,
+    /// patch, the runs of linear indices read there).
+    sends: Vec<Vec<(usize, Vec<PointRun>)>>,
     /// (source, destination) owned patch indices and their runs.
     local: Vec<(usize, usize, Vec<CopyRun>)>,
     /// Per owned destination patch, the pieces of messages it receives:
-    /// (rank, first value in its message, ghost points written in turn).
-    received: Vec<Vec<(usize, usize, Vec<usize>)>>,
+    /// (rank, first value in its message, how many, the runs of ghost
+    /// points written in turn).
+    received: Vec<Vec<(usize, usize, usize, Vec<PointRun>)>>,
 }
 
 impl HaloRoute {
@@ -303,6 +346,33 @@ impl HaloRoute {
         rank: usize,
         ranks: usize,
     ) -> FieldResult<Self> {
+        Ok(RawRoute::new(plan, layout, rank, ranks)?.compile())
+    }
+
+    /// [`Self::new`] without the points a patch takes from itself (its
+    /// own periodic images, along an axis it spans), for fields whose
+    /// periodic conditions already fill those: a transport solver's, whose
+    /// conditions run with every update.
+    pub fn new_without_own_images(
+        plan: &HaloPlan,
+        layout: &PatchLayout,
+        rank: usize,
+        ranks: usize,
+    ) -> FieldResult<Self> {
+        Ok(RawRoute::new(plan, layout, rank, ranks)?
+            .without_own_images()
+            .compile())
+    }
+
+    /// How many ghost points of its patches this rank writes.
+    pub fn points_written(&self) -> usize {
+        self.points_written
+    }
+}
+
+impl RawRoute {
+    /// See [`HaloRoute::new`].
+    fn new(plan: &HaloPlan, layout: &PatchLayout, rank: usize, ranks: usize) -> FieldResult<Self> {
         let owned = layout.owned_by(rank, ranks)?;
         if plan.copies.len() != layout.len() {
             return Err(FieldError::InvalidLayout {
@@ -362,7 +432,7 @@ impl HaloRoute {
                 slots.push(slot);
             }
         }
-        Ok(HaloRoute {
+        Ok(RawRoute {
             rank,
             ranks,
             owned,
@@ -370,9 +440,7 @@ impl HaloRoute {
             sends,
             receives,
             writes,
-            compiled: CompiledRoute::default(),
-        }
-        .compiled())
+        })
     }
 
     /// The route with what an exchange runs worked out: the local copies
@@ -380,7 +448,7 @@ impl HaloRoute {
     /// message cut into pieces read from one patch, each destination's
     /// received points into pieces of one message (consecutive values of
     /// a message go to consecutive points of the plan).
-    fn compiled(mut self) -> Self {
+    fn compile(self) -> HaloRoute {
         // Where each value read comes from: (source owned index, point).
         let origin: Vec<(usize, usize)> = self
             .reads
@@ -391,7 +459,7 @@ impl HaloRoute {
         let mut local: Vec<(usize, usize, Vec<CopyRun>)> = Vec::new();
         let mut received = Vec::with_capacity(self.writes.len());
         for (destination, (at, slots)) in self.writes.iter().enumerate() {
-            let mut pieces: Vec<(usize, usize, Vec<usize>)> = Vec::new();
+            let mut pieces: Vec<(usize, usize, usize, Vec<PointRun>)> = Vec::new();
             for (&to, slot) in at.iter().zip(slots) {
                 match *slot {
                     Slot::Read(n) => {
@@ -415,12 +483,13 @@ impl HaloRoute {
                         }
                     }
                     Slot::Received { from, n } => match pieces.last_mut() {
-                        Some((rank, first, points))
-                            if *rank == from && *first + points.len() == n =>
+                        Some((rank, first, count, runs))
+                            if *rank == from && *first + *count == n =>
                         {
-                            points.push(to);
+                            *count += 1;
+                            push_point(runs, to);
                         }
-                        _ => pieces.push((from, n, vec![to])),
+                        _ => pieces.push((from, n, 1, vec![PointRun { start: to, len: 1 }])),
                     },
                 }
             }
@@ -430,30 +499,40 @@ impl HaloRoute {
             .sends
             .iter()
             .map(|send| {
-                let mut pieces: Vec<(usize, Vec<usize>)> = Vec::new();
+                let mut pieces: Vec<(usize, Vec<PointRun>)> = Vec::new();
                 for &n in send {
                     let (k, point) = origin[n];
                     match pieces.last_mut() {
-                        Some((source, points)) if *source == k => points.push(point),
-                        _ => pieces.push((k, vec![point])),
+                        Some((source, runs)) if *source == k => push_point(runs, point),
+                        _ => pieces.push((
+                            k,
+                            vec![PointRun {
+                                start: point,
+                                len: 1,
+                            }],
+                        )),
                     }
                 }
                 pieces
             })
             .collect();
-        self.compiled = CompiledRoute {
-            sends,
-            local,
-            received,
-        };
-        self
+        HaloRoute {
+            rank: self.rank,
+            ranks: self.ranks,
+            owned: self.owned,
+            points_written: self.writes.iter().map(|(at, _)| at.len()).sum(),
+            receives: self.receives,
+            compiled: CompiledRoute {
+                sends,
+                local,
+                received,
+            },
+        }
     }
 
-    /// The same route without the points a patch takes from itself (its
-    /// own periodic images, along an axis it spans), for fields whose
-    /// periodic conditions already fill those: a transport solver's, whose
-    /// conditions run with every update.
-    pub fn without_own_images(mut self) -> Self {
+    /// The same route without the points a patch takes from itself (see
+    /// [`HaloRoute::new_without_own_images`]).
+    fn without_own_images(mut self) -> Self {
         // The owned patch (its index among the owned ones) each value
         // read comes from.
         let source_of: Vec<usize> = self
@@ -509,12 +588,7 @@ impl HaloRoute {
                 }
             }
         }
-        self.compiled()
-    }
-
-    /// How many ghost points of its patches this rank writes.
-    pub fn points_written(&self) -> usize {
-        self.writes.iter().map(|(at, _)| at.len()).sum()
+        self
     }
 }
 
@@ -523,6 +597,8 @@ impl HaloRoute {
 #[derive(Debug, Default)]
 pub struct HaloBuffers {
     outgoing: Vec<Vec<f64>>,
+    /// The points of one piece, its runs expanded.
+    points: Vec<usize>,
 }
 
 /// The exchange of the rank `link` names along `route` (made for that
@@ -580,12 +656,13 @@ pub fn exchange_during(
     // Every value sent is read before any ghost is written (ghosts are
     // never read: the points read are interior points of their owners),
     // straight into its message.
-    let outgoing = &mut buffers.outgoing;
+    let HaloBuffers { outgoing, points } = buffers;
     outgoing.resize_with(compiled.sends.len(), Vec::new);
     for (message, pieces) in outgoing.iter_mut().zip(&compiled.sends) {
         message.clear();
-        for (k, at) in pieces {
-            fields.read(route.owned.start + k, at, message)?;
+        for (k, runs) in pieces {
+            expand(runs, points);
+            fields.read(route.owned.start + k, points, message)?;
         }
     }
     let expected: Vec<usize> = route.receives.iter().map(|&n| n * width).collect();
@@ -619,10 +696,11 @@ pub fn exchange_during(
     }
     // Each piece straight from its message (the lengths were checked).
     for (k, pieces) in compiled.received.iter().enumerate() {
-        for (from, first, at) in pieces {
-            let values = &incoming[*from][first * width..(first + at.len()) * width];
-            written += at.len();
-            fields.write(route.owned.start + k, at, values)?;
+        for (from, first, count, runs) in pieces {
+            let values = &incoming[*from][first * width..(first + count) * width];
+            written += count;
+            expand(runs, points);
+            fields.write(route.owned.start + k, points, values)?;
         }
     }
     Ok(written)

@@ -185,7 +185,7 @@ impl PatchedTransport {
         let plan = HaloPlan::new(&layout, LocationKind::CellCentre)?;
         // A patch's own periodic images are filled by its conditions with
         // every update (see `crate::boundary`): the exchange skips them.
-        let route = HaloRoute::new(&plan, &layout, link.rank(), link.ranks())?.without_own_images();
+        let route = HaloRoute::new_without_own_images(&plan, &layout, link.rank(), link.ranks())?;
         let transport = PatchedTransport {
             layout,
             link,
