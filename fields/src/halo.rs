@@ -331,10 +331,22 @@ struct CompiledRoute {
     sends: Vec<Vec<(usize, Vec<PointRun>)>>,
     /// (source, destination) owned patch indices and their runs.
     local: Vec<(usize, usize, Vec<CopyRun>)>,
-    /// Per owned destination patch, the pieces of messages it receives:
-    /// (rank, first value in its message, how many, the runs of ghost
-    /// points written in turn).
-    received: Vec<Vec<(usize, usize, usize, Vec<PointRun>)>>,
+    /// Per owned destination patch, the pieces of messages it receives.
+    received: Vec<Vec<ReceivedPiece>>,
+}
+
+/// A piece of a message a patch receives: consecutive values of one
+/// rank's message, written into ghost points in turn.
+#[derive(Debug, Clone, PartialEq)]
+struct ReceivedPiece {
+    /// The rank that sent it.
+    from: usize,
+    /// Its first value's position in the message.
+    first: usize,
+    /// How many values.
+    count: usize,
+    /// The ghost points written, in runs.
+    runs: Vec<PointRun>,
 }
 
 impl HaloRoute {
@@ -459,7 +471,7 @@ impl RawRoute {
         let mut local: Vec<(usize, usize, Vec<CopyRun>)> = Vec::new();
         let mut received = Vec::with_capacity(self.writes.len());
         for (destination, (at, slots)) in self.writes.iter().enumerate() {
-            let mut pieces: Vec<(usize, usize, usize, Vec<PointRun>)> = Vec::new();
+            let mut pieces: Vec<ReceivedPiece> = Vec::new();
             for (&to, slot) in at.iter().zip(slots) {
                 match *slot {
                     Slot::Read(n) => {
@@ -483,13 +495,16 @@ impl RawRoute {
                         }
                     }
                     Slot::Received { from, n } => match pieces.last_mut() {
-                        Some((rank, first, count, runs))
-                            if *rank == from && *first + *count == n =>
-                        {
-                            *count += 1;
-                            push_point(runs, to);
+                        Some(piece) if piece.from == from && piece.first + piece.count == n => {
+                            piece.count += 1;
+                            push_point(&mut piece.runs, to);
                         }
-                        _ => pieces.push((from, n, 1, vec![PointRun { start: to, len: 1 }])),
+                        _ => pieces.push(ReceivedPiece {
+                            from,
+                            first: n,
+                            count: 1,
+                            runs: vec![PointRun { start: to, len: 1 }],
+                        }),
                     },
                 }
             }
@@ -696,10 +711,11 @@ pub fn exchange_during(
     }
     // Each piece straight from its message (the lengths were checked).
     for (k, pieces) in compiled.received.iter().enumerate() {
-        for (from, first, count, runs) in pieces {
-            let values = &incoming[*from][first * width..(first + count) * width];
-            written += count;
-            expand(runs, points);
+        for piece in pieces {
+            let values =
+                &incoming[piece.from][piece.first * width..(piece.first + piece.count) * width];
+            written += piece.count;
+            expand(&piece.runs, points);
             fields.write(route.owned.start + k, points, values)?;
         }
     }
