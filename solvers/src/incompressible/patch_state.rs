@@ -1,6 +1,7 @@
-//! A decomposed flow's state read and written patch by patch, so that a
-//! run whose files are written per rank never forms the whole domain
-//! (issue 51, plan step 5 in `docs/architecture.md`).
+//! A decomposed flow's state read and written patch by patch, so that no
+//! rank forms the whole domain unless it writes a file of it (rank 0,
+//! through `IncompressibleFlow::on_root_with_whole`; issue 51, plan step
+//! 5 in `docs/architecture.md`).
 //!
 //! With the state on the patches ([`IncompressibleFlowBuilder::patches`]),
 //! the flow's own graph only receives the whole domain's velocity, `psi`
