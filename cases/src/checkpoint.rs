@@ -26,7 +26,7 @@ use crate::error::{CaseError, CaseResult};
 use std::path::{Path, PathBuf};
 use watershed_exprgraph::{ExpressionGraph, GraphLocation, Tag};
 use watershed_fields::io::{GhostSelection, read_field, replace_file, write_field};
-use watershed_fields::{FieldError, Location, SpatialField};
+use watershed_fields::{FieldError, FieldLayout, Location, SpatialField};
 use watershed_io::attributes::{
     hdf5_error, read_number_attribute, read_text_attribute, write_number_attribute,
     write_text_attribute,
@@ -389,23 +389,34 @@ pub fn load_field<L: Location>(
     target: &mut SpatialField<L>,
 ) -> CaseResult<()> {
     let stored: SpatialField<L> = read_field(group, name)?;
-    let (from, to) = (stored.layout(), target.layout().clone());
-    if from != &to || from.patch().grid() != to.patch().grid() {
-        return Err(CaseError::Restart {
-            path: PathBuf::from(group.filename()),
-            reason: format!(
-                "field {name} was saved on a {:?}-cell grid (patch {:?} cells, ghosts {:?}); this run has {:?} cells (patch {:?}, ghosts {:?}); restart with the configuration the checkpoint was written with",
-                from.patch().grid().cells(),
-                from.patch().cells(),
-                from.ghosts(),
-                to.patch().grid().cells(),
-                to.patch().cells(),
-                to.ghosts()
-            ),
-        });
-    }
+    check_saved_layout(group, name, stored.layout(), target.layout())?;
     target.values_mut()?.copy_from_slice(stored.values()?);
     Ok(())
+}
+
+/// Refuses dataset `name` of `group`, saved from layout `from`, unless it
+/// is this run's layout `to` (grid, patch and ghost layers), naming both.
+pub(crate) fn check_saved_layout(
+    group: &hdf5::Group,
+    name: &str,
+    from: &FieldLayout,
+    to: &FieldLayout,
+) -> CaseResult<()> {
+    if from == to && from.patch().grid() == to.patch().grid() {
+        return Ok(());
+    }
+    Err(CaseError::Restart {
+        path: PathBuf::from(group.filename()),
+        reason: format!(
+            "field {name} was saved on a {:?}-cell grid (patch {:?} cells, ghosts {:?}); this run has {:?} cells (patch {:?}, ghosts {:?}); restart with the configuration the checkpoint was written with",
+            from.patch().grid().cells(),
+            from.patch().cells(),
+            from.ghosts(),
+            to.patch().grid().cells(),
+            to.patch().cells(),
+            to.ghosts()
+        ),
+    })
 }
 
 /// Saves the graph's field `tag` with its ghosts as dataset `name`.

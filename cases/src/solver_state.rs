@@ -4,7 +4,9 @@
 //! patches of a decomposed run (the same datasets either way, so a
 //! checkpoint restarts on any patch layout).
 
-use crate::checkpoint::{RankCheckpoint, load_field, load_series, save_field, save_series};
+use crate::checkpoint::{
+    RankCheckpoint, check_saved_layout, load_field, load_series, save_field, save_series,
+};
 use crate::derived::dump_derived_flow_fields;
 use crate::error::{CaseError, CaseResult};
 use watershed_exprgraph::ExpressionGraph;
@@ -154,22 +156,7 @@ fn check_stored_layout<L: Location>(
     whole: &Patch,
 ) -> CaseResult<()> {
     let from = watershed_fields::io::stored_layout::<L, f64>(group, name)?;
-    let to = FieldLayout::new(whole, L::KIND);
-    if from == to && from.patch().grid() == to.patch().grid() {
-        return Ok(());
-    }
-    Err(CaseError::Restart {
-        path: std::path::PathBuf::from(group.filename()),
-        reason: format!(
-            "field {name} was saved on a {:?}-cell grid (patch {:?} cells, ghosts {:?}); this run has {:?} cells (patch {:?}, ghosts {:?}); restart with the configuration the checkpoint was written with",
-            from.patch().grid().cells(),
-            from.patch().cells(),
-            from.ghosts(),
-            to.patch().grid().cells(),
-            to.patch().cells(),
-            to.ghosts()
-        ),
-    })
+    check_saved_layout(group, name, &from, &FieldLayout::new(whole, L::KIND))
 }
 
 /// The one value of dataset `name` of `group` (a series of length 1).

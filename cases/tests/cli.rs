@@ -1975,15 +1975,9 @@ fn the_trace_of_a_decomposed_flow_shows_its_solves_and_exchanges() {
     assert!(trace.contains("correction patch 3"), "{head}");
 }
 
-/// A decomposed flow's checkpoint in one file restarts with each rank
-/// reading only its own patches' windows (the pressure formed from `psi`
-/// with the scale the checkpoint keeps) to the bits of a straight run,
-/// and another space order (other ghost layers) is refused naming the
-/// file, the field and both layouts, before anything is read.
-#[test]
-fn a_flows_checkpoint_in_one_file_restarts_its_patches_bitwise_and_refuses_another_order() {
-    let dir = temp();
-    let cavity = [
+/// The 16-cell cavity on 2 x 2 patches run quietly in `dir` with `extra`.
+fn cavity_on_patches(dir: &Path, extra: &[&str]) -> Outcome {
+    let mut args = vec![
         "run",
         "lid-driven-cavity",
         "--set",
@@ -1992,29 +1986,51 @@ fn a_flows_checkpoint_in_one_file_restarts_its_patches_bitwise_and_refuses_anoth
         "patches=2,2,1",
         "--quiet",
     ];
-    let run = |extra: &[&str]| {
-        let mut args: Vec<&str> = cavity.to_vec();
-        args.extend_from_slice(extra);
-        watershed_in(dir.path(), &args)
-    };
-    let straight = run(&["--steps", "4", "--dump-every", "4", "--output", "straight"]);
+    args.extend_from_slice(extra);
+    watershed_in(dir, &args)
+}
+
+/// [`cavity_on_patches`] restarted with [`restart_at_step_2`].
+fn cavity_restart_at_step_2(dir: &Path, extra: &[&str]) -> Outcome {
+    cavity_on_patches(dir, &restart_at_step_2(extra))
+}
+
+/// The arguments restarting from `o/checkpoint_00000002.h5` to step 4
+/// (dumped there) in `o`, then `extra`.
+fn restart_at_step_2<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--restart",
+        "o/checkpoint_00000002.h5",
+        "--steps",
+        "4",
+        "--output",
+        "o",
+        "--dump-every",
+        "4",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// A decomposed flow's checkpoint in one file restarts with each rank
+/// reading only its own patches' windows (the pressure formed from `psi`
+/// with the scale the checkpoint keeps) to the bits of a straight run,
+/// and another space order (other ghost layers) is refused naming the
+/// file, the field and both layouts, before anything is read.
+#[test]
+fn a_flows_checkpoint_in_one_file_restarts_its_patches_bitwise_and_refuses_another_order() {
+    let dir = temp();
+    let straight = cavity_on_patches(
+        dir.path(),
+        &["--steps", "4", "--dump-every", "4", "--output", "straight"],
+    );
     assert!(matches!(straight.code, 0 | 3), "{}", straight.stderr);
-    let first = run(&["--steps", "2", "--checkpoint-every", "2", "--output", "o"]);
+    let first = cavity_on_patches(
+        dir.path(),
+        &["--steps", "2", "--checkpoint-every", "2", "--output", "o"],
+    );
     assert!(matches!(first.code, 0 | 3), "{}", first.stderr);
-    let restart = |extra: &[&str]| {
-        let mut args = vec![
-            "--restart",
-            "o/checkpoint_00000002.h5",
-            "--steps",
-            "4",
-            "--output",
-            "o",
-            "--dump-every",
-            "4",
-        ];
-        args.extend_from_slice(extra);
-        run(&args)
-    };
+    let restart = |extra: &[&str]| cavity_restart_at_step_2(dir.path(), extra);
     let other_order = restart(&["--set", "space_order=4"]);
     assert_eq!(other_order.code, 2, "{}", other_order.stderr);
     assert!(
@@ -2069,20 +2085,7 @@ fn a_checkpoint_per_rank_restarts_bitwise_and_refuses_a_missing_file_or_another_
     assert!(matches!(first.code, 0 | 3), "{}", first.stderr);
     let rank_file = dir.path().join("o/checkpoint_00000002.rank00000.h5");
     assert!(rank_file.exists());
-    let restart = |extra: &[&str]| {
-        let mut args = vec![
-            "--restart",
-            "o/checkpoint_00000002.h5",
-            "--steps",
-            "4",
-            "--output",
-            "o",
-            "--dump-every",
-            "4",
-        ];
-        args.extend_from_slice(extra);
-        run(&args)
-    };
+    let restart = |extra: &[&str]| run(&restart_at_step_2(extra));
     let other_layout = restart(&["--set", "patches=2,1,1"]);
     assert_eq!(other_layout.code, 2, "{}", other_layout.stderr);
     assert!(
@@ -2120,46 +2123,25 @@ fn a_checkpoint_per_rank_restarts_bitwise_and_refuses_a_missing_file_or_another_
 #[test]
 fn a_flows_checkpoint_per_rank_restarts_bitwise_and_refuses_another_layout_or_order() {
     let dir = temp();
-    let cavity = [
-        "run",
-        "lid-driven-cavity",
-        "--set",
-        "cells=16",
-        "--set",
-        "patches=2,2,1",
-        "--quiet",
-    ];
-    let run = |extra: &[&str]| {
-        let mut args: Vec<&str> = cavity.to_vec();
-        args.extend_from_slice(extra);
-        watershed_in(dir.path(), &args)
-    };
-    let straight = run(&["--steps", "4", "--dump-every", "4", "--output", "straight"]);
+    let straight = cavity_on_patches(
+        dir.path(),
+        &["--steps", "4", "--dump-every", "4", "--output", "straight"],
+    );
     assert!(matches!(straight.code, 0 | 3), "{}", straight.stderr);
-    let first = run(&[
-        "--steps",
-        "2",
-        "--checkpoint-every",
-        "2",
-        "--per-rank-files",
-        "--output",
-        "o",
-    ]);
-    assert!(matches!(first.code, 0 | 3), "{}", first.stderr);
-    let restart = |extra: &[&str]| {
-        let mut args = vec![
-            "--restart",
-            "o/checkpoint_00000002.h5",
+    let first = cavity_on_patches(
+        dir.path(),
+        &[
             "--steps",
-            "4",
+            "2",
+            "--checkpoint-every",
+            "2",
+            "--per-rank-files",
             "--output",
             "o",
-            "--dump-every",
-            "4",
-        ];
-        args.extend_from_slice(extra);
-        run(&args)
-    };
+        ],
+    );
+    assert!(matches!(first.code, 0 | 3), "{}", first.stderr);
+    let restart = |extra: &[&str]| cavity_restart_at_step_2(dir.path(), extra);
     let other_layout = restart(&["--set", "patches=2,1,1"]);
     assert_eq!(other_layout.code, 2, "{}", other_layout.stderr);
     assert!(

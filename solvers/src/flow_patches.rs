@@ -360,27 +360,7 @@ impl FlowPatches {
         whole: &ExpressionGraph,
         into: &[Tag; 3],
     ) -> SolverResult<()> {
-        let started = Instant::now();
-        for (component, &axis) in self.active.iter().enumerate() {
-            let counts = &self.counts[component];
-            let mut mine = Vec::with_capacity(counts[self.link.rank()]);
-            for graph in self.momentum.graphs() {
-                on_face!(axis, F => graph.with_field::<F, _>(&from[axis], |u| {
-                    append_interior(u, &mut mine)
-                })??);
-            }
-            let all = self.link.gather_in_rank_order(&mine, counts)?;
-            drop(mine);
-            on_face!(axis, F => whole.with_field_mut::<F, _>(&into[axis], |u| -> SolverResult<()> {
-                let mut at = 0;
-                for part in &self.parts {
-                    at = place_interior(&all, at, &part.components[component], part.offset, u)?;
-                }
-                Ok(())
-            })??);
-        }
-        self.spent(started);
-        Ok(())
+        self.gather_into(from, whole, into, false).map(|_| ())
     }
 
     /// [`Self::gather`] onto rank 0 alone (collective): rank 0 places every
@@ -393,6 +373,18 @@ impl FlowPatches {
         whole: &ExpressionGraph,
         into: &[Tag; 3],
     ) -> SolverResult<bool> {
+        self.gather_into(from, whole, into, true)
+    }
+
+    /// [`Self::gather`] onto every rank, or onto rank 0 alone (`to_root`);
+    /// whether this rank received the whole domain.
+    fn gather_into(
+        &self,
+        from: &[Tag; 3],
+        whole: &ExpressionGraph,
+        into: &[Tag; 3],
+        to_root: bool,
+    ) -> SolverResult<bool> {
         let started = Instant::now();
         let mut received = false;
         for (component, &axis) in self.active.iter().enumerate() {
@@ -403,10 +395,15 @@ impl FlowPatches {
                     append_interior(u, &mut mine)
                 })??);
             }
-            let Some(all) = self.link.gather_to_root(&mine, counts)? else {
-                continue;
+            let all = if to_root {
+                self.link.gather_to_root(&mine, counts)?
+            } else {
+                Some(self.link.gather_in_rank_order(&mine, counts)?)
             };
             drop(mine);
+            let Some(all) = all else {
+                continue;
+            };
             on_face!(axis, F => whole.with_field_mut::<F, _>(&into[axis], |u| -> SolverResult<()> {
                 let mut at = 0;
                 for part in &self.parts {

@@ -40,8 +40,9 @@
 use super::{IncompressibleFlow, NAMES, WholeState, state_not_on_patches};
 use crate::error::{SolverError, SolverResult};
 use crate::flow_patches::FlowPatches;
+use crate::flow_projection::PatchProjection;
 use crate::windows::{cut_window, paste_window, take_window};
-use watershed_exprgraph::GraphLocation;
+use watershed_exprgraph::{GraphLocation, Tag};
 use watershed_fields::{CellCentre, Device, FieldLayout, Location, Patch, SpatialField};
 use watershed_operators::FaceLocation;
 
@@ -322,22 +323,11 @@ impl IncompressibleFlow {
         patch: &Patch,
         f: impl FnOnce(&SpatialField<CellCentre>) -> R,
     ) -> SolverResult<Option<R>> {
-        let (Some(projection), Some((position, _))) =
-            (&self.projection, self.owned_patch_index(patch)?)
-        else {
-            return Ok(None);
-        };
-        let Some(psi) = projection.psi().get(position) else {
+        let Some((projection, psi)) = self.patch_psi(patch)? else {
             return Ok(None);
         };
         if projection.whole_psi_written(&self.graph)? {
-            let mut part =
-                SpatialField::<CellCentre>::new("psi", psi.layout().patch(), Device::Cpu)?;
-            let offset = patch.offset().map(|o| o as isize);
-            self.graph
-                .with_field::<CellCentre, _>(&self.psi, |whole| {
-                    take_window(whole, &mut part, offset, true)
-                })??;
+            let part = self.cut_whole(&self.psi, psi.layout().patch())?;
             return Ok(Some(f(&part)));
         }
         Ok(Some(f(psi)))
@@ -354,30 +344,47 @@ impl IncompressibleFlow {
         patch: &Patch,
         f: impl FnOnce(&SpatialField<CellCentre>) -> R,
     ) -> SolverResult<Option<R>> {
+        let Some((_, psi)) = self.patch_psi(patch)? else {
+            return Ok(None);
+        };
+        if self.pressure_written.get() {
+            // The whole domain's pressure was written (and is current:
+            // no stage ran since).
+            let part = self.cut_whole(&self.pressure, psi.layout().patch())?;
+            return Ok(Some(f(&part)));
+        }
+        let mut pressure = SpatialField::<CellCentre>::new("p", psi.layout().patch(), Device::Cpu)?;
+        let scale = self.pressure_scale.get();
+        for (p, value) in pressure.values_mut()?.iter_mut().zip(psi.values()?) {
+            *p = scale * value;
+        }
+        Ok(Some(f(&pressure)))
+    }
+
+    /// The projection and its `psi` on this rank's patch with `patch`'s
+    /// cells, or `None` (no such patch, or the state not on patches).
+    fn patch_psi(
+        &self,
+        patch: &Patch,
+    ) -> SolverResult<Option<(&PatchProjection, &SpatialField<CellCentre>)>> {
         let (Some(projection), Some((position, _))) =
             (&self.projection, self.owned_patch_index(patch)?)
         else {
             return Ok(None);
         };
-        let Some(psi) = projection.psi().get(position) else {
-            return Ok(None);
-        };
-        let mut pressure = SpatialField::<CellCentre>::new("p", psi.layout().patch(), Device::Cpu)?;
-        if self.pressure_written.get() {
-            // The whole domain's pressure was written (and is current:
-            // no stage ran since).
-            let offset = patch.offset().map(|o| o as isize);
-            self.graph
-                .with_field::<CellCentre, _>(&self.pressure, |whole| {
-                    take_window(whole, &mut pressure, offset, true)
-                })??;
-        } else {
-            let scale = self.pressure_scale.get();
-            for (p, value) in pressure.values_mut()?.iter_mut().zip(psi.values()?) {
-                *p = scale * value;
-            }
-        }
-        Ok(Some(f(&pressure)))
+        Ok(projection.psi().get(position).map(|psi| (projection, psi)))
+    }
+
+    /// The whole domain's cell-centred field `tag` cut to `patch` (its
+    /// ghosts included): a field written there and not yet on the
+    /// patches.
+    fn cut_whole(&self, tag: &Tag, patch: &Patch) -> SolverResult<SpatialField<CellCentre>> {
+        let mut part = SpatialField::<CellCentre>::new(tag.name.as_ref(), patch, Device::Cpu)?;
+        let offset = patch.offset().map(|o| o as isize);
+        self.graph.with_field::<CellCentre, _>(tag, |whole| {
+            take_window(whole, &mut part, offset, true)
+        })??;
+        Ok(part)
     }
 
     /// The factor `1/(b dt)` of the last stage by which the pressure is

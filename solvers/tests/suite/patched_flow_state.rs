@@ -5,7 +5,7 @@
 //! whole domain gives, bit for bit.
 
 use crate::patched_flow_case::{
-    Match, cavity, cavity_grid, run_and_compare, taylor_green, taylor_green_grid,
+    Match, cavity, cavity_grid, run_and_compare, set_taylor_green, taylor_green, taylor_green_grid,
 };
 use std::rc::Rc;
 use watershed_fields::ranks::SingleProcess;
@@ -26,14 +26,14 @@ fn vortex_on_patches() -> IncompressibleFlow {
         .unwrap()
 }
 
-/// The Taylor-Green velocity with a small asymmetric part.
-fn set_vortex(flow: &IncompressibleFlow) {
-    flow.set_velocity::<XFace>(|[x, y, z]| x.sin() * y.cos() * z.cos() + 0.05 * (2.0 * y).sin())
-        .unwrap();
-    flow.set_velocity::<YFace>(|[x, y, z]| -x.cos() * y.sin() * z.cos() + 0.03 * z.cos())
-        .unwrap();
-    flow.set_velocity::<ZFace>(|[x, _, _]| 0.02 * (3.0 * x).sin())
-        .unwrap();
+/// A copy of `field` (what a checkpoint keeps of it).
+fn copy_of<L: Location>(field: &SpatialField<L>) -> SpatialField<L> {
+    let mut copy =
+        SpatialField::<L>::new(field.name(), field.layout().patch(), Device::Cpu).unwrap();
+    copy.values_mut()
+        .unwrap()
+        .copy_from_slice(field.values().unwrap());
+    copy
 }
 
 /// Every allocated point of `part` (a patch's field) against the same
@@ -118,8 +118,8 @@ fn patches_equal_whole(flow: &IncompressibleFlow, whole: &IncompressibleFlow, wh
 #[test]
 fn a_flow_on_patches_set_stepped_and_read_per_patch_forms_no_whole_field() {
     let (mut lazy, mut read) = (vortex_on_patches(), vortex_on_patches());
-    set_vortex(&lazy);
-    set_vortex(&read);
+    set_taylor_green(&lazy);
+    set_taylor_green(&read);
     assert!(
         !lazy.graph().holds_storage(),
         "the whole domain's fields after set_velocity"
@@ -173,7 +173,7 @@ fn a_flow_restored_patch_by_patch_continues_with_its_own_bits_and_no_whole_field
     // on the same layout: the next steps have the bits of the flow that
     // was never interrupted, and the restored flow forms no whole field.
     let mut straight = vortex_on_patches();
-    set_vortex(&straight);
+    set_taylor_green(&straight);
     for _ in 0..2 {
         let dt = straight.stable_time_step(0.5, 0.2).unwrap();
         straight.step(dt).unwrap();
@@ -183,43 +183,23 @@ fn a_flow_restored_patch_by_patch_continues_with_its_own_bits_and_no_whole_field
     let layout = straight.patch_layout().unwrap().clone();
     for index in straight.owned_patches().unwrap() {
         let patch = layout.patch(index).unwrap();
-        let copy = |f: &SpatialField<XFace>| {
-            let mut c = SpatialField::<XFace>::new("u", f.layout().patch(), Device::Cpu).unwrap();
-            c.values_mut().unwrap().copy_from_slice(f.values().unwrap());
-            c
-        };
         let u = straight
-            .with_patch_velocity::<XFace, _>(&patch, copy)
+            .with_patch_velocity::<XFace, _>(&patch, copy_of)
             .unwrap()
             .unwrap();
         restored.restore_patch_velocity(&u).unwrap();
         let v = straight
-            .with_patch_velocity::<YFace, _>(&patch, |f| {
-                let mut c =
-                    SpatialField::<YFace>::new("v", f.layout().patch(), Device::Cpu).unwrap();
-                c.values_mut().unwrap().copy_from_slice(f.values().unwrap());
-                c
-            })
+            .with_patch_velocity::<YFace, _>(&patch, copy_of)
             .unwrap()
             .unwrap();
         restored.restore_patch_velocity(&v).unwrap();
         let w = straight
-            .with_patch_velocity::<ZFace, _>(&patch, |f| {
-                let mut c =
-                    SpatialField::<ZFace>::new("w", f.layout().patch(), Device::Cpu).unwrap();
-                c.values_mut().unwrap().copy_from_slice(f.values().unwrap());
-                c
-            })
+            .with_patch_velocity::<ZFace, _>(&patch, copy_of)
             .unwrap()
             .unwrap();
         restored.restore_patch_velocity(&w).unwrap();
         let psi = straight
-            .with_patch_projection_potential(&patch, |f| {
-                let mut c = SpatialField::<CellCentre>::new("psi", f.layout().patch(), Device::Cpu)
-                    .unwrap();
-                c.values_mut().unwrap().copy_from_slice(f.values().unwrap());
-                c
-            })
+            .with_patch_projection_potential(&patch, copy_of)
             .unwrap()
             .unwrap();
         restored.restore_patch_projection_potential(&psi).unwrap();
@@ -304,7 +284,7 @@ fn a_patch_restore_that_does_not_fit_is_refused_by_name() {
 #[test]
 fn a_velocity_set_on_patches_that_is_not_finite_is_named_at_the_first_step() {
     let mut flow = vortex_on_patches();
-    set_vortex(&flow);
+    set_taylor_green(&flow);
     // One point of v, in the second patch along z.
     let bad = [3usize, 5, 12];
     let h = taylor_green_grid().spacing();
@@ -334,8 +314,8 @@ fn reads_on_rank_0_of_one_process_are_the_whole_domains() {
     // the whole domain gathered, and a later read on every rank (here the
     // same one) finds it gathered again, with the same bits.
     let (mut flow, mut twin) = (vortex_on_patches(), vortex_on_patches());
-    set_vortex(&flow);
-    set_vortex(&twin);
+    set_taylor_green(&flow);
+    set_taylor_green(&twin);
     let dt = flow.stable_time_step(0.5, 0.2).unwrap();
     flow.step(dt).unwrap();
     twin.step(dt).unwrap();
@@ -370,8 +350,8 @@ fn a_window_of_a_flow_on_patches_is_the_whole_domains_box_without_forming_it() {
     // their checks), gathered from the patches: the whole domain's values
     // at every interior point of the box, and no whole field formed.
     let (mut lazy, mut twin) = (vortex_on_patches(), vortex_on_patches());
-    set_vortex(&lazy);
-    set_vortex(&twin);
+    set_taylor_green(&lazy);
+    set_taylor_green(&twin);
     for _ in 0..2 {
         let dt = twin.stable_time_step(0.5, 0.2).unwrap();
         twin.step(dt).unwrap();
