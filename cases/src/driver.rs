@@ -933,16 +933,16 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
             format!("the {stepping} steps after the first")
         }
     );
-    let memory = report.cpu_memory_high_water.map_or("unknown".into(), |b| {
-        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
-    });
+    let memory = report
+        .cpu_memory_high_water
+        .map_or("unknown".into(), mebibytes);
     let gpu = if report.gpu_memory_high_water.is_empty() {
         "none used".to_string()
     } else {
         report
             .gpu_memory_high_water
             .iter()
-            .map(|(k, bytes)| format!("GPU {k} {:.1} MiB", *bytes as f64 / (1u64 << 20) as f64))
+            .map(|&(k, bytes)| format!("GPU {k} {}", mebibytes(bytes as u64)))
             .collect::<Vec<_>>()
             .join(", ")
             + " (pool peak held from the driver)"
@@ -954,9 +954,10 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
     if report.gpu_calls.total() > 0 {
         let _ = writeln!(
             text,
-            "GPU calls: {} in the last step ({}); {:.1} per step over the run",
+            "GPU calls: {} in the last step ({}; {} copied); {:.1} per step over the run",
             report.gpu_calls_last_step.total(),
             report.gpu_calls_last_step,
+            mebibytes(report.gpu_calls_last_step.copied_bytes),
             report.gpu_calls.total() as f64 / report.steps_run.max(1) as f64
         );
     }
@@ -1043,4 +1044,9 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
         let _ = writeln!(text, "wrote {}", file.display());
     }
     text
+}
+
+/// `bytes` in MiB with one decimal, e.g. `12.3 MiB`.
+fn mebibytes(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }

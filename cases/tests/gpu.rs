@@ -1696,3 +1696,81 @@ fn the_gpu_timeline_shows_each_streams_kernels_and_copies_in_order() {
         assert!(replayed.last_gpu_trace().is_empty());
     }
 }
+
+/// `phi`'s seams and periodic images exchanged between 2 x 2 x 1
+/// patches whose graphs run on a GPU, after a step left `phi` there: the
+/// fields stay on the GPU, only the points exchanged cross to the host
+/// and back (8 bytes each way per point written, once the point lists
+/// are on the GPU; a whole patch field per patch and direction before),
+/// and every point of every patch, ghosts included, equals the same
+/// exchange on the CPU.
+#[test]
+fn an_exchange_of_fields_on_the_gpu_moves_only_their_rims() {
+    let Some((gpu, _alone)) = gpu_alone("an_exchange_of_fields_on_the_gpu_moves_only_their_rims")
+    else {
+        return;
+    };
+    let grid = Grid::new([32, 24, 8], [32.0, 24.0, 8.0], [0.0; 3])
+        .unwrap()
+        .with_periodic([true; 3]);
+    let layout = PatchLayout::new(&grid, [2, 2, 1], GhostWidth::uniform(1)).unwrap();
+    let (u, next) = (Tag::none("phi"), Tag::none("next"));
+    let exchanged = |placement: PlacementPolicy| {
+        let graphs = PatchedGraphs::build(layout.clone(), Rc::new(SingleProcess), |patch| {
+            let mut factory = Factory::new();
+            factory.placeholder(u.clone(), LocationKind::CellCentre)?;
+            let t = u.clone();
+            factory.register(LanguageExpression::new::<CellCentre>(
+                next.clone(),
+                move |s| {
+                    let phi = s.field::<CellCentre>(&t);
+                    phi.clone() + 0.1 * laplacian(phi)
+                },
+            ))?;
+            let options = GraphOptions {
+                persistent: vec![next.clone()],
+                placement: placement.clone(),
+                ..Default::default()
+            };
+            let graph =
+                ExpressionGraph::build(&factory, std::slice::from_ref(&next), patch, &options)?;
+            graph.fill_placeholder(&u)?;
+            Ok::<_, GraphError>(graph)
+        })
+        .unwrap();
+        graphs
+            .set_field::<CellCentre>(&u, |[x, y, z]| (0.3 * x).sin() + (0.2 * y).cos() * z)
+            .unwrap();
+        graphs.exchange(std::slice::from_ref(&u)).unwrap();
+        graphs.execute(ExecutionMode::Serial).unwrap();
+        graphs.rotate_fields(&[u.clone(), next.clone()]).unwrap();
+        // A first exchange puts the point lists on the GPU.
+        graphs.exchange(std::slice::from_ref(&u)).unwrap();
+        graphs.execute(ExecutionMode::Serial).unwrap();
+        graphs.rotate_fields(&[u.clone(), next.clone()]).unwrap();
+        let on_gpu = graphs.graphs()[0].field_lives_on_gpu(&u).unwrap();
+        let before = watershed_fields::gpu_calls();
+        let written = graphs.exchange(std::slice::from_ref(&u)).unwrap();
+        let moved = watershed_fields::gpu_calls().since(&before);
+        let still_on_gpu = graphs
+            .graphs()
+            .iter()
+            .all(|g| g.field_lives_on_gpu(&u).unwrap());
+        let fields: Vec<Vec<f64>> = graphs.graphs().iter().map(|g| values(g, &u)).collect();
+        (on_gpu && still_on_gpu, written, moved, fields)
+    };
+    let (_, cpu_written, cpu_moved, cpu_fields) = exchanged(PlacementPolicy::Cpu);
+    let (on_gpu, written, moved, fields) = exchanged(PlacementPolicy::Gpu(gpu));
+    assert!(on_gpu, "phi left the GPU");
+    assert_eq!(cpu_moved.copied_bytes, 0);
+    assert_eq!(written, cpu_written);
+    // Each point written was read from its owner on the GPU (8 bytes to
+    // the host) and written on the GPU (8 bytes back): nothing else moved.
+    assert_eq!(moved.copied_bytes, 16 * written as u64, "{moved}");
+    let patch_field_bytes = 8 * fields[0].len() as u64;
+    assert!(moved.copied_bytes < patch_field_bytes * 4, "{moved}");
+    for (k, (got, want)) in fields.iter().zip(&cpu_fields).enumerate() {
+        let (worst, differing) = difference(got, want);
+        assert_eq!(differing, 0, "patch {k}: phi differs by up to {worst:e}");
+    }
+}

@@ -34,10 +34,10 @@ thread_local! {
 }
 
 /// Marks the current thread as inside `with_field` of a graph while alive.
-struct FieldAccess(usize);
+pub(crate) struct FieldAccess(usize);
 
 impl FieldAccess {
-    fn enter(graph: &ExpressionGraph) -> Self {
+    pub(crate) fn enter(graph: &ExpressionGraph) -> Self {
         let id = graph as *const ExpressionGraph as usize;
         FIELD_ACCESS.with(|a| a.borrow_mut().push(id));
         FieldAccess(id)
@@ -299,7 +299,7 @@ impl ExpressionGraph {
     /// node returns); nothing when this thread is already inside an access
     /// to this graph, whose outer access holds the lock (a nested access
     /// would otherwise wait for itself).
-    fn waits_for_execution(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+    pub(crate) fn waits_for_execution(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
         if in_field_access(self) {
             return None;
         }

@@ -67,6 +67,7 @@ mod dot;
 pub mod error;
 pub mod expression;
 pub mod factory;
+mod field_points;
 pub mod generated_source;
 pub mod gpu;
 pub mod graph;

@@ -40,7 +40,8 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use watershed_fields::halo::{
-    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, exchange_during,
+    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, copy_runs_by_points,
+    exchange_during,
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
@@ -705,6 +706,17 @@ impl<L> GraphFields<'_, L> {
             })
     }
 
+    /// Whether any of the tags' fields of `patch` lives on a GPU.
+    fn on_gpu(&self, patch: usize) -> FieldResult<bool> {
+        let graph = self.graph(patch)?;
+        for tag in self.tags {
+            if self.keep(graph.field_lives_on_gpu(tag).map(Ok))? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// `result`'s field error, or its graph error kept in `failure`.
     fn keep<T>(&self, result: GraphResult<FieldResult<T>>) -> FieldResult<T> {
         match result {
@@ -726,12 +738,17 @@ impl<L: GraphLocation> HaloFields for GraphFields<'_, L> {
 
     /// Each tag's runs copied as slices from one graph's field into
     /// another's, or within one field (a patch's own periodic images).
+    /// Fields on a GPU go point by point through [`Self::read`] and
+    /// [`Self::write`], which move only those points.
     fn copy_runs(
         &mut self,
         source: usize,
         destination: usize,
         runs: &[CopyRun],
     ) -> FieldResult<()> {
+        if self.on_gpu(source)? || self.on_gpu(destination)? {
+            return copy_runs_by_points(self, source, destination, runs);
+        }
         if source == destination {
             let graph = self.graph(source)?;
             for tag in self.tags {
@@ -758,37 +775,44 @@ impl<L: GraphLocation> HaloFields for GraphFields<'_, L> {
         Ok(())
     }
 
+    /// Each tag's values at `at`, where its field lives
+    /// ([`ExpressionGraph::read_points`]: fields on a GPU give only these
+    /// points, their host copies untouched).
     fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()> {
         let graph = self.graph(patch)?;
         let width = self.tags.len();
         let start = out.len();
         out.resize(start + at.len() * width, 0.0);
-        for (t, tag) in self.tags.iter().enumerate() {
-            let read = graph.with_field::<L, _>(tag, |field| -> FieldResult<()> {
-                let values = field.values()?;
-                for (slot, &i) in out[start + t..].iter_mut().step_by(width).zip(at) {
-                    *slot = values[i];
-                }
-                Ok(())
-            });
-            self.keep(read)?;
+        if width == 1 {
+            return self.keep(
+                graph
+                    .read_points::<L>(self.tags, at, &mut out[start..])
+                    .map(Ok),
+            );
+        }
+        // Field after field, then point-major as the messages carry them.
+        let mut fields = vec![0.0; at.len() * width];
+        self.keep(graph.read_points::<L>(self.tags, at, &mut fields).map(Ok))?;
+        for (t, field) in fields.chunks(at.len().max(1)).enumerate() {
+            for (slot, &v) in out[start + t..].iter_mut().step_by(width).zip(field) {
+                *slot = v;
+            }
         }
         Ok(())
     }
 
+    /// Each tag's values written at `at`, where its field lives
+    /// ([`ExpressionGraph::write_points`]: fields on a GPU stay there).
     fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()> {
         let graph = self.graph(patch)?;
         let width = self.tags.len();
-        for (t, tag) in self.tags.iter().enumerate() {
-            let written = graph.with_field_mut::<L, _>(tag, |field| -> FieldResult<()> {
-                let out = field.values_mut()?;
-                for (&i, &v) in at.iter().zip(values[t..].iter().step_by(width)) {
-                    out[i] = v;
-                }
-                Ok(())
-            });
-            self.keep(written)?;
+        if width == 1 {
+            return self.keep(graph.write_points::<L>(self.tags, at, values).map(Ok));
         }
-        Ok(())
+        let mut fields = Vec::with_capacity(values.len());
+        for t in 0..width {
+            fields.extend(values[t..].iter().step_by(width));
+        }
+        self.keep(graph.write_points::<L>(self.tags, at, &fields).map(Ok))
     }
 }

@@ -38,7 +38,7 @@
 //! | `watershed-language` | [`pointwise`], [`stencil`], [`ir`], [`expr`], [`mask`], [`parameter`], [`calculus`], [`vmath`], [`error`] | the language as data: typed front end, runtime IR, stencil tables, [`OperatorError`] |
 //! | `watershed-lowering` | [`kernel`], [`cache`] | device-neutral lowering to fused row programs with read extents; each structure lowered once |
 //! | `watershed-backends` | [`cpu`], [`vocabulary`], [`codegen`] | the row interpreter and its parallel executor; C and CUDA C from one kernel, run-time compilation, NVRTC |
-//! | `watershed-operators` (this crate) | [`assign`], [`checks`], [`prepared`], [`prepared_reduction`], [`gpu`], [`gpu_reduction`], `ghost_fill` | [`Assign`], regions, ghost/aliasing/grid checks, reductions; [`PreparedAssignment`] (targets of up to 256 Ki points run boundary-condition masked assignments as one ghost fill; larger ones run those with a copy or mirror shape as plain loops, in row epilogues and after the update); GPU launches of assignments and reductions |
+//! | `watershed-operators` (this crate) | [`assign`], [`checks`], [`prepared`], [`prepared_reduction`], [`gpu`], [`gpu_points`], [`gpu_reduction`], `ghost_fill` | [`Assign`], regions, ghost/aliasing/grid checks, reductions; [`PreparedAssignment`] (targets of up to 256 Ki points run boundary-condition masked assignments as one ghost fill; larger ones run those with a copy or mirror shape as plain loops, in row epilogues and after the update); GPU launches of assignments and reductions; a GPU field's halo points gathered and scattered on its GPU |
 //!
 //! Expressions are `f64`.
 
@@ -48,6 +48,7 @@ pub mod assign;
 pub mod checks;
 mod ghost_fill;
 pub mod gpu;
+pub mod gpu_points;
 pub mod gpu_reduction;
 pub mod prepared;
 pub mod prepared_reduction;

@@ -225,38 +225,55 @@ pub fn compile_cuda(kernel: &Kernel) -> OperatorResult<Option<CudaKernel>> {
     compile_source(kernel, name, source)
 }
 
-/// NVRTC is not part of this build ([`nvrtc_problem`] said so already).
-#[cfg(not(feature = "cuda"))]
-fn compile_source(
-    _kernel: &Kernel,
-    _name: String,
-    _source: String,
-) -> OperatorResult<Option<CudaKernel>> {
-    Err(OperatorError::Backend {
-        what: "compiling a CUDA kernel".to_string(),
-        reason: nvrtc_problem().unwrap_or_default().to_string(),
-    })
-}
-
 /// Compiles `source` (the CUDA C of `kernel`) with NVRTC.
-#[cfg(feature = "cuda")]
 fn compile_source(
     kernel: &Kernel,
     name: String,
     source: String,
 ) -> OperatorResult<Option<CudaKernel>> {
+    let ptx = compile_unit(&name, &source)?;
+    Ok(Some(CudaKernel {
+        name,
+        ptx,
+        source,
+        arguments: emit::cuda_arguments(kernel),
+    }))
+}
+
+/// The PTX of the header-free CUDA C translation unit `source`, whose
+/// kernel is `name`, compiled with NVRTC as every generated kernel is
+/// (`--fmad=false`): for the few kernels written by hand rather than
+/// generated from a [`Kernel`] (the halo's point gathers and scatters).
+/// An error when NVRTC is absent or refuses the source (with its log).
+pub fn compile_unit(name: &str, source: &str) -> OperatorResult<String> {
+    if let Some(problem) = nvrtc_problem() {
+        return Err(OperatorError::Backend {
+            what: format!("compiling CUDA kernel {name}"),
+            reason: problem.to_string(),
+        });
+    }
+    compile_with_nvrtc(name, source)
+}
+
+/// NVRTC is not part of this build ([`nvrtc_problem`] said so already).
+#[cfg(not(feature = "cuda"))]
+fn compile_with_nvrtc(name: &str, _source: &str) -> OperatorResult<String> {
+    Err(OperatorError::Backend {
+        what: format!("compiling CUDA kernel {name}"),
+        reason: nvrtc_problem().unwrap_or_default().to_string(),
+    })
+}
+
+/// [`compile_unit`] once NVRTC is known to be there.
+#[cfg(feature = "cuda")]
+fn compile_with_nvrtc(name: &str, source: &str) -> OperatorResult<String> {
     let options = cudarc::nvrtc::CompileOptions {
         fmad: Some(false),
         name: Some(format!("{name}.cu")),
         ..Default::default()
     };
-    match cudarc::nvrtc::compile_ptx_with_opts(&source, options) {
-        Ok(ptx) => Ok(Some(CudaKernel {
-            name,
-            ptx: ptx.to_src(),
-            source,
-            arguments: emit::cuda_arguments(kernel),
-        })),
+    match cudarc::nvrtc::compile_ptx_with_opts(source, options) {
+        Ok(ptx) => Ok(ptx.to_src()),
         Err(e) => {
             let (command, log) = match &e {
                 cudarc::nvrtc::CompileError::CompileError { options, log, .. } => (
@@ -267,9 +284,9 @@ fn compile_source(
             };
             Err(OperatorError::Compile(Box::new(CompileFailure {
                 dialect: "CUDA C".to_string(),
-                kernel: name,
+                kernel: name.to_string(),
                 command,
-                source_text: source,
+                source_text: source.to_string(),
                 log,
             })))
         }

@@ -100,3 +100,71 @@ fn a_nested_access_on_one_thread_does_not_wait_for_itself() {
     graph.execute(ExecutionMode::Serial).unwrap();
     assert!(interior(&graph, "c").iter().all(|&v| v == 6.0));
 }
+
+/// Point reads and writes on the host: the values written are where
+/// `with_field` finds them, field after field; a tag given twice, a
+/// point outside the field and values of another length are refused
+/// with `FieldUnavailable` naming the tag.
+#[test]
+fn points_are_read_and_written_field_after_field_and_misuse_is_refused() {
+    let graph = two_node_graph();
+    let a = tag("a");
+    let len = graph
+        .with_field::<CellCentre, _>(&a, |f| f.values().map(|v| v.len()))
+        .unwrap()
+        .unwrap();
+    let points = [0, 5, len - 1];
+    graph
+        .write_points::<CellCentre>(std::slice::from_ref(&a), &points, &[1.5, -2.0, 7.25])
+        .unwrap();
+    let seen = graph
+        .with_field::<CellCentre, _>(&a, |f| {
+            f.values()
+                .map(|v| points.iter().map(|&p| v[p]).collect::<Vec<_>>())
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen, [1.5, -2.0, 7.25]);
+    let mut out = [0.0; 3];
+    graph
+        .read_points::<CellCentre>(std::slice::from_ref(&a), &[len - 1, 0, 5], &mut out)
+        .unwrap();
+    assert_eq!(out, [7.25, 1.5, -2.0]);
+
+    let refused = |error: watershed_exprgraph::GraphError, needle: &str| match error {
+        watershed_exprgraph::GraphError::FieldUnavailable { tag, reason, .. } => {
+            assert_eq!(tag, a);
+            assert!(reason.contains(needle), "{reason}");
+        }
+        other => panic!("expected FieldUnavailable, got {other:?}"),
+    };
+    let twice = [a.clone(), a.clone()];
+    refused(
+        graph
+            .read_points::<CellCentre>(&twice, &[0], &mut [0.0; 2])
+            .unwrap_err(),
+        "given twice",
+    );
+    refused(
+        graph
+            .write_points::<CellCentre>(std::slice::from_ref(&a), &[len], &[0.0])
+            .unwrap_err(),
+        &format!("linear index {len} lies outside"),
+    );
+    refused(
+        graph
+            .read_points::<CellCentre>(std::slice::from_ref(&a), &[0, 1], &mut [0.0; 3])
+            .unwrap_err(),
+        "2 point(s) of 1 field(s) given with 3 value(s)",
+    );
+    // A tag the graph does not know is named.
+    match graph
+        .read_points::<CellCentre>(&[tag("nowhere")], &[0], &mut [0.0])
+        .unwrap_err()
+    {
+        watershed_exprgraph::GraphError::UnknownTag { tag: unknown, .. } => {
+            assert_eq!(unknown, tag("nowhere"))
+        }
+        other => panic!("expected UnknownTag, got {other:?}"),
+    }
+}

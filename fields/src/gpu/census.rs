@@ -1,7 +1,8 @@
 //! A census of the calls the device layer makes to GPUs: how many kernel
 //! launches, copies, memsets, event records and waits, host waits,
 //! stream-ordered allocations and graph launches have reached the driver
-//! (or the emulation) in this process.
+//! (or the emulation) in this process, and how many bytes the copies
+//! moved.
 //!
 //! On small grids a time step costs what its driver calls cost, not what
 //! its kernels do: each call takes the host some microseconds. Counting
@@ -54,6 +55,10 @@ pub struct GpuCalls {
     /// Kernel nodes of instantiated graphs given new arguments
     /// (`cuGraphExecKernelNodeSetParams`).
     pub graph_updates: u64,
+    /// Bytes moved by the copies (host to GPU, GPU to host, or between
+    /// GPUs; the copies inside a replayed CUDA graph are not counted). A
+    /// size, not a call: [`GpuCalls::total`] leaves it out.
+    pub copied_bytes: u64,
 }
 
 impl GpuCalls {
@@ -72,10 +77,11 @@ impl GpuCalls {
             frees: self.frees.saturating_sub(earlier.frees),
             graph_launches: self.graph_launches.saturating_sub(earlier.graph_launches),
             graph_updates: self.graph_updates.saturating_sub(earlier.graph_updates),
+            copied_bytes: self.copied_bytes.saturating_sub(earlier.copied_bytes),
         }
     }
 
-    /// All calls, whatever their kind.
+    /// All calls, whatever their kind (the bytes copied are not a call).
     pub fn total(&self) -> u64 {
         self.launches
             + self.copies
@@ -108,13 +114,15 @@ impl std::ops::Add for GpuCalls {
             frees: self.frees + other.frees,
             graph_launches: self.graph_launches + other.graph_launches,
             graph_updates: self.graph_updates + other.graph_updates,
+            copied_bytes: self.copied_bytes + other.copied_bytes,
         }
     }
 }
 
 impl std::fmt::Display for GpuCalls {
     /// The non-zero kinds, e.g. `30 launches, 30 records, 58 waits`
-    /// (`no GPU calls` when all are zero).
+    /// (`no GPU calls` when all are zero); the bytes copied are printed
+    /// by the caller where it wants them.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kinds = [
             (self.launches, "launches"),
@@ -164,9 +172,18 @@ const KINDS: usize = 11;
 
 static COUNTS: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
 
+/// The bytes moved by the copies counted.
+static COPIED_BYTES: AtomicU64 = AtomicU64::new(0);
+
 /// Counts one call of `kind` that reached a device.
 pub(crate) fn count(kind: Call) {
     COUNTS[kind as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts one copy of `bytes` bytes that reached a device.
+pub(crate) fn count_copy(bytes: usize) {
+    count(Call::Copy);
+    COPIED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
 }
 
 /// The calls made to GPUs (real or emulated) by this process so far.
@@ -184,6 +201,7 @@ pub fn gpu_calls() -> GpuCalls {
         frees: read(Call::Free),
         graph_launches: read(Call::GraphLaunch),
         graph_updates: read(Call::GraphUpdate),
+        copied_bytes: COPIED_BYTES.load(Ordering::Relaxed),
     }
 }
 
@@ -203,6 +221,7 @@ mod tests {
             waits: 2,
             records: 4,
             host_waits: 1,
+            copied_bytes: 4096,
             ..GpuCalls::default()
         };
         let step = later.since(&earlier);
@@ -212,9 +231,11 @@ mod tests {
                 launches: 7,
                 records: 4,
                 host_waits: 1,
+                copied_bytes: 4096,
                 ..GpuCalls::default()
             }
         );
+        // Bytes are a size, not a call.
         assert_eq!(step.total(), 12);
         assert_eq!(step + earlier, later);
         assert_eq!(

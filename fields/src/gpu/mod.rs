@@ -415,7 +415,7 @@ impl GpuStream {
         bytes: usize,
         action: &str,
     ) -> FieldResult<()> {
-        census::count(census::Call::Copy);
+        census::count_copy(bytes);
         // SAFETY: forwarded from the caller.
         unsafe {
             match &self.stream {

@@ -14,6 +14,7 @@ mod convergence;
 mod derivative;
 mod fourth_order;
 mod gpu_launch_on_host;
+mod gpu_points;
 mod intergrid;
 mod launch;
 mod prepared;

@@ -1,0 +1,284 @@
+//! A persistent field's points read and written where the field lives:
+//! what a halo exchange needs of a graph whose nodes run on a GPU.
+//!
+//! [`ExpressionGraph::with_field`] makes the field's CPU copy current,
+//! which for a field on a GPU copies the whole field to the host, and
+//! [`ExpressionGraph::with_field_mut`] makes the CPU copy the active one,
+//! so that the next GPU node copies the whole field back. An exchange
+//! reads and writes only the field's rim. [`ExpressionGraph::read_points`]
+//! and [`ExpressionGraph::write_points`] move only those points: from the
+//! host copy when it is current, else gathered and scattered on the GPU
+//! that holds the field ([`watershed_operators::gpu_points`]), whose
+//! location stays the active one.
+
+use crate::error::{GraphError, GraphResult};
+use crate::graph::{ExpressionGraph, FieldAccess};
+use crate::store::GraphLocation;
+use crate::tag::Tag;
+use std::sync::atomic::Ordering;
+use watershed_fields::{Device, SpatialField};
+use watershed_operators::gpu_points::{gather_points_on_gpu, scatter_points_on_gpu};
+
+impl ExpressionGraph {
+    /// Whether the persistent field `tag` is active on a GPU (its writes
+    /// go there): a point access then runs on that GPU.
+    pub fn field_lives_on_gpu(&self, tag: &Tag) -> GraphResult<bool> {
+        let slot = self.slot(tag, "read")?;
+        Ok(self.state.store.slots[slot]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|field| field.active_device() != Device::Cpu))
+    }
+
+    /// Copies the values at linear indices `points` of the persistent
+    /// fields `tags` (of location `L`) into `out`, field after field
+    /// (`points.len()` values each, in point order), without moving the
+    /// fields: from each one's CPU copy when that is current, else
+    /// gathered on the GPU holding it (only these values cross to the
+    /// host; the fields on one GPU in one copy). Errors like
+    /// [`ExpressionGraph::with_field`], and for a tag given twice, a point
+    /// outside the fields or an `out` of another length.
+    ///
+    /// ```
+    /// use watershed_exprgraph::{ExpressionGraph, Factory, GraphOptions, Tag};
+    /// use watershed_fields::{CellCentre, Grid, LocationKind};
+    /// let (a, b) = (Tag::none("a"), Tag::none("b"));
+    /// let mut factory = Factory::new();
+    /// factory.placeholder(a.clone(), LocationKind::CellCentre)?;
+    /// factory.placeholder(b.clone(), LocationKind::CellCentre)?;
+    /// let patch = Grid::new([4, 4, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+    /// let both = [a.clone(), b.clone()];
+    /// let graph = ExpressionGraph::build(&factory, &both, &patch, &GraphOptions::default())?;
+    /// // Field after field: a at points 0 and 7, then b at them.
+    /// graph.write_points::<CellCentre>(&both, &[0, 7], &[2.5, -1.0, 4.0, 8.0])?;
+    /// let mut out = [0.0; 4];
+    /// graph.read_points::<CellCentre>(&both, &[7, 0], &mut out)?;
+    /// assert_eq!(out, [-1.0, 2.5, 8.0, 4.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read_points<L: GraphLocation>(
+        &self,
+        tags: &[Tag],
+        points: &[usize],
+        out: &mut [f64],
+    ) -> GraphResult<()> {
+        let slots = self.distinct_slots(tags, "read")?;
+        check_lengths(tags, points.len(), out.len())?;
+        self.state.allocate_storage(&self.plan)?;
+        let _execution = self.waits_for_execution();
+        let _access = FieldAccess::enter(self);
+        let guards: Vec<_> = slots
+            .iter()
+            .map(|&slot| {
+                self.state.store.slots[slot]
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+            })
+            .collect();
+        let fields = guards
+            .iter()
+            .zip(tags)
+            .map(|(guard, tag)| typed::<L>(guard.as_ref(), tag))
+            .collect::<GraphResult<Vec<_>>>()?;
+        let n = points.len();
+        if let Some(device) = one_gpu(
+            fields
+                .iter()
+                .map(|f| (f.active_device(), f.is_valid_on(Device::Cpu))),
+        ) {
+            let buffers = fields
+                .iter()
+                .map(|f| f.gpu_buffer(device))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(gather_points_on_gpu(&buffers, points, out, &names(tags))?);
+        }
+        for ((field, tag), out) in fields.iter().zip(tags).zip(out.chunks_mut(n.max(1))) {
+            if field.is_valid_on(Device::Cpu) {
+                let values = field.values()?;
+                for (slot, &point) in out.iter_mut().zip(points) {
+                    *slot = *values
+                        .get(point)
+                        .ok_or_else(|| outside(tag, point, values.len()))?;
+                }
+            } else {
+                let buffer = field.gpu_buffer(field.active_device())?;
+                gather_points_on_gpu(&[buffer], points, out, field.name())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `values` (field after field, `points.len()` values each, in
+    /// point order) at linear indices `points` of the persistent fields
+    /// `tags` (of location `L`) where each is active: on the host, or
+    /// scattered on the GPU holding it (only these values cross from the
+    /// host, the fields on one GPU in one copy; the fields stay there).
+    /// Every other copy of a field becomes stale, as after any write.
+    /// Errors like [`ExpressionGraph::with_field_mut`], and for a tag
+    /// given twice, a point outside the fields or `values` of another
+    /// length.
+    pub fn write_points<L: GraphLocation>(
+        &self,
+        tags: &[Tag],
+        points: &[usize],
+        values: &[f64],
+    ) -> GraphResult<()> {
+        let slots = self.distinct_slots(tags, "written")?;
+        check_lengths(tags, points.len(), values.len())?;
+        self.state.allocate_storage(&self.plan)?;
+        let _execution = self.waits_for_execution();
+        let _access = FieldAccess::enter(self);
+        let mut guards: Vec<_> = slots
+            .iter()
+            .map(|&slot| {
+                self.state.store.slots[slot]
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+            })
+            .collect();
+        let mut fields = guards
+            .iter_mut()
+            .zip(tags)
+            .map(|(guard, tag)| typed_mut::<L>(guard.as_mut(), tag))
+            .collect::<GraphResult<Vec<_>>>()?;
+        let n = points.len();
+        if let Some(device) = one_gpu(fields.iter().map(|f| (f.active_device(), false))) {
+            let buffers = fields
+                .iter_mut()
+                .map(|f| f.gpu_buffer_mut(device))
+                .collect::<Result<Vec<_>, _>>()?;
+            scatter_points_on_gpu(&buffers, points, values, &names(tags))?;
+        } else {
+            for ((field, tag), values) in fields.iter_mut().zip(tags).zip(values.chunks(n.max(1))) {
+                match field.active_device() {
+                    Device::Cpu => {
+                        let data = field.values_mut()?;
+                        let len = data.len();
+                        for (&point, &value) in points.iter().zip(values) {
+                            *data
+                                .get_mut(point)
+                                .ok_or_else(|| outside(tag, point, len))? = value;
+                        }
+                    }
+                    device => {
+                        let name = field.name().to_string();
+                        let buffer = field.gpu_buffer_mut(device)?;
+                        scatter_points_on_gpu(&[buffer], points, values, &name)?;
+                    }
+                }
+            }
+        }
+        for &slot in &slots {
+            self.state.provided[slot].store(true, Ordering::Release);
+            self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// The slots of `tags`, refusing a tag given twice (its field would
+    /// be locked twice).
+    fn distinct_slots(&self, tags: &[Tag], what: &str) -> GraphResult<Vec<usize>> {
+        let mut slots = Vec::with_capacity(tags.len());
+        for tag in tags {
+            let slot = self.slot(tag, what)?;
+            if slots.contains(&slot) {
+                return Err(GraphError::FieldUnavailable {
+                    tag: tag.clone(),
+                    expression: "the caller".into(),
+                    reason: "the tag is given twice; give each field once".into(),
+                });
+            }
+            slots.push(slot);
+        }
+        Ok(slots)
+    }
+}
+
+/// The GPU every field is active on, when all are on one GPU and none
+/// has a current host copy (`(active device, host copy current)` per
+/// field): their points then move in one batch there.
+fn one_gpu(fields: impl Iterator<Item = (Device, bool)>) -> Option<Device> {
+    let mut one = None;
+    for (device, on_host) in fields {
+        if on_host || device == Device::Cpu || one.is_some_and(|d| d != device) {
+            return None;
+        }
+        one = Some(device);
+    }
+    one
+}
+
+/// The fields' names for an error, e.g. `phi0, phi1`.
+fn names(tags: &[Tag]) -> String {
+    tags.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The field of location `L` in a slot, or the error of a scratch field
+/// or of another location.
+fn typed<'f, L: GraphLocation>(
+    field: Option<&'f crate::store::AnyField>,
+    tag: &Tag,
+) -> GraphResult<&'f SpatialField<L>> {
+    let field = field.ok_or_else(|| scratch(tag))?;
+    L::get(field).ok_or(GraphError::WrongLocation {
+        tag: tag.clone(),
+        actual: field.kind(),
+        requested: L::KIND,
+    })
+}
+
+/// [`typed`], mutably.
+fn typed_mut<'f, L: GraphLocation>(
+    field: Option<&'f mut crate::store::AnyField>,
+    tag: &Tag,
+) -> GraphResult<&'f mut SpatialField<L>> {
+    let field = field.ok_or_else(|| scratch(tag))?;
+    let actual = field.kind();
+    L::get_mut(field).ok_or(GraphError::WrongLocation {
+        tag: tag.clone(),
+        actual,
+        requested: L::KIND,
+    })
+}
+
+/// The error for a point access to a scratch field.
+fn scratch(tag: &Tag) -> GraphError {
+    GraphError::FieldUnavailable {
+        tag: tag.clone(),
+        expression: "the caller".into(),
+        reason: "it is a scratch field, alive only while the graph executes; flag it persistent to keep it".into(),
+    }
+}
+
+/// Refuses `values` values for `points` points of each of `tags`.
+fn check_lengths(tags: &[Tag], points: usize, values: usize) -> GraphResult<()> {
+    let Some(first) = tags.first() else {
+        return Ok(());
+    };
+    if points.checked_mul(tags.len()) == Some(values) {
+        return Ok(());
+    }
+    Err(GraphError::FieldUnavailable {
+        tag: first.clone(),
+        expression: "the caller".into(),
+        reason: format!(
+            "{points} point(s) of {} field(s) given with {values} value(s); give one value per point and field",
+            tags.len()
+        ),
+    })
+}
+
+/// The error for linear index `point` of a field of `len` points.
+fn outside(tag: &Tag, point: usize, len: usize) -> GraphError {
+    GraphError::FieldUnavailable {
+        tag: tag.clone(),
+        expression: "the caller".into(),
+        reason: format!(
+            "linear index {point} lies outside the field's {len} points; the halo route was made for another layout"
+        ),
+    }
+}
