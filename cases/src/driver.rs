@@ -954,7 +954,7 @@ pub fn summary(case: &str, report: &RunReport, check: &CaseCheck) -> String {
     if report.gpu_calls.total() > 0 {
         let _ = writeln!(
             text,
-            "GPU calls: {} in the last step ({}; {} copied); {:.1} per step over the run",
+            "GPU calls: {} in the last step ({}; {} copied between devices); {:.1} per step over the run",
             report.gpu_calls_last_step.total(),
             report.gpu_calls_last_step,
             mebibytes(report.gpu_calls_last_step.copied_bytes),

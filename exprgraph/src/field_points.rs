@@ -1,5 +1,6 @@
-//! A persistent field's points read and written where the field lives:
-//! what a halo exchange needs of a graph whose nodes run on a GPU.
+//! A persistent field read and written where it lives, without moving
+//! it off its device: what a halo exchange and the hand-offs between the
+//! graphs of a decomposed solver need of graphs whose nodes run on a GPU.
 //!
 //! [`ExpressionGraph::with_field`] makes the field's CPU copy current,
 //! which for a field on a GPU copies the whole field to the host, and
@@ -9,7 +10,10 @@
 //! and [`ExpressionGraph::write_points`] move only those points: from the
 //! host copy when it is current, else gathered and scattered on the GPU
 //! that holds the field ([`watershed_operators::gpu_points`]), whose
-//! location stays the active one.
+//! location stays the active one. [`ExpressionGraph::copy_field_from`]
+//! copies a whole field of another graph on the device where it is
+//! current ([`SpatialField::copy_from`]): a field handed from one graph
+//! on a GPU to another stays on that GPU.
 
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{ExpressionGraph, FieldAccess};
@@ -17,7 +21,9 @@ use crate::store::GraphLocation;
 use crate::tag::Tag;
 use std::sync::atomic::Ordering;
 use watershed_fields::{Device, SpatialField};
-use watershed_operators::gpu_points::{gather_points_on_gpu, scatter_points_on_gpu};
+use watershed_operators::gpu_points::{
+    PointBatch, copy_points_on_gpu, gather_points_on_gpu, scatter_points_on_gpu,
+};
 
 impl ExpressionGraph {
     /// Whether the persistent field `tag` is active on a GPU (its writes
@@ -36,13 +42,15 @@ impl ExpressionGraph {
     /// (`points.len()` values each, in point order), without moving the
     /// fields: from each one's CPU copy when that is current, else
     /// gathered on the GPU holding it (only these values cross to the
-    /// host; the fields on one GPU in one copy). Errors like
+    /// host; the fields on one GPU in one copy), after what `batch`
+    /// enqueued, which this finishes. Errors like
     /// [`ExpressionGraph::with_field`], and for a tag given twice, a point
     /// outside the fields or an `out` of another length.
     ///
     /// ```
     /// use watershed_exprgraph::{ExpressionGraph, Factory, GraphOptions, Tag};
     /// use watershed_fields::{CellCentre, Grid, LocationKind};
+    /// use watershed_operators::gpu_points::PointBatch;
     /// let (a, b) = (Tag::none("a"), Tag::none("b"));
     /// let mut factory = Factory::new();
     /// factory.placeholder(a.clone(), LocationKind::CellCentre)?;
@@ -50,15 +58,18 @@ impl ExpressionGraph {
     /// let patch = Grid::new([4, 4, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
     /// let both = [a.clone(), b.clone()];
     /// let graph = ExpressionGraph::build(&factory, &both, &patch, &GraphOptions::default())?;
+    /// let mut batch = PointBatch::new();
     /// // Field after field: a at points 0 and 7, then b at them.
-    /// graph.write_points::<CellCentre>(&both, &[0, 7], &[2.5, -1.0, 4.0, 8.0])?;
+    /// graph.write_points::<CellCentre>(&mut batch, &both, &[0, 7], &[2.5, -1.0, 4.0, 8.0])?;
+    /// batch.finish()?;
     /// let mut out = [0.0; 4];
-    /// graph.read_points::<CellCentre>(&both, &[7, 0], &mut out)?;
+    /// graph.read_points::<CellCentre>(&mut batch, &both, &[7, 0], &mut out)?;
     /// assert_eq!(out, [-1.0, 2.5, 8.0, 4.0]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn read_points<L: GraphLocation>(
         &self,
+        batch: &mut PointBatch,
         tags: &[Tag],
         points: &[usize],
         out: &mut [f64],
@@ -91,7 +102,13 @@ impl ExpressionGraph {
                 .iter()
                 .map(|f| f.gpu_buffer(device))
                 .collect::<Result<Vec<_>, _>>()?;
-            return Ok(gather_points_on_gpu(&buffers, points, out, &names(tags))?);
+            return Ok(gather_points_on_gpu(
+                batch,
+                &buffers,
+                points,
+                out,
+                &names(tags),
+            )?);
         }
         for ((field, tag), out) in fields.iter().zip(tags).zip(out.chunks_mut(n.max(1))) {
             if field.is_valid_on(Device::Cpu) {
@@ -103,7 +120,7 @@ impl ExpressionGraph {
                 }
             } else {
                 let buffer = field.gpu_buffer(field.active_device())?;
-                gather_points_on_gpu(&[buffer], points, out, field.name())?;
+                gather_points_on_gpu(batch, &[buffer], points, out, field.name())?;
             }
         }
         Ok(())
@@ -113,13 +130,16 @@ impl ExpressionGraph {
     /// point order) at linear indices `points` of the persistent fields
     /// `tags` (of location `L`) where each is active: on the host, or
     /// scattered on the GPU holding it (only these values cross from the
-    /// host, the fields on one GPU in one copy; the fields stay there).
-    /// Every other copy of a field becomes stale, as after any write.
+    /// host, the fields on one GPU in one copy; the fields stay there),
+    /// enqueued in `batch`: finish it before anything else reads the
+    /// fields. Every other copy of a field becomes stale, as after any
+    /// write.
     /// Errors like [`ExpressionGraph::with_field_mut`], and for a tag
     /// given twice, a point outside the fields or `values` of another
     /// length.
     pub fn write_points<L: GraphLocation>(
         &self,
+        batch: &mut PointBatch,
         tags: &[Tag],
         points: &[usize],
         values: &[f64],
@@ -148,7 +168,7 @@ impl ExpressionGraph {
                 .iter_mut()
                 .map(|f| f.gpu_buffer_mut(device))
                 .collect::<Result<Vec<_>, _>>()?;
-            scatter_points_on_gpu(&buffers, points, values, &names(tags))?;
+            scatter_points_on_gpu(batch, &buffers, points, values, &names(tags))?;
         } else {
             for ((field, tag), values) in fields.iter_mut().zip(tags).zip(values.chunks(n.max(1))) {
                 match field.active_device() {
@@ -164,7 +184,7 @@ impl ExpressionGraph {
                     device => {
                         let name = field.name().to_string();
                         let buffer = field.gpu_buffer_mut(device)?;
-                        scatter_points_on_gpu(&[buffer], points, values, &name)?;
+                        scatter_points_on_gpu(batch, &[buffer], points, values, &name)?;
                     }
                 }
             }
@@ -173,6 +193,191 @@ impl ExpressionGraph {
             self.state.provided[slot].store(true, Ordering::Release);
             self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
         }
+        Ok(())
+    }
+
+    /// Copies, for each of `tags` (location `L`), the values at linear
+    /// indices `points` of graph `from`'s field to linear indices `at` of
+    /// this graph's field (`from` may be this graph when no point read is
+    /// among those written: a patch's own periodic images). Where every
+    /// field lives on one GPU, without a current host copy of a source,
+    /// the copy runs there, enqueued in `batch` (finish it before anything
+    /// else reads the fields), and nothing crosses to the host; otherwise
+    /// the values go through [`Self::read_points`] and
+    /// [`Self::write_points`]. Errors as those do, and for lists of
+    /// different lengths.
+    pub fn copy_points_from<L: GraphLocation>(
+        &self,
+        batch: &mut PointBatch,
+        tags: &[Tag],
+        at: &[usize],
+        from: &ExpressionGraph,
+        points: &[usize],
+    ) -> GraphResult<()> {
+        if at.len() != points.len() {
+            return check_lengths(tags, at.len(), points.len() * tags.len());
+        }
+        if std::ptr::eq(self, from) {
+            return self.copy_points_within::<L>(batch, tags, at, points);
+        }
+        let sources = from.distinct_slots(tags, "read")?;
+        let targets = self.distinct_slots(tags, "written")?;
+        from.state.allocate_storage(&from.plan)?;
+        self.state.allocate_storage(&self.plan)?;
+        let on_one_gpu = {
+            let _source_execution = from.waits_for_execution();
+            let _source_access = FieldAccess::enter(from);
+            let _execution = self.waits_for_execution();
+            let _access = FieldAccess::enter(self);
+            let source_guards: Vec<_> = sources
+                .iter()
+                .map(|&slot| {
+                    from.state.store.slots[slot]
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                })
+                .collect();
+            let mut guards: Vec<_> = targets
+                .iter()
+                .map(|&slot| {
+                    self.state.store.slots[slot]
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                })
+                .collect();
+            let source_fields = source_guards
+                .iter()
+                .zip(tags)
+                .map(|(guard, tag)| typed::<L>(guard.as_ref(), tag))
+                .collect::<GraphResult<Vec<_>>>()?;
+            let mut fields = guards
+                .iter_mut()
+                .zip(tags)
+                .map(|(guard, tag)| typed_mut::<L>(guard.as_mut(), tag))
+                .collect::<GraphResult<Vec<_>>>()?;
+            let devices = source_fields
+                .iter()
+                .map(|f| (f.active_device(), f.is_valid_on(Device::Cpu)))
+                .chain(fields.iter().map(|f| (f.active_device(), false)));
+            match one_gpu(devices) {
+                Some(device) => {
+                    let read = source_fields
+                        .iter()
+                        .map(|f| f.gpu_buffer(device))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let written = fields
+                        .iter_mut()
+                        .map(|f| f.gpu_buffer_mut(device))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    copy_points_on_gpu(batch, &read, points, &written, at, &names(tags))?;
+                    true
+                }
+                None => false,
+            }
+        };
+        if on_one_gpu {
+            for &slot in &targets {
+                self.state.provided[slot].store(true, Ordering::Release);
+                self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
+            }
+            return Ok(());
+        }
+        let mut values = vec![0.0; points.len() * tags.len()];
+        from.read_points::<L>(batch, tags, points, &mut values)?;
+        self.write_points::<L>(batch, tags, at, &values)
+    }
+
+    /// [`Self::copy_points_from`] within this graph's fields.
+    fn copy_points_within<L: GraphLocation>(
+        &self,
+        batch: &mut PointBatch,
+        tags: &[Tag],
+        at: &[usize],
+        points: &[usize],
+    ) -> GraphResult<()> {
+        let slots = self.distinct_slots(tags, "written")?;
+        self.state.allocate_storage(&self.plan)?;
+        let _execution = self.waits_for_execution();
+        let _access = FieldAccess::enter(self);
+        let mut guards: Vec<_> = slots
+            .iter()
+            .map(|&slot| {
+                self.state.store.slots[slot]
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+            })
+            .collect();
+        let mut fields = guards
+            .iter_mut()
+            .zip(tags)
+            .map(|(guard, tag)| typed_mut::<L>(guard.as_mut(), tag))
+            .collect::<GraphResult<Vec<_>>>()?;
+        match one_gpu(fields.iter().map(|f| (f.active_device(), false))) {
+            Some(device) => {
+                let buffers = fields
+                    .iter_mut()
+                    .map(|f| f.gpu_buffer_mut(device))
+                    .collect::<Result<Vec<_>, _>>()?;
+                copy_points_on_gpu(batch, &buffers, points, &buffers, at, &names(tags))?;
+            }
+            None => {
+                for (field, tag) in fields.iter_mut().zip(tags) {
+                    if field.active_device() != Device::Cpu {
+                        field.validate_on(Device::Cpu)?;
+                        field.set_active(Device::Cpu)?;
+                    }
+                    let data = field.values_mut()?;
+                    let len = data.len();
+                    for (&to, &from) in at.iter().zip(points) {
+                        let value = *data.get(from).ok_or_else(|| outside(tag, from, len))?;
+                        *data.get_mut(to).ok_or_else(|| outside(tag, to, len))? = value;
+                    }
+                }
+            }
+        }
+        for &slot in &slots {
+            self.state.provided[slot].store(true, Ordering::Release);
+            self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// Makes the persistent field `into` (of location `L`) of this graph
+    /// a copy of the persistent field `tag` of graph `from` (on the same
+    /// patch), copied where `tag` is current ([`SpatialField::copy_from`]):
+    /// a field on a GPU is copied on that GPU and stays there. Errors
+    /// like [`ExpressionGraph::with_field_mut`], for layouts that differ
+    /// (naming both fields), and for a field copied onto itself.
+    pub fn copy_field_from<L: GraphLocation>(
+        &self,
+        into: &Tag,
+        from: &ExpressionGraph,
+        tag: &Tag,
+    ) -> GraphResult<()> {
+        let (source_slot, slot) = (from.slot(tag, "read")?, self.slot(into, "written")?);
+        if std::ptr::eq(self, from) && source_slot == slot {
+            return Err(GraphError::FieldUnavailable {
+                tag: into.clone(),
+                expression: "the caller".into(),
+                reason: "a field cannot be copied onto itself".into(),
+            });
+        }
+        from.state.allocate_storage(&from.plan)?;
+        self.state.allocate_storage(&self.plan)?;
+        let _source_execution = from.waits_for_execution();
+        let _source_access = FieldAccess::enter(from);
+        let _execution = self.waits_for_execution();
+        let _access = FieldAccess::enter(self);
+        let source_guard = from.state.store.slots[source_slot]
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.state.store.slots[slot]
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let source = typed::<L>(source_guard.as_ref(), tag)?;
+        typed_mut::<L>(guard.as_mut(), into)?.copy_from(source)?;
+        self.state.provided[slot].store(true, Ordering::Release);
+        self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 

@@ -40,14 +40,14 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use watershed_fields::halo::{
-    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, copy_runs_by_points,
-    exchange_during,
+    CopyRun, HaloBuffers, HaloFields, HaloPlan, HaloRoute, copy_runs_between, exchange_during,
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
     CellCentre, FieldError, FieldLayout, FieldResult, LocationKind, Patch, PatchLayout,
     SpatialField, XFace, YFace, ZFace,
 };
+use watershed_operators::gpu_points::PointBatch;
 
 /// The graphs of the patches of `layout` one rank owns.
 ///
@@ -390,6 +390,7 @@ impl PatchedGraphs {
             graphs: &self.graphs,
             tags,
             failure: RefCell::new(None),
+            batch: RefCell::new(PointBatch::new()),
             location: std::marker::PhantomData,
         };
         let exchanged = exchange_during(
@@ -689,6 +690,9 @@ struct GraphFields<'a, L> {
     graphs: &'a [ExpressionGraph],
     tags: &'a [Tag],
     failure: RefCell<Option<GraphError>>,
+    /// The point writes and copies enqueued on GPUs, waited for when the
+    /// exchange settles.
+    batch: RefCell<PointBatch>,
     location: std::marker::PhantomData<L>,
 }
 
@@ -738,8 +742,9 @@ impl<L: GraphLocation> HaloFields for GraphFields<'_, L> {
 
     /// Each tag's runs copied as slices from one graph's field into
     /// another's, or within one field (a patch's own periodic images).
-    /// Fields on a GPU go point by point through [`Self::read`] and
-    /// [`Self::write`], which move only those points.
+    /// Fields on a GPU are copied point by point on it
+    /// ([`ExpressionGraph::copy_points_from`]): nothing crosses to the
+    /// host when both live on one GPU.
     fn copy_runs(
         &mut self,
         source: usize,
@@ -747,7 +752,19 @@ impl<L: GraphLocation> HaloFields for GraphFields<'_, L> {
         runs: &[CopyRun],
     ) -> FieldResult<()> {
         if self.on_gpu(source)? || self.on_gpu(destination)? {
-            return copy_runs_by_points(self, source, destination, runs);
+            // Point by point where the fields live: on their GPU when
+            // both are on one, else through the host.
+            let from: Vec<usize> = runs.iter().flat_map(|r| r.from..r.from + r.len).collect();
+            let to: Vec<usize> = runs.iter().flat_map(|r| r.to..r.to + r.len).collect();
+            let (read, written) = (self.graph(source)?, self.graph(destination)?);
+            let copied = written.copy_points_from::<L>(
+                &mut self.batch.borrow_mut(),
+                self.tags,
+                &to,
+                read,
+                &from,
+            );
+            return self.keep(copied.map(Ok));
         }
         if source == destination {
             let graph = self.graph(source)?;
@@ -784,15 +801,18 @@ impl<L: GraphLocation> HaloFields for GraphFields<'_, L> {
         let start = out.len();
         out.resize(start + at.len() * width, 0.0);
         if width == 1 {
-            return self.keep(
-                graph
-                    .read_points::<L>(self.tags, at, &mut out[start..])
-                    .map(Ok),
+            let read = graph.read_points::<L>(
+                &mut self.batch.borrow_mut(),
+                self.tags,
+                at,
+                &mut out[start..],
             );
+            return self.keep(read.map(Ok));
         }
         // Field after field, then point-major as the messages carry them.
         let mut fields = vec![0.0; at.len() * width];
-        self.keep(graph.read_points::<L>(self.tags, at, &mut fields).map(Ok))?;
+        let read = graph.read_points::<L>(&mut self.batch.borrow_mut(), self.tags, at, &mut fields);
+        self.keep(read.map(Ok))?;
         for (t, field) in fields.chunks(at.len().max(1)).enumerate() {
             for (slot, &v) in out[start + t..].iter_mut().step_by(width).zip(field) {
                 *slot = v;
@@ -807,12 +827,21 @@ impl<L: GraphLocation> HaloFields for GraphFields<'_, L> {
         let graph = self.graph(patch)?;
         let width = self.tags.len();
         if width == 1 {
-            return self.keep(graph.write_points::<L>(self.tags, at, values).map(Ok));
+            let written =
+                graph.write_points::<L>(&mut self.batch.borrow_mut(), self.tags, at, values);
+            return self.keep(written.map(Ok));
         }
         let mut fields = Vec::with_capacity(values.len());
         for t in 0..width {
             fields.extend(values[t..].iter().step_by(width));
         }
-        self.keep(graph.write_points::<L>(self.tags, at, &fields).map(Ok))
+        let written = graph.write_points::<L>(&mut self.batch.borrow_mut(), self.tags, at, &fields);
+        self.keep(written.map(Ok))
+    }
+
+    /// Waits for the point writes and copies enqueued on GPUs.
+    fn settle(&mut self) -> FieldResult<()> {
+        let settled = self.batch.get_mut().finish();
+        self.keep(settled.map_err(GraphError::from).map(Ok))
     }
 }

@@ -635,6 +635,77 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
         }
     }
 
+    /// Makes this field's values, ghosts included, those of `source` (on
+    /// the same layout), copied on the device where `source` is active
+    /// (where it was last written). This field's location on that device
+    /// (added when missing) becomes the active one and the only valid
+    /// one, its earlier values never copied anywhere: two fields on one
+    /// GPU are copied on that GPU, without a trip through the host.
+    /// Synchronous. Errors when the layouts differ (naming both fields)
+    /// or a copy fails.
+    ///
+    /// ```
+    /// use watershed_fields::{CellCentre, Device, Grid, SpatialField};
+    /// let patch = Grid::new([4, 4, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+    /// let mut from = SpatialField::<CellCentre>::new("u*", &patch, Device::Cpu)?;
+    /// from.fill(2.5)?;
+    /// let mut to = SpatialField::<CellCentre>::new("u* of the next graph", &patch, Device::Cpu)?;
+    /// to.copy_from(&from)?;
+    /// assert!(to.values()?.iter().all(|&v| v == 2.5));
+    /// # Ok::<(), watershed_fields::FieldError>(())
+    /// ```
+    pub fn copy_from(&mut self, source: &SpatialField<L, T>) -> FieldResult<()> {
+        if source.layout != self.layout {
+            return Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "field '{}' cannot take the values of field '{}': they lie on different layouts ({:?} and {:?} ghost layers on {:?} cells and {:?}); build both on the same patch",
+                    self.name,
+                    source.name,
+                    self.layout.ghosts(),
+                    source.layout.ghosts(),
+                    self.layout.interior_extent(),
+                    source.layout.interior_extent()
+                ),
+            });
+        }
+        let device = source.active_device();
+        if self.states.position(device).is_none() {
+            self.add_location(device)?;
+        }
+        // The location takes the values below; its old ones are not copied.
+        self.states.mark_valid(&self.name, device)?;
+        self.states.set_active(&self.name, device)?;
+        let Device::Gpu(ordinal) = device else {
+            self.values_mut()?.copy_from_slice(source.values()?);
+            return Ok(());
+        };
+        let to = self.gpu_buffer_mut(device)?;
+        let from = source.gpu_buffer(device)?;
+        let stream = GpuStream::new(ordinal)?;
+        for event in [&from.ready, &to.ready].into_iter().flatten() {
+            stream.wait(event)?;
+        }
+        let bytes = to.len * std::mem::size_of::<T>();
+        let action = format!(
+            "copying field '{}' into field '{}' on {device}",
+            source.name, self.name
+        );
+        // SAFETY: both buffers hold `len` elements of T on this GPU (the
+        // layouts are equal); their pending copies were waited for above,
+        // and both fields outlive the synchronisation below (`&` and `&mut`
+        // borrows), so nothing frees or writes them meanwhile.
+        let copied = unsafe {
+            stream.copy(
+                (device, from.pointer as usize),
+                (device, to.pointer as usize),
+                bytes,
+                &action,
+            )
+        };
+        stream.synchronize()?;
+        copied
+    }
+
     /// A copy of the values (ghosts included) of the valid location on
     /// `device`, read without changing any location's state: a GPU
     /// location is copied to the host, and the call waits for it.

@@ -102,6 +102,15 @@ pub trait HaloFields {
     ) -> FieldResult<()> {
         copy_runs_by_points(self, source, destination, runs)
     }
+
+    /// Waits until the writes made so far hold (a holder that enqueues
+    /// them on a device, as fields on a GPU do, waits here; by default
+    /// they already hold). An exchange calls it once its rank's patches
+    /// have given each other their ghosts, before work that may read
+    /// them, and before it returns.
+    fn settle(&mut self) -> FieldResult<()> {
+        Ok(())
+    }
 }
 
 /// [`HaloFields::copy_runs`] through [`HaloFields::read`] and
@@ -315,9 +324,19 @@ fn push_point(runs: &mut Vec<PointRun>, point: usize) {
 /// The points of `runs`, in turn, into `points` (cleared first).
 fn expand(runs: &[PointRun], points: &mut Vec<usize>) {
     points.clear();
+    append_points(runs, points);
+}
+
+/// The points of `runs`, in turn, appended to `points`.
+fn append_points(runs: &[PointRun], points: &mut Vec<usize>) {
     for run in runs {
         points.extend(run.start..run.start + run.len);
     }
+}
+
+/// How many points `runs` hold.
+fn run_points(runs: &[PointRun]) -> usize {
+    runs.iter().map(|r| r.len).sum()
 }
 
 /// A route as an exchange runs it: each message read straight from the
@@ -612,8 +631,10 @@ impl RawRoute {
 #[derive(Debug, Default)]
 pub struct HaloBuffers {
     outgoing: Vec<Vec<f64>>,
-    /// The points of one piece, its runs expanded.
+    /// The points of one patch's pieces, their runs expanded.
     points: Vec<usize>,
+    /// The values of one patch's pieces, before they take their places.
+    values: Vec<f64>,
 }
 
 /// The exchange of the rank `link` names along `route` (made for that
@@ -671,14 +692,22 @@ pub fn exchange_during(
     // Every value sent is read before any ghost is written (ghosts are
     // never read: the points read are interior points of their owners),
     // straight into its message.
-    let HaloBuffers { outgoing, points } = buffers;
+    let HaloBuffers {
+        outgoing,
+        points,
+        values,
+    } = buffers;
     outgoing.resize_with(compiled.sends.len(), Vec::new);
     for (message, pieces) in outgoing.iter_mut().zip(&compiled.sends) {
-        message.clear();
-        for (k, runs) in pieces {
-            expand(runs, points);
-            fields.read(route.owned.start + k, points, message)?;
-        }
+        read_message(
+            route.owned.start,
+            pieces,
+            width,
+            &mut *fields,
+            points,
+            values,
+            message,
+        )?;
     }
     let expected: Vec<usize> = route.receives.iter().map(|&n| n * width).collect();
     // The ghosts this rank's own patches give each other are written
@@ -696,7 +725,7 @@ pub fn exchange_during(
         }
         Ok(())
     };
-    let copied = copy_locally();
+    let copied = copy_locally().and_then(|()| fields.settle());
     let incoming = link.swap_during(outgoing, &expected, work)?;
     copied?;
     for (from, (buffer, &expected)) in incoming.iter().zip(&expected).enumerate() {
@@ -709,17 +738,84 @@ pub fn exchange_during(
             });
         }
     }
-    // Each piece straight from its message (the lengths were checked).
+    // Each patch's pieces from their messages (the lengths were
+    // checked), in one write per patch: a holder on a device moves them
+    // in one copy.
     for (k, pieces) in compiled.received.iter().enumerate() {
+        points.clear();
+        values.clear();
         for piece in pieces {
-            let values =
-                &incoming[piece.from][piece.first * width..(piece.first + piece.count) * width];
             written += piece.count;
-            expand(&piece.runs, points);
+            append_points(&piece.runs, points);
+            values.extend_from_slice(
+                &incoming[piece.from][piece.first * width..(piece.first + piece.count) * width],
+            );
+        }
+        if !points.is_empty() {
             fields.write(route.owned.start + k, points, values)?;
         }
     }
+    fields.settle()?;
     Ok(written)
+}
+
+/// Fills `message` (cleared first) with the values of `pieces` in turn
+/// (each an owned source patch, counted from `first`, and the runs read
+/// there), reading each source patch once: its pieces' points together,
+/// then each piece's values moved to its place. A holder on a device then
+/// moves one patch's values in one copy, not a piece's.
+fn read_message(
+    first: usize,
+    pieces: &[(usize, Vec<PointRun>)],
+    width: usize,
+    fields: &mut dyn HaloFields,
+    points: &mut Vec<usize>,
+    values: &mut Vec<f64>,
+    message: &mut Vec<f64>,
+) -> FieldResult<()> {
+    message.clear();
+    if let [(k, runs)] = pieces {
+        expand(runs, points);
+        return fields.read(first + k, points, message);
+    }
+    let total: usize = pieces.iter().map(|(_, runs)| run_points(runs)).sum();
+    message.resize(total * width, 0.0);
+    let mut done: Vec<usize> = Vec::new();
+    for (k, _) in pieces {
+        if done.contains(k) {
+            continue;
+        }
+        done.push(*k);
+        points.clear();
+        for (source, runs) in pieces {
+            if source == k {
+                append_points(runs, points);
+            }
+        }
+        values.clear();
+        fields.read(first + k, points, values)?;
+        if values.len() != points.len() * width {
+            return Err(FieldError::InvalidLayout {
+                reason: format!(
+                    "patch {} gave {} value(s) for {} point(s) of {width} field(s); a halo holder must give one value per point and field",
+                    first + k,
+                    values.len(),
+                    points.len()
+                ),
+            });
+        }
+        // Each of this patch's pieces to its place in the message.
+        let (mut at, mut taken) = (0, 0);
+        for (source, runs) in pieces {
+            let len = run_points(runs) * width;
+            if source == k {
+                message[at..at + len].copy_from_slice(&values[taken..taken + len]);
+                taken += len;
+            }
+            at += len;
+        }
+    }
+    Ok(())
 }
 
 /// Checks that `field` is on patch `index` of `layout`, naming it if not.

@@ -10,12 +10,19 @@
 //! device in one copy and scatters them into the fields. The values
 //! travel through one block of the host pool, which is pinned whenever
 //! the process sees a GPU ([`MemoryPool::global`]), and one block of the
-//! GPU's pool. The index lists are kept on each GPU after their first
-//! use (a halo route reads and writes the same points every step),
-//! compared value by value with the list asked for, never trusted to a
-//! hash alone. Both calls wait for their stream before returning, since
-//! the values are wanted on the host at once (for a message to another
-//! rank) or the host's buffer is reused: one host wait per call.
+//! GPU's pool. [`copy_points_on_gpu`] copies points between two fields
+//! of one GPU (the seams a rank's patches give each other) without the
+//! host. The index lists are kept on each GPU after their first use (a
+//! halo route reads and writes the same points every step), compared
+//! value by value with the list asked for, never trusted to a hash
+//! alone.
+//!
+//! Scatters and copies are enqueued in a [`PointBatch`], one stream per
+//! GPU, and waited for together when the batch is finished: an exchange
+//! waits once, not once per piece (on a GPU each host wait costs
+//! microseconds). A gather waits at once, since its values are wanted on
+//! the host (for a message to another rank); it runs on the batch's
+//! stream, after what the batch enqueued before it.
 //!
 //! The kernels are written by hand, not generated from the IR: a gather
 //! and a scatter through an index list are not assignments of the field
@@ -40,26 +47,31 @@ const GATHER: &str = "ws_gather_points";
 /// The scatter: `field[points[i]] = values[i]` for `i < a.n`.
 const SCATTER: &str = "ws_scatter_points";
 
-/// The CUDA C of the gather and of the scatter, each its own translation
-/// unit (header-free, its argument struct first, as the emulated GPU
-/// reads a kernel's signature).
+/// The copy between two fields of one GPU: `to[at[i]] = from[points[i]]`
+/// for `i < a.n`.
+const COPY: &str = "ws_copy_points";
+
+/// The CUDA C of the gather, the scatter or the copy, each its own
+/// translation unit (header-free, its argument struct first, as the
+/// emulated GPU reads a kernel's signature).
 fn unit(name: &str) -> String {
-    let (field, values, body) = if name == GATHER {
-        (
-            "const double *field",
-            "double *values",
+    let (parameters, body) = match name {
+        GATHER => (
+            "const double *field, const unsigned long long *points, double *values",
             "values[i] = field[points[i]];",
-        )
-    } else {
-        (
-            "double *field",
-            "const double *values",
+        ),
+        SCATTER => (
+            "double *field, const unsigned long long *points, const double *values",
             "field[points[i]] = values[i];",
-        )
+        ),
+        _ => (
+            "const double *from, const unsigned long long *points, double *to, const unsigned long long *at",
+            "to[at[i]] = from[points[i]];",
+        ),
     };
     format!(
         "struct {name}_args {{ unsigned long long n; }};\n\
-         extern \"C\" __global__ void {name}(const struct {name}_args a, {field}, const unsigned long long *points, {values})\n\
+         extern \"C\" __global__ void {name}(const struct {name}_args a, {parameters})\n\
          {{\n\
          \x20   unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
          \x20   if (i < a.n) {{ {body} }}\n\
@@ -67,15 +79,16 @@ fn unit(name: &str) -> String {
     )
 }
 
-/// Kernel `name` (the gather or the scatter), compiled once per process.
+/// Kernel `name` (the gather, the scatter or the copy), compiled once
+/// per process.
 fn kernel(name: &'static str) -> OperatorResult<Arc<CudaKernel>> {
-    static GATHER_KERNEL: OnceLock<Arc<CudaKernel>> = OnceLock::new();
-    static SCATTER_KERNEL: OnceLock<Arc<CudaKernel>> = OnceLock::new();
-    let slot = if name == GATHER {
-        &GATHER_KERNEL
-    } else {
-        &SCATTER_KERNEL
-    };
+    static KERNELS: [OnceLock<Arc<CudaKernel>>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let slot = &KERNELS[match name {
+        GATHER => 0,
+        SCATTER => 1,
+        _ => 2,
+    }];
     if let Some(done) = slot.get() {
         return Ok(done.clone());
     }
@@ -94,10 +107,15 @@ fn kernel(name: &'static str) -> OperatorResult<Arc<CudaKernel>> {
     Ok(slot.get_or_init(|| compiled).clone())
 }
 
-/// The CUDA C translation unit of the gather (`gather`) or of the scatter
-/// (NVRTC compiles it; tests read it).
-pub fn point_kernel_source(gather: bool) -> String {
-    unit(if gather { GATHER } else { SCATTER })
+/// The CUDA C translation unit of the gather (`"gather"`), the scatter
+/// (`"scatter"`) or the copy (anything else). NVRTC compiles it; tests
+/// read it.
+pub fn point_kernel_source(which: &str) -> String {
+    unit(match which {
+        "gather" => GATHER,
+        "scatter" => SCATTER,
+        _ => COPY,
+    })
 }
 
 /// Index lists kept on the GPUs: at most this many, then the cache is
@@ -114,14 +132,15 @@ struct DeviceList {
 type ListCache = Mutex<HashMap<(usize, u64), Vec<Arc<DeviceList>>>>;
 
 /// `points` on GPU `ordinal`: the cached list when one equals it, else
-/// a new device block that `stream` fills from the start of `staging` (a
-/// host block of at least `points.len()` 8-byte words that must outlive
-/// the stream's copy) and that the cache keeps.
+/// a new device block that `stream` fills from host address `staging`
+/// (at least `points.len()` 8-byte words of a host block that this call
+/// alone uses and that must outlive the stream's copy) and that the
+/// cache keeps.
 fn device_list(
     ordinal: usize,
     points: &[usize],
     stream: &GpuStream,
-    staging: &PoolBlock,
+    staging: usize,
     what: &str,
 ) -> OperatorResult<Arc<DeviceList>> {
     static CACHE: OnceLock<ListCache> = OnceLock::new();
@@ -142,8 +161,7 @@ fn device_list(
         .allocate(bytes, format!("halo point list of {what}"))?;
     // SAFETY: `staging` is a host block of at least `bytes` bytes that
     // this transfer alone uses, 8-byte aligned.
-    let host =
-        unsafe { std::slice::from_raw_parts_mut(staging.address() as *mut u64, points.len()) };
+    let host = unsafe { std::slice::from_raw_parts_mut(staging as *mut u64, points.len()) };
     for (slot, &point) in host.iter_mut().zip(points) {
         *slot = point as u64;
     }
@@ -152,7 +170,7 @@ fn device_list(
     // the cache (and by the caller's `Arc`) as long as any launch uses it.
     unsafe {
         stream.copy(
-            (Device::Cpu, staging.address()),
+            (Device::Cpu, staging),
             (Device::Gpu(ordinal), block.address()),
             bytes,
             &format!("copying the halo point list of {what} to GPU {ordinal}"),
@@ -208,179 +226,380 @@ fn check_buffers(buffers: &[GpuBuffer], points: &[usize], what: &str) -> Operato
     Ok(ordinal)
 }
 
-/// What a transfer does with the values: gather them into `Out`, or
-/// scatter those of `In` (field after field, each `points.len()` values).
-enum Values<'v> {
-    Out(&'v mut [f64]),
-    In(&'v [f64]),
+/// Scatters and copies of points enqueued on one stream per GPU, with
+/// the staging memory and index lists they use, until [`Self::finish`]
+/// waits for them all. Until then nothing else may read or write the
+/// fields they write (their locations already say they hold the new
+/// values). Dropping a batch waits for it too (and leaks its memory if
+/// that wait fails, since the GPU may still use it).
+#[derive(Default)]
+pub struct PointBatch {
+    streams: Vec<GpuStream>,
+    blocks: Vec<PoolBlock>,
+    lists: Vec<Arc<DeviceList>>,
+    /// Whether work was enqueued since the last wait.
+    enqueued: bool,
 }
 
-impl Values<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Values::Out(values) => values.len(),
-            Values::In(values) => values.len(),
-        }
+impl std::fmt::Debug for PointBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PointBatch")
+            .field("streams", &self.streams.len())
+            .field("blocks", &self.blocks.len())
+            .finish()
     }
 }
 
-/// Runs the gather or the scatter of the points `points` of every field
-/// of `buffers` (all on one GPU): the index list from the GPU's cache,
-/// the values staged through a block of the host pool and a block of
-/// the GPU's pool in one copy, one launch per field. Waits for the
-/// stream.
-fn transfer(
-    buffers: &[GpuBuffer],
-    points: &[usize],
-    mut values: Values<'_>,
-    what: &str,
-) -> OperatorResult<()> {
-    let n = points.len();
-    if n == 0 || buffers.is_empty() {
+impl PointBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        PointBatch::default()
+    }
+
+    /// The batch's stream on GPU `ordinal`, made on first use, for work
+    /// about to be enqueued.
+    fn stream(&mut self, ordinal: usize) -> OperatorResult<GpuStream> {
+        self.enqueued = true;
+        if let Some(stream) = self
+            .streams
+            .iter()
+            .find(|s| s.device() == Device::Gpu(ordinal))
+        {
+            return Ok(stream.clone());
+        }
+        let stream = GpuStream::new(ordinal)?;
+        self.streams.push(stream.clone());
+        Ok(stream)
+    }
+
+    /// Waits for everything enqueued (nothing to wait for when nothing was
+    /// enqueued since the last wait), then frees the staging memory. On
+    /// an error the memory is leaked (the GPU may still use it).
+    pub fn finish(&mut self) -> OperatorResult<()> {
+        if !self.enqueued {
+            return Ok(());
+        }
+        self.enqueued = false;
+        let mut failed = None;
+        for stream in &self.streams {
+            if let Err(error) = stream.synchronize() {
+                failed.get_or_insert(error);
+            }
+        }
+        if let Some(error) = failed {
+            std::mem::forget(std::mem::take(&mut self.blocks));
+            std::mem::forget(std::mem::take(&mut self.lists));
+            return Err(error.into());
+        }
+        self.blocks.clear();
+        self.lists.clear();
+        Ok(())
+    }
+}
+
+impl Drop for PointBatch {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// The overflow error of moving `n` points of `fields` fields.
+fn overflow(what: &str, n: usize, fields: usize) -> OperatorError {
+    OperatorError::Backend {
+        what: format!("moving halo points of {what}"),
+        reason: format!("{n} points of {fields} field(s) overflow a byte count or a launch grid"),
+    }
+}
+
+/// Refuses `values` values for `n` points of `fields` fields.
+fn check_values(what: &str, n: usize, fields: usize, values: usize) -> OperatorResult<()> {
+    if n.checked_mul(fields) == Some(values) {
         return Ok(());
     }
-    let gather = matches!(values, Values::Out(_));
-    let overflow = || OperatorError::Backend {
+    Err(OperatorError::Backend {
         what: format!("moving halo points of {what}"),
         reason: format!(
-            "{n} points of {} field(s) overflow a byte count or a launch grid",
-            buffers.len()
+            "{n} point(s) of {fields} field(s) but {values} value(s); give one value per point and field"
         ),
+    })
+}
+
+/// Blocks of `BLOCK` threads covering `n` points.
+fn grid(what: &str, n: usize, fields: usize) -> OperatorResult<[u32; 3]> {
+    let blocks =
+        u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| overflow(what, n, fields))?;
+    Ok([blocks, 1, 1])
+}
+
+/// Launches kernel `name` once per argument list of `launches` on
+/// `stream`: `n` threads, the count first.
+///
+/// # Safety
+/// Every address among the arguments must be memory of the stream's GPU
+/// that the kernel may read and write as its source says, alive and
+/// unused by other work until the stream has run the launches.
+unsafe fn launch_each(
+    stream: &GpuStream,
+    name: &'static str,
+    n: usize,
+    launches: &[Vec<[u8; 8]>],
+    action: &str,
+) -> OperatorResult<()> {
+    let Device::Gpu(ordinal) = stream.device() else {
+        return Ok(());
     };
-    let total = n.checked_mul(buffers.len()).ok_or_else(overflow)?;
-    if values.len() != total {
-        return Err(OperatorError::Backend {
-            what: format!("moving halo points of {what}"),
-            reason: format!(
-                "{n} point(s) of {} field(s) but {} value(s); give one value per point and field",
-                buffers.len(),
-                values.len()
-            ),
-        });
-    }
-    let ordinal = check_buffers(buffers, points, what)?;
-    let device = Device::Gpu(ordinal);
-    let bytes = total.checked_mul(8).ok_or_else(overflow)?;
-    let list_bytes = n.checked_mul(8).ok_or_else(overflow)?;
-    let blocks = u32::try_from(n.div_ceil(BLOCK as usize)).map_err(|_| overflow())?;
-    let name = if gather { GATHER } else { SCATTER };
     let function = loaded_function(ordinal, kernel(name)?.as_ref())?;
-    // The host block: the list (when new) first, then the values.
-    let host_bytes = list_bytes.checked_add(bytes).ok_or_else(overflow)?;
-    let host =
-        MemoryPool::global(Device::Cpu)?.allocate(host_bytes, format!("halo values of {what}"))?;
-    let host_values = host.address() + list_bytes;
-    let staged = MemoryPool::global(device)?.allocate(bytes, format!("halo values of {what}"))?;
-    let stream = GpuStream::new(ordinal)?;
-    for event in buffers.iter().filter_map(|b| b.ready.as_ref()) {
-        stream.wait(event)?;
-    }
-    let list = device_list(ordinal, points, &stream, &host, what)?;
-    let action = format!("moving {n} halo points of {what} on {device}");
-    let enqueued = (|| -> OperatorResult<()> {
-        if let Values::In(values) = &values {
-            // SAFETY: the host block's values part holds `total` f64 that
-            // this call alone uses (8-byte aligned, after the list's part).
-            let staging = unsafe { std::slice::from_raw_parts_mut(host_values as *mut f64, total) };
-            staging.copy_from_slice(values);
-            // SAFETY: both blocks hold `bytes` bytes there, alive until
-            // the wait below.
-            unsafe {
-                stream.copy(
-                    (Device::Cpu, host_values),
-                    (device, staged.address()),
-                    bytes,
-                    &action,
-                )?;
-            }
+    let count = (n as u64).to_ne_bytes();
+    let shape = grid(action, n, launches.len())?;
+    for addresses in launches {
+        let mut arguments: Vec<&[u8]> = Vec::with_capacity(addresses.len() + 1);
+        arguments.push(&count);
+        arguments.extend(addresses.iter().map(|a| a.as_slice()));
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            stream.launch(&function, shape, [BLOCK, 1, 1], &arguments, action)?;
         }
-        let count = (n as u64).to_ne_bytes();
-        let indices = (list.block.address() as u64).to_ne_bytes();
-        for (t, buffer) in buffers.iter().enumerate() {
-            let field = buffer.pointer.to_ne_bytes();
-            let at = ((staged.address() + t * list_bytes) as u64).to_ne_bytes();
-            let arguments: [&[u8]; 4] = [&count, &field, &indices, &at];
-            // SAFETY: the kernel reads `n` indices of the list, each
-            // checked to lie inside every field's `len` elements, and reads
-            // or writes `n` values of the staging block from field `t`'s
-            // offset; the field's memory is the caller's valid (for a
-            // scatter, active) location on this GPU, which the caller keeps
-            // alive and unused meanwhile.
-            unsafe {
-                stream.launch(
-                    &function,
-                    [blocks, 1, 1],
-                    [BLOCK, 1, 1],
-                    &arguments,
-                    &action,
-                )?;
-            }
-        }
-        if gather {
-            // SAFETY: as above; the host block's values part holds
-            // `bytes` bytes.
-            unsafe {
-                stream.copy(
-                    (device, staged.address()),
-                    (Device::Cpu, host_values),
-                    bytes,
-                    &action,
-                )?;
-            }
-        }
-        Ok(())
-    })();
-    // Every block outlives the wait, and is leaked instead of freed if
-    // the wait fails (the copies or the kernels may still run then).
-    if let Err(error) = stream.synchronize() {
-        std::mem::forget(host);
-        std::mem::forget(staged);
-        return Err(error.into());
-    }
-    enqueued?;
-    if let Values::Out(out) = &mut values {
-        // SAFETY: the stream has finished writing the `total` values of
-        // the host block's values part.
-        let gathered = unsafe { std::slice::from_raw_parts(host_values as *const f64, total) };
-        out.copy_from_slice(gathered);
     }
     Ok(())
+}
+
+/// An address as a kernel argument.
+fn address(value: usize) -> [u8; 8] {
+    (value as u64).to_ne_bytes()
 }
 
 /// Copies the values at linear indices `points` of every field whose
 /// valid location on a GPU is one of `buffers` (all on one GPU) into
 /// `out`, field after field (`points.len()` values each, in point order),
 /// gathering them on the GPU: only those values cross to the host,
-/// whatever the fields' size, in one copy. Waits for it. `what` names
-/// the fields in errors; a point outside a field, or fields on different
-/// GPUs, are refused.
+/// whatever the fields' size, in one copy. Runs on `batch`'s stream after
+/// what it enqueued, and waits for it (the whole batch is finished).
+/// `what` names the fields in errors; a point outside a field, fields on
+/// different GPUs or an `out` of another length are refused.
 ///
 /// ```
 /// use watershed_operators::gpu_points::point_kernel_source;
 /// // The gather reads the field through the index list, one thread a point.
-/// assert!(point_kernel_source(true).contains("values[i] = field[points[i]];"));
+/// assert!(point_kernel_source("gather").contains("values[i] = field[points[i]];"));
 /// ```
 pub fn gather_points_on_gpu(
+    batch: &mut PointBatch,
     buffers: &[GpuBuffer],
     points: &[usize],
     out: &mut [f64],
     what: &str,
 ) -> OperatorResult<()> {
-    transfer(buffers, points, Values::Out(out), what)
+    let n = points.len();
+    check_values(what, n, buffers.len(), out.len())?;
+    if n == 0 || buffers.is_empty() {
+        return Ok(());
+    }
+    let ordinal = check_buffers(buffers, points, what)?;
+    let device = Device::Gpu(ordinal);
+    let bytes = out
+        .len()
+        .checked_mul(8)
+        .ok_or_else(|| overflow(what, n, buffers.len()))?;
+    let list_bytes = n * 8;
+    let host = MemoryPool::global(Device::Cpu)?
+        .allocate(list_bytes + bytes, format!("halo values of {what}"))?;
+    let staged = MemoryPool::global(device)?.allocate(bytes, format!("halo values of {what}"))?;
+    let stream = batch.stream(ordinal)?;
+    for event in buffers.iter().filter_map(|b| b.ready.as_ref()) {
+        stream.wait(event)?;
+    }
+    let list = device_list(ordinal, points, &stream, host.address(), what)?;
+    let host_values = host.address() + list_bytes;
+    let launches: Vec<Vec<[u8; 8]>> = buffers
+        .iter()
+        .enumerate()
+        .map(|(t, b)| {
+            vec![
+                b.pointer.to_ne_bytes(),
+                address(list.block.address()),
+                address(staged.address() + t * list_bytes),
+            ]
+        })
+        .collect();
+    let action = format!("gathering {n} halo points of {what} on {device}");
+    // SAFETY: the gathers read `n` indices of the list, each checked to
+    // lie inside every field, read the fields (the caller's valid
+    // locations on this GPU, kept alive and unwritten meanwhile) and write
+    // `n` values each into the staging block at field `t`'s offset; the
+    // copy moves `bytes` bytes of the staging block into the host block's
+    // values part. All blocks outlive the wait below (the batch keeps
+    // them, leaking them if it fails).
+    let enqueued = unsafe {
+        launch_each(&stream, GATHER, n, &launches, &action).and_then(|()| {
+            Ok(stream.copy(
+                (device, staged.address()),
+                (Device::Cpu, host_values),
+                bytes,
+                &action,
+            )?)
+        })
+    };
+    batch.lists.push(list);
+    batch.blocks.push(staged);
+    if let Err(error) = batch.finish() {
+        // The copy into `host` may still run.
+        std::mem::forget(host);
+        return Err(error);
+    }
+    enqueued?;
+    // SAFETY: the stream has finished writing the `out.len()` values of
+    // the host block's values part, which this call still holds.
+    let gathered = unsafe { std::slice::from_raw_parts(host_values as *const f64, out.len()) };
+    out.copy_from_slice(gathered);
+    Ok(())
 }
 
 /// Writes `values` (field after field, `points.len()` values each, in
 /// point order) at linear indices `points` of every field whose active
 /// location on a GPU is one of `buffers` (all on one GPU), scattering
 /// them on the GPU: only those values cross from the host, in one copy,
-/// and the fields stay on the GPU. Waits for it. `what` names the fields
-/// in errors; a point outside a field, or fields on different GPUs, are
-/// refused.
+/// and the fields stay on the GPU. Enqueued in `batch`: the fields hold
+/// the values once it is finished. `what` names the fields in errors; a
+/// point outside a field, fields on different GPUs or values of another
+/// length are refused.
 pub fn scatter_points_on_gpu(
+    batch: &mut PointBatch,
     buffers: &[GpuBuffer],
     points: &[usize],
     values: &[f64],
     what: &str,
 ) -> OperatorResult<()> {
-    transfer(buffers, points, Values::In(values), what)
+    let n = points.len();
+    check_values(what, n, buffers.len(), values.len())?;
+    if n == 0 || buffers.is_empty() {
+        return Ok(());
+    }
+    let ordinal = check_buffers(buffers, points, what)?;
+    let device = Device::Gpu(ordinal);
+    let bytes = values
+        .len()
+        .checked_mul(8)
+        .ok_or_else(|| overflow(what, n, buffers.len()))?;
+    let list_bytes = n * 8;
+    let host = MemoryPool::global(Device::Cpu)?
+        .allocate(list_bytes + bytes, format!("halo values of {what}"))?;
+    let staged = MemoryPool::global(device)?.allocate(bytes, format!("halo values of {what}"))?;
+    let stream = batch.stream(ordinal)?;
+    for event in buffers.iter().filter_map(|b| b.ready.as_ref()) {
+        stream.wait(event)?;
+    }
+    let list = device_list(ordinal, points, &stream, host.address(), what)?;
+    let host_values = host.address() + list_bytes;
+    // SAFETY: the host block's values part holds `values.len()` f64 that
+    // this call alone uses (8-byte aligned, after the list's part).
+    unsafe { std::slice::from_raw_parts_mut(host_values as *mut f64, values.len()) }
+        .copy_from_slice(values);
+    let launches: Vec<Vec<[u8; 8]>> = buffers
+        .iter()
+        .enumerate()
+        .map(|(t, b)| {
+            vec![
+                b.pointer.to_ne_bytes(),
+                address(list.block.address()),
+                address(staged.address() + t * list_bytes),
+            ]
+        })
+        .collect();
+    let action = format!("scattering {n} halo points of {what} on {device}");
+    // SAFETY: the copy moves `bytes` bytes from the host block into the
+    // staging block; the scatters read `n` indices of the list, each
+    // checked to lie inside every field, and `n` staged values each, and
+    // write the fields (the caller's active locations on this GPU, kept
+    // alive and unused until the batch is finished). The batch keeps
+    // every block until then.
+    let enqueued = unsafe {
+        stream
+            .copy(
+                (Device::Cpu, host_values),
+                (device, staged.address()),
+                bytes,
+                &action,
+            )
+            .map_err(OperatorError::from)
+            .and_then(|()| launch_each(&stream, SCATTER, n, &launches, &action))
+    };
+    batch.lists.push(list);
+    batch.blocks.push(staged);
+    batch.blocks.push(host);
+    enqueued
+}
+
+/// Copies, for every field pair, the values at linear indices `points`
+/// of the field whose valid location is `from[t]` to linear indices `at`
+/// of the field whose active location is `to[t]`, all on one GPU: one
+/// launch per pair, nothing through the host (the index lists kept on
+/// the GPU after their first use). `from[t]` and `to[t]` may be one field
+/// when no point read is among those written (a patch's own periodic
+/// images). Enqueued in `batch`: the fields hold the values once it is
+/// finished. `what` names the fields in errors; a point outside a field,
+/// fields on different GPUs, or lists of different lengths are refused.
+pub fn copy_points_on_gpu(
+    batch: &mut PointBatch,
+    from: &[GpuBuffer],
+    points: &[usize],
+    to: &[GpuBuffer],
+    at: &[usize],
+    what: &str,
+) -> OperatorResult<()> {
+    let n = points.len();
+    if at.len() != n || to.len() != from.len() {
+        return Err(OperatorError::Backend {
+            what: format!("copying halo points of {what}"),
+            reason: format!(
+                "{n} point(s) of {} field(s) read, {} point(s) of {} field(s) written; give as many of each",
+                from.len(),
+                at.len(),
+                to.len()
+            ),
+        });
+    }
+    if n == 0 || from.is_empty() {
+        return Ok(());
+    }
+    let all: Vec<GpuBuffer> = from.iter().chain(to).cloned().collect();
+    // One GPU for all, then each list inside the fields it indexes.
+    let ordinal = check_buffers(&all, &[], what)?;
+    check_buffers(from, points, what)?;
+    check_buffers(to, at, what)?;
+    let list_bytes = n
+        .checked_mul(8)
+        .ok_or_else(|| overflow(what, n, from.len()))?;
+    let host = MemoryPool::global(Device::Cpu)?
+        .allocate(2 * list_bytes, format!("halo point lists of {what}"))?;
+    let stream = batch.stream(ordinal)?;
+    for event in all.iter().filter_map(|b| b.ready.as_ref()) {
+        stream.wait(event)?;
+    }
+    let read = device_list(ordinal, points, &stream, host.address(), what)?;
+    let written = device_list(ordinal, at, &stream, host.address() + list_bytes, what)?;
+    let launches: Vec<Vec<[u8; 8]>> = from
+        .iter()
+        .zip(to)
+        .map(|(source, target)| {
+            vec![
+                source.pointer.to_ne_bytes(),
+                address(read.block.address()),
+                target.pointer.to_ne_bytes(),
+                address(written.block.address()),
+            ]
+        })
+        .collect();
+    let action = format!("copying {n} halo points of {what} on GPU {ordinal}");
+    // SAFETY: each copy reads `n` indices of both lists, each checked to
+    // lie inside the fields it indexes, reads the source field at the
+    // first and writes the target at the second (never a point it reads,
+    // as the caller guarantees when both are one field); the fields are
+    // the caller's valid (the targets' active) locations on this GPU,
+    // kept alive and unused until the batch is finished, which keeps the
+    // lists and the host block (their staging) until then.
+    let enqueued = unsafe { launch_each(&stream, COPY, n, &launches, &action) };
+    batch.lists.push(read);
+    batch.lists.push(written);
+    batch.blocks.push(host);
+    enqueued
 }

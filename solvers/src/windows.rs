@@ -213,29 +213,17 @@ pub(crate) fn place_interior<L: Location>(
 }
 
 /// Copies every allocated value of `from`'s field `tag` into `to`'s field
-/// `into`: two graphs on one patch, at location `F`. An error naming both
-/// when their layouts differ.
+/// `into`: two graphs on one patch, at location `F`, the copy made where
+/// the field is current (on a GPU when it lives there:
+/// [`ExpressionGraph::copy_field_from`]). An error naming both when
+/// their layouts differ.
 pub(crate) fn copy_field<F: GraphLocation>(
     from: &ExpressionGraph,
     tag: &Tag,
     to: &ExpressionGraph,
     into: &Tag,
 ) -> Result<(), GraphError> {
-    from.with_field::<F, _>(tag, |source| {
-        to.with_field_mut::<F, _>(into, |target| -> Result<(), GraphError> {
-            if source.layout() != target.layout() {
-                return Err(GraphError::Usage(format!(
-                    "{tag} of one graph and {into} of another lie on different layouts ({:?} and {:?} ghost layers on {:?} cells and {:?}); build both on the same patch",
-                    source.layout().ghosts(),
-                    target.layout().ghosts(),
-                    source.layout().interior_extent(),
-                    target.layout().interior_extent()
-                )));
-            }
-            target.values_mut()?.copy_from_slice(source.values()?);
-            Ok(())
-        })?
-    })?
+    to.copy_field_from::<F>(into, from, tag)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use watershed_exprgraph::{
     ExecutionMode, ExpressionGraph, Factory, GraphOptions, LanguageExpression, Tag,
 };
 use watershed_fields::{CellCentre, Grid, LocationKind};
+use watershed_operators::gpu_points::PointBatch;
 
 fn tag(name: &str) -> Tag {
     Tag::none(name)
@@ -114,8 +115,14 @@ fn points_are_read_and_written_field_after_field_and_misuse_is_refused() {
         .unwrap()
         .unwrap();
     let points = [0, 5, len - 1];
+    let mut batch = PointBatch::new();
     graph
-        .write_points::<CellCentre>(std::slice::from_ref(&a), &points, &[1.5, -2.0, 7.25])
+        .write_points::<CellCentre>(
+            &mut batch,
+            std::slice::from_ref(&a),
+            &points,
+            &[1.5, -2.0, 7.25],
+        )
         .unwrap();
     let seen = graph
         .with_field::<CellCentre, _>(&a, |f| {
@@ -127,7 +134,12 @@ fn points_are_read_and_written_field_after_field_and_misuse_is_refused() {
     assert_eq!(seen, [1.5, -2.0, 7.25]);
     let mut out = [0.0; 3];
     graph
-        .read_points::<CellCentre>(std::slice::from_ref(&a), &[len - 1, 0, 5], &mut out)
+        .read_points::<CellCentre>(
+            &mut batch,
+            std::slice::from_ref(&a),
+            &[len - 1, 0, 5],
+            &mut out,
+        )
         .unwrap();
     assert_eq!(out, [7.25, 1.5, -2.0]);
 
@@ -141,30 +153,82 @@ fn points_are_read_and_written_field_after_field_and_misuse_is_refused() {
     let twice = [a.clone(), a.clone()];
     refused(
         graph
-            .read_points::<CellCentre>(&twice, &[0], &mut [0.0; 2])
+            .read_points::<CellCentre>(&mut batch, &twice, &[0], &mut [0.0; 2])
             .unwrap_err(),
         "given twice",
     );
     refused(
         graph
-            .write_points::<CellCentre>(std::slice::from_ref(&a), &[len], &[0.0])
+            .write_points::<CellCentre>(&mut batch, std::slice::from_ref(&a), &[len], &[0.0])
             .unwrap_err(),
         &format!("linear index {len} lies outside"),
     );
     refused(
         graph
-            .read_points::<CellCentre>(std::slice::from_ref(&a), &[0, 1], &mut [0.0; 3])
+            .read_points::<CellCentre>(&mut batch, std::slice::from_ref(&a), &[0, 1], &mut [0.0; 3])
             .unwrap_err(),
         "2 point(s) of 1 field(s) given with 3 value(s)",
     );
     // A tag the graph does not know is named.
     match graph
-        .read_points::<CellCentre>(&[tag("nowhere")], &[0], &mut [0.0])
+        .read_points::<CellCentre>(&mut batch, &[tag("nowhere")], &[0], &mut [0.0])
         .unwrap_err()
     {
         watershed_exprgraph::GraphError::UnknownTag { tag: unknown, .. } => {
             assert_eq!(unknown, tag("nowhere"))
         }
         other => panic!("expected UnknownTag, got {other:?}"),
+    }
+}
+
+/// A field handed from one graph to another on the host: the values
+/// arrive; a field onto itself and fields on different layouts are
+/// refused, naming the tag or both fields.
+#[test]
+fn a_field_copied_from_another_graph_arrives_and_misuse_is_refused() {
+    let (from, to) = (two_node_graph(), two_node_graph());
+    let a = tag("a");
+    from.with_field_mut::<CellCentre, _>(&a, |f| f.fill(3.25))
+        .unwrap()
+        .unwrap();
+    to.copy_field_from::<CellCentre>(&a, &from, &a).unwrap();
+    assert_eq!(interior(&to, "a"), interior(&from, "a"));
+    assert!(interior(&to, "a").iter().all(|&v| v == 3.25));
+    match from
+        .copy_field_from::<CellCentre>(&a, &from, &a)
+        .unwrap_err()
+    {
+        watershed_exprgraph::GraphError::FieldUnavailable { tag, reason, .. } => {
+            assert_eq!(tag, a);
+            assert!(reason.contains("onto itself"), "{reason}");
+        }
+        other => panic!("expected FieldUnavailable, got {other:?}"),
+    }
+    let mut factory = Factory::new();
+    factory
+        .placeholder(a.clone(), LocationKind::CellCentre)
+        .unwrap();
+    let patch = Grid::new([6, 4, 1], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .whole_domain(1);
+    let elsewhere = ExpressionGraph::build(
+        &factory,
+        std::slice::from_ref(&a),
+        &patch,
+        &GraphOptions::default(),
+    )
+    .unwrap();
+    match elsewhere
+        .copy_field_from::<CellCentre>(&a, &from, &a)
+        .unwrap_err()
+    {
+        watershed_exprgraph::GraphError::Field(watershed_fields::FieldError::InvalidLayout {
+            reason,
+        }) => assert!(
+            reason.contains("field 'a' cannot take the values of field 'a'")
+                && reason.contains("different layouts"),
+            "{reason}"
+        ),
+        other => panic!("expected a layout error, got {other:?}"),
     }
 }

@@ -55,9 +55,10 @@ pub struct GpuCalls {
     /// Kernel nodes of instantiated graphs given new arguments
     /// (`cuGraphExecKernelNodeSetParams`).
     pub graph_updates: u64,
-    /// Bytes moved by the copies (host to GPU, GPU to host, or between
-    /// GPUs; the copies inside a replayed CUDA graph are not counted). A
-    /// size, not a call: [`GpuCalls::total`] leaves it out.
+    /// Bytes the copies moved from one device to another (host to GPU,
+    /// GPU to host, GPU to GPU): what crosses a bus. A copy within one
+    /// GPU's memory is not counted, nor are the copies inside a replayed
+    /// CUDA graph. A size, not a call: [`GpuCalls::total`] leaves it out.
     pub copied_bytes: u64,
 }
 
@@ -172,7 +173,7 @@ const KINDS: usize = 11;
 
 static COUNTS: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
 
-/// The bytes moved by the copies counted.
+/// The bytes the copies counted moved from one device to another.
 static COPIED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one call of `kind` that reached a device.
@@ -180,10 +181,13 @@ pub(crate) fn count(kind: Call) {
     COUNTS[kind as usize].fetch_add(1, Ordering::Relaxed);
 }
 
-/// Counts one copy of `bytes` bytes that reached a device.
-pub(crate) fn count_copy(bytes: usize) {
+/// Counts one copy that reached a device, of `bytes` bytes from one
+/// device to another (`between`) or within one.
+pub(crate) fn count_copy(bytes: usize, between: bool) {
     count(Call::Copy);
-    COPIED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+    if between {
+        COPIED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
 }
 
 /// The calls made to GPUs (real or emulated) by this process so far.

@@ -415,7 +415,7 @@ impl GpuStream {
         bytes: usize,
         action: &str,
     ) -> FieldResult<()> {
-        census::count_copy(bytes);
+        census::count_copy(bytes, source.0 != destination.0);
         // SAFETY: forwarded from the caller.
         unsafe {
             match &self.stream {

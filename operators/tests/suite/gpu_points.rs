@@ -9,7 +9,8 @@ use watershed_fields::{Device, GpuBuffer};
 use watershed_operators::OperatorError;
 use watershed_operators::codegen::nvrtc::{compile_unit, nvrtc_problem};
 use watershed_operators::gpu_points::{
-    gather_points_on_gpu, point_kernel_source, scatter_points_on_gpu,
+    PointBatch, copy_points_on_gpu, gather_points_on_gpu, point_kernel_source,
+    scatter_points_on_gpu,
 };
 
 fn buffer(device: Device, len: usize) -> GpuBuffer {
@@ -32,8 +33,14 @@ fn reason(error: OperatorError) -> String {
 fn points_outside_a_field_fields_on_two_gpus_and_miscounted_values_are_refused() {
     let gpu = buffer(Device::Gpu(0), 10);
     let outside = reason(
-        gather_points_on_gpu(std::slice::from_ref(&gpu), &[3, 10], &mut [0.0; 2], "phi")
-            .unwrap_err(),
+        gather_points_on_gpu(
+            &mut PointBatch::new(),
+            std::slice::from_ref(&gpu),
+            &[3, 10],
+            &mut [0.0; 2],
+            "phi",
+        )
+        .unwrap_err(),
     );
     assert!(
         outside.contains("halo points of phi")
@@ -42,6 +49,7 @@ fn points_outside_a_field_fields_on_two_gpus_and_miscounted_values_are_refused()
     );
     let two = reason(
         scatter_points_on_gpu(
+            &mut PointBatch::new(),
             &[gpu.clone(), buffer(Device::Gpu(1), 10)],
             &[1],
             &[0.0; 2],
@@ -51,27 +59,68 @@ fn points_outside_a_field_fields_on_two_gpus_and_miscounted_values_are_refused()
     );
     assert!(two.contains("the fields lie on GPU 0 and GPU 1"), "{two}");
     let counted = reason(
-        gather_points_on_gpu(&[gpu.clone(), gpu], &[1, 2], &mut [0.0; 3], "u, v").unwrap_err(),
+        gather_points_on_gpu(
+            &mut PointBatch::new(),
+            &[gpu.clone(), gpu],
+            &[1, 2],
+            &mut [0.0; 3],
+            "u, v",
+        )
+        .unwrap_err(),
     );
     assert!(
         counted.contains("2 point(s) of 2 field(s) but 3 value(s)"),
         "{counted}"
     );
-    let host =
-        reason(scatter_points_on_gpu(&[buffer(Device::Cpu, 4)], &[1], &[0.0], "phi").unwrap_err());
+    let host = reason(
+        scatter_points_on_gpu(
+            &mut PointBatch::new(),
+            &[buffer(Device::Cpu, 4)],
+            &[1],
+            &[0.0],
+            "phi",
+        )
+        .unwrap_err(),
+    );
     assert!(host.contains("the field is not on a GPU"), "{host}");
+    let lists = reason(
+        copy_points_on_gpu(
+            &mut PointBatch::new(),
+            std::slice::from_ref(&buffer(Device::Gpu(0), 10)),
+            &[1, 2],
+            std::slice::from_ref(&buffer(Device::Gpu(0), 10)),
+            &[3],
+            "u",
+        )
+        .unwrap_err(),
+    );
+    assert!(
+        lists.contains("2 point(s) of 1 field(s) read, 1 point(s) of 1 field(s) written"),
+        "{lists}"
+    );
     // Nothing to move is nothing to do, on any device.
-    gather_points_on_gpu(&[buffer(Device::Cpu, 4)], &[], &mut [], "phi").unwrap();
+    gather_points_on_gpu(
+        &mut PointBatch::new(),
+        &[buffer(Device::Cpu, 4)],
+        &[],
+        &mut [],
+        "phi",
+    )
+    .unwrap();
 }
 
 #[test]
-fn both_point_kernels_compile_with_nvrtc() {
+fn the_three_point_kernels_compile_with_nvrtc() {
     if let Some(problem) = nvrtc_problem() {
         println!("skipped: {problem}");
         return;
     }
     for (gather, name) in [(true, "ws_gather_points"), (false, "ws_scatter_points")] {
-        let ptx = compile_unit(name, &point_kernel_source(gather)).unwrap();
+        let ptx = compile_unit(
+            name,
+            &point_kernel_source(if gather { "gather" } else { "scatter" }),
+        )
+        .unwrap();
         assert!(ptx.contains(&format!(".entry {name}")), "{ptx}");
     }
 }
