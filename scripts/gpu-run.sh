@@ -79,6 +79,22 @@ for case in exprlib-scalability taylor-green; do
         --device gpu --quiet --output "$unpacked/output-$case-all-calls" >> "$out/cli.log" 2>&1
     echo "WATERSHED_GPU_KEEP_ALL_CALLS=1 watershed run $case --device gpu rc=$? $(($(date +%s) - began))s" >> "$out/summary.txt"
 done
+# Decomposed runs on one GPU (forty-second session): each field's seams
+# are copied on the GPU and handed between a patch's graphs there, so
+# the "GPU calls" line should show next to nothing copied between
+# devices; compare the ms/step of 2 patches with one patch's.
+for run in "exprlib-scalability --set cells=64 --set patches=1,1,1" \
+    "exprlib-scalability --set cells=64 --set patches=2,1,1" \
+    "exprlib-scalability --set cells=64 --set patches=2,2,1" \
+    "taylor-green --set dimensions=3 --set cells=64 --set patches=1,1,1 --steps 20" \
+    "taylor-green --set dimensions=3 --set cells=64 --set patches=2,1,1 --steps 20"; do
+    began=$(date +%s)
+    echo "=== watershed run $run --device gpu" >> "$out/cli.log"
+    # shellcheck disable=SC2086
+    timeout 300 "$built_at/target/release/watershed" run $run --device gpu --quiet \
+        --output "$unpacked/output-decomposed" --overwrite >> "$out/cli.log" 2>&1
+    echo "watershed run $run --device gpu rc=$? $(($(date +%s) - began))s" >> "$out/summary.txt"
+done
 # A GPU timeline: the ExprLib case traced, its kernels and copies on a
 # track per stream (open trace-exprlib.json in Perfetto).
 began=$(date +%s)

@@ -391,6 +391,7 @@ impl PatchedGraphs {
             tags,
             failure: RefCell::new(None),
             batch: RefCell::new(PointBatch::new()),
+            residence: RefCell::new(Vec::new()),
             location: std::marker::PhantomData,
         };
         let exchanged = exchange_during(
@@ -693,6 +694,9 @@ struct GraphFields<'a, L> {
     /// The point writes and copies enqueued on GPUs, waited for when the
     /// exchange settles.
     batch: RefCell<PointBatch>,
+    /// Per owned patch (from `first`), whether its fields live on a GPU,
+    /// once asked.
+    residence: RefCell<Vec<Option<bool>>>,
     location: std::marker::PhantomData<L>,
 }
 
@@ -710,15 +714,28 @@ impl<L> GraphFields<'_, L> {
             })
     }
 
-    /// Whether any of the tags' fields of `patch` lives on a GPU.
+    /// Whether any of the tags' fields of `patch` lives on a GPU (asked
+    /// once per exchange: the exchange's writes leave the fields where
+    /// they are).
     fn on_gpu(&self, patch: usize) -> FieldResult<bool> {
         let graph = self.graph(patch)?;
+        let k = patch - self.first;
+        if let Some(&Some(known)) = self.residence.borrow().get(k) {
+            return Ok(known);
+        }
+        let mut on_gpu = false;
         for tag in self.tags {
             if self.keep(graph.field_lives_on_gpu(tag).map(Ok))? {
-                return Ok(true);
+                on_gpu = true;
+                break;
             }
         }
-        Ok(false)
+        let mut residence = self.residence.borrow_mut();
+        if residence.len() <= k {
+            residence.resize(k + 1, None);
+        }
+        residence[k] = Some(on_gpu);
+        Ok(on_gpu)
     }
 
     /// `result`'s field error, or its graph error kept in `failure`.
