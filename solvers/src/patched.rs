@@ -66,6 +66,7 @@ use watershed_fields::ranks::RankLink;
 use watershed_fields::{
     CellCentre, FieldError, FieldResult, LocationKind, Patch, PatchLayout, SpatialField,
 };
+use watershed_operators::gpu_points::PointBatch;
 
 /// The trace track of a decomposed run's exchanges, gathers and reductions.
 pub const EXCHANGE_TRACK: &str = "exchanges across patches";
@@ -456,12 +457,7 @@ impl PatchedTransport {
             equations
         };
         let started = Instant::now();
-        let mut fields = SolutionFields {
-            first: self.owned.start,
-            solvers: &self.solvers,
-            equations,
-            failure: RefCell::new(None),
-        };
+        let mut fields = SolutionFields::new(self.owned.start, &self.solvers, equations);
         let exchanged = exchange_reusing(
             &self.route,
             self.link.as_ref(),
@@ -507,12 +503,7 @@ impl PatchedTransport {
         if self.stale.get() {
             let equations: Vec<&str> = self.equations.iter().map(String::as_str).collect();
             let started = Instant::now();
-            let mut fields = SolutionFields {
-                first: self.owned.start,
-                solvers: &self.solvers,
-                equations: &equations,
-                failure: RefCell::new(None),
-            };
+            let mut fields = SolutionFields::new(self.owned.start, &self.solvers, &equations);
             let exchanged = exchange_during(
                 &self.route,
                 self.link.as_ref(),
@@ -773,6 +764,24 @@ struct SolutionFields<'a> {
     solvers: &'a [TransportSolver],
     equations: &'a [&'a str],
     failure: RefCell<Option<SolverError>>,
+    /// Point moves enqueued on GPUs, waited for when the exchange settles.
+    batch: RefCell<PointBatch>,
+    /// Per owned patch (from `first`), once asked: the equations'
+    /// solution tags where they live on a GPU (`None` on the host).
+    residence: RefCell<Vec<Option<Option<Vec<Tag>>>>>,
+}
+
+impl<'a> SolutionFields<'a> {
+    fn new(first: usize, solvers: &'a [TransportSolver], equations: &'a [&'a str]) -> Self {
+        SolutionFields {
+            first,
+            solvers,
+            equations,
+            failure: RefCell::new(None),
+            batch: RefCell::new(PointBatch::new()),
+            residence: RefCell::new(Vec::new()),
+        }
+    }
 }
 
 impl SolutionFields<'_> {
@@ -787,6 +796,42 @@ impl SolutionFields<'_> {
                     self.first + self.solvers.len()
                 ),
             })
+    }
+
+    /// The equations' solution tags of `patch` where its solutions live
+    /// on a GPU (their points then move there), `None` on the host.
+    fn gpu_tags(&self, patch: usize) -> FieldResult<Option<Vec<Tag>>> {
+        let solver = self.solver(patch)?;
+        let k = patch - self.first;
+        if let Some(Some(known)) = self.residence.borrow().get(k) {
+            return Ok(known.clone());
+        }
+        let tags = self.keep(solver.solution_tags(self.equations).map(Ok))?;
+        let mut on_gpu = false;
+        for tag in &tags {
+            on_gpu |= self.keep(
+                solver
+                    .graph()
+                    .field_lives_on_gpu(tag)
+                    .map_err(SolverError::from)
+                    .map(Ok),
+            )?;
+        }
+        let known = on_gpu.then_some(tags);
+        let mut residence = self.residence.borrow_mut();
+        if residence.len() <= k {
+            residence.resize(k + 1, None);
+        }
+        residence[k] = Some(known.clone());
+        Ok(known)
+    }
+
+    /// The tags of `patch` when its solutions are written on their GPU:
+    /// they live there and no physical side needs its conditions refilled
+    /// after a seam write (a refill runs on the host).
+    fn gpu_written(&self, patch: usize) -> FieldResult<Option<Vec<Tag>>> {
+        let physical = self.solver(patch)?.has_physical_side();
+        Ok(self.gpu_tags(patch)?.filter(|_| !physical))
     }
 
     /// `result`'s field error, or its solver error kept in `failure`.
@@ -823,6 +868,20 @@ impl HaloFields for SolutionFields<'_> {
             return copy_runs_by_points(self, source, destination, runs);
         }
         let (from, to) = (self.solver(source)?, self.solver(destination)?);
+        if let (Some(tags), Some(_)) = (self.gpu_written(destination)?, self.gpu_tags(source)?) {
+            // Both on a GPU: copied there (through the host when they
+            // lie on two GPUs).
+            let read: Vec<usize> = runs.iter().flat_map(|r| r.from..r.from + r.len).collect();
+            let written: Vec<usize> = runs.iter().flat_map(|r| r.to..r.to + r.len).collect();
+            let copied = to.graph().copy_points_from::<CellCentre>(
+                &mut self.batch.borrow_mut(),
+                &tags,
+                &written,
+                from.graph(),
+                &read,
+            );
+            return self.keep(copied.map_err(SolverError::from).map(Ok));
+        }
         for equation in self.equations {
             let copied = to.with_seam_ghosts_mut(equation, |written| {
                 let read = from.with_solution(equation, |read| -> FieldResult<()> {
@@ -841,6 +900,24 @@ impl HaloFields for SolutionFields<'_> {
         let width = self.equations.len();
         let start = out.len();
         out.resize(start + at.len() * width, 0.0);
+        if let Some(tags) = self.gpu_tags(patch)? {
+            // Gathered on the GPU, equation after equation, then
+            // point-major as messages carry them.
+            let mut fields = vec![0.0; at.len() * width];
+            let read = solver.graph().read_points::<CellCentre>(
+                &mut self.batch.borrow_mut(),
+                &tags,
+                at,
+                &mut fields,
+            );
+            self.keep(read.map_err(SolverError::from).map(Ok))?;
+            for (e, field) in fields.chunks(at.len().max(1)).enumerate() {
+                for (slot, &v) in out[start + e..].iter_mut().step_by(width).zip(field) {
+                    *slot = v;
+                }
+            }
+            return Ok(());
+        }
         for (e, equation) in self.equations.iter().enumerate() {
             let read = solver.with_solution(equation, |field| {
                 let values = field.values()?;
@@ -857,6 +934,19 @@ impl HaloFields for SolutionFields<'_> {
     fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()> {
         let solver = self.solver(patch)?;
         let width = self.equations.len();
+        if let Some(tags) = self.gpu_written(patch)? {
+            let mut fields = Vec::with_capacity(values.len());
+            for e in 0..width {
+                fields.extend(values[e..].iter().step_by(width));
+            }
+            let written = solver.graph().write_points::<CellCentre>(
+                &mut self.batch.borrow_mut(),
+                &tags,
+                at,
+                &fields,
+            );
+            return self.keep(written.map_err(SolverError::from).map(Ok));
+        }
         for (e, equation) in self.equations.iter().enumerate() {
             let written = solver.with_seam_ghosts_mut(equation, |field| -> FieldResult<()> {
                 let data = field.values_mut()?;
@@ -868,6 +958,12 @@ impl HaloFields for SolutionFields<'_> {
             self.keep(written)?;
         }
         Ok(())
+    }
+
+    /// Waits for the point moves enqueued on GPUs.
+    fn settle(&mut self) -> FieldResult<()> {
+        let settled = self.batch.get_mut().finish();
+        self.keep(settled.map_err(SolverError::from).map(Ok))
     }
 }
 

@@ -432,6 +432,22 @@ impl TransportSolver {
         Ok(())
     }
 
+    /// The solution tags of `equations`, in order.
+    pub(crate) fn solution_tags(&self, equations: &[&str]) -> SolverResult<Vec<Tag>> {
+        equations
+            .iter()
+            .map(|name| self.equation(name).map(|e| e.solution_tag()))
+            .collect()
+    }
+
+    /// Whether the solver's patch has a side on the domain's boundary
+    /// that is not periodic (its conditions fill ghosts there, which a
+    /// seam exchange then fills again: [`Self::with_seam_ghosts_mut`]).
+    pub(crate) fn has_physical_side(&self) -> bool {
+        let patch = self.graph.patch();
+        (0..3).any(|a| patch.minus_boundary()[a] || patch.plus_boundary()[a])
+    }
+
     fn equation(&self, name: &str) -> SolverResult<&TransportEquation> {
         self.equations
             .iter()
@@ -714,8 +730,7 @@ impl TransportSolver {
         // Only a physical side has ghosts the exchange does not fill:
         // a periodic axis's images, the patch's own or another's, are
         // copies of the same values.
-        let patch = self.graph.patch();
-        let physical = (0..3).any(|a| patch.minus_boundary()[a] || patch.plus_boundary()[a]);
+        let physical = self.has_physical_side();
         self.graph
             .with_field_mut::<CellCentre, _>(&equation.solution_tag(), |field| {
                 let result = f(field);

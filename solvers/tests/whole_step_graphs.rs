@@ -941,3 +941,77 @@ fn flow_fields(flow: &watershed_solvers::IncompressibleFlow) -> [Vec<f64>; 3] {
         .unwrap();
     [u, v, p]
 }
+
+/// The same solver on 2 x 2 x 1 patches of one GPU (a periodic box, so
+/// no condition is refilled on the host after a seam write): its seams
+/// are exchanged on the GPU, no field crosses to the host in a step once
+/// the first has run, and every patch's solution equals the same patches
+/// on the CPU at every point, ghosts included.
+#[test]
+fn decomposed_transport_on_a_gpu_exchanges_its_seams_there() {
+    if watershed_fields::gpu::gpu_unavailable_reason(0).is_some() {
+        println!("skipped: no GPU 0 (set WATERSHED_EMULATE_GPUS to emulate one)");
+        return;
+    }
+    let grid = Grid::new([16, 12, 6], [1.0; 3], [0.0; 3])
+        .unwrap()
+        .with_periodic([true; 3]);
+    let layout =
+        watershed_fields::PatchLayout::new(&grid, [2, 2, 1], GhostWidth::uniform(1)).unwrap();
+    let run = |placement: watershed_exprgraph::PlacementPolicy| {
+        let recipe = |patch: &Patch| {
+            TransportSolverBuilder::new(patch)
+                .equation(TransportEquation::new("T").diffusion(Diffusivity::Constant(0.1)))
+                .graph_options(watershed_exprgraph::GraphOptions {
+                    placement: placement.clone(),
+                    ..Default::default()
+                })
+                .build()
+        };
+        let mut patched = watershed_solvers::PatchedTransport::build(
+            layout.clone(),
+            std::rc::Rc::new(watershed_fields::ranks::SingleProcess),
+            recipe,
+        )
+        .unwrap();
+        patched
+            .set_initial_condition("T", |p| (p[0] * 0.5).sin() + 0.1 * p[1] - 0.05 * p[2])
+            .unwrap();
+        for _ in 0..2 {
+            patched.step(0.05).unwrap();
+        }
+        let before = watershed_fields::gpu_calls();
+        patched.step(0.05).unwrap();
+        patched.settle().unwrap();
+        let moved = watershed_fields::gpu_calls().since(&before);
+        let values: Vec<Vec<f64>> = patched
+            .solvers()
+            .iter()
+            .map(|s| {
+                s.with_solution("T", |f| f.values().unwrap().to_vec())
+                    .unwrap()
+            })
+            .collect();
+        (moved, values)
+    };
+    let (_, cpu) = run(watershed_exprgraph::PlacementPolicy::Cpu);
+    let (moved, gpu) = run(watershed_exprgraph::PlacementPolicy::Gpu(0));
+    // What crossed is each update's finiteness word (8 bytes a copy), no
+    // field: before, every exchange took each patch's field to the host
+    // and back (5 KiB each way here).
+    assert!(moved.copies > 0, "{moved}");
+    assert_eq!(moved.copied_bytes, 8 * moved.copies, "{moved}");
+    for (k, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
+        let differing = g
+            .iter()
+            .zip(c)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(
+            differing,
+            0,
+            "patch {k}: {differing} of {} points differ",
+            c.len()
+        );
+    }
+}
