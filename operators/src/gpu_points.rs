@@ -267,7 +267,7 @@ impl PointBatch {
         {
             return Ok(stream.clone());
         }
-        let stream = GpuStream::new(ordinal)?;
+        let stream = halo_stream(ordinal)?;
         self.streams.push(stream.clone());
         Ok(stream)
     }
@@ -295,6 +295,22 @@ impl PointBatch {
         self.lists.clear();
         Ok(())
     }
+}
+
+/// GPU `ordinal`'s stream for point moves, made once per process (a
+/// stream per exchange would cost a creation and a destruction each).
+fn halo_stream(ordinal: usize) -> OperatorResult<GpuStream> {
+    static STREAMS: OnceLock<Mutex<HashMap<usize, GpuStream>>> = OnceLock::new();
+    let mut streams = STREAMS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(stream) = streams.get(&ordinal) {
+        return Ok(stream.clone());
+    }
+    let stream = GpuStream::new(ordinal)?;
+    streams.insert(ordinal, stream.clone());
+    Ok(stream)
 }
 
 impl Drop for PointBatch {
