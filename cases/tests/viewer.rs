@@ -72,10 +72,16 @@ fn paraview_sees(script: &str, report: &Path, root: &Path, documents: &[PathBuf]
     };
     let _viewer = ONE_VIEWER.lock().unwrap_or_else(|e| e.into_inner());
     let mut seen = see();
-    // The virtual X server once failed to come up on a busy machine
-    // ("bad X server connection"): one more try for that reason only.
-    if !seen.status.success() && text(&seen).contains("bad X server connection") {
-        eprintln!("the virtual X server was not ready; trying once more");
+    // The virtual X server sometimes fails to come up in time on a busy
+    // machine ("bad X server connection", twice in a row once while two
+    // builds ran beside the suite): up to three more tries, a little later
+    // each time, for that reason only.
+    for pause in [1, 3, 6] {
+        if seen.status.success() || !text(&seen).contains("bad X server connection") {
+            break;
+        }
+        eprintln!("the virtual X server was not ready; trying again in {pause} s");
+        std::thread::sleep(std::time::Duration::from_secs(pause));
         seen = see();
     }
     assert!(

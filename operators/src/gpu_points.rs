@@ -41,14 +41,15 @@ use watershed_fields::{Device, GpuBuffer, GpuStream, MemoryPool, PoolBlock};
 /// Threads per block of the point kernels.
 const BLOCK: u32 = 256;
 
-/// The gather: `values[i] = field[points[i]]` for `i < a.n`.
+/// The gather: `values[t n + i] = fields[t][points[i]]` for `i < a.n`,
+/// field `t` the grid's y index (the fields' addresses in a table).
 const GATHER: &str = "ws_gather_points";
 
-/// The scatter: `field[points[i]] = values[i]` for `i < a.n`.
+/// The scatter: `fields[t][points[i]] = values[t n + i]` for `i < a.n`.
 const SCATTER: &str = "ws_scatter_points";
 
-/// The copy between two fields of one GPU: `to[at[i]] = from[points[i]]`
-/// for `i < a.n`.
+/// The copy between fields of one GPU: `to[t][at[i]] =
+/// from[t][points[i]]` for `i < a.n`.
 const COPY: &str = "ws_copy_points";
 
 /// The CUDA C of the gather, the scatter or the copy, each its own
@@ -57,16 +58,20 @@ const COPY: &str = "ws_copy_points";
 fn unit(name: &str) -> String {
     let (parameters, body) = match name {
         GATHER => (
-            "const double *field, const unsigned long long *points, double *values",
-            "values[i] = field[points[i]];",
+            "const unsigned long long *fields, const unsigned long long *points, double *values",
+            "const double *field = (const double *)fields[blockIdx.y];\n\
+             \x20       values[blockIdx.y * a.n + i] = field[points[i]];",
         ),
         SCATTER => (
-            "double *field, const unsigned long long *points, const double *values",
-            "field[points[i]] = values[i];",
+            "const unsigned long long *fields, const unsigned long long *points, const double *values",
+            "double *field = (double *)fields[blockIdx.y];\n\
+             \x20       field[points[i]] = values[blockIdx.y * a.n + i];",
         ),
         _ => (
-            "const double *from, const unsigned long long *points, double *to, const unsigned long long *at",
-            "to[at[i]] = from[points[i]];",
+            "const unsigned long long *from, const unsigned long long *points, const unsigned long long *to, const unsigned long long *at",
+            "const double *source = (const double *)from[blockIdx.y];\n\
+             \x20       double *target = (double *)to[blockIdx.y];\n\
+             \x20       target[at[i]] = source[points[i]];",
         ),
     };
     format!(
@@ -74,7 +79,9 @@ fn unit(name: &str) -> String {
          extern \"C\" __global__ void {name}(const struct {name}_args a, {parameters})\n\
          {{\n\
          \x20   unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
-         \x20   if (i < a.n) {{ {body} }}\n\
+         \x20   if (i < a.n) {{\n\
+         \x20       {body}\n\
+         \x20   }}\n\
          }}\n"
     )
 }
@@ -347,18 +354,20 @@ fn grid(what: &str, n: usize, fields: usize) -> OperatorResult<[u32; 3]> {
     Ok([blocks, 1, 1])
 }
 
-/// Launches kernel `name` once per argument list of `launches` on
-/// `stream`: `n` threads, the count first.
+/// Launches kernel `name` on `stream` once over `n` points of `fields`
+/// fields (the grid's y index), with `addresses` after the count.
 ///
 /// # Safety
-/// Every address among the arguments must be memory of the stream's GPU
-/// that the kernel may read and write as its source says, alive and
-/// unused by other work until the stream has run the launches.
-unsafe fn launch_each(
+/// Every address among the arguments (and in the tables they point to)
+/// must be memory of the stream's GPU that the kernel may read and write
+/// as its source says, alive and unused by other work until the stream
+/// has run the launch.
+unsafe fn launch_over(
     stream: &GpuStream,
     name: &'static str,
     n: usize,
-    launches: &[Vec<[u8; 8]>],
+    fields: usize,
+    addresses: &[[u8; 8]],
     action: &str,
 ) -> OperatorResult<()> {
     let Device::Gpu(ordinal) = stream.device() else {
@@ -366,17 +375,22 @@ unsafe fn launch_each(
     };
     let function = loaded_function(ordinal, kernel(name)?.as_ref())?;
     let count = (n as u64).to_ne_bytes();
-    let shape = grid(action, n, launches.len())?;
-    for addresses in launches {
-        let mut arguments: Vec<&[u8]> = Vec::with_capacity(addresses.len() + 1);
-        arguments.push(&count);
-        arguments.extend(addresses.iter().map(|a| a.as_slice()));
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            stream.launch(&function, shape, [BLOCK, 1, 1], &arguments, action)?;
-        }
-    }
+    let mut shape = grid(action, n, fields)?;
+    shape[1] = u32::try_from(fields)
+        .ok()
+        .filter(|&f| f <= 65_535)
+        .ok_or_else(|| overflow(action, n, fields))?;
+    let mut arguments: Vec<&[u8]> = Vec::with_capacity(addresses.len() + 1);
+    arguments.push(&count);
+    arguments.extend(addresses.iter().map(|a| a.as_slice()));
+    // SAFETY: forwarded from the caller.
+    unsafe { stream.launch(&function, shape, [BLOCK, 1, 1], &arguments, action)? };
     Ok(())
+}
+
+/// The device addresses of `buffers`, a table a kernel indexes by field.
+fn table(buffers: &[GpuBuffer]) -> Vec<usize> {
+    buffers.iter().map(|b| b.pointer as usize).collect()
 }
 
 /// An address as a kernel argument.
@@ -416,37 +430,40 @@ pub fn gather_points_on_gpu(
         .len()
         .checked_mul(8)
         .ok_or_else(|| overflow(what, n, buffers.len()))?;
-    let list_bytes = n * 8;
-    let host = MemoryPool::global(Device::Cpu)?
-        .allocate(list_bytes + bytes, format!("halo values of {what}"))?;
+    let (list_bytes, table_bytes) = (n * 8, buffers.len() * 8);
+    let host = MemoryPool::global(Device::Cpu)?.allocate(
+        list_bytes + table_bytes + bytes,
+        format!("halo values of {what}"),
+    )?;
     let staged = MemoryPool::global(device)?.allocate(bytes, format!("halo values of {what}"))?;
     let stream = batch.stream(ordinal)?;
     for event in buffers.iter().filter_map(|b| b.ready.as_ref()) {
         stream.wait(event)?;
     }
     let list = device_list(ordinal, points, &stream, host.address(), what)?;
-    let host_values = host.address() + list_bytes;
-    let launches: Vec<Vec<[u8; 8]>> = buffers
-        .iter()
-        .enumerate()
-        .map(|(t, b)| {
-            vec![
-                b.pointer.to_ne_bytes(),
-                address(list.block.address()),
-                address(staged.address() + t * list_bytes),
-            ]
-        })
-        .collect();
+    let fields = device_list(
+        ordinal,
+        &table(buffers),
+        &stream,
+        host.address() + list_bytes,
+        what,
+    )?;
+    let host_values = host.address() + list_bytes + table_bytes;
+    let addresses = [
+        address(fields.block.address()),
+        address(list.block.address()),
+        address(staged.address()),
+    ];
     let action = format!("gathering {n} halo points of {what} on {device}");
-    // SAFETY: the gathers read `n` indices of the list, each checked to
-    // lie inside every field, read the fields (the caller's valid
-    // locations on this GPU, kept alive and unwritten meanwhile) and write
-    // `n` values each into the staging block at field `t`'s offset; the
-    // copy moves `bytes` bytes of the staging block into the host block's
-    // values part. All blocks outlive the wait below (the batch keeps
-    // them, leaking them if it fails).
+    // SAFETY: the gather reads `n` indices of the list, each checked to
+    // lie inside every field, reads the fields through their table (the
+    // caller's valid locations on this GPU, kept alive and unwritten
+    // meanwhile) and writes `n` values per field into the staging block;
+    // the copy moves its `bytes` bytes into the host block's values part.
+    // All blocks outlive the wait below (the batch keeps them, leaking
+    // them if it fails).
     let enqueued = unsafe {
-        launch_each(&stream, GATHER, n, &launches, &action).and_then(|()| {
+        launch_over(&stream, GATHER, n, buffers.len(), &addresses, &action).and_then(|()| {
             Ok(stream.copy(
                 (device, staged.address()),
                 (Device::Cpu, host_values),
@@ -455,6 +472,7 @@ pub fn gather_points_on_gpu(
             )?)
         })
     };
+    batch.lists.push(fields);
     batch.lists.push(list);
     batch.blocks.push(staged);
     if let Err(error) = batch.finish() {
@@ -496,38 +514,41 @@ pub fn scatter_points_on_gpu(
         .len()
         .checked_mul(8)
         .ok_or_else(|| overflow(what, n, buffers.len()))?;
-    let list_bytes = n * 8;
-    let host = MemoryPool::global(Device::Cpu)?
-        .allocate(list_bytes + bytes, format!("halo values of {what}"))?;
+    let (list_bytes, table_bytes) = (n * 8, buffers.len() * 8);
+    let host = MemoryPool::global(Device::Cpu)?.allocate(
+        list_bytes + table_bytes + bytes,
+        format!("halo values of {what}"),
+    )?;
     let staged = MemoryPool::global(device)?.allocate(bytes, format!("halo values of {what}"))?;
     let stream = batch.stream(ordinal)?;
     for event in buffers.iter().filter_map(|b| b.ready.as_ref()) {
         stream.wait(event)?;
     }
     let list = device_list(ordinal, points, &stream, host.address(), what)?;
-    let host_values = host.address() + list_bytes;
+    let fields = device_list(
+        ordinal,
+        &table(buffers),
+        &stream,
+        host.address() + list_bytes,
+        what,
+    )?;
+    let host_values = host.address() + list_bytes + table_bytes;
     // SAFETY: the host block's values part holds `values.len()` f64 that
-    // this call alone uses (8-byte aligned, after the list's part).
+    // this call alone uses (8-byte aligned, after the lists' parts).
     unsafe { std::slice::from_raw_parts_mut(host_values as *mut f64, values.len()) }
         .copy_from_slice(values);
-    let launches: Vec<Vec<[u8; 8]>> = buffers
-        .iter()
-        .enumerate()
-        .map(|(t, b)| {
-            vec![
-                b.pointer.to_ne_bytes(),
-                address(list.block.address()),
-                address(staged.address() + t * list_bytes),
-            ]
-        })
-        .collect();
+    let addresses = [
+        address(fields.block.address()),
+        address(list.block.address()),
+        address(staged.address()),
+    ];
     let action = format!("scattering {n} halo points of {what} on {device}");
     // SAFETY: the copy moves `bytes` bytes from the host block into the
-    // staging block; the scatters read `n` indices of the list, each
-    // checked to lie inside every field, and `n` staged values each, and
-    // write the fields (the caller's active locations on this GPU, kept
-    // alive and unused until the batch is finished). The batch keeps
-    // every block until then.
+    // staging block; the scatter reads `n` indices of the list, each
+    // checked to lie inside every field, and `n` staged values per field,
+    // and writes the fields through their table (the caller's active
+    // locations on this GPU, kept alive and unused until the batch is
+    // finished). The batch keeps every block until then.
     let enqueued = unsafe {
         stream
             .copy(
@@ -537,8 +558,9 @@ pub fn scatter_points_on_gpu(
                 &action,
             )
             .map_err(OperatorError::from)
-            .and_then(|()| launch_each(&stream, SCATTER, n, &launches, &action))
+            .and_then(|()| launch_over(&stream, SCATTER, n, buffers.len(), &addresses, &action))
     };
+    batch.lists.push(fields);
     batch.lists.push(list);
     batch.blocks.push(staged);
     batch.blocks.push(host);
@@ -585,35 +607,43 @@ pub fn copy_points_on_gpu(
     let list_bytes = n
         .checked_mul(8)
         .ok_or_else(|| overflow(what, n, from.len()))?;
-    let host = MemoryPool::global(Device::Cpu)?
-        .allocate(2 * list_bytes, format!("halo point lists of {what}"))?;
+    let table_bytes = from.len() * 8;
+    let host = MemoryPool::global(Device::Cpu)?.allocate(
+        2 * (list_bytes + table_bytes),
+        format!("halo point lists of {what}"),
+    )?;
     let stream = batch.stream(ordinal)?;
     for event in all.iter().filter_map(|b| b.ready.as_ref()) {
         stream.wait(event)?;
     }
-    let read = device_list(ordinal, points, &stream, host.address(), what)?;
-    let written = device_list(ordinal, at, &stream, host.address() + list_bytes, what)?;
-    let launches: Vec<Vec<[u8; 8]>> = from
-        .iter()
-        .zip(to)
-        .map(|(source, target)| {
-            vec![
-                source.pointer.to_ne_bytes(),
-                address(read.block.address()),
-                target.pointer.to_ne_bytes(),
-                address(written.block.address()),
-            ]
-        })
-        .collect();
+    let mut staging = host.address();
+    let mut list = |values: &[usize], bytes: usize| {
+        let made = device_list(ordinal, values, &stream, staging, what);
+        staging += bytes;
+        made
+    };
+    let read = list(points, list_bytes)?;
+    let written = list(at, list_bytes)?;
+    let sources = list(&table(from), table_bytes)?;
+    let targets = list(&table(to), table_bytes)?;
+    let addresses = [
+        address(sources.block.address()),
+        address(read.block.address()),
+        address(targets.block.address()),
+        address(written.block.address()),
+    ];
     let action = format!("copying {n} halo points of {what} on GPU {ordinal}");
-    // SAFETY: each copy reads `n` indices of both lists, each checked to
-    // lie inside the fields it indexes, reads the source field at the
-    // first and writes the target at the second (never a point it reads,
-    // as the caller guarantees when both are one field); the fields are
-    // the caller's valid (the targets' active) locations on this GPU,
-    // kept alive and unused until the batch is finished, which keeps the
-    // lists and the host block (their staging) until then.
-    let enqueued = unsafe { launch_each(&stream, COPY, n, &launches, &action) };
+    // SAFETY: the copy reads `n` indices of both lists, each checked to
+    // lie inside the fields it indexes, reads each source field at the
+    // first and writes its target at the second (never a point it reads,
+    // as the caller guarantees when both are one field), the fields
+    // through their tables; they are the caller's valid (the targets'
+    // active) locations on this GPU, kept alive and unused until the
+    // batch is finished, which keeps the lists, the tables and the host
+    // block (their staging) until then.
+    let enqueued = unsafe { launch_over(&stream, COPY, n, from.len(), &addresses, &action) };
+    batch.lists.push(sources);
+    batch.lists.push(targets);
     batch.lists.push(read);
     batch.lists.push(written);
     batch.blocks.push(host);
