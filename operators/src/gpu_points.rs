@@ -409,8 +409,11 @@ fn address(value: usize) -> [u8; 8] {
 ///
 /// ```
 /// use watershed_operators::gpu_points::point_kernel_source;
-/// // The gather reads the field through the index list, one thread a point.
-/// assert!(point_kernel_source("gather").contains("values[i] = field[points[i]];"));
+/// // The gather reads each field through the index list, one thread a
+/// // point, the field the launch grid's y index.
+/// let source = point_kernel_source("gather");
+/// assert!(source.contains("fields[blockIdx.y]"));
+/// assert!(source.contains("values[blockIdx.y * a.n + i] = field[points[i]];"));
 /// ```
 pub fn gather_points_on_gpu(
     batch: &mut PointBatch,
