@@ -10,7 +10,9 @@
 //! and [`ExpressionGraph::write_points`] move only those points: from the
 //! host copy when it is current, else gathered and scattered on the GPU
 //! that holds the field ([`watershed_operators::gpu_points`]), whose
-//! location stays the active one. [`ExpressionGraph::copy_field_from`]
+//! location stays the active one; [`ExpressionGraph::copy_points_from`]
+//! copies points from another graph's fields (the seams between patches),
+//! on their GPU when both live on one. [`ExpressionGraph::copy_field_from`]
 //! copies a whole field of another graph on the device where it is
 //! current ([`SpatialField::copy_from`]): a field handed from one graph
 //! on a GPU to another stays on that GPU.

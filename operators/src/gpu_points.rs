@@ -4,18 +4,19 @@
 //! crossing to the host and back.
 //!
 //! [`gather_points_on_gpu`] gathers the values at a list of linear
-//! indices of one or more fields into a device buffer (one launch per
-//! field, one thread per point) and copies only those values to the
-//! host, in one copy; [`scatter_points_on_gpu`] copies values to the
-//! device in one copy and scatters them into the fields. The values
-//! travel through one block of the host pool, which is pinned whenever
-//! the process sees a GPU ([`MemoryPool::global`]), and one block of the
-//! GPU's pool. [`copy_points_on_gpu`] copies points between two fields
-//! of one GPU (the seams a rank's patches give each other) without the
-//! host. The index lists are kept on each GPU after their first use (a
-//! halo route reads and writes the same points every step), compared
-//! value by value with the list asked for, never trusted to a hash
-//! alone.
+//! indices of one or more fields into a device buffer and copies only
+//! those values to the host, in one copy; [`scatter_points_on_gpu`]
+//! copies values to the device in one copy and scatters them into the
+//! fields; [`copy_points_on_gpu`] copies points between fields of one
+//! GPU (the seams a rank's patches give each other) without the host.
+//! Each is one launch for all its fields (a thread per point, the field
+//! the grid's y index, the fields' device addresses in a table). The
+//! values travel through one block of the host pool, which is pinned
+//! whenever the process sees a GPU ([`MemoryPool::global`]), and one
+//! block of the GPU's pool. The index lists and address tables are kept
+//! on each GPU after their first use (a halo route reads and writes the
+//! same points of the same fields every step), each compared value by
+//! value with the list asked for, never trusted to a hash alone.
 //!
 //! Scatters and copies are enqueued in a [`PointBatch`], one stream per
 //! GPU, and waited for together when the batch is finished: an exchange
