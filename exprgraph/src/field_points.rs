@@ -344,6 +344,30 @@ impl ExpressionGraph {
         Ok(())
     }
 
+    /// Runs `f` on the persistent field `tag` (of location `L`) where it
+    /// lives, without moving it: `f` finds the field's locations as they
+    /// are (its active one on a GPU, say) and must write only through
+    /// the active one (`gpu_buffer_mut` there, or `values_mut` on the
+    /// host). The field counts as written. For work that runs on the
+    /// field's GPU, such as a condition refilled there after an exchange.
+    pub fn with_field_in_place_mut<L: GraphLocation, R>(
+        &self,
+        tag: &Tag,
+        f: impl FnOnce(&mut SpatialField<L>) -> R,
+    ) -> GraphResult<R> {
+        let slot = self.slot(tag, "written")?;
+        self.state.allocate_storage(&self.plan)?;
+        let _execution = self.waits_for_execution();
+        let _access = FieldAccess::enter(self);
+        let mut guard = self.state.store.slots[slot]
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let result = f(typed_mut::<L>(guard.as_mut(), tag)?);
+        self.state.provided[slot].store(true, Ordering::Release);
+        self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
+        Ok(result)
+    }
+
     /// Makes the persistent field `into` (of location `L`) of this graph
     /// a copy of the persistent field `tag` of graph `from` (on the same
     /// patch), copied where `tag` is current ([`SpatialField::copy_from`]):

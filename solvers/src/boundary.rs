@@ -29,7 +29,10 @@ use crate::boundary_value::BoundaryExpression;
 use crate::error::{SolverError, SolverResult};
 use smallvec::SmallVec;
 use watershed_exprgraph::{GraphError, LanguageModifier, MaskedAssignment, Tag};
-use watershed_fields::{CellCentre, FieldLayout, IndexBox, Location, SpatialField};
+use watershed_fields::{
+    CellCentre, Device, FieldLayout, GpuStream, IndexBox, Location, SpatialField,
+};
+use watershed_operators::gpu::{GpuTarget, gpu_launches};
 use watershed_operators::{
     AssignOptions, Expr, Parameter, PreparedAssignment, Region, Side, shift,
 };
@@ -334,6 +337,54 @@ impl<L: Location> BoundaryFill<L> {
             }
         };
         prepared.run(field, &[])?;
+        Ok(())
+    }
+
+    /// [`Self::apply`] on the GPU where `field` is active: the same masked
+    /// assignments launched there (a fill sequence, as a graph's
+    /// conditions run on a GPU), so the field stays there. Waits for the
+    /// launches. On the host, [`Self::apply`].
+    pub fn apply_where_active(&mut self, field: &mut SpatialField<L>) -> SolverResult<()> {
+        let device = field.active_device();
+        let Device::Gpu(ordinal) = device else {
+            return self.apply(field);
+        };
+        if field.layout() != &self.layout {
+            // The same refusal as on the host.
+            return self.apply(field);
+        }
+        let Some(((first, root), rest)) = self.assignments.split_first() else {
+            return Ok(());
+        };
+        let buffer = field.gpu_buffer_mut(device)?;
+        let name = field.name().to_string();
+        let target = GpuTarget {
+            name: &name,
+            layout: &self.layout,
+            kind: L::KIND,
+            device,
+            pointer: buffer.pointer,
+            len: buffer.len,
+        };
+        let launches = gpu_launches(
+            target,
+            FILLED_FIELD_LEAF,
+            root,
+            &[],
+            Region::Box(*first),
+            rest,
+        )?;
+        let stream = GpuStream::new(ordinal)?;
+        if let Some(event) = &buffer.ready {
+            stream.wait(event)?;
+        }
+        for launch in &launches {
+            // SAFETY: the launches were built over this field's memory on
+            // its GPU, which `field` (borrowed mutably) keeps alive and
+            // unused by other work until the synchronisation below.
+            unsafe { launch.enqueue(&stream)? };
+        }
+        stream.synchronize()?;
         Ok(())
     }
 }

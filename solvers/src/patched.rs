@@ -769,6 +769,10 @@ struct SolutionFields<'a> {
     /// Per owned patch (from `first`), once asked: the equations'
     /// solution tags where they live on a GPU (`None` on the host).
     residence: RefCell<Vec<Option<Option<Vec<Tag>>>>>,
+    /// Patches with a physical side whose seam ghosts were written on
+    /// their GPU: their conditions are refilled there when the exchange
+    /// settles.
+    refills: RefCell<Vec<usize>>,
 }
 
 impl<'a> SolutionFields<'a> {
@@ -780,6 +784,7 @@ impl<'a> SolutionFields<'a> {
             failure: RefCell::new(None),
             batch: RefCell::new(PointBatch::new()),
             residence: RefCell::new(Vec::new()),
+            refills: RefCell::new(Vec::new()),
         }
     }
 }
@@ -826,12 +831,18 @@ impl SolutionFields<'_> {
         Ok(known)
     }
 
-    /// The tags of `patch` when its solutions are written on their GPU:
-    /// they live there and no physical side needs its conditions refilled
-    /// after a seam write (a refill runs on the host).
+    /// The tags of `patch` when its solutions are written on their GPU
+    /// (they live there); a patch with a physical side is noted for its
+    /// conditions to be refilled there when the exchange settles.
     fn gpu_written(&self, patch: usize) -> FieldResult<Option<Vec<Tag>>> {
-        let physical = self.solver(patch)?.has_physical_side();
-        Ok(self.gpu_tags(patch)?.filter(|_| !physical))
+        let tags = self.gpu_tags(patch)?;
+        if tags.is_some() && self.solver(patch)?.has_physical_side() {
+            let mut refills = self.refills.borrow_mut();
+            if !refills.contains(&patch) {
+                refills.push(patch);
+            }
+        }
+        Ok(tags)
     }
 
     /// `result`'s field error, or its solver error kept in `failure`.
@@ -960,10 +971,21 @@ impl HaloFields for SolutionFields<'_> {
         Ok(())
     }
 
-    /// Waits for the point moves enqueued on GPUs.
+    /// Waits for the point moves enqueued on GPUs, then refills the
+    /// conditions of the patches with a physical side whose seam ghosts
+    /// were written there (as [`TransportSolver::with_seam_ghosts_mut`]
+    /// does on the host after each write).
     fn settle(&mut self) -> FieldResult<()> {
         let settled = self.batch.get_mut().finish();
-        self.keep(settled.map_err(SolverError::from).map(Ok))
+        self.keep(settled.map_err(SolverError::from).map(Ok))?;
+        let refills = std::mem::take(self.refills.get_mut());
+        for patch in refills {
+            let solver = self.solver(patch)?;
+            for equation in self.equations {
+                self.keep(solver.refill_where_active(equation).map(Ok))?;
+            }
+        }
+        Ok(())
     }
 }
 

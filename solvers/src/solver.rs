@@ -758,6 +758,49 @@ impl TransportSolver {
             })?
     }
 
+    /// The refill of [`Self::with_seam_ghosts_mut`], for seam ghosts of
+    /// `equation` written where its solution lives (on its GPU, by the
+    /// point moves of an exchange): its boundary conditions filled again
+    /// there, so the corners between a physical side and a seam read the
+    /// new seam values, and the solution stays on its device. Nothing on
+    /// a patch without a physical side.
+    pub(crate) fn refill_where_active(&self, equation: &str) -> SolverResult<()> {
+        if !self.has_physical_side() {
+            return Ok(());
+        }
+        let index = self
+            .equations
+            .iter()
+            .position(|e| e.name() == equation)
+            .ok_or_else(|| self.no_equation(equation))?;
+        let equation = &self.equations[index];
+        let mut fills = self
+            .fills
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.graph
+            .with_field_in_place_mut::<CellCentre, _>(&equation.solution_tag(), |field| {
+                if fills.len() < self.equations.len() {
+                    fills.resize_with(self.equations.len(), || None);
+                }
+                let fill = match &mut fills[index] {
+                    Some(fill) => fill,
+                    slot => {
+                        let conditions = equation
+                            .boundary()
+                            .clone()
+                            .with_time(&self.parameters.state_time);
+                        slot.insert(BoundaryFill::new(
+                            &conditions,
+                            field.layout(),
+                            equation.name(),
+                        )?)
+                    }
+                };
+                fill.apply_where_active(field)
+            })?
+    }
+
     /// `error` as [`SolverError::Diverged`] when it is a stage update's report
     /// of a value that is not finite (every update checks what it writes,
     /// so no separate scan of the solutions is needed); otherwise as is.

@@ -5,6 +5,12 @@
 //! the stage-time parameter; the rotation of time levels; and the flow's
 //! CFL limit from its graph reductions against a hand loop.
 
+// The decomposed case of `tests/suite/patched.rs`; this file uses its
+// recipe, grid and initial values only.
+#[allow(dead_code)]
+#[path = "support/patched_case.rs"]
+mod case;
+
 use std::f64::consts::PI;
 use watershed_exprgraph::{ExpressionKind, GraphError, Tag};
 use watershed_fields::{
@@ -1013,5 +1019,83 @@ fn decomposed_transport_on_a_gpu_exchanges_its_seams_there() {
             "patch {k}: {differing} of {} points differ",
             c.len()
         );
+    }
+}
+
+/// The decomposed transport case with physical sides (a Dirichlet value
+/// that moves in time on -y, Neumann on +y, periodic along x; two
+/// equations, a limited convection) on 3 x 2 x 1 patches of a GPU: the
+/// seams are exchanged there and the conditions refilled there after
+/// them, so no field crosses to the host in a step, and after every step
+/// each patch's every point (interior, seams, physical ghosts and the
+/// corners where they meet) equals the same patches on the CPU.
+#[test]
+fn decomposed_transport_with_walls_refills_its_conditions_on_the_gpu() {
+    if watershed_fields::gpu::gpu_unavailable_reason(0).is_some() {
+        println!("skipped: no GPU 0 (set WATERSHED_EMULATE_GPUS to emulate one)");
+        return;
+    }
+    let layout =
+        watershed_fields::PatchLayout::new(&case::grid(), [3, 2, 1], GhostWidth::uniform(2))
+            .unwrap();
+    let build = |placement: watershed_exprgraph::PlacementPolicy| {
+        let options = watershed_exprgraph::GraphOptions {
+            placement,
+            ..Default::default()
+        };
+        let patched = watershed_solvers::PatchedTransport::build(
+            layout.clone(),
+            std::rc::Rc::new(watershed_fields::ranks::SingleProcess),
+            |patch| case::recipe_with(patch, options.clone()),
+        )
+        .unwrap();
+        for (name, initial) in case::EQUATIONS {
+            patched.set_initial_condition(name, initial).unwrap();
+        }
+        patched
+    };
+    let (mut on_cpu, mut on_gpu) = (
+        build(watershed_exprgraph::PlacementPolicy::Cpu),
+        build(watershed_exprgraph::PlacementPolicy::Gpu(0)),
+    );
+    let solutions = |patched: &watershed_solvers::PatchedTransport| -> Vec<Vec<u64>> {
+        let mut all = Vec::new();
+        for solver in patched.solvers() {
+            for (name, _) in case::EQUATIONS {
+                all.push(
+                    solver
+                        .with_solution(name, |f| {
+                            f.values().unwrap().iter().map(|v| v.to_bits()).collect()
+                        })
+                        .unwrap(),
+                );
+            }
+        }
+        all
+    };
+    for step in 0..4 {
+        let dt = on_cpu.stable_time_step(0.4, 0.2).unwrap();
+        on_cpu.step(dt).unwrap();
+        on_cpu.settle().unwrap();
+        let before = watershed_fields::gpu_calls();
+        on_gpu.step(dt).unwrap();
+        on_gpu.settle().unwrap();
+        let moved = watershed_fields::gpu_calls().since(&before);
+        if step > 1 {
+            // Once the point lists and the tables of the time levels'
+            // addresses are on the GPU (they rotate at each stage), the
+            // updates' 8-byte finiteness words cross, no field.
+            assert_eq!(moved.copied_bytes, 8 * moved.copies, "step {step}: {moved}");
+        }
+        let (cpu, gpu) = (solutions(&on_cpu), solutions(&on_gpu));
+        for (k, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
+            let differing = g.iter().zip(c).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                differing,
+                0,
+                "step {step}, field {k}: {differing} of {} points differ",
+                c.len()
+            );
+        }
     }
 }

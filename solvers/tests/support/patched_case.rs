@@ -17,6 +17,14 @@ pub fn grid() -> Grid {
 /// The case's solver on `patch`: its inputs set from functions of the
 /// global coordinates.
 pub fn recipe(patch: &Patch) -> SolverResult<TransportSolver> {
+    recipe_with(patch, watershed_exprgraph::GraphOptions::default())
+}
+
+/// [`recipe`] with the graph built under `options` (a placement on a GPU).
+pub fn recipe_with(
+    patch: &Patch,
+    options: watershed_exprgraph::GraphOptions,
+) -> SolverResult<TransportSolver> {
     let velocity = [Tag::none("u"), Tag::none("v"), Tag::none("w")];
     let k = Tag::none("k");
     let conditions = BoundaryConditions::new()
@@ -54,7 +62,10 @@ pub fn recipe(patch: &Patch) -> SolverResult<TransportSolver> {
     builder
         .factory_mut()
         .placeholder(k.clone(), LocationKind::CellCentre)?;
-    let solver = builder.integrator(TimeIntegrator::SspRk3).build()?;
+    let solver = builder
+        .integrator(TimeIntegrator::SspRk3)
+        .graph_options(options)
+        .build()?;
     let tau = std::f64::consts::TAU;
     solver
         .graph()
