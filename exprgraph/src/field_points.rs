@@ -19,9 +19,10 @@
 
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{ExpressionGraph, FieldAccess};
-use crate::store::GraphLocation;
+use crate::store::{AnyField, GraphLocation};
 use crate::tag::Tag;
 use std::sync::atomic::Ordering;
+use std::sync::{RwLockReadGuard, RwLockWriteGuard};
 use watershed_fields::{Device, SpatialField};
 use watershed_operators::gpu_points::{
     PointBatch, copy_points_on_gpu, gather_points_on_gpu, scatter_points_on_gpu,
@@ -81,19 +82,8 @@ impl ExpressionGraph {
         self.state.allocate_storage(&self.plan)?;
         let _execution = self.waits_for_execution();
         let _access = FieldAccess::enter(self);
-        let guards: Vec<_> = slots
-            .iter()
-            .map(|&slot| {
-                self.state.store.slots[slot]
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-            })
-            .collect();
-        let fields = guards
-            .iter()
-            .zip(tags)
-            .map(|(guard, tag)| typed::<L>(guard.as_ref(), tag))
-            .collect::<GraphResult<Vec<_>>>()?;
+        let guards = self.read_slots(&slots);
+        let fields = typed_all::<L>(&guards, tags)?;
         let n = points.len();
         if let Some(device) = one_gpu(
             fields
@@ -151,19 +141,8 @@ impl ExpressionGraph {
         self.state.allocate_storage(&self.plan)?;
         let _execution = self.waits_for_execution();
         let _access = FieldAccess::enter(self);
-        let mut guards: Vec<_> = slots
-            .iter()
-            .map(|&slot| {
-                self.state.store.slots[slot]
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-            })
-            .collect();
-        let mut fields = guards
-            .iter_mut()
-            .zip(tags)
-            .map(|(guard, tag)| typed_mut::<L>(guard.as_mut(), tag))
-            .collect::<GraphResult<Vec<_>>>()?;
+        let mut guards = self.write_slots(&slots);
+        let mut fields = typed_all_mut::<L>(&mut guards, tags)?;
         let n = points.len();
         if let Some(device) = one_gpu(fields.iter().map(|f| (f.active_device(), false))) {
             let buffers = fields
@@ -191,10 +170,7 @@ impl ExpressionGraph {
                 }
             }
         }
-        for &slot in &slots {
-            self.state.provided[slot].store(true, Ordering::Release);
-            self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
-        }
+        self.mark_written(&slots);
         Ok(())
     }
 
@@ -231,32 +207,10 @@ impl ExpressionGraph {
             let _source_access = FieldAccess::enter(from);
             let _execution = self.waits_for_execution();
             let _access = FieldAccess::enter(self);
-            let source_guards: Vec<_> = sources
-                .iter()
-                .map(|&slot| {
-                    from.state.store.slots[slot]
-                        .read()
-                        .unwrap_or_else(|p| p.into_inner())
-                })
-                .collect();
-            let mut guards: Vec<_> = targets
-                .iter()
-                .map(|&slot| {
-                    self.state.store.slots[slot]
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                })
-                .collect();
-            let source_fields = source_guards
-                .iter()
-                .zip(tags)
-                .map(|(guard, tag)| typed::<L>(guard.as_ref(), tag))
-                .collect::<GraphResult<Vec<_>>>()?;
-            let mut fields = guards
-                .iter_mut()
-                .zip(tags)
-                .map(|(guard, tag)| typed_mut::<L>(guard.as_mut(), tag))
-                .collect::<GraphResult<Vec<_>>>()?;
+            let source_guards = from.read_slots(&sources);
+            let mut guards = self.write_slots(&targets);
+            let source_fields = typed_all::<L>(&source_guards, tags)?;
+            let mut fields = typed_all_mut::<L>(&mut guards, tags)?;
             let devices = source_fields
                 .iter()
                 .map(|f| (f.active_device(), f.is_valid_on(Device::Cpu)))
@@ -278,10 +232,7 @@ impl ExpressionGraph {
             }
         };
         if on_one_gpu {
-            for &slot in &targets {
-                self.state.provided[slot].store(true, Ordering::Release);
-                self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
-            }
+            self.mark_written(&targets);
             return Ok(());
         }
         let mut values = vec![0.0; points.len() * tags.len()];
@@ -301,19 +252,8 @@ impl ExpressionGraph {
         self.state.allocate_storage(&self.plan)?;
         let _execution = self.waits_for_execution();
         let _access = FieldAccess::enter(self);
-        let mut guards: Vec<_> = slots
-            .iter()
-            .map(|&slot| {
-                self.state.store.slots[slot]
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-            })
-            .collect();
-        let mut fields = guards
-            .iter_mut()
-            .zip(tags)
-            .map(|(guard, tag)| typed_mut::<L>(guard.as_mut(), tag))
-            .collect::<GraphResult<Vec<_>>>()?;
+        let mut guards = self.write_slots(&slots);
+        let mut fields = typed_all_mut::<L>(&mut guards, tags)?;
         match one_gpu(fields.iter().map(|f| (f.active_device(), false))) {
             Some(device) => {
                 let buffers = fields
@@ -337,10 +277,7 @@ impl ExpressionGraph {
                 }
             }
         }
-        for &slot in &slots {
-            self.state.provided[slot].store(true, Ordering::Release);
-            self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
-        }
+        self.mark_written(&slots);
         Ok(())
     }
 
@@ -363,8 +300,7 @@ impl ExpressionGraph {
             .write()
             .unwrap_or_else(|p| p.into_inner());
         let result = f(typed_mut::<L>(guard.as_mut(), tag)?);
-        self.state.provided[slot].store(true, Ordering::Release);
-        self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
+        self.mark_written(&[slot]);
         Ok(result)
     }
 
@@ -394,17 +330,49 @@ impl ExpressionGraph {
         let _source_access = FieldAccess::enter(from);
         let _execution = self.waits_for_execution();
         let _access = FieldAccess::enter(self);
-        let source_guard = from.state.store.slots[source_slot]
-            .read()
-            .unwrap_or_else(|p| p.into_inner());
-        let mut guard = self.state.store.slots[slot]
-            .write()
-            .unwrap_or_else(|p| p.into_inner());
-        let source = typed::<L>(source_guard.as_ref(), tag)?;
-        typed_mut::<L>(guard.as_mut(), into)?.copy_from(source)?;
-        self.state.provided[slot].store(true, Ordering::Release);
-        self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
+        let source_guards = from.read_slots(&[source_slot]);
+        let mut guards = self.write_slots(&[slot]);
+        let source = typed_all::<L>(&source_guards, std::slice::from_ref(tag))?;
+        let target = typed_all_mut::<L>(&mut guards, std::slice::from_ref(into))?;
+        for (target, source) in target.into_iter().zip(source) {
+            target.copy_from(source)?;
+        }
+        self.mark_written(&[slot]);
         Ok(())
+    }
+
+    /// Read locks on `slots`, in turn.
+    fn read_slots(&self, slots: &[usize]) -> Vec<RwLockReadGuard<'_, Option<AnyField>>> {
+        slots
+            .iter()
+            .map(|&slot| {
+                self.state.store.slots[slot]
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+            })
+            .collect()
+    }
+
+    /// Write locks on `slots`, in turn (distinct slots: a slot locked
+    /// twice would wait for itself).
+    fn write_slots(&self, slots: &[usize]) -> Vec<RwLockWriteGuard<'_, Option<AnyField>>> {
+        slots
+            .iter()
+            .map(|&slot| {
+                self.state.store.slots[slot]
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+            })
+            .collect()
+    }
+
+    /// Marks the fields in `slots` provided and written (their versions
+    /// move on), as after any write.
+    fn mark_written(&self, slots: &[usize]) {
+        for &slot in slots {
+            self.state.provided[slot].store(true, Ordering::Release);
+            self.state.versions[slot].fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// The slots of `tags`, refusing a tag given twice (its field would
@@ -451,7 +419,7 @@ fn names(tags: &[Tag]) -> String {
 /// The field of location `L` in a slot, or the error of a scratch field
 /// or of another location.
 fn typed<'f, L: GraphLocation>(
-    field: Option<&'f crate::store::AnyField>,
+    field: Option<&'f AnyField>,
     tag: &Tag,
 ) -> GraphResult<&'f SpatialField<L>> {
     let field = field.ok_or_else(|| scratch(tag))?;
@@ -464,7 +432,7 @@ fn typed<'f, L: GraphLocation>(
 
 /// [`typed`], mutably.
 fn typed_mut<'f, L: GraphLocation>(
-    field: Option<&'f mut crate::store::AnyField>,
+    field: Option<&'f mut AnyField>,
     tag: &Tag,
 ) -> GraphResult<&'f mut SpatialField<L>> {
     let field = field.ok_or_else(|| scratch(tag))?;
@@ -474,6 +442,30 @@ fn typed_mut<'f, L: GraphLocation>(
         actual,
         requested: L::KIND,
     })
+}
+
+/// The fields of location `L` behind `guards`, one per tag of `tags`.
+fn typed_all<'f, L: GraphLocation>(
+    guards: &'f [RwLockReadGuard<'_, Option<AnyField>>],
+    tags: &[Tag],
+) -> GraphResult<Vec<&'f SpatialField<L>>> {
+    guards
+        .iter()
+        .zip(tags)
+        .map(|(guard, tag)| typed::<L>(guard.as_ref(), tag))
+        .collect()
+}
+
+/// [`typed_all`], mutably.
+fn typed_all_mut<'f, L: GraphLocation>(
+    guards: &'f mut [RwLockWriteGuard<'_, Option<AnyField>>],
+    tags: &[Tag],
+) -> GraphResult<Vec<&'f mut SpatialField<L>>> {
+    guards
+        .iter_mut()
+        .zip(tags)
+        .map(|(guard, tag)| typed_mut::<L>(guard.as_mut(), tag))
+        .collect()
 }
 
 /// The error for a point access to a scratch field.

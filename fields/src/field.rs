@@ -685,7 +685,17 @@ impl<L: Location, T: FieldScalar> SpatialField<L, T> {
         for event in [&from.ready, &to.ready].into_iter().flatten() {
             stream.wait(event)?;
         }
-        let bytes = to.len * std::mem::size_of::<T>();
+        let bytes = to
+            .len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or_else(|| FieldError::Allocation {
+                device,
+                bytes: usize::MAX,
+                reason: format!(
+                    "{} elements of field '{}' overflow a byte count",
+                    to.len, self.name
+                ),
+            })?;
         let action = format!(
             "copying field '{}' into field '{}' on {device}",
             source.name, self.name

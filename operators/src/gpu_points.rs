@@ -164,7 +164,10 @@ fn device_list(
     {
         return Ok(found.clone());
     }
-    let bytes = points.len() * 8;
+    let bytes = points
+        .len()
+        .checked_mul(8)
+        .ok_or_else(|| overflow(what, points.len(), 1))?;
     let block = MemoryPool::global(Device::Gpu(ordinal))?
         .allocate(bytes, format!("halo point list of {what}"))?;
     // SAFETY: `staging` is a host block of at least `bytes` bytes that
@@ -399,6 +402,94 @@ fn address(value: usize) -> [u8; 8] {
     (value as u64).to_ne_bytes()
 }
 
+/// The staging of a gather or a scatter of `n` points of `fields`
+/// fields on one GPU: the index list and the fields' address table on
+/// the GPU, a staging block there for the values, and a host block whose
+/// values part (`host_values`, after the lists' staging) holds them on
+/// the host.
+struct Staging {
+    ordinal: usize,
+    stream: GpuStream,
+    host: PoolBlock,
+    host_values: usize,
+    staged: PoolBlock,
+    bytes: usize,
+    list: Arc<DeviceList>,
+    fields: Arc<DeviceList>,
+}
+
+impl Staging {
+    /// Checks the points, the fields and `values` values against each
+    /// other, then stages on `batch`'s stream of the fields' GPU (after
+    /// their pending copies). `None` when there is nothing to move.
+    fn new(
+        batch: &mut PointBatch,
+        buffers: &[GpuBuffer],
+        points: &[usize],
+        values: usize,
+        what: &str,
+    ) -> OperatorResult<Option<Staging>> {
+        let n = points.len();
+        check_values(what, n, buffers.len(), values)?;
+        if n == 0 || buffers.is_empty() {
+            return Ok(None);
+        }
+        let ordinal = check_buffers(buffers, points, what)?;
+        let too_many = || overflow(what, n, buffers.len());
+        let bytes = values.checked_mul(8).ok_or_else(too_many)?;
+        let list_bytes = n.checked_mul(8).ok_or_else(too_many)?;
+        let table_bytes = buffers.len().checked_mul(8).ok_or_else(too_many)?;
+        let lists = list_bytes.checked_add(table_bytes).ok_or_else(too_many)?;
+        let host = MemoryPool::global(Device::Cpu)?.allocate(
+            lists.checked_add(bytes).ok_or_else(too_many)?,
+            format!("halo values of {what}"),
+        )?;
+        let staged = MemoryPool::global(Device::Gpu(ordinal))?
+            .allocate(bytes, format!("halo values of {what}"))?;
+        let stream = batch.stream(ordinal)?;
+        for event in buffers.iter().filter_map(|b| b.ready.as_ref()) {
+            stream.wait(event)?;
+        }
+        let list = device_list(ordinal, points, &stream, host.address(), what)?;
+        let fields = device_list(
+            ordinal,
+            &table(buffers),
+            &stream,
+            host.address() + list_bytes,
+            what,
+        )?;
+        Ok(Some(Staging {
+            ordinal,
+            stream,
+            host_values: host.address() + lists,
+            host,
+            staged,
+            bytes,
+            list,
+            fields,
+        }))
+    }
+
+    /// The kernel's addresses after its count: the table, the list, the
+    /// staged values.
+    fn addresses(&self) -> [[u8; 8]; 3] {
+        [
+            address(self.fields.block.address()),
+            address(self.list.block.address()),
+            address(self.staged.address()),
+        ]
+    }
+
+    /// Hands the GPU's blocks to `batch`, which keeps them until it is
+    /// finished; the host block is returned.
+    fn keep_in(self, batch: &mut PointBatch) -> PoolBlock {
+        batch.lists.push(self.fields);
+        batch.lists.push(self.list);
+        batch.blocks.push(self.staged);
+        self.host
+    }
+}
+
 /// Copies the values at linear indices `points` of every field whose
 /// valid location on a GPU is one of `buffers` (all on one GPU) into
 /// `out`, field after field (`points.len()` values each, in point order),
@@ -423,62 +514,38 @@ pub fn gather_points_on_gpu(
     out: &mut [f64],
     what: &str,
 ) -> OperatorResult<()> {
-    let n = points.len();
-    check_values(what, n, buffers.len(), out.len())?;
-    if n == 0 || buffers.is_empty() {
+    let Some(staging) = Staging::new(batch, buffers, points, out.len(), what)? else {
         return Ok(());
-    }
-    let ordinal = check_buffers(buffers, points, what)?;
-    let device = Device::Gpu(ordinal);
-    let bytes = out
-        .len()
-        .checked_mul(8)
-        .ok_or_else(|| overflow(what, n, buffers.len()))?;
-    let (list_bytes, table_bytes) = (n * 8, buffers.len() * 8);
-    let host = MemoryPool::global(Device::Cpu)?.allocate(
-        list_bytes + table_bytes + bytes,
-        format!("halo values of {what}"),
-    )?;
-    let staged = MemoryPool::global(device)?.allocate(bytes, format!("halo values of {what}"))?;
-    let stream = batch.stream(ordinal)?;
-    for event in buffers.iter().filter_map(|b| b.ready.as_ref()) {
-        stream.wait(event)?;
-    }
-    let list = device_list(ordinal, points, &stream, host.address(), what)?;
-    let fields = device_list(
-        ordinal,
-        &table(buffers),
-        &stream,
-        host.address() + list_bytes,
-        what,
-    )?;
-    let host_values = host.address() + list_bytes + table_bytes;
-    let addresses = [
-        address(fields.block.address()),
-        address(list.block.address()),
-        address(staged.address()),
-    ];
+    };
+    let (n, device) = (points.len(), Device::Gpu(staging.ordinal));
+    let host_values = staging.host_values;
     let action = format!("gathering {n} halo points of {what} on {device}");
     // SAFETY: the gather reads `n` indices of the list, each checked to
     // lie inside every field, reads the fields through their table (the
     // caller's valid locations on this GPU, kept alive and unwritten
     // meanwhile) and writes `n` values per field into the staging block;
     // the copy moves its `bytes` bytes into the host block's values part.
-    // All blocks outlive the wait below (the batch keeps them, leaking
-    // them if it fails).
+    // All blocks outlive the wait below (the batch keeps the GPU's, this
+    // call the host's, each leaked if the wait fails).
     let enqueued = unsafe {
-        launch_over(&stream, GATHER, n, buffers.len(), &addresses, &action).and_then(|()| {
-            Ok(stream.copy(
-                (device, staged.address()),
+        launch_over(
+            &staging.stream,
+            GATHER,
+            n,
+            buffers.len(),
+            &staging.addresses(),
+            &action,
+        )
+        .and_then(|()| {
+            Ok(staging.stream.copy(
+                (device, staging.staged.address()),
                 (Device::Cpu, host_values),
-                bytes,
+                staging.bytes,
                 &action,
             )?)
         })
     };
-    batch.lists.push(fields);
-    batch.lists.push(list);
-    batch.blocks.push(staged);
+    let host = staging.keep_in(batch);
     if let Err(error) = batch.finish() {
         // The copy into `host` may still run.
         std::mem::forget(host);
@@ -507,45 +574,14 @@ pub fn scatter_points_on_gpu(
     values: &[f64],
     what: &str,
 ) -> OperatorResult<()> {
-    let n = points.len();
-    check_values(what, n, buffers.len(), values.len())?;
-    if n == 0 || buffers.is_empty() {
+    let Some(staging) = Staging::new(batch, buffers, points, values.len(), what)? else {
         return Ok(());
-    }
-    let ordinal = check_buffers(buffers, points, what)?;
-    let device = Device::Gpu(ordinal);
-    let bytes = values
-        .len()
-        .checked_mul(8)
-        .ok_or_else(|| overflow(what, n, buffers.len()))?;
-    let (list_bytes, table_bytes) = (n * 8, buffers.len() * 8);
-    let host = MemoryPool::global(Device::Cpu)?.allocate(
-        list_bytes + table_bytes + bytes,
-        format!("halo values of {what}"),
-    )?;
-    let staged = MemoryPool::global(device)?.allocate(bytes, format!("halo values of {what}"))?;
-    let stream = batch.stream(ordinal)?;
-    for event in buffers.iter().filter_map(|b| b.ready.as_ref()) {
-        stream.wait(event)?;
-    }
-    let list = device_list(ordinal, points, &stream, host.address(), what)?;
-    let fields = device_list(
-        ordinal,
-        &table(buffers),
-        &stream,
-        host.address() + list_bytes,
-        what,
-    )?;
-    let host_values = host.address() + list_bytes + table_bytes;
+    };
+    let (n, device) = (points.len(), Device::Gpu(staging.ordinal));
     // SAFETY: the host block's values part holds `values.len()` f64 that
     // this call alone uses (8-byte aligned, after the lists' parts).
-    unsafe { std::slice::from_raw_parts_mut(host_values as *mut f64, values.len()) }
+    unsafe { std::slice::from_raw_parts_mut(staging.host_values as *mut f64, values.len()) }
         .copy_from_slice(values);
-    let addresses = [
-        address(fields.block.address()),
-        address(list.block.address()),
-        address(staged.address()),
-    ];
     let action = format!("scattering {n} halo points of {what} on {device}");
     // SAFETY: the copy moves `bytes` bytes from the host block into the
     // staging block; the scatter reads `n` indices of the list, each
@@ -554,19 +590,27 @@ pub fn scatter_points_on_gpu(
     // locations on this GPU, kept alive and unused until the batch is
     // finished). The batch keeps every block until then.
     let enqueued = unsafe {
-        stream
+        staging
+            .stream
             .copy(
-                (Device::Cpu, host_values),
-                (device, staged.address()),
-                bytes,
+                (Device::Cpu, staging.host_values),
+                (device, staging.staged.address()),
+                staging.bytes,
                 &action,
             )
             .map_err(OperatorError::from)
-            .and_then(|()| launch_over(&stream, SCATTER, n, buffers.len(), &addresses, &action))
+            .and_then(|()| {
+                launch_over(
+                    &staging.stream,
+                    SCATTER,
+                    n,
+                    buffers.len(),
+                    &staging.addresses(),
+                    &action,
+                )
+            })
     };
-    batch.lists.push(fields);
-    batch.lists.push(list);
-    batch.blocks.push(staged);
+    let host = staging.keep_in(batch);
     batch.blocks.push(host);
     enqueued
 }
@@ -608,14 +652,15 @@ pub fn copy_points_on_gpu(
     let ordinal = check_buffers(&all, &[], what)?;
     check_buffers(from, points, what)?;
     check_buffers(to, at, what)?;
-    let list_bytes = n
-        .checked_mul(8)
-        .ok_or_else(|| overflow(what, n, from.len()))?;
-    let table_bytes = from.len() * 8;
-    let host = MemoryPool::global(Device::Cpu)?.allocate(
-        2 * (list_bytes + table_bytes),
-        format!("halo point lists of {what}"),
-    )?;
+    let too_many = || overflow(what, n, from.len());
+    let list_bytes = n.checked_mul(8).ok_or_else(too_many)?;
+    let table_bytes = from.len().checked_mul(8).ok_or_else(too_many)?;
+    let host_bytes = list_bytes
+        .checked_add(table_bytes)
+        .and_then(|b| b.checked_mul(2))
+        .ok_or_else(too_many)?;
+    let host = MemoryPool::global(Device::Cpu)?
+        .allocate(host_bytes, format!("halo point lists of {what}"))?;
     let stream = batch.stream(ordinal)?;
     for event in all.iter().filter_map(|b| b.ready.as_ref()) {
         stream.wait(event)?;

@@ -717,45 +717,21 @@ impl TransportSolver {
         equation: &str,
         f: impl FnOnce(&mut SpatialField<CellCentre>) -> R,
     ) -> SolverResult<R> {
-        let index = self
-            .equations
-            .iter()
-            .position(|e| e.name() == equation)
-            .ok_or_else(|| self.no_equation(equation))?;
-        let equation = &self.equations[index];
-        let mut fills = self
-            .fills
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let index = self.equation_index(equation)?;
         // Only a physical side has ghosts the exchange does not fill:
         // a periodic axis's images, the patch's own or another's, are
         // copies of the same values.
         let physical = self.has_physical_side();
-        self.graph
-            .with_field_mut::<CellCentre, _>(&equation.solution_tag(), |field| {
+        self.graph.with_field_mut::<CellCentre, _>(
+            &self.equations[index].solution_tag(),
+            |field| {
                 let result = f(field);
-                if !physical {
-                    return Ok(result);
+                if physical {
+                    self.refill(index, field)?;
                 }
-                if fills.len() < self.equations.len() {
-                    fills.resize_with(self.equations.len(), || None);
-                }
-                let fill = match &mut fills[index] {
-                    Some(fill) => fill,
-                    slot => {
-                        let conditions = equation
-                            .boundary()
-                            .clone()
-                            .with_time(&self.parameters.state_time);
-                        slot.insert(BoundaryFill::new(
-                            &conditions,
-                            field.layout(),
-                            equation.name(),
-                        )?)
-                    }
-                };
-                fill.apply(field).map(|()| result)
-            })?
+                Ok(result)
+            },
+        )?
     }
 
     /// The refill of [`Self::with_seam_ghosts_mut`], for seam ghosts of
@@ -768,37 +744,50 @@ impl TransportSolver {
         if !self.has_physical_side() {
             return Ok(());
         }
-        let index = self
-            .equations
-            .iter()
-            .position(|e| e.name() == equation)
-            .ok_or_else(|| self.no_equation(equation))?;
+        let index = self.equation_index(equation)?;
+        self.graph.with_field_in_place_mut::<CellCentre, _>(
+            &self.equations[index].solution_tag(),
+            |field| self.refill(index, field),
+        )?
+    }
+
+    /// Fills the boundary conditions of equation `index` into `field`
+    /// (its solution) at the time of the state it holds, where the field
+    /// is active ([`BoundaryFill::apply_where_active`]), the fill prepared
+    /// once per equation.
+    fn refill(&self, index: usize, field: &mut SpatialField<CellCentre>) -> SolverResult<()> {
         let equation = &self.equations[index];
         let mut fills = self
             .fills
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.graph
-            .with_field_in_place_mut::<CellCentre, _>(&equation.solution_tag(), |field| {
-                if fills.len() < self.equations.len() {
-                    fills.resize_with(self.equations.len(), || None);
-                }
-                let fill = match &mut fills[index] {
-                    Some(fill) => fill,
-                    slot => {
-                        let conditions = equation
-                            .boundary()
-                            .clone()
-                            .with_time(&self.parameters.state_time);
-                        slot.insert(BoundaryFill::new(
-                            &conditions,
-                            field.layout(),
-                            equation.name(),
-                        )?)
-                    }
-                };
-                fill.apply_where_active(field)
-            })?
+        if fills.len() < self.equations.len() {
+            fills.resize_with(self.equations.len(), || None);
+        }
+        let fill = match &mut fills[index] {
+            Some(fill) => fill,
+            slot => {
+                let conditions = equation
+                    .boundary()
+                    .clone()
+                    .with_time(&self.parameters.state_time);
+                slot.insert(BoundaryFill::new(
+                    &conditions,
+                    field.layout(),
+                    equation.name(),
+                )?)
+            }
+        };
+        fill.apply_where_active(field)
+    }
+
+    /// The position of equation `name`, or the error naming the solver's
+    /// equations.
+    fn equation_index(&self, name: &str) -> SolverResult<usize> {
+        self.equations
+            .iter()
+            .position(|e| e.name() == name)
+            .ok_or_else(|| self.no_equation(name))
     }
 
     /// `error` as [`SolverError::Diverged`] when it is a stage update's report

@@ -579,11 +579,7 @@ fn the_transport_solver_places_its_whole_step_on_a_gpu() {
             .unwrap()
     };
     let (gpu, cpu) = (values(&on_gpu), values(&on_cpu));
-    let differing = gpu
-        .iter()
-        .zip(&cpu)
-        .filter(|(a, b)| a.to_bits() != b.to_bits())
-        .count();
+    let differing = differing_bits(&gpu, &cpu);
     assert_eq!(differing, 0, "{differing} of {} points differ", cpu.len());
     assert!(cpu.iter().all(|v| v.is_finite()));
 }
@@ -651,11 +647,7 @@ fn the_flow_places_its_whole_step_and_its_pressure_solve_on_a_gpu() {
             .zip(c)
             .map(|(a, b)| (a - b).abs() / b.abs().max(1e-300))
             .fold(0.0_f64, f64::max);
-        let differing = g
-            .iter()
-            .zip(c)
-            .filter(|(a, b)| a.to_bits() != b.to_bits())
-            .count();
+        let differing = differing_bits(g, c);
         let first: Vec<String> = g
             .iter()
             .zip(c)
@@ -859,11 +851,7 @@ fn the_conservative_forms_give_the_cpu_bits_on_a_gpu() {
             .iter()
             .zip(fields(&on_gpu).iter().zip(&fields(&on_cpu)))
         {
-            let differing = g
-                .iter()
-                .zip(c)
-                .filter(|(a, b)| a.to_bits() != b.to_bits())
-                .count();
+            let differing = differing_bits(g, c);
             assert_eq!(differing, 0, "{form:?} order {}: {name}", order.number());
         }
         let (g, c) = (on_gpu.enstrophy().unwrap(), on_cpu.enstrophy().unwrap());
@@ -914,11 +902,7 @@ fn an_immersed_body_gives_the_cpu_bits_on_a_gpu() {
     }
     let (gpu, cpu) = (flow_fields(&on_gpu), flow_fields(&on_cpu));
     for (name, (g, c)) in ["u", "v", "p"].iter().zip(gpu.iter().zip(&cpu)) {
-        let differing = g
-            .iter()
-            .zip(c)
-            .filter(|(a, b)| a.to_bits() != b.to_bits())
-            .count();
+        let differing = differing_bits(g, c);
         assert_eq!(
             differing,
             0,
@@ -1008,11 +992,7 @@ fn decomposed_transport_on_a_gpu_exchanges_its_seams_there() {
     assert!(moved.copies > 0, "{moved}");
     assert_eq!(moved.copied_bytes, 8 * moved.copies, "{moved}");
     for (k, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
-        let differing = g
-            .iter()
-            .zip(c)
-            .filter(|(a, b)| a.to_bits() != b.to_bits())
-            .count();
+        let differing = differing_bits(g, c);
         assert_eq!(
             differing,
             0,
@@ -1098,4 +1078,13 @@ fn decomposed_transport_with_walls_refills_its_conditions_on_the_gpu() {
             );
         }
     }
+}
+
+/// How many of the values of `got` and `want`, taken in pairs, differ in
+/// any bit.
+fn differing_bits(got: &[f64], want: &[f64]) -> usize {
+    got.iter()
+        .zip(want)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count()
 }
