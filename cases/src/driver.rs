@@ -381,6 +381,11 @@ pub struct RunReport {
     /// interior work this rank ran while they were in flight (not counted
     /// in `exchange_time`).
     pub interior_during_exchanges: Option<Duration>,
+    /// Of a run on several ranks: the time this rank was blocked waiting
+    /// for the others during the stepping (in the link: swaps' final waits
+    /// and gathers; [`RankLink::waited`]). The rest of `exchange_time` is
+    /// this rank's own work on its messages.
+    pub waited_for_ranks: Option<Duration>,
     /// Of a flow whose Poisson solve runs on patches: the time this rank
     /// spent in it during the stepping (outside the graphs), and the
     /// solver's levels in all and on patches.
@@ -695,6 +700,7 @@ pub fn run<S: Simulation + ?Sized>(
     let mut gpu_calls_last_step = GpuCalls::default();
     let started = Instant::now();
     let exchange_before = sim.exchange_time();
+    let waited_before = ranks.map(|link| link.waited());
     let overlapped_before = sim.interior_during_exchanges();
     let poisson_before = sim.poisson_on_patches();
     let solves_before = sim.flow().map(IncompressibleFlow::projection_totals);
@@ -801,6 +807,9 @@ pub fn run<S: Simulation + ?Sized>(
     let interior_during_exchanges = sim
         .interior_during_exchanges()
         .map(|t| t.saturating_sub(overlapped_before.unwrap_or_default()));
+    let waited_for_ranks = ranks
+        .zip(waited_before)
+        .map(|(link, before)| link.waited().saturating_sub(before));
     let poisson_on_patches = sim.poisson_on_patches().map(|(t, levels, on_patches)| {
         let before = poisson_before.map_or(Duration::ZERO, |(b, _, _)| b);
         (t.saturating_sub(before), levels, on_patches)
@@ -883,6 +892,7 @@ pub fn run<S: Simulation + ?Sized>(
         graph_time,
         exchange_time,
         interior_during_exchanges,
+        waited_for_ranks,
         poisson_on_patches,
         poisson_solves,
         cpu_memory_high_water: process_memory_high_water(),

@@ -890,17 +890,20 @@ fn check_spreadable(args: &RunArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Each rank's stepping wall time, its time in exchanges across patches
-/// and its GPU, gathered on every rank (collective); the table rank 0
-/// prints.
+/// Each rank's stepping wall time, its time in exchanges across patches,
+/// its time blocked waiting for the other ranks and its GPU, gathered on
+/// every rank (collective); the table rank 0 prints, with the run's
+/// exposed message time (see [`exposed_message_time`]).
 fn per_rank_times(
     link: &dyn RankLink,
     report: &watershed_cases::driver::RunReport,
     placement: &watershed_exprgraph::PlacementPolicy,
 ) -> Result<String, Failure> {
     use watershed_exprgraph::PlacementPolicy;
+    const PER_RANK: usize = 5;
     let wall = report.wall.as_secs_f64();
     let exchange = report.exchange_time.unwrap_or_default().as_secs_f64();
+    let waited = report.waited_for_ranks.unwrap_or_default().as_secs_f64();
     // Negative: the exchanges are not overlapped.
     let overlapped = report
         .interior_during_exchanges
@@ -911,12 +914,16 @@ fn per_rank_times(
     };
     let ranks = link.ranks();
     let all = link
-        .gather_in_rank_order(&[wall, exchange, gpu, overlapped], &vec![4; ranks])
+        .gather_in_rank_order(
+            &[wall, exchange, gpu, overlapped, waited],
+            &vec![PER_RANK; ranks],
+        )
         .map_err(|e| runtime(e.into()))?;
     let mut table = format!(
-        "ranks: {ranks} (MPI); per rank, the stepping's wall time and the exchanges across patches in it:\n"
+        "ranks: {ranks} (MPI); per rank, the stepping's wall time, the exchanges across patches in it, and the time it was blocked waiting for other ranks (in exchanges, reductions and the run's collective checks):\n"
     );
-    for (rank, times) in all.chunks(4).enumerate() {
+    let mut waits = Vec::with_capacity(ranks);
+    for (rank, times) in all.chunks(PER_RANK).enumerate() {
         let share = if times[0] > 0.0 {
             100.0 * times[1] / times[0]
         } else {
@@ -933,11 +940,30 @@ fn per_rank_times(
             "; not overlapped".to_string()
         };
         table.push_str(&format!(
-            "  rank {rank}{device}: {:.3} s, exchanges {:.3} s ({share:.1}%{overlap})\n",
-            times[0], times[1]
+            "  rank {rank}{device}: {:.3} s, exchanges {:.3} s ({share:.1}%{overlap}), waiting {:.3} s\n",
+            times[0], times[1], times[4]
         ));
+        waits.push(times[4]);
     }
+    let (exposed, imbalance) = exposed_message_time(&waits);
+    table.push_str(&format!(
+        "  waiting: {exposed:.3} s on messages (the least any rank waited), {imbalance:.3} s more on average on slower ranks (imbalance, which no overlap hides)\n"
+    ));
     Ok(table)
+}
+
+/// From each rank's time blocked waiting for the others over the same
+/// stepping: the run's exposed message time and the mean wait beyond it.
+/// A rank that computes longer than another makes it wait by the
+/// difference whatever the messages cost (load imbalance, which no
+/// overlap can hide); the rank that waited least was on the critical
+/// path, so its wait is what the messages themselves cost the run.
+fn exposed_message_time(waits: &[f64]) -> (f64, f64) {
+    let Some(least) = waits.iter().copied().min_by(f64::total_cmp) else {
+        return (0.0, 0.0);
+    };
+    let beyond: f64 = waits.iter().map(|waited| waited - least).sum();
+    (least, beyond / waits.len() as f64)
 }
 
 /// Writes the command's output; I/O errors are returned, never a panic
@@ -1091,5 +1117,21 @@ fn exit_code(result: Result<Outcome, Failure>) -> ExitCode {
             let _ = writeln!(std::io::stderr(), "watershed: cannot write the output: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exposed_message_time;
+
+    #[test]
+    fn the_least_wait_is_the_messages_and_the_rest_imbalance() {
+        assert_eq!(exposed_message_time(&[]), (0.0, 0.0));
+        assert_eq!(exposed_message_time(&[0.25]), (0.25, 0.0));
+        // Ranks waiting 0.5, 0.125 and 0.25 s: 0.125 s for the messages,
+        // then 0.375 and 0.125 s more, 0.5 / 3 s on average.
+        let (exposed, imbalance) = exposed_message_time(&[0.5, 0.125, 0.25]);
+        assert_eq!(exposed, 0.125);
+        assert!((imbalance - 0.5 / 3.0).abs() < 1e-15);
     }
 }

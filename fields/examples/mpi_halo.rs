@@ -5,15 +5,16 @@
 //! the whole domain: inside it (after periodic wraps) the value at that
 //! point, bit for bit; outside it untouched. Layouts with more patches than
 //! ranks (several per rank), all four locations, mixed periodicity, one
-//! and two ghost layers. Exits 1 naming the rank, layout, patch and point
-//! on the first difference.
+//! and two ghost layers; gathers in patch order; a message shorter than
+//! its receiver's buffer refused by name. Exits 1 naming the rank, layout,
+//! patch and point on the first difference.
 
 use mpi::traits::Communicator;
 use watershed_fields::halo_mpi::{MpiLink, exchange_ghosts_across};
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
-    CellCentre, Device, GhostWidth, Grid, Location, LocationKind, PatchLayout, SpatialField, XFace,
-    YFace, ZFace,
+    CellCentre, Device, FieldError, GhostWidth, Grid, Location, LocationKind, PatchLayout,
+    SpatialField, XFace, YFace, ZFace,
 };
 
 /// The value every rank puts at global point `g` (distinct per point).
@@ -131,6 +132,39 @@ fn gathered_in_patch_order(world: &mpi::topology::SimpleCommunicator) -> Result<
     }
 }
 
+/// A message shorter than the buffer its receiver posted is an error on
+/// the receiver naming both counts and the sender, not ghosts left stale.
+fn short_message_is_named(world: &mpi::topology::SimpleCommunicator) -> Result<(), String> {
+    let (rank, ranks) = (world.rank() as usize, world.size() as usize);
+    if ranks < 2 {
+        return Ok(());
+    }
+    let link = MpiLink::new(world.duplicate());
+    let mut outgoing = vec![Vec::new(); ranks];
+    let mut incoming = vec![Vec::new(); ranks];
+    if rank == 0 {
+        outgoing[1] = vec![1.5; 3];
+    }
+    if rank == 1 {
+        incoming[0] = vec![0.0; 5];
+    }
+    let result = link.swap_during(&outgoing, &mut incoming, &mut |_| Ok(()));
+    match (rank, result) {
+        (1, Err(FieldError::InvalidLayout { reason }))
+            if reason.contains("expected 5 value(s) from rank 0 and received 3") =>
+        {
+            Ok(())
+        }
+        (1, other) => Err(format!(
+            "a message of 3 values into a buffer of 5 gave {other:?}"
+        )),
+        (_, Ok(())) => Ok(()),
+        (_, Err(error)) => Err(format!(
+            "a swap that sent a short message failed here: {error}"
+        )),
+    }
+}
+
 fn main() {
     let Some(universe) = mpi::initialize() else {
         eprintln!("MPI was initialised already");
@@ -147,7 +181,7 @@ fn main() {
     ];
     // Per-patch values gathered from every rank come back in patch order
     // (what reductions rely on for rank-independent sums).
-    match gathered_in_patch_order(&world) {
+    match gathered_in_patch_order(&world).and_then(|()| short_message_is_named(&world)) {
         Ok(()) => {}
         Err(why) => {
             eprintln!("rank {rank} of {ranks}: {why}");

@@ -19,7 +19,8 @@ use crate::location::Location;
 use crate::ranks::{RankLink, Work, check_counts};
 use mpi::Count;
 use mpi::datatype::PartitionMut;
-use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Root, Source};
+use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Equivalence, Root, Source};
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 /// The tag of halo and gather messages.
@@ -32,6 +33,8 @@ const PROGRESS_INTERVAL: Duration = Duration::from_micros(100);
 /// A [`RankLink`] over the ranks of an MPI communicator.
 pub struct MpiLink<C: Communicator> {
     communicator: C,
+    /// [`RankLink::waited`]: time blocked in swaps' waits and gathers.
+    waited: Cell<Duration>,
 }
 
 impl<C: Communicator> std::fmt::Debug for MpiLink<C> {
@@ -46,7 +49,10 @@ impl<C: Communicator> std::fmt::Debug for MpiLink<C> {
 impl<C: Communicator> MpiLink<C> {
     /// The link between the ranks of `communicator`.
     pub fn new(communicator: C) -> Self {
-        MpiLink { communicator }
+        MpiLink {
+            communicator,
+            waited: Cell::new(Duration::ZERO),
+        }
     }
 
     /// The communicator.
@@ -65,16 +71,28 @@ impl<C: Communicator> RankLink for MpiLink<C> {
     }
 
     fn swap(&self, outgoing: &[Vec<f64>], incoming_len: &[usize]) -> FieldResult<Vec<Vec<f64>>> {
-        swap_over(&self.communicator, outgoing, incoming_len)
+        let mut incoming: Vec<Vec<f64>> = incoming_len.iter().map(|&n| vec![0.0; n]).collect();
+        swap_over_during(
+            &self.communicator,
+            outgoing,
+            &mut incoming,
+            &mut |_| Ok(()),
+            &self.waited,
+        )?;
+        Ok(incoming)
     }
 
     fn swap_during(
         &self,
         outgoing: &[Vec<f64>],
-        incoming_len: &[usize],
+        incoming: &mut [Vec<f64>],
         work: &mut Work<'_>,
-    ) -> FieldResult<Vec<Vec<f64>>> {
-        swap_over_during(&self.communicator, outgoing, incoming_len, work)
+    ) -> FieldResult<()> {
+        swap_over_during(&self.communicator, outgoing, incoming, work, &self.waited)
+    }
+
+    fn waited(&self) -> Duration {
+        self.waited.get()
     }
 
     fn abort(&self, code: i32) -> ! {
@@ -82,11 +100,17 @@ impl<C: Communicator> RankLink for MpiLink<C> {
     }
 
     fn gather_in_rank_order(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Vec<f64>> {
-        all_gather_over(&self.communicator, mine, counts)
+        let started = Instant::now();
+        let gathered = all_gather_over(&self.communicator, mine, counts);
+        add_time(&self.waited, started);
+        gathered
     }
 
     fn gather_to_root(&self, mine: &[f64], counts: &[usize]) -> FieldResult<Option<Vec<f64>>> {
-        gather_to_root_over(&self.communicator, mine, counts)
+        let started = Instant::now();
+        let gathered = gather_to_root_over(&self.communicator, mine, counts);
+        add_time(&self.waited, started);
+        gathered
     }
 }
 
@@ -193,37 +217,73 @@ fn gather_to_root_over<C: Communicator>(
 }
 
 /// [`RankLink::swap`] over `communicator`: every receive posted, then
-/// every send, all non-blocking, then all awaited.
+/// every send, all non-blocking, then all awaited (the wait not kept).
 fn swap_over<C: Communicator>(
     communicator: &C,
     outgoing: &[Vec<f64>],
     incoming_len: &[usize],
 ) -> FieldResult<Vec<Vec<f64>>> {
-    swap_over_during(communicator, outgoing, incoming_len, &mut |_| Ok(()))
+    let waited = Cell::new(Duration::ZERO);
+    let mut incoming: Vec<Vec<f64>> = incoming_len.iter().map(|&n| vec![0.0; n]).collect();
+    swap_over_during(
+        communicator,
+        outgoing,
+        &mut incoming,
+        &mut |_| Ok(()),
+        &waited,
+    )?;
+    Ok(incoming)
+}
+
+/// Adds the time since `started` to `waited`.
+fn add_time(waited: &Cell<Duration>, started: Instant) {
+    waited.set(waited.get() + started.elapsed());
 }
 
 /// [`swap_over`] with `work` run between posting the messages and waiting
 /// for them, its progress call testing the requests still pending (so
 /// that messages above the eager limit move while it works); `work`'s
-/// error is returned after the wait.
+/// error is returned after the wait, whose time is added to `waited`. The
+/// values from rank `r` land in `incoming[r]`, as many as it holds.
 fn swap_over_during<C: Communicator>(
     communicator: &C,
     outgoing: &[Vec<f64>],
-    incoming_len: &[usize],
+    incoming: &mut [Vec<f64>],
     work: &mut Work<'_>,
-) -> FieldResult<Vec<Vec<f64>>> {
+    waited: &Cell<Duration>,
+) -> FieldResult<()> {
     let (rank, ranks) = (communicator.rank() as usize, communicator.size() as usize);
-    if outgoing.len() != ranks || incoming_len.len() != ranks {
+    if outgoing.len() != ranks || incoming.len() != ranks {
         return Err(FieldError::InvalidLayout {
             reason: format!(
                 "rank {rank} of {ranks} was given {} outgoing and {} incoming buffer(s); give one per rank",
                 outgoing.len(),
-                incoming_len.len()
+                incoming.len()
             ),
         });
     }
-    let mut incoming: Vec<Vec<f64>> = incoming_len.iter().map(|&n| vec![0.0; n]).collect();
-    mpi::request::scope(|scope| {
+    // What each request receives, for the check of its count: a message
+    // shorter than its buffer would leave stale values behind unseen.
+    let expected: Vec<(usize, usize)> = incoming
+        .iter()
+        .enumerate()
+        .filter(|(_, buffer)| !buffer.is_empty())
+        .map(|(from, buffer)| (from, buffer.len()))
+        .collect();
+    let short: RefCell<Option<FieldError>> = RefCell::new(None);
+    let check = |which: usize, status: mpi::point_to_point::Status| {
+        if let Some(&(from, length)) = expected.get(which) {
+            let count = status.count(f64::equivalent_datatype());
+            if usize::try_from(count).ok() != Some(length) {
+                short.borrow_mut().get_or_insert(FieldError::InvalidLayout {
+                    reason: format!(
+                        "rank {rank} expected {length} value(s) from rank {from} and received {count}; every rank must exchange the same fields with the same layout"
+                    ),
+                });
+            }
+        }
+    };
+    let worked = mpi::request::scope(|scope| {
         let mut requests = Vec::new();
         for (from, buffer) in incoming.iter_mut().enumerate() {
             if !buffer.is_empty() {
@@ -243,6 +303,7 @@ fn swap_over_during<C: Communicator>(
                 );
             }
         }
+        // Receives first, in `expected`'s order, then the sends.
         let mut pending: Vec<Option<_>> = requests.into_iter().map(Some).collect();
         let mut last = Instant::now();
         let worked = work(&mut || {
@@ -253,21 +314,31 @@ fn swap_over_during<C: Communicator>(
                 return;
             }
             last = Instant::now();
-            for slot in pending.iter_mut() {
+            for (which, slot) in pending.iter_mut().enumerate() {
                 if let Some(request) = slot.take() {
-                    if let Err(still) = request.test() {
-                        *slot = Some(still);
-                        break;
+                    match request.test() {
+                        Ok(status) => check(which, status),
+                        Err(still) => {
+                            *slot = Some(still);
+                            break;
+                        }
                     }
                 }
             }
         });
-        for request in pending.into_iter().flatten() {
-            request.wait();
+        let waiting = Instant::now();
+        for (which, slot) in pending.into_iter().enumerate() {
+            if let Some(request) = slot {
+                check(which, request.wait());
+            }
         }
+        add_time(waited, waiting);
         worked
-    })?;
-    Ok(incoming)
+    });
+    match short.into_inner() {
+        Some(error) => Err(error),
+        None => worked,
+    }
 }
 
 /// Fills the ghost points of the fields of the patches this rank of

@@ -38,16 +38,43 @@ pub trait RankLink: std::fmt::Debug {
     /// swap completed (every rank takes part in every swap, so no rank
     /// waits forever for a failed one). The default, for links that
     /// cannot post a swap and return, runs `work` and then swaps: the same
-    /// values, nothing hidden.
+    /// values, nothing hidden. The values from rank `r` land in
+    /// `incoming[r]`, whose length says how many to receive (buffers kept
+    /// by the caller from one swap to the next: no allocation, no page
+    /// faults per exchange).
     fn swap_during(
         &self,
         outgoing: &[Vec<f64>],
-        incoming_len: &[usize],
+        incoming: &mut [Vec<f64>],
         work: &mut Work<'_>,
-    ) -> FieldResult<Vec<Vec<f64>>> {
+    ) -> FieldResult<()> {
         let worked = work(&mut || {});
-        let incoming = self.swap(outgoing, incoming_len)?;
-        worked.map(|()| incoming)
+        let lengths: Vec<usize> = incoming.iter().map(Vec::len).collect();
+        let received = self.swap(outgoing, &lengths)?;
+        for (into, from) in incoming.iter_mut().zip(received) {
+            if into.len() != from.len() {
+                return Err(FieldError::InvalidLayout {
+                    reason: format!(
+                        "rank {} expected {} value(s) in a swap and received {}; every rank must exchange the same fields with the same layout",
+                        self.rank(),
+                        into.len(),
+                        from.len()
+                    ),
+                });
+            }
+            into.copy_from_slice(&from);
+        }
+        worked
+    }
+
+    /// Wall time this rank has spent blocked in the link waiting for
+    /// other ranks since the link was made: the final waits of swaps
+    /// (after their work) and the collective gathers. What a rank's
+    /// exchanges cost beyond it is the rank's own work (reading the values
+    /// sent, writing the ghosts received). Zero for a link that never
+    /// waits ([`SingleProcess`]).
+    fn waited(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
     }
 
     /// Ends every rank of the run with exit status `code`: after an error

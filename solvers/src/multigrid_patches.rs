@@ -19,7 +19,8 @@
 //!   Each owned patch keeps its own levels `0..=D` (a
 //!   [`crate::Multigrid`] on the patch). Every writer of a level's `x`
 //!   (a Jacobi sweep, a correction) fills the ghosts on the patch's
-//!   physical sides as the whole domain does; then the seam ghosts take
+//!   physical sides as the whole domain does, and its own periodic images
+//!   along an axis it spans (the exchange leaves those out); then the seam ghosts take
 //!   their owners' values ([`watershed_fields::halo`]) and the physical
 //!   sides are filled again, so corners read the new seam values: every
 //!   allocated point of a patch holds what the whole domain holds there,
@@ -138,7 +139,8 @@ pub struct PatchedMultigrid {
     /// The conditions on the non-periodic sides.
     conditions: BoundaryConditions,
     /// Whether the grid has a non-periodic side, whose ghosts an exchange
-    /// fills again (with none, the exchange writes every ghost point).
+    /// fills again (with none, the exchange writes every ghost point a
+    /// writer's conditions left: see [`Self::exchange`]).
     physical_sides: bool,
     /// Interior cells of the finest level (for means).
     cells: f64,
@@ -243,7 +245,10 @@ impl PatchedMultigrid {
             .iter()
             .map(|l| {
                 let plan = HaloPlan::new(l, LocationKind::CellCentre)?;
-                HaloRoute::new(&plan, l, rank, ranks)
+                // A patch's own periodic images (along an axis it spans)
+                // are filled by every writer's conditions, before the
+                // exchange: the exchange leaves them out.
+                HaloRoute::new_without_own_images(&plan, l, rank, ranks)
             })
             .collect::<FieldResult<Vec<_>>>()?;
         let top = &layouts[agglomerated];
@@ -501,7 +506,9 @@ impl PatchedMultigrid {
     /// Fills the seam ghosts of `which` from the patches owning them,
     /// then its physical sides again (homogeneous conditions with
     /// `homogeneous`; on a grid periodic along every axis the exchange
-    /// wrote every ghost point, a patch's own periodic images included).
+    /// wrote every ghost point but a patch's own periodic images, which
+    /// every writer of a vector fills with its periodic conditions, and
+    /// which no seam ghost feeds).
     /// Nothing with one patch: its writers filled it.
     fn exchange(&mut self, which: Vector, homogeneous: bool) -> SolverResult<()> {
         if self.layout.len() == 1 {
