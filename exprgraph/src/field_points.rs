@@ -282,6 +282,44 @@ impl ExpressionGraph {
     }
 
     /// Runs `f` on the persistent field `tag` (of location `L`) where it
+    /// lives, to read it without moving it: `f` finds the field's
+    /// locations as they are (its active one on a GPU, say; the host copy
+    /// may be stale there), so it reads where the field is valid
+    /// ([`SpatialField::is_valid_on`]). For work that runs on the field's
+    /// GPU, such as a copy into a solver's field there.
+    ///
+    /// ```
+    /// use watershed_exprgraph::{ExpressionGraph, Factory, GraphOptions, Tag};
+    /// use watershed_fields::{CellCentre, Device, Grid, LocationKind};
+    /// let phi = Tag::none("phi");
+    /// let mut factory = Factory::new();
+    /// factory.placeholder(phi.clone(), LocationKind::CellCentre)?;
+    /// let patch = Grid::new([4, 4, 1], [1.0; 3], [0.0; 3])?.whole_domain(1);
+    /// let roots = [phi.clone()];
+    /// let graph = ExpressionGraph::build(&factory, &roots, &patch, &GraphOptions::default())?;
+    /// graph.fill_field::<CellCentre>(&phi, 2.5)?;
+    /// let (on, first) = graph.with_field_in_place::<CellCentre, _>(&phi, |field| {
+    ///     (field.active_device(), field.values().map(|v| v[0]))
+    /// })?;
+    /// assert_eq!((on, first?), (Device::Cpu, 2.5));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_field_in_place<L: GraphLocation, R>(
+        &self,
+        tag: &Tag,
+        f: impl FnOnce(&SpatialField<L>) -> R,
+    ) -> GraphResult<R> {
+        let slot = self.slot(tag, "read")?;
+        self.state.allocate_storage(&self.plan)?;
+        let _execution = self.waits_for_execution();
+        let _access = FieldAccess::enter(self);
+        let guard = self.state.store.slots[slot]
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        Ok(f(typed::<L>(guard.as_ref(), tag)?))
+    }
+
+    /// Runs `f` on the persistent field `tag` (of location `L`) where it
     /// lives, without moving it: `f` finds the field's locations as they
     /// are (its active one on a GPU, say) and must write only through
     /// the active one (`gpu_buffer_mut` there, or `values_mut` on the

@@ -42,6 +42,7 @@
 //! number of ranks for one layout, and the undecomposed flow's values to
 //! the solver's tolerance (with one patch, its bits).
 
+use crate::assignment_memo::{Assignments, Recipe};
 use crate::boundary::BoundaryConditions;
 use crate::error::{SolverError, SolverResult};
 use crate::immersed::Immersed;
@@ -49,7 +50,7 @@ use crate::multigrid::{MultigridOptions, SolveReport};
 use crate::multigrid_patches::PatchedMultigrid;
 use crate::staggered::SpaceOrder;
 use crate::windows::{append_interior, copy_field, place_interior, take_window};
-use std::cell::Cell;
+use std::cell::{Cell, Ref, RefCell};
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -59,6 +60,7 @@ use watershed_fields::ranks::RankLink;
 use watershed_fields::{
     CellCentre, Device, FieldLayout, FieldResult, LocationKind, PatchLayout, SpatialField, on_face,
 };
+use watershed_operators::field;
 
 /// The projection's solve on the patches one rank owns.
 pub(crate) struct PatchProjection {
@@ -81,9 +83,17 @@ pub(crate) struct PatchProjection {
     gathered: [Tag; 3],
     psi_tag: Tag,
     solver: PatchedMultigrid,
-    /// Per owned patch: the right-hand side and the solution.
+    /// Per owned patch: the right-hand side and the solution, on the
+    /// solver's device (`psi` also on the host while someone reads it
+    /// there: [`Self::psi`]).
     rhs: Vec<SpatialField<CellCentre>>,
-    psi: Vec<SpatialField<CellCentre>>,
+    psi: RefCell<Vec<SpatialField<CellCentre>>>,
+    /// The copies of windows between the graphs' fields and `rhs`, `psi`
+    /// on a GPU.
+    copies: RefCell<Assignments>,
+    /// Where the solve runs: the flow's GPU when it is placed there (the
+    /// solver and its fields move there before the first solve).
+    device: Device,
     /// Every patch's offset and cell layout, in patch order.
     parts: Vec<([isize; 3], FieldLayout)>,
     /// The values each rank gives to the gather of `psi`.
@@ -124,6 +134,7 @@ impl PatchProjection {
         active: &[usize],
         gathered: [Tag; 3],
         psi_tag: Tag,
+        device: Device,
     ) -> SolverResult<Self> {
         let mut solver =
             PatchedMultigrid::new(layout, link.clone(), walls.clone(), options, order)?;
@@ -170,7 +181,9 @@ impl PatchProjection {
             psi_tag,
             solver,
             rhs,
-            psi,
+            psi: RefCell::new(psi),
+            copies: RefCell::new(Assignments::default()),
+            device,
             parts,
             counts,
             walls,
@@ -211,14 +224,46 @@ impl PatchProjection {
     }
 
     /// The solved `psi` of each owned patch, in patch order (its
-    /// interior is the solution; its seam ghosts are stale).
-    pub(crate) fn psi(&self) -> &[SpatialField<CellCentre>] {
-        &self.psi
+    /// interior is the solution; its seam ghosts are stale), valid on the
+    /// host: a solve on a GPU leaves it there, and it is brought down
+    /// here, once per solve, for whoever reads it on the host (dumps,
+    /// checkpoints, the bodies' forces).
+    pub(crate) fn psi(&self) -> SolverResult<Ref<'_, Vec<SpatialField<CellCentre>>>> {
+        for field in self.psi.borrow_mut().iter_mut() {
+            if !field.is_valid_on(Device::Cpu) {
+                field.validate_on(Device::Cpu)?;
+            }
+        }
+        Ok(self.psi.borrow())
     }
 
     /// The report of the last solve that succeeded.
     pub(crate) fn report(&self) -> &SolveReport {
         &self.report
+    }
+
+    /// Where the solve runs ([`PatchedMultigrid::move_to`]).
+    pub(crate) fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Moves the solver and its fields to [`Self::device`] if they are
+    /// not there yet (before the first solve: a flow placed on a GPU is
+    /// built without one, and refused only when it steps).
+    fn move_to_device(&mut self) -> SolverResult<()> {
+        let device = self.device;
+        if self.solver.device() == device {
+            return Ok(());
+        }
+        self.solver.move_to(device)?;
+        for field in self.rhs.iter_mut().chain(self.psi.get_mut().iter_mut()) {
+            field.validate_on(device)?;
+            field.set_active(device)?;
+        }
+        for field in &mut self.rhs {
+            field.remove_location(Device::Cpu)?;
+        }
+        Ok(())
     }
 
     /// Levels of the solver in all, and on patches.
@@ -262,6 +307,7 @@ impl PatchProjection {
         whole: &ExpressionGraph,
         mode: ExecutionMode,
     ) -> Result<(), ProjectionFailure> {
+        self.move_to_device().map_err(ProjectionFailure::Solver)?;
         let graph_failure = |e: GraphError| ProjectionFailure::Graph(Box::new(e));
         let tags = |of: &[Tag; 3]| -> Vec<Tag> {
             self.active.iter().map(|&axis| of[axis].clone()).collect()
@@ -302,29 +348,37 @@ impl PatchProjection {
         // The patches' psi now follows the whole one's, until it is
         // written again.
         self.psi_gathered.set(version);
+        let copies = self.copies.get_mut();
         for ((rhs, psi), (graph, index)) in self
             .rhs
             .iter_mut()
-            .zip(&mut self.psi)
+            .zip(self.psi.get_mut().iter_mut())
             .zip(self.divergence.graphs().iter().zip(self.owned.clone()))
         {
             let offset = self.parts[index].0;
-            graph.with_field::<CellCentre, _>(&self.divergence_tag, |from| {
-                take_window(from, rhs, [0; 3], false)
+            graph.with_field_in_place::<CellCentre, _>(&self.divergence_tag, |from| {
+                copy_interior_where_active(copies, "div(u*) into the solve", from, rhs)
             })??;
             // Otherwise the patch's psi is the last solution (or what a
             // restart put on the patch), newer within a step.
             if guess_from_whole {
-                whole.with_field::<CellCentre, _>(&self.psi_tag, |from| {
-                    take_window(from, psi, offset, false)
+                let window = whole.with_field::<CellCentre, _>(&self.psi_tag, |from| {
+                    let mut window = SpatialField::<CellCentre>::new(
+                        "psi's window",
+                        psi.layout().patch(),
+                        Device::Cpu,
+                    )?;
+                    take_window(from, &mut window, offset, false)?;
+                    Ok::<_, SolverError>(window)
                 })??;
+                copy_interior_where_active(copies, "psi's guess", &window, psi)?;
             }
         }
         self.spent(started);
         let started = Instant::now();
         let solved = self
             .solver
-            .solve_preconditioned_cg(&self.rhs, &mut self.psi);
+            .solve_preconditioned_cg(&self.rhs, self.psi.get_mut());
         self.solving += started.elapsed();
         self.report = solved?;
         Ok(())
@@ -354,12 +408,13 @@ impl PatchProjection {
     ) -> SolverResult<()> {
         let psi = self
             .psi
+            .get_mut()
             .get_mut(position)
             .ok_or_else(|| SolverError::Setup {
                 equation: "the flow's restart on patches".into(),
                 reason: format!("this rank owns no patch at position {position}"),
             })?;
-        take_window(stored, psi, [0; 3], false)
+        copy_interior_where_active(self.copies.get_mut(), "psi restored", stored, psi)
     }
 
     /// Gathers the owned patches' `psi` interiors in patch order into
@@ -394,7 +449,7 @@ impl PatchProjection {
     /// The owned patches' `psi` interiors, in patch order.
     fn own_psi(&self) -> SolverResult<Vec<f64>> {
         let mut mine = Vec::with_capacity(self.counts[self.link.rank()]);
-        for psi in &self.psi {
+        for psi in self.psi()?.iter() {
             append_interior(psi, &mut mine)?;
         }
         Ok(mine)
@@ -435,19 +490,20 @@ impl PatchProjection {
         let started = Instant::now();
         // u* as the divergence graphs hold it: forced where bodies are,
         // its conditions applied.
+        let copies = self.copies.get_mut();
         for ((from, to), psi) in self
             .divergence
             .graphs()
             .iter()
             .zip(correction.graphs())
-            .zip(&self.psi)
+            .zip(self.psi.get_mut().iter())
         {
             for &axis in &self.active {
                 on_face!(axis, F => copy_field::<F>(from, &provisional[axis], to, &provisional[axis])
                     .map_err(graph_failure)?);
             }
-            to.with_field_mut::<CellCentre, _>(&self.psi_tag, |into| -> SolverResult<()> {
-                take_window(psi, into, [0; 3], false)
+            to.with_field_in_place_mut::<CellCentre, _>(&self.psi_tag, |into| {
+                copy_interior_where_active(copies, "psi into the correction", psi, into)
             })
             .map_err(graph_failure)??;
         }
@@ -484,4 +540,47 @@ impl<E: Into<SolverError>> From<E> for ProjectionFailure {
     fn from(error: E) -> Self {
         ProjectionFailure::Solver(error.into())
     }
+}
+
+/// Copies the interior of `from` into `to` (the same patch; their ghost
+/// layers may differ) where `to` is active: on the host as a window; on a
+/// GPU as a copy kernel (`copies`' stream, waited for), `from` brought
+/// there first if it is not valid there. A field on a GPU stays there.
+fn copy_interior_where_active(
+    copies: &mut Assignments,
+    purpose: &'static str,
+    from: &SpatialField<CellCentre>,
+    to: &mut SpatialField<CellCentre>,
+) -> SolverResult<()> {
+    let device = to.active_device();
+    if device == Device::Cpu {
+        if from.is_valid_on(Device::Cpu) {
+            return take_window(from, to, [0; 3], false);
+        }
+        return take_window(&on_host(from)?, to, [0; 3], false);
+    }
+    let staged;
+    let from = if from.is_valid_on(device) {
+        from
+    } else {
+        let mut there = on_host(from)?;
+        there.validate_on(device)?;
+        there.set_active(device)?;
+        staged = there;
+        &staged
+    };
+    copies.run(purpose, [to.id(), from.id(), 0], to, &[from], |to| {
+        Recipe::new(field(from).node().clone(), to.id())
+    })?;
+    copies.synchronize()
+}
+
+/// A copy of `field` on the host (every allocated point), from wherever
+/// it is active.
+fn on_host(field: &SpatialField<CellCentre>) -> SolverResult<SpatialField<CellCentre>> {
+    let mut copy =
+        SpatialField::<CellCentre>::new(field.name(), field.layout().patch(), Device::Cpu)?;
+    let values = field.values_on(field.active_device())?;
+    copy.values_mut()?.copy_from_slice(&values);
+    Ok(copy)
 }

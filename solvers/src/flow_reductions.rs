@@ -35,11 +35,12 @@
 
 use crate::error::SolverResult;
 use crate::flow_patches::FlowPatches;
+use crate::flow_projection::PatchProjection;
 use crate::windows::{copy_field, take_window};
 use std::time::Duration;
 use watershed_exprgraph::patched::PatchedGraphs;
 use watershed_exprgraph::{ExecutionMode, ExpressionGraph, Tag};
-use watershed_fields::{CellCentre, SpatialField, on_face};
+use watershed_fields::{CellCentre, on_face};
 
 /// The graphs reducing a decomposed flow's new velocity, one per owned
 /// patch, in patch order.
@@ -74,19 +75,19 @@ impl PatchReductions {
 
     /// Copies each owned patch's velocity from its momentum graph in
     /// `momentum` (ghosts included) and, where the graphs read it, its
-    /// `psi` interior from `psi` (one per owned patch, in patch order),
+    /// `psi` interior from `projection` (brought to the host then only),
     /// exchanges the velocity's seams and reduces every patch's interior,
     /// the partial results combined in patch order into the recipe's
     /// parameters (collective: every rank calls it).
     pub(crate) fn reduce(
         &self,
         momentum: &FlowPatches,
-        psi: &[SpatialField<CellCentre>],
+        projection: &PatchProjection,
         mode: ExecutionMode,
     ) -> SolverResult<()> {
         self.copy_velocity(momentum)?;
         if let Some(tag) = &self.psi {
-            for (from, to) in psi.iter().zip(self.graphs.graphs()) {
+            for (from, to) in projection.psi()?.iter().zip(self.graphs.graphs()) {
                 to.with_field_mut::<CellCentre, _>(tag, |into| {
                     take_window(from, into, [0; 3], false)
                 })??;

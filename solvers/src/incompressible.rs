@@ -924,6 +924,10 @@ impl IncompressibleFlowBuilder {
                     &active,
                     gathered_tags.clone(),
                     psi_tag.clone(),
+                    match self.placement {
+                        PlacementPolicy::Gpu(ordinal) => watershed_fields::Device::Gpu(ordinal),
+                        _ => watershed_fields::Device::Cpu,
+                    },
                 )?)
             }
             _ => None,
@@ -1725,6 +1729,14 @@ impl IncompressibleFlow {
     }
 
     /// With [`IncompressibleFlowBuilder::patches`] (projection not
+    /// replicated): where the Poisson solve on the patches runs, the GPU
+    /// of a flow placed there ([`IncompressibleFlowBuilder::placement`]
+    /// with [`PlacementPolicy::Gpu`]), else the CPU.
+    pub fn projection_device(&self) -> Option<watershed_fields::Device> {
+        self.projection.as_ref().map(PatchProjection::device)
+    }
+
+    /// With [`IncompressibleFlowBuilder::patches`] (projection not
     /// replicated): the wall time this rank spent in the Poisson solves on
     /// the patches, which run between graph executions (their exchanges
     /// and waits included).
@@ -2109,7 +2121,7 @@ impl IncompressibleFlow {
             // on the patches; `graph` is now behind the patches.
             let reductions = self.reductions.as_ref().ok_or_else(state_not_on_patches)?;
             let started = Instant::now();
-            reductions.reduce(patches, projection.psi(), self.mode)?;
+            reductions.reduce(patches, projection, self.mode)?;
             self.recording.record(
                 EXCHANGE_TRACK,
                 "the step's reductions on the patches",

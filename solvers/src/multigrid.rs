@@ -1346,6 +1346,12 @@ impl Multigrid {
         })
     }
 
+    /// Waits for the work enqueued on the hierarchy's GPU stream (nothing
+    /// on the CPU): before another stream or the host reads its fields.
+    pub(crate) fn synchronize(&self) -> SolverResult<()> {
+        self.assignments.synchronize()
+    }
+
     /// CG's `x` back into the finest level's, where the solution is stored from.
     pub(crate) fn cg_end(&mut self) -> SolverResult<()> {
         copy_all(&self.cg.x, &mut self.levels[0].x, &mut self.assignments)

@@ -45,8 +45,19 @@
 //!   `cargo bench -p watershed-solvers --bench poisson_patches` times the
 //!   solve against the whole domain's.
 //!
+//! * **On a GPU** ([`PatchedMultigrid::move_to`]): every patch's levels
+//!   and CG's vectors live there and every kernel runs there, on each
+//!   hierarchy's stream; an exchange first waits for those streams, then
+//!   moves the seams on the GPU (`watershed_operators::gpu_points`: copied
+//!   between patches of one GPU, only the points a message carries
+//!   crossing to the host) and waits for its moves. The agglomerated
+//!   levels stay on the host: each cycle brings level `D`'s right-hand side
+//!   down and sends each patch's window of the correction up. Inner
+//!   products bring one partial sum per row down, added in the CPU's
+//!   order, so the solve has the CPU's bits.
+//!
 //! Second and fourth order (the finest level then has 3 ghost layers and
-//! exchanges them), on the CPU. Immersed bodies close faces as on the
+//! exchanges them), on the CPU or a GPU. Immersed bodies close faces as on the
 //! whole domain ([`PatchedMultigrid::block_bodies`]: each patch's levels
 //! get the coefficients of their part of the grid; a singular problem's
 //! means are over every patch's fluid cells), second order.
@@ -59,7 +70,8 @@ use crate::multigrid::{Multigrid, MultigridOptions, SolveReport, Vector, check_f
 use crate::multigrid_bodies::CLOSED_LEVELS;
 use crate::poisson_iteration::{self, Iterated, PoissonSpace, Product};
 use crate::staggered::SpaceOrder;
-use crate::windows::{append_interior, place_interior, take_window};
+use crate::windows::{append_interior, append_interior_of, place_interior, take_window};
+use std::cell::RefCell;
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -69,7 +81,11 @@ use watershed_fields::halo::{
 };
 use watershed_fields::ranks::RankLink;
 use watershed_fields::{
-    CellCentre, FieldLayout, FieldResult, GhostWidth, LocationKind, PatchLayout, SpatialField,
+    CellCentre, Device, FieldLayout, FieldResult, GhostWidth, LocationKind, PatchLayout,
+    SpatialField,
+};
+use watershed_operators::gpu_points::{
+    PointBatch, copy_points_on_gpu, gather_points_on_gpu, scatter_points_on_gpu,
 };
 
 /// A level is smoothed on patches only while they keep at least this many
@@ -148,6 +164,9 @@ pub struct PatchedMultigrid {
     fluid_cells: f64,
     /// Wall time in seam exchanges, gathers and reductions across ranks.
     exchange_time: Duration,
+    /// Where the patches' levels live ([`Self::move_to`]); the
+    /// agglomerated levels stay on the CPU.
+    device: Device,
 }
 
 impl std::fmt::Debug for PatchedMultigrid {
@@ -281,6 +300,7 @@ impl PatchedMultigrid {
             cells: grid.cells().iter().product::<usize>() as f64,
             fluid_cells: 0.0,
             exchange_time: Duration::ZERO,
+            device: Device::Cpu,
             link,
         })
     }
@@ -317,6 +337,39 @@ impl PatchedMultigrid {
     /// included), since the solver was built.
     pub fn exchange_time(&self) -> Duration {
         self.exchange_time
+    }
+
+    /// Moves every owned patch's levels (and CG's vectors) to `device`,
+    /// where the solves then run: smoothing, residuals, transfers and
+    /// CG's updates and inner products as kernels there, the seams
+    /// exchanged there (`watershed_operators::gpu_points`: between patches
+    /// of one GPU nothing crosses to the host; for another rank only the
+    /// points sent and received). The agglomerated coarse levels stay on
+    /// the CPU, replicated: each cycle brings level `D`'s right-hand side
+    /// down and its correction's window up (a few hundred values a
+    /// patch). The fields a solve takes must then be on `device` too. On
+    /// error (no such GPU, memory) the solver stays where it was, whole.
+    pub fn move_to(&mut self, device: Device) -> SolverResult<()> {
+        if device == self.device {
+            return Ok(());
+        }
+        let from = self.device;
+        for index in 0..self.patches.len() {
+            if let Err(error) = self.patches[index].move_to(device) {
+                // Those already moved go back: the solver stays whole.
+                for patch in &mut self.patches[..index] {
+                    patch.move_to(from)?;
+                }
+                return Err(error);
+            }
+        }
+        self.device = device;
+        Ok(())
+    }
+
+    /// Where the patches' levels live ([`Self::move_to`]).
+    pub fn device(&self) -> Device {
+        self.device
     }
 
     /// Closes the faces of `immersed`'s bodies as [`Multigrid`] does on
@@ -464,6 +517,8 @@ impl PatchedMultigrid {
         self.exchange(Vector::Solution(0), false)?;
         for (patch, x) in self.patches.iter_mut().zip(solution) {
             patch.copy_out(x)?;
+            // On a GPU the solution is handed back once written.
+            patch.synchronize()?;
         }
         Ok(())
     }
@@ -519,10 +574,18 @@ impl PatchedMultigrid {
             Vector::CgResidual | Vector::CgDirection => 0,
         };
         let started = Instant::now();
+        if self.device != Device::Cpu {
+            // The kernels that wrote the vector run on each hierarchy's
+            // stream; the exchange's moves on another.
+            for patch in &self.patches {
+                patch.synchronize()?;
+            }
+        }
         let mut fields = VectorFields {
             first: self.owned.start,
             patches: &mut self.patches,
             which,
+            batch: RefCell::new(PointBatch::new()),
         };
         let exchanged = exchange_reusing(
             &self.routes[level],
@@ -616,7 +679,14 @@ impl PatchedMultigrid {
         let rank = self.link.rank();
         let mut mine = Vec::with_capacity(self.gather_counts[rank]);
         for patch in &self.patches {
-            append_interior(patch.vector(Vector::Rhs(level)), &mut mine)?;
+            let b = patch.vector(Vector::Rhs(level));
+            match b.active_device() {
+                Device::Cpu => append_interior(b, &mut mine)?,
+                device => {
+                    patch.synchronize()?;
+                    append_interior_of(b.layout(), &b.values_on(device)?, &mut mine);
+                }
+            }
         }
         let all = self.link.gather_in_rank_order(&mine, &self.gather_counts)?;
         let whole = self.coarse.vector_mut(Vector::Rhs(0));
@@ -629,7 +699,20 @@ impl PatchedMultigrid {
         let whole = self.coarse.vector(Vector::Solution(0));
         for (patch, index) in self.patches.iter_mut().zip(self.owned.clone()) {
             let x = patch.vector_mut(Vector::Solution(level));
-            take_window(whole, x, self.parts[index].0, true)?;
+            let offset = self.parts[index].0;
+            match x.active_device() {
+                Device::Cpu => take_window(whole, x, offset, true)?,
+                device => {
+                    // Every point is written: the host's copy needs no
+                    // download, only a valid place to be written in.
+                    let mut window =
+                        SpatialField::<CellCentre>::new(x.name(), x.layout().patch(), Device::Cpu)?;
+                    take_window(whole, &mut window, offset, true)?;
+                    window.validate_on(device)?;
+                    window.set_active(device)?;
+                    x.copy_from(&window)?;
+                }
+            }
         }
         Ok(())
     }
@@ -739,6 +822,8 @@ struct VectorFields<'a> {
     first: usize,
     patches: &'a mut [Multigrid],
     which: Vector,
+    /// The moves enqueued on a GPU, waited for in `settle`.
+    batch: RefCell<PointBatch>,
 }
 
 impl VectorFields<'_> {
@@ -766,25 +851,82 @@ impl HaloFields for VectorFields<'_> {
         let (s, d) = (self.position(source)?, self.position(destination)?);
         let which = self.which;
         let (from, to) = source_and_destination(self.patches, s, d);
+        let to = to.vector_mut(which);
+        if let device @ Device::Gpu(_) = to.active_device() {
+            // Point lists from the runs, copied on the GPU.
+            let (mut points, mut at) = (Vec::new(), Vec::new());
+            for run in runs {
+                points.extend(run.from..run.from + run.len);
+                at.extend(run.to..run.to + run.len);
+            }
+            let source = match from {
+                Some(p) => p.vector(which).gpu_buffer(device)?,
+                None => to.gpu_buffer(device)?,
+            };
+            let target = to.gpu_buffer_mut(device)?;
+            return copy_points_on_gpu(
+                &mut self.batch.borrow_mut(),
+                &[source],
+                &points,
+                &[target],
+                &at,
+                "the multigrid's seams",
+            )
+            .map_err(gpu_failure);
+        }
         let from = from.map(|p| p.vector(which).values()).transpose()?;
-        copy_runs_between(from, to.vector_mut(which).values_mut()?, runs);
+        copy_runs_between(from, to.values_mut()?, runs);
         Ok(())
     }
 
     fn read(&self, patch: usize, at: &[usize], out: &mut Vec<f64>) -> FieldResult<()> {
-        let values = self.patches[self.position(patch)?]
-            .vector(self.which)
-            .values()?;
+        let field = self.patches[self.position(patch)?].vector(self.which);
+        if let device @ Device::Gpu(_) = field.active_device() {
+            let start = out.len();
+            out.resize(start + at.len(), 0.0);
+            return gather_points_on_gpu(
+                &mut self.batch.borrow_mut(),
+                &[field.gpu_buffer(device)?],
+                at,
+                &mut out[start..],
+                "the multigrid's seams",
+            )
+            .map_err(gpu_failure);
+        }
+        let values = field.values()?;
         out.extend(at.iter().map(|&i| values[i]));
         Ok(())
     }
 
     fn write(&mut self, patch: usize, at: &[usize], values: &[f64]) -> FieldResult<()> {
         let k = self.position(patch)?;
-        let data = self.patches[k].vector_mut(self.which).values_mut()?;
+        let field = self.patches[k].vector_mut(self.which);
+        if let device @ Device::Gpu(_) = field.active_device() {
+            let target = field.gpu_buffer_mut(device)?;
+            return scatter_points_on_gpu(
+                &mut self.batch.borrow_mut(),
+                &[target],
+                at,
+                values,
+                "the multigrid's seams",
+            )
+            .map_err(gpu_failure);
+        }
+        let data = field.values_mut()?;
         for (&i, &v) in at.iter().zip(values) {
             data[i] = v;
         }
         Ok(())
+    }
+
+    fn settle(&mut self) -> FieldResult<()> {
+        self.batch.get_mut().finish().map_err(gpu_failure)
+    }
+}
+
+/// A failed move of points on a GPU, as the exchange reports it.
+fn gpu_failure(error: watershed_operators::OperatorError) -> watershed_fields::FieldError {
+    watershed_fields::FieldError::InvalidLayout {
+        reason: error.to_string(),
     }
 }

@@ -182,12 +182,16 @@ pub(crate) fn append_interior<L: Location>(
     field: &SpatialField<L>,
     out: &mut Vec<f64>,
 ) -> SolverResult<()> {
-    let layout = field.layout();
-    let values = field.values()?;
+    append_interior_of(field.layout(), field.values()?, out);
+    Ok(())
+}
+
+/// [`append_interior`] of the values of a field with `layout` (every
+/// allocated point, x fastest), e.g. a copy brought from a GPU.
+pub(crate) fn append_interior_of(layout: &FieldLayout, values: &[f64], out: &mut Vec<f64>) {
     for_rows(layout.interior(), [0; 3], layout, layout, |_, from, len| {
         out.extend_from_slice(&values[from..from + len]);
     });
-    Ok(())
 }
 
 /// Writes the interior of a patch with layout `part` at `offset` into the

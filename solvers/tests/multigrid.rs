@@ -3,10 +3,18 @@
 //! preconditioner, the singular (Neumann, periodic) cases, and second-order
 //! accuracy of the solution.
 
+#[path = "support/patched_poisson_case.rs"]
+mod patched_case;
+
 use std::f64::consts::PI;
-use watershed_fields::{CellCentre, Device, Grid, Patch, SpatialField};
+use std::rc::Rc;
+use watershed_fields::ranks::SingleProcess;
+use watershed_fields::{CellCentre, Device, GhostWidth, Grid, Patch, PatchLayout, SpatialField};
 use watershed_operators::Side;
-use watershed_solvers::{BoundaryCondition, BoundaryConditions, Multigrid, MultigridOptions};
+use watershed_solvers::{
+    BoundaryCondition, BoundaryConditions, Multigrid, MultigridOptions, PatchedMultigrid,
+    SpaceOrder,
+};
 
 /// `rhs = f(x, y)` on an n x n unit square.
 fn problem(
@@ -458,5 +466,108 @@ fn a_solver_moved_to_a_gpu_gives_the_cpus_bits() {
             .unwrap_err()
             .to_string();
         assert!(error.contains("[3, 5, 0]"), "{name}: {error}");
+    }
+}
+
+/// The multigrid on patches moved to a GPU (`PatchedMultigrid::move_to`):
+/// every patch's solution has the CPU's bits, and so do the residuals,
+/// for V-cycles on a channel (Dirichlet and Neumann sides, a periodic
+/// axis) and CG on a periodic box (second and fourth order) and on a box
+/// with a Dirichlet floor; two to four patches on one GPU, so seams are
+/// copied there, physical sides refilled there, and the coarse levels
+/// agglomerated on the host. Without a GPU the move is refused naming
+/// the GPU and the solver still solves on the CPU; fields left on the
+/// CPU are refused by name.
+#[test]
+fn a_multigrid_on_patches_moved_to_a_gpu_gives_the_cpus_bits() {
+    use patched_case::{channel, floor_box, patch_fields, periodic_box};
+    let options = MultigridOptions {
+        relative_tolerance: 1e-8,
+        ..MultigridOptions::default()
+    };
+    let cases = [
+        (channel(), false, [2, 2, 1]),
+        (periodic_box(SpaceOrder::Second), true, [2, 1, 2]),
+        (periodic_box(SpaceOrder::Fourth), true, [2, 1, 1]),
+        (floor_box(), true, [1, 2, 2]),
+    ];
+    for (problem, cg, counts) in cases {
+        let name = format!("{} on {counts:?}", problem.name);
+        let layout = PatchLayout::new(&problem.grid, counts, GhostWidth::uniform(1)).unwrap();
+        let make = || {
+            PatchedMultigrid::new(
+                &layout,
+                Rc::new(SingleProcess),
+                problem.conditions.clone(),
+                options,
+                problem.order,
+            )
+            .unwrap()
+        };
+        let solve = |solver: &mut PatchedMultigrid,
+                     rhs: &[SpatialField<CellCentre>],
+                     x: &mut [SpatialField<CellCentre>]| {
+            if cg {
+                solver.solve_preconditioned_cg(rhs, x)
+            } else {
+                solver.solve(rhs, x)
+            }
+        };
+        let mut on_cpu = make();
+        let (rhs, mut cpu_solution) = patch_fields(&problem, &layout, on_cpu.owned());
+        let cpu_report = solve(&mut on_cpu, &rhs, &mut cpu_solution).unwrap();
+        let mut on_gpu = make();
+        let Some(gpu) = watershed_fields::gpu::gpu_for_tests(
+            "a_multigrid_on_patches_moved_to_a_gpu_gives_the_cpus_bits",
+        ) else {
+            let error = on_gpu.move_to(Device::Gpu(0)).unwrap_err();
+            assert!(
+                matches!(error, watershed_solvers::SolverError::Field(_)),
+                "{error:?}"
+            );
+            assert!(error.to_string().contains("GPU 0"), "{error}");
+            assert_eq!(on_gpu.device(), Device::Cpu);
+            let (_, mut again) = patch_fields(&problem, &layout, on_gpu.owned());
+            solve(&mut on_gpu, &rhs, &mut again).unwrap();
+            for (a, b) in again.iter().zip(&cpu_solution) {
+                assert_eq!(a.values().unwrap(), b.values().unwrap(), "{name}");
+            }
+            continue;
+        };
+        let device = Device::Gpu(gpu);
+        on_gpu.move_to(device).unwrap();
+        assert_eq!(on_gpu.device(), device);
+        // Fields left on the CPU are refused, naming the field.
+        let (_, mut on_host) = patch_fields(&problem, &layout, on_gpu.owned());
+        let error = solve(&mut on_gpu, &rhs, &mut on_host)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("'b'") && error.contains("move_to"),
+            "{name}: {error}"
+        );
+        let rhs_there: Vec<_> = rhs.iter().map(|f| moved(f, device)).collect();
+        let (_, zero) = patch_fields(&problem, &layout, on_gpu.owned());
+        let mut solution: Vec<_> = zero.iter().map(|f| moved(f, device)).collect();
+        let report = solve(&mut on_gpu, &rhs_there, &mut solution).unwrap();
+        assert_eq!(report.residuals, cpu_report.residuals, "{name}: residuals");
+        for (k, (there, here)) in solution.iter().zip(&cpu_solution).enumerate() {
+            assert_eq!(
+                there.values_on(device).unwrap(),
+                here.values().unwrap().to_vec(),
+                "{name}: patch {k}'s solution, ghosts included"
+            );
+        }
+        // Moved back, it solves on the CPU with the same bits.
+        on_gpu.move_to(Device::Cpu).unwrap();
+        let (_, mut back) = patch_fields(&problem, &layout, on_gpu.owned());
+        solve(&mut on_gpu, &rhs, &mut back).unwrap();
+        for (a, b) in back.iter().zip(&cpu_solution) {
+            assert_eq!(
+                a.values().unwrap(),
+                b.values().unwrap(),
+                "{name}: back on the CPU"
+            );
+        }
     }
 }

@@ -932,6 +932,95 @@ fn flow_fields(flow: &watershed_solvers::IncompressibleFlow) -> [Vec<f64>; 3] {
     [u, v, p]
 }
 
+/// A flow on 2 x 2 patches of one GPU with its projection on the patches
+/// (a lid-driven cavity: walls, a singular Poisson problem) and on
+/// 2 x 1 x 2 patches of a periodic box (a 3D vortex): the Poisson solve
+/// runs on the GPU (`projection_device`), and three steps give the bits
+/// of the same patches on the CPU for the velocity and the pressure, with
+/// the same CG iterations.
+#[test]
+fn a_decomposed_flow_on_a_gpu_solves_its_projection_there_with_the_cpus_bits() {
+    use std::rc::Rc;
+    use watershed_exprgraph::PlacementPolicy;
+    use watershed_fields::PatchLayout;
+    use watershed_fields::ranks::SingleProcess;
+    let cavity = |placement: PlacementPolicy| {
+        let grid = Grid::new([16, 16, 1], [1.0; 3], [0.0; 3]).unwrap();
+        let walls = BoundaryConditions::all(BoundaryCondition::Dirichlet(0.0));
+        IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
+            .velocity_conditions(
+                0,
+                walls
+                    .clone()
+                    .with(Side::PLUS_Y, BoundaryCondition::Dirichlet(1.0)),
+            )
+            .velocity_conditions(1, walls)
+            .patches(
+                PatchLayout::new(&grid, [2, 2, 1], GhostWidth::uniform(1)).unwrap(),
+                Rc::new(SingleProcess),
+            )
+            .placement(placement)
+            .build()
+            .unwrap()
+    };
+    let vortex = |placement: PlacementPolicy| {
+        let grid = Grid::new([16, 16, 16], [2.0 * PI; 3], [0.0; 3])
+            .unwrap()
+            .with_periodic([true; 3]);
+        let flow = IncompressibleFlowBuilder::new(&grid.whole_domain(1), 0.01)
+            .patches(
+                PatchLayout::new(&grid, [2, 1, 2], GhostWidth::uniform(1)).unwrap(),
+                Rc::new(SingleProcess),
+            )
+            .placement(placement)
+            .build()
+            .unwrap();
+        flow.set_velocity::<XFace>(|[x, y, z]| x.sin() * y.cos() * z.cos())
+            .unwrap();
+        flow.set_velocity::<YFace>(|[x, y, z]| -x.cos() * y.sin() * z.cos())
+            .unwrap();
+        flow
+    };
+    if watershed_fields::gpu::gpu_unavailable_reason(0).is_some() {
+        // Built without a GPU; refused, naming it, when it steps.
+        let mut flow = cavity(PlacementPolicy::Gpu(0));
+        assert_eq!(flow.projection_device(), Some(Device::Gpu(0)));
+        let error = flow.step(0.01).unwrap_err().to_string();
+        assert!(error.contains("GPU 0"), "{error}");
+        println!("skipped: no GPU 0 (set WATERSHED_EMULATE_GPUS to emulate one)");
+        return;
+    }
+    type Build = dyn Fn(PlacementPolicy) -> watershed_solvers::IncompressibleFlow;
+    let cases: [(&str, &Build); 2] = [("cavity", &cavity), ("vortex", &vortex)];
+    for (name, build) in cases {
+        let mut on_gpu = build(PlacementPolicy::Gpu(0));
+        assert_eq!(on_gpu.projection_device(), Some(Device::Gpu(0)), "{name}");
+        let mut on_cpu = build(PlacementPolicy::Cpu);
+        assert_eq!(on_cpu.projection_device(), Some(Device::Cpu), "{name}");
+        for flow in [&mut on_gpu, &mut on_cpu] {
+            for _ in 0..3 {
+                flow.step(0.01).unwrap();
+            }
+        }
+        let (gpu, cpu) = (flow_fields(&on_gpu), flow_fields(&on_cpu));
+        for (field, (g, c)) in ["u", "v", "p"].iter().zip(gpu.iter().zip(&cpu)) {
+            let differing = differing_bits(g, c);
+            assert_eq!(
+                differing,
+                0,
+                "{name} {field}: {differing} of {} points differ",
+                c.len()
+            );
+            assert!(c.iter().all(|x| x.is_finite()), "{name} {field}");
+        }
+        assert_eq!(
+            on_gpu.last_projection().iterations,
+            on_cpu.last_projection().iterations,
+            "{name}"
+        );
+    }
+}
+
 /// The same solver on 2 x 2 x 1 patches of one GPU (a periodic box, so
 /// no condition is refilled on the host after a seam write): its seams
 /// are exchanged on the GPU, no field crosses to the host in a step once

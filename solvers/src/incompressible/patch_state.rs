@@ -42,9 +42,14 @@ use crate::error::{SolverError, SolverResult};
 use crate::flow_patches::FlowPatches;
 use crate::flow_projection::PatchProjection;
 use crate::windows::{cut_window, paste_window, take_window};
+use std::cell::Ref;
 use watershed_exprgraph::{GraphLocation, Tag};
 use watershed_fields::{CellCentre, Device, FieldLayout, Location, Patch, SpatialField};
 use watershed_operators::FaceLocation;
+
+/// The projection of a flow on patches and one owned patch's `psi`, on
+/// the host.
+type PatchPsi<'a> = (&'a PatchProjection, Ref<'a, SpatialField<CellCentre>>);
 
 /// The first point of a decomposed flow's velocity that is not finite, or
 /// whose boundary condition gives a value that is not.
@@ -183,7 +188,7 @@ impl IncompressibleFlow {
         };
         // Its conditions at the state's time, as a write applied them.
         self.parameters.state_time.set(self.time);
-        reductions.reduce(patches, projection.psi(), self.mode)?;
+        reductions.reduce(patches, projection, self.mode)?;
         self.patch_velocity_current.set(true);
         let mut reduced = [None; 3];
         for (&axis, version) in self.active.iter().zip(versions) {
@@ -330,7 +335,7 @@ impl IncompressibleFlow {
             let part = self.cut_whole(&self.psi, psi.layout().patch())?;
             return Ok(Some(f(&part)));
         }
-        Ok(Some(f(psi)))
+        Ok(Some(f(&psi)))
     }
 
     /// Runs `f` on the pressure of this rank's patch of the flow that has
@@ -363,16 +368,15 @@ impl IncompressibleFlow {
 
     /// The projection and its `psi` on this rank's patch with `patch`'s
     /// cells, or `None` (no such patch, or the state not on patches).
-    fn patch_psi(
-        &self,
-        patch: &Patch,
-    ) -> SolverResult<Option<(&PatchProjection, &SpatialField<CellCentre>)>> {
+    fn patch_psi(&self, patch: &Patch) -> SolverResult<Option<PatchPsi<'_>>> {
         let (Some(projection), Some((position, _))) =
             (&self.projection, self.owned_patch_index(patch)?)
         else {
             return Ok(None);
         };
-        Ok(projection.psi().get(position).map(|psi| (projection, psi)))
+        Ok(Ref::filter_map(projection.psi()?, |psi| psi.get(position))
+            .ok()
+            .map(|psi| (projection, psi)))
     }
 
     /// The whole domain's cell-centred field `tag` cut to `patch` (its
@@ -540,7 +544,7 @@ impl IncompressibleFlow {
             (Some(patches), Some(projection))
                 if self.state_lives_on_patches() && !self.pressure_written.get() =>
             {
-                let psi = projection.psi();
+                let psi = projection.psi()?;
                 let mut part = patches.gather_window::<CellCentre>(&window, |position, give| {
                     give(psi.get(position).ok_or_else(state_not_on_patches)?);
                     Ok(())
