@@ -95,6 +95,22 @@ for run in "exprlib-scalability --set cells=64 --set patches=1,1,1" \
         --output "$unpacked/output-decomposed" --overwrite >> "$out/cli.log" 2>&1
     echo "watershed run $run --device gpu rc=$? $(($(date +%s) - began))s" >> "$out/summary.txt"
 done
+# A decomposed flow's Poisson solve on the GPU against the CPU's
+# (forty-third session): the multigrid on patches now runs on the GPU of
+# a flow placed there, with 11-13 times the launches and 5-8 times the
+# host waits; where does the GPU start to win? Compare the ms/step and
+# the "Poisson solve on patches" line of each pair.
+for cells in 32 128; do
+    for device in gpu cpu; do
+        run="taylor-green --set dimensions=3 --set cells=$cells --set patches=2,1,1 --steps 10"
+        began=$(date +%s)
+        echo "=== watershed run $run --device $device" >> "$out/cli.log"
+        # shellcheck disable=SC2086
+        timeout 300 "$built_at/target/release/watershed" run $run --device "$device" --quiet \
+            --output "$unpacked/output-poisson-on-patches" --overwrite >> "$out/cli.log" 2>&1
+        echo "watershed run $run --device $device rc=$? $(($(date +%s) - began))s" >> "$out/summary.txt"
+    done
+done
 # A GPU timeline: the ExprLib case traced, its kernels and copies on a
 # track per stream (open trace-exprlib.json in Perfetto).
 began=$(date +%s)

@@ -37,7 +37,7 @@ use crate::gpu::loaded_function;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
-use watershed_fields::{Device, GpuBuffer, GpuStream, MemoryPool, PoolBlock};
+use watershed_fields::{Device, GpuBuffer, GpuStream, MemoryPool, PoolBlock, ValidationEvent};
 
 /// Threads per block of the point kernels.
 const BLOCK: u32 = 256;
@@ -281,6 +281,13 @@ impl PointBatch {
         let stream = halo_stream(ordinal)?;
         self.streams.push(stream.clone());
         Ok(stream)
+    }
+
+    /// Makes the batch's moves on GPU `ordinal` wait for `event` (work on
+    /// another stream that writes or reads the fields they touch), on the
+    /// GPU: the host does not wait.
+    pub fn after(&mut self, ordinal: usize, event: &ValidationEvent) -> OperatorResult<()> {
+        Ok(self.stream(ordinal)?.wait(event)?)
     }
 
     /// Waits for everything enqueued (nothing to wait for when nothing was

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 use watershed_fields::hashing::QuickHash;
-use watershed_fields::{Device, FieldLayout, GpuStream, Location, SpatialField};
+use watershed_fields::{Device, FieldLayout, GpuStream, Location, SpatialField, ValidationEvent};
 use watershed_operators::gpu::{GpuTarget, gpu_launches};
 use watershed_operators::gpu_reduction::gpu_reduction;
 use watershed_operators::ir::Node;
@@ -344,6 +344,16 @@ impl Assignments {
             stream.synchronize()?;
         }
         Ok(())
+    }
+
+    /// An event after the work enqueued on the stream in use (`None`
+    /// when nothing ever ran on a GPU): what another stream waits for
+    /// before it touches the fields that work writes.
+    pub(crate) fn record(&self) -> SolverResult<Option<ValidationEvent>> {
+        Ok(match &self.stream {
+            Some(stream) => Some(stream.record()?),
+            None => None,
+        })
     }
 
     /// The stream for GPU `device`: the one in use if it is on that GPU,

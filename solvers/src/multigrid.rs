@@ -1347,9 +1347,16 @@ impl Multigrid {
     }
 
     /// Waits for the work enqueued on the hierarchy's GPU stream (nothing
-    /// on the CPU): before another stream or the host reads its fields.
+    /// on the CPU): before the host reads its fields.
     pub(crate) fn synchronize(&self) -> SolverResult<()> {
         self.assignments.synchronize()
+    }
+
+    /// An event after the work enqueued on the hierarchy's GPU stream
+    /// (`None` on the CPU, or before any): what another stream waits for
+    /// before it reads or writes the hierarchy's fields.
+    pub(crate) fn record(&self) -> SolverResult<Option<watershed_fields::ValidationEvent>> {
+        self.assignments.record()
     }
 
     /// CG's `x` back into the finest level's, where the solution is stored from.

@@ -47,10 +47,10 @@
 //!
 //! * **On a GPU** ([`PatchedMultigrid::move_to`]): every patch's levels
 //!   and CG's vectors live there and every kernel runs there, on each
-//!   hierarchy's stream; an exchange first waits for those streams, then
-//!   moves the seams on the GPU (`watershed_operators::gpu_points`: copied
+//!   hierarchy's stream; an exchange's moves wait for those streams on the
+//!   GPU (an event each), move the seams there (`watershed_operators::gpu_points`: copied
 //!   between patches of one GPU, only the points a message carries
-//!   crossing to the host) and waits for its moves. The agglomerated
+//!   crossing to the host), and the host waits for them. The agglomerated
 //!   levels stay on the host: each cycle brings level `D`'s right-hand side
 //!   down and sends each patch's window of the correction up. Inner
 //!   products bring one partial sum per row down, added in the CPU's
@@ -574,18 +574,23 @@ impl PatchedMultigrid {
             Vector::CgResidual | Vector::CgDirection => 0,
         };
         let started = Instant::now();
-        if self.device != Device::Cpu {
+        let mut batch = PointBatch::new();
+        if let Device::Gpu(ordinal) = self.device {
             // The kernels that wrote the vector run on each hierarchy's
-            // stream; the exchange's moves on another.
+            // stream, the exchange's moves on another: they wait for
+            // those on the GPU. The exchange ends with the host waiting
+            // for its moves (`settle`), so later kernels follow them.
             for patch in &self.patches {
-                patch.synchronize()?;
+                if let Some(event) = patch.record()? {
+                    batch.after(ordinal, &event).map_err(gpu_failure)?;
+                }
             }
         }
         let mut fields = VectorFields {
             first: self.owned.start,
             patches: &mut self.patches,
             which,
-            batch: RefCell::new(PointBatch::new()),
+            batch: RefCell::new(batch),
         };
         let exchanged = exchange_reusing(
             &self.routes[level],
