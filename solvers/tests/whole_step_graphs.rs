@@ -525,6 +525,7 @@ fn the_projection_in_the_graph_leaves_no_divergence_and_reports_a_failed_solve()
 
 #[test]
 fn the_transport_solver_places_its_whole_step_on_a_gpu() {
+    let _gpu = gpu_alone();
     let grid = Grid::new([12, 10, 8], [1.0; 3], [0.0; 3])
         .unwrap()
         .with_periodic([true; 3]);
@@ -591,6 +592,7 @@ fn the_transport_solver_places_its_whole_step_on_a_gpu() {
 /// and the pressure.
 #[test]
 fn the_flow_places_its_whole_step_and_its_pressure_solve_on_a_gpu() {
+    let _gpu = gpu_alone();
     use watershed_exprgraph::{PlacementPolicy, Target};
     let grid = Grid::new([16, 16, 1], [1.0; 3], [0.0; 3]).unwrap();
     let build = |placement| {
@@ -794,6 +796,7 @@ fn only_integrators_that_read_the_start_value_rotate_it() {
 /// the test ends after building both plans.
 #[test]
 fn the_conservative_forms_give_the_cpu_bits_on_a_gpu() {
+    let _gpu = gpu_alone();
     use watershed_exprgraph::PlacementPolicy;
     use watershed_fields::ZFace;
     use watershed_solvers::{ConvectionForm, SpaceOrder};
@@ -867,6 +870,7 @@ fn the_conservative_forms_give_the_cpu_bits_on_a_gpu() {
 /// stepping is refused naming it.
 #[test]
 fn an_immersed_body_gives_the_cpu_bits_on_a_gpu() {
+    let _gpu = gpu_alone();
     use watershed_exprgraph::PlacementPolicy;
     use watershed_solvers::{Body, BoundaryExpression, Shape};
     let grid = Grid::new([32, 16, 1], [2.0, 1.0, 1.0], [0.0; 3]).unwrap();
@@ -940,6 +944,7 @@ fn flow_fields(flow: &watershed_solvers::IncompressibleFlow) -> [Vec<f64>; 3] {
 /// the same CG iterations.
 #[test]
 fn a_decomposed_flow_on_a_gpu_solves_its_projection_there_with_the_cpus_bits() {
+    let _gpu = gpu_alone();
     use std::rc::Rc;
     use watershed_exprgraph::PlacementPolicy;
     use watershed_fields::PatchLayout;
@@ -1028,6 +1033,7 @@ fn a_decomposed_flow_on_a_gpu_solves_its_projection_there_with_the_cpus_bits() {
 /// on the CPU at every point, ghosts included.
 #[test]
 fn decomposed_transport_on_a_gpu_exchanges_its_seams_there() {
+    let _gpu = gpu_alone();
     if watershed_fields::gpu::gpu_unavailable_reason(0).is_some() {
         println!("skipped: no GPU 0 (set WATERSHED_EMULATE_GPUS to emulate one)");
         return;
@@ -1100,6 +1106,7 @@ fn decomposed_transport_on_a_gpu_exchanges_its_seams_there() {
 /// corners where they meet) equals the same patches on the CPU.
 #[test]
 fn decomposed_transport_with_walls_refills_its_conditions_on_the_gpu() {
+    let _gpu = gpu_alone();
     if watershed_fields::gpu::gpu_unavailable_reason(0).is_some() {
         println!("skipped: no GPU 0 (set WATERSHED_EMULATE_GPUS to emulate one)");
         return;
@@ -1167,6 +1174,14 @@ fn decomposed_transport_with_walls_refills_its_conditions_on_the_gpu() {
             );
         }
     }
+}
+
+/// Serialises this file's tests that use a GPU: the driver-call census
+/// is the process's, so a test that counts the bytes of its own steps
+/// must not share the GPU with another test's.
+fn gpu_alone() -> std::sync::MutexGuard<'static, ()> {
+    static GPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    GPU.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// How many of the values of `got` and `want`, taken in pairs, differ in
