@@ -642,28 +642,7 @@ fn the_flow_places_its_whole_step_and_its_pressure_solve_on_a_gpu() {
             flow.step(0.01).unwrap();
         }
     }
-    let (gpu, cpu) = (flow_fields(&on_gpu), flow_fields(&on_cpu));
-    for (name, (g, c)) in ["u", "v", "p"].iter().zip(gpu.iter().zip(&cpu)) {
-        let worst = g
-            .iter()
-            .zip(c)
-            .map(|(a, b)| (a - b).abs() / b.abs().max(1e-300))
-            .fold(0.0_f64, f64::max);
-        let differing = differing_bits(g, c);
-        let first: Vec<String> = g
-            .iter()
-            .zip(c)
-            .enumerate()
-            .filter(|(_, (a, b))| a.to_bits() != b.to_bits())
-            .take(8)
-            .map(|(i, (a, b))| format!("{i}: GPU {a:e}, CPU {b:e}"))
-            .collect();
-        assert_eq!(
-            differing,
-            0,
-            "{name}: {differing} of {} points differ (largest relative difference {worst:e}; first: {first:?})",
-            c.len()
-        );
+    for (name, c) in assert_same_flow_bits(&on_gpu, &on_cpu, "cavity") {
         assert!(c.iter().all(|x| x.is_finite()), "{name}");
     }
     assert_eq!(
@@ -838,25 +817,11 @@ fn the_conservative_forms_give_the_cpu_bits_on_a_gpu() {
                 flow.step(0.05).unwrap();
             }
         }
-        let fields = |flow: &watershed_solvers::IncompressibleFlow| {
-            [
-                flow.with_velocity::<XFace, _>(|f| f.values().unwrap().to_vec())
-                    .unwrap(),
-                flow.with_velocity::<YFace, _>(|f| f.values().unwrap().to_vec())
-                    .unwrap(),
-                flow.with_velocity::<ZFace, _>(|f| f.values().unwrap().to_vec())
-                    .unwrap(),
-                flow.with_pressure(|f| f.values().unwrap().to_vec())
-                    .unwrap(),
-            ]
-        };
-        for (name, (g, c)) in ["u", "v", "w", "p"]
-            .iter()
-            .zip(fields(&on_gpu).iter().zip(&fields(&on_cpu)))
-        {
-            let differing = differing_bits(g, c);
-            assert_eq!(differing, 0, "{form:?} order {}: {name}", order.number());
-        }
+        assert_same_flow_bits(
+            &on_gpu,
+            &on_cpu,
+            &format!("{form:?} order {}", order.number()),
+        );
         let (g, c) = (on_gpu.enstrophy().unwrap(), on_cpu.enstrophy().unwrap());
         assert!(c.is_some_and(f64::is_finite), "{c:?}");
         assert_eq!(g.map(f64::to_bits), c.map(f64::to_bits), "enstrophy");
@@ -904,16 +869,7 @@ fn an_immersed_body_gives_the_cpu_bits_on_a_gpu() {
             flow.step(0.01).unwrap();
         }
     }
-    let (gpu, cpu) = (flow_fields(&on_gpu), flow_fields(&on_cpu));
-    for (name, (g, c)) in ["u", "v", "p"].iter().zip(gpu.iter().zip(&cpu)) {
-        let differing = differing_bits(g, c);
-        assert_eq!(
-            differing,
-            0,
-            "{name}: {differing} of {} points differ",
-            c.len()
-        );
-    }
+    assert_same_flow_bits(&on_gpu, &on_cpu, "flow past a disc");
     let (force_gpu, force_cpu) = (
         on_gpu.body_force("disc").unwrap(),
         on_cpu.body_force("disc").unwrap(),
@@ -922,18 +878,69 @@ fn an_immersed_body_gives_the_cpu_bits_on_a_gpu() {
     assert!(force_cpu[0] > 0.0, "{force_cpu:?}");
 }
 
-/// The values of a 2D flow's u, v and pressure, ghosts included.
-fn flow_fields(flow: &watershed_solvers::IncompressibleFlow) -> [Vec<f64>; 3] {
-    let u = flow
-        .with_velocity::<XFace, _>(|f| f.values().unwrap().to_vec())
-        .unwrap();
-    let v = flow
-        .with_velocity::<YFace, _>(|f| f.values().unwrap().to_vec())
-        .unwrap();
-    let p = flow
-        .with_pressure(|f| f.values().unwrap().to_vec())
-        .unwrap();
-    [u, v, p]
+/// The values of a flow's velocity components (u, v, and w in 3D) and
+/// pressure, ghosts included, named.
+fn flow_fields(flow: &watershed_solvers::IncompressibleFlow) -> Vec<(&'static str, Vec<f64>)> {
+    let mut fields = vec![
+        (
+            "u",
+            flow.with_velocity::<XFace, _>(|f| f.values().unwrap().to_vec())
+                .unwrap(),
+        ),
+        (
+            "v",
+            flow.with_velocity::<YFace, _>(|f| f.values().unwrap().to_vec())
+                .unwrap(),
+        ),
+    ];
+    if flow.active_axes().contains(&2) {
+        fields.push((
+            "w",
+            flow.with_velocity::<ZFace, _>(|f| f.values().unwrap().to_vec())
+                .unwrap(),
+        ));
+    }
+    fields.push((
+        "p",
+        flow.with_pressure(|f| f.values().unwrap().to_vec())
+            .unwrap(),
+    ));
+    fields
+}
+
+/// Asserts that `on_gpu`'s velocity and pressure have `on_cpu`'s bits at
+/// every point (`what` names the flow in the message, with the largest
+/// relative difference and the first points that differ); returns the
+/// CPU's fields.
+fn assert_same_flow_bits(
+    on_gpu: &watershed_solvers::IncompressibleFlow,
+    on_cpu: &watershed_solvers::IncompressibleFlow,
+    what: &str,
+) -> Vec<(&'static str, Vec<f64>)> {
+    let cpu = flow_fields(on_cpu);
+    for ((name, g), (_, c)) in flow_fields(on_gpu).iter().zip(&cpu) {
+        let worst = g
+            .iter()
+            .zip(c)
+            .map(|(a, b)| (a - b).abs() / b.abs().max(1e-300))
+            .fold(0.0_f64, f64::max);
+        let differing = differing_bits(g, c);
+        let first: Vec<String> = g
+            .iter()
+            .zip(c)
+            .enumerate()
+            .filter(|(_, (a, b))| a.to_bits() != b.to_bits())
+            .take(8)
+            .map(|(i, (a, b))| format!("{i}: GPU {a:e}, CPU {b:e}"))
+            .collect();
+        assert_eq!(
+            differing,
+            0,
+            "{what} {name}: {differing} of {} points differ (largest relative difference {worst:e}; first: {first:?})",
+            c.len()
+        );
+    }
+    cpu
 }
 
 /// A flow on 2 x 2 patches of one GPU with its projection on the patches
@@ -1007,15 +1014,7 @@ fn a_decomposed_flow_on_a_gpu_solves_its_projection_there_with_the_cpus_bits() {
                 flow.step(0.01).unwrap();
             }
         }
-        let (gpu, cpu) = (flow_fields(&on_gpu), flow_fields(&on_cpu));
-        for (field, (g, c)) in ["u", "v", "p"].iter().zip(gpu.iter().zip(&cpu)) {
-            let differing = differing_bits(g, c);
-            assert_eq!(
-                differing,
-                0,
-                "{name} {field}: {differing} of {} points differ",
-                c.len()
-            );
+        for (field, c) in assert_same_flow_bits(&on_gpu, &on_cpu, name) {
             assert!(c.iter().all(|x| x.is_finite()), "{name} {field}");
         }
         assert_eq!(
